@@ -1,0 +1,14 @@
+//! swarm's domain, shared by the controller, the sidecar and the CLI.
+//!
+//! Nothing here knows about gRPC, SQLite or git: the wire types are converted
+//! into these at the edge (`swarm-proto`), and the stores persist them.
+
+pub mod ids;
+pub mod names;
+pub mod outcome;
+pub mod plan;
+pub mod state;
+
+pub use ids::{AttemptId, SwarmId, TaskId, TaskKey};
+pub use outcome::Outcome;
+pub use state::{AttemptState, TaskState};

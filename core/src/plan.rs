@@ -1,0 +1,543 @@
+//! The plan file: a TOML document listing a swarm's tasks, their
+//! dependencies, owned files, verification and worker command.
+//!
+//! Parsing happens in two steps: serde reads the raw document (unknown keys
+//! are errors, with their path), then [`validate`] checks the rules that
+//! span fields and builds the validated [`Plan`]. Every error names the path
+//! of the offending field and the rule it broke, e.g.
+//! `tasks[3].deps[0]: unknown task "db"`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+
+use serde::Deserialize;
+
+use crate::ids::{SwarmId, TaskId};
+use crate::names::{check_branch, check_glob, check_id, check_text};
+
+/// Largest plan we accept: bounds memory and work for input from a user or
+/// the network.
+pub const MAX_PLAN_BYTES: usize = 1 << 20;
+pub const MAX_TASKS: usize = 1000;
+pub const MAX_PROMPT_BYTES: usize = 64 * 1024;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanError {
+    /// Where in the document, e.g. `tasks[3].deps[0]`.
+    pub path: String,
+    /// The rule that was broken.
+    pub rule: String,
+}
+
+impl fmt::Display for PlanError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() { f.write_str(&self.rule) } else { write!(f, "{}: {}", self.path, self.rule) }
+    }
+}
+
+impl std::error::Error for PlanError {}
+
+fn err(path: impl Into<String>, rule: impl Into<String>) -> PlanError {
+    PlanError { path: path.into(), rule: rule.into() }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum MergeStrategy {
+    /// A no-fast-forward merge commit naming the task and attempt.
+    #[default]
+    Merge,
+    /// One commit carrying the task's summary.
+    Squash,
+    /// The task's commits replayed onto the integration head.
+    Rebase,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ConflictPolicy {
+    /// Start a new attempt from the current integration head, with the
+    /// conflict described in its task text.
+    #[default]
+    Return,
+    /// Wait for the operator's RetryTask.
+    Hold,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum OwnershipPolicy {
+    /// Refuse a result that touches files outside the task's globs.
+    #[default]
+    Enforce,
+    /// Merge it, and record a warning event.
+    Warn,
+}
+
+macro_rules! text_enum {
+    ($ty:ident { $($variant:ident = $text:literal),+ }) => {
+        impl $ty {
+            pub fn as_str(self) -> &'static str {
+                match self { $($ty::$variant => $text),+ }
+            }
+        }
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+text_enum!(MergeStrategy { Merge = "merge", Squash = "squash", Rebase = "rebase" });
+text_enum!(ConflictPolicy { Return = "return", Hold = "hold" });
+text_enum!(OwnershipPolicy { Enforce = "enforce", Warn = "warn" });
+
+/// Exponential backoff with jitter, in the spirit of Temporal and Nomad.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryPolicy {
+    /// Retries after the first attempt; the seeds' default is 2.
+    pub max_retries: u32,
+    pub initial_backoff_ms: u64,
+    pub multiplier: f64,
+    pub max_backoff_ms: u64,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self { max_retries: 2, initial_backoff_ms: 1_000, multiplier: 2.0, max_backoff_ms: 60_000 }
+    }
+}
+
+impl RetryPolicy {
+    /// The delay before retry number `retry` (1-based), before jitter.
+    pub fn backoff_ms(&self, retry: u32) -> u64 {
+        let exp = self.multiplier.powi(retry.saturating_sub(1).min(63) as i32);
+        let raw = (self.initial_backoff_ms as f64) * exp;
+        if raw.is_finite() { (raw as u64).min(self.max_backoff_ms) } else { self.max_backoff_ms }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifyTier {
+    pub name: String,
+    pub command: String,
+    pub blocking: bool,
+    pub timeout_secs: u32,
+}
+
+/// One validated task.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskSpec {
+    pub id: TaskId,
+    pub title: String,
+    pub prompt: String,
+    pub context: String,
+    pub acceptance: Vec<String>,
+    pub deps: Vec<TaskId>,
+    /// Owned file globs, relative to the repository root.
+    pub files: Vec<String>,
+    pub verify: Vec<VerifyTier>,
+    pub retry: RetryPolicy,
+    /// Labels a worker must carry (equal values) to take this task.
+    pub labels: BTreeMap<String, String>,
+    pub command: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub idle_timeout_secs: u32,
+    pub max_restarts: u32,
+    pub strategy: MergeStrategy,
+    pub on_conflict: ConflictPolicy,
+    pub ownership: OwnershipPolicy,
+    pub setup: Vec<String>,
+}
+
+/// A validated plan.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    pub swarm: SwarmId,
+    pub base_branch: String,
+    pub integration_branch: String,
+    /// Where `Land` moves the integration head; defaults to the base branch.
+    pub target_branch: String,
+    pub tasks: Vec<TaskSpec>,
+}
+
+impl Plan {
+    /// Parses and validates a plan document.
+    pub fn parse(text: &str) -> Result<Plan, PlanError> {
+        if text.len() > MAX_PLAN_BYTES {
+            return Err(err("", format!("plan must be at most {MAX_PLAN_BYTES} bytes")));
+        }
+        let de = toml::Deserializer::parse(text).map_err(|e| err("", toml_message(&e)))?;
+        let raw: RawPlan = serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            let path = if path == "." { String::new() } else { path };
+            err(path, toml_message(e.inner()))
+        })?;
+        validate(raw)
+    }
+
+    pub fn task(&self, id: &TaskId) -> Option<&TaskSpec> {
+        self.tasks.iter().find(|t| &t.id == id)
+    }
+}
+
+fn toml_message(e: &toml::de::Error) -> String {
+    let message = e.message().trim().to_string();
+    match e.span() {
+        Some(span) => format!("{message} (at byte {})", span.start),
+        None => message,
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPlan {
+    name: String,
+    base_branch: Option<String>,
+    integration_branch: Option<String>,
+    target_branch: Option<String>,
+    #[serde(default)]
+    defaults: RawDefaults,
+    #[serde(default)]
+    tasks: Vec<RawTask>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawDefaults {
+    command: Option<Command>,
+    retries: Option<u32>,
+    backoff_initial_ms: Option<u64>,
+    backoff_multiplier: Option<f64>,
+    backoff_max_ms: Option<u64>,
+    idle_timeout_secs: Option<u32>,
+    max_restarts: Option<u32>,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    verify: Option<Vec<RawTier>>,
+    strategy: Option<MergeStrategy>,
+    on_conflict: Option<ConflictPolicy>,
+    ownership: Option<OwnershipPolicy>,
+    #[serde(default)]
+    setup: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTask {
+    id: String,
+    title: Option<String>,
+    #[serde(default)]
+    prompt: String,
+    #[serde(default)]
+    context: String,
+    #[serde(default)]
+    acceptance: Vec<String>,
+    #[serde(default)]
+    deps: Vec<String>,
+    #[serde(default)]
+    files: Vec<String>,
+    verify: Option<Vec<RawTier>>,
+    retries: Option<u32>,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    command: Option<Command>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    idle_timeout_secs: Option<u32>,
+    max_restarts: Option<u32>,
+    strategy: Option<MergeStrategy>,
+    on_conflict: Option<ConflictPolicy>,
+    ownership: Option<OwnershipPolicy>,
+    setup: Option<Vec<String>>,
+}
+
+/// A worker command: a shell line (run with `sh -c`) or an argv array.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum Command {
+    Shell(String),
+    Argv(Vec<String>),
+}
+
+impl Command {
+    fn into_argv(self) -> Vec<String> {
+        match self {
+            Command::Shell(line) => vec!["sh".into(), "-c".into(), line],
+            Command::Argv(argv) => argv,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTier {
+    name: String,
+    command: String,
+    #[serde(default = "yes")]
+    blocking: bool,
+    #[serde(default = "default_tier_timeout")]
+    timeout_secs: u32,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_tier_timeout() -> u32 {
+    600
+}
+
+/// Environment names a plan may not override: the sidecar owns them.
+const RESERVED_ENV_PREFIX: &str = "SWARM_";
+
+fn validate(raw: RawPlan) -> Result<Plan, PlanError> {
+    let swarm = SwarmId::new(raw.name.clone()).map_err(|rule| err("name", rule))?;
+    let base_branch = raw.base_branch.unwrap_or_else(|| "main".to_string());
+    check_branch(&base_branch).map_err(|rule| err("base_branch", rule))?;
+    let integration_branch = raw.integration_branch.unwrap_or_else(|| format!("swarm/{swarm}/integration"));
+    check_branch(&integration_branch).map_err(|rule| err("integration_branch", rule))?;
+    if integration_branch == base_branch {
+        return Err(err("integration_branch", "must differ from base_branch"));
+    }
+    let target_branch = raw.target_branch.unwrap_or_else(|| base_branch.clone());
+    check_branch(&target_branch).map_err(|rule| err("target_branch", rule))?;
+    if target_branch == integration_branch {
+        return Err(err("target_branch", "must differ from integration_branch"));
+    }
+
+    let d = raw.defaults;
+    if raw.tasks.is_empty() {
+        return Err(err("tasks", "a plan needs at least one task"));
+    }
+    if raw.tasks.len() > MAX_TASKS {
+        return Err(err("tasks", format!("at most {MAX_TASKS} tasks")));
+    }
+    check_labels("defaults.labels", &d.labels)?;
+    check_env("defaults.env", &d.env)?;
+    let default_verify = check_tiers("defaults.verify", d.verify.clone().unwrap_or_default())?;
+    let default_retry = RetryPolicy {
+        max_retries: d.retries.unwrap_or(RetryPolicy::default().max_retries),
+        initial_backoff_ms: d.backoff_initial_ms.unwrap_or(RetryPolicy::default().initial_backoff_ms),
+        multiplier: d.backoff_multiplier.unwrap_or(RetryPolicy::default().multiplier),
+        max_backoff_ms: d.backoff_max_ms.unwrap_or(RetryPolicy::default().max_backoff_ms),
+    };
+    if !(1.0..=10.0).contains(&default_retry.multiplier) {
+        return Err(err("defaults.backoff_multiplier", "must be between 1.0 and 10.0"));
+    }
+    if default_retry.max_retries > 100 {
+        return Err(err("defaults.retries", "must be at most 100"));
+    }
+    if default_retry.initial_backoff_ms > default_retry.max_backoff_ms {
+        return Err(err("defaults.backoff_initial_ms", "must not exceed defaults.backoff_max_ms"));
+    }
+
+    let mut index: HashMap<&str, usize> = HashMap::new();
+    for (i, task) in raw.tasks.iter().enumerate() {
+        check_id(&task.id).map_err(|rule| err(format!("tasks[{i}].id"), rule))?;
+        if let Some(first) = index.insert(&task.id, i) {
+            return Err(err(
+                format!("tasks[{i}].id"),
+                format!("duplicate task id {:?} (first at tasks[{first}])", task.id),
+            ));
+        }
+    }
+
+    let mut tasks = Vec::with_capacity(raw.tasks.len());
+    for (i, task) in raw.tasks.iter().enumerate() {
+        let at = |field: &str| format!("tasks[{i}].{field}");
+        let mut deps = Vec::with_capacity(task.deps.len());
+        for (j, dep) in task.deps.iter().enumerate() {
+            if !index.contains_key(dep.as_str()) {
+                return Err(err(format!("tasks[{i}].deps[{j}]"), format!("unknown task {dep:?}")));
+            }
+            if dep == &task.id {
+                return Err(err(format!("tasks[{i}].deps[{j}]"), "a task cannot depend on itself"));
+            }
+            let dep = TaskId::new(dep.clone()).map_err(|rule| err(format!("tasks[{i}].deps[{j}]"), rule))?;
+            if deps.contains(&dep) {
+                return Err(err(format!("tasks[{i}].deps[{j}]"), format!("duplicate dependency {dep:?}")));
+            }
+            deps.push(dep);
+        }
+        if task.files.is_empty() {
+            return Err(err(at("files"), "a task must own at least one file glob"));
+        }
+        for (j, glob) in task.files.iter().enumerate() {
+            check_glob(glob).map_err(|rule| err(format!("tasks[{i}].files[{j}]"), rule))?;
+        }
+        check_text(&task.prompt, MAX_PROMPT_BYTES).map_err(|rule| err(at("prompt"), rule))?;
+        check_text(&task.context, MAX_PROMPT_BYTES).map_err(|rule| err(at("context"), rule))?;
+        let title = task.title.clone().unwrap_or_else(|| task.id.clone());
+        check_text(&title, 200).map_err(|rule| err(at("title"), rule))?;
+        check_labels(&at("labels"), &task.labels)?;
+        check_env(&at("env"), &task.env)?;
+        let verify = match &task.verify {
+            Some(tiers) => check_tiers(&at("verify"), tiers.clone())?,
+            None => default_verify.clone(),
+        };
+        let command = task
+            .command
+            .clone()
+            .or_else(|| d.command.clone())
+            .map(Command::into_argv)
+            .ok_or_else(|| err(at("command"), "no worker command: set it here or in defaults.command"))?;
+        if command.is_empty() || command[0].trim().is_empty() {
+            return Err(err(at("command"), "must not be empty"));
+        }
+        let mut labels = d.labels.clone();
+        labels.extend(task.labels.clone());
+        let mut env = d.env.clone();
+        env.extend(task.env.clone());
+        let mut retry = default_retry.clone();
+        if let Some(r) = task.retries {
+            if r > 100 {
+                return Err(err(at("retries"), "must be at most 100"));
+            }
+            retry.max_retries = r;
+        }
+        tasks.push(TaskSpec {
+            id: TaskId::new(task.id.clone()).map_err(|rule| err(at("id"), rule))?,
+            title,
+            prompt: task.prompt.clone(),
+            context: task.context.clone(),
+            acceptance: task.acceptance.clone(),
+            deps,
+            files: task.files.clone(),
+            verify,
+            retry,
+            labels,
+            command,
+            env,
+            idle_timeout_secs: task.idle_timeout_secs.or(d.idle_timeout_secs).unwrap_or(120),
+            max_restarts: task.max_restarts.or(d.max_restarts).unwrap_or(2),
+            strategy: task.strategy.or(d.strategy).unwrap_or_default(),
+            on_conflict: task.on_conflict.or(d.on_conflict).unwrap_or_default(),
+            ownership: task.ownership.or(d.ownership).unwrap_or_default(),
+            setup: task.setup.clone().unwrap_or_else(|| d.setup.clone()),
+        });
+        if tasks.last().is_some_and(|t| t.idle_timeout_secs == 0) {
+            return Err(err(at("idle_timeout_secs"), "must be at least 1"));
+        }
+    }
+
+    if let Some(cycle) = find_cycle(&tasks) {
+        let first = index.get(cycle[0].as_str()).copied().unwrap_or(0);
+        let names: Vec<&str> = cycle.iter().map(|t| t.as_str()).collect();
+        return Err(err(format!("tasks[{first}].deps"), format!("dependency cycle: {}", names.join(" -> "))));
+    }
+
+    Ok(Plan { swarm, base_branch, integration_branch, target_branch, tasks })
+}
+
+fn check_labels(path: &str, labels: &BTreeMap<String, String>) -> Result<(), PlanError> {
+    for (key, value) in labels {
+        check_label(key, value).map_err(|rule| err(format!("{path}.{key}"), rule))?;
+    }
+    Ok(())
+}
+
+/// Label keys follow the id pattern (plus `.` and `/` for namespacing);
+/// values are short printable text.
+pub fn check_label(key: &str, value: &str) -> Result<(), String> {
+    let key_ok = !key.is_empty()
+        && key.len() <= 63
+        && key.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'));
+    if !key_ok {
+        return Err(format!("label key {key:?} must be 1-63 of [A-Za-z0-9._/-]"));
+    }
+    if value.len() > 63 || value.chars().any(|c| c.is_control()) {
+        return Err(format!("label value {value:?} must be at most 63 printable characters"));
+    }
+    Ok(())
+}
+
+fn check_env(path: &str, env: &BTreeMap<String, String>) -> Result<(), PlanError> {
+    for key in env.keys() {
+        let ok = !key.is_empty()
+            && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && !key.starts_with(|c: char| c.is_ascii_digit());
+        if !ok {
+            return Err(err(
+                format!("{path}.{key}"),
+                "environment names must match ^[A-Za-z_][A-Za-z0-9_]*$",
+            ));
+        }
+        if key.starts_with(RESERVED_ENV_PREFIX) || key == "TRACEPARENT" {
+            return Err(err(format!("{path}.{key}"), "SWARM_* and TRACEPARENT are set by the sidecar"));
+        }
+    }
+    Ok(())
+}
+
+fn check_tiers(path: &str, tiers: Vec<RawTier>) -> Result<Vec<VerifyTier>, PlanError> {
+    let mut out: Vec<VerifyTier> = Vec::with_capacity(tiers.len());
+    for (i, tier) in tiers.into_iter().enumerate() {
+        check_id(&tier.name).map_err(|rule| err(format!("{path}[{i}].name"), rule))?;
+        if out.iter().any(|t| t.name == tier.name) {
+            return Err(err(format!("{path}[{i}].name"), format!("duplicate tier {:?}", tier.name)));
+        }
+        if tier.command.trim().is_empty() {
+            return Err(err(format!("{path}[{i}].command"), "must not be empty"));
+        }
+        if tier.timeout_secs == 0 {
+            return Err(err(format!("{path}[{i}].timeout_secs"), "must be at least 1"));
+        }
+        out.push(VerifyTier {
+            name: tier.name,
+            command: tier.command,
+            blocking: tier.blocking,
+            timeout_secs: tier.timeout_secs,
+        });
+    }
+    Ok(out)
+}
+
+/// Returns one dependency cycle, first task repeated at the end.
+fn find_cycle(tasks: &[TaskSpec]) -> Option<Vec<TaskId>> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mark {
+        New,
+        OnStack,
+        Done,
+    }
+    let index: HashMap<&TaskId, usize> = tasks.iter().enumerate().map(|(i, t)| (&t.id, i)).collect();
+    let mut marks = vec![Mark::New; tasks.len()];
+    for root in 0..tasks.len() {
+        if marks[root] != Mark::New {
+            continue;
+        }
+        // Iterative DFS: (node, next dep to visit); the stack is the path.
+        let mut stack: Vec<(usize, usize)> = vec![(root, 0)];
+        marks[root] = Mark::OnStack;
+        while let Some(&mut (node, ref mut next)) = stack.last_mut() {
+            if let Some(dep) = tasks[node].deps.get(*next) {
+                *next += 1;
+                let Some(&d) = index.get(dep) else { continue };
+                match marks[d] {
+                    Mark::New => {
+                        marks[d] = Mark::OnStack;
+                        stack.push((d, 0));
+                    }
+                    Mark::OnStack => {
+                        let start = stack.iter().position(|(n, _)| *n == d).unwrap_or(0);
+                        let mut cycle: Vec<TaskId> =
+                            stack[start..].iter().map(|(n, _)| tasks[*n].id.clone()).collect();
+                        cycle.push(tasks[d].id.clone());
+                        return Some(cycle);
+                    }
+                    Mark::Done => {}
+                }
+            } else {
+                marks[node] = Mark::Done;
+                stack.pop();
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests;

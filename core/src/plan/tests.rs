@@ -1,0 +1,128 @@
+use super::*;
+
+const GOOD: &str = r#"
+name = "auth"
+base_branch = "main"
+
+[defaults]
+command = "sh worker.sh"
+retries = 2
+verify = [{ name = "fast", command = "true" }]
+
+[[tasks]]
+id = "db"
+files = ["db/**"]
+
+[[tasks]]
+id = "api"
+title = "HTTP API"
+deps = ["db"]
+files = ["src/api/**", "src/lib.rs"]
+labels = { os = "linux" }
+strategy = "squash"
+"#;
+
+#[test]
+fn a_good_plan_parses_with_defaults_applied() {
+    let plan = Plan::parse(GOOD).expect("valid plan");
+    assert_eq!(plan.swarm.as_str(), "auth");
+    assert_eq!(plan.integration_branch, "swarm/auth/integration");
+    assert_eq!(plan.target_branch, "main");
+    let api = &plan.tasks[1];
+    assert_eq!(api.deps, vec![TaskId::new("db").expect("id")]);
+    assert_eq!(api.command, vec!["sh", "-c", "sh worker.sh"]);
+    assert_eq!(api.retry.max_retries, 2);
+    assert_eq!(api.strategy, MergeStrategy::Squash);
+    assert_eq!(api.on_conflict, ConflictPolicy::Return);
+    assert_eq!(api.ownership, OwnershipPolicy::Enforce);
+    assert_eq!(api.verify.len(), 1);
+    assert_eq!(api.max_restarts, 2);
+    assert_eq!(plan.tasks[0].title, "db");
+}
+
+fn task_block(extra: &str) -> String {
+    format!(
+        "name = \"s\"\n[defaults]\ncommand = \"true\"\n[[tasks]]\nid = \"a\"\nfiles = [\"a/**\"]\n{extra}"
+    )
+}
+
+/// (plan text, expected path, a fragment of the rule)
+fn bad_plans() -> Vec<(String, &'static str, &'static str)> {
+    let two = |deps_b: &str| {
+        format!(
+            "name = \"s\"\n[defaults]\ncommand = \"true\"\n[[tasks]]\nid = \"a\"\nfiles = [\"a\"]\n\
+             [[tasks]]\nid = \"b\"\nfiles = [\"b\"]\ndeps = {deps_b}\n"
+        )
+    };
+    vec![
+        (two("[\"db\"]"), "tasks[1].deps[0]", "unknown task \"db\""),
+        (two("[\"b\"]"), "tasks[1].deps[0]", "itself"),
+        (two("[\"a\", \"a\"]"), "tasks[1].deps[1]", "duplicate dependency"),
+        (
+            "name = \"s\"\n[defaults]\ncommand = \"true\"\n[[tasks]]\nid = \"a\"\nfiles = [\"a\"]\ndeps = [\"c\"]\n\
+             [[tasks]]\nid = \"b\"\nfiles = [\"b\"]\ndeps = [\"a\"]\n[[tasks]]\nid = \"c\"\nfiles = [\"c\"]\ndeps = [\"b\"]\n"
+                .into(),
+            "tasks[0].deps",
+            "dependency cycle: a -> c -> b -> a",
+        ),
+        (
+            "name = \"s\"\n[defaults]\ncommand = \"true\"\n[[tasks]]\nid = \"a\"\nfiles = [\"a\"]\n[[tasks]]\nid = \"a\"\nfiles = [\"b\"]\n".into(),
+            "tasks[1].id",
+            "duplicate task id",
+        ),
+        (task_block("").replace("id = \"a\"", "id = \"Bad Id\""), "tasks[0].id", "must match"),
+        (task_block("").replace("name = \"s\"", "name = \"a/b\""), "name", "must match"),
+        (format!("base_branch = \"a..b\"\n{}", task_block("")), "base_branch", "'..'"),
+        (format!("integration_branch = \"x.lock\"\n{}", task_block("")), "integration_branch", ".lock"),
+        (format!("integration_branch = \"main\"\n{}", task_block("")), "integration_branch", "differ"),
+        (task_block("").replace("[\"a/**\"]", "[\"/etc/*\"]"), "tasks[0].files[0]", "absolute"),
+        (task_block("").replace("[\"a/**\"]", "[\"../x\"]"), "tasks[0].files[0]", "'..'"),
+        (task_block("").replace("[\"a/**\"]", "[\"\"]"), "tasks[0].files[0]", "empty"),
+        (task_block("").replace("[\"a/**\"]", "[]"), "tasks[0].files", "at least one"),
+        (task_block("colour = \"red\""), "tasks[0].colour", "unknown field `colour`"),
+        (task_block("").replace("[defaults]", "[defaults]\nretires = 3"), "defaults.retires", "unknown field `retires`"),
+        (task_block("strategy = \"octopus\""), "tasks[0].strategy", "unknown variant `octopus`"),
+        (task_block("env = { SWARM_TASK_ID = \"x\" }"), "tasks[0].env.SWARM_TASK_ID", "set by the sidecar"),
+        (task_block("verify = [{ name = \"t\", command = \"\" }]"), "tasks[0].verify[0].command", "empty"),
+        (task_block("retries = 1000"), "tasks[0].retries", "at most 100"),
+        ("name = \"s\"\n".into(), "tasks", "at least one task"),
+        (task_block("").replace("command = \"true\"", ""), "tasks[0].command", "no worker command"),
+        (task_block("labels = { \"bad key\" = \"x\" }"), "tasks[0].labels.bad key", "label key"),
+        ("name = \n".into(), "", "TOML"),
+    ]
+}
+
+#[test]
+fn bad_plans_name_the_field_and_the_rule() {
+    for (text, path, rule) in bad_plans() {
+        let e = Plan::parse(&text).expect_err(&text);
+        assert_eq!(e.path, path, "path for {text}\n got: {e}");
+        assert!(
+            e.rule.contains(rule) || (rule == "TOML" && !e.rule.is_empty()),
+            "rule for {text}\n got: {e}"
+        );
+    }
+}
+
+#[test]
+fn an_oversized_plan_is_refused_before_parsing() {
+    let text = format!("name = \"s\"\n# {}\n", "x".repeat(MAX_PLAN_BYTES));
+    let e = Plan::parse(&text).expect_err("too big");
+    assert!(e.rule.contains("at most"));
+}
+
+#[test]
+fn backoff_grows_and_is_capped() {
+    let p = RetryPolicy::default();
+    assert_eq!(p.backoff_ms(1), 1_000);
+    assert_eq!(p.backoff_ms(2), 2_000);
+    assert_eq!(p.backoff_ms(3), 4_000);
+    assert_eq!(p.backoff_ms(40), 60_000);
+}
+
+proptest::proptest! {
+    #[test]
+    fn arbitrary_text_never_panics_the_parser(text in ".{0,400}") {
+        let _ = Plan::parse(&text);
+    }
+}

@@ -1,0 +1,109 @@
+//! Task and attempt states. The transitions themselves live in the
+//! controller's scheduler; these are the names every part agrees on.
+
+use std::fmt;
+use std::str::FromStr;
+
+macro_rules! state_enum {
+    ($(#[$meta:meta])* $name:ident { $($variant:ident = $text:literal),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum $name { $($variant),+ }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text),+ }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                match s {
+                    $($text => Ok($name::$variant),)+
+                    other => Err(format!("unknown {} {other:?}", stringify!($name))),
+                }
+            }
+        }
+    };
+}
+
+state_enum!(
+    /// Where a task is in its lifecycle.
+    TaskState {
+        Pending = "PENDING",
+        Ready = "READY",
+        Running = "RUNNING",
+        Succeeded = "SUCCEEDED",
+        Merging = "MERGING",
+        Merged = "MERGED",
+        Conflict = "CONFLICT",
+        Failed = "FAILED",
+        Blocked = "BLOCKED",
+        Escalated = "ESCALATED",
+        Cancelled = "CANCELLED",
+    }
+);
+
+state_enum!(
+    /// Where one attempt is.
+    AttemptState {
+        Assigned = "ASSIGNED",
+        Running = "RUNNING",
+        Succeeded = "SUCCEEDED",
+        Failed = "FAILED",
+        Checkpointed = "CHECKPOINTED",
+        Lost = "LOST",
+        Fenced = "FENCED",
+        Cancelled = "CANCELLED",
+        Stopped = "STOPPED",
+    }
+);
+
+impl TaskState {
+    /// No transition leaves these without an operator.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, TaskState::Merged | TaskState::Failed | TaskState::Cancelled)
+    }
+
+    /// States in which an attempt is live (assigned to a sidecar).
+    pub fn has_live_attempt(self) -> bool {
+        matches!(self, TaskState::Running)
+    }
+
+    /// States that wait for the operator (Answer or RetryTask).
+    pub fn waits_for_operator(self) -> bool {
+        matches!(self, TaskState::Blocked | TaskState::Escalated | TaskState::Conflict)
+    }
+}
+
+impl AttemptState {
+    /// The attempt still holds its task: reports for it are current.
+    pub fn is_live(self) -> bool {
+        matches!(self, AttemptState::Assigned | AttemptState::Running)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn states_round_trip_through_text() {
+        for s in TaskState::ALL {
+            assert_eq!(s.as_str().parse::<TaskState>(), Ok(*s));
+        }
+        for s in AttemptState::ALL {
+            assert_eq!(s.as_str().parse::<AttemptState>(), Ok(*s));
+        }
+        assert!("DONE".parse::<TaskState>().is_err());
+    }
+}
