@@ -1,0 +1,348 @@
+//! The sidecar's durable outbox: every state-changing report is appended and
+//! fsynced here *before* it is sent, and stays until the controller acks it.
+//!
+//! Format: JSON lines. Prost messages are stored as hex of their encoding so
+//! that a line is self-contained. A torn last line (a crash mid-append) is
+//! ignored. Compaction rewrites the file (temp + fsync + rename) keeping the
+//! acked sequence, the attempt in hand and the unacked reports.
+//!
+//! Entries:
+//! - `report{seq,msg}`: a journaled `SidecarMessage` (seq ≥ 1).
+//! - `assign{msg}`: the `Assign` now in hand.
+//! - `pid{pid}`: the process group of the current worker of the attempt in hand.
+//! - `release`: the attempt in hand is no longer held (its result is journaled,
+//!   or the controller dropped it).
+//! - `ack{seq}`: the controller durably applied everything up to `seq`.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+
+use prost::Message;
+use serde::{Deserialize, Serialize};
+use swarm_proto::v1;
+
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    #[error("journal {path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("journal {path} line {line}: {reason}")]
+    Corrupt { path: PathBuf, line: usize, reason: String },
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "t", rename_all = "snake_case")]
+enum Entry {
+    Report { seq: u64, msg: String },
+    Assign { msg: String },
+    Pid { pid: u32 },
+    Release,
+    Ack { seq: u64 },
+}
+
+/// The attempt the sidecar holds, as journaled.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InHand {
+    pub assign: v1::Assign,
+    pub pid: Option<u32>,
+}
+
+#[derive(Debug)]
+pub struct Journal {
+    path: PathBuf,
+    file: File,
+    acked: u64,
+    next_seq: u64,
+    unacked: Vec<(u64, v1::SidecarMessage)>,
+    in_hand: Option<InHand>,
+}
+
+impl Journal {
+    /// Opens (or creates) the journal and reads its state.
+    pub fn open(path: impl AsRef<Path>) -> Result<Journal, JournalError> {
+        let path = path.as_ref().to_path_buf();
+        let io = |source| JournalError::Io { path: path.clone(), source };
+        let mut j = Journal {
+            file: OpenOptions::new().create(true).append(true).read(true).open(&path).map_err(io)?,
+            path: path.clone(),
+            acked: 0,
+            next_seq: 1,
+            unacked: Vec::new(),
+            in_hand: None,
+        };
+        let reader = BufReader::new(File::open(&path).map_err(io)?);
+        let lines: Vec<String> = reader.lines().collect::<Result<_, _>>().map_err(io)?;
+        let n = lines.len();
+        let mut torn = false;
+        for (i, line) in lines.iter().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let entry = match serde_json::from_str::<Entry>(line) {
+                Ok(e) => e,
+                Err(e) if i + 1 == n => {
+                    tracing::warn!(path = %path.display(), error = %e, "ignoring torn last journal line");
+                    torn = true;
+                    break;
+                }
+                Err(e) => {
+                    return Err(JournalError::Corrupt { path, line: i + 1, reason: e.to_string() });
+                }
+            };
+            j.apply(entry).map_err(|reason| JournalError::Corrupt {
+                path: path.clone(),
+                line: i + 1,
+                reason,
+            })?;
+        }
+        if torn {
+            j.compact()?;
+        }
+        Ok(j)
+    }
+
+    fn apply(&mut self, entry: Entry) -> Result<(), String> {
+        match entry {
+            Entry::Report { seq, msg } => {
+                let m = v1::SidecarMessage::decode(unhex(&msg)?.as_slice()).map_err(|e| e.to_string())?;
+                self.next_seq = self.next_seq.max(seq + 1);
+                if seq > self.acked {
+                    self.unacked.push((seq, m));
+                }
+            }
+            Entry::Assign { msg } => {
+                let a = v1::Assign::decode(unhex(&msg)?.as_slice()).map_err(|e| e.to_string())?;
+                self.in_hand = Some(InHand { assign: a, pid: None });
+            }
+            Entry::Pid { pid } => {
+                if let Some(h) = &mut self.in_hand {
+                    h.pid = Some(pid);
+                }
+            }
+            Entry::Release => self.in_hand = None,
+            Entry::Ack { seq } => {
+                self.acked = self.acked.max(seq);
+                self.next_seq = self.next_seq.max(seq + 1);
+                let acked = self.acked;
+                self.unacked.retain(|(s, _)| *s > acked);
+            }
+        }
+        Ok(())
+    }
+
+    fn write(&mut self, entry: &Entry) -> Result<(), JournalError> {
+        let mut line = serde_json::to_string(entry)
+            .map_err(|e| JournalError::Io { path: self.path.clone(), source: std::io::Error::other(e) })?;
+        line.push('\n');
+        let io = |source| JournalError::Io { path: self.path.clone(), source };
+        self.file.write_all(line.as_bytes()).map_err(io)?;
+        self.file.sync_data().map_err(io)
+    }
+
+    /// Appends a state-changing report, giving it the next sequence number;
+    /// durable when this returns.
+    pub fn append_report(
+        &mut self,
+        body: v1::sidecar_message::Body,
+    ) -> Result<v1::SidecarMessage, JournalError> {
+        let seq = self.next_seq;
+        let msg = v1::SidecarMessage { seq, body: Some(body) };
+        self.write(&Entry::Report { seq, msg: hex(&msg.encode_to_vec()) })?;
+        self.next_seq += 1;
+        self.unacked.push((seq, msg.clone()));
+        Ok(msg)
+    }
+
+    /// Records the attempt now in hand.
+    pub fn set_in_hand(&mut self, assign: &v1::Assign) -> Result<(), JournalError> {
+        self.write(&Entry::Assign { msg: hex(&assign.encode_to_vec()) })?;
+        self.in_hand = Some(InHand { assign: assign.clone(), pid: None });
+        Ok(())
+    }
+
+    pub fn set_pid(&mut self, pid: u32) -> Result<(), JournalError> {
+        if self.in_hand.is_none() {
+            return Ok(());
+        }
+        self.write(&Entry::Pid { pid })?;
+        if let Some(h) = &mut self.in_hand {
+            h.pid = Some(pid);
+        }
+        Ok(())
+    }
+
+    /// The attempt in hand is finished or dropped.
+    pub fn release(&mut self) -> Result<(), JournalError> {
+        if self.in_hand.is_none() {
+            return Ok(());
+        }
+        self.write(&Entry::Release)?;
+        self.in_hand = None;
+        Ok(())
+    }
+
+    /// Records an ack and compacts the file.
+    pub fn ack(&mut self, seq: u64) -> Result<(), JournalError> {
+        if seq <= self.acked {
+            return Ok(());
+        }
+        self.apply(Entry::Ack { seq }).map_err(|reason| JournalError::Corrupt {
+            path: self.path.clone(),
+            line: 0,
+            reason,
+        })?;
+        self.compact()
+    }
+
+    /// Rewrites the journal with only what is still needed.
+    pub fn compact(&mut self) -> Result<(), JournalError> {
+        let tmp = self.path.with_extension("journal.tmp");
+        let io = |source| JournalError::Io { path: tmp.clone(), source };
+        // The ack entry also keeps the sequence counter monotonic once
+        // everything is acked: unacked reports carry the higher numbers.
+        let mut entries = vec![Entry::Ack { seq: self.acked }];
+        if let Some(h) = &self.in_hand {
+            entries.push(Entry::Assign { msg: hex(&h.assign.encode_to_vec()) });
+            if let Some(pid) = h.pid {
+                entries.push(Entry::Pid { pid });
+            }
+        }
+        for (seq, m) in &self.unacked {
+            entries.push(Entry::Report { seq: *seq, msg: hex(&m.encode_to_vec()) });
+        }
+        let mut body = String::new();
+        for e in &entries {
+            body.push_str(&serde_json::to_string(e).map_err(|e| io(std::io::Error::other(e)))?);
+            body.push('\n');
+        }
+        {
+            let mut f = File::create(&tmp).map_err(io)?;
+            f.write_all(body.as_bytes()).map_err(io)?;
+            f.sync_all().map_err(io)?;
+        }
+        std::fs::rename(&tmp, &self.path).map_err(io)?;
+        if let Some(dir) = self.path.parent()
+            && let Ok(d) = File::open(dir)
+        {
+            let _ = d.sync_all();
+        }
+        self.file = OpenOptions::new()
+            .append(true)
+            .open(&self.path)
+            .map_err(|source| JournalError::Io { path: self.path.clone(), source })?;
+        Ok(())
+    }
+
+    /// Forgets entries the controller already applied (from Welcome).
+    pub fn applied_up_to(&mut self, seq: u64) -> Result<(), JournalError> {
+        self.ack(seq)
+    }
+
+    pub fn acked(&self) -> u64 {
+        self.acked
+    }
+
+    /// The sequence the next report will get.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Reports not yet acked, in sequence order.
+    pub fn unacked(&self) -> &[(u64, v1::SidecarMessage)] {
+        &self.unacked
+    }
+
+    pub fn in_hand(&self) -> Option<&InHand> {
+        self.in_hand.as_ref()
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(DIGITS[(b >> 4) as usize] as char);
+        s.push(DIGITS[(b & 15) as usize] as char);
+    }
+    s
+}
+
+fn unhex(s: &str) -> Result<Vec<u8>, String> {
+    if !s.len().is_multiple_of(2) {
+        return Err("odd hex length".into());
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|e| format!("bad hex: {e}")))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn heartbeat_like(n: u64) -> v1::sidecar_message::Body {
+        v1::sidecar_message::Body::Status(v1::Status {
+            attempt: None,
+            status: v1::WorkerStatus::Working as i32,
+            message: format!("step {n}"),
+        })
+    }
+
+    #[test]
+    fn append_replay_and_compact_survive_reopen() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("w.journal");
+        let mut j = Journal::open(&path).expect("open");
+        let assign = v1::Assign { branch: "swarm/s/t".into(), ..Default::default() };
+        j.set_in_hand(&assign).expect("assign");
+        j.set_pid(42).expect("pid");
+        for n in 0..3 {
+            assert_eq!(j.append_report(heartbeat_like(n)).expect("append").seq, n + 1);
+        }
+        drop(j);
+        let mut j = Journal::open(&path).expect("reopen");
+        assert_eq!(j.unacked().len(), 3);
+        assert_eq!(j.in_hand().expect("in hand").pid, Some(42));
+        j.ack(2).expect("ack");
+        assert_eq!(j.unacked().iter().map(|(s, _)| *s).collect::<Vec<_>>(), vec![3]);
+        j.release().expect("release");
+        drop(j);
+        let mut j = Journal::open(&path).expect("reopen 2");
+        assert_eq!(j.acked(), 2);
+        assert!(j.in_hand().is_none());
+        assert_eq!(j.unacked().len(), 1);
+        j.ack(3).expect("ack all");
+        drop(j);
+        let mut j = Journal::open(&path).expect("reopen 3");
+        assert!(j.unacked().is_empty());
+        assert_eq!(j.append_report(heartbeat_like(9)).expect("append").seq, 4, "seq never goes back");
+    }
+
+    #[test]
+    fn torn_last_line_is_ignored() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("w.journal");
+        let mut j = Journal::open(&path).expect("open");
+        j.append_report(heartbeat_like(1)).expect("append");
+        j.append_report(heartbeat_like(2)).expect("append");
+        drop(j);
+        let mut f = OpenOptions::new().append(true).open(&path).expect("open raw");
+        f.write_all(br#"{"t":"report","seq":3,"msg":"0a0"#).expect("torn write");
+        drop(f);
+        let mut j = Journal::open(&path).expect("reopen");
+        assert_eq!(j.unacked().len(), 2);
+        assert_eq!(j.append_report(heartbeat_like(3)).expect("append").seq, 3);
+        drop(j);
+        assert_eq!(Journal::open(&path).expect("reopen").unacked().len(), 3);
+    }
+
+    #[test]
+    fn hex_round_trips() {
+        assert_eq!(unhex(&hex(&[0, 1, 254, 255])).expect("hex"), vec![0, 1, 254, 255]);
+    }
+}

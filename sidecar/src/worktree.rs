@@ -1,0 +1,213 @@
+//! The sidecar's one worktree, `<repo>/.git/workspaces/<worker-id>`, reused
+//! across tasks so that ignored build output stays warm.
+//!
+//! Moving to a task checks out the base commit with `force` and
+//! `remove_untracked` (never `remove_ignored`): libgit2 rewrites only files
+//! that differ, untracked files go, ignored ones stay. `.swarm/` is listed in
+//! the common `info/exclude`, so it is ignored: it survives checkouts and is
+//! never committed. All functions here block; call them from a blocking thread.
+
+use std::path::{Path, PathBuf};
+
+use git2::build::CheckoutBuilder;
+use git2::{
+    BranchType, IndexAddOption, Oid, Repository, Signature, WorktreeAddOptions, WorktreePruneOptions,
+};
+use swarm_core::names::{check_branch, check_commit, check_id};
+
+/// Name of the directory (under the common git dir) that holds worktrees.
+pub const WORKSPACES: &str = "workspaces";
+/// The worker's directory inside its worktree.
+pub const SWARM_DIR: &str = ".swarm";
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorktreeError {
+    #[error("git: {0}")]
+    Git(#[from] git2::Error),
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("invalid {what}: {rule}")]
+    Invalid { what: &'static str, rule: String },
+    #[error("worktree path {0} escapes .git/workspaces/")]
+    Escapes(PathBuf),
+    #[error("base commit {0} is not in the repository")]
+    MissingBase(String),
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> WorktreeError + '_ {
+    move |source| WorktreeError::Io { path: path.to_path_buf(), source }
+}
+
+/// The `.git/workspaces` directory of the repository at `repo`.
+pub fn workspaces_dir(repo: &Repository) -> PathBuf {
+    repo.commondir().join(WORKSPACES)
+}
+
+/// The worktree path for `worker_id`, checked to stay inside `.git/workspaces/`.
+pub fn worktree_path(repo: &Repository, worker_id: &str) -> Result<PathBuf, WorktreeError> {
+    check_id(worker_id).map_err(|rule| WorktreeError::Invalid { what: "worker id", rule })?;
+    let dir = workspaces_dir(repo);
+    std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+    let dir = dir.canonicalize().map_err(io(&dir))?;
+    let path = dir.join(worker_id);
+    if path.parent() != Some(dir.as_path()) || !path.starts_with(&dir) {
+        return Err(WorktreeError::Escapes(path));
+    }
+    Ok(path)
+}
+
+/// Adds `.swarm/` to the common `info/exclude` (shared by all worktrees).
+pub fn exclude_swarm_dir(repo: &Repository) -> Result<(), WorktreeError> {
+    let info = repo.commondir().join("info");
+    std::fs::create_dir_all(&info).map_err(io(&info))?;
+    let path = info.join("exclude");
+    let current = match std::fs::read_to_string(&path) {
+        Ok(s) => s,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(io(&path)(e)),
+    };
+    let rule = format!("/{SWARM_DIR}/");
+    if current.lines().any(|l| l.trim() == rule) {
+        return Ok(());
+    }
+    let mut next = current;
+    if !next.is_empty() && !next.ends_with('\n') {
+        next.push('\n');
+    }
+    next.push_str(&rule);
+    next.push('\n');
+    std::fs::write(&path, next).map_err(io(&path))
+}
+
+/// Where the worktree ended up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prepared {
+    pub path: PathBuf,
+    /// True when the worktree was made now (run the setup commands).
+    pub created: bool,
+}
+
+/// Moves (or first makes) the worker's worktree to a new `branch` at `base`.
+pub fn prepare(
+    repo_path: &Path,
+    worker_id: &str,
+    branch: &str,
+    base: &str,
+) -> Result<Prepared, WorktreeError> {
+    check_branch(branch).map_err(|rule| WorktreeError::Invalid { what: "branch", rule })?;
+    check_commit(base).map_err(|rule| WorktreeError::Invalid { what: "base commit", rule })?;
+    let repo = Repository::open(repo_path)?;
+    exclude_swarm_dir(&repo)?;
+    let path = worktree_path(&repo, worker_id)?;
+    let oid = Oid::from_str(base)?;
+    if repo.find_commit(oid).is_err() {
+        return Err(WorktreeError::MissingBase(base.to_string()));
+    }
+    let valid = path.join(".git").exists() && Repository::open(&path).is_ok();
+    if !valid {
+        // A stale registration (the directory was deleted) blocks `worktree add`.
+        if let Ok(wt) = repo.find_worktree(worker_id) {
+            wt.prune(Some(WorktreePruneOptions::new().valid(true).working_tree(true)))?;
+        }
+        if path.exists() {
+            std::fs::remove_dir_all(&path).map_err(io(&path))?;
+        }
+        let commit = repo.find_commit(oid)?;
+        let branch_ref = repo.branch(branch, &commit, true)?;
+        let mut opts = WorktreeAddOptions::new();
+        opts.reference(Some(branch_ref.get()));
+        repo.worktree(worker_id, &path, Some(&opts))?;
+        return Ok(Prepared { path, created: true });
+    }
+    let wt = Repository::open(&path)?;
+    let commit = wt.find_commit(oid)?;
+    // Detach first so the branch can be force-moved even if it is checked out here.
+    let mut co = CheckoutBuilder::new();
+    co.force().remove_untracked(true).remove_ignored(false);
+    wt.checkout_tree(commit.as_object(), Some(&mut co))?;
+    wt.set_head_detached(oid)?;
+    wt.branch(branch, &commit, true)?;
+    wt.set_head(&format!("refs/heads/{branch}"))?;
+    Ok(Prepared { path, created: false })
+}
+
+fn signature(repo: &Repository) -> Result<Signature<'static>, git2::Error> {
+    repo.signature().or_else(|_| Signature::now("swarm-sidecar", "swarm-sidecar@localhost"))
+}
+
+/// Commits everything uncommitted in the worktree (except ignored files, so
+/// not `.swarm/`). Returns HEAD afterwards, and whether a commit was made.
+pub fn commit_all(worktree: &Path, message: &str) -> Result<(Oid, bool), WorktreeError> {
+    let repo = Repository::open(worktree)?;
+    let mut index = repo.index()?;
+    index.add_all(["*"], IndexAddOption::DEFAULT, None)?;
+    index.update_all(["*"], None)?;
+    index.write()?;
+    let tree_id = index.write_tree()?;
+    let head = repo.head()?.peel_to_commit()?;
+    if head.tree_id() == tree_id {
+        return Ok((head.id(), false));
+    }
+    let tree = repo.find_tree(tree_id)?;
+    let sig = signature(&repo)?;
+    let oid = repo.commit(Some("HEAD"), &sig, &sig, message, &tree, &[&head])?;
+    Ok((oid, true))
+}
+
+/// The HEAD commit of the worktree and its subject line.
+pub fn head(worktree: &Path) -> Result<(Oid, String), WorktreeError> {
+    let repo = Repository::open(worktree)?;
+    let c = repo.head()?.peel_to_commit()?;
+    Ok((c.id(), c.summary().unwrap_or_default().to_string()))
+}
+
+/// Paths that differ between two commits.
+pub fn files_changed(worktree: &Path, from: &str, to: Oid) -> Result<Vec<String>, WorktreeError> {
+    let repo = Repository::open(worktree)?;
+    let a = repo.find_commit(Oid::from_str(from)?)?.tree()?;
+    let b = repo.find_commit(to)?.tree()?;
+    let diff = repo.diff_tree_to_tree(Some(&a), Some(&b), None)?;
+    let mut out = Vec::new();
+    for d in diff.deltas() {
+        for f in [d.new_file(), d.old_file()] {
+            if let Some(p) = f.path().and_then(|p| p.to_str())
+                && !out.iter().any(|x: &String| x == p)
+            {
+                out.push(p.to_string());
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Whether `commit` exists in the repository.
+pub fn has_commit(repo_path: &Path, commit: &str) -> Result<bool, WorktreeError> {
+    let repo = Repository::open(repo_path)?;
+    Ok(repo.find_commit(Oid::from_str(commit)?).is_ok())
+}
+
+/// Local branch tips, as `have`s for a fetch.
+pub fn local_tips(repo_path: &Path) -> Result<Vec<String>, WorktreeError> {
+    let repo = Repository::open(repo_path)?;
+    let mut out = Vec::new();
+    for b in repo.branches(Some(BranchType::Local))? {
+        let (b, _) = b?;
+        if let Some(oid) = b.get().target() {
+            out.push(oid.to_string());
+        }
+    }
+    Ok(out)
+}
+
+/// Removes another worker's worktree: its directory and its registration.
+pub fn remove(repo_path: &Path, worker_id: &str) -> Result<(), WorktreeError> {
+    let repo = Repository::open(repo_path)?;
+    let path = worktree_path(&repo, worker_id)?;
+    if let Ok(wt) = repo.find_worktree(worker_id) {
+        wt.prune(Some(WorktreePruneOptions::new().valid(true).locked(true).working_tree(true)))?;
+    }
+    if path.exists() {
+        std::fs::remove_dir_all(&path).map_err(io(&path))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,82 @@
+//! The reused worktree against real repositories.
+
+mod support;
+
+use std::os::unix::fs::MetadataExt;
+
+use support::TempRepo;
+use swarm_sidecar::worktree;
+
+#[test]
+fn worktree_is_made_under_git_workspaces_and_reused() {
+    let repo = TempRepo::new();
+    let c1 = repo
+        .commit(&[("a.txt", Some("a1")), ("keep.txt", Some("k")), (".gitignore", Some("target/\n"))], "one");
+    let c2 = repo.commit(&[("a.txt", Some("a2")), ("b.txt", Some("b"))], "two");
+
+    let p = worktree::prepare(repo.path(), "w1", "swarm/s/t1", &c1.to_string()).expect("prepare");
+    assert!(p.created);
+    let expected = repo.path().join(".git/workspaces/w1").canonicalize().expect("canon");
+    assert_eq!(p.path, expected);
+    assert_eq!(std::fs::read_to_string(p.path.join("a.txt")).expect("a"), "a1");
+
+    // Warm state: an ignored build dir, an untracked file, the .swarm dir.
+    std::fs::create_dir_all(p.path.join("target")).expect("mkdir");
+    std::fs::write(p.path.join("target/cache"), "warm").expect("cache");
+    std::fs::write(p.path.join("scratch.txt"), "junk").expect("scratch");
+    std::fs::create_dir_all(p.path.join(".swarm")).expect("mkdir");
+    std::fs::write(p.path.join(".swarm/task.md"), "task").expect("task");
+    let keep_before = std::fs::metadata(p.path.join("keep.txt")).expect("meta");
+
+    let q = worktree::prepare(repo.path(), "w1", "swarm/s/t2", &c2.to_string()).expect("move");
+    assert!(!q.created);
+    assert_eq!(q.path, p.path);
+    assert_eq!(std::fs::read_to_string(q.path.join("a.txt")).expect("a"), "a2");
+    assert!(q.path.join("b.txt").exists());
+    assert!(!q.path.join("scratch.txt").exists(), "untracked removed");
+    assert_eq!(std::fs::read_to_string(q.path.join("target/cache")).expect("cache"), "warm");
+    assert!(q.path.join(".swarm/task.md").exists(), ".swarm survives");
+    let keep_after = std::fs::metadata(q.path.join("keep.txt")).expect("meta");
+    assert_eq!(keep_before.ino(), keep_after.ino(), "untouched file not rewritten");
+    assert_eq!(keep_before.mtime_nsec(), keep_after.mtime_nsec());
+    assert_eq!(keep_before.mtime(), keep_after.mtime());
+
+    let (head, _) = worktree::head(&q.path).expect("head");
+    assert_eq!(head, c2);
+    let wt = git2::Repository::open(&q.path).expect("open");
+    assert_eq!(wt.head().expect("head").shorthand(), Some("swarm/s/t2"));
+
+    // Same branch again (a retry) at an older base: the branch is force-moved.
+    let r = worktree::prepare(repo.path(), "w1", "swarm/s/t2", &c1.to_string()).expect("again");
+    assert_eq!(worktree::head(&r.path).expect("head").0, c1);
+    assert!(!r.path.join("b.txt").exists());
+}
+
+#[test]
+fn commit_all_skips_swarm_dir_and_reports_files() {
+    let repo = TempRepo::new();
+    let c1 = repo.commit(&[("a.txt", Some("a")), ("gone.txt", Some("g"))], "one");
+    let p = worktree::prepare(repo.path(), "w2", "swarm/s/t", &c1.to_string()).expect("prepare");
+    std::fs::create_dir_all(p.path.join(".swarm/logs")).expect("mkdir");
+    std::fs::write(p.path.join(".swarm/status.json"), "{}").expect("status");
+    std::fs::write(p.path.join("new.txt"), "n").expect("new");
+    std::fs::remove_file(p.path.join("gone.txt")).expect("rm");
+    let (oid, made) = worktree::commit_all(&p.path, "title\n\nSwarm-Attempt: s/t#1").expect("commit");
+    assert!(made);
+    let mut files = worktree::files_changed(&p.path, &c1.to_string(), oid).expect("diff");
+    files.sort();
+    assert_eq!(files, vec!["gone.txt", "new.txt"]);
+    let (again, made) = worktree::commit_all(&p.path, "nothing").expect("noop");
+    assert_eq!((again, made), (oid, false));
+    let tree = repo.repo.find_commit(oid).expect("commit").tree().expect("tree");
+    assert!(tree.get_name(".swarm").is_none(), ".swarm/ never committed");
+}
+
+#[test]
+fn bad_worker_ids_and_branches_are_refused() {
+    let repo = TempRepo::new();
+    let c1 = repo.commit(&[("a.txt", Some("a"))], "one");
+    assert!(worktree::prepare(repo.path(), "../evil", "swarm/s/t", &c1.to_string()).is_err());
+    assert!(worktree::prepare(repo.path(), "w", "-x", &c1.to_string()).is_err());
+    assert!(worktree::prepare(repo.path(), "w", "b", "abc").is_err());
+}
