@@ -1,1 +1,82 @@
-//! swarm's git engine.
+//! swarm's git engine: the controller's merge integration and the pack transfer for remote sidecars.
+//!
+//! # Integration
+//!
+//! [`Integrator`] lands a task's result commit on the swarm's integration branch without a work tree:
+//! the tree merge runs in memory with gix (merge-ort-like, ~0.3 ms on a 10k-file repository), the
+//! commit is written to the object database and the branch moves by compare-and-swap (git2). One
+//! `Integrator` owns its repository handles and is `Send` but not `Sync`; the controller keeps it on a
+//! dedicated blocking thread.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use swarm_git::{Integrator, MergeRequest, MergeError};
+//! use swarm_core::plan::MergeStrategy;
+//! let integrator = Integrator::open(std::path::Path::new("/srv/repo"))?;
+//! let head = integrator.ensure_branch("swarm/auth/integration", "4b825dc642cb6eb9a060e54bf8d69288fbee4904")?;
+//! let req = MergeRequest {
+//!     integration_branch: "swarm/auth/integration".into(),
+//!     expected_head: head,
+//!     task_commit: "0123456789abcdef0123456789abcdef01234567".into(),
+//!     strategy: MergeStrategy::Merge,
+//!     attempt_label: "auth/api#2".into(),
+//!     title: "API endpoints".into(),
+//!     summary: "Adds the login endpoint.".into(),
+//! };
+//! match integrator.integrate(&req) {
+//!     Ok(report) => println!("landed {} ({} files)", report.result, report.files_changed.len()),
+//!     Err(MergeError::Conflict { paths, .. }) => println!("conflict in {paths:?}"),
+//!     Err(e) => return Err(e.into()),
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! API in one place:
+//!
+//! - [`Integrator::open`], [`Integrator::with_identity`], [`Integrator::with_max_cas_retries`]
+//! - [`Integrator::branch_head`], [`Integrator::ensure_branch`] (never moves an existing branch)
+//! - [`Integrator::integrate`] (`Merge`: no-ff merge commit; `Squash`: one commit with the summary;
+//!   `Rebase`: replays the task's first-parent chain) → [`MergeReport`] or [`MergeError`]
+//! - [`Integrator::find_landed`]: crash recovery, finds the commit with `Swarm-Attempt: <label>`
+//! - [`Integrator::changed_paths`], [`Integrator::is_ancestor`], [`Integrator::commit_exists`]
+//! - [`Integrator::fast_forward`]: lands the integration branch on a target branch, never forcing
+//! - [`paths_outside`]: ownership globs
+//! - [`build_pack`] / [`receive_pack`]: object transfer as git packs
+//!
+//! # Invariants
+//!
+//! - Refs only move by compare-and-swap from a value the caller (or a retry) observed; nothing here
+//!   force-updates a ref, and an integration ref never moves to a commit that lacks the expected head.
+//! - Every commit the integrator writes carries the trailer `Swarm-Attempt: <swarm>/<task>#<n>`.
+//! - A task commit that changes `.swarm/` is refused ([`MergeError::ForbiddenPath`]).
+//! - Ids are full 40-hex commit ids ([`swarm_core::names::check_commit`]); branch names are short
+//!   names ([`swarm_core::names::check_branch`]); invalid input is an error naming it, never a panic.
+
+mod error;
+mod integrator;
+mod ownership;
+mod pack;
+
+pub use error::{ConflictPath, GitError, MergeError, SideChange};
+pub use integrator::{
+    ATTEMPT_TRAILER, DEFAULT_MAX_CAS_RETRIES, FIND_LANDED_LIMIT, FastForward, Integrator, MergeReport,
+    MergeRequest,
+};
+pub use ownership::paths_outside;
+pub use pack::{build_pack, receive_pack};
+pub use swarm_core::plan::MergeStrategy;
+
+/// Validates a full hex commit id and parses it.
+pub(crate) fn parse_commit_id(id: &str) -> Result<gix::ObjectId, GitError> {
+    swarm_core::names::check_commit(id)
+        .map_err(|reason| GitError::InvalidCommitId { id: id.to_string(), reason })?;
+    gix::ObjectId::from_hex(id.as_bytes())
+        .map_err(|e| GitError::InvalidCommitId { id: id.to_string(), reason: e.to_string() })
+}
+
+/// Validates a short branch name and returns its full ref name.
+pub(crate) fn ref_name(branch: &str) -> Result<String, GitError> {
+    swarm_core::names::check_branch(branch)
+        .map_err(|reason| GitError::InvalidBranch { branch: branch.to_string(), reason })?;
+    Ok(format!("refs/heads/{branch}"))
+}

@@ -1,0 +1,713 @@
+//! The merge integration engine: in-memory tree merges with gix, ref compare-and-swap with git2.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use gix::bstr::{BStr, ByteSlice};
+use gix::merge::tree::TreatAsUnresolved;
+use swarm_core::plan::MergeStrategy;
+
+use crate::pack::{open_git2, to_git2};
+use crate::{ConflictPath, GitError, MergeError, SideChange, parse_commit_id, ref_name};
+
+/// How many times [`Integrator::integrate`] rebuilds on a fresh head when the integration ref moved.
+pub const DEFAULT_MAX_CAS_RETRIES: u32 = 8;
+/// How far [`Integrator::find_landed`] walks back along the first-parent history.
+pub const FIND_LANDED_LIMIT: usize = 10_000;
+/// The trailer key carried by every commit the integrator makes.
+pub const ATTEMPT_TRAILER: &str = "Swarm-Attempt";
+/// Commits on a task's first-parent chain replayed at most by the rebase strategy.
+const MAX_REBASE_COMMITS: usize = 10_000;
+
+/// One request to land a task's result commit on the integration branch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MergeRequest {
+    /// Short branch name (`swarm/auth/integration`), not `refs/heads/...`.
+    pub integration_branch: String,
+    /// The integration head the caller last saw; the ref is moved only from this value (or, after a
+    /// retry, from a newer head that contains it).
+    pub expected_head: String,
+    /// The task's result commit.
+    pub task_commit: String,
+    pub strategy: MergeStrategy,
+    /// `<swarm>/<task>#<attempt>`, e.g. `auth/api#2`; written as the `Swarm-Attempt` trailer.
+    pub attempt_label: String,
+    /// The task title, used in merge commit subjects.
+    pub title: String,
+    /// The task's summary, used as the squash commit message and merge commit body.
+    pub summary: String,
+}
+
+/// The outcome of a successful [`Integrator::integrate`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MergeReport {
+    pub strategy: MergeStrategy,
+    /// The integration head the result was built on (after retries, the head that was current then).
+    pub base: String,
+    /// The new integration head.
+    pub result: String,
+    /// Paths changed between `base` and `result`, sorted.
+    pub files_changed: Vec<String>,
+    pub duration: Duration,
+    /// How many times the ref had moved and the result was rebuilt on a fresh head.
+    pub cas_retries: u32,
+}
+
+/// The outcome of a successful [`Integrator::fast_forward`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FastForward {
+    pub old: String,
+    pub new: String,
+}
+
+enum Cas {
+    Moved,
+    MovedTo(gix::ObjectId),
+}
+
+/// The controller's git engine for one repository.
+///
+/// Owns a `gix::Repository` (tree merges, object writes, history walks) and a `git2::Repository`
+/// (ref compare-and-swap). It is `Send` but not `Sync`: the controller keeps one value on a
+/// dedicated blocking thread (or actor) and sends it requests.
+pub struct Integrator {
+    repo: gix::Repository,
+    refs: git2::Repository,
+    name: String,
+    email: String,
+    max_cas_retries: u32,
+    #[cfg(test)]
+    pub(crate) before_cas: std::cell::RefCell<Option<Box<dyn FnMut() + Send>>>,
+}
+
+impl std::fmt::Debug for Integrator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Integrator").field("git_dir", &self.repo.git_dir()).finish_non_exhaustive()
+    }
+}
+
+impl Integrator {
+    /// Opens the repository at `repo_path` (a work tree or a bare repository).
+    #[tracing::instrument]
+    pub fn open(repo_path: &Path) -> Result<Self, GitError> {
+        let mut repo = gix::open(repo_path)
+            .map_err(|e| GitError::Open { path: repo_path.to_path_buf(), message: e.to_string() })?;
+        repo.object_cache_size_if_unset(16 * 1024 * 1024);
+        let refs = open_git2(repo_path)?;
+        Ok(Integrator {
+            repo,
+            refs,
+            name: "swarm".into(),
+            email: "swarm@localhost".into(),
+            max_cas_retries: DEFAULT_MAX_CAS_RETRIES,
+            #[cfg(test)]
+            before_cas: std::cell::RefCell::new(None),
+        })
+    }
+
+    /// Sets the committer (and merge/squash author) identity; the default is `swarm <swarm@localhost>`.
+    pub fn with_identity(mut self, name: &str, email: &str) -> Self {
+        self.name = name.to_string();
+        self.email = email.to_string();
+        self
+    }
+
+    /// Sets how many times [`Integrator::integrate`] retries on a moved ref (default [`DEFAULT_MAX_CAS_RETRIES`]).
+    pub fn with_max_cas_retries(mut self, retries: u32) -> Self {
+        self.max_cas_retries = retries;
+        self
+    }
+
+    /// Resolves a branch to its commit id (hex), `None` if the branch does not exist.
+    #[tracing::instrument(level = "debug", skip(self))]
+    pub fn branch_head(&self, branch: &str) -> Result<Option<String>, GitError> {
+        Ok(self.head_of(branch)?.map(|id| id.to_string()))
+    }
+
+    /// Creates `branch` at commit `at` if it does not exist and returns its head.
+    /// Never moves an existing branch (it returns the existing head instead).
+    #[tracing::instrument(skip(self))]
+    pub fn ensure_branch(&self, branch: &str, at: &str) -> Result<String, GitError> {
+        let name = ref_name(branch)?;
+        let at = self.commit_id(at)?;
+        if let Some(head) = self.head_of(branch)? {
+            return Ok(head.to_string());
+        }
+        match self.refs.reference(&name, to_git2(at)?, false, "swarm: create branch") {
+            Ok(_) => Ok(at.to_string()),
+            // Someone created it concurrently: report what is there, never overwrite.
+            Err(e) if e.code() == git2::ErrorCode::Exists => self
+                .head_of(branch)?
+                .map(|h| h.to_string())
+                .ok_or(GitError::Git2 { op: "create branch", source: e }),
+            Err(e) => Err(GitError::Git2 { op: "create branch", source: e }),
+        }
+    }
+
+    /// Merges `req.task_commit` into `req.integration_branch` in memory and moves the ref by
+    /// compare-and-swap from `req.expected_head`.
+    ///
+    /// If the ref has moved to a head that contains `expected_head`, the result is rebuilt on the
+    /// fresh head, up to the configured number of retries ([`MergeReport::cas_retries`]).
+    /// Strategies: `Merge` makes a no-fast-forward merge commit (parents: head, task commit);
+    /// `Squash` a single-parent commit with the merged tree and `req.summary` as message; `Rebase`
+    /// replays each commit of the task's first-parent chain since it left the integration history.
+    /// Every commit made carries the trailer `Swarm-Attempt: <req.attempt_label>`.
+    /// Nothing is written to refs on error; conflicts name every conflicting path.
+    #[tracing::instrument(skip(self, req), fields(
+        branch = %req.integration_branch, attempt = %req.attempt_label, strategy = ?req.strategy,
+        task_commit = %req.task_commit,
+    ))]
+    pub fn integrate(&self, req: &MergeRequest) -> Result<MergeReport, MergeError> {
+        let started = Instant::now();
+        let name = ref_name(&req.integration_branch)?;
+        check_label(&req.attempt_label)?;
+        let expected = self.commit_id(&req.expected_head)?;
+        let task = self.commit_id(&req.task_commit)?;
+        self.check_forbidden(expected, task, &req.task_commit)?;
+
+        let mut head = expected;
+        let mut retries = 0u32;
+        let result = loop {
+            if self.is_ancestor_id(task, head)? {
+                return Err(MergeError::AlreadyContained {
+                    branch: req.integration_branch.clone(),
+                    head: head.to_string(),
+                    task_commit: req.task_commit.clone(),
+                });
+            }
+            let result = match req.strategy {
+                MergeStrategy::Merge | MergeStrategy::Squash => self.merge_onto(head, task, req)?,
+                MergeStrategy::Rebase => self.rebase_onto(head, task, req)?,
+            };
+            #[cfg(test)]
+            if let Some(hook) = self.before_cas.borrow_mut().as_mut() {
+                hook();
+            }
+            let moved = match self.compare_and_swap(&name, head, result, &req.attempt_label)? {
+                None => break result,
+                Some(Cas::MovedTo(found)) => found,
+                Some(Cas::Moved) => {
+                    return Err(MergeError::Git(GitError::MissingBranch {
+                        branch: req.integration_branch.clone(),
+                    }));
+                }
+            };
+            if retries >= self.max_cas_retries {
+                return Err(MergeError::CasFailed {
+                    branch: req.integration_branch.clone(),
+                    expected: head.to_string(),
+                    found: Some(moved.to_string()),
+                    retries,
+                });
+            }
+            if !self.is_ancestor_id(expected, moved)? {
+                return Err(MergeError::HeadRewound {
+                    branch: req.integration_branch.clone(),
+                    expected: expected.to_string(),
+                    found: moved.to_string(),
+                });
+            }
+            tracing::debug!(from = %head, to = %moved, "integration ref moved; rebuilding on the fresh head");
+            retries += 1;
+            head = moved;
+        };
+        let files_changed = self.changed_paths_ids(head, result)?;
+        let report = MergeReport {
+            strategy: req.strategy,
+            base: head.to_string(),
+            result: result.to_string(),
+            files_changed,
+            duration: started.elapsed(),
+            cas_retries: retries,
+        };
+        tracing::info!(result = %report.result, files = report.files_changed.len(), retries, "integrated");
+        Ok(report)
+    }
+
+    /// Walks `integration_branch`'s first-parent history (at most [`FIND_LANDED_LIMIT`] commits) for a
+    /// commit carrying `Swarm-Attempt: <attempt_label>` and returns the newest such commit.
+    #[tracing::instrument(skip(self), fields(branch = %integration_branch, attempt = %attempt_label))]
+    pub fn find_landed(
+        &self,
+        integration_branch: &str,
+        attempt_label: &str,
+    ) -> Result<Option<String>, GitError> {
+        check_label(attempt_label)?;
+        let Some(mut id) = self.head_of(integration_branch)? else {
+            return Err(GitError::MissingBranch { branch: integration_branch.to_string() });
+        };
+        let wanted = format!("{ATTEMPT_TRAILER}: {attempt_label}");
+        for _ in 0..FIND_LANDED_LIMIT {
+            let commit = self.repo.find_commit(id).map_err(GitError::gix_any("read commit"))?;
+            let message = commit.message_raw().map_err(GitError::gix_any("read commit message"))?;
+            if message.lines().any(|line| line.trim_end() == wanted.as_bytes()) {
+                return Ok(Some(id.to_string()));
+            }
+            match commit.parent_ids().next() {
+                Some(parent) => id = parent.detach(),
+                None => break,
+            }
+        }
+        Ok(None)
+    }
+
+    /// Paths changed between commits `base` and `commit`, sorted; a rename appears as both paths.
+    #[tracing::instrument(level = "debug", skip(self))]
+    pub fn changed_paths(&self, base: &str, commit: &str) -> Result<Vec<String>, GitError> {
+        let base = self.commit_id(base)?;
+        let commit = self.commit_id(commit)?;
+        self.changed_paths_ids(base, commit)
+    }
+
+    /// Fast-forwards branch `target` to commit `new_head`, only if target's head is an ancestor of
+    /// `new_head` (a no-op if equal). Never forces; the ref moves by compare-and-swap.
+    #[tracing::instrument(skip(self))]
+    pub fn fast_forward(&self, target: &str, new_head: &str) -> Result<FastForward, MergeError> {
+        let name = ref_name(target)?;
+        let new = self.commit_id(new_head)?;
+        let current =
+            self.head_of(target)?.ok_or_else(|| GitError::MissingBranch { branch: target.to_string() })?;
+        if current == new {
+            return Ok(FastForward { old: current.to_string(), new: new.to_string() });
+        }
+        if !self.is_ancestor_id(current, new)? {
+            return Err(MergeError::NotFastForward {
+                target: target.to_string(),
+                current: current.to_string(),
+                new: new.to_string(),
+            });
+        }
+        match self.compare_and_swap(&name, current, new, "fast-forward")? {
+            None => Ok(FastForward { old: current.to_string(), new: new.to_string() }),
+            Some(Cas::MovedTo(found)) => Err(MergeError::CasFailed {
+                branch: target.to_string(),
+                expected: current.to_string(),
+                found: Some(found.to_string()),
+                retries: 0,
+            }),
+            Some(Cas::Moved) => Err(MergeError::CasFailed {
+                branch: target.to_string(),
+                expected: current.to_string(),
+                found: None,
+                retries: 0,
+            }),
+        }
+    }
+
+    /// True if `ancestor` is an ancestor of, or equal to, `descendant`. Both must be existing commits.
+    #[tracing::instrument(level = "debug", skip(self))]
+    pub fn is_ancestor(&self, ancestor: &str, descendant: &str) -> Result<bool, GitError> {
+        let a = self.commit_id(ancestor)?;
+        let d = self.commit_id(descendant)?;
+        self.is_ancestor_id(a, d)
+    }
+
+    /// True if `id` names a commit in the repository (false if absent or another kind of object).
+    #[tracing::instrument(level = "debug", skip(self))]
+    pub fn commit_exists(&self, id: &str) -> Result<bool, GitError> {
+        let id = parse_commit_id(id)?;
+        let header = self.repo.try_find_header(id).map_err(GitError::gix_any("read object header"))?;
+        Ok(header.is_some_and(|h| h.kind() == gix::object::Kind::Commit))
+    }
+
+    // ---- internals ----
+
+    fn head_of(&self, branch: &str) -> Result<Option<gix::ObjectId>, GitError> {
+        let name = ref_name(branch)?;
+        let reference = match self.refs.find_reference(&name) {
+            Ok(r) => r,
+            Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(None),
+            Err(e) => return Err(GitError::Git2 { op: "read branch", source: e }),
+        };
+        let oid = reference.resolve().map_err(GitError::git2("resolve branch"))?.target();
+        oid.map(|o| gix::ObjectId::try_from(o.as_bytes()).map_err(GitError::gix_any("convert object id")))
+            .transpose()
+    }
+
+    /// Validates `id` and checks that it names an existing commit.
+    fn commit_id(&self, id: &str) -> Result<gix::ObjectId, GitError> {
+        let oid = parse_commit_id(id)?;
+        match self.repo.try_find_header(oid).map_err(GitError::gix_any("read object header"))? {
+            None => Err(GitError::MissingCommit { id: id.to_string() }),
+            Some(h) if h.kind() != gix::object::Kind::Commit => {
+                Err(GitError::NotACommit { id: id.to_string(), kind: h.kind().to_string() })
+            }
+            Some(_) => Ok(oid),
+        }
+    }
+
+    fn is_ancestor_id(&self, ancestor: gix::ObjectId, descendant: gix::ObjectId) -> Result<bool, GitError> {
+        if ancestor == descendant {
+            return Ok(true);
+        }
+        self.refs
+            .graph_descendant_of(to_git2(descendant)?, to_git2(ancestor)?)
+            .map_err(GitError::git2("ancestry check"))
+    }
+
+    fn tree_of(&self, commit: gix::ObjectId) -> Result<gix::ObjectId, GitError> {
+        let commit = self.repo.find_commit(commit).map_err(GitError::gix_any("read commit"))?;
+        Ok(commit.tree_id().map_err(GitError::gix_any("read commit tree"))?.detach())
+    }
+
+    fn changed_paths_ids(&self, base: gix::ObjectId, commit: gix::ObjectId) -> Result<Vec<String>, GitError> {
+        let old = self.tree_of(base)?;
+        let new = self.tree_of(commit)?;
+        self.changed_paths_trees(old, new)
+    }
+
+    fn changed_paths_trees(&self, old: gix::ObjectId, new: gix::ObjectId) -> Result<Vec<String>, GitError> {
+        if old == new {
+            return Ok(Vec::new());
+        }
+        let old = self.repo.find_tree(old).map_err(GitError::gix_any("read tree"))?;
+        let new = self.repo.find_tree(new).map_err(GitError::gix_any("read tree"))?;
+        let changes = self
+            .repo
+            .diff_tree_to_tree(&old, &new, gix::diff::Options::default().with_rewrites(None))
+            .map_err(GitError::gix("diff trees"))?;
+        let mut paths = BTreeSet::new();
+        for change in &changes {
+            if change.entry_mode().is_tree() {
+                continue;
+            }
+            paths.insert(change.location().to_str_lossy().into_owned());
+            paths.insert(change.source_location().to_str_lossy().into_owned());
+        }
+        Ok(paths.into_iter().collect())
+    }
+
+    /// `.swarm/` must never reach the integration branch: refuse a task that changes it.
+    fn check_forbidden(
+        &self,
+        head: gix::ObjectId,
+        task: gix::ObjectId,
+        task_hex: &str,
+    ) -> Result<(), MergeError> {
+        let swarm_entry = |commit: gix::ObjectId| -> Result<Option<gix::ObjectId>, GitError> {
+            let tree = self.repo.find_tree(self.tree_of(commit)?).map_err(GitError::gix_any("read tree"))?;
+            Ok(tree.find_entry(".swarm").map(|e| e.object_id()))
+        };
+        let task_entry = swarm_entry(task)?;
+        if task_entry.is_none() || task_entry == swarm_entry(head)? {
+            return Ok(());
+        }
+        let base = self.merge_base(head, task)?;
+        if swarm_entry(base)? == task_entry {
+            return Ok(());
+        }
+        let paths: Vec<String> = self
+            .changed_paths_ids(base, task)?
+            .into_iter()
+            .filter(|p| p == ".swarm" || p.starts_with(".swarm/"))
+            .collect();
+        if paths.is_empty() {
+            return Ok(());
+        }
+        Err(MergeError::ForbiddenPath { task_commit: task_hex.to_string(), paths })
+    }
+
+    fn merge_base(&self, a: gix::ObjectId, b: gix::ObjectId) -> Result<gix::ObjectId, GitError> {
+        self.repo
+            .merge_base(a, b)
+            .map_err(GitError::gix("merge base"))?
+            .map(|id| id.detach())
+            .ok_or_else(|| GitError::UnrelatedHistories { ours: a.to_string(), theirs: b.to_string() })
+    }
+
+    fn signature(&self) -> gix::actor::Signature {
+        gix::actor::Signature {
+            name: self.name.as_str().into(),
+            email: self.email.as_str().into(),
+            time: gix::date::Time::now_local_or_utc(),
+        }
+    }
+
+    fn write_commit(
+        &self,
+        tree: gix::ObjectId,
+        parents: &[gix::ObjectId],
+        author: gix::actor::Signature,
+        message: String,
+    ) -> Result<gix::ObjectId, GitError> {
+        let commit = gix::objs::Commit {
+            tree,
+            parents: parents.iter().copied().collect(),
+            author,
+            committer: self.signature(),
+            encoding: None,
+            message: message.into(),
+            extra_headers: Vec::new(),
+        };
+        Ok(self.repo.write_object(&commit).map_err(GitError::gix_any("write commit"))?.detach())
+    }
+
+    /// Merge or squash `task` onto `head`; returns the new commit (refs untouched).
+    fn merge_onto(
+        &self,
+        head: gix::ObjectId,
+        task: gix::ObjectId,
+        req: &MergeRequest,
+    ) -> Result<gix::ObjectId, MergeError> {
+        let options = self.repo.tree_merge_options().map_err(GitError::gix("tree merge options"))?;
+        let labels = labels(&req.integration_branch, &req.attempt_label);
+        let mut outcome = self.repo.merge_commits(head, task, labels.as_labels(), options.into()).map_err(
+            |e| match self.repo.merge_base(head, task) {
+                Ok(None) => GitError::UnrelatedHistories { ours: head.to_string(), theirs: task.to_string() },
+                _ => GitError::Gix { op: "merge commits", message: e.to_string() },
+            },
+        )?;
+        let tree = outcome.tree_merge.tree.write().map_err(GitError::gix_any("write merged tree"))?.detach();
+        if outcome.tree_merge.has_unresolved_conflicts(TreatAsUnresolved::git()) {
+            let ours_tree = self.tree_of(head)?;
+            let paths = self.conflict_paths(
+                &outcome.tree_merge.conflicts,
+                tree,
+                outcome.merge_base_tree_id,
+                ours_tree,
+            )?;
+            return Err(MergeError::Conflict {
+                branch: req.integration_branch.clone(),
+                head: head.to_string(),
+                task_commit: req.task_commit.clone(),
+                replaying: None,
+                paths,
+            });
+        }
+        let commit = match req.strategy {
+            MergeStrategy::Squash => {
+                let message = with_trailer(&req.summary, &req.attempt_label, || req.title.clone());
+                self.write_commit(tree, &[head], self.signature(), message)?
+            }
+            _ => {
+                let subject = format!("Merge task {:?} ({})", req.title.trim(), req.attempt_label);
+                let body = if req.summary.trim().is_empty() {
+                    subject
+                } else {
+                    format!("{subject}\n\n{}", req.summary.trim())
+                };
+                let message = with_trailer(&body, &req.attempt_label, String::new);
+                self.write_commit(tree, &[head, task], self.signature(), message)?
+            }
+        };
+        Ok(commit)
+    }
+
+    /// Replays the task's first-parent chain (oldest first) onto `head`; returns the last new commit.
+    fn rebase_onto(
+        &self,
+        head: gix::ObjectId,
+        task: gix::ObjectId,
+        req: &MergeRequest,
+    ) -> Result<gix::ObjectId, MergeError> {
+        // Ensure there is common history at all, for a clear error.
+        self.merge_base(head, task)?;
+        let mut chain = Vec::new();
+        let mut cursor = task;
+        while !self.is_ancestor_id(cursor, head)? {
+            if chain.len() >= MAX_REBASE_COMMITS {
+                return Err(GitError::Gix {
+                    op: "rebase",
+                    message: format!("task {task} has more than {MAX_REBASE_COMMITS} commits to replay"),
+                }
+                .into());
+            }
+            chain.push(cursor);
+            let commit = self.repo.find_commit(cursor).map_err(GitError::gix_any("read commit"))?;
+            match commit.parent_ids().next() {
+                Some(parent) => cursor = parent.detach(),
+                None => break,
+            }
+        }
+        chain.reverse();
+
+        let options = self.repo.tree_merge_options().map_err(GitError::gix("tree merge options"))?;
+        let labels = labels(&req.integration_branch, &req.attempt_label);
+        let mut tip = head;
+        let mut tip_tree = self.tree_of(head)?;
+        for original in chain {
+            let commit = self.repo.find_commit(original).map_err(GitError::gix_any("read commit"))?;
+            let decoded = commit.decode().map_err(GitError::gix_any("decode commit"))?;
+            let owned = decoded.to_owned().map_err(GitError::gix_any("decode commit"))?;
+            let parent_tree = match owned.parents.first() {
+                Some(parent) => self.tree_of(*parent)?,
+                None => gix::ObjectId::empty_tree(self.repo.object_hash()),
+            };
+            let mut outcome = self
+                .repo
+                .merge_trees(parent_tree, tip_tree, owned.tree, labels.as_labels(), options.clone())
+                .map_err(GitError::gix("merge trees"))?;
+            let tree = outcome.tree.write().map_err(GitError::gix_any("write merged tree"))?.detach();
+            if outcome.has_unresolved_conflicts(TreatAsUnresolved::git()) {
+                let paths = self.conflict_paths(&outcome.conflicts, tree, parent_tree, tip_tree)?;
+                return Err(MergeError::Conflict {
+                    branch: req.integration_branch.clone(),
+                    head: head.to_string(),
+                    task_commit: req.task_commit.clone(),
+                    replaying: Some(original.to_string()),
+                    paths,
+                });
+            }
+            let message =
+                with_trailer(&owned.message.to_str_lossy(), &req.attempt_label, || req.title.clone());
+            tip = self.write_commit(tree, &[tip], owned.author, message)?;
+            tip_tree = tree;
+        }
+        Ok(tip)
+    }
+
+    /// The paths git would leave conflicted in the index (stage > 0), with what our side did to each.
+    fn conflict_paths(
+        &self,
+        conflicts: &[gix::merge::tree::Conflict],
+        merged_tree: gix::ObjectId,
+        base_tree: gix::ObjectId,
+        ours_tree: gix::ObjectId,
+    ) -> Result<Vec<ConflictPath>, GitError> {
+        let mut index = gix::index::State::from_tree(
+            &merged_tree,
+            &self.repo.objects,
+            gix::validate::path::component::Options::default(),
+        )
+        .map_err(GitError::gix_any("index from merged tree"))?;
+        gix::merge::tree::apply_index_entries(
+            conflicts,
+            TreatAsUnresolved::git(),
+            &mut index,
+            gix::merge::tree::apply_index_entries::RemovalMode::Mark,
+        );
+        let mut paths = BTreeSet::new();
+        for entry in index.entries() {
+            if entry.stage() != gix::index::entry::Stage::Unconflicted
+                && !entry.flags.contains(gix::index::entry::Flags::REMOVE)
+            {
+                paths.insert(entry.path(&index).to_str_lossy().into_owned());
+            }
+        }
+        if paths.is_empty() {
+            // Defensive: conflicts that left no index entries still name their locations.
+            for c in conflicts.iter().filter(|c| c.is_unresolved(TreatAsUnresolved::git())) {
+                paths.insert(c.ours.location().to_str_lossy().into_owned());
+                paths.insert(c.theirs.location().to_str_lossy().into_owned());
+            }
+        }
+        let base = self.repo.find_tree(base_tree).map_err(GitError::gix_any("read tree"))?;
+        let ours = self.repo.find_tree(ours_tree).map_err(GitError::gix_any("read tree"))?;
+        let lookup = |tree: &gix::Tree<'_>, path: &str| -> Result<Option<(gix::ObjectId, u16)>, GitError> {
+            Ok(tree
+                .lookup_entry_by_path(path)
+                .map_err(GitError::gix_any("look up path"))?
+                .map(|e| (e.object_id(), e.mode().value())))
+        };
+        paths
+            .into_iter()
+            .map(|path| {
+                let ours_change = match (lookup(&base, &path)?, lookup(&ours, &path)?) {
+                    (None, Some(_)) => SideChange::Added,
+                    (Some(_), None) => SideChange::Deleted,
+                    (Some(b), Some(o)) if b != o => SideChange::Modified,
+                    _ => SideChange::Unchanged,
+                };
+                Ok(ConflictPath { path, ours: ours_change })
+            })
+            .collect()
+    }
+
+    /// Moves `name` from `old` to `new`. `Ok(None)` on success; `Ok(Some(..))` if the ref no longer
+    /// points at `old` (or vanished).
+    fn compare_and_swap(
+        &self,
+        name: &str,
+        old: gix::ObjectId,
+        new: gix::ObjectId,
+        why: &str,
+    ) -> Result<Option<Cas>, GitError> {
+        let message = format!("swarm: {why}");
+        match self.refs.reference_matching(name, to_git2(new)?, true, to_git2(old)?, &message) {
+            Ok(_) => Ok(None),
+            Err(e)
+                if matches!(
+                    e.code(),
+                    git2::ErrorCode::Modified | git2::ErrorCode::Locked | git2::ErrorCode::NotFound
+                ) =>
+            {
+                let branch = name.trim_start_matches("refs/heads/");
+                Ok(Some(match self.head_of(branch)? {
+                    Some(found) => Cas::MovedTo(found),
+                    None => Cas::Moved,
+                }))
+            }
+            Err(e) => Err(GitError::Git2 { op: "update ref", source: e }),
+        }
+    }
+}
+
+struct OwnedLabels {
+    ours: String,
+    theirs: String,
+}
+
+impl OwnedLabels {
+    fn as_labels(&self) -> gix::merge::blob::builtin_driver::text::Labels<'_> {
+        gix::merge::blob::builtin_driver::text::Labels {
+            ancestor: Some(BStr::new("merge base")),
+            current: Some(self.ours.as_str().into()),
+            other: Some(self.theirs.as_str().into()),
+        }
+    }
+}
+
+fn labels(branch: &str, attempt: &str) -> OwnedLabels {
+    OwnedLabels { ours: branch.to_string(), theirs: attempt.to_string() }
+}
+
+fn check_label(label: &str) -> Result<(), GitError> {
+    let bad =
+        |reason: &str| Err(GitError::InvalidLabel { label: label.to_string(), reason: reason.to_string() });
+    if label.trim().is_empty() {
+        return bad("must not be empty");
+    }
+    if label.chars().any(|c| c.is_control()) {
+        return bad("must not contain control characters or newlines");
+    }
+    if label != label.trim() {
+        return bad("must not start or end with whitespace");
+    }
+    Ok(())
+}
+
+/// `message` (or `fallback()` if blank) without old attempt trailers, plus our trailer.
+fn with_trailer(message: &str, label: &str, fallback: impl FnOnce() -> String) -> String {
+    let prefix = format!("{ATTEMPT_TRAILER}:");
+    let kept: Vec<&str> = message.lines().filter(|l| !l.starts_with(&prefix)).collect();
+    let mut body = kept.join("\n").trim().to_string();
+    if body.is_empty() {
+        body = fallback().trim().to_string();
+    }
+    if body.is_empty() {
+        format!("{ATTEMPT_TRAILER}: {label}\n")
+    } else {
+        format!("{body}\n\n{ATTEMPT_TRAILER}: {label}\n")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trailer_replaces_old_attempt_lines() {
+        let msg = with_trailer("fix\n\nSwarm-Attempt: a/b#1\n", "a/b#2", String::new);
+        assert_eq!(msg, "fix\n\nSwarm-Attempt: a/b#2\n");
+        assert_eq!(with_trailer("  ", "x#1", || "title".into()), "title\n\nSwarm-Attempt: x#1\n");
+    }
+
+    #[test]
+    fn labels_are_validated() {
+        assert!(check_label("auth/api#2").is_ok());
+        assert!(check_label("a\nb").is_err());
+        assert!(check_label("").is_err());
+    }
+}

@@ -1,0 +1,286 @@
+//! Integration engine behaviour on real repositories.
+
+mod common;
+
+use common::TempRepo;
+use swarm_git::{GitError, Integrator, MergeError, MergeRequest, MergeStrategy, SideChange};
+
+const BRANCH: &str = "swarm/demo/integration";
+
+fn request(expected_head: &str, task_commit: &str, strategy: MergeStrategy, label: &str) -> MergeRequest {
+    MergeRequest {
+        integration_branch: BRANCH.into(),
+        expected_head: expected_head.into(),
+        task_commit: task_commit.into(),
+        strategy,
+        attempt_label: label.into(),
+        title: "Add the thing".into(),
+        summary: "Adds the thing to b.txt.".into(),
+    }
+}
+
+/// base: a.txt, b.txt; integration: edits a.txt; task: edits b.txt (two commits).
+struct Fixture {
+    repo: TempRepo,
+    base: String,
+    head: String,
+    task1: String,
+    task2: String,
+}
+
+fn fixture() -> Fixture {
+    let repo = TempRepo::new();
+    let base = repo.commit(None, &[("a.txt", Some("a1\na2\na3\n")), ("b.txt", Some("b1\nb2\nb3\n"))], "base");
+    let head = repo.commit(Some(&base), &[("a.txt", Some("a1\nA2\na3\n"))], "integration edit");
+    let task1 = repo.commit(Some(&base), &[("b.txt", Some("b1\nB2\nb3\n"))], "task: edit b");
+    let task2 = repo.commit(Some(&task1), &[("c.txt", Some("c\n"))], "task: add c");
+    repo.set_branch(BRANCH, &head);
+    Fixture { repo, base, head, task1, task2 }
+}
+
+#[test]
+fn merge_strategy_makes_a_two_parent_commit_with_the_trailer() {
+    let f = fixture();
+    let integrator = Integrator::open(f.repo.path()).expect("open");
+    let report = integrator
+        .integrate(&request(&f.head, &f.task2, MergeStrategy::Merge, "demo/t#1"))
+        .expect("integrate");
+    assert_eq!(report.base, f.head);
+    assert_eq!(report.cas_retries, 0);
+    assert_eq!(f.repo.head(BRANCH), report.result);
+    assert_eq!(f.repo.parents(&report.result), vec![f.head.clone(), f.task2.clone()]);
+    let message = f.repo.message(&report.result);
+    assert!(message.contains("Add the thing") && message.contains("demo/t#1"), "{message}");
+    assert!(message.ends_with("\n\nSwarm-Attempt: demo/t#1\n"), "{message}");
+    assert_eq!(f.repo.file(&report.result, "a.txt").as_deref(), Some("a1\nA2\na3\n"));
+    assert_eq!(f.repo.file(&report.result, "b.txt").as_deref(), Some("b1\nB2\nb3\n"));
+    assert_eq!(report.files_changed, vec!["b.txt".to_string(), "c.txt".to_string()]);
+}
+
+#[test]
+fn squash_strategy_makes_one_single_parent_commit_with_the_summary() {
+    let f = fixture();
+    let integrator = Integrator::open(f.repo.path()).expect("open");
+    let report = integrator
+        .integrate(&request(&f.head, &f.task2, MergeStrategy::Squash, "demo/t#2"))
+        .expect("integrate");
+    assert_eq!(f.repo.parents(&report.result), vec![f.head.clone()]);
+    assert_eq!(f.repo.message(&report.result), "Adds the thing to b.txt.\n\nSwarm-Attempt: demo/t#2\n");
+    assert_eq!(f.repo.file(&report.result, "c.txt").as_deref(), Some("c\n"));
+    assert_eq!(f.repo.file(&report.result, "a.txt").as_deref(), Some("a1\nA2\na3\n"));
+}
+
+#[test]
+fn rebase_strategy_replays_each_task_commit() {
+    let f = fixture();
+    let integrator = Integrator::open(f.repo.path()).expect("open");
+    let report = integrator
+        .integrate(&request(&f.head, &f.task2, MergeStrategy::Rebase, "demo/t#3"))
+        .expect("integrate");
+    let second = report.result.clone();
+    let parents = f.repo.parents(&second);
+    assert_eq!(parents.len(), 1);
+    let first = parents[0].clone();
+    assert_eq!(f.repo.parents(&first), vec![f.head.clone()]);
+    assert_eq!(f.repo.message(&first), "task: edit b\n\nSwarm-Attempt: demo/t#3\n");
+    assert_eq!(f.repo.message(&second), "task: add c\n\nSwarm-Attempt: demo/t#3\n");
+    assert_eq!(f.repo.file(&first, "c.txt"), None);
+    assert_eq!(f.repo.file(&first, "b.txt").as_deref(), Some("b1\nB2\nb3\n"));
+    assert_eq!(f.repo.file(&second, "c.txt").as_deref(), Some("c\n"));
+    assert_eq!(f.repo.file(&second, "a.txt").as_deref(), Some("a1\nA2\na3\n"));
+    // Original authorship is kept.
+    let commit = f.repo.repo.find_commit(git2::Oid::from_str(&first).expect("oid")).expect("commit");
+    assert_eq!(commit.author().name(), Some("Test"));
+    assert_eq!(commit.committer().name(), Some("swarm"));
+}
+
+#[test]
+fn conflicts_name_each_path_and_what_the_integration_branch_did() {
+    let repo = TempRepo::new();
+    let base = repo.commit(
+        None,
+        &[("same.txt", Some("1\n2\n3\n")), ("gone.txt", Some("g\n")), ("calm.txt", Some("c\n"))],
+        "base",
+    );
+    let head = repo.commit(Some(&base), &[("same.txt", Some("1\nours\n3\n")), ("gone.txt", None)], "ours");
+    let task = repo.commit(
+        Some(&base),
+        &[("same.txt", Some("1\ntheirs\n3\n")), ("gone.txt", Some("g changed\n")), ("calm.txt", Some("d\n"))],
+        "theirs",
+    );
+    repo.set_branch(BRANCH, &head);
+    let integrator = Integrator::open(repo.path()).expect("open");
+    for strategy in [MergeStrategy::Merge, MergeStrategy::Squash, MergeStrategy::Rebase] {
+        let err =
+            integrator.integrate(&request(&head, &task, strategy, "demo/c#1")).expect_err("must conflict");
+        let MergeError::Conflict { paths, head: at, .. } = &err else { panic!("not a conflict: {err}") };
+        assert_eq!(at, &head);
+        let got: Vec<(&str, SideChange)> = paths.iter().map(|p| (p.path.as_str(), p.ours)).collect();
+        assert_eq!(got, vec![("gone.txt", SideChange::Deleted), ("same.txt", SideChange::Modified)]);
+        assert_eq!(repo.head(BRANCH), head, "a conflict never moves the ref");
+    }
+}
+
+#[test]
+fn a_moved_ref_is_rebuilt_on_the_fresh_head_and_keeps_both_changes() {
+    let f = fixture();
+    // Someone else lands a commit after the controller read the head.
+    let other = f.repo.commit(Some(&f.head), &[("other.txt", Some("o\n"))], "someone else");
+    f.repo.set_branch(BRANCH, &other);
+    let integrator = Integrator::open(f.repo.path()).expect("open");
+    let report = integrator
+        .integrate(&request(&f.head, &f.task2, MergeStrategy::Merge, "demo/t#4"))
+        .expect("integrate");
+    assert_eq!(report.cas_retries, 1);
+    assert_eq!(report.base, other);
+    assert_eq!(f.repo.parents(&report.result), vec![other.clone(), f.task2.clone()]);
+    assert_eq!(f.repo.file(&report.result, "other.txt").as_deref(), Some("o\n"));
+    assert_eq!(f.repo.file(&report.result, "c.txt").as_deref(), Some("c\n"));
+}
+
+#[test]
+fn a_rewound_ref_is_refused() {
+    let f = fixture();
+    f.repo.set_branch(BRANCH, &f.base);
+    let integrator = Integrator::open(f.repo.path()).expect("open");
+    let err = integrator
+        .integrate(&request(&f.head, &f.task2, MergeStrategy::Merge, "demo/t#5"))
+        .expect_err("rewound");
+    assert!(matches!(err, MergeError::HeadRewound { .. }), "{err}");
+    assert_eq!(f.repo.head(BRANCH), f.base);
+}
+
+#[test]
+fn cas_gives_up_after_the_retry_budget() {
+    let f = fixture();
+    let other = f.repo.commit(Some(&f.head), &[("other.txt", Some("o\n"))], "someone else");
+    f.repo.set_branch(BRANCH, &other);
+    let integrator = Integrator::open(f.repo.path()).expect("open").with_max_cas_retries(0);
+    let err = integrator
+        .integrate(&request(&f.head, &f.task2, MergeStrategy::Merge, "demo/t#6"))
+        .expect_err("no retries allowed");
+    assert!(matches!(err, MergeError::CasFailed { retries: 0, .. }), "{err}");
+    assert_eq!(f.repo.head(BRANCH), other);
+}
+
+#[test]
+fn find_landed_finds_the_attempt_trailer_on_the_first_parent_chain() {
+    let f = fixture();
+    let integrator = Integrator::open(f.repo.path()).expect("open");
+    let landed = integrator
+        .integrate(&request(&f.head, &f.task1, MergeStrategy::Squash, "demo/a#1"))
+        .expect("integrate");
+    let later = f.repo.commit(Some(&landed.result), &[("z.txt", Some("z\n"))], "later");
+    f.repo.set_branch(BRANCH, &later);
+    assert_eq!(integrator.find_landed(BRANCH, "demo/a#1").expect("find"), Some(landed.result));
+    assert_eq!(integrator.find_landed(BRANCH, "demo/a#2").expect("find"), None);
+    assert_eq!(integrator.find_landed(BRANCH, "demo/a#").expect("find"), None, "labels match exactly");
+    assert!(matches!(integrator.find_landed("nope", "demo/a#1"), Err(GitError::MissingBranch { .. })));
+}
+
+#[test]
+fn fast_forward_moves_only_forward_and_never_forces() {
+    let f = fixture();
+    f.repo.set_branch("main", &f.base);
+    let integrator = Integrator::open(f.repo.path()).expect("open");
+    let ff = integrator.fast_forward("main", &f.head).expect("fast-forward");
+    assert_eq!((ff.old.as_str(), ff.new.as_str()), (f.base.as_str(), f.head.as_str()));
+    assert_eq!(f.repo.head("main"), f.head);
+    // Equal is a no-op.
+    integrator.fast_forward("main", &f.head).expect("no-op");
+    // A diverged commit is refused and the branch stays.
+    let err = integrator.fast_forward("main", &f.task1).expect_err("not a fast-forward");
+    match err {
+        MergeError::NotFastForward { target, current, new } => {
+            assert_eq!(
+                (target.as_str(), current.as_str(), new.as_str()),
+                ("main", f.head.as_str(), f.task1.as_str())
+            );
+        }
+        other => panic!("unexpected {other}"),
+    }
+    // Backwards is refused too.
+    assert!(matches!(integrator.fast_forward("main", &f.base), Err(MergeError::NotFastForward { .. })));
+    assert_eq!(f.repo.head("main"), f.head);
+}
+
+#[test]
+fn swarm_directory_changes_are_forbidden() {
+    let f = fixture();
+    let task = f.repo.commit(Some(&f.task1), &[(".swarm/status.json", Some("{}"))], "oops");
+    let integrator = Integrator::open(f.repo.path()).expect("open");
+    let err = integrator
+        .integrate(&request(&f.head, &task, MergeStrategy::Merge, "demo/s#1"))
+        .expect_err("forbidden");
+    match err {
+        MergeError::ForbiddenPath { paths, task_commit } => {
+            assert_eq!(paths, vec![".swarm/status.json".to_string()]);
+            assert_eq!(task_commit, task);
+        }
+        other => panic!("unexpected {other}"),
+    }
+    assert_eq!(f.repo.head(BRANCH), f.head);
+}
+
+#[test]
+fn already_contained_task_commits_are_reported() {
+    let f = fixture();
+    let integrator = Integrator::open(f.repo.path()).expect("open");
+    let err = integrator
+        .integrate(&request(&f.head, &f.base, MergeStrategy::Merge, "demo/e#1"))
+        .expect_err("contained");
+    assert!(matches!(err, MergeError::AlreadyContained { .. }), "{err}");
+}
+
+#[test]
+fn bad_input_is_an_error_naming_it() {
+    let f = fixture();
+    let integrator = Integrator::open(f.repo.path()).expect("open");
+    let err =
+        integrator.integrate(&request("zz", &f.task1, MergeStrategy::Merge, "x#1")).expect_err("bad id");
+    assert!(err.to_string().contains("\"zz\""), "{err}");
+    let missing = "0123456789abcdef0123456789abcdef01234567";
+    let err =
+        integrator.integrate(&request(&f.head, missing, MergeStrategy::Merge, "x#1")).expect_err("missing");
+    assert!(err.to_string().contains(missing), "{err}");
+    let mut req = request(&f.head, &f.task1, MergeStrategy::Merge, "x#1");
+    req.integration_branch = "bad..name".into();
+    assert!(matches!(integrator.integrate(&req), Err(MergeError::Git(GitError::InvalidBranch { .. }))));
+    assert!(matches!(integrator.branch_head("-x"), Err(GitError::InvalidBranch { .. })));
+    assert!(matches!(integrator.commit_exists("abc"), Err(GitError::InvalidCommitId { .. })));
+    let tree = f.repo.tree_id(&f.head);
+    assert!(!integrator.commit_exists(&tree).expect("tree id is valid hex"));
+    assert!(matches!(integrator.is_ancestor(&tree, &f.head), Err(GitError::NotACommit { .. })));
+}
+
+#[test]
+fn branch_helpers() {
+    let f = fixture();
+    let integrator = Integrator::open(f.repo.path()).expect("open");
+    assert_eq!(integrator.branch_head("missing").expect("ok"), None);
+    assert_eq!(integrator.branch_head(BRANCH).expect("ok"), Some(f.head.clone()));
+    assert_eq!(integrator.ensure_branch("new/branch", &f.base).expect("create"), f.base);
+    assert_eq!(integrator.ensure_branch("new/branch", &f.head).expect("exists"), f.base, "never moves");
+    assert!(integrator.is_ancestor(&f.base, &f.head).expect("ok"));
+    assert!(integrator.is_ancestor(&f.head, &f.head).expect("ok"));
+    assert!(!integrator.is_ancestor(&f.head, &f.task1).expect("ok"));
+    assert!(integrator.commit_exists(&f.task2).expect("ok"));
+}
+
+#[test]
+fn changed_paths_lists_renames_as_both_paths() {
+    let repo = TempRepo::new();
+    let base =
+        repo.commit(None, &[("dir/old.txt", Some("same\ncontent\n")), ("keep.txt", Some("k\n"))], "base");
+    let next = repo.commit(
+        Some(&base),
+        &[("dir/old.txt", None), ("new/place.txt", Some("same\ncontent\n"))],
+        "rename",
+    );
+    let integrator = Integrator::open(repo.path()).expect("open");
+    assert_eq!(
+        integrator.changed_paths(&base, &next).expect("diff"),
+        vec!["dir/old.txt".to_string(), "new/place.txt".to_string()]
+    );
+    assert!(integrator.changed_paths(&base, &base).expect("diff").is_empty());
+}
