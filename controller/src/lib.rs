@@ -1,1 +1,191 @@
-//! swarm-controller.
+//! swarm-controller: owns task assignment over a task graph and merge
+//! integration of the workers' branches.
+//!
+//! [`start`] opens the store, rebuilds the scheduler from it, starts the
+//! integrator and the scheduler threads, and serves the Sidecar and
+//! Operator APIs. See ARCHITECTURE.md for how the parts fit.
+
+pub mod api;
+pub mod error;
+pub mod integrator;
+pub mod scheduler;
+pub mod store;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use swarm_proto::v1::operator_service_server::OperatorServiceServer;
+use swarm_proto::v1::sidecar_service_server::SidecarServiceServer;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use error::{ControllerError, SchedError};
+use scheduler::{Command, Scheduler, Timing};
+use store::Store;
+
+/// Largest message the controller accepts (a report, a plan).
+const MAX_MESSAGE_BYTES: usize = 8 << 20;
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    /// The repository the swarm works on (its `.git` holds the store by
+    /// default, and the integration branches).
+    pub repo: PathBuf,
+    /// The SQLite file; default `<repo>/.git/swarm/swarm.db`.
+    pub db: Option<PathBuf>,
+    pub heartbeat_interval: Duration,
+    pub lease_ttl: Duration,
+    pub lost_grace: Duration,
+    pub cancel_grace: Duration,
+}
+
+impl Config {
+    /// Loopback on an ephemeral port, the seeds' timings.
+    pub fn local(repo: PathBuf) -> Config {
+        let t = Timing::default();
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            repo,
+            db: None,
+            heartbeat_interval: t.heartbeat_interval,
+            lease_ttl: t.lease_ttl,
+            lost_grace: t.lost_grace,
+            cancel_grace: t.cancel_grace,
+        }
+    }
+
+    fn timing(&self) -> Timing {
+        Timing {
+            heartbeat_interval: self.heartbeat_interval,
+            // A fifth of the interval spreads a fleet started together.
+            heartbeat_jitter: self.heartbeat_interval / 5,
+            lease_ttl: self.lease_ttl,
+            lost_grace: self.lost_grace,
+            cancel_grace: self.cancel_grace,
+        }
+    }
+}
+
+/// A running controller.
+pub struct Controller {
+    addr: SocketAddr,
+    shutdown: CancellationToken,
+    server: tokio::task::JoinHandle<Result<(), ControllerError>>,
+    scheduler: Option<JoinHandle<Result<(), ControllerError>>>,
+    commands: mpsc::Sender<Command>,
+    tasks: TaskTracker,
+}
+
+/// Opens the store, rebuilds state and starts serving.
+pub async fn start(config: Config) -> Result<Controller, ControllerError> {
+    let repo_err =
+        |reason: String| ControllerError::Repository { path: config.repo.display().to_string(), reason };
+    let repo = git2::Repository::open(&config.repo).map_err(|e| repo_err(e.message().to_string()))?;
+    let workdir = repo.workdir().map(|p| p.to_path_buf()).unwrap_or_else(|| repo.path().to_path_buf());
+    let db = config.db.clone().unwrap_or_else(|| repo.commondir().join("swarm").join("swarm.db"));
+    drop(repo);
+    let store = tokio::task::spawn_blocking({
+        let db = db.clone();
+        move || Store::open(&db)
+    })
+    .await
+    .map_err(|e| ControllerError::Thread(e.to_string()))??;
+
+    let (commands, command_rx) = mpsc::channel();
+    let (integrator, _integrator_thread) = integrator::spawn(&workdir, commands.clone())?;
+    let scheduler = Scheduler::recover(store, config.timing(), integrator.clone())?;
+    let started = scheduler.started();
+    let scheduler = std::thread::Builder::new()
+        .name("scheduler".into())
+        .spawn(move || scheduler.run(command_rx))
+        .map_err(|e| ControllerError::Thread(e.to_string()))?;
+
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| ControllerError::Listen { addr: config.listen.to_string(), source })?;
+    let addr = listener
+        .local_addr()
+        .map_err(|source| ControllerError::Listen { addr: config.listen.to_string(), source })?;
+    let shutdown = CancellationToken::new();
+    let tasks = TaskTracker::new();
+    let shared = api::Shared {
+        scheduler: commands.clone(),
+        integrator,
+        db_path: Arc::new(db),
+        started,
+        shutdown: shutdown.clone(),
+        tasks: tasks.clone(),
+    };
+    let sidecar = SidecarServiceServer::new(api::sidecar::SidecarApi::new(shared.clone()))
+        .max_decoding_message_size(MAX_MESSAGE_BYTES);
+    let operator = OperatorServiceServer::new(api::operator::OperatorApi::new(shared))
+        .max_decoding_message_size(MAX_MESSAGE_BYTES);
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    let token = shutdown.clone();
+    let server = tokio::spawn(async move {
+        tonic::transport::Server::builder()
+            .http2_keepalive_interval(Some(Duration::from_secs(20)))
+            .tcp_nodelay(true)
+            .add_service(sidecar)
+            .add_service(operator)
+            .serve_with_incoming_shutdown(incoming, token.cancelled())
+            .await
+            .map_err(ControllerError::from)
+    });
+    tracing::info!(%addr, db = %shared_db_display(&config, &workdir), "controller serving");
+    Ok(Controller { addr, shutdown, server, scheduler: Some(scheduler), commands, tasks })
+}
+
+fn shared_db_display(config: &Config, workdir: &std::path::Path) -> String {
+    config
+        .db
+        .as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| format!("{}/.git/swarm/swarm.db", workdir.display()))
+}
+
+impl Controller {
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops serving, ends every stream, and stops the scheduler after its
+    /// last commit.
+    pub async fn shutdown(mut self) -> Result<(), ControllerError> {
+        self.shutdown.cancel();
+        self.tasks.close();
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.tasks.wait()).await;
+        let served = match tokio::time::timeout(Duration::from_secs(10), &mut self.server).await {
+            Ok(joined) => joined.map_err(|e| ControllerError::Thread(e.to_string()))?,
+            Err(_) => {
+                self.server.abort();
+                Ok(())
+            }
+        };
+        let _ = self.commands.send(Command::Shutdown);
+        if let Some(thread) = self.scheduler.take() {
+            tokio::task::spawn_blocking(move || thread.join())
+                .await
+                .map_err(|e| ControllerError::Thread(e.to_string()))?
+                .map_err(|_| ControllerError::Thread("scheduler panicked".into()))??;
+        }
+        served
+    }
+}
+
+/// Runs until `shutdown` is cancelled: what `main` calls.
+pub async fn run(
+    config: Config,
+    shutdown: CancellationToken,
+    on_ready: impl FnOnce(SocketAddr),
+) -> Result<(), ControllerError> {
+    let controller = start(config).await?;
+    on_ready(controller.local_addr());
+    shutdown.cancelled().await;
+    controller.shutdown().await
+}

@@ -345,6 +345,25 @@ fn validate(raw: RawPlan) -> Result<Plan, PlanError> {
         }
     }
 
+    // Task branches are `swarm/<swarm>/<task>`: none may be, or be a path
+    // prefix of, a branch the swarm already uses (git refs cannot nest).
+    for (i, task) in raw.tasks.iter().enumerate() {
+        let branch = task_branch(&swarm, &task.id);
+        for (field, other) in [
+            ("base_branch", &base_branch),
+            ("integration_branch", &integration_branch),
+            ("target_branch", &target_branch),
+        ] {
+            let nested = other.starts_with(&format!("{branch}/")) || branch.starts_with(&format!("{other}/"));
+            if *other == branch || nested {
+                return Err(err(
+                    format!("tasks[{i}].id"),
+                    format!("task branch {branch:?} collides with {field} {other:?}"),
+                ));
+            }
+        }
+    }
+
     let mut tasks = Vec::with_capacity(raw.tasks.len());
     for (i, task) in raw.tasks.iter().enumerate() {
         let at = |field: &str| format!("tasks[{i}].{field}");
@@ -430,6 +449,11 @@ fn validate(raw: RawPlan) -> Result<Plan, PlanError> {
     }
 
     Ok(Plan { swarm, base_branch, integration_branch, target_branch, tasks })
+}
+
+/// The branch a task's attempts work on.
+pub fn task_branch(swarm: &SwarmId, task: &str) -> String {
+    format!("swarm/{swarm}/{task}")
 }
 
 fn check_labels(path: &str, labels: &BTreeMap<String, String>) -> Result<(), PlanError> {

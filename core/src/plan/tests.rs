@@ -86,6 +86,7 @@ fn bad_plans() -> Vec<(String, &'static str, &'static str)> {
         (task_block("verify = [{ name = \"t\", command = \"\" }]"), "tasks[0].verify[0].command", "empty"),
         (task_block("retries = 1000"), "tasks[0].retries", "at most 100"),
         ("name = \"s\"\n".into(), "tasks", "at least one task"),
+        (task_block("").replace("id = \"a\"", "id = \"integration\""), "tasks[0].id", "collides with integration_branch"),
         (task_block("").replace("command = \"true\"", ""), "tasks[0].command", "no worker command"),
         (task_block("labels = { \"bad key\" = \"x\" }"), "tasks[0].labels.bad key", "label key"),
         ("name = \n".into(), "", "TOML"),

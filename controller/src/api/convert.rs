@@ -1,0 +1,360 @@
+//! Wire ⇄ domain conversions for the controller's own types.
+
+use std::collections::BTreeMap;
+
+use swarm_core::TaskKey;
+use swarm_core::names::check_text;
+use swarm_core::plan::check_label;
+use swarm_proto::FieldError;
+use swarm_proto::convert::{AttemptRef, optional_commit, outcome_from_wire, required_attempt, required_id};
+use swarm_proto::v1;
+
+use crate::scheduler::views::{AttemptView, SwarmView, TaskDetailView, TaskView, WorkerView};
+use crate::scheduler::{
+    AssignSpec, AttemptHandle, HelloInfo, Outbound, Report, ReportedAttempt, ResultReport, TierOutcome,
+};
+use crate::store::EventRow;
+
+pub const MAX_TEXT: usize = 64 * 1024;
+pub const MAX_LINES: usize = 200;
+pub const MAX_PATHS: usize = 100_000;
+
+fn reported(r: AttemptRef) -> ReportedAttempt {
+    ReportedAttempt { task: r.task, number: r.number, token: r.fencing_token }
+}
+
+fn text(field: &str, s: &str, max: usize) -> Result<String, FieldError> {
+    check_text(s, max).map_err(|rule| FieldError::new(field, rule))?;
+    Ok(s.to_string())
+}
+
+fn lines(field: &str, v: &[String]) -> Result<Vec<String>, FieldError> {
+    if v.len() > MAX_LINES {
+        return Err(FieldError::new(field, format!("at most {MAX_LINES} lines")));
+    }
+    for (i, l) in v.iter().enumerate() {
+        check_text(l, 4096).map_err(|rule| FieldError::new(format!("{field}[{i}]"), rule))?;
+    }
+    Ok(v.to_vec())
+}
+
+fn paths(field: &str, v: &[String]) -> Result<Vec<String>, FieldError> {
+    if v.len() > MAX_PATHS {
+        return Err(FieldError::new(field, format!("at most {MAX_PATHS} paths")));
+    }
+    for (i, p) in v.iter().enumerate() {
+        if p.is_empty() || p.len() > 4096 || p.starts_with('/') || p.split('/').any(|c| c == "..") {
+            return Err(FieldError::new(
+                format!("{field}[{i}]"),
+                "must be a relative path inside the repository",
+            ));
+        }
+    }
+    Ok(v.to_vec())
+}
+
+pub fn hello(h: &v1::Hello) -> Result<HelloInfo, FieldError> {
+    let worker_id = required_id("hello.worker_id", &h.worker_id)?;
+    if h.labels.len() > 64 {
+        return Err(FieldError::new("hello.labels", "at most 64 labels"));
+    }
+    let mut labels = BTreeMap::new();
+    for (k, v) in &h.labels {
+        check_label(k, v).map_err(|rule| FieldError::new(format!("hello.labels.{k}"), rule))?;
+        labels.insert(k.clone(), v.clone());
+    }
+    let host = text("hello.host", &h.host, 255)?;
+    let attempt_in_hand = match &h.attempt_in_hand {
+        None => None,
+        Some(r) => Some(reported(AttemptRef::try_from(r).map_err(|e| e.within("hello.attempt_in_hand"))?)),
+    };
+    Ok(HelloInfo {
+        worker_id,
+        labels,
+        host,
+        last_acked_seq: h.last_acked_seq,
+        attempt_in_hand,
+        shares_repository: h.shares_repository,
+    })
+}
+
+/// Converts one report; `None` for messages that change nothing
+/// (heartbeats, acks), which the stream reader handles itself.
+pub fn report(seq: u64, body: &v1::sidecar_message::Body) -> Result<Option<Report>, FieldError> {
+    use v1::sidecar_message::Body;
+    let needs_seq = |field: &str| {
+        if seq == 0 {
+            Err(FieldError::new("seq", format!("a {field} report must carry a sequence number >= 1")))
+        } else {
+            Ok(())
+        }
+    };
+    Ok(Some(match body {
+        Body::Hello(_) => return Err(FieldError::new("hello", "sent twice on one stream")),
+        Body::Heartbeat(_) | Body::Ack(_) => return Ok(None),
+        Body::Started(s) => {
+            needs_seq("started")?;
+            Report::Started {
+                attempt: reported(required_attempt("started.attempt", s.attempt.as_ref())?),
+                pid: s.pid,
+                restarts: s.restarts,
+            }
+        }
+        Body::Progress(p) => {
+            if p.percent > 100 {
+                return Err(FieldError::new("progress.percent", "must be between 0 and 100"));
+            }
+            Report::Progress {
+                attempt: reported(required_attempt("progress.attempt", p.attempt.as_ref())?),
+                percent: p.percent,
+                step: text("progress.step", &p.step, 1024)?,
+            }
+        }
+        Body::Status(s) => {
+            needs_seq("status")?;
+            let status = v1::WorkerStatus::try_from(s.status)
+                .ok()
+                .filter(|st| *st != v1::WorkerStatus::Unspecified)
+                .ok_or_else(|| {
+                    FieldError::new("status.status", "must be WORKING, BLOCKED, QUESTION or DONE")
+                })?;
+            let status = match status {
+                v1::WorkerStatus::Working => "working",
+                v1::WorkerStatus::Blocked => "blocked",
+                v1::WorkerStatus::Question => "question",
+                _ => "done",
+            };
+            Report::Status {
+                attempt: reported(required_attempt("status.attempt", s.attempt.as_ref())?),
+                status: status.to_string(),
+                message: text("status.message", &s.message, MAX_TEXT)?,
+            }
+        }
+        Body::Question(q) => {
+            needs_seq("question")?;
+            if q.text.trim().is_empty() {
+                return Err(FieldError::new("question.text", "must not be empty"));
+            }
+            Report::Question {
+                attempt: reported(required_attempt("question.attempt", q.attempt.as_ref())?),
+                id: required_id("question.question_id", &q.question_id)?,
+                text: text("question.text", &q.text, MAX_TEXT)?,
+                category: text("question.category", &q.category, 100)?,
+            }
+        }
+        Body::Result(r) => {
+            needs_seq("result")?;
+            let outcome = outcome_from_wire("result.outcome", r.outcome)?;
+            let commit = optional_commit("result.commit", &r.commit)?;
+            if matches!(outcome, swarm_core::Outcome::Success) && commit.is_none() {
+                return Err(FieldError::new("result.commit", "is required when outcome is SUCCESS"));
+            }
+            let mut tiers = Vec::with_capacity(r.tiers.len());
+            if r.tiers.len() > 32 {
+                return Err(FieldError::new("result.tiers", "at most 32 tiers"));
+            }
+            for (i, t) in r.tiers.iter().enumerate() {
+                tiers.push(TierOutcome {
+                    name: text(&format!("result.tiers[{i}].name"), &t.name, 64)?,
+                    passed: t.passed,
+                    blocking: t.blocking,
+                    exit_code: t.exit_code,
+                    duration_ms: t.duration_ms,
+                    output_tail: text(&format!("result.tiers[{i}].output_tail"), &t.output_tail, MAX_TEXT)?,
+                });
+            }
+            Report::Result(Box::new(ResultReport {
+                attempt: reported(required_attempt("result.attempt", r.attempt.as_ref())?),
+                outcome,
+                exit_code: r.exit_code,
+                signal: r.signal,
+                commit,
+                files_changed: paths("result.files_changed", &r.files_changed)?,
+                tiers,
+                summary: text("result.summary", &r.summary, MAX_TEXT)?,
+                error: text("result.error", &r.error, MAX_TEXT)?,
+                log_tail: lines("result.log_tail", &r.log_tail)?,
+                category: text("result.category", &r.category, 100)?,
+            }))
+        }
+        Body::Orphans(o) => {
+            needs_seq("orphans")?;
+            Report::Orphans { worktrees: lines("orphans.worktrees", &o.worktrees)?, removed: o.removed }
+        }
+    }))
+}
+
+fn handle(h: &AttemptHandle) -> v1::AttemptRef {
+    v1::AttemptRef {
+        swarm_id: h.task.swarm.to_string(),
+        task_id: h.task.task.to_string(),
+        attempt: h.number,
+        fencing_token: h.token,
+    }
+}
+
+fn assign(a: &AssignSpec) -> v1::Assign {
+    v1::Assign {
+        attempt: Some(handle(&a.attempt)),
+        base_commit: a.base_commit.clone(),
+        branch: a.branch.clone(),
+        title: a.title.clone(),
+        task_text: a.task_text.clone(),
+        command: a.command.clone(),
+        env: a.env.clone().into_iter().collect(),
+        owned_globs: a.owned_globs.clone(),
+        verify: a
+            .verify
+            .iter()
+            .map(|t| v1::VerifyTier {
+                name: t.name.clone(),
+                command: t.command.clone(),
+                blocking: t.blocking,
+                timeout_secs: t.timeout_secs,
+            })
+            .collect(),
+        idle_timeout_secs: a.idle_timeout_secs,
+        max_restarts: a.max_restarts,
+        traceparent: a.traceparent.clone(),
+        setup: a.setup.clone(),
+    }
+}
+
+pub fn outbound(o: Outbound) -> v1::ControllerMessage {
+    use v1::controller_message::Body;
+    let body = match o {
+        Outbound::Welcome {
+            session_id,
+            heartbeat_interval_ms,
+            heartbeat_jitter_ms,
+            lease_ttl_ms,
+            last_applied_seq,
+            attempt_resumed,
+        } => Body::Welcome(v1::Welcome {
+            session_id,
+            heartbeat_interval_ms,
+            heartbeat_jitter_ms,
+            lease_ttl_ms,
+            last_applied_seq,
+            attempt_resumed,
+        }),
+        Outbound::Assign(a) => Body::Assign(assign(&a)),
+        Outbound::Cancel { attempt, grace_ms, reason } => {
+            Body::Cancel(v1::Cancel { attempt: Some(handle(&attempt)), grace_ms, reason })
+        }
+        Outbound::Answer { attempt, question_id, text } => {
+            Body::Answer(v1::Answer { attempt: Some(handle(&attempt)), question_id, text })
+        }
+        Outbound::Ack { seq } => Body::Ack(v1::Ack { seq }),
+        Outbound::Drain { reason } => Body::Drain(v1::Drain { reason }),
+    };
+    v1::ControllerMessage { body: Some(body) }
+}
+
+pub fn task_key(field: &str, full: &str) -> Result<TaskKey, FieldError> {
+    TaskKey::parse(full).map_err(|rule| FieldError::new(field, rule))
+}
+
+pub fn swarm(v: SwarmView) -> v1::Swarm {
+    let state = match v.state {
+        crate::scheduler::SwarmState::Active => v1::SwarmState::Active,
+        crate::scheduler::SwarmState::Completed => v1::SwarmState::Completed,
+        crate::scheduler::SwarmState::Failed => v1::SwarmState::Failed,
+        crate::scheduler::SwarmState::Cancelled => v1::SwarmState::Cancelled,
+    };
+    v1::Swarm {
+        id: v.id,
+        state: state as i32,
+        base_branch: v.base_branch,
+        integration_branch: v.integration_branch,
+        integration_head: v.integration_head,
+        tasks_by_state: v.tasks_by_state.into_iter().collect(),
+        created_at_unix_ms: v.created_at,
+        task_count: v.task_count,
+    }
+}
+
+pub fn task(v: TaskView) -> v1::Task {
+    v1::Task {
+        swarm_id: v.swarm,
+        id: v.id,
+        title: v.title,
+        state: v1::TaskState::from(v.state) as i32,
+        deps: v.deps,
+        owned_globs: v.owned_globs,
+        attempts: v.attempts,
+        retries_used: v.retries_used,
+        worker_id: v.worker,
+        merge_commit: v.merge_commit,
+        reason: v.reason,
+        percent: v.percent,
+        step: v.step,
+        updated_at_unix_ms: v.updated_at,
+        pending_question: v.pending_question,
+    }
+}
+
+fn attempt(a: AttemptView) -> v1::Attempt {
+    v1::Attempt {
+        number: a.number,
+        state: v1::AttemptState::from(a.state) as i32,
+        worker_id: a.worker,
+        fencing_token: a.token,
+        base_commit: a.base_commit,
+        result_commit: a.result_commit,
+        outcome: a.outcome.map(|o| v1::Outcome::from(o) as i32).unwrap_or(0),
+        exit_code: a.exit_code,
+        summary: a.summary,
+        error: a.error,
+        started_at_unix_ms: a.started_at,
+        ended_at_unix_ms: a.ended_at,
+        tiers: a
+            .tiers
+            .into_iter()
+            .map(|t| v1::TierResult {
+                name: t.name,
+                passed: t.passed,
+                blocking: t.blocking,
+                exit_code: t.exit_code,
+                duration_ms: t.duration_ms,
+                output_tail: t.output_tail,
+            })
+            .collect(),
+    }
+}
+
+pub fn task_detail(v: TaskDetailView) -> v1::TaskDetail {
+    v1::TaskDetail {
+        task: Some(task(v.task)),
+        prompt: v.prompt,
+        attempts: v.attempts.into_iter().map(attempt).collect(),
+        events: v.events.into_iter().map(event).collect(),
+    }
+}
+
+pub fn worker(w: WorkerView) -> v1::Worker {
+    v1::Worker {
+        id: w.id,
+        host: w.host,
+        labels: w.labels.into_iter().collect(),
+        connected: w.connected,
+        draining: w.draining,
+        attempt: w.attempt,
+        heartbeat_age_ms: w.heartbeat_age_ms,
+        last_applied_seq: w.last_applied_seq,
+    }
+}
+
+pub fn event(e: EventRow) -> v1::Event {
+    v1::Event {
+        id: e.id,
+        at_unix_ms: e.at,
+        swarm_id: e.swarm,
+        task_id: e.task,
+        attempt: e.attempt,
+        worker_id: e.worker,
+        kind: e.kind,
+        message: e.message,
+        data: e.data,
+    }
+}

@@ -1,0 +1,53 @@
+//! The gRPC edge: converts wire messages into domain commands (validating
+//! them on the way, so the scheduler never sees a prost type or a bad
+//! value) and the scheduler's views back into wire messages.
+
+pub mod convert;
+pub mod operator;
+pub mod sidecar;
+pub mod watch;
+
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::Instant;
+
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::error::SchedError;
+use crate::integrator::IntegratorHandle;
+use crate::scheduler::{Command, OperatorOp};
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct Shared {
+    pub scheduler: mpsc::Sender<Command>,
+    pub integrator: IntegratorHandle,
+    pub db_path: Arc<std::path::PathBuf>,
+    /// The scheduler's clock origin, for lease timestamps.
+    pub started: Instant,
+    pub shutdown: CancellationToken,
+    /// Owns every per-stream task, so shutdown can wait for them.
+    pub tasks: TaskTracker,
+}
+
+impl Shared {
+    pub fn send(&self, cmd: Command) -> Result<(), SchedError> {
+        self.scheduler.send(cmd).map_err(|_| SchedError::Unavailable("scheduler stopped".into()))
+    }
+
+    /// Sends an operator request and waits for its (post-commit) reply.
+    pub async fn ask<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<T, SchedError>>) -> OperatorOp,
+    ) -> Result<T, SchedError> {
+        let (tx, rx) = oneshot::channel();
+        self.send(Command::Operator(make(tx)))?;
+        rx.await.map_err(|_| SchedError::Unavailable("scheduler stopped".into()))?
+    }
+
+    pub fn mono_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+}

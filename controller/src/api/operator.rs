@@ -1,0 +1,219 @@
+//! `OperatorService`: what swarmctl and operators call.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::Stream;
+use swarm_core::TaskState;
+use swarm_core::plan::Plan;
+use swarm_proto::FieldError;
+use swarm_proto::convert::required_id;
+use swarm_proto::v1;
+use swarm_proto::v1::operator_service_server::OperatorService;
+use tonic::{Request, Response, Status};
+
+use super::{Shared, convert, watch};
+use crate::error::SchedError;
+use crate::scheduler::OperatorOp;
+use crate::store::{Store, read_events};
+
+pub struct OperatorApi {
+    shared: Shared,
+}
+
+impl OperatorApi {
+    pub fn new(shared: Shared) -> Self {
+        OperatorApi { shared }
+    }
+}
+
+fn swarm_id(field: &str, id: &str) -> Result<String, Status> {
+    swarm_core::names::check_id(id).map_err(|rule| FieldError::new(field, rule))?;
+    Ok(id.to_string())
+}
+
+#[tonic::async_trait]
+impl OperatorService for OperatorApi {
+    type WatchStream = Pin<Box<dyn Stream<Item = Result<v1::Event, Status>> + Send>>;
+
+    #[tracing::instrument(skip_all)]
+    async fn create_swarm(
+        &self,
+        request: Request<v1::CreateSwarmRequest>,
+    ) -> Result<Response<v1::CreateSwarmResponse>, Status> {
+        let text = request.into_inner().plan_toml;
+        let plan = Plan::parse(&text).map_err(|e| {
+            let field =
+                if e.path.is_empty() { "plan_toml".to_string() } else { format!("plan_toml: {}", e.path) };
+            Status::invalid_argument(format!("{field}: {}", e.rule))
+        })?;
+        tracing::info!(swarm = %plan.swarm, "create swarm");
+        // The integration branch starts at the base branch; an existing one
+        // is left where it is (a resumed swarm).
+        let head = self.shared.integrator.ensure_branch(&plan.integration_branch, &plan.base_branch).await?;
+        let plan = Arc::new(plan);
+        let (view, created) = self
+            .shared
+            .ask(|reply| OperatorOp::CreateSwarm { plan_text: text, plan, integration_head: head, reply })
+            .await?;
+        Ok(Response::new(v1::CreateSwarmResponse { swarm: Some(convert::swarm(view)), created }))
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn get_swarm(&self, request: Request<v1::GetSwarmRequest>) -> Result<Response<v1::Swarm>, Status> {
+        let swarm = swarm_id("swarm_id", &request.into_inner().swarm_id)?;
+        let view = self.shared.ask(|reply| OperatorOp::GetSwarm { swarm, reply }).await?;
+        Ok(Response::new(convert::swarm(view)))
+    }
+
+    async fn list_swarms(
+        &self,
+        _: Request<v1::ListSwarmsRequest>,
+    ) -> Result<Response<v1::ListSwarmsResponse>, Status> {
+        let views = self.shared.ask(|reply| OperatorOp::ListSwarms { reply }).await?;
+        Ok(Response::new(v1::ListSwarmsResponse { swarms: views.into_iter().map(convert::swarm).collect() }))
+    }
+
+    async fn list_tasks(
+        &self,
+        request: Request<v1::ListTasksRequest>,
+    ) -> Result<Response<v1::ListTasksResponse>, Status> {
+        let req = request.into_inner();
+        let swarm = swarm_id("swarm_id", &req.swarm_id)?;
+        let mut states = Vec::new();
+        for (i, raw) in req.states.iter().enumerate() {
+            let s = v1::TaskState::try_from(*raw)
+                .map_err(|_| FieldError::new(format!("states[{i}]"), format!("unknown task state {raw}")))?;
+            states.push(TaskState::try_from(s).map_err(|e| FieldError::new(format!("states[{i}]"), e.rule))?);
+        }
+        let views = self.shared.ask(|reply| OperatorOp::ListTasks { swarm, states, reply }).await?;
+        Ok(Response::new(v1::ListTasksResponse { tasks: views.into_iter().map(convert::task).collect() }))
+    }
+
+    async fn get_task(
+        &self,
+        request: Request<v1::GetTaskRequest>,
+    ) -> Result<Response<v1::TaskDetail>, Status> {
+        let task = convert::task_key("task_id", &request.into_inner().task_id)?;
+        let mut detail = self.shared.ask(|reply| OperatorOp::GetTask { task: task.clone(), reply }).await?;
+        let db = self.shared.db_path.clone();
+        detail.events = tokio::task::spawn_blocking(move || -> Result<_, SchedError> {
+            let conn = Store::reader(&db).map_err(|e| SchedError::Unavailable(e.to_string()))?;
+            let all = read_events(&conn, 0, i64::MAX as u64, Some(task.swarm.as_str()), 100_000)
+                .map_err(|e| SchedError::Unavailable(e.to_string()))?;
+            Ok(all.into_iter().filter(|e| e.task == task.task.as_str()).collect())
+        })
+        .await
+        .map_err(|e| Status::internal(e.to_string()))??;
+        Ok(Response::new(convert::task_detail(detail)))
+    }
+
+    async fn list_workers(
+        &self,
+        _: Request<v1::ListWorkersRequest>,
+    ) -> Result<Response<v1::ListWorkersResponse>, Status> {
+        let views = self.shared.ask(|reply| OperatorOp::ListWorkers { reply }).await?;
+        Ok(Response::new(v1::ListWorkersResponse {
+            workers: views.into_iter().map(convert::worker).collect(),
+        }))
+    }
+
+    async fn watch(&self, request: Request<v1::WatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
+        let req = request.into_inner();
+        let swarm = if req.swarm_id.is_empty() { None } else { Some(swarm_id("swarm_id", &req.swarm_id)?) };
+        let stream = watch::watch(self.shared.clone(), req.after_event_id, swarm).await?;
+        Ok(Response::new(stream))
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn cancel_task(
+        &self,
+        request: Request<v1::CancelTaskRequest>,
+    ) -> Result<Response<v1::CancelTaskResponse>, Status> {
+        let req = request.into_inner();
+        let task = convert::task_key("task_id", &req.task_id)?;
+        let reason = bounded("reason", req.reason)?;
+        let view = self.shared.ask(|reply| OperatorOp::CancelTask { task, reason, reply }).await?;
+        Ok(Response::new(v1::CancelTaskResponse { task: Some(convert::task(view)) }))
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn cancel_swarm(
+        &self,
+        request: Request<v1::CancelSwarmRequest>,
+    ) -> Result<Response<v1::CancelSwarmResponse>, Status> {
+        let req = request.into_inner();
+        let swarm = swarm_id("swarm_id", &req.swarm_id)?;
+        let reason = bounded("reason", req.reason)?;
+        let cancelled = self.shared.ask(|reply| OperatorOp::CancelSwarm { swarm, reason, reply }).await?;
+        Ok(Response::new(v1::CancelSwarmResponse { cancelled }))
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn retry_task(
+        &self,
+        request: Request<v1::RetryTaskRequest>,
+    ) -> Result<Response<v1::RetryTaskResponse>, Status> {
+        let task = convert::task_key("task_id", &request.into_inner().task_id)?;
+        let view = self.shared.ask(|reply| OperatorOp::RetryTask { task, reply }).await?;
+        Ok(Response::new(v1::RetryTaskResponse { task: Some(convert::task(view)) }))
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn answer(
+        &self,
+        request: Request<v1::AnswerRequest>,
+    ) -> Result<Response<v1::AnswerResponse>, Status> {
+        let req = request.into_inner();
+        let task = convert::task_key("task_id", &req.task_id)?;
+        let question_id = if req.question_id.is_empty() {
+            String::new()
+        } else {
+            required_id("question_id", &req.question_id)?
+        };
+        if req.text.trim().is_empty() {
+            return Err(FieldError::new("text", "must not be empty").into());
+        }
+        let text = bounded("text", req.text)?;
+        let view = self.shared.ask(|reply| OperatorOp::Answer { task, question_id, text, reply }).await?;
+        Ok(Response::new(v1::AnswerResponse { task: Some(convert::task(view)) }))
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn drain_worker(
+        &self,
+        request: Request<v1::DrainWorkerRequest>,
+    ) -> Result<Response<v1::DrainWorkerResponse>, Status> {
+        let worker = required_id("worker_id", &request.into_inner().worker_id)?;
+        let view = self.shared.ask(|reply| OperatorOp::DrainWorker { worker, reply }).await?;
+        Ok(Response::new(v1::DrainWorkerResponse { worker: Some(convert::worker(view)) }))
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn land(&self, request: Request<v1::LandRequest>) -> Result<Response<v1::LandResponse>, Status> {
+        let req = request.into_inner();
+        let swarm = swarm_id("swarm_id", &req.swarm_id)?;
+        if !req.target_branch.is_empty() {
+            swarm_core::names::check_branch(&req.target_branch)
+                .map_err(|rule| FieldError::new("target_branch", rule))?;
+        }
+        let view = self.shared.ask(|reply| OperatorOp::GetSwarm { swarm: swarm.clone(), reply }).await?;
+        let target =
+            if req.target_branch.is_empty() { view.target_branch.clone() } else { req.target_branch };
+        if target == view.integration_branch {
+            return Err(FieldError::new("target_branch", "must differ from the integration branch").into());
+        }
+        let landed = self.shared.integrator.fast_forward(&target, &view.integration_head).await?;
+        tracing::info!(swarm = %swarm, target = %landed.target, old = %landed.old, new = %landed.new, "landed");
+        Ok(Response::new(v1::LandResponse {
+            target_branch: landed.target,
+            old_commit: landed.old,
+            new_commit: landed.new,
+        }))
+    }
+}
+
+fn bounded(field: &str, s: String) -> Result<String, Status> {
+    swarm_core::names::check_text(&s, convert::MAX_TEXT).map_err(|rule| FieldError::new(field, rule))?;
+    Ok(s)
+}

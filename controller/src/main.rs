@@ -1,0 +1,98 @@
+//! swarm-controller: parse flags, set up logging, run until Ctrl-C/SIGTERM.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Parser)]
+#[command(name = "swarm-controller", version, about = "The swarm control plane")]
+struct Args {
+    /// Address to serve the Sidecar and Operator APIs on.
+    #[arg(long, env = "SWARM_LISTEN", default_value = "127.0.0.1:7420")]
+    listen: SocketAddr,
+    /// The repository the swarms work on.
+    #[arg(long, env = "SWARM_REPO", default_value = ".")]
+    repo: PathBuf,
+    /// SQLite store; default <repo>/.git/swarm/swarm.db.
+    #[arg(long, env = "SWARM_DB")]
+    db: Option<PathBuf>,
+    /// Heartbeat interval given to sidecars.
+    #[arg(long, env = "SWARM_HEARTBEAT_INTERVAL_MS", default_value_t = 15_000)]
+    heartbeat_interval_ms: u64,
+    /// How long an attempt survives without a word from its sidecar.
+    #[arg(long, env = "SWARM_LEASE_TTL_MS", default_value_t = 60_000)]
+    lease_ttl_ms: u64,
+    /// Wait before a task whose attempt was lost is assigned again.
+    #[arg(long, env = "SWARM_LOST_GRACE_MS", default_value_t = 2_000)]
+    lost_grace_ms: u64,
+    /// Grace between SIGINT, SIGTERM and SIGKILL when cancelling.
+    #[arg(long, env = "SWARM_CANCEL_GRACE_MS", default_value_t = 5_000)]
+    cancel_grace_ms: u64,
+    /// Log format.
+    #[arg(long, env = "SWARM_LOG_FORMAT", default_value = "pretty", value_parser = ["pretty", "json"])]
+    log_format: String,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if args.log_format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+    if args.heartbeat_interval_ms == 0 || args.lease_ttl_ms <= args.heartbeat_interval_ms {
+        anyhow::bail!("--lease-ttl-ms must be greater than --heartbeat-interval-ms (and both non-zero)");
+    }
+    let config = swarm_controller::Config {
+        listen: args.listen,
+        repo: args.repo,
+        db: args.db,
+        heartbeat_interval: Duration::from_millis(args.heartbeat_interval_ms),
+        lease_ttl: Duration::from_millis(args.lease_ttl_ms),
+        lost_grace: Duration::from_millis(args.lost_grace_ms),
+        cancel_grace: Duration::from_millis(args.cancel_grace_ms),
+    };
+    let shutdown = CancellationToken::new();
+    let signals = shutdown.clone();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        signals.cancel();
+    });
+    swarm_controller::run(config, shutdown, |addr| {
+        // Scripts and tests read this line for the bound port.
+        let mut out = std::io::stdout();
+        let _ = writeln!(out, "listening on {addr}");
+        let _ = out.flush();
+    })
+    .await
+    .context("swarm-controller")
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = ctrl_c.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}

@@ -1,0 +1,203 @@
+//! Matching READY tasks to idle workers: labels, and exclusive file
+//! ownership between live attempts.
+
+use std::sync::Arc;
+
+use globset::{Glob, GlobSet, GlobSetBuilder};
+use swarm_core::plan::task_branch;
+use swarm_core::{AttemptState, TaskKey, TaskState};
+
+use super::model::Attempt;
+use super::outbound::{AssignSpec, AttemptHandle, Outbound};
+use super::{Effects, Scheduler, now_ms, task_text};
+
+/// A task's owned globs, prepared for overlap checks.
+#[derive(Debug)]
+pub struct Ownership {
+    literals: Vec<String>,
+    /// The literal directory prefix of each wildcard glob (`src/api/` for
+    /// `src/api/**/*.rs`).
+    prefixes: Vec<String>,
+    set: GlobSet,
+}
+
+impl Ownership {
+    pub fn new(globs: &[String]) -> Ownership {
+        let mut literals = Vec::new();
+        let mut prefixes = Vec::new();
+        let mut builder = GlobSetBuilder::new();
+        for g in globs {
+            let wild = g.find(['*', '?', '[', '{']);
+            match wild {
+                None => literals.push(g.clone()),
+                Some(at) => prefixes.push(g[..at].to_string()),
+            }
+            if let Ok(glob) = globset::GlobBuilder::new(g).literal_separator(true).build() {
+                builder.add(glob);
+            } else if let Ok(glob) = Glob::new(g) {
+                builder.add(glob);
+            }
+        }
+        let set = builder.build().unwrap_or_else(|_| GlobSet::empty());
+        Ownership { literals, prefixes, set }
+    }
+
+    /// Whether some path could be owned by both. Exact for literal paths;
+    /// for two wildcard globs it is conservative: their literal prefixes
+    /// must not be nested (`src/api/` and `src/db/` are disjoint,
+    /// `src/*.rs` and `src/*.md` count as overlapping). A false overlap only
+    /// serializes two tasks; a missed one would let them collide.
+    pub fn overlaps(&self, other: &Ownership) -> bool {
+        if self.literals.iter().any(|p| other.set.is_match(p) || other.literals.contains(p)) {
+            return true;
+        }
+        if other.literals.iter().any(|p| self.set.is_match(p)) {
+            return true;
+        }
+        self.prefixes
+            .iter()
+            .any(|a| other.prefixes.iter().any(|b| a.starts_with(b.as_str()) || b.starts_with(a.as_str())))
+    }
+}
+
+impl Scheduler {
+    /// Gives READY tasks to idle workers until one side runs out.
+    pub(super) fn schedule(&mut self, fx: &mut Effects) {
+        if self.ready.is_empty() {
+            return;
+        }
+        let mut idle: Vec<String> =
+            self.workers.values().filter(|w| w.is_idle()).map(|w| w.id.clone()).collect();
+        if idle.is_empty() {
+            return;
+        }
+        idle.sort();
+        let now = now_ms();
+        for worker_id in idle {
+            let Some(worker) = self.workers.get(&worker_id) else { continue };
+            let mut chosen = None;
+            for (_, key) in &self.ready {
+                let Some(task) = self.tasks.get(key) else { continue };
+                if task.not_before > now || !worker.satisfies(&task.spec.labels) {
+                    continue;
+                }
+                let Some(own) = self.ownership.get(key) else { continue };
+                if self.running.iter().any(|(other, o)| other != key && o.overlaps(own)) {
+                    continue;
+                }
+                chosen = Some(key.clone());
+                break;
+            }
+            let Some(key) = chosen else {
+                if self.ready.is_empty() {
+                    return;
+                }
+                continue;
+            };
+            self.assign(&worker_id, &key, fx);
+        }
+    }
+
+    /// Creates the next attempt of `key` on `worker_id`.
+    fn assign(&mut self, worker_id: &str, key: &TaskKey, fx: &mut Effects) {
+        let token = self.next_token;
+        self.next_token += 1;
+        let Some(task) = self.tasks.get_mut(key) else { return };
+        task.attempts += 1;
+        task.percent = 0;
+        task.step.clear();
+        let number = task.attempts;
+        let base = if task.resume_commit.is_empty() {
+            self.swarms.get(&key.swarm).map(|s| s.integration_head.clone()).unwrap_or_default()
+        } else {
+            task.resume_commit.clone()
+        };
+        let _span = tracing::info_span!("assign", swarm = %key.swarm, task = %key, attempt = %key.attempt(number), worker = worker_id)
+            .entered();
+        let attempt = Attempt {
+            task: key.clone(),
+            number,
+            state: AttemptState::Assigned,
+            worker: worker_id.to_string(),
+            token,
+            base_commit: base,
+            result_commit: String::new(),
+            outcome: None,
+            exit_code: 0,
+            summary: String::new(),
+            error: String::new(),
+            started_at: now_ms(),
+            ended_at: 0,
+            tiers: Vec::new(),
+        };
+        fx.batch.attempt(attempt.row());
+        self.attempts.insert((key.clone(), number), attempt);
+        if let Some(w) = self.workers.get_mut(worker_id) {
+            w.attempt = Some((key.clone(), number));
+            w.updated_at = now_ms();
+            fx.batch.worker(w.row());
+        }
+        self.lease_seen.insert(worker_id.to_string(), self.mono_ms());
+        self.set_state(key, TaskState::Running, &format!("attempt {number} assigned to {worker_id}"), fx);
+        if let Some(spec) = self.assign_spec(key, number) {
+            self.send(worker_id, Outbound::Assign(Box::new(spec)), fx);
+        }
+    }
+
+    /// The Assign message for an existing attempt (also re-sent when its
+    /// sidecar reconnects without it).
+    pub(super) fn assign_spec(&self, key: &TaskKey, number: u32) -> Option<AssignSpec> {
+        let task = self.tasks.get(key)?;
+        let attempt = self.attempts.get(&(key.clone(), number))?;
+        let deps: Vec<(String, String)> = task
+            .spec
+            .deps
+            .iter()
+            .filter_map(|d| self.tasks.get(&TaskKey::new(key.swarm.clone(), d.clone())))
+            .map(|t| (t.key.task.to_string(), t.notes.summary.clone()))
+            .collect();
+        Some(AssignSpec {
+            attempt: AttemptHandle { task: key.clone(), number, token: attempt.token },
+            base_commit: attempt.base_commit.clone(),
+            branch: task_branch(&key.swarm, key.task.as_str()),
+            title: task.spec.title.clone(),
+            task_text: task_text::render(task, number, &deps),
+            command: task.spec.command.clone(),
+            env: task.spec.env.clone(),
+            owned_globs: task.spec.files.clone(),
+            verify: task.spec.verify.clone(),
+            idle_timeout_secs: task.spec.idle_timeout_secs,
+            max_restarts: task.spec.max_restarts,
+            setup: task.spec.setup.clone(),
+            traceparent: String::new(),
+        })
+    }
+}
+
+pub fn ownership_of(globs: &[String]) -> Arc<Ownership> {
+    Arc::new(Ownership::new(globs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn own(globs: &[&str]) -> Ownership {
+        Ownership::new(&globs.iter().map(|g| g.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn disjoint_directories_do_not_overlap() {
+        assert!(!own(&["src/api/**"]).overlaps(&own(&["src/db/**"])));
+        assert!(!own(&["a.txt"]).overlaps(&own(&["b.txt"])));
+        assert!(!own(&["src/*.rs"]).overlaps(&own(&["docs/a.md"])));
+    }
+
+    #[test]
+    fn shared_paths_overlap() {
+        assert!(own(&["src/**"]).overlaps(&own(&["src/api/**"])));
+        assert!(own(&["src/*.rs"]).overlaps(&own(&["src/lib.rs"])));
+        assert!(own(&["a.txt"]).overlaps(&own(&["a.txt"])));
+        assert!(own(&["**/*.rs"]).overlaps(&own(&["src/x/**"])));
+    }
+}

@@ -1,0 +1,159 @@
+//! Everything that reaches the scheduler: reports from sidecars (already
+//! validated and converted at the API edge), operator requests and the
+//! integrator's results.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use swarm_core::plan::Plan;
+use swarm_core::{Outcome, TaskKey, TaskState};
+use tokio::sync::{broadcast, oneshot};
+
+use super::model::{Session, TierOutcome};
+use super::views::{SwarmView, TaskDetailView, TaskView, WorkerView};
+use crate::error::SchedError;
+use crate::integrator::MergeResult;
+use crate::store::EventRow;
+
+/// An attempt as a sidecar names it in a report.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ReportedAttempt {
+    pub task: TaskKey,
+    pub number: u32,
+    pub token: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct HelloInfo {
+    pub worker_id: String,
+    pub labels: BTreeMap<String, String>,
+    pub host: String,
+    pub last_acked_seq: u64,
+    pub attempt_in_hand: Option<ReportedAttempt>,
+    pub shares_repository: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct ResultReport {
+    pub attempt: ReportedAttempt,
+    pub outcome: Outcome,
+    pub exit_code: i32,
+    pub signal: Option<i32>,
+    pub commit: Option<String>,
+    pub files_changed: Vec<String>,
+    pub tiers: Vec<TierOutcome>,
+    pub summary: String,
+    pub error: String,
+    pub log_tail: Vec<String>,
+    pub category: String,
+}
+
+#[derive(Debug, Clone)]
+pub enum Report {
+    Started { attempt: ReportedAttempt, pid: u32, restarts: u32 },
+    Progress { attempt: ReportedAttempt, percent: u32, step: String },
+    Status { attempt: ReportedAttempt, status: String, message: String },
+    Question { attempt: ReportedAttempt, id: String, text: String, category: String },
+    Result(Box<ResultReport>),
+    Orphans { worktrees: Vec<String>, removed: bool },
+}
+
+impl Report {
+    pub fn attempt(&self) -> Option<&ReportedAttempt> {
+        match self {
+            Report::Started { attempt, .. }
+            | Report::Progress { attempt, .. }
+            | Report::Status { attempt, .. }
+            | Report::Question { attempt, .. } => Some(attempt),
+            Report::Result(r) => Some(&r.attempt),
+            Report::Orphans { .. } => None,
+        }
+    }
+}
+
+pub type Reply<T> = oneshot::Sender<Result<T, SchedError>>;
+
+#[derive(Debug)]
+pub enum OperatorOp {
+    /// `plan` was parsed from `plan_text` and the integration branch made
+    /// (at `integration_head`) by the API before this reaches the scheduler.
+    CreateSwarm {
+        plan_text: String,
+        plan: Arc<Plan>,
+        integration_head: String,
+        reply: Reply<(SwarmView, bool)>,
+    },
+    GetSwarm {
+        swarm: String,
+        reply: Reply<SwarmView>,
+    },
+    ListSwarms {
+        reply: Reply<Vec<SwarmView>>,
+    },
+    ListTasks {
+        swarm: String,
+        states: Vec<TaskState>,
+        reply: Reply<Vec<TaskView>>,
+    },
+    GetTask {
+        task: TaskKey,
+        reply: Reply<TaskDetailView>,
+    },
+    ListWorkers {
+        reply: Reply<Vec<WorkerView>>,
+    },
+    CancelTask {
+        task: TaskKey,
+        reason: String,
+        reply: Reply<TaskView>,
+    },
+    CancelSwarm {
+        swarm: String,
+        reason: String,
+        reply: Reply<u32>,
+    },
+    RetryTask {
+        task: TaskKey,
+        reply: Reply<TaskView>,
+    },
+    Answer {
+        task: TaskKey,
+        question_id: String,
+        text: String,
+        reply: Reply<TaskView>,
+    },
+    DrainWorker {
+        worker: String,
+        reply: Reply<WorkerView>,
+    },
+    Land {
+        swarm: String,
+        target: Option<String>,
+        reply: Reply<crate::integrator::Landed>,
+    },
+}
+
+pub enum Command {
+    Hello {
+        hello: HelloInfo,
+        session: Session,
+    },
+    Report {
+        worker: String,
+        session: u64,
+        seq: u64,
+        report: Report,
+    },
+    Disconnected {
+        worker: String,
+        session: u64,
+    },
+    Operator(OperatorOp),
+    /// Registers a Watch: replies with the id of the last committed event
+    /// and a receiver of every later one.
+    Subscribe {
+        reply: oneshot::Sender<(u64, broadcast::Receiver<Arc<EventRow>>)>,
+    },
+    Merged(MergeResult),
+    Shutdown,
+}

@@ -1,0 +1,427 @@
+//! The scheduler: the single writer of task state.
+//!
+//! It runs on its own thread and owns the in-memory model and the store's
+//! write connection. Each turn of its loop takes a batch of commands
+//! (reports, operator requests, merge results), applies them to the model,
+//! assigns READY tasks to idle workers, and commits every resulting row in
+//! one transaction (group commit). Only after the commit do acks, assigns,
+//! replies, Watch events and merge jobs leave the thread: nothing outside
+//! ever sees a state the store does not hold.
+
+mod assign;
+pub mod command;
+mod model;
+mod operator;
+pub mod outbound;
+mod recover;
+mod reports;
+mod task_text;
+#[cfg(test)]
+mod tests;
+pub mod views;
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use swarm_core::{AttemptState, SwarmId, TaskKey, TaskState};
+use tokio::sync::broadcast;
+
+pub use command::{Command, HelloInfo, OperatorOp, Report, ReportedAttempt, ResultReport};
+pub use model::{Session, SwarmState, TierOutcome};
+pub use outbound::{AssignSpec, AttemptHandle, Outbound};
+
+use crate::integrator::{IntegratorHandle, MergeJob};
+use crate::store::{Batch, EventRow, Store};
+use assign::Ownership;
+use model::{Attempts, Swarm, Tasks, Worker};
+
+/// Timing knobs; the defaults follow the seeds (15 s heartbeats).
+#[derive(Debug, Clone)]
+pub struct Timing {
+    pub heartbeat_interval: Duration,
+    pub heartbeat_jitter: Duration,
+    pub lease_ttl: Duration,
+    /// How long a task whose attempt was LOST waits before it is READY.
+    pub lost_grace: Duration,
+    /// Grace between the signals of a Cancel, passed to the sidecar.
+    pub cancel_grace: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            heartbeat_interval: Duration::from_secs(15),
+            heartbeat_jitter: Duration::from_secs(3),
+            lease_ttl: Duration::from_secs(60),
+            lost_grace: Duration::from_secs(2),
+            cancel_grace: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Most commands applied in one group commit.
+const MAX_BATCH: usize = 4096;
+const TICK: Duration = Duration::from_millis(50);
+
+pub fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+/// Side effects of one turn, released after its commit.
+#[derive(Default)]
+struct Effects {
+    batch: Batch,
+    outbound: Vec<(Session, Outbound)>,
+    replies: Vec<Box<dyn FnOnce() + Send>>,
+    merges: Vec<MergeJob>,
+    touched_swarms: HashSet<SwarmId>,
+}
+
+pub struct Scheduler {
+    store: Store,
+    timing: Timing,
+    started: Instant,
+    swarms: HashMap<SwarmId, Swarm>,
+    tasks: Tasks,
+    attempts: Attempts,
+    workers: HashMap<String, Worker>,
+    /// Mono ms each worker's lease was last renewed.
+    lease_seen: HashMap<String, u64>,
+    /// READY tasks in the order they became ready.
+    ready: BTreeSet<(u64, TaskKey)>,
+    ready_seq: HashMap<TaskKey, u64>,
+    next_ready_seq: u64,
+    /// Owned globs of every task with a live attempt.
+    running: HashMap<TaskKey, Arc<Ownership>>,
+    ownership: HashMap<TaskKey, Arc<Ownership>>,
+    dependents: HashMap<TaskKey, Vec<TaskKey>>,
+    next_token: u64,
+    next_event_id: u64,
+    last_committed_event: u64,
+    events: broadcast::Sender<Arc<EventRow>>,
+    integrator: IntegratorHandle,
+    next_session_id: u64,
+}
+
+impl Scheduler {
+    /// Rebuilds the scheduler from its store.
+    pub fn recover(
+        store: Store,
+        timing: Timing,
+        integrator: IntegratorHandle,
+    ) -> Result<Scheduler, crate::error::ControllerError> {
+        recover::recover(store, timing, integrator)
+    }
+
+    /// The loop; returns when told to shut down or when a commit fails (the
+    /// model then no longer matches the store, and only a restart, which
+    /// rebuilds from the store, is safe).
+    pub fn run(mut self, commands: Receiver<Command>) -> Result<(), crate::error::ControllerError> {
+        let mut pending: Vec<Command> = Vec::with_capacity(MAX_BATCH);
+        loop {
+            match commands.recv_timeout(TICK) {
+                Ok(first) => pending.push(first),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return Ok(()),
+            }
+            while pending.len() < MAX_BATCH {
+                match commands.try_recv() {
+                    Ok(cmd) => pending.push(cmd),
+                    Err(_) => break,
+                }
+            }
+            let mut fx = Effects::default();
+            let mut stop = false;
+            for cmd in pending.drain(..) {
+                if matches!(cmd, Command::Shutdown) {
+                    stop = true;
+                    continue;
+                }
+                self.handle(cmd, &mut fx);
+            }
+            self.tick(&mut fx);
+            self.schedule(&mut fx);
+            for swarm in std::mem::take(&mut fx.touched_swarms) {
+                self.refresh_swarm(&swarm, &mut fx);
+            }
+            if !fx.batch.is_empty()
+                && let Err(e) = self.store.commit(&fx.batch)
+            {
+                tracing::error!(error = %e, "store commit failed; stopping the scheduler");
+                return Err(e.into());
+            }
+            self.release(fx);
+            if stop {
+                return Ok(());
+            }
+        }
+    }
+
+    fn release(&mut self, fx: Effects) {
+        for event in fx.batch.events {
+            self.last_committed_event = event.id;
+            // No receivers is fine: nobody is watching.
+            let _ = self.events.send(Arc::new(event));
+        }
+        for (session, message) in fx.outbound {
+            if session.tx.try_send(message).is_err() {
+                // The sidecar's queue is full or closed: it will reconnect
+                // and be brought up to date by its Hello.
+                tracing::warn!(session = session.id, "sidecar outbound queue full or closed");
+            }
+        }
+        for reply in fx.replies {
+            reply();
+        }
+        for job in fx.merges {
+            self.integrator.submit(job);
+        }
+    }
+
+    fn handle(&mut self, cmd: Command, fx: &mut Effects) {
+        match cmd {
+            Command::Hello { hello, session } => self.on_hello(hello, session, fx),
+            Command::Report { worker, session, seq, report } => {
+                self.on_report(&worker, session, seq, report, fx)
+            }
+            Command::Disconnected { worker, session } => self.on_disconnected(&worker, session, fx),
+            Command::Operator(op) => self.on_operator(op, fx),
+            Command::Subscribe { reply } => {
+                let _ = reply.send((self.last_committed_event, self.events.subscribe()));
+            }
+            Command::Merged(result) => self.on_merged(result, fx),
+            Command::Shutdown => {}
+        }
+    }
+
+    /// The clock origin of lease timestamps.
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+
+    fn mono_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// Appends an event to the batch and returns its id. `swarm` and `task`
+    /// may be empty (worker events, swarm events).
+    #[allow(clippy::too_many_arguments)]
+    fn event(
+        &mut self,
+        fx: &mut Effects,
+        swarm: &str,
+        task: &str,
+        attempt: u32,
+        worker: &str,
+        kind: &str,
+        message: String,
+        data: serde_json::Value,
+    ) -> u64 {
+        let id = self.next_event_id;
+        self.next_event_id += 1;
+        fx.batch.event(EventRow {
+            id,
+            at: now_ms(),
+            swarm: swarm.to_string(),
+            task: task.to_string(),
+            attempt,
+            worker: worker.to_string(),
+            kind: kind.to_string(),
+            message,
+            data: data.to_string(),
+        });
+        id
+    }
+
+    /// An event about one task (and attempt, when non-zero).
+    #[allow(clippy::too_many_arguments)]
+    fn task_event(
+        &mut self,
+        fx: &mut Effects,
+        key: &TaskKey,
+        attempt: u32,
+        worker: &str,
+        kind: &str,
+        message: String,
+        data: serde_json::Value,
+    ) -> u64 {
+        self.event(fx, key.swarm.as_str(), key.task.as_str(), attempt, worker, kind, message, data)
+    }
+
+    /// The one place a task changes state: updates the ready queue and the
+    /// live-ownership set, and records the transition as an event.
+    fn set_state(&mut self, key: &TaskKey, to: TaskState, reason: &str, fx: &mut Effects) {
+        let Some(task) = self.tasks.get_mut(key) else { return };
+        let from = task.state;
+        if from == to && task.reason == reason {
+            return;
+        }
+        let _span =
+            tracing::info_span!("task.transition", swarm = %key.swarm, task = %key, from = %from, to = %to)
+                .entered();
+        task.state = to;
+        task.reason = reason.to_string();
+        task.updated_at = now_ms();
+        if to != TaskState::Running {
+            task.percent = if to == TaskState::Merged { 100 } else { task.percent };
+        }
+        let attempt = task.attempts;
+        fx.batch.task(task.row());
+        fx.touched_swarms.insert(key.swarm.clone());
+        if let Some(seq) = self.ready_seq.remove(key) {
+            self.ready.remove(&(seq, key.clone()));
+        }
+        if to == TaskState::Ready {
+            let seq = self.next_ready_seq;
+            self.next_ready_seq += 1;
+            self.ready.insert((seq, key.clone()));
+            self.ready_seq.insert(key.clone(), seq);
+        }
+        if to == TaskState::Running {
+            if let Some(own) = self.ownership.get(key) {
+                self.running.insert(key.clone(), own.clone());
+            }
+        } else {
+            self.running.remove(key);
+        }
+        let message =
+            if reason.is_empty() { format!("{from} -> {to}") } else { format!("{from} -> {to}: {reason}") };
+        self.task_event(
+            fx,
+            key,
+            attempt,
+            "",
+            "task.state",
+            message,
+            serde_json::json!({ "from": from.as_str(), "to": to.as_str(), "reason": reason }),
+        );
+    }
+
+    /// READY when every dependency is MERGED, PENDING otherwise.
+    fn make_ready(&mut self, key: &TaskKey, reason: &str, fx: &mut Effects) {
+        let Some(task) = self.tasks.get(key) else { return };
+        let deps_merged = task.spec.deps.iter().all(|d| {
+            let dep = TaskKey::new(key.swarm.clone(), d.clone());
+            self.tasks.get(&dep).is_some_and(|t| t.state == TaskState::Merged)
+        });
+        let to = if deps_merged { TaskState::Ready } else { TaskState::Pending };
+        self.set_state(key, to, reason, fx);
+    }
+
+    fn set_attempt_state(&mut self, key: &TaskKey, number: u32, to: AttemptState, fx: &mut Effects) {
+        if let Some(a) = self.attempts.get_mut(&(key.clone(), number)) {
+            let from = a.state;
+            a.state = to;
+            if !to.is_live() && a.ended_at == 0 {
+                a.ended_at = now_ms();
+            }
+            let worker = a.worker.clone();
+            fx.batch.attempt(a.row());
+            tracing::info!(attempt = %key.attempt(number), %from, %to, "attempt state");
+            self.task_event(
+                fx,
+                key,
+                number,
+                &worker,
+                "attempt.state",
+                format!("{} {from} -> {to}", key.attempt(number)),
+                serde_json::json!({ "from": from.as_str(), "to": to.as_str() }),
+            );
+        }
+    }
+
+    /// Releases the worker holding `key#number`, if any.
+    fn free_worker_of(&mut self, key: &TaskKey, number: u32, fx: &mut Effects) {
+        let holder = self.attempts.get(&(key.clone(), number)).map(|a| a.worker.clone());
+        if let Some(w) = holder.and_then(|id| self.workers.get_mut(&id))
+            && w.attempt.as_ref() == Some(&(key.clone(), number))
+        {
+            w.attempt = None;
+            w.updated_at = now_ms();
+            fx.batch.worker(w.row());
+        }
+    }
+
+    fn send(&self, worker: &str, message: Outbound, fx: &mut Effects) {
+        if let Some(session) = self.workers.get(worker).and_then(|w| w.session.clone()) {
+            fx.outbound.push((session, message));
+        }
+    }
+
+    /// Lease expiry: a worker not heard from for the lease TTL loses its
+    /// attempt, and the task is READY again after the grace period.
+    fn tick(&mut self, fx: &mut Effects) {
+        let now = self.mono_ms();
+        let ttl = self.timing.lease_ttl.as_millis() as u64;
+        let mut expired = Vec::new();
+        for (id, w) in &self.workers {
+            let Some((key, number)) = w.attempt.clone() else { continue };
+            let seen = self.lease_seen.entry(id.clone()).or_insert(now);
+            if let Some(s) = &w.session {
+                *seen = (*seen).max(s.last_seen.load(std::sync::atomic::Ordering::Relaxed));
+            }
+            if now.saturating_sub(*seen) > ttl {
+                expired.push((id.clone(), key, number));
+            }
+        }
+        for (worker, key, number) in expired {
+            self.lose_attempt(&worker, &key, number, fx);
+        }
+    }
+
+    fn lose_attempt(&mut self, worker: &str, key: &TaskKey, number: u32, fx: &mut Effects) {
+        let _span = tracing::warn_span!("lease.expired", task = %key, attempt = number, worker).entered();
+        self.set_attempt_state(key, number, AttemptState::Lost, fx);
+        self.free_worker_of(key, number, fx);
+        let grace = self.timing.lost_grace.as_millis() as i64;
+        let cancel = self.tasks.get(key).is_some_and(|t| t.cancel_requested);
+        if let Some(task) = self.tasks.get_mut(key) {
+            task.notes.failures.push(format!("attempt {number}: worker {worker} lost (lease expired)"));
+            task.not_before = now_ms() + grace;
+        }
+        if cancel {
+            self.set_state(key, TaskState::Cancelled, "cancelled by the operator; its worker was lost", fx);
+        } else {
+            self.set_state(
+                key,
+                TaskState::Ready,
+                &format!("attempt {number} lost: worker {worker} lease expired"),
+                fx,
+            );
+        }
+    }
+
+    fn refresh_swarm(&mut self, id: &SwarmId, fx: &mut Effects) {
+        let Some(swarm) = self.swarms.get(id) else { return };
+        if swarm.state != SwarmState::Active {
+            return;
+        }
+        let states: Vec<TaskState> =
+            swarm.tasks.iter().filter_map(|k| self.tasks.get(k)).map(|t| t.state).collect();
+        let next = if states.iter().all(|s| *s == TaskState::Merged) {
+            Some(SwarmState::Completed)
+        } else if states.iter().all(|s| s.is_terminal()) {
+            Some(SwarmState::Failed)
+        } else {
+            None
+        };
+        if let Some(next) = next {
+            if let Some(swarm) = self.swarms.get_mut(id) {
+                swarm.state = next;
+                fx.batch.swarm(swarm.row());
+            }
+            self.event(
+                fx,
+                id.as_str(),
+                "",
+                0,
+                "",
+                "swarm.state",
+                format!("swarm {id} {}", next.as_str()),
+                serde_json::json!({ "state": next.as_str() }),
+            );
+        }
+    }
+}

@@ -1,0 +1,243 @@
+//! The scheduler's in-memory model and its mapping to store rows.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use serde::{Deserialize, Serialize};
+use swarm_core::plan::{Plan, TaskSpec};
+use swarm_core::{AttemptState, Outcome, SwarmId, TaskKey, TaskState};
+use tokio::sync::mpsc;
+
+use super::outbound::Outbound;
+use crate::store::{AttemptRow, SwarmRow, TaskRow, WorkerRow};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SwarmState {
+    Active,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+impl SwarmState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SwarmState::Active => "ACTIVE",
+            SwarmState::Completed => "COMPLETED",
+            SwarmState::Failed => "FAILED",
+            SwarmState::Cancelled => "CANCELLED",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<SwarmState> {
+        [SwarmState::Active, SwarmState::Completed, SwarmState::Failed, SwarmState::Cancelled]
+            .into_iter()
+            .find(|x| x.as_str() == s)
+    }
+}
+
+#[derive(Debug)]
+pub struct Swarm {
+    pub id: SwarmId,
+    pub plan_text: String,
+    pub plan: Arc<Plan>,
+    pub state: SwarmState,
+    pub integration_head: String,
+    pub created_at: i64,
+    /// Task ids in plan order.
+    pub tasks: Vec<TaskKey>,
+}
+
+impl Swarm {
+    pub fn row(&self) -> SwarmRow {
+        SwarmRow {
+            id: self.id.to_string(),
+            plan: self.plan_text.clone(),
+            state: self.state.as_str().into(),
+            integration_head: self.integration_head.clone(),
+            created_at: self.created_at,
+        }
+    }
+}
+
+/// What the controller remembers about a task beyond its state; rendered
+/// into the next attempt's task text.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Notes {
+    #[serde(default)]
+    pub failures: Vec<String>,
+    #[serde(default)]
+    pub answers: Vec<QuestionAnswer>,
+    #[serde(default)]
+    pub pending_question: Option<PendingQuestion>,
+    #[serde(default)]
+    pub conflict: Option<String>,
+    #[serde(default)]
+    pub summary: String,
+    #[serde(default)]
+    pub files_changed: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PendingQuestion {
+    pub id: String,
+    pub text: String,
+    pub category: String,
+    pub attempt: u32,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct QuestionAnswer {
+    pub question_id: String,
+    pub question: String,
+    pub answer: String,
+}
+
+#[derive(Debug)]
+pub struct Task {
+    pub key: TaskKey,
+    pub spec: Arc<TaskSpec>,
+    pub state: TaskState,
+    pub attempts: u32,
+    pub retries_used: u32,
+    /// Unix ms before which a READY task is not assigned (retry backoff,
+    /// lost-lease grace).
+    pub not_before: i64,
+    pub resume_commit: String,
+    pub result_commit: String,
+    pub merge_commit: String,
+    pub reason: String,
+    pub cancel_requested: bool,
+    pub notes: Notes,
+    pub updated_at: i64,
+    /// Live progress; not persisted (it is reported again).
+    pub percent: u32,
+    pub step: String,
+}
+
+impl Task {
+    pub fn row(&self) -> TaskRow {
+        TaskRow {
+            swarm: self.key.swarm.to_string(),
+            id: self.key.task.to_string(),
+            state: self.state.as_str().into(),
+            attempts: self.attempts,
+            retries_used: self.retries_used,
+            not_before: self.not_before,
+            resume_commit: self.resume_commit.clone(),
+            result_commit: self.result_commit.clone(),
+            merge_commit: self.merge_commit.clone(),
+            reason: self.reason.clone(),
+            cancel_requested: self.cancel_requested,
+            notes: serde_json::to_string(&self.notes).unwrap_or_else(|_| "{}".into()),
+            updated_at: self.updated_at,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct TierOutcome {
+    pub name: String,
+    pub passed: bool,
+    pub blocking: bool,
+    pub exit_code: i32,
+    pub duration_ms: u64,
+    pub output_tail: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    pub task: TaskKey,
+    pub number: u32,
+    pub state: AttemptState,
+    pub worker: String,
+    pub token: u64,
+    pub base_commit: String,
+    pub result_commit: String,
+    pub outcome: Option<Outcome>,
+    pub exit_code: i32,
+    pub summary: String,
+    pub error: String,
+    pub started_at: i64,
+    pub ended_at: i64,
+    pub tiers: Vec<TierOutcome>,
+}
+
+impl Attempt {
+    pub fn row(&self) -> AttemptRow {
+        AttemptRow {
+            swarm: self.task.swarm.to_string(),
+            task: self.task.task.to_string(),
+            number: self.number,
+            state: self.state.as_str().into(),
+            worker: self.worker.clone(),
+            token: self.token,
+            base_commit: self.base_commit.clone(),
+            result_commit: self.result_commit.clone(),
+            outcome: self.outcome.map(|o| o.as_str().to_string()).unwrap_or_default(),
+            exit_code: self.exit_code,
+            summary: self.summary.clone(),
+            error: self.error.clone(),
+            started_at: self.started_at,
+            ended_at: self.ended_at,
+            tiers: serde_json::to_string(&self.tiers).unwrap_or_else(|_| "[]".into()),
+        }
+    }
+
+    pub fn label(&self) -> String {
+        self.task.attempt(self.number).to_string()
+    }
+}
+
+/// A connected sidecar's stream. Outbound messages are queued without
+/// blocking the scheduler; a sidecar that does not drain its queue is
+/// disconnected.
+#[derive(Debug, Clone)]
+pub struct Session {
+    pub id: u64,
+    pub tx: mpsc::Sender<Outbound>,
+    /// Milliseconds since the controller started at which the sidecar was
+    /// last heard from; written by the stream reader without a round trip
+    /// through the scheduler.
+    pub last_seen: Arc<AtomicU64>,
+}
+
+#[derive(Debug)]
+pub struct Worker {
+    pub id: String,
+    pub host: String,
+    pub labels: BTreeMap<String, String>,
+    pub last_applied_seq: u64,
+    pub draining: bool,
+    pub session: Option<Session>,
+    /// The attempt it holds, if any.
+    pub attempt: Option<(TaskKey, u32)>,
+    pub updated_at: i64,
+}
+
+impl Worker {
+    pub fn row(&self) -> WorkerRow {
+        WorkerRow {
+            id: self.id.clone(),
+            host: self.host.clone(),
+            labels: serde_json::to_string(&self.labels).unwrap_or_else(|_| "{}".into()),
+            last_applied_seq: self.last_applied_seq,
+            draining: self.draining,
+            updated_at: self.updated_at,
+        }
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.session.is_some() && !self.draining && self.attempt.is_none()
+    }
+
+    /// A worker may take a task when it carries every label the task asks
+    /// for, with the same value.
+    pub fn satisfies(&self, required: &BTreeMap<String, String>) -> bool {
+        required.iter().all(|(k, v)| self.labels.get(k) == Some(v))
+    }
+}
+
+pub type Tasks = HashMap<TaskKey, Task>;
+pub type Attempts = HashMap<(TaskKey, u32), Attempt>;

@@ -1,0 +1,408 @@
+//! Operator requests: creating swarms, reads, cancel, retry, answer, drain.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use swarm_core::plan::Plan;
+use swarm_core::{SwarmId, TaskKey, TaskState};
+
+use super::command::{OperatorOp, Reply};
+use super::model::{Notes, QuestionAnswer, Swarm, SwarmState, Task};
+use super::outbound::{AttemptHandle, Outbound};
+use super::views::{AttemptView, SwarmView, TaskDetailView, TaskView, WorkerView};
+use super::{Effects, Scheduler, assign, now_ms};
+use crate::error::SchedError;
+
+/// Replies after the batch commits, so a caller never sees a change the
+/// store does not hold.
+fn later<T: Send + 'static>(fx: &mut Effects, reply: Reply<T>, value: Result<T, SchedError>) {
+    fx.replies.push(Box::new(move || {
+        let _ = reply.send(value);
+    }));
+}
+
+impl Scheduler {
+    pub(super) fn on_operator(&mut self, op: OperatorOp, fx: &mut Effects) {
+        match op {
+            OperatorOp::CreateSwarm { plan_text, plan, integration_head, reply } => {
+                let r = self.create_swarm(plan_text, plan, &integration_head, fx);
+                later(fx, reply, r);
+            }
+            OperatorOp::GetSwarm { swarm, reply } => {
+                let r = self.swarm_view(&swarm);
+                later(fx, reply, r);
+            }
+            OperatorOp::ListSwarms { reply } => {
+                let mut v: Vec<SwarmView> =
+                    self.swarms.values().map(|s| SwarmView::of(s, &self.tasks)).collect();
+                v.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+                later(fx, reply, Ok(v));
+            }
+            OperatorOp::ListTasks { swarm, states, reply } => {
+                let r = self.list_tasks(&swarm, &states);
+                later(fx, reply, r);
+            }
+            OperatorOp::GetTask { task, reply } => {
+                let r = self.task_detail(&task);
+                later(fx, reply, r);
+            }
+            OperatorOp::ListWorkers { reply } => {
+                let now = self.mono_ms();
+                let mut v: Vec<WorkerView> = self.workers.values().map(|w| WorkerView::of(w, now)).collect();
+                v.sort_by(|a, b| a.id.cmp(&b.id));
+                later(fx, reply, Ok(v));
+            }
+            OperatorOp::CancelTask { task, reason, reply } => {
+                let r = self.cancel_task(&task, &reason, fx).and_then(|_| self.task_view(&task));
+                later(fx, reply, r);
+            }
+            OperatorOp::CancelSwarm { swarm, reason, reply } => {
+                let r = self.cancel_swarm(&swarm, &reason, fx);
+                later(fx, reply, r);
+            }
+            OperatorOp::RetryTask { task, reply } => {
+                let r = self.retry_task(&task, fx).and_then(|_| self.task_view(&task));
+                later(fx, reply, r);
+            }
+            OperatorOp::Answer { task, question_id, text, reply } => {
+                let r = self.answer(&task, &question_id, &text, fx).and_then(|_| self.task_view(&task));
+                later(fx, reply, r);
+            }
+            OperatorOp::DrainWorker { worker, reply } => {
+                let r = self.drain(&worker, fx);
+                later(fx, reply, r);
+            }
+            OperatorOp::Land { reply, .. } => {
+                // Landing is git work: the API does it with the integrator
+                // and never sends it here.
+                later(
+                    fx,
+                    reply,
+                    Err(SchedError::FailedPrecondition("land is handled by the integrator".into())),
+                );
+            }
+        }
+    }
+
+    fn swarm(&self, id: &str) -> Result<&Swarm, SchedError> {
+        SwarmId::new(id)
+            .ok()
+            .and_then(|id| self.swarms.get(&id))
+            .ok_or_else(|| SchedError::NotFound(format!("swarm {id:?} not found")))
+    }
+
+    fn swarm_view(&self, id: &str) -> Result<SwarmView, SchedError> {
+        self.swarm(id).map(|s| SwarmView::of(s, &self.tasks))
+    }
+
+    fn task(&self, key: &TaskKey) -> Result<&Task, SchedError> {
+        self.tasks.get(key).ok_or_else(|| SchedError::NotFound(format!("task {key} not found")))
+    }
+
+    fn holder(&self, key: &TaskKey) -> Option<&str> {
+        let t = self.tasks.get(key)?;
+        if t.state != TaskState::Running {
+            return None;
+        }
+        self.attempts.get(&(key.clone(), t.attempts)).map(|a| a.worker.as_str())
+    }
+
+    pub(super) fn task_view(&self, key: &TaskKey) -> Result<TaskView, SchedError> {
+        self.task(key).map(|t| TaskView::of(t, self.holder(key)))
+    }
+
+    fn list_tasks(&self, swarm: &str, states: &[TaskState]) -> Result<Vec<TaskView>, SchedError> {
+        let s = self.swarm(swarm)?;
+        Ok(s.tasks
+            .iter()
+            .filter_map(|k| self.tasks.get(k))
+            .filter(|t| states.is_empty() || states.contains(&t.state))
+            .map(|t| TaskView::of(t, self.holder(&t.key)))
+            .collect())
+    }
+
+    fn task_detail(&self, key: &TaskKey) -> Result<TaskDetailView, SchedError> {
+        let t = self.task(key)?;
+        let attempts = (1..=t.attempts)
+            .filter_map(|n| self.attempts.get(&(key.clone(), n)))
+            .map(AttemptView::from)
+            .collect();
+        Ok(TaskDetailView {
+            task: TaskView::of(t, self.holder(key)),
+            prompt: t.spec.prompt.clone(),
+            attempts,
+            events: Vec::new(),
+        })
+    }
+
+    fn create_swarm(
+        &mut self,
+        plan_text: String,
+        plan: Arc<Plan>,
+        head: &str,
+        fx: &mut Effects,
+    ) -> Result<(SwarmView, bool), SchedError> {
+        if let Some(existing) = self.swarms.get(&plan.swarm) {
+            if existing.plan_text == plan_text {
+                return Ok((SwarmView::of(existing, &self.tasks), false));
+            }
+            return Err(SchedError::AlreadyExists(format!(
+                "swarm {:?} already exists with a different plan",
+                plan.swarm.as_str()
+            )));
+        }
+        let _span =
+            tracing::info_span!("swarm.create", swarm = %plan.swarm, tasks = plan.tasks.len()).entered();
+        let now = now_ms();
+        let swarm = Swarm {
+            id: plan.swarm.clone(),
+            plan_text,
+            plan: plan.clone(),
+            state: SwarmState::Active,
+            integration_head: head.to_string(),
+            created_at: now,
+            tasks: plan.tasks.iter().map(|t| TaskKey::new(plan.swarm.clone(), t.id.clone())).collect(),
+        };
+        fx.batch.swarm(swarm.row());
+        self.event(
+            fx,
+            plan.swarm.as_str(),
+            "",
+            0,
+            "",
+            "swarm.created",
+            format!("swarm {} created with {} tasks at {}", plan.swarm, plan.tasks.len(), head),
+            serde_json::json!({ "integration_head": head, "tasks": plan.tasks.len() }),
+        );
+        let mut dependents: HashMap<TaskKey, Vec<TaskKey>> = HashMap::new();
+        for spec in &plan.tasks {
+            let key = TaskKey::new(plan.swarm.clone(), spec.id.clone());
+            for d in &spec.deps {
+                dependents.entry(TaskKey::new(plan.swarm.clone(), d.clone())).or_default().push(key.clone());
+            }
+            self.ownership.insert(key.clone(), assign::ownership_of(&spec.files));
+            let task = Task {
+                key: key.clone(),
+                spec: Arc::new(spec.clone()),
+                // Becomes READY or PENDING just below; the transition is
+                // recorded from this initial state.
+                state: TaskState::Pending,
+                attempts: 0,
+                retries_used: 0,
+                not_before: 0,
+                resume_commit: String::new(),
+                result_commit: String::new(),
+                merge_commit: String::new(),
+                reason: String::new(),
+                cancel_requested: false,
+                notes: Notes::default(),
+                updated_at: now,
+                percent: 0,
+                step: String::new(),
+            };
+            fx.batch.task(task.row());
+            self.tasks.insert(key, task);
+        }
+        self.dependents.extend(dependents);
+        self.swarms.insert(plan.swarm.clone(), swarm);
+        for key in self.swarms.get(&plan.swarm).map(|s| s.tasks.clone()).unwrap_or_default() {
+            if self.tasks.get(&key).is_some_and(|t| t.spec.deps.is_empty()) {
+                self.make_ready(&key, "no dependencies", fx);
+            }
+        }
+        let view = self.swarm_view(plan.swarm.as_str())?;
+        Ok((view, true))
+    }
+
+    fn cancel_task(&mut self, key: &TaskKey, reason: &str, fx: &mut Effects) -> Result<(), SchedError> {
+        let t = self.task(key)?;
+        let reason = if reason.is_empty() { "cancelled by the operator" } else { reason };
+        match t.state {
+            TaskState::Cancelled => Ok(()),
+            TaskState::Succeeded | TaskState::Merging | TaskState::Merged => {
+                Err(SchedError::FailedPrecondition(format!(
+                    "task {key} is {}; its result is already being integrated",
+                    t.state
+                )))
+            }
+            TaskState::Running => {
+                let number = t.attempts;
+                if let Some(t) = self.tasks.get_mut(key) {
+                    t.cancel_requested = true;
+                    fx.batch.task(t.row());
+                }
+                self.task_event(
+                    fx,
+                    key,
+                    number,
+                    "",
+                    "task.cancel_requested",
+                    reason.to_string(),
+                    serde_json::json!({}),
+                );
+                self.send_cancel(key, number, reason, fx);
+                Ok(())
+            }
+            _ => {
+                if let Some(t) = self.tasks.get_mut(key) {
+                    t.cancel_requested = true;
+                }
+                self.set_state(key, TaskState::Cancelled, reason, fx);
+                Ok(())
+            }
+        }
+    }
+
+    fn cancel_swarm(&mut self, id: &str, reason: &str, fx: &mut Effects) -> Result<u32, SchedError> {
+        let keys = self.swarm(id)?.tasks.clone();
+        let mut n = 0;
+        for key in keys {
+            let state = self.tasks.get(&key).map(|t| t.state);
+            if matches!(
+                state,
+                Some(TaskState::Merged | TaskState::Cancelled | TaskState::Merging | TaskState::Succeeded)
+            ) {
+                continue;
+            }
+            self.cancel_task(&key, reason, fx)?;
+            n += 1;
+        }
+        if let Some(s) = SwarmId::new(id).ok().and_then(|id| self.swarms.get_mut(&id)) {
+            s.state = SwarmState::Cancelled;
+            fx.batch.swarm(s.row());
+        }
+        self.event(
+            fx,
+            id,
+            "",
+            0,
+            "",
+            "swarm.state",
+            format!("swarm {id} CANCELLED"),
+            serde_json::json!({ "state": "CANCELLED" }),
+        );
+        Ok(n)
+    }
+
+    fn retry_task(&mut self, key: &TaskKey, fx: &mut Effects) -> Result<(), SchedError> {
+        let t = self.task(key)?;
+        match t.state {
+            TaskState::Failed
+            | TaskState::Blocked
+            | TaskState::Escalated
+            | TaskState::Conflict
+            | TaskState::Cancelled => {
+                if let Some(t) = self.tasks.get_mut(key) {
+                    t.retries_used = 0;
+                    t.cancel_requested = false;
+                    t.not_before = 0;
+                }
+                if let Some(s) = self.swarms.get_mut(&key.swarm)
+                    && s.state != SwarmState::Active
+                {
+                    s.state = SwarmState::Active;
+                    fx.batch.swarm(s.row());
+                }
+                self.make_ready(key, "retried by the operator", fx);
+                Ok(())
+            }
+            other => Err(SchedError::FailedPrecondition(format!(
+                "task {key} is {other}; only FAILED, BLOCKED, ESCALATED, CONFLICT or CANCELLED tasks can be retried"
+            ))),
+        }
+    }
+
+    fn answer(
+        &mut self,
+        key: &TaskKey,
+        question_id: &str,
+        text: &str,
+        fx: &mut Effects,
+    ) -> Result<(), SchedError> {
+        let t = self.task(key)?;
+        let state = t.state;
+        let pending = t.notes.pending_question.clone();
+        if let Some(p) = &pending
+            && !question_id.is_empty()
+            && p.id != question_id
+        {
+            return Err(SchedError::FailedPrecondition(format!(
+                "task {key}'s open question is {:?}, not {question_id:?}",
+                p.id
+            )));
+        }
+        let qid = pending.as_ref().map(|p| p.id.clone()).unwrap_or_else(|| question_id.to_string());
+        let question = pending.as_ref().map(|p| p.text.clone()).unwrap_or_default();
+        match state {
+            TaskState::Escalated | TaskState::Blocked => {
+                self.record_answer(key, &qid, &question, text, fx);
+                self.make_ready(key, &format!("answered ({qid})"), fx);
+                Ok(())
+            }
+            TaskState::Running if pending.is_some() => {
+                let number = self.tasks.get(key).map(|t| t.attempts).unwrap_or(0);
+                self.record_answer(key, &qid, &question, text, fx);
+                if let Some(a) = self.attempts.get(&(key.clone(), number)) {
+                    let message = Outbound::Answer {
+                        attempt: AttemptHandle { task: key.clone(), number, token: a.token },
+                        question_id: qid.clone(),
+                        text: text.to_string(),
+                    };
+                    let worker = a.worker.clone();
+                    self.send(&worker, message, fx);
+                }
+                Ok(())
+            }
+            other => {
+                Err(SchedError::FailedPrecondition(format!("task {key} is {other} and has no open question")))
+            }
+        }
+    }
+
+    fn record_answer(&mut self, key: &TaskKey, qid: &str, question: &str, text: &str, fx: &mut Effects) {
+        let attempt = if let Some(t) = self.tasks.get_mut(key) {
+            t.notes.answers.push(QuestionAnswer {
+                question_id: qid.to_string(),
+                question: question.to_string(),
+                answer: text.to_string(),
+            });
+            t.notes.pending_question = None;
+            fx.batch.task(t.row());
+            t.attempts
+        } else {
+            0
+        };
+        self.task_event(
+            fx,
+            key,
+            attempt,
+            "",
+            "task.answered",
+            format!("{qid}: {text}"),
+            serde_json::json!({ "question_id": qid, "text": text }),
+        );
+    }
+
+    fn drain(&mut self, worker: &str, fx: &mut Effects) -> Result<WorkerView, SchedError> {
+        let now = self.mono_ms();
+        let w = self
+            .workers
+            .get_mut(worker)
+            .ok_or_else(|| SchedError::NotFound(format!("worker {worker:?} not found")))?;
+        w.draining = true;
+        fx.batch.worker(w.row());
+        let view = WorkerView::of(w, now);
+        self.send(worker, Outbound::Drain { reason: "drained by the operator".into() }, fx);
+        self.event(
+            fx,
+            "",
+            "",
+            0,
+            worker,
+            "worker.draining",
+            format!("worker {worker} draining"),
+            serde_json::json!({}),
+        );
+        Ok(view)
+    }
+}

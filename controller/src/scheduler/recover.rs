@@ -1,0 +1,218 @@
+//! Rebuilding the scheduler from its store after a (re)start.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Instant;
+
+use swarm_core::plan::Plan;
+use swarm_core::{AttemptState, Outcome, SwarmId, TaskId, TaskKey, TaskState};
+use tokio::sync::broadcast;
+
+use super::model::{Attempt, Notes, Swarm, SwarmState, Task, TierOutcome, Worker};
+use super::{Effects, Scheduler, Timing, assign};
+use crate::error::ControllerError;
+use crate::integrator::IntegratorHandle;
+use crate::store::{Store, StoreError};
+
+fn corrupt(table: &'static str, key: String, reason: impl Into<String>) -> ControllerError {
+    ControllerError::Store(StoreError::Corrupt { table, key, reason: reason.into() })
+}
+
+pub fn recover(
+    store: Store,
+    timing: Timing,
+    integrator: IntegratorHandle,
+) -> Result<Scheduler, ControllerError> {
+    let snap = store.load()?;
+    let (events, _) = broadcast::channel(65_536);
+    let mut s = Scheduler {
+        store,
+        timing,
+        started: Instant::now(),
+        swarms: HashMap::new(),
+        tasks: HashMap::new(),
+        attempts: HashMap::new(),
+        workers: HashMap::new(),
+        lease_seen: HashMap::new(),
+        ready: BTreeSet::new(),
+        ready_seq: HashMap::new(),
+        next_ready_seq: 0,
+        running: HashMap::new(),
+        ownership: HashMap::new(),
+        dependents: HashMap::new(),
+        next_token: 1,
+        next_event_id: snap.last_event_id + 1,
+        last_committed_event: snap.last_event_id,
+        events,
+        integrator,
+        next_session_id: 1,
+    };
+
+    let mut plans: HashMap<SwarmId, Arc<Plan>> = HashMap::new();
+    for row in snap.swarms {
+        let plan = Plan::parse(&row.plan).map_err(|e| corrupt("swarms", row.id.clone(), e.to_string()))?;
+        let plan = Arc::new(plan);
+        let state =
+            SwarmState::parse(&row.state).ok_or_else(|| corrupt("swarms", row.id.clone(), "bad state"))?;
+        let tasks = plan.tasks.iter().map(|t| TaskKey::new(plan.swarm.clone(), t.id.clone())).collect();
+        for spec in &plan.tasks {
+            let key = TaskKey::new(plan.swarm.clone(), spec.id.clone());
+            for d in &spec.deps {
+                s.dependents
+                    .entry(TaskKey::new(plan.swarm.clone(), d.clone()))
+                    .or_default()
+                    .push(key.clone());
+            }
+            s.ownership.insert(key, assign::ownership_of(&spec.files));
+        }
+        plans.insert(plan.swarm.clone(), plan.clone());
+        s.swarms.insert(
+            plan.swarm.clone(),
+            Swarm {
+                id: plan.swarm.clone(),
+                plan_text: row.plan,
+                plan,
+                state,
+                integration_head: row.integration_head,
+                created_at: row.created_at,
+                tasks,
+            },
+        );
+    }
+
+    for row in snap.tasks {
+        let label = format!("{}/{}", row.swarm, row.id);
+        let key = key_of(&row.swarm, &row.id).ok_or_else(|| corrupt("tasks", label.clone(), "bad id"))?;
+        let spec = plans
+            .get(&key.swarm)
+            .and_then(|p| p.task(&key.task))
+            .ok_or_else(|| corrupt("tasks", label.clone(), "task not in its swarm's plan"))?;
+        let state: TaskState = row.state.parse().map_err(|e: String| corrupt("tasks", label.clone(), e))?;
+        let notes: Notes =
+            serde_json::from_str(&row.notes).map_err(|e| corrupt("tasks", label.clone(), e.to_string()))?;
+        s.tasks.insert(
+            key.clone(),
+            Task {
+                key,
+                spec: Arc::new(spec.clone()),
+                state,
+                attempts: row.attempts,
+                retries_used: row.retries_used,
+                not_before: row.not_before,
+                resume_commit: row.resume_commit,
+                result_commit: row.result_commit,
+                merge_commit: row.merge_commit,
+                reason: row.reason,
+                cancel_requested: row.cancel_requested,
+                notes,
+                updated_at: row.updated_at,
+                percent: 0,
+                step: String::new(),
+            },
+        );
+    }
+
+    for row in snap.attempts {
+        let label = format!("{}/{}#{}", row.swarm, row.task, row.number);
+        let key =
+            key_of(&row.swarm, &row.task).ok_or_else(|| corrupt("attempts", label.clone(), "bad id"))?;
+        let state: AttemptState =
+            row.state.parse().map_err(|e: String| corrupt("attempts", label.clone(), e))?;
+        let tiers: Vec<TierOutcome> = serde_json::from_str(&row.tiers).unwrap_or_default();
+        s.next_token = s.next_token.max(row.token + 1);
+        s.attempts.insert(
+            (key.clone(), row.number),
+            Attempt {
+                task: key,
+                number: row.number,
+                state,
+                worker: row.worker,
+                token: row.token,
+                base_commit: row.base_commit,
+                result_commit: row.result_commit,
+                outcome: Outcome::parse(&row.outcome),
+                exit_code: row.exit_code,
+                summary: row.summary,
+                error: row.error,
+                started_at: row.started_at,
+                ended_at: row.ended_at,
+                tiers,
+            },
+        );
+    }
+
+    for row in snap.workers {
+        let labels: BTreeMap<String, String> = serde_json::from_str(&row.labels).unwrap_or_default();
+        s.workers.insert(
+            row.id.clone(),
+            Worker {
+                id: row.id,
+                host: row.host,
+                labels,
+                last_applied_seq: row.last_applied_seq,
+                draining: row.draining,
+                session: None,
+                attempt: None,
+                updated_at: row.updated_at,
+            },
+        );
+    }
+
+    // Live attempts go back to their workers, whose leases start afresh:
+    // sidecars get a full TTL to reconnect to the restarted controller.
+    let live: Vec<(TaskKey, u32, String)> = s
+        .attempts
+        .values()
+        .filter(|a| a.state.is_live())
+        .map(|a| (a.task.clone(), a.number, a.worker.clone()))
+        .collect();
+    for (key, number, worker) in live {
+        if let Some(w) = s.workers.get_mut(&worker) {
+            w.attempt = Some((key.clone(), number));
+        }
+        s.lease_seen.insert(worker, 0);
+        if let Some(own) = s.ownership.get(&key) {
+            s.running.insert(key, own.clone());
+        }
+    }
+
+    // Ready queue in plan order; merges that were in flight are submitted
+    // again, marked as recovering so the integrator first looks for a merge
+    // that landed before the crash.
+    let mut fx = Effects::default();
+    let order: Vec<TaskKey> = s.swarms.values().flat_map(|sw| sw.tasks.clone()).collect();
+    for key in order {
+        let Some(t) = s.tasks.get(&key) else { continue };
+        match t.state {
+            TaskState::Ready => {
+                let seq = s.next_ready_seq;
+                s.next_ready_seq += 1;
+                s.ready.insert((seq, key.clone()));
+                s.ready_seq.insert(key, seq);
+            }
+            TaskState::Merging | TaskState::Succeeded => {
+                let number = t.attempts;
+                if let Some(job) = s.merge_job(&key, number, true) {
+                    fx.merges.push(job);
+                }
+            }
+            _ => {}
+        }
+    }
+    for job in fx.merges {
+        s.integrator.submit(job);
+    }
+    tracing::info!(
+        swarms = s.swarms.len(),
+        tasks = s.tasks.len(),
+        attempts = s.attempts.len(),
+        workers = s.workers.len(),
+        last_event = s.last_committed_event,
+        "state rebuilt from the store"
+    );
+    Ok(s)
+}
+
+fn key_of(swarm: &str, task: &str) -> Option<TaskKey> {
+    Some(TaskKey::new(SwarmId::new(swarm).ok()?, TaskId::new(task).ok()?))
+}

@@ -1,0 +1,557 @@
+//! What sidecars tell the scheduler: sessions, reports, fencing, and the
+//! exit-code transitions.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+
+use rand::Rng;
+use swarm_core::plan::{ConflictPolicy, OwnershipPolicy};
+use swarm_core::{AttemptState, Outcome, TaskKey, TaskState};
+
+use super::command::{HelloInfo, Report, ReportedAttempt, ResultReport};
+use super::model::{PendingQuestion, Session, Worker};
+use super::outbound::{AttemptHandle, Outbound};
+use super::{Effects, Scheduler, now_ms};
+use crate::integrator::{MergeJob, MergeResult, MergeVerdict};
+
+impl Scheduler {
+    pub(super) fn on_hello(&mut self, hello: HelloInfo, session: Session, fx: &mut Effects) {
+        let _span =
+            tracing::info_span!("sidecar.hello", worker = %hello.worker_id, session = session.id).entered();
+        let now = now_ms();
+        let worker = self.workers.entry(hello.worker_id.clone()).or_insert_with(|| Worker {
+            id: hello.worker_id.clone(),
+            host: String::new(),
+            labels: BTreeMap::new(),
+            last_applied_seq: 0,
+            draining: false,
+            session: None,
+            attempt: None,
+            updated_at: now,
+        });
+        // A new session replaces the old one; dropping its sender ends the
+        // old stream.
+        worker.session = Some(session.clone());
+        worker.host = hello.host.clone();
+        worker.labels = hello.labels.clone();
+        worker.updated_at = now;
+        let current = worker.attempt.clone();
+        let last_applied_seq = worker.last_applied_seq;
+        let draining = worker.draining;
+        fx.batch.worker(worker.row());
+        self.lease_seen.insert(hello.worker_id.clone(), self.mono_ms());
+
+        let held = hello.attempt_in_hand.as_ref();
+        let resumed = match (&current, held) {
+            (Some((key, number)), Some(h)) => {
+                let token = self.attempts.get(&(key.clone(), *number)).map(|a| a.token);
+                &h.task == key && h.number == *number && Some(h.token) == token
+            }
+            _ => false,
+        };
+        if let Some(h) = held.filter(|_| !resumed) {
+            self.fence_stale_hand(&hello.worker_id, h, fx);
+        }
+        fx.outbound.push((
+            session,
+            Outbound::Welcome {
+                session_id: format!("{}-{}", hello.worker_id, self.next_session_id),
+                heartbeat_interval_ms: self.timing.heartbeat_interval.as_millis() as u32,
+                heartbeat_jitter_ms: self.timing.heartbeat_jitter.as_millis() as u32,
+                lease_ttl_ms: self.timing.lease_ttl.as_millis() as u32,
+                last_applied_seq,
+                attempt_resumed: resumed,
+            },
+        ));
+        self.next_session_id += 1;
+        if let Some((key, number)) = &current {
+            if !resumed {
+                // It does not hold its attempt (restarted without it, or the
+                // Assign was lost with the stream): the same attempt, same
+                // token, is sent again.
+                if let Some(spec) = self.assign_spec(key, *number) {
+                    self.send(&hello.worker_id, Outbound::Assign(Box::new(spec)), fx);
+                }
+            }
+            if self.tasks.get(key).is_some_and(|t| t.cancel_requested) {
+                self.send_cancel(key, *number, "cancelled by the operator", fx);
+            }
+        }
+        if draining {
+            self.send(&hello.worker_id, Outbound::Drain { reason: "draining".into() }, fx);
+        }
+        self.event(
+            fx,
+            "",
+            "",
+            0,
+            &hello.worker_id,
+            "worker.connected",
+            format!("worker {} connected from {} (resumed: {resumed})", hello.worker_id, hello.host),
+            serde_json::json!({ "labels": hello.labels, "last_acked_seq": hello.last_acked_seq, "resumed": resumed }),
+        );
+    }
+
+    /// A sidecar came back holding an attempt that is no longer current.
+    fn fence_stale_hand(&mut self, worker: &str, held: &ReportedAttempt, fx: &mut Effects) {
+        let key = (held.task.clone(), held.number);
+        if self.attempts.get(&key).is_some_and(|a| a.state == AttemptState::Lost && a.token == held.token) {
+            self.set_attempt_state(&held.task, held.number, AttemptState::Fenced, fx);
+        }
+        self.task_event(
+            fx,
+            &held.task,
+            held.number,
+            worker,
+            "attempt.fenced",
+            format!(
+                "{} (token {}) is no longer current; its sidecar was told to drop it",
+                held.task.attempt(held.number),
+                held.token
+            ),
+            serde_json::json!({ "token": held.token }),
+        );
+    }
+
+    pub(super) fn on_disconnected(&mut self, worker_id: &str, session: u64, fx: &mut Effects) {
+        let Some(w) = self.workers.get_mut(worker_id) else { return };
+        if w.session.as_ref().map(|s| s.id) != Some(session) {
+            return; // an older session, already replaced
+        }
+        let seen = w.session.as_ref().map(|s| s.last_seen.load(Ordering::Relaxed)).unwrap_or(0);
+        w.session = None;
+        let entry = self.lease_seen.entry(worker_id.to_string()).or_insert(seen);
+        *entry = (*entry).max(seen);
+        self.event(
+            fx,
+            "",
+            "",
+            0,
+            worker_id,
+            "worker.disconnected",
+            format!("worker {worker_id} disconnected"),
+            serde_json::json!({}),
+        );
+    }
+
+    pub(super) fn on_report(
+        &mut self,
+        worker_id: &str,
+        session: u64,
+        seq: u64,
+        report: Report,
+        fx: &mut Effects,
+    ) {
+        let Some(worker) = self.workers.get(worker_id) else { return };
+        if worker.session.as_ref().map(|s| s.id) != Some(session) {
+            return; // a stream that has been replaced says nothing
+        }
+        if seq > 0 && seq <= worker.last_applied_seq {
+            // Applied before (a replay after a reconnect): ack again only.
+            self.send(worker_id, Outbound::Ack { seq }, fx);
+            return;
+        }
+        let current = match report.attempt() {
+            None => true,
+            Some(a) => self.is_current(worker_id, a),
+        };
+        if current {
+            self.apply(worker_id, report, fx);
+        } else if let Some(a) = report.attempt() {
+            let _span =
+                tracing::warn_span!("report.fenced", task = %a.task, attempt = a.number, worker = worker_id)
+                    .entered();
+            let current_token = self.tasks.get(&a.task).and_then(|t| {
+                self.attempts.get(&(a.task.clone(), t.attempts)).map(|x| (t.attempts, x.token))
+            });
+            self.task_event(
+                fx,
+                &a.task.clone(),
+                a.number,
+                worker_id,
+                "report.fenced",
+                format!(
+                    "stale report for {} (token {}) ignored; current attempt is {:?}",
+                    a.task.attempt(a.number),
+                    a.token,
+                    current_token.map(|(n, t)| format!("#{n} token {t}"))
+                ),
+                serde_json::json!({ "token": a.token, "seq": seq, "kind": report_kind(&report) }),
+            );
+        }
+        if seq > 0 {
+            if let Some(w) = self.workers.get_mut(worker_id) {
+                w.last_applied_seq = seq;
+                fx.batch.worker(w.row());
+            }
+            self.send(worker_id, Outbound::Ack { seq }, fx);
+        }
+    }
+
+    /// A report is current when it names the live attempt its worker holds,
+    /// with that attempt's fencing token.
+    fn is_current(&self, worker_id: &str, a: &ReportedAttempt) -> bool {
+        let holds = self
+            .workers
+            .get(worker_id)
+            .and_then(|w| w.attempt.as_ref())
+            .is_some_and(|(k, n)| k == &a.task && *n == a.number);
+        holds
+            && self
+                .attempts
+                .get(&(a.task.clone(), a.number))
+                .is_some_and(|x| x.token == a.token && x.state.is_live())
+    }
+
+    fn apply(&mut self, worker_id: &str, report: Report, fx: &mut Effects) {
+        match report {
+            Report::Started { attempt, pid, restarts } => {
+                if self.attempts.get(&(attempt.task.clone(), attempt.number)).map(|a| a.state)
+                    == Some(AttemptState::Assigned)
+                {
+                    self.set_attempt_state(&attempt.task, attempt.number, AttemptState::Running, fx);
+                }
+                self.task_event(
+                    fx,
+                    &attempt.task,
+                    attempt.number,
+                    worker_id,
+                    "attempt.started",
+                    format!("worker process {pid} started (restarts: {restarts})"),
+                    serde_json::json!({ "pid": pid, "restarts": restarts }),
+                );
+            }
+            Report::Progress { attempt, percent, step } => {
+                // Progress stays in memory: it is reported again and again.
+                if let Some(t) = self.tasks.get_mut(&attempt.task) {
+                    t.percent = percent.min(100);
+                    t.step = step;
+                }
+            }
+            Report::Status { attempt, status, message } => {
+                self.task_event(
+                    fx,
+                    &attempt.task,
+                    attempt.number,
+                    worker_id,
+                    "task.status",
+                    format!("{status}: {message}"),
+                    serde_json::json!({ "status": status, "message": message }),
+                );
+            }
+            Report::Question { attempt, id, text, category } => {
+                if let Some(t) = self.tasks.get_mut(&attempt.task) {
+                    t.notes.pending_question = Some(PendingQuestion {
+                        id: id.clone(),
+                        text: text.clone(),
+                        category: category.clone(),
+                        attempt: attempt.number,
+                    });
+                    fx.batch.task(t.row());
+                }
+                self.task_event(
+                    fx,
+                    &attempt.task,
+                    attempt.number,
+                    worker_id,
+                    "task.question",
+                    format!("question {id}: {text}"),
+                    serde_json::json!({ "question_id": id, "text": text, "category": category }),
+                );
+            }
+            Report::Result(result) => self.on_result(worker_id, *result, fx),
+            Report::Orphans { worktrees, removed } => {
+                self.event(
+                    fx,
+                    "",
+                    "",
+                    0,
+                    worker_id,
+                    "worker.orphans",
+                    format!(
+                        "{} orphaned worktree(s){}",
+                        worktrees.len(),
+                        if removed { ", removed" } else { "" }
+                    ),
+                    serde_json::json!({ "worktrees": worktrees, "removed": removed }),
+                );
+            }
+        }
+    }
+
+    fn on_result(&mut self, worker_id: &str, r: ResultReport, fx: &mut Effects) {
+        let key = r.attempt.task.clone();
+        let number = r.attempt.number;
+        let _span =
+            tracing::info_span!("attempt.result", swarm = %key.swarm, task = %key, attempt = %key.attempt(number), worker = worker_id, outcome = %r.outcome)
+                .entered();
+        if let Some(a) = self.attempts.get_mut(&(key.clone(), number)) {
+            a.outcome = Some(r.outcome);
+            a.exit_code = r.exit_code;
+            a.summary = r.summary.clone();
+            a.error = r.error.clone();
+            a.tiers = r.tiers.clone();
+            a.result_commit = r.commit.clone().unwrap_or_default();
+        }
+        self.free_worker_of(&key, number, fx);
+        let cancel_requested = self.tasks.get(&key).is_some_and(|t| t.cancel_requested);
+        let detail = if r.error.is_empty() { r.summary.clone() } else { r.error.clone() };
+        match r.outcome {
+            Outcome::Success => {
+                let Some(commit) = r.commit.clone() else {
+                    self.set_attempt_state(&key, number, AttemptState::Failed, fx);
+                    self.fail_or_retry(&key, number, "reported success without a commit", fx);
+                    return;
+                };
+                self.set_attempt_state(&key, number, AttemptState::Succeeded, fx);
+                if let Some(t) = self.tasks.get_mut(&key) {
+                    t.result_commit = commit;
+                    t.notes.summary = r.summary.clone();
+                    t.notes.files_changed = r.files_changed.clone();
+                    t.notes.conflict = None;
+                }
+                self.set_state(&key, TaskState::Succeeded, &format!("attempt {number} succeeded"), fx);
+                self.start_merge(&key, number, false, fx);
+            }
+            Outcome::Error | Outcome::VerifyFailed | Outcome::Signaled | Outcome::Stalled => {
+                self.set_attempt_state(&key, number, AttemptState::Failed, fx);
+                let why = match r.outcome {
+                    Outcome::VerifyFailed => {
+                        let failed: Vec<&str> = r
+                            .tiers
+                            .iter()
+                            .filter(|t| t.blocking && !t.passed)
+                            .map(|t| t.name.as_str())
+                            .collect();
+                        format!("verification failed ({})", failed.join(", "))
+                    }
+                    Outcome::Signaled => format!("worker killed by signal {}", r.signal.unwrap_or(0)),
+                    Outcome::Stalled => "worker stalled past its restarts".to_string(),
+                    _ => format!("exit {}", r.exit_code),
+                };
+                let why = if detail.is_empty() { why } else { format!("{why}: {}", first_line(&detail)) };
+                if cancel_requested {
+                    self.set_state(&key, TaskState::Cancelled, "cancelled by the operator", fx);
+                } else {
+                    self.fail_or_retry(&key, number, &why, fx);
+                }
+            }
+            Outcome::Checkpoint => {
+                self.set_attempt_state(&key, number, AttemptState::Checkpointed, fx);
+                if let Some(t) = self.tasks.get_mut(&key) {
+                    if let Some(c) = &r.commit {
+                        t.resume_commit = c.clone();
+                    }
+                    t.notes
+                        .failures
+                        .push(format!("attempt {number}: checkpointed ({})", first_line(&r.summary)));
+                }
+                if cancel_requested {
+                    self.set_state(&key, TaskState::Cancelled, "cancelled by the operator", fx);
+                } else {
+                    self.make_ready(
+                        &key,
+                        &format!("attempt {number} checkpointed; resumes from its WIP commit"),
+                        fx,
+                    );
+                }
+            }
+            Outcome::Blocked => {
+                self.set_attempt_state(&key, number, AttemptState::Stopped, fx);
+                self.set_state(&key, TaskState::Blocked, &format!("blocked: {}", first_line(&detail)), fx);
+            }
+            Outcome::Escalation => {
+                self.set_attempt_state(&key, number, AttemptState::Stopped, fx);
+                if let Some(t) = self.tasks.get_mut(&key)
+                    && t.notes.pending_question.is_none()
+                {
+                    t.notes.pending_question = Some(PendingQuestion {
+                        id: format!("q{number}"),
+                        text: if detail.is_empty() {
+                            "escalated without a question".into()
+                        } else {
+                            detail.clone()
+                        },
+                        category: r.category.clone(),
+                        attempt: number,
+                    });
+                }
+                let category =
+                    if r.category.is_empty() { "escalation".to_string() } else { r.category.clone() };
+                self.set_state(
+                    &key,
+                    TaskState::Escalated,
+                    &format!("{category}: {}", first_line(&detail)),
+                    fx,
+                );
+            }
+            Outcome::Interrupted | Outcome::Cancelled => {
+                self.set_attempt_state(&key, number, AttemptState::Cancelled, fx);
+                if cancel_requested {
+                    self.set_state(&key, TaskState::Cancelled, "cancelled by the operator", fx);
+                } else {
+                    self.make_ready(&key, &format!("attempt {number} interrupted"), fx);
+                }
+            }
+        }
+    }
+
+    /// Exit 1 and its kin: retry with exponential backoff and jitter while
+    /// retries last, then FAILED.
+    pub(super) fn fail_or_retry(&mut self, key: &TaskKey, number: u32, why: &str, fx: &mut Effects) {
+        let Some(t) = self.tasks.get_mut(key) else { return };
+        t.notes.failures.push(format!("attempt {number}: {why}"));
+        if t.retries_used < t.spec.retry.max_retries {
+            t.retries_used += 1;
+            let base = t.spec.retry.backoff_ms(t.retries_used) as f64;
+            let jittered = base * rand::rng().random_range(0.8..=1.2);
+            t.not_before = now_ms() + jittered as i64;
+            let (used, max) = (t.retries_used, t.spec.retry.max_retries);
+            let reason = format!("retry {used}/{max} in {} ms after {why}", jittered as i64);
+            self.make_ready(key, &reason, fx);
+        } else {
+            let max = t.spec.retry.max_retries;
+            self.set_state(key, TaskState::Failed, &format!("{why} (retries exhausted: {max})"), fx);
+        }
+    }
+
+    pub(super) fn send_cancel(&mut self, key: &TaskKey, number: u32, reason: &str, fx: &mut Effects) {
+        let Some(a) = self.attempts.get(&(key.clone(), number)) else { return };
+        let message = Outbound::Cancel {
+            attempt: AttemptHandle { task: key.clone(), number, token: a.token },
+            grace_ms: self.timing.cancel_grace.as_millis() as u32,
+            reason: reason.to_string(),
+        };
+        let worker = a.worker.clone();
+        self.send(&worker, message, fx);
+    }
+
+    /// SUCCEEDED → MERGING, and the job goes to the integrator after commit.
+    pub(super) fn start_merge(&mut self, key: &TaskKey, number: u32, recovering: bool, fx: &mut Effects) {
+        let Some(job) = self.merge_job(key, number, recovering) else { return };
+        self.set_state(key, TaskState::Merging, &format!("merging attempt {number}"), fx);
+        fx.merges.push(job);
+    }
+
+    pub(super) fn merge_job(&self, key: &TaskKey, number: u32, recovering: bool) -> Option<MergeJob> {
+        let t = self.tasks.get(key)?;
+        let swarm = self.swarms.get(&key.swarm)?;
+        let attempt = self.attempts.get(&(key.clone(), number))?;
+        Some(MergeJob {
+            task: key.clone(),
+            attempt: number,
+            attempt_label: key.attempt(number).to_string(),
+            integration_branch: swarm.plan.integration_branch.clone(),
+            task_commit: t.result_commit.clone(),
+            base_commit: attempt.base_commit.clone(),
+            strategy: t.spec.strategy,
+            ownership: t.spec.ownership,
+            owned_globs: t.spec.files.clone(),
+            title: t.spec.title.clone(),
+            summary: t.notes.summary.clone(),
+            recovering,
+        })
+    }
+
+    pub(super) fn on_merged(&mut self, result: MergeResult, fx: &mut Effects) {
+        let key = result.task.clone();
+        let number = result.attempt;
+        let Some(t) = self.tasks.get(&key) else { return };
+        if !matches!(t.state, TaskState::Merging | TaskState::Succeeded) {
+            return;
+        }
+        let _span = tracing::info_span!("merge.result", swarm = %key.swarm, task = %key, attempt = %key.attempt(number)).entered();
+        if !result.ownership_warning.is_empty() {
+            self.task_event(
+                fx,
+                &key,
+                number,
+                "",
+                "task.ownership_warning",
+                format!("touched files outside its globs: {}", result.ownership_warning.join(", ")),
+                serde_json::json!({ "paths": result.ownership_warning }),
+            );
+        }
+        match result.verdict {
+            MergeVerdict::Merged { head, merge_commit, report } => {
+                if let Some(s) = self.swarms.get_mut(&key.swarm) {
+                    s.integration_head = head.clone();
+                    fx.batch.swarm(s.row());
+                }
+                if let Some(t) = self.tasks.get_mut(&key) {
+                    t.merge_commit = merge_commit.clone();
+                    t.resume_commit.clear();
+                }
+                self.task_event(
+                    fx,
+                    &key,
+                    number,
+                    "",
+                    "task.merged",
+                    format!("merged as {merge_commit}"),
+                    report,
+                );
+                self.set_state(&key, TaskState::Merged, &format!("merged as {}", short(&merge_commit)), fx);
+                let dependents = self.dependents.get(&key).cloned().unwrap_or_default();
+                for d in dependents {
+                    if self.tasks.get(&d).is_some_and(|t| t.state == TaskState::Pending) {
+                        self.make_ready(&d, &format!("dependency {} merged", key.task), fx);
+                    }
+                }
+            }
+            MergeVerdict::Conflict { paths, description } => {
+                self.task_event(
+                    fx,
+                    &key,
+                    number,
+                    "",
+                    "task.conflict",
+                    format!("conflict in {}", paths.join(", ")),
+                    serde_json::json!({ "paths": paths, "description": description }),
+                );
+                let policy = self.tasks.get(&key).map(|t| t.spec.on_conflict).unwrap_or_default();
+                if let Some(t) = self.tasks.get_mut(&key) {
+                    t.notes.conflict = Some(description);
+                    t.resume_commit.clear();
+                }
+                self.set_state(&key, TaskState::Conflict, &format!("conflict in {}", paths.join(", ")), fx);
+                if policy == ConflictPolicy::Return {
+                    self.make_ready(
+                        &key,
+                        "conflict returned to its owner: new attempt from the integration head",
+                        fx,
+                    );
+                }
+            }
+            MergeVerdict::Refused { reason } => {
+                debug_assert!(matches!(
+                    self.tasks.get(&key).map(|t| t.spec.ownership),
+                    Some(OwnershipPolicy::Enforce)
+                ));
+                self.fail_or_retry(&key, number, &reason, fx);
+            }
+            MergeVerdict::Failed { reason } => {
+                self.fail_or_retry(&key, number, &format!("merge failed: {reason}"), fx);
+            }
+        }
+    }
+}
+
+fn report_kind(r: &Report) -> &'static str {
+    match r {
+        Report::Started { .. } => "started",
+        Report::Progress { .. } => "progress",
+        Report::Status { .. } => "status",
+        Report::Question { .. } => "question",
+        Report::Result(_) => "result",
+        Report::Orphans { .. } => "orphans",
+    }
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or("")
+}
+
+fn short(id: &str) -> &str {
+    id.get(..12).unwrap_or(id)
+}

@@ -1,0 +1,165 @@
+//! Read-only snapshots handed to the Operator API.
+
+use std::collections::BTreeMap;
+
+use swarm_core::{AttemptState, Outcome, TaskState};
+
+use super::model::{Attempt, Swarm, SwarmState, Task, TierOutcome, Worker};
+use crate::store::EventRow;
+
+#[derive(Debug, Clone)]
+pub struct SwarmView {
+    pub id: String,
+    pub state: SwarmState,
+    pub base_branch: String,
+    pub integration_branch: String,
+    pub target_branch: String,
+    pub integration_head: String,
+    pub tasks_by_state: BTreeMap<String, u32>,
+    pub created_at: i64,
+    pub task_count: u32,
+}
+
+impl SwarmView {
+    pub fn of(swarm: &Swarm, tasks: &super::model::Tasks) -> SwarmView {
+        let mut by_state = BTreeMap::new();
+        for key in &swarm.tasks {
+            if let Some(t) = tasks.get(key) {
+                *by_state.entry(t.state.as_str().to_string()).or_insert(0) += 1;
+            }
+        }
+        SwarmView {
+            id: swarm.id.to_string(),
+            state: swarm.state,
+            base_branch: swarm.plan.base_branch.clone(),
+            integration_branch: swarm.plan.integration_branch.clone(),
+            target_branch: swarm.plan.target_branch.clone(),
+            integration_head: swarm.integration_head.clone(),
+            tasks_by_state: by_state,
+            created_at: swarm.created_at,
+            task_count: swarm.tasks.len() as u32,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct TaskView {
+    pub swarm: String,
+    pub id: String,
+    pub title: String,
+    pub state: TaskState,
+    pub deps: Vec<String>,
+    pub owned_globs: Vec<String>,
+    pub attempts: u32,
+    pub retries_used: u32,
+    pub worker: String,
+    pub merge_commit: String,
+    pub reason: String,
+    pub percent: u32,
+    pub step: String,
+    pub updated_at: i64,
+    pub pending_question: String,
+}
+
+impl TaskView {
+    pub fn of(task: &Task, worker: Option<&str>) -> TaskView {
+        TaskView {
+            swarm: task.key.swarm.to_string(),
+            id: task.key.task.to_string(),
+            title: task.spec.title.clone(),
+            state: task.state,
+            deps: task.spec.deps.iter().map(|d| d.to_string()).collect(),
+            owned_globs: task.spec.files.clone(),
+            attempts: task.attempts,
+            retries_used: task.retries_used,
+            worker: worker.unwrap_or_default().to_string(),
+            merge_commit: task.merge_commit.clone(),
+            reason: task.reason.clone(),
+            percent: task.percent,
+            step: task.step.clone(),
+            updated_at: task.updated_at,
+            pending_question: task
+                .notes
+                .pending_question
+                .as_ref()
+                .map(|q| q.text.clone())
+                .unwrap_or_default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct AttemptView {
+    pub number: u32,
+    pub state: AttemptState,
+    pub worker: String,
+    pub token: u64,
+    pub base_commit: String,
+    pub result_commit: String,
+    pub outcome: Option<Outcome>,
+    pub exit_code: i32,
+    pub summary: String,
+    pub error: String,
+    pub started_at: i64,
+    pub ended_at: i64,
+    pub tiers: Vec<TierOutcome>,
+}
+
+impl From<&Attempt> for AttemptView {
+    fn from(a: &Attempt) -> Self {
+        AttemptView {
+            number: a.number,
+            state: a.state,
+            worker: a.worker.clone(),
+            token: a.token,
+            base_commit: a.base_commit.clone(),
+            result_commit: a.result_commit.clone(),
+            outcome: a.outcome,
+            exit_code: a.exit_code,
+            summary: a.summary.clone(),
+            error: a.error.clone(),
+            started_at: a.started_at,
+            ended_at: a.ended_at,
+            tiers: a.tiers.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct TaskDetailView {
+    pub task: TaskView,
+    pub prompt: String,
+    pub attempts: Vec<AttemptView>,
+    /// Filled in by the API from the store (the scheduler keeps no event
+    /// history in memory).
+    pub events: Vec<EventRow>,
+}
+
+#[derive(Debug, Clone)]
+pub struct WorkerView {
+    pub id: String,
+    pub host: String,
+    pub labels: BTreeMap<String, String>,
+    pub connected: bool,
+    pub draining: bool,
+    pub attempt: String,
+    pub heartbeat_age_ms: u64,
+    pub last_applied_seq: u64,
+}
+
+impl WorkerView {
+    pub fn of(w: &Worker, now_ms: u64) -> WorkerView {
+        let last_seen =
+            w.session.as_ref().map(|s| s.last_seen.load(std::sync::atomic::Ordering::Relaxed)).unwrap_or(0);
+        WorkerView {
+            id: w.id.clone(),
+            host: w.host.clone(),
+            labels: w.labels.clone(),
+            connected: w.session.is_some(),
+            draining: w.draining,
+            attempt: w.attempt.as_ref().map(|(k, n)| k.attempt(*n).to_string()).unwrap_or_default(),
+            heartbeat_age_ms: if w.session.is_some() { now_ms.saturating_sub(last_seen) } else { 0 },
+            last_applied_seq: w.last_applied_seq,
+        }
+    }
+}

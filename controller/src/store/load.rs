@@ -1,0 +1,97 @@
+//! Reading the whole model back after a restart.
+
+use rusqlite::Connection;
+
+use super::{AttemptRow, StoreError, SwarmRow, TaskRow, WorkerRow};
+
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    pub swarms: Vec<SwarmRow>,
+    pub tasks: Vec<TaskRow>,
+    pub attempts: Vec<AttemptRow>,
+    pub workers: Vec<WorkerRow>,
+    pub last_event_id: u64,
+}
+
+pub fn load(conn: &Connection) -> Result<Snapshot, StoreError> {
+    let mut snap = Snapshot::default();
+    let mut stmt = conn.prepare(
+        "SELECT id, plan, state, integration_head, created_at FROM swarms ORDER BY created_at, id",
+    )?;
+    snap.swarms = stmt
+        .query_map([], |r| {
+            Ok(SwarmRow {
+                id: r.get(0)?,
+                plan: r.get(1)?,
+                state: r.get(2)?,
+                integration_head: r.get(3)?,
+                created_at: r.get(4)?,
+            })
+        })?
+        .collect::<Result<_, _>>()?;
+    let mut stmt = conn.prepare(
+        "SELECT swarm, id, state, attempts, retries_used, not_before, resume_commit, result_commit,
+                merge_commit, reason, cancel_requested, notes, updated_at FROM tasks",
+    )?;
+    snap.tasks = stmt
+        .query_map([], |r| {
+            Ok(TaskRow {
+                swarm: r.get(0)?,
+                id: r.get(1)?,
+                state: r.get(2)?,
+                attempts: r.get(3)?,
+                retries_used: r.get(4)?,
+                not_before: r.get(5)?,
+                resume_commit: r.get(6)?,
+                result_commit: r.get(7)?,
+                merge_commit: r.get(8)?,
+                reason: r.get(9)?,
+                cancel_requested: r.get(10)?,
+                notes: r.get(11)?,
+                updated_at: r.get(12)?,
+            })
+        })?
+        .collect::<Result<_, _>>()?;
+    let mut stmt = conn.prepare(
+        "SELECT swarm, task, number, state, worker, token, base_commit, result_commit, outcome, exit_code,
+                summary, error, started_at, ended_at, tiers FROM attempts ORDER BY swarm, task, number",
+    )?;
+    snap.attempts = stmt
+        .query_map([], |r| {
+            Ok(AttemptRow {
+                swarm: r.get(0)?,
+                task: r.get(1)?,
+                number: r.get(2)?,
+                state: r.get(3)?,
+                worker: r.get(4)?,
+                token: r.get::<_, i64>(5)? as u64,
+                base_commit: r.get(6)?,
+                result_commit: r.get(7)?,
+                outcome: r.get(8)?,
+                exit_code: r.get(9)?,
+                summary: r.get(10)?,
+                error: r.get(11)?,
+                started_at: r.get(12)?,
+                ended_at: r.get(13)?,
+                tiers: r.get(14)?,
+            })
+        })?
+        .collect::<Result<_, _>>()?;
+    let mut stmt =
+        conn.prepare("SELECT id, host, labels, last_applied_seq, draining, updated_at FROM workers")?;
+    snap.workers = stmt
+        .query_map([], |r| {
+            Ok(WorkerRow {
+                id: r.get(0)?,
+                host: r.get(1)?,
+                labels: r.get(2)?,
+                last_applied_seq: r.get::<_, i64>(3)? as u64,
+                draining: r.get(4)?,
+                updated_at: r.get(5)?,
+            })
+        })?
+        .collect::<Result<_, _>>()?;
+    snap.last_event_id =
+        conn.query_row("SELECT COALESCE(MAX(id), 0) FROM events", [], |r| r.get::<_, i64>(0))? as u64;
+    Ok(snap)
+}

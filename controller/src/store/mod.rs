@@ -1,0 +1,321 @@
+//! The durable store: one SQLite file (WAL), owned by the scheduler's
+//! thread, written in batches (group commit).
+//!
+//! The scheduler applies a batch of commands to its in-memory model, which
+//! yields a [`Batch`] of rows; [`Store::commit`] writes the whole batch in
+//! one transaction, so a state change and its event are always durable
+//! together. Acks, assigns and Watch events go out only after the commit.
+//! A restarted controller rebuilds its model with [`Store::load`].
+
+mod load;
+mod schema;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use rusqlite::{Connection, OpenFlags, params};
+
+pub use load::Snapshot;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("store {path}: {source}")]
+    Open { path: PathBuf, source: rusqlite::Error },
+    #[error("store {path} has schema version {found}, newer than this controller's {supported}")]
+    TooNew { path: PathBuf, found: i64, supported: i64 },
+    #[error("store: {0}")]
+    Sql(#[from] rusqlite::Error),
+    #[error("store row {table}/{key}: {reason}")]
+    Corrupt { table: &'static str, key: String, reason: String },
+    #[error("store: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SwarmRow {
+    pub id: String,
+    pub plan: String,
+    pub state: String,
+    pub integration_head: String,
+    pub created_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TaskRow {
+    pub swarm: String,
+    pub id: String,
+    pub state: String,
+    pub attempts: u32,
+    pub retries_used: u32,
+    pub not_before: i64,
+    pub resume_commit: String,
+    pub result_commit: String,
+    pub merge_commit: String,
+    pub reason: String,
+    pub cancel_requested: bool,
+    /// JSON: earlier failures, answers, pending question, conflict.
+    pub notes: String,
+    pub updated_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct AttemptRow {
+    pub swarm: String,
+    pub task: String,
+    pub number: u32,
+    pub state: String,
+    pub worker: String,
+    pub token: u64,
+    pub base_commit: String,
+    pub result_commit: String,
+    pub outcome: String,
+    pub exit_code: i32,
+    pub summary: String,
+    pub error: String,
+    pub started_at: i64,
+    pub ended_at: i64,
+    /// JSON array of tier results.
+    pub tiers: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct WorkerRow {
+    pub id: String,
+    pub host: String,
+    /// JSON object.
+    pub labels: String,
+    pub last_applied_seq: u64,
+    pub draining: bool,
+    pub updated_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct EventRow {
+    pub id: u64,
+    pub at: i64,
+    pub swarm: String,
+    pub task: String,
+    pub attempt: u32,
+    pub worker: String,
+    pub kind: String,
+    pub message: String,
+    pub data: String,
+}
+
+/// Everything one group commit writes. Rows of the same key collapse to
+/// the last one written in the batch.
+#[derive(Debug, Default)]
+pub struct Batch {
+    swarms: HashMap<String, SwarmRow>,
+    tasks: HashMap<(String, String), TaskRow>,
+    attempts: HashMap<(String, String, u32), AttemptRow>,
+    workers: HashMap<String, WorkerRow>,
+    pub events: Vec<EventRow>,
+}
+
+impl Batch {
+    pub fn swarm(&mut self, row: SwarmRow) {
+        self.swarms.insert(row.id.clone(), row);
+    }
+    pub fn task(&mut self, row: TaskRow) {
+        self.tasks.insert((row.swarm.clone(), row.id.clone()), row);
+    }
+    pub fn attempt(&mut self, row: AttemptRow) {
+        self.attempts.insert((row.swarm.clone(), row.task.clone(), row.number), row);
+    }
+    pub fn worker(&mut self, row: WorkerRow) {
+        self.workers.insert(row.id.clone(), row);
+    }
+    pub fn event(&mut self, row: EventRow) {
+        self.events.push(row);
+    }
+    pub fn is_empty(&self) -> bool {
+        self.swarms.is_empty()
+            && self.tasks.is_empty()
+            && self.attempts.is_empty()
+            && self.workers.is_empty()
+            && self.events.is_empty()
+    }
+    /// Rows in the batch, for the batch-size metric.
+    pub fn len(&self) -> usize {
+        self.swarms.len() + self.tasks.len() + self.attempts.len() + self.workers.len() + self.events.len()
+    }
+}
+
+/// Figures from one commit, for metrics and the benchmark.
+#[derive(Debug, Clone, Copy)]
+pub struct CommitStats {
+    pub rows: usize,
+    pub micros: u64,
+}
+
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+}
+
+impl Store {
+    /// Opens (creating if needed) the store and runs pending migrations.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let conn = Connection::open(path).map_err(|source| StoreError::Open { path: path.into(), source })?;
+        // WAL + synchronous=FULL: every commit is durable, readers never
+        // block the writer.
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        let mut store = Store { conn, path: path.into() };
+        schema::migrate(&mut store.conn, &store.path)?;
+        Ok(store)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Opens a read-only connection for Watch replays and the like.
+    pub fn reader(path: &Path) -> Result<Connection, StoreError> {
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|source| StoreError::Open { path: path.into(), source })?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        Ok(conn)
+    }
+
+    pub fn load(&self) -> Result<Snapshot, StoreError> {
+        load::load(&self.conn)
+    }
+
+    /// Writes a batch in one transaction.
+    #[tracing::instrument(level = "debug", skip_all, fields(rows = batch.len()))]
+    pub fn commit(&mut self, batch: &Batch) -> Result<CommitStats, StoreError> {
+        let started = Instant::now();
+        let tx = self.conn.transaction()?;
+        {
+            let mut stmt = tx.prepare_cached(
+                "INSERT INTO swarms (id, plan, state, integration_head, created_at) VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT(id) DO UPDATE SET state = excluded.state, integration_head = excluded.integration_head",
+            )?;
+            for r in batch.swarms.values() {
+                stmt.execute(params![r.id, r.plan, r.state, r.integration_head, r.created_at])?;
+            }
+            let mut stmt = tx.prepare_cached(
+                "INSERT OR REPLACE INTO tasks (swarm, id, state, attempts, retries_used, not_before, resume_commit,
+                   result_commit, merge_commit, reason, cancel_requested, notes, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+            )?;
+            for r in batch.tasks.values() {
+                stmt.execute(params![
+                    r.swarm,
+                    r.id,
+                    r.state,
+                    r.attempts,
+                    r.retries_used,
+                    r.not_before,
+                    r.resume_commit,
+                    r.result_commit,
+                    r.merge_commit,
+                    r.reason,
+                    r.cancel_requested,
+                    r.notes,
+                    r.updated_at
+                ])?;
+            }
+            let mut stmt = tx.prepare_cached(
+                "INSERT OR REPLACE INTO attempts (swarm, task, number, state, worker, token, base_commit,
+                   result_commit, outcome, exit_code, summary, error, started_at, ended_at, tiers)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+            )?;
+            for r in batch.attempts.values() {
+                stmt.execute(params![
+                    r.swarm,
+                    r.task,
+                    r.number,
+                    r.state,
+                    r.worker,
+                    r.token as i64,
+                    r.base_commit,
+                    r.result_commit,
+                    r.outcome,
+                    r.exit_code,
+                    r.summary,
+                    r.error,
+                    r.started_at,
+                    r.ended_at,
+                    r.tiers
+                ])?;
+            }
+            let mut stmt = tx.prepare_cached(
+                "INSERT OR REPLACE INTO workers (id, host, labels, last_applied_seq, draining, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?;
+            for r in batch.workers.values() {
+                stmt.execute(params![
+                    r.id,
+                    r.host,
+                    r.labels,
+                    r.last_applied_seq as i64,
+                    r.draining,
+                    r.updated_at
+                ])?;
+            }
+            let mut stmt = tx.prepare_cached(
+                "INSERT INTO events (id, at, swarm, task, attempt, worker, kind, message, data)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            )?;
+            for e in &batch.events {
+                stmt.execute(params![
+                    e.id as i64,
+                    e.at,
+                    e.swarm,
+                    e.task,
+                    e.attempt,
+                    e.worker,
+                    e.kind,
+                    e.message,
+                    e.data
+                ])?;
+            }
+        }
+        tx.commit()?;
+        Ok(CommitStats { rows: batch.len(), micros: started.elapsed().as_micros() as u64 })
+    }
+}
+
+/// Reads events with ids in `(after, up_to]`, at most `limit`, optionally
+/// of one swarm.
+pub fn read_events(
+    conn: &Connection,
+    after: u64,
+    up_to: u64,
+    swarm: Option<&str>,
+    limit: usize,
+) -> Result<Vec<EventRow>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, at, swarm, task, attempt, worker, kind, message, data FROM events
+         WHERE id > ?1 AND id <= ?2 AND (?3 IS NULL OR swarm = ?3) ORDER BY id LIMIT ?4",
+    )?;
+    let rows = stmt.query_map(params![after as i64, up_to as i64, swarm, limit as i64], |r| {
+        Ok(EventRow {
+            id: r.get::<_, i64>(0)? as u64,
+            at: r.get(1)?,
+            swarm: r.get(2)?,
+            task: r.get(3)?,
+            attempt: r.get(4)?,
+            worker: r.get(5)?,
+            kind: r.get(6)?,
+            message: r.get(7)?,
+            data: r.get(8)?,
+        })
+    })?;
+    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,90 @@
+//! Versioned migrations. A migration is appended, never edited: the
+//! version a store has reached is kept in `PRAGMA user_version`.
+
+use std::path::Path;
+
+use rusqlite::Connection;
+
+use super::StoreError;
+
+const MIGRATIONS: &[&str] = &[
+    // 1: the initial schema.
+    "CREATE TABLE swarms (
+        id TEXT PRIMARY KEY,
+        plan TEXT NOT NULL,
+        state TEXT NOT NULL,
+        integration_head TEXT NOT NULL,
+        created_at INTEGER NOT NULL
+    );
+    CREATE TABLE tasks (
+        swarm TEXT NOT NULL REFERENCES swarms(id),
+        id TEXT NOT NULL,
+        state TEXT NOT NULL,
+        attempts INTEGER NOT NULL,
+        retries_used INTEGER NOT NULL,
+        not_before INTEGER NOT NULL,
+        resume_commit TEXT NOT NULL,
+        result_commit TEXT NOT NULL,
+        merge_commit TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        cancel_requested INTEGER NOT NULL,
+        notes TEXT NOT NULL,
+        updated_at INTEGER NOT NULL,
+        PRIMARY KEY (swarm, id)
+    );
+    CREATE TABLE attempts (
+        swarm TEXT NOT NULL,
+        task TEXT NOT NULL,
+        number INTEGER NOT NULL,
+        state TEXT NOT NULL,
+        worker TEXT NOT NULL,
+        token INTEGER NOT NULL,
+        base_commit TEXT NOT NULL,
+        result_commit TEXT NOT NULL,
+        outcome TEXT NOT NULL,
+        exit_code INTEGER NOT NULL,
+        summary TEXT NOT NULL,
+        error TEXT NOT NULL,
+        started_at INTEGER NOT NULL,
+        ended_at INTEGER NOT NULL,
+        tiers TEXT NOT NULL,
+        PRIMARY KEY (swarm, task, number),
+        FOREIGN KEY (swarm, task) REFERENCES tasks(swarm, id)
+    );
+    CREATE TABLE workers (
+        id TEXT PRIMARY KEY,
+        host TEXT NOT NULL,
+        labels TEXT NOT NULL,
+        last_applied_seq INTEGER NOT NULL,
+        draining INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL
+    );
+    CREATE TABLE events (
+        id INTEGER PRIMARY KEY,
+        at INTEGER NOT NULL,
+        swarm TEXT NOT NULL,
+        task TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        worker TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        message TEXT NOT NULL,
+        data TEXT NOT NULL
+    );
+    CREATE INDEX events_by_swarm ON events (swarm, id);",
+];
+
+pub const VERSION: i64 = MIGRATIONS.len() as i64;
+
+pub fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
+    let found: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    if found > VERSION {
+        return Err(StoreError::TooNew { path: path.into(), found, supported: VERSION });
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+        let tx = conn.transaction()?;
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", (i + 1) as i64)?;
+        tx.commit()?;
+    }
+    Ok(())
+}

@@ -1,0 +1,126 @@
+use super::*;
+
+fn swarm(id: &str) -> SwarmRow {
+    SwarmRow {
+        id: id.into(),
+        plan: "name = \"x\"".into(),
+        state: "ACTIVE".into(),
+        integration_head: "h".into(),
+        created_at: 1,
+    }
+}
+
+fn task(swarm: &str, id: &str, state: &str) -> TaskRow {
+    TaskRow {
+        swarm: swarm.into(),
+        id: id.into(),
+        state: state.into(),
+        notes: "{}".into(),
+        ..Default::default()
+    }
+}
+
+fn event(id: u64, swarm: &str) -> EventRow {
+    EventRow { id, swarm: swarm.into(), kind: "task.state".into(), data: "{}".into(), ..Default::default() }
+}
+
+#[test]
+fn a_committed_batch_is_loaded_back() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("swarm.db");
+    let mut store = Store::open(&path).expect("open");
+    let mut batch = Batch::default();
+    batch.swarm(swarm("s"));
+    batch.task(task("s", "a", "READY"));
+    batch.task(task("s", "a", "RUNNING")); // the last write of a key wins
+    batch.attempt(AttemptRow {
+        swarm: "s".into(),
+        task: "a".into(),
+        number: 1,
+        token: 9,
+        ..Default::default()
+    });
+    batch.worker(WorkerRow {
+        id: "w1".into(),
+        last_applied_seq: 4,
+        labels: "{}".into(),
+        ..Default::default()
+    });
+    batch.event(event(1, "s"));
+    batch.event(event(2, "s"));
+    store.commit(&batch).expect("commit");
+    drop(store);
+
+    let store = Store::open(&path).expect("reopen");
+    let snap = store.load().expect("load");
+    assert_eq!(snap.swarms, vec![swarm("s")]);
+    assert_eq!(snap.tasks.len(), 1);
+    assert_eq!(snap.tasks[0].state, "RUNNING");
+    assert_eq!(snap.attempts[0].token, 9);
+    assert_eq!(snap.workers[0].last_applied_seq, 4);
+    assert_eq!(snap.last_event_id, 2);
+}
+
+#[test]
+fn reopening_after_the_writer_died_mid_batch_keeps_only_committed_batches() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("swarm.db");
+    let mut store = Store::open(&path).expect("open");
+    let mut first = Batch::default();
+    first.swarm(swarm("s"));
+    first.task(task("s", "a", "READY"));
+    first.event(event(1, "s"));
+    store.commit(&first).expect("commit");
+
+    // A second batch is half written when the writer dies: the transaction
+    // is open, rows are in the WAL, and nothing rolls it back or closes the
+    // connection (as with kill -9).
+    store
+        .conn
+        .execute_batch(
+            "BEGIN;
+             UPDATE tasks SET state = 'RUNNING' WHERE id = 'a';
+             INSERT INTO events (id, at, swarm, task, attempt, worker, kind, message, data)
+               VALUES (2, 0, 's', 'a', 1, '', 'task.state', '', '{}');",
+        )
+        .expect("partial batch");
+    std::mem::forget(store);
+
+    let store = Store::open(&path).expect("reopen after crash");
+    let snap = store.load().expect("load");
+    assert_eq!(snap.tasks[0].state, "READY");
+    assert_eq!(snap.last_event_id, 1);
+    let reader = Store::reader(&path).expect("reader");
+    let events = read_events(&reader, 0, u64::MAX >> 1, None, 10).expect("events");
+    assert_eq!(events.iter().map(|e| e.id).collect::<Vec<_>>(), vec![1]);
+}
+
+#[test]
+fn events_are_read_in_id_order_within_bounds_and_by_swarm() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("swarm.db");
+    let mut store = Store::open(&path).expect("open");
+    let mut batch = Batch::default();
+    for id in 1..=10 {
+        batch.event(event(id, if id % 2 == 0 { "even" } else { "odd" }));
+    }
+    store.commit(&batch).expect("commit");
+    let reader = Store::reader(&path).expect("reader");
+    let ids = |v: Vec<EventRow>| v.into_iter().map(|e| e.id).collect::<Vec<_>>();
+    assert_eq!(ids(read_events(&reader, 3, 7, None, 100).expect("read")), vec![4, 5, 6, 7]);
+    assert_eq!(ids(read_events(&reader, 0, 10, Some("even"), 2).expect("read")), vec![2, 4]);
+}
+
+#[test]
+fn a_store_from_a_newer_controller_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("swarm.db");
+    drop(Store::open(&path).expect("open"));
+    let conn = Connection::open(&path).expect("raw");
+    conn.pragma_update(None, "user_version", 99).expect("bump");
+    drop(conn);
+    match Store::open(&path) {
+        Err(StoreError::TooNew { found: 99, .. }) => {}
+        other => panic!("expected TooNew, got {:?}", other.map(|_| ())),
+    }
+}
