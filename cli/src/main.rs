@@ -1,1 +1,64 @@
-fn main() {}
+//! `swarmctl`: the operator's tool for swarm, and the all-in-one local mode.
+//!
+//! `main` parses the command line, runs one command and maps whatever it
+//! came to onto an exit code that scripts can trust (see [`exit`]).
+
+mod cli;
+mod client;
+mod demo;
+mod exit;
+mod local;
+mod ops;
+mod output;
+mod watch;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::cli::{Cli, Command};
+use crate::exit::Failure;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // clap prints help and version on stdout and exits 0 for them;
+            // every other parse error is a usage error (exit 3, not clap's 2,
+            // which `run` reserves for "waiting on the operator").
+            let _ = e.print();
+            return if e.use_stderr() { ExitCode::from(exit::USAGE) } else { ExitCode::SUCCESS };
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(exit::FAILURE);
+        }
+    };
+    match runtime.block_on(dispatch(cli)) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            let failure = Failure::from_error(&e);
+            eprintln!("error: {}", failure.message);
+            ExitCode::from(failure.code)
+        }
+    }
+}
+
+/// Runs one command; `Ok` carries the exit code of a command that finished
+/// the way it meant to (`run` reports task outcomes through it).
+async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
+    match cli.command {
+        Command::Run(args) => local::run(args).await,
+        Command::Demo(args) => demo::run(args).await,
+        Command::Completions { shell } => {
+            cli::print_completions(shell);
+            Ok(exit::SUCCESS)
+        }
+        Command::Watch(args) => watch::watch(&cli.controller, args).await.map(|()| exit::SUCCESS),
+        Command::Logs(args) => watch::logs(&cli.controller, args).await.map(|()| exit::SUCCESS),
+        other => ops::run(&cli.controller, other).await.map(|()| exit::SUCCESS),
+    }
+}

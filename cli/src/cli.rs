@@ -1,0 +1,224 @@
+//! The command line: clap definitions only.
+
+use std::path::PathBuf;
+
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
+use clap_complete::Shell;
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0    success (`run`/`demo`: every task MERGED)
+  1    error; `run`: some task FAILED or CANCELLED
+  2    `run`: stopped waiting on the operator (BLOCKED, ESCALATED, CONFLICT on hold)
+  3    usage or plan error; the controller rejected an argument (InvalidArgument)
+  4    not found (NotFound)
+  5    not possible in the current state (FailedPrecondition, AlreadyExists, Aborted)
+  69   controller unavailable (Unavailable)
+  130  interrupted (Ctrl-C)";
+
+/// Operate swarms of coding agents: run a plan locally, or talk to a controller.
+#[derive(Debug, Parser)]
+#[command(name = "swarmctl", version, about, after_help = EXIT_CODES)]
+pub struct Cli {
+    /// The controller's Operator API.
+    #[arg(long, global = true, env = "SWARM_CONTROLLER", default_value = "http://127.0.0.1:7420")]
+    pub controller: String,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a plan locally: an embedded controller plus N local sidecars.
+    ///
+    /// Running it again with the same plan resumes the swarm.
+    #[command(after_help = EXIT_CODES)]
+    Run(RunArgs),
+    /// Run a scripted demo swarm in a throwaway repository (under a minute).
+    Demo(DemoArgs),
+    /// Submit a plan file to the controller (idempotent for the same plan).
+    Create {
+        plan: PathBuf,
+        #[command(flatten)]
+        out: OutputArgs,
+    },
+    /// List swarms, tasks or workers.
+    Get {
+        #[command(subcommand)]
+        what: GetWhat,
+    },
+    /// Show one object in detail.
+    Describe {
+        #[command(subcommand)]
+        what: DescribeWhat,
+    },
+    /// Show a task's events; -f follows new ones.
+    Logs(LogsArgs),
+    /// Stream events, replaying from an event id.
+    Watch(WatchArgs),
+    /// Cancel a task (SWARM/TASK) or a whole swarm (--swarm S).
+    Cancel {
+        #[arg(required_unless_present = "swarm", conflicts_with = "swarm")]
+        task: Option<String>,
+        #[arg(long)]
+        swarm: Option<String>,
+        #[arg(long, default_value = "cancelled by the operator")]
+        reason: String,
+        #[command(flatten)]
+        out: OutputArgs,
+    },
+    /// Start a new attempt of a FAILED, BLOCKED, CONFLICT or CANCELLED task.
+    Retry {
+        task: String,
+        #[command(flatten)]
+        out: OutputArgs,
+    },
+    /// Answer a task's pending question.
+    Answer {
+        task: String,
+        text: String,
+        /// The question's id; defaults to the task's pending question.
+        #[arg(long)]
+        question: Option<String>,
+        #[command(flatten)]
+        out: OutputArgs,
+    },
+    /// Stop assigning new tasks to a worker.
+    Drain {
+        worker: String,
+        #[command(flatten)]
+        out: OutputArgs,
+    },
+    /// Move the target branch to the swarm's integration head (never forced).
+    Land {
+        swarm: String,
+        #[arg(long)]
+        target: Option<String>,
+        #[command(flatten)]
+        out: OutputArgs,
+    },
+    /// Print a shell completion script.
+    Completions { shell: Shell },
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The plan file (TOML).
+    pub plan: PathBuf,
+    /// How many local sidecars (workers) to start.
+    #[arg(long, short = 'w', env = "SWARM_WORKERS", default_value_t = 2,
+          value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub workers: u32,
+    /// The git repository to work in.
+    #[arg(long, env = "SWARM_REPO", default_value = ".")]
+    pub repo: PathBuf,
+    /// Print one line per event even on a terminal.
+    #[arg(long)]
+    pub plain: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Where to create the demo repository (default: a new temporary directory, kept).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// How many local sidecars to start.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub workers: u32,
+    /// Print one line per event even on a terminal.
+    #[arg(long)]
+    pub plain: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    /// SWARM/TASK
+    pub task: String,
+    /// Keep following new events.
+    #[arg(long, short = 'f')]
+    pub follow: bool,
+    #[command(flatten)]
+    pub out: OutputArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// Replay events after this id (0: from the beginning).
+    #[arg(long, default_value_t = 0)]
+    pub since: u64,
+    /// Only this swarm's events.
+    #[arg(long)]
+    pub swarm: Option<String>,
+    /// Stop after this many events (for scripts).
+    #[arg(long)]
+    pub limit: Option<u64>,
+    #[command(flatten)]
+    pub out: OutputArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GetWhat {
+    /// Every swarm.
+    Swarms {
+        #[command(flatten)]
+        out: OutputArgs,
+    },
+    /// Tasks, of one swarm or of all.
+    Tasks {
+        #[arg(long)]
+        swarm: Option<String>,
+        #[command(flatten)]
+        out: OutputArgs,
+    },
+    /// Connected and known workers.
+    Workers {
+        #[command(flatten)]
+        out: OutputArgs,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DescribeWhat {
+    /// A task with its attempts and events: SWARM/TASK.
+    Task {
+        task: String,
+        #[command(flatten)]
+        out: OutputArgs,
+    },
+    /// A swarm.
+    Swarm {
+        swarm: String,
+        #[command(flatten)]
+        out: OutputArgs,
+    },
+}
+
+#[derive(Debug, Clone, Copy, Args)]
+pub struct OutputArgs {
+    /// Output format.
+    #[arg(long, short = 'o', value_enum, default_value_t = Format::Table)]
+    pub output: Format,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+    Yaml,
+}
+
+pub fn print_completions(shell: Shell) {
+    let mut cmd = Cli::command();
+    clap_complete::generate(shell, &mut cmd, "swarmctl", &mut std::io::stdout());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,192 @@
+//! `swarmctl run`: an embedded controller and local sidecars, then the
+//! swarm followed to its end.
+
+mod controller;
+mod progress;
+pub mod sidecars;
+mod summary;
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use futures::StreamExt as _;
+use swarm_core::plan::Plan;
+use swarm_proto::v1;
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::cli::RunArgs;
+use crate::client::{Client, connect, read_plan};
+use crate::exit::{self, Usage};
+use controller::LocalController;
+use progress::Progress;
+use sidecars::Sidecars;
+pub use summary::{Outcome, outcome};
+
+pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
+    let (text, plan) = read_plan(&args.plan)?;
+    let repo = check_repo(&args.repo)?;
+    let live = !args.plain && std::io::stdout().is_terminal();
+    let mut session = Session::start(&repo, args.workers).await?;
+    let result = session.drive(&text, &plan, live, &BTreeMap::new()).await;
+    session.stop().await;
+    let code = match result {
+        Ok(Ended::Finished(outcome)) => outcome.code(),
+        Ok(Ended::Interrupted) => {
+            eprintln!("interrupted: sidecars and controller stopped; run the same command again to resume");
+            exit::INTERRUPTED
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(code)
+}
+
+/// Validates `--repo`: an existing git work tree.
+pub fn check_repo(repo: &Path) -> anyhow::Result<PathBuf> {
+    let repo = repo.canonicalize().map_err(|e| Usage(format!("--repo {}: {e}", repo.display())))?;
+    if !repo.join(".git").exists() {
+        return Err(Usage(format!("--repo {}: not a git repository (no .git)", repo.display())).into());
+    }
+    Ok(repo)
+}
+
+pub enum Ended {
+    Finished(Outcome),
+    Interrupted,
+}
+
+/// The controller and sidecars of one local run.
+pub struct Session {
+    controller: LocalController,
+    sidecars: Sidecars,
+    pub url: String,
+    pub log_dir: PathBuf,
+}
+
+impl Session {
+    pub async fn start(repo: &Path, workers: u32) -> anyhow::Result<Session> {
+        let log_dir = repo.join(".git").join("swarm").join("logs");
+        std::fs::create_dir_all(&log_dir).with_context(|| format!("creating {}", log_dir.display()))?;
+        let controller = LocalController::start(repo, &log_dir.join("controller.log")).await?;
+        let url = controller.url();
+        let sidecars = match Sidecars::start(&url, repo, workers, &log_dir) {
+            Ok(s) => s,
+            Err(e) => {
+                controller.shutdown().await;
+                return Err(e);
+            }
+        };
+        Ok(Session { controller, sidecars, url, log_dir })
+    }
+
+    /// Submits the plan (resuming an existing swarm) and follows it until
+    /// nothing can move without the operator, or Ctrl-C.
+    pub async fn drive(
+        &mut self,
+        plan_text: &str,
+        plan: &Plan,
+        live: bool,
+        answers: &BTreeMap<String, String>,
+    ) -> anyhow::Result<Ended> {
+        let mut client = connect(&self.url).await?;
+        let resp = client.create_swarm(v1::CreateSwarmRequest { plan_toml: plan_text.to_string() }).await?;
+        let resp = resp.into_inner();
+        let swarm = resp.swarm.unwrap_or_default();
+        if resp.created {
+            eprintln!(
+                "swarm {} created: {} tasks on {}",
+                swarm.id,
+                plan.tasks.len(),
+                swarm.integration_branch
+            );
+        } else {
+            eprintln!("swarm {} exists: resuming", swarm.id);
+        }
+        eprintln!("logs: {}", self.log_dir.display());
+        let ended = follow(&mut client, &mut self.sidecars, plan, live, answers).await?;
+        if let Ended::Finished(outcome) = &ended {
+            summary::print(&mut client, plan, outcome).await?;
+        }
+        Ok(ended)
+    }
+
+    pub async fn stop(self) {
+        self.sidecars.stop(Duration::from_secs(15)).await;
+        self.controller.shutdown().await;
+    }
+}
+
+async fn follow(
+    client: &mut Client,
+    sidecars: &mut Sidecars,
+    plan: &Plan,
+    live: bool,
+    answers: &BTreeMap<String, String>,
+) -> anyhow::Result<Ended> {
+    let swarm_id = plan.swarm.to_string();
+    let mut stream =
+        client.watch(v1::WatchRequest { after_event_id: 0, swarm_id: swarm_id.clone() }).await?.into_inner();
+    let mut progress = Progress::new(live, plan.tasks.len());
+    let mut answered: BTreeMap<String, String> = BTreeMap::new();
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let ended = loop {
+        tokio::select! {
+            _ = sigint.recv() => break Ended::Interrupted,
+            _ = sigterm.recv() => break Ended::Interrupted,
+            event = stream.next() => match event {
+                Some(Ok(event)) => progress.event(&event),
+                Some(Err(status)) => return Err(status).context("watching the swarm"),
+                None => anyhow::bail!("the controller closed the event stream"),
+            },
+            _ = tick.tick() => {
+                let req = v1::ListTasksRequest { swarm_id: swarm_id.clone(), states: vec![] };
+                let tasks = client.list_tasks(req).await?.into_inner().tasks;
+                progress.tasks(&tasks);
+                let dead = sidecars.exited();
+                if !dead.is_empty() && dead.len() == sidecars.len() {
+                    let (id, status) = &dead[0];
+                    anyhow::bail!("every sidecar exited ({id}: {status}); see {}/{id}.log", sidecars.log_dir.display());
+                }
+                answer_questions(client, &swarm_id, &tasks, answers, &mut answered).await?;
+                if let Some(outcome) = outcome(plan, &tasks, |t| answers.contains_key(t) && !answered.contains_key(t)) {
+                    // Drain events already sent, so the plain log is complete.
+                    while let Ok(Some(Ok(event))) = tokio::time::timeout(Duration::from_millis(100), stream.next()).await {
+                        progress.event(&event);
+                    }
+                    break Ended::Finished(outcome);
+                }
+            }
+        }
+    };
+    progress.finish();
+    Ok(ended)
+}
+
+/// Answers each ESCALATED task that has an answer prepared (the demo's).
+async fn answer_questions(
+    client: &mut Client,
+    swarm_id: &str,
+    tasks: &[v1::Task],
+    answers: &BTreeMap<String, String>,
+    answered: &mut BTreeMap<String, String>,
+) -> anyhow::Result<()> {
+    for t in tasks {
+        let Some(text) = answers.get(&t.id) else { continue };
+        if t.state != v1::TaskState::Escalated as i32 || t.pending_question.is_empty() {
+            continue;
+        }
+        if answered.get(&t.id) == Some(&t.pending_question) {
+            continue;
+        }
+        let task_id = format!("{swarm_id}/{}", t.id);
+        eprintln!("answering {task_id}: {:?} -> {text:?}", t.pending_question);
+        let req = v1::AnswerRequest { task_id, question_id: String::new(), text: text.clone() };
+        client.answer(req).await?;
+        answered.insert(t.id.clone(), t.pending_question.clone());
+    }
+    Ok(())
+}

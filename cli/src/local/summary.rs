@@ -1,0 +1,205 @@
+//! When a local run is over, and the summary it prints.
+
+use std::collections::HashMap;
+
+use swarm_core::plan::{ConflictPolicy, Plan};
+use swarm_proto::v1;
+use v1::TaskState as S;
+
+use crate::client::Client;
+use crate::exit;
+use crate::output::{duration_text, plain_table, short_commit, task_state};
+
+/// How a run ended: counts of what the tasks came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub merged: usize,
+    /// FAILED or CANCELLED, or PENDING behind one of those.
+    pub failed: usize,
+    /// BLOCKED, ESCALATED, CONFLICT on hold, or PENDING behind one of those.
+    pub waiting: usize,
+}
+
+impl Outcome {
+    pub fn code(&self) -> u8 {
+        if self.failed > 0 {
+            exit::FAILURE
+        } else if self.waiting > 0 {
+            exit::WAITING
+        } else {
+            exit::SUCCESS
+        }
+    }
+}
+
+/// `Some` once no task can move without the operator. `answer_due` says
+/// whether an ESCALATED task is about to be answered (the demo's).
+pub fn outcome(plan: &Plan, tasks: &[v1::Task], answer_due: impl Fn(&str) -> bool) -> Option<Outcome> {
+    if tasks.len() < plan.tasks.len() {
+        return None;
+    }
+    let state: HashMap<&str, S> =
+        tasks.iter().map(|t| (t.id.as_str(), S::try_from(t.state).unwrap_or(S::Unspecified))).collect();
+    // Whether a task may still reach MERGED without the operator.
+    let mut moving: HashMap<&str, bool> = HashMap::new();
+    for spec in &plan.tasks {
+        let id = spec.id.as_str();
+        let s = state.get(id).copied().unwrap_or(S::Unspecified);
+        let m = match s {
+            S::Ready | S::Running | S::Succeeded | S::Merging | S::Unspecified => true,
+            S::Conflict => spec.on_conflict == ConflictPolicy::Return,
+            S::Escalated => answer_due(id),
+            S::Pending => true, // decided below, from its deps
+            S::Merged | S::Failed | S::Blocked | S::Cancelled => false,
+        };
+        moving.insert(id, m);
+    }
+    // A PENDING task moves only if all its deps are merged or moving; plan
+    // order is not topological, so iterate to a fixpoint.
+    loop {
+        let mut changed = false;
+        for spec in &plan.tasks {
+            let id = spec.id.as_str();
+            if state.get(id) != Some(&S::Pending) || moving.get(id) != Some(&true) {
+                continue;
+            }
+            let stuck = spec
+                .deps
+                .iter()
+                .any(|d| state.get(d.as_str()) != Some(&S::Merged) && moving.get(d.as_str()) != Some(&true));
+            if stuck {
+                moving.insert(id, false);
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    if moving.values().any(|m| *m) {
+        return None;
+    }
+    let mut out = Outcome { merged: 0, failed: 0, waiting: 0 };
+    for spec in &plan.tasks {
+        match state.get(spec.id.as_str()) {
+            Some(S::Merged) => out.merged += 1,
+            Some(S::Failed | S::Cancelled) => out.failed += 1,
+            Some(S::Pending) if behind_failure(plan, &state, spec.id.as_str()) => out.failed += 1,
+            _ => out.waiting += 1,
+        }
+    }
+    Some(out)
+}
+
+/// Whether a PENDING task waits (transitively) on a FAILED or CANCELLED one.
+fn behind_failure(plan: &Plan, state: &HashMap<&str, S>, id: &str) -> bool {
+    let mut stack = vec![id];
+    let mut seen = std::collections::HashSet::new();
+    while let Some(cur) = stack.pop() {
+        if !seen.insert(cur) {
+            continue;
+        }
+        let Some(spec) = plan.tasks.iter().find(|t| t.id.as_str() == cur) else { continue };
+        for d in &spec.deps {
+            match state.get(d.as_str()) {
+                Some(S::Failed | S::Cancelled) => return true,
+                Some(S::Pending) => stack.push(d.as_str()),
+                _ => {}
+            }
+        }
+    }
+    false
+}
+
+/// The summary table: task, state, attempts, time, merge commit.
+pub async fn print(client: &mut Client, plan: &Plan, outcome: &Outcome) -> anyhow::Result<()> {
+    let mut table = plain_table();
+    table.set_header(vec!["TASK", "STATE", "ATTEMPTS", "TIME", "MERGE COMMIT", "REASON"]);
+    for spec in &plan.tasks {
+        let task_id = format!("{}/{}", plan.swarm, spec.id);
+        let detail = client.get_task(v1::GetTaskRequest { task_id }).await?.into_inner();
+        let task = detail.task.unwrap_or_default();
+        let start = detail.attempts.iter().map(|a| a.started_at_unix_ms).filter(|t| *t > 0).min();
+        let end = detail.attempts.iter().map(|a| a.ended_at_unix_ms).max();
+        let time = match (start, end) {
+            (Some(s), Some(e)) if e > s => duration_text((e - s) as u64),
+            _ => "-".into(),
+        };
+        table.add_row(vec![
+            spec.id.to_string(),
+            task_state(task.state),
+            task.attempts.to_string(),
+            time,
+            short_commit(&task.merge_commit),
+            swarm_core::names::truncate(&task.reason, 50).to_string(),
+        ]);
+    }
+    println!("\n{table}");
+    let verdict = match outcome.code() {
+        exit::SUCCESS => format!("all {} tasks merged", outcome.merged),
+        exit::FAILURE => format!("{} merged, {} failed or cancelled", outcome.merged, outcome.failed),
+        _ => format!("{} merged, {} waiting on the operator", outcome.merged, outcome.waiting),
+    };
+    println!("{verdict}");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan() -> Plan {
+        Plan::parse(
+            r#"
+name = "s"
+[defaults]
+command = "true"
+[[tasks]]
+id = "a"
+files = ["a"]
+[[tasks]]
+id = "b"
+files = ["b"]
+deps = ["a"]
+[[tasks]]
+id = "c"
+files = ["c"]
+on_conflict = "hold"
+"#,
+        )
+        .expect("plan")
+    }
+
+    fn tasks(states: &[S]) -> Vec<v1::Task> {
+        ["a", "b", "c"]
+            .iter()
+            .zip(states)
+            .map(|(id, s)| v1::Task { id: id.to_string(), state: *s as i32, ..Default::default() })
+            .collect()
+    }
+
+    #[test]
+    fn running_work_is_not_over() {
+        assert_eq!(outcome(&plan(), &tasks(&[S::Running, S::Pending, S::Merged]), |_| false), None);
+        assert_eq!(outcome(&plan(), &tasks(&[S::Merged, S::Pending, S::Merged]), |_| false), None);
+    }
+
+    #[test]
+    fn all_merged_is_success() {
+        let o = outcome(&plan(), &tasks(&[S::Merged, S::Merged, S::Merged]), |_| false);
+        assert_eq!(o.map(|o| o.code()), Some(exit::SUCCESS));
+    }
+
+    #[test]
+    fn pending_behind_a_failure_counts_as_failed() {
+        let o = outcome(&plan(), &tasks(&[S::Failed, S::Pending, S::Merged]), |_| false).expect("over");
+        assert_eq!((o.failed, o.code()), (2, exit::FAILURE));
+    }
+
+    #[test]
+    fn held_conflict_and_escalation_wait_on_the_operator() {
+        let o = outcome(&plan(), &tasks(&[S::Escalated, S::Pending, S::Conflict]), |_| false).expect("over");
+        assert_eq!((o.waiting, o.code()), (3, exit::WAITING));
+        assert_eq!(outcome(&plan(), &tasks(&[S::Escalated, S::Pending, S::Merged]), |_| true), None);
+    }
+}

@@ -1,0 +1,188 @@
+//! Operator commands: one RPC each, printed in the chosen format.
+
+use serde::Serialize;
+use swarm_proto::v1;
+
+use crate::cli::{Command, DescribeWhat, GetWhat};
+use crate::client::{self, connect, read_plan};
+use crate::exit::Usage;
+use crate::output::{
+    self, EventView, SwarmView, TaskDetailView, TaskView, WorkerView, print_list, print_one, print_value,
+};
+
+pub async fn run(url: &str, command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Create { plan, out } => {
+            let (text, _) = read_plan(&plan)?;
+            let mut c = connect(url).await?;
+            let resp = c.create_swarm(v1::CreateSwarmRequest { plan_toml: text }).await?.into_inner();
+            let swarm = resp.swarm.unwrap_or_default();
+            let view = SwarmView::from(&swarm);
+            if out.output == crate::cli::Format::Table {
+                let verb = if resp.created { "created" } else { "unchanged (already exists)" };
+                println!("swarm {} {verb}", view.id);
+                Ok(())
+            } else {
+                print_one(&view, out.output)
+            }
+        }
+        Command::Get { what } => get(url, what).await,
+        Command::Describe { what } => describe(url, what).await,
+        Command::Cancel { task, swarm, reason, out } => {
+            let mut c = connect(url).await?;
+            match (task, swarm) {
+                (Some(task), None) => {
+                    let task_id = client::task_id(&task)?;
+                    let resp = c.cancel_task(v1::CancelTaskRequest { task_id, reason }).await?.into_inner();
+                    print_task(resp.task, out.output)
+                }
+                (None, Some(swarm)) => {
+                    let swarm_id = client::swarm_id(&swarm)?;
+                    let resp =
+                        c.cancel_swarm(v1::CancelSwarmRequest { swarm_id: swarm_id.clone(), reason }).await?;
+                    let cancelled = resp.into_inner().cancelled;
+                    #[derive(Serialize)]
+                    struct Cancelled {
+                        swarm: String,
+                        cancelled: u32,
+                    }
+                    print_value(&Cancelled { swarm: swarm_id.clone(), cancelled }, out.output, || {
+                        format!("swarm {swarm_id}: {cancelled} task(s) cancelled")
+                    })
+                }
+                _ => Err(Usage("give either SWARM/TASK or --swarm S".into()).into()),
+            }
+        }
+        Command::Retry { task, out } => {
+            let task_id = client::task_id(&task)?;
+            let mut c = connect(url).await?;
+            let resp = c.retry_task(v1::RetryTaskRequest { task_id }).await?.into_inner();
+            print_task(resp.task, out.output)
+        }
+        Command::Answer { task, text, question, out } => {
+            let task_id = client::task_id(&task)?;
+            if text.trim().is_empty() {
+                return Err(Usage("answer text must not be empty".into()).into());
+            }
+            let mut c = connect(url).await?;
+            let question_id = question.unwrap_or_default();
+            let resp = c.answer(v1::AnswerRequest { task_id, question_id, text }).await?.into_inner();
+            print_task(resp.task, out.output)
+        }
+        Command::Drain { worker, out } => {
+            let mut c = connect(url).await?;
+            let resp = c.drain_worker(v1::DrainWorkerRequest { worker_id: worker }).await?.into_inner();
+            print_one(&WorkerView::from(&resp.worker.unwrap_or_default()), out.output)
+        }
+        Command::Land { swarm, target, out } => {
+            let swarm_id = client::swarm_id(&swarm)?;
+            let mut c = connect(url).await?;
+            let req = v1::LandRequest { swarm_id, target_branch: target.unwrap_or_default() };
+            let resp = c.land(req).await?.into_inner();
+            #[derive(Serialize)]
+            struct Landed {
+                target_branch: String,
+                old_commit: String,
+                new_commit: String,
+            }
+            let landed = Landed {
+                target_branch: resp.target_branch,
+                old_commit: resp.old_commit,
+                new_commit: resp.new_commit,
+            };
+            print_value(&landed, out.output, || {
+                format!(
+                    "{}: {} -> {}",
+                    landed.target_branch,
+                    output::short_commit(&landed.old_commit),
+                    output::short_commit(&landed.new_commit)
+                )
+            })
+        }
+        Command::Run(_)
+        | Command::Demo(_)
+        | Command::Completions { .. }
+        | Command::Watch(_)
+        | Command::Logs(_) => Err(anyhow::anyhow!("not an operator command")),
+    }
+}
+
+fn print_task(task: Option<v1::Task>, format: crate::cli::Format) -> anyhow::Result<()> {
+    print_one(&TaskView::from(&task.unwrap_or_default()), format)
+}
+
+async fn get(url: &str, what: GetWhat) -> anyhow::Result<()> {
+    match what {
+        GetWhat::Swarms { out } => {
+            let mut c = connect(url).await?;
+            let resp = c.list_swarms(v1::ListSwarmsRequest {}).await?.into_inner();
+            let views: Vec<SwarmView> = resp.swarms.iter().map(SwarmView::from).collect();
+            print_list(&views, out.output)
+        }
+        GetWhat::Tasks { swarm, out } => {
+            let swarm_id = match swarm {
+                Some(s) => client::swarm_id(&s)?,
+                None => String::new(),
+            };
+            let mut c = connect(url).await?;
+            let resp = c.list_tasks(v1::ListTasksRequest { swarm_id, states: vec![] }).await?.into_inner();
+            let views: Vec<TaskView> = resp.tasks.iter().map(TaskView::from).collect();
+            print_list(&views, out.output)
+        }
+        GetWhat::Workers { out } => {
+            let mut c = connect(url).await?;
+            let resp = c.list_workers(v1::ListWorkersRequest {}).await?.into_inner();
+            let views: Vec<WorkerView> = resp.workers.iter().map(WorkerView::from).collect();
+            print_list(&views, out.output)
+        }
+    }
+}
+
+async fn describe(url: &str, what: DescribeWhat) -> anyhow::Result<()> {
+    match what {
+        DescribeWhat::Task { task, out } => {
+            let task_id = client::task_id(&task)?;
+            let mut c = connect(url).await?;
+            let detail = c.get_task(v1::GetTaskRequest { task_id }).await?.into_inner();
+            let view = TaskDetailView::from(&detail);
+            print_value(&view, out.output, || view.text())
+        }
+        DescribeWhat::Swarm { swarm, out } => {
+            let swarm_id = client::swarm_id(&swarm)?;
+            let mut c = connect(url).await?;
+            let s = c.get_swarm(v1::GetSwarmRequest { swarm_id: swarm_id.clone() }).await?.into_inner();
+            let tasks = c.list_tasks(v1::ListTasksRequest { swarm_id, states: vec![] }).await?.into_inner();
+            #[derive(Serialize)]
+            struct SwarmDetail {
+                swarm: SwarmView,
+                tasks: Vec<TaskView>,
+            }
+            let detail = SwarmDetail {
+                swarm: SwarmView::from(&s),
+                tasks: tasks.tasks.iter().map(TaskView::from).collect(),
+            };
+            print_value(&detail, out.output, || {
+                let mut table = output::plain_table();
+                table.set_header(<TaskView as output::Row>::header().to_vec());
+                for t in &detail.tasks {
+                    table.add_row(output::Row::cells(t));
+                }
+                format!(
+                    "Swarm:       {}\nState:       {}\nBase:        {}\nIntegration: {} at {}\n\n{table}",
+                    detail.swarm.id,
+                    detail.swarm.state,
+                    detail.swarm.base_branch,
+                    detail.swarm.integration_branch,
+                    output::short_commit(&detail.swarm.integration_head)
+                )
+            })
+        }
+    }
+}
+
+/// Used by `logs` without -f: the task's stored events.
+pub async fn task_events(url: &str, task_id: &str) -> anyhow::Result<Vec<EventView>> {
+    let mut c = connect(url).await?;
+    let detail = c.get_task(v1::GetTaskRequest { task_id: task_id.to_string() }).await?.into_inner();
+    Ok(detail.events.iter().map(EventView::from).collect())
+}
