@@ -64,12 +64,18 @@ impl From<ExitStatus> for ExitInfo {
 
 /// A running worker process and the group it leads.
 pub struct Worker {
-    child: Child,
-    pgid: i32,
-    pid: u32,
+    /// The process; its methods borrow only it, so `lines` can be read meanwhile.
+    pub group: Group,
     /// stdout and stderr, one line at a time (lossy UTF-8, newline removed).
     pub lines: mpsc::Receiver<String>,
     readers: Vec<JoinHandle<()>>,
+}
+
+/// The leader process of a worker's process group.
+pub struct Group {
+    child: Child,
+    pgid: i32,
+    pid: u32,
     exit: Option<ExitInfo>,
 }
 
@@ -96,9 +102,42 @@ impl Worker {
         if let Some(err) = child.stderr.take() {
             readers.push(spawn_reader("stderr", err, tx, pid));
         }
-        Ok(Worker { child, pgid: pid as i32, pid, lines, readers, exit: None })
+        Ok(Worker { group: Group { child, pgid: pid as i32, pid, exit: None }, lines, readers })
     }
 
+    pub fn pid(&self) -> u32 {
+        self.group.pid
+    }
+
+    pub fn pgid(&self) -> i32 {
+        self.group.pgid
+    }
+
+    pub async fn wait(&mut self) -> ExitInfo {
+        self.group.wait().await
+    }
+
+    pub fn signal(&self, sig: Signal) {
+        self.group.signal(sig)
+    }
+
+    pub async fn stop(&mut self, grace: Duration) -> ExitInfo {
+        self.group.stop(grace).await
+    }
+
+    /// Collects the lines still buffered after exit, bounded in time because a
+    /// killed group may leave a pipe open.
+    pub async fn drain_lines(&mut self, max_wait: Duration) -> Vec<String> {
+        let mut out = Vec::new();
+        let deadline = tokio::time::Instant::now() + max_wait;
+        while let Ok(Some(line)) = tokio::time::timeout_at(deadline, self.lines.recv()).await {
+            out.push(line);
+        }
+        out
+    }
+}
+
+impl Group {
     pub fn pid(&self) -> u32 {
         self.pid
     }
@@ -147,24 +186,18 @@ impl Worker {
         self.signal(Signal::SIGKILL);
         self.wait().await
     }
+}
 
-    /// Collects the lines still buffered after exit, bounded in time because a
-    /// killed group may leave a pipe open.
-    pub async fn drain_lines(&mut self, max_wait: Duration) -> Vec<String> {
-        let mut out = Vec::new();
-        let deadline = tokio::time::Instant::now() + max_wait;
-        while let Ok(Some(line)) = tokio::time::timeout_at(deadline, self.lines.recv()).await {
-            out.push(line);
+impl Drop for Group {
+    fn drop(&mut self) {
+        if self.exit.is_none() {
+            kill_group(self.pgid, Signal::SIGKILL);
         }
-        out
     }
 }
 
 impl Drop for Worker {
     fn drop(&mut self) {
-        if self.exit.is_none() {
-            kill_group(self.pgid, Signal::SIGKILL);
-        }
         for r in &self.readers {
             r.abort();
         }

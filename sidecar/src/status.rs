@@ -100,6 +100,8 @@ pub struct StatusWatcher {
     last_progress: Option<StatusProgress>,
     asked: HashSet<String>,
     current: Option<StatusFile>,
+    /// An invalid read waits one poll: the worker may be mid-write.
+    pending_invalid: Option<String>,
 }
 
 impl StatusWatcher {
@@ -112,6 +114,7 @@ impl StatusWatcher {
             last_progress: None,
             asked: HashSet::new(),
             current: None,
+            pending_invalid: None,
         }
     }
 
@@ -137,7 +140,11 @@ impl StatusWatcher {
         };
         let key = (meta.modified().unwrap_or(SystemTime::UNIX_EPOCH), meta.len());
         if self.seen == Some(key) {
-            return Vec::new();
+            // Unchanged since an invalid read: now it counts.
+            return match self.pending_invalid.take() {
+                Some(reason) => self.apply(Err(reason)),
+                None => Vec::new(),
+            };
         }
         self.seen = Some(key);
         let parsed = if meta.len() > MAX_STATUS_BYTES {
@@ -145,7 +152,16 @@ impl StatusWatcher {
         } else {
             std::fs::read(&self.path).map_err(|e| e.to_string()).and_then(|b| parse(&b))
         };
-        self.apply(parsed)
+        match parsed {
+            Err(reason) => {
+                self.pending_invalid = Some(reason);
+                Vec::new()
+            }
+            Ok(s) => {
+                self.pending_invalid = None;
+                self.apply(Ok(s))
+            }
+        }
     }
 
     fn apply(&mut self, parsed: Result<StatusFile, String>) -> Vec<StatusEvent> {
@@ -230,6 +246,7 @@ mod tests {
         let ev = w.poll();
         assert_eq!(ev.len(), 1, "question q1 is not relayed twice: {ev:?}");
         write(r#"{"status":"done","progress":{"percent":300}}"#);
+        assert!(w.poll().is_empty(), "an invalid read waits one poll (the worker may be mid-write)");
         let ev = w.poll();
         assert!(
             matches!(&ev[..], [StatusEvent::Invalid { message }] if message.starts_with("invalid status.json: "))

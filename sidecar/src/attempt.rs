@@ -1,0 +1,560 @@
+//! One attempt, from Assign to AttemptResult: move the worktree, write
+//! `.swarm/task.md`, run the worker (restarting it when idle), relay its
+//! status file and output, then verify, commit and report.
+//!
+//! The driver knows nothing about the connection: it hands every report to
+//! a channel; the session journals and sends them.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use swarm_core::Outcome;
+use swarm_core::names::{check_branch, check_commit, check_id};
+use swarm_proto::convert::{AttemptRef, FieldError, required_attempt};
+use swarm_proto::v1;
+use swarm_proto::v1::sidecar_message::Body;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+use crate::runner::{ExitInfo, SpawnSpec, Worker};
+use crate::status::{StatusEvent, StatusWatcher, WorkerStatus};
+use crate::verify::{self, Tier};
+use crate::worktree;
+
+/// Lines of output kept for progress and results.
+const LOG_TAIL: usize = 20;
+/// Lines of output sent with each progress report.
+const PROGRESS_TAIL: usize = 5;
+/// At most one progress report per this interval.
+const PROGRESS_EVERY: Duration = Duration::from_millis(500);
+/// How often the status file is looked at.
+const STATUS_POLL: Duration = Duration::from_millis(200);
+pub const DEFAULT_MAX_RESTARTS: u32 = 2;
+
+/// A validated Assign.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Assignment {
+    pub attempt: AttemptRef,
+    pub base_commit: String,
+    pub branch: String,
+    pub title: String,
+    pub task_text: String,
+    pub command: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub verify: Vec<Tier>,
+    pub idle_timeout: Option<Duration>,
+    pub max_restarts: u32,
+    pub traceparent: String,
+    pub setup: Vec<String>,
+    /// The message as received, kept for the journal and for equality.
+    pub wire: v1::Assign,
+}
+
+impl TryFrom<&v1::Assign> for Assignment {
+    type Error = FieldError;
+
+    fn try_from(a: &v1::Assign) -> Result<Self, FieldError> {
+        let attempt = required_attempt("attempt", a.attempt.as_ref())?;
+        check_commit(&a.base_commit).map_err(|r| FieldError::new("base_commit", r))?;
+        check_branch(&a.branch).map_err(|r| FieldError::new("branch", r))?;
+        if a.command.is_empty() || a.command[0].is_empty() {
+            return Err(FieldError::new("command", "must not be empty"));
+        }
+        let mut env: Vec<(String, String)> = a.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        env.sort();
+        if let Some((k, _)) = env.iter().find(|(k, _)| k.is_empty() || k.contains('=') || k.contains('\0')) {
+            return Err(FieldError::new("env", format!("bad variable name {k:?}")));
+        }
+        Ok(Assignment {
+            attempt,
+            base_commit: a.base_commit.clone(),
+            branch: a.branch.clone(),
+            title: a.title.clone(),
+            task_text: a.task_text.clone(),
+            command: a.command.clone(),
+            env,
+            verify: a.verify.iter().map(Tier::from).collect(),
+            idle_timeout: (a.idle_timeout_secs > 0)
+                .then(|| Duration::from_secs(u64::from(a.idle_timeout_secs))),
+            max_restarts: a.max_restarts,
+            traceparent: a.traceparent.clone(),
+            setup: a.setup.clone(),
+            wire: a.clone(),
+        })
+    }
+}
+
+impl Assignment {
+    pub fn wire_ref(&self) -> v1::AttemptRef {
+        v1::AttemptRef::from(&self.attempt)
+    }
+
+    /// `swarm/task#n`.
+    pub fn label(&self) -> String {
+        self.attempt.task.attempt(self.attempt.number).to_string()
+    }
+}
+
+/// What the driver hands to the session.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Report {
+    /// A state-changing report: journaled, then sent with a sequence number.
+    Journaled(Body),
+    /// Best effort, seq 0, not journaled.
+    Progress(v1::Progress),
+    /// The worker's process group, for the journal (to clean up after a crash).
+    Pid(u32),
+}
+
+/// Why the driver was asked to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// The controller's Cancel: stop with this grace, report CANCELLED.
+    Cancel { grace: Duration },
+    /// The controller no longer considers the attempt current: stop, report nothing.
+    Silent,
+    /// The sidecar is shutting down: stop, report the exit as it maps.
+    Shutdown,
+}
+
+/// What the driver needs besides the assignment.
+#[derive(Debug, Clone)]
+pub struct Context {
+    pub repo: PathBuf,
+    pub worker_id: String,
+    /// Grace between signals when the sidecar itself stops a worker.
+    pub stop_grace: Duration,
+    /// Used when the Assign has no idle timeout.
+    pub default_idle_timeout: Option<Duration>,
+    pub remote: Option<crate::remote::Remote>,
+}
+
+/// Paths inside the worktree.
+#[derive(Debug, Clone)]
+pub struct SwarmFiles {
+    pub dir: PathBuf,
+    pub task: PathBuf,
+    pub status: PathBuf,
+    pub answers: PathBuf,
+    pub logs: PathBuf,
+}
+
+impl SwarmFiles {
+    pub fn new(worktree: &Path) -> Self {
+        let dir = worktree.join(worktree::SWARM_DIR);
+        SwarmFiles {
+            task: dir.join("task.md"),
+            status: dir.join("status.json"),
+            answers: dir.join("answers"),
+            logs: dir.join("logs"),
+            dir,
+        }
+    }
+}
+
+/// Appends an answer to `task.md` under "Answers" and writes `answers/<id>.md`.
+pub fn record_answer(worktree: &Path, question_id: &str, text: &str) -> std::io::Result<()> {
+    check_id(question_id).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let files = SwarmFiles::new(worktree);
+    std::fs::create_dir_all(&files.answers)?;
+    std::fs::write(files.answers.join(format!("{question_id}.md")), text)?;
+    let mut task = std::fs::read_to_string(&files.task).unwrap_or_default();
+    if !task.lines().any(|l| l.trim() == "## Answers") {
+        if !task.is_empty() && !task.ends_with('\n') {
+            task.push('\n');
+        }
+        task.push_str("\n## Answers\n");
+    }
+    task.push_str(&format!("\n### {question_id}\n\n{}\n", text.trim_end()));
+    std::fs::write(&files.task, task)
+}
+
+struct Sink {
+    tx: mpsc::UnboundedSender<Report>,
+}
+
+impl Sink {
+    fn journaled(&self, body: Body) {
+        let _ = self.tx.send(Report::Journaled(body));
+    }
+}
+
+/// Runs one attempt to its end. Sends exactly one AttemptResult unless stopped
+/// with [`Stop::Silent`].
+pub async fn run(
+    ctx: Context,
+    a: Assignment,
+    mut stop: watch::Receiver<Option<Stop>>,
+    tx: mpsc::UnboundedSender<Report>,
+) {
+    let sink = Sink { tx };
+    let attempt = a.wire_ref();
+    let mut result = v1::AttemptResult { attempt: Some(attempt.clone()), ..Default::default() };
+    match drive(&ctx, &a, &mut stop, &sink, &mut result).await {
+        Ok(Some(())) => {}
+        Ok(None) => return, // silent stop
+        Err(e) => {
+            result.outcome = v1::Outcome::Error as i32;
+            if result.error.is_empty() {
+                result.error = e;
+            }
+        }
+    }
+    sink.journaled(Body::Result(result));
+}
+
+fn outcome(o: Outcome) -> i32 {
+    v1::Outcome::from(o) as i32
+}
+
+/// Fills `result`; Ok(None) means "stopped silently, report nothing".
+async fn drive(
+    ctx: &Context,
+    a: &Assignment,
+    stop: &mut watch::Receiver<Option<Stop>>,
+    sink: &Sink,
+    result: &mut v1::AttemptResult,
+) -> Result<Option<()>, String> {
+    let label = a.label();
+    if let Some(remote) = &ctx.remote {
+        remote.ensure_commit(&ctx.repo, &a.base_commit).await.map_err(|e| format!("fetching base: {e}"))?;
+    }
+    let prepared = {
+        let (repo, id, branch, base) =
+            (ctx.repo.clone(), ctx.worker_id.clone(), a.branch.clone(), a.base_commit.clone());
+        tokio::task::spawn_blocking(move || worktree::prepare(&repo, &id, &branch, &base))
+            .await
+            .map_err(|e| format!("worktree task failed: {e}"))?
+            .map_err(|e| format!("preparing worktree: {e}"))?
+    };
+    let wt = prepared.path.clone();
+    let files = SwarmFiles::new(&wt);
+    prepare_swarm_dir(&files, a).map_err(|e| format!("writing {}: {e}", files.dir.display()))?;
+    let env = worker_env(ctx, a, &files);
+    if prepared.created {
+        for cmd in &a.setup {
+            let tier = Tier {
+                name: "setup".into(),
+                command: cmd.clone(),
+                blocking: true,
+                timeout: Duration::from_secs(3600),
+            };
+            let r = verify::run_tier(&tier, &wt, &env).await;
+            if !r.passed {
+                result.log_tail = r.output_tail.lines().map(str::to_string).collect();
+                return Err(format!("setup command {cmd:?} failed with exit code {}", r.exit_code));
+            }
+        }
+    }
+    let log_path = files.logs.join(format!("{}-{}.log", a.attempt.task.task, a.attempt.number));
+    let mut log = tokio::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .await
+        .map_err(|e| format!("opening {}: {e}", log_path.display()))?;
+    let spec = SpawnSpec { argv: a.command.clone(), cwd: wt.clone(), env: env.clone() };
+    let idle = a.idle_timeout.or(ctx.default_idle_timeout);
+    let mut watcher = StatusWatcher::new(&files.status);
+    let mut tail: VecDeque<String> = VecDeque::new();
+    let mut restarts = 0u32;
+    let mut last_progress: Option<v1::Progress> = None;
+
+    let (exit, stopped) = loop {
+        let mut worker = Worker::spawn(&spec).map_err(|e| e.to_string())?;
+        tracing::info!(attempt = %label, pid = worker.pid(), restarts, "worker started");
+        let _ = sink.tx.send(Report::Pid(worker.pid()));
+        sink.journaled(Body::Started(v1::AttemptStarted {
+            attempt: Some(a.wire_ref()),
+            pid: worker.pid(),
+            restarts,
+        }));
+        let mut last_activity = Instant::now();
+        let mut progress_dirty = false;
+        let mut progress_sent = Instant::now() - PROGRESS_EVERY;
+        let mut tick = tokio::time::interval(STATUS_POLL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        enum End {
+            Exited(ExitInfo),
+            Idle,
+            Stopped(Stop),
+        }
+        let end = loop {
+            tokio::select! {
+                exit = worker.group.wait() => break End::Exited(exit),
+                Some(line) = worker.lines.recv() => {
+                    last_activity = Instant::now();
+                    let _ = log.write_all(format!("{line}\n").as_bytes()).await;
+                    push_tail(&mut tail, line);
+                    progress_dirty = true;
+                }
+                changed = stop.changed() => {
+                    let s = if changed.is_ok() { *stop.borrow_and_update() } else { Some(Stop::Shutdown) };
+                    if let Some(s) = s {
+                        break End::Stopped(s);
+                    }
+                }
+                _ = tick.tick() => {
+                    for ev in watcher.poll() {
+                        last_activity = Instant::now();
+                        relay_status(sink, a, ev, &mut last_progress, &mut progress_dirty);
+                    }
+                    if progress_dirty && progress_sent.elapsed() >= PROGRESS_EVERY {
+                        progress_dirty = false;
+                        progress_sent = Instant::now();
+                        let mut p = last_progress.clone().unwrap_or_default();
+                        p.attempt = Some(a.wire_ref());
+                        p.log_tail = tail.iter().rev().take(PROGRESS_TAIL).rev().cloned().collect();
+                        let _ = sink.tx.send(Report::Progress(p));
+                    }
+                    if let Some(idle) = idle && last_activity.elapsed() >= idle {
+                        break End::Idle;
+                    }
+                }
+            }
+        };
+        match end {
+            End::Exited(exit) => {
+                drain(&mut worker, &mut log, &mut tail).await;
+                break (exit, None);
+            }
+            End::Stopped(s) => {
+                let grace = match s {
+                    Stop::Cancel { grace } => grace,
+                    _ => ctx.stop_grace,
+                };
+                let exit = worker.stop(grace).await;
+                drain(&mut worker, &mut log, &mut tail).await;
+                break (exit, Some(s));
+            }
+            End::Idle => {
+                let idle_secs = idle.map(|d| d.as_secs()).unwrap_or_default();
+                tracing::warn!(attempt = %label, restarts, idle_secs, "worker idle; stopping it");
+                let _ = log
+                    .write_all(
+                        format!("[swarm-sidecar] idle for {idle_secs} s; stopping worker\n").as_bytes(),
+                    )
+                    .await;
+                worker.stop(ctx.stop_grace).await;
+                drain(&mut worker, &mut log, &mut tail).await;
+                restarts += 1;
+                if restarts > a.max_restarts {
+                    result.outcome = outcome(Outcome::Stalled);
+                    result.restarts = restarts - 1;
+                    result.exit_code = -1;
+                    result.error = format!(
+                        "no output and no status change for {idle_secs} s, {} restart(s) used",
+                        restarts - 1
+                    );
+                    result.log_tail = tail.iter().cloned().collect();
+                    return Ok(Some(()));
+                }
+                watcher.reset_file();
+            }
+        }
+    };
+    let _ = log.flush().await;
+    // Twice: an invalid file is only reported when a second look sees it unchanged.
+    for ev in watcher.poll().into_iter().chain(watcher.poll()) {
+        relay_status(sink, a, ev, &mut last_progress, &mut false);
+    }
+    result.exit_code = exit.wire_code();
+    result.signal = exit.signal;
+    result.restarts = restarts;
+    result.log_tail = tail.iter().cloned().collect();
+    let status = watcher.current().cloned();
+    let status_message = status.as_ref().map(|s| s.message.clone()).unwrap_or_default();
+    match stopped {
+        Some(Stop::Silent) => return Ok(None),
+        Some(Stop::Cancel { .. }) => {
+            result.outcome = outcome(Outcome::Cancelled);
+            result.error = "cancelled by the controller".into();
+            return Ok(Some(()));
+        }
+        Some(Stop::Shutdown) | None => {}
+    }
+    let mapped = exit.outcome();
+    result.outcome = outcome(mapped);
+    match mapped {
+        Outcome::Success => {
+            let (tiers, ok) = verify::run_tiers(&a.verify, &wt, &env).await;
+            result.tiers = tiers;
+            if !ok {
+                result.outcome = outcome(Outcome::VerifyFailed);
+                result.error = "a blocking verify tier failed".into();
+            }
+            let message = format!("{}\n\nSwarm-Attempt: {label}", a.title.trim());
+            let (commit, subject) = commit(&wt, message).await?;
+            fill_commit(ctx, a, &wt, result, &commit).await?;
+            result.summary = if status_message.is_empty() { subject } else { status_message };
+        }
+        Outcome::Checkpoint => {
+            let mut message = format!("WIP: checkpoint {label}\n\n");
+            if let Some(p) = status.as_ref().and_then(|s| s.progress.as_ref()) {
+                message.push_str(&format!("Progress: {}%\nStep: {}\n", p.percent, p.step));
+                if !p.files_modified.is_empty() {
+                    message.push_str(&format!("Files: {}\n", p.files_modified.join(", ")));
+                }
+            }
+            if !status_message.is_empty() {
+                message.push_str(&format!("Status: {status_message}\n"));
+            }
+            message.push_str(&format!("\nSwarm-Attempt: {label}\n"));
+            let (commit, _) = commit(&wt, message).await?;
+            fill_commit(ctx, a, &wt, result, &commit).await?;
+            result.summary = status_message;
+        }
+        Outcome::Blocked => {
+            result.error =
+                if status_message.is_empty() { "worker is blocked".into() } else { status_message };
+        }
+        Outcome::Escalation => {
+            let q = status.as_ref().and_then(|s| s.question.clone());
+            result.category = q.as_ref().map(|q| q.category.clone()).unwrap_or_default();
+            result.error = q.map(|q| q.text).unwrap_or_else(|| status_message.clone());
+            result.summary = status_message;
+        }
+        Outcome::Signaled => {
+            result.error = format!("worker killed by signal {}", exit.signal.unwrap_or_default());
+        }
+        Outcome::Interrupted => result.error = "worker interrupted (exit 130)".into(),
+        _ => {
+            result.error = match exit.code {
+                Some(c) => format!("worker exited with code {c}"),
+                None => "worker failed".into(),
+            };
+        }
+    }
+    Ok(Some(()))
+}
+
+async fn commit(wt: &Path, message: String) -> Result<(String, String), String> {
+    let wt = wt.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        let (oid, _) = worktree::commit_all(&wt, &message)?;
+        let (_, subject) = worktree::head(&wt)?;
+        Ok::<_, worktree::WorktreeError>((oid.to_string(), subject))
+    })
+    .await
+    .map_err(|e| format!("commit task failed: {e}"))?
+    .map_err(|e| format!("committing: {e}"))
+}
+
+async fn fill_commit(
+    ctx: &Context,
+    a: &Assignment,
+    wt: &Path,
+    result: &mut v1::AttemptResult,
+    commit: &str,
+) -> Result<(), String> {
+    let (wt2, base, c) = (wt.to_path_buf(), a.base_commit.clone(), commit.to_string());
+    let files = tokio::task::spawn_blocking(move || {
+        let oid = git2::Oid::from_str(&c)?;
+        worktree::files_changed(&wt2, &base, oid).map_err(|e| git2::Error::from_str(&e.to_string()))
+    })
+    .await
+    .map_err(|e| format!("diff task failed: {e}"))?
+    .map_err(|e| format!("listing changed files: {e}"))?;
+    if let Some(remote) = &ctx.remote {
+        remote
+            .push(&ctx.repo, &a.wire_ref(), commit, &a.base_commit)
+            .await
+            .map_err(|e| format!("pushing result: {e}"))?;
+    }
+    result.commit = commit.to_string();
+    result.files_changed = files;
+    Ok(())
+}
+
+fn relay_status(
+    sink: &Sink,
+    a: &Assignment,
+    ev: StatusEvent,
+    last_progress: &mut Option<v1::Progress>,
+    progress_dirty: &mut bool,
+) {
+    let attempt = Some(a.wire_ref());
+    match ev {
+        StatusEvent::Status { status, message } => {
+            sink.journaled(Body::Status(v1::Status { attempt, status: wire_status(status) as i32, message }))
+        }
+        StatusEvent::Invalid { message } => sink.journaled(Body::Status(v1::Status {
+            attempt,
+            status: v1::WorkerStatus::Unspecified as i32,
+            message,
+        })),
+        StatusEvent::Progress(p) => {
+            *last_progress = Some(v1::Progress {
+                attempt,
+                percent: p.percent,
+                step: p.step,
+                files_modified: p.files_modified,
+                tests_passing: p.tests_passing,
+                tests_total: p.tests_total,
+                log_tail: Vec::new(),
+            });
+            *progress_dirty = true;
+        }
+        StatusEvent::Question(q) => sink.journaled(Body::Question(v1::Question {
+            attempt,
+            question_id: q.id,
+            text: q.text,
+            category: q.category,
+        })),
+    }
+}
+
+fn wire_status(s: WorkerStatus) -> v1::WorkerStatus {
+    match s {
+        WorkerStatus::Working => v1::WorkerStatus::Working,
+        WorkerStatus::Blocked => v1::WorkerStatus::Blocked,
+        WorkerStatus::Question => v1::WorkerStatus::Question,
+        WorkerStatus::Done => v1::WorkerStatus::Done,
+    }
+}
+
+async fn drain(worker: &mut Worker, log: &mut tokio::fs::File, tail: &mut VecDeque<String>) {
+    for line in worker.drain_lines(Duration::from_millis(200)).await {
+        let _ = log.write_all(format!("{line}\n").as_bytes()).await;
+        push_tail(tail, line);
+    }
+}
+
+fn push_tail(tail: &mut VecDeque<String>, line: String) {
+    tail.push_back(line);
+    while tail.len() > LOG_TAIL {
+        tail.pop_front();
+    }
+}
+
+/// A fresh `.swarm/` for this attempt: task.md, no stale status or answers.
+fn prepare_swarm_dir(files: &SwarmFiles, a: &Assignment) -> std::io::Result<()> {
+    std::fs::create_dir_all(&files.logs)?;
+    match std::fs::remove_file(&files.status) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    if files.answers.exists() {
+        std::fs::remove_dir_all(&files.answers)?;
+    }
+    std::fs::write(&files.task, &a.task_text)
+}
+
+fn worker_env(ctx: &Context, a: &Assignment, files: &SwarmFiles) -> Vec<(String, String)> {
+    let mut env = a.env.clone();
+    let path = |p: &Path| p.to_string_lossy().into_owned();
+    env.extend([
+        ("SWARM_SWARM_ID".to_string(), a.attempt.task.swarm.to_string()),
+        ("SWARM_TASK_ID".to_string(), a.attempt.task.task.to_string()),
+        ("SWARM_ATTEMPT".to_string(), a.attempt.number.to_string()),
+        ("SWARM_WORKER_ID".to_string(), ctx.worker_id.clone()),
+        ("SWARM_BRANCH".to_string(), a.branch.clone()),
+        ("SWARM_BASE_COMMIT".to_string(), a.base_commit.clone()),
+        ("SWARM_TASK_FILE".to_string(), path(&files.task)),
+        ("SWARM_STATUS_FILE".to_string(), path(&files.status)),
+        ("TRACEPARENT".to_string(), a.traceparent.clone()),
+    ]);
+    env
+}

@@ -1,0 +1,450 @@
+//! The Connect session: Hello/Welcome, replay of the journal, heartbeats,
+//! controller commands, and reconnection with backoff. The worker keeps
+//! running while the stream is down; its reports are journaled meanwhile.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use nix::fcntl::Flock;
+use rand::Rng;
+use swarm_proto::convert::AttemptRef;
+use swarm_proto::v1;
+use swarm_proto::v1::controller_message::Body as In;
+use swarm_proto::v1::sidecar_message::Body;
+use swarm_proto::v1::sidecar_service_client::SidecarServiceClient;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::{Channel, Endpoint};
+use tracing::Instrument;
+
+use crate::attempt::{self, Assignment, Context, Report, Stop};
+use crate::config::{Config, OrphanPolicy, default_worker_id};
+use crate::journal::Journal;
+use crate::{SidecarError, orphans, worktree};
+
+const INITIAL_BACKOFF: Duration = Duration::from_millis(100);
+const WELCOME_TIMEOUT: Duration = Duration::from_secs(10);
+const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(5);
+
+/// The attempt being worked on.
+struct Current {
+    assignment: Assignment,
+    stop: watch::Sender<Option<Stop>>,
+    task: JoinHandle<()>,
+}
+
+/// How one connection ended.
+enum Ended {
+    /// Drained or shut down: exit.
+    Done,
+    /// The stream broke; reconnect. True when a Welcome had been received.
+    Broken(bool),
+}
+
+struct Session {
+    cfg: Config,
+    worker_id: String,
+    repo: PathBuf,
+    worktree: PathBuf,
+    journal: Journal,
+    current: Option<Current>,
+    /// An attempt held from before a restart whose worker is gone.
+    lost: Option<v1::Assign>,
+    reports_tx: mpsc::UnboundedSender<Report>,
+    reports_rx: mpsc::UnboundedReceiver<Report>,
+    draining: bool,
+    shutting_down: bool,
+    shutdown: CancellationToken,
+    remote: Option<crate::remote::Remote>,
+    _lock: Flock<std::fs::File>,
+}
+
+/// Runs the sidecar until drained or `shutdown` is cancelled.
+pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), SidecarError> {
+    let repo =
+        cfg.repo.canonicalize().map_err(|e| SidecarError::Repo(format!("{}: {e}", cfg.repo.display())))?;
+    let worker_id = match &cfg.worker_id {
+        Some(id) => id.clone(),
+        None => default_worker_id(&repo),
+    };
+    swarm_core::names::check_id(&worker_id).map_err(|e| SidecarError::Config(format!("worker id: {e}")))?;
+    let (workspaces, worktree) = {
+        let r = git2::Repository::open(&repo).map_err(|e| SidecarError::Repo(e.to_string()))?;
+        let wt = worktree::worktree_path(&r, &worker_id).map_err(|e| SidecarError::Repo(e.to_string()))?;
+        (worktree::workspaces_dir(&r), wt)
+    };
+    let lock =
+        orphans::take_lock(&workspaces, &worker_id).map_err(|e| SidecarError::Config(e.to_string()))?;
+    let mut journal = Journal::open(orphans::journal_path(&workspaces, &worker_id))?;
+    let lost = journal.in_hand().cloned();
+    if let Some(h) = &lost
+        && let Some(pid) = h.pid
+        && crate::runner::group_alive(pid as i32)
+    {
+        // We cannot re-attach to its pipes: stop what is left of it.
+        tracing::warn!(pid, "killing the worker left by a previous sidecar process");
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    let orphan_ids = orphans::scan(&workspaces, &worker_id);
+    if !orphan_ids.is_empty() {
+        let removed = cfg.orphans == OrphanPolicy::Remove;
+        if removed && let Err(e) = orphans::remove(&repo, &workspaces, &orphan_ids) {
+            tracing::warn!(error = %e, "removing orphaned worktrees failed");
+        }
+        tracing::info!(?orphan_ids, removed, "orphaned worktrees");
+        journal.append_report(Body::Orphans(v1::OrphanReport { worktrees: orphan_ids, removed }))?;
+    }
+    let remote = if cfg.remote {
+        let channel = Endpoint::from_shared(cfg.controller.clone())
+            .map_err(|e| SidecarError::Config(format!("controller url: {e}")))?
+            .connect_lazy();
+        Some(crate::remote::Remote { client: SidecarServiceClient::new(channel) })
+    } else {
+        None
+    };
+    let (reports_tx, reports_rx) = mpsc::unbounded_channel();
+    let mut s = Session {
+        lost: lost.map(|h| h.assign),
+        cfg,
+        worker_id,
+        repo,
+        worktree,
+        journal,
+        current: None,
+        reports_tx,
+        reports_rx,
+        draining: false,
+        shutting_down: false,
+        shutdown,
+        remote,
+        _lock: lock,
+    };
+    let span = tracing::info_span!("sidecar", worker = %s.worker_id);
+    s.run().instrument(span).await
+}
+
+impl Session {
+    async fn run(&mut self) -> Result<(), SidecarError> {
+        let mut backoff = INITIAL_BACKOFF;
+        let max = Duration::from_millis(self.cfg.reconnect_max_ms.max(100));
+        loop {
+            match self.connect_once().await {
+                Ok(Ended::Done) => return self.finish().await,
+                Ok(Ended::Broken(welcomed)) => {
+                    if welcomed {
+                        backoff = INITIAL_BACKOFF;
+                    }
+                    tracing::info!("stream to controller closed; reconnecting");
+                }
+                Err(e @ SidecarError::Journal(_)) => return Err(e),
+                Err(e) => tracing::warn!(error = %e, "cannot reach controller"),
+            }
+            if self.shutting_down && self.current.is_none() {
+                return self.finish().await;
+            }
+            let jitter = rand::rng().random_range(0..=backoff.as_millis() as u64 / 2);
+            let sleep = tokio::time::sleep(backoff + Duration::from_millis(jitter));
+            backoff = (backoff * 2).min(max);
+            tokio::pin!(sleep);
+            loop {
+                tokio::select! {
+                    _ = &mut sleep => break,
+                    _ = self.shutdown.cancelled(), if !self.shutting_down => self.begin_shutdown(),
+                    Some(r) = self.reports_rx.recv() => {
+                        self.record(r).await?;
+                        if self.shutting_down && self.current.is_none() {
+                            return self.finish().await;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    async fn finish(&mut self) -> Result<(), SidecarError> {
+        if let Some(c) = self.current.take() {
+            let _ = c.stop.send(Some(Stop::Shutdown));
+            let _ = c.task.await;
+            while let Ok(r) = self.reports_rx.try_recv() {
+                self.record(r).await?;
+            }
+        }
+        Ok(())
+    }
+
+    fn begin_shutdown(&mut self) {
+        tracing::info!("shutting down");
+        self.shutting_down = true;
+        if let Some(c) = &self.current {
+            let _ = c.stop.send(Some(Stop::Shutdown));
+        }
+    }
+
+    fn hello(&self) -> v1::SidecarMessage {
+        let in_hand = self
+            .current
+            .as_ref()
+            .map(|c| c.assignment.wire_ref())
+            .or_else(|| self.lost.as_ref().and_then(|a| a.attempt.clone()));
+        v1::SidecarMessage {
+            seq: 0,
+            body: Some(Body::Hello(v1::Hello {
+                worker_id: self.worker_id.clone(),
+                labels: self.cfg.labels.iter().cloned().collect(),
+                host: hostname::get().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default(),
+                capacity: 1,
+                last_acked_seq: self.journal.acked(),
+                attempt_in_hand: in_hand,
+                shares_repository: !self.cfg.remote,
+                version: env!("CARGO_PKG_VERSION").to_string(),
+            })),
+        }
+    }
+
+    async fn connect_once(&mut self) -> Result<Ended, SidecarError> {
+        let endpoint = Endpoint::from_shared(self.cfg.controller.clone())
+            .map_err(|e| SidecarError::Config(format!("controller url: {e}")))?
+            .connect_timeout(Duration::from_secs(5));
+        let channel: Channel = tokio::select! {
+            c = endpoint.connect() => c.map_err(|e| SidecarError::Connect(e.to_string()))?,
+            _ = self.shutdown.cancelled(), if !self.shutting_down => {
+                self.begin_shutdown();
+                return Ok(Ended::Broken(false));
+            }
+        };
+        let mut client = SidecarServiceClient::new(channel);
+        let (out, out_rx) = mpsc::channel::<v1::SidecarMessage>(1024);
+        let _ = out.send(self.hello()).await;
+        let mut inbound = client
+            .connect(ReceiverStream::new(out_rx))
+            .await
+            .map_err(|e| SidecarError::Connect(e.to_string()))?
+            .into_inner();
+        let welcome = match tokio::time::timeout(WELCOME_TIMEOUT, inbound.message()).await {
+            Ok(Ok(Some(v1::ControllerMessage { body: Some(In::Welcome(w)) }))) => w,
+            Ok(Ok(other)) => return Err(SidecarError::Protocol(format!("expected Welcome, got {other:?}"))),
+            Ok(Err(e)) => return Err(SidecarError::Connect(e.to_string())),
+            Err(_) => return Err(SidecarError::Protocol("no Welcome within 10 s".into())),
+        };
+        tracing::info!(session = %welcome.session_id, last_applied = welcome.last_applied_seq,
+            resumed = welcome.attempt_resumed, "connected");
+        self.journal.applied_up_to(welcome.last_applied_seq)?;
+        self.resume(welcome.attempt_resumed).await?;
+        for (_, msg) in self.journal.unacked() {
+            if out.send(msg.clone()).await.is_err() {
+                return Ok(Ended::Broken(true));
+            }
+        }
+        let interval = match welcome.heartbeat_interval_ms {
+            0 => DEFAULT_HEARTBEAT,
+            ms => Duration::from_millis(u64::from(ms)),
+        };
+        let jitter = u64::from(welcome.heartbeat_jitter_ms);
+        let next_beat = || {
+            interval + Duration::from_millis(if jitter > 0 { rand::rng().random_range(0..jitter) } else { 0 })
+        };
+        let beat = tokio::time::sleep(next_beat());
+        tokio::pin!(beat);
+        loop {
+            if (self.draining || self.shutting_down)
+                && self.current.is_none()
+                && self.journal.unacked().is_empty()
+            {
+                tracing::info!("drained; closing the stream");
+                return Ok(Ended::Done);
+            }
+            tokio::select! {
+                m = inbound.message() => match m {
+                    Ok(Some(m)) => {
+                        if let Some(ack) = self.on_message(m).await? {
+                            let _ = out.send(ack).await;
+                        }
+                    }
+                    Ok(None) => return Ok(Ended::Broken(true)),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "stream error");
+                        return Ok(Ended::Broken(true));
+                    }
+                },
+                Some(r) = self.reports_rx.recv() => {
+                    if let Some(msg) = self.record(r).await?
+                        && out.send(msg).await.is_err()
+                    {
+                        return Ok(Ended::Broken(true));
+                    }
+                }
+                _ = &mut beat => {
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map(|d| d.as_millis() as u64)
+                        .unwrap_or_default();
+                    let hb = v1::SidecarMessage { seq: 0, body: Some(Body::Heartbeat(v1::Heartbeat { sent_at_unix_ms: now })) };
+                    if out.send(hb).await.is_err() {
+                        return Ok(Ended::Broken(true));
+                    }
+                    beat.as_mut().reset(tokio::time::Instant::now() + next_beat());
+                }
+                _ = self.shutdown.cancelled(), if !self.shutting_down => {
+                    self.begin_shutdown();
+                    if self.current.is_none() {
+                        return Ok(Ended::Done);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Applies the Welcome's verdict on the attempt in hand.
+    async fn resume(&mut self, resumed: bool) -> Result<(), SidecarError> {
+        if let Some(lost) = self.lost.take() {
+            if resumed {
+                tracing::warn!("reporting the attempt of a previous sidecar process as lost");
+                let result = v1::AttemptResult {
+                    attempt: lost.attempt.clone(),
+                    outcome: v1::Outcome::Error as i32,
+                    exit_code: -1,
+                    error: "sidecar restarted; worker lost".into(),
+                    ..Default::default()
+                };
+                self.journal.append_report(Body::Result(result))?;
+            }
+            self.journal.release()?;
+        }
+        if !resumed && let Some(c) = self.current.take() {
+            tracing::warn!(attempt = %c.assignment.label(), "controller no longer holds this attempt; stopping it");
+            let _ = c.stop.send(Some(Stop::Silent));
+            let _ = c.task.await;
+            self.journal.release()?;
+        }
+        Ok(())
+    }
+
+    /// Journals a report from the attempt driver; returns what to send.
+    async fn record(&mut self, r: Report) -> Result<Option<v1::SidecarMessage>, SidecarError> {
+        match r {
+            Report::Pid(pid) => {
+                self.journal.set_pid(pid)?;
+                Ok(None)
+            }
+            Report::Progress(p) => Ok(Some(v1::SidecarMessage { seq: 0, body: Some(Body::Progress(p)) })),
+            Report::Journaled(body) => {
+                let is_result = matches!(body, Body::Result(_));
+                let msg = self.journal.append_report(body)?;
+                if is_result {
+                    self.journal.release()?;
+                    if let Some(c) = self.current.take() {
+                        tracing::info!(attempt = %c.assignment.label(), seq = msg.seq, "attempt finished");
+                        let _ = c.task.await;
+                    }
+                }
+                Ok(Some(msg))
+            }
+        }
+    }
+
+    /// Handles one controller message; may return a message to send.
+    async fn on_message(
+        &mut self,
+        m: v1::ControllerMessage,
+    ) -> Result<Option<v1::SidecarMessage>, SidecarError> {
+        match m.body {
+            Some(In::Ack(a)) => self.journal.ack(a.seq)?,
+            Some(In::Assign(a)) => self.on_assign(a)?,
+            Some(In::Cancel(c)) => {
+                if let Some(cur) = &self.current
+                    && same_attempt(&cur.assignment.attempt, c.attempt.as_ref())
+                {
+                    let grace = if c.grace_ms == 0 {
+                        self.cfg.stop_grace()
+                    } else {
+                        Duration::from_millis(u64::from(c.grace_ms))
+                    };
+                    tracing::info!(attempt = %cur.assignment.label(), reason = %c.reason, "cancel");
+                    let _ = cur.stop.send(Some(Stop::Cancel { grace }));
+                } else {
+                    tracing::warn!(attempt = ?c.attempt, "cancel for an attempt not in hand");
+                }
+            }
+            Some(In::Answer(a)) => {
+                if let Some(cur) = &self.current
+                    && same_attempt(&cur.assignment.attempt, a.attempt.as_ref())
+                {
+                    let (wt, id, text) = (self.worktree.clone(), a.question_id.clone(), a.text.clone());
+                    if let Err(e) =
+                        tokio::task::spawn_blocking(move || attempt::record_answer(&wt, &id, &text))
+                            .await
+                            .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+                    {
+                        tracing::warn!(question = %a.question_id, error = %e, "cannot record answer");
+                    }
+                } else {
+                    tracing::warn!(attempt = ?a.attempt, "answer for an attempt not in hand");
+                }
+            }
+            Some(In::Drain(d)) => {
+                tracing::info!(reason = %d.reason, "draining");
+                self.draining = true;
+            }
+            Some(In::Welcome(_)) | None => tracing::warn!("unexpected message from controller"),
+        }
+        Ok(None)
+    }
+
+    fn on_assign(&mut self, a: v1::Assign) -> Result<(), SidecarError> {
+        if let Some(cur) = &self.current {
+            if cur.assignment.wire.attempt == a.attempt {
+                tracing::debug!("assign of the attempt in hand: no-op");
+            } else {
+                tracing::warn!(attempt = ?a.attempt, "assign while busy (capacity 1); ignored");
+            }
+            return Ok(());
+        }
+        if self.draining || self.shutting_down {
+            tracing::warn!(attempt = ?a.attempt, "assign while draining; ignored");
+            return Ok(());
+        }
+        let assignment = match Assignment::try_from(&a) {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::warn!(error = %e, "invalid assign");
+                if let Some(r) = a.attempt.as_ref().filter(|r| AttemptRef::try_from(*r).is_ok()) {
+                    let result = v1::AttemptResult {
+                        attempt: Some(r.clone()),
+                        outcome: v1::Outcome::Error as i32,
+                        exit_code: -1,
+                        error: format!("invalid assign: {e}"),
+                        ..Default::default()
+                    };
+                    let _ = self.reports_tx.send(Report::Journaled(Body::Result(result)));
+                }
+                return Ok(());
+            }
+        };
+        self.journal.set_in_hand(&a)?;
+        let ctx = Context {
+            repo: self.repo.clone(),
+            worker_id: self.worker_id.clone(),
+            stop_grace: self.cfg.stop_grace(),
+            default_idle_timeout: self.cfg.default_idle_timeout(),
+            remote: self.remote.clone(),
+        };
+        let (stop, stop_rx) = watch::channel(None);
+        let span = tracing::info_span!("attempt", attempt = %assignment.label());
+        tracing::info!(parent: &span, branch = %assignment.branch, "assigned");
+        let task = tokio::spawn(
+            attempt::run(ctx, assignment.clone(), stop_rx, self.reports_tx.clone()).instrument(span),
+        );
+        self.current = Some(Current { assignment, stop, task });
+        Ok(())
+    }
+}
+
+fn same_attempt(held: &AttemptRef, r: Option<&v1::AttemptRef>) -> bool {
+    r.and_then(|r| AttemptRef::try_from(r).ok())
+        .is_some_and(|r| r.task == held.task && r.number == held.number)
+}
