@@ -1,52 +1,46 @@
-//! The controller of local mode.
-//!
-//! TEMPORARY: runs the `swarm-controller` binary found next to swarmctl
-//! until the embedded library entry point (`swarm_controller::start`) lands.
+//! The embedded controller of local mode, logging to a file so the
+//! terminal stays for the progress display.
 
 use std::path::Path;
-use std::process::Stdio;
-use std::time::Duration;
+use std::sync::Mutex;
 
 use anyhow::Context as _;
-use tokio::io::{AsyncBufReadExt as _, BufReader};
-use tokio::process::{Child, Command};
-
-use super::sidecars::{binary_next_to_me, terminate};
+use swarm_controller::{Config, Controller};
 
 pub struct LocalController {
-    child: Child,
-    addr: String,
+    inner: Controller,
 }
 
 impl LocalController {
+    /// Starts the controller on 127.0.0.1 (ephemeral port) with its store
+    /// under `<repo>/.git/swarm/`; its logs go to `log`.
     pub async fn start(repo: &Path, log: &Path) -> anyhow::Result<LocalController> {
-        let bin = binary_next_to_me("swarm-controller")?;
-        let log = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
-        let mut child = Command::new(&bin)
-            .args(["--listen", "127.0.0.1:0", "--repo"])
-            .arg(repo)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(log)
-            .process_group(0)
-            .kill_on_drop(true)
-            .spawn()
-            .with_context(|| format!("starting {}", bin.display()))?;
-        let stdout = child.stdout.take().context("controller stdout")?;
-        let mut lines = BufReader::new(stdout).lines();
-        let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .with_context(|| format!("opening {}", log.display()))?;
+        let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        // Fails only when a subscriber is already set (a second session).
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_ansi(false)
+            .with_writer(Mutex::new(file))
+            .try_init();
+        let inner = swarm_controller::start(Config::local(repo.to_path_buf()))
             .await
-            .context("the controller did not report its address within 30s")??
-            .context("the controller exited before it was ready")?;
-        let addr = line.strip_prefix("listening on ").context("unexpected controller output")?.to_string();
-        Ok(LocalController { child, addr })
+            .context("starting the embedded controller")?;
+        Ok(LocalController { inner })
     }
 
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("http://{}", self.inner.local_addr())
     }
 
-    pub async fn shutdown(mut self) {
-        terminate(&mut self.child, Duration::from_secs(10)).await;
+    pub async fn shutdown(self) {
+        if let Err(e) = self.inner.shutdown().await {
+            eprintln!("warning: the controller did not shut down cleanly: {e}");
+        }
     }
 }

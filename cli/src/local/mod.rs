@@ -151,7 +151,9 @@ async fn follow(
                     let (id, status) = &dead[0];
                     anyhow::bail!("every sidecar exited ({id}: {status}); see {}/{id}.log", sidecars.log_dir.display());
                 }
-                answer_questions(client, &swarm_id, &tasks, answers, &mut answered).await?;
+                for note in answer_questions(client, &swarm_id, &tasks, answers, &mut answered).await? {
+                    progress.note(&note);
+                }
                 if let Some(outcome) = outcome(plan, &tasks, |t| answers.contains_key(t) && !answered.contains_key(t)) {
                     // Drain events already sent, so the plain log is complete.
                     while let Ok(Some(Ok(event))) = tokio::time::timeout(Duration::from_millis(100), stream.next()).await {
@@ -173,7 +175,8 @@ async fn answer_questions(
     tasks: &[v1::Task],
     answers: &BTreeMap<String, String>,
     answered: &mut BTreeMap<String, String>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Vec<String>> {
+    let mut notes = Vec::new();
     for t in tasks {
         let Some(text) = answers.get(&t.id) else { continue };
         if t.state != v1::TaskState::Escalated as i32 || t.pending_question.is_empty() {
@@ -183,10 +186,10 @@ async fn answer_questions(
             continue;
         }
         let task_id = format!("{swarm_id}/{}", t.id);
-        eprintln!("answering {task_id}: {:?} -> {text:?}", t.pending_question);
+        notes.push(format!("answering {task_id}: {:?} -> {text:?}", t.pending_question));
         let req = v1::AnswerRequest { task_id, question_id: String::new(), text: text.clone() };
         client.answer(req).await?;
         answered.insert(t.id.clone(), t.pending_question.clone());
     }
-    Ok(())
+    Ok(notes)
 }

@@ -97,6 +97,16 @@ impl Progress {
         }
     }
 
+    /// A line of its own, above the bars on a terminal.
+    pub fn note(&self, line: &str) {
+        match self {
+            Progress::Plain => println!("{line}"),
+            Progress::Live(live) => {
+                let _ = live.multi.println(line);
+            }
+        }
+    }
+
     pub fn finish(self) {
         if let Progress::Live(live) = self {
             for bar in live.running.values() {
