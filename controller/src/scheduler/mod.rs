@@ -132,31 +132,40 @@ impl Scheduler {
                     Err(_) => break,
                 }
             }
-            let mut fx = Effects::default();
-            let mut stop = false;
-            for cmd in pending.drain(..) {
-                if matches!(cmd, Command::Shutdown) {
-                    stop = true;
-                    continue;
-                }
-                self.handle(cmd, &mut fx);
-            }
-            self.tick(&mut fx);
-            self.schedule(&mut fx);
-            for swarm in std::mem::take(&mut fx.touched_swarms) {
-                self.refresh_swarm(&swarm, &mut fx);
-            }
-            if !fx.batch.is_empty()
-                && let Err(e) = self.store.commit(&fx.batch)
-            {
-                tracing::error!(error = %e, "store commit failed; stopping the scheduler");
-                return Err(e.into());
-            }
-            self.release(fx);
-            if stop {
+            if !self.turn(pending.drain(..))? {
                 return Ok(());
             }
         }
+    }
+
+    /// One turn: apply commands, expire leases, assign, commit, release.
+    /// Returns false after a Shutdown command.
+    pub fn turn(
+        &mut self,
+        commands: impl IntoIterator<Item = Command>,
+    ) -> Result<bool, crate::error::ControllerError> {
+        let mut fx = Effects::default();
+        let mut keep_running = true;
+        for cmd in commands {
+            if matches!(cmd, Command::Shutdown) {
+                keep_running = false;
+                continue;
+            }
+            self.handle(cmd, &mut fx);
+        }
+        self.tick(&mut fx);
+        self.schedule(&mut fx);
+        for swarm in std::mem::take(&mut fx.touched_swarms) {
+            self.refresh_swarm(&swarm, &mut fx);
+        }
+        if !fx.batch.is_empty()
+            && let Err(e) = self.store.commit(&fx.batch)
+        {
+            tracing::error!(error = %e, "store commit failed; stopping the scheduler");
+            return Err(e.into());
+        }
+        self.release(fx);
+        Ok(keep_running)
     }
 
     fn release(&mut self, fx: Effects) {
@@ -368,6 +377,19 @@ impl Scheduler {
         }
         for (worker, key, number) in expired {
             self.lose_attempt(&worker, &key, number, fx);
+        }
+        // A sidecar silent for a whole TTL is treated as gone, with or
+        // without an attempt: its stream is dropped (so a live one
+        // reconnects and is told what is current) and it gets no new work.
+        let silent: Vec<(String, u64)> = self
+            .workers
+            .values()
+            .filter_map(|w| w.session.as_ref().map(|s| (w.id.clone(), s)))
+            .filter(|(_, s)| now.saturating_sub(s.last_seen.load(std::sync::atomic::Ordering::Relaxed)) > ttl)
+            .map(|(id, s)| (id, s.id))
+            .collect();
+        for (worker, session) in silent {
+            self.on_disconnected(&worker, session, fx);
         }
     }
 
