@@ -44,7 +44,9 @@ impl TempRepo {
         let parents: Vec<git2::Commit> =
             parent.map(|p| self.repo.find_commit(p).expect("parent")).into_iter().collect();
         let refs: Vec<&git2::Commit> = parents.iter().collect();
-        self.repo.commit(Some("refs/heads/main"), &sig, &sig, msg, &tree, &refs).expect("commit")
+        let oid = self.repo.commit(Some("refs/heads/main"), &sig, &sig, msg, &tree, &refs).expect("commit");
+        self.repo.set_head("refs/heads/main").expect("head");
+        oid
     }
 }
 
