@@ -27,6 +27,9 @@ pub enum GitError {
     PackTooLarge { size: usize, max: usize },
     #[error("received pack does not provide commit {tip} (or its tree/parents)")]
     PackMissingTip { tip: String },
+    /// The pack is malformed or incomplete (objects it refers to are neither in it nor in the repository).
+    #[error("received pack for {tip} rejected: {message}")]
+    PackRejected { tip: String, message: String },
     #[error("{op}: {source}")]
     Git2 {
         op: &'static str,

@@ -42,8 +42,10 @@ pub fn build_pack(repo: &Path, want: &str, haves: &[String]) -> Result<Vec<u8>, 
 
 /// Receives a pack produced by [`build_pack`] into `repo` and returns the number of objects it held.
 ///
-/// Refuses (without changing `repo`) a pack larger than `max_bytes`, a malformed pack, and a pack
-/// after which `expected_tip` is not a commit whose tree and parents are present.
+/// Refuses (without changing `repo`) a pack larger than `max_bytes` ([`GitError::PackTooLarge`]), a
+/// malformed pack or one referring to objects that neither it nor `repo` has ([`GitError::PackRejected`];
+/// libgit2's indexer verifies connectivity), and a pack after which `expected_tip` is not a commit whose
+/// tree and parents are present ([`GitError::PackMissingTip`]).
 #[tracing::instrument(skip(pack), fields(bytes = pack.len()))]
 pub fn receive_pack(repo: &Path, pack: &[u8], expected_tip: &str, max_bytes: usize) -> Result<u64, GitError> {
     let tip = to_git2(parse_commit_id(expected_tip)?)?;
@@ -70,8 +72,9 @@ pub fn receive_pack(repo: &Path, pack: &[u8], expected_tip: &str, max_bytes: usi
             seen.set(p.indexed_objects() as u64);
             true
         });
-        std::io::Write::write_all(&mut indexer, pack).map_err(GitError::io("index pack"))?;
-        indexer.commit().map_err(GitError::git2("finish pack index"))?;
+        let rejected = |message: String| GitError::PackRejected { tip: expected_tip.to_string(), message };
+        std::io::Write::write_all(&mut indexer, pack).map_err(|e| rejected(e.to_string()))?;
+        indexer.commit().map_err(|e| rejected(e.message().to_string()))?;
     }
 
     // Verify against the staged pack plus what the repository already has.

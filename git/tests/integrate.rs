@@ -284,3 +284,33 @@ fn changed_paths_lists_renames_as_both_paths() {
     );
     assert!(integrator.changed_paths(&base, &base).expect("diff").is_empty());
 }
+
+/// Found by the differential test: both sides append the same line to `x`; ours also renames `x` to
+/// `r`, theirs renames `y` to `r`. gix-merge 0.23 hits an internal `debug_assert!` here in debug
+/// builds; the integrator must answer with an error (or a result), never a panic.
+#[test]
+fn a_gix_internal_assertion_is_not_a_panic() {
+    let repo = TempRepo::new();
+    let base = repo.commit(
+        None,
+        &[("x.txt", Some("x1\nx2\nx3\nx4\n")), ("y.txt", Some("y1\ny2\ny3\ny4\n")), ("z.txt", Some("z\n"))],
+        "base",
+    );
+    let ours1 = repo.commit(Some(&base), &[("x.txt", Some("x1\nx2\nx3\nx4\nappended\n"))], "ours 1");
+    let head = repo.commit(
+        Some(&ours1),
+        &[("x.txt", None), ("r.txt", Some("x1\nx2\nx3\nx4\nappended\n"))],
+        "ours 2",
+    );
+    let theirs1 =
+        repo.commit(Some(&base), &[("y.txt", None), ("r.txt", Some("y1\ny2\ny3\ny4\n"))], "theirs 1");
+    let task = repo.commit(Some(&theirs1), &[("x.txt", Some("x1\nx2\nx3\nx4\nappended\n"))], "theirs 2");
+    repo.set_branch(BRANCH, &head);
+    let integrator = Integrator::open(repo.path()).expect("open");
+    let outcome = integrator.integrate(&request(&head, &task, MergeStrategy::Merge, "demo/g#1"));
+    if let Err(MergeError::Git(GitError::Gix { message, .. })) = &outcome {
+        assert!(message.contains("panicked"), "{message}");
+    }
+    // Whatever the outcome, the integrator stays usable.
+    assert!(integrator.branch_head(BRANCH).expect("usable").is_some());
+}
