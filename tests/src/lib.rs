@@ -552,3 +552,48 @@ pub async fn events(url: &str, swarm: &str, after: u64, min: usize) -> Vec<v1::E
         }
     }
 }
+
+// ---------------------------------------------------------------------------
+// A controller with sidecars
+
+/// Controller timings short enough for tests that lose sidecars.
+pub const FAST_LEASES: &[&str] =
+    &["--heartbeat-interval-ms=200", "--lease-ttl-ms=1500", "--lost-grace-ms=100", "--cancel-grace-ms=500"];
+
+/// A controller and `n` sidecars (`w1`..`wn`) on one repository.
+pub struct Cluster {
+    pub controller: ControllerProc,
+    pub sidecars: Vec<Proc>,
+}
+
+impl Cluster {
+    pub fn start(repo: &TempRepo, sidecars: usize, controller_args: &[&str]) -> Cluster {
+        let controller = spawn_controller(repo.path(), controller_args);
+        let url = controller.url();
+        let sidecars =
+            (1..=sidecars).map(|n| spawn_sidecar(&url, repo.path(), &format!("w{n}"), &[])).collect();
+        Cluster { controller, sidecars }
+    }
+
+    pub fn url(&self) -> String {
+        self.controller.url()
+    }
+}
+
+/// The number of first-parent merges on `branch` made for `swarm/task`
+/// (merge subjects name the attempt: `(swarm/task#N)`).
+pub fn merges_of(repo: &TempRepo, branch: &str, swarm: &str, task: &str) -> usize {
+    let tag = format!("({swarm}/{task}#");
+    repo.subjects(branch).iter().filter(|s| s.contains(&tag)).count()
+}
+
+/// A task's attempts, through GetTask.
+pub async fn attempts(url: &str, task_id: &str) -> Vec<v1::Attempt> {
+    let mut op = operator(url).await;
+    let req = v1::GetTaskRequest { task_id: task_id.to_string() };
+    op.get_task(req).await.expect("GetTask").into_inner().attempts
+}
+
+pub fn outcome_of(a: &v1::Attempt) -> v1::Outcome {
+    v1::Outcome::try_from(a.outcome).unwrap_or(v1::Outcome::Unspecified)
+}

@@ -1,0 +1,125 @@
+//! `swarmctl` against a running controller: reads in every format, cancel,
+//! the documented exit codes of gRPC errors, and bad input that creates nothing.
+#![allow(clippy::unwrap_used)] // tests: a panic is the report
+
+use swarm_proto::v1::{self, TaskState};
+use swarm_tests::{
+    Cluster, PlanBuilder, TempRepo, create_swarm, operator, spawn_controller, stderr, stdout, swarmctl, task,
+    wait_task_state, worker_script,
+};
+
+/// A worker that runs until cancelled (bounded: 60 s).
+const SLOW: &str = r#"i=0; while [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cancel_get_describe_and_logs_through_swarmctl() {
+    let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[("slow", SLOW)]))]);
+    let plan = PlanBuilder::new("ops").task(task("quick")).task(task("slow")).build();
+    let cluster = Cluster::start(&repo, 2, &["--cancel-grace-ms=500"]);
+    let url = cluster.url();
+    create_swarm(&url, &plan).await;
+    wait_task_state(&url, "ops", "quick", TaskState::Merged).await;
+    wait_task_state(&url, "ops", "slow", TaskState::Running).await;
+
+    let out = swarmctl(&url, &["cancel", "ops/slow", "--reason", "not needed"]);
+    assert_eq!(out.status.code(), Some(0), "cancel: {}", stderr(&out));
+    let t = wait_task_state(&url, "ops", "slow", TaskState::Cancelled).await;
+    assert_eq!(t.merge_commit, "");
+
+    // Reads, in each format.
+    let out = swarmctl(&url, &["get", "tasks", "--swarm", "ops", "-o", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let states: Vec<(String, String)> = json
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["id"].as_str().unwrap().to_string(), t["state"].as_str().unwrap().to_string()))
+        .collect();
+    assert!(states.contains(&("ops/quick".into(), "MERGED".into())), "{states:?}");
+    assert!(states.contains(&("ops/slow".into(), "CANCELLED".into())), "{states:?}");
+
+    let out = swarmctl(&url, &["get", "swarms"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(stdout(&out).contains("SWARM") && stdout(&out).contains("ops"), "{}", stdout(&out));
+
+    let out = swarmctl(&url, &["get", "workers", "-o", "yaml"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(stdout(&out).contains("id: w1") && stdout(&out).contains("id: w2"), "{}", stdout(&out));
+
+    let out = swarmctl(&url, &["describe", "task", "ops/quick"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(stdout(&out).contains("State:") && stdout(&out).contains("MERGED"), "{}", stdout(&out));
+
+    let out = swarmctl(&url, &["logs", "ops/slow", "-o", "json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let kinds: Vec<String> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["kind"].as_str().unwrap().to_string())
+        .collect();
+    assert!(!kinds.is_empty());
+    assert!(stdout(&out).contains("CANCELLED"), "{}", stdout(&out));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn grpc_errors_map_to_documented_exit_codes() {
+    let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[]))]);
+    let cluster = Cluster::start(&repo, 1, &[]);
+    let url = cluster.url();
+    create_swarm(&url, &PlanBuilder::new("codes").task(task("a")).build()).await;
+    wait_task_state(&url, "codes", "a", TaskState::Merged).await;
+
+    let out = swarmctl(&url, &["describe", "task", "codes/missing"]);
+    assert_eq!(out.status.code(), Some(4), "NotFound: {}", stderr(&out));
+    assert!(stderr(&out).starts_with("error: "));
+
+    let out = swarmctl(&url, &["retry", "codes/a"]);
+    assert_eq!(out.status.code(), Some(5), "FailedPrecondition: {}", stderr(&out));
+
+    let out = swarmctl(&url, &["answer", "codes/a", "   "]);
+    assert_eq!(out.status.code(), Some(3), "empty answer: {}", stderr(&out));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_plans_name_the_field_and_rule_and_create_nothing() {
+    let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[]))]);
+    let controller = spawn_controller(repo.path(), &[]);
+    let url = controller.url();
+    let dir = tempfile::tempdir().unwrap();
+
+    let cases = [
+        (
+            PlanBuilder::new("bad").task(task("a").deps(&["db"])).build(),
+            r#"tasks[0].deps[0]: unknown task "db""#,
+        ),
+        (
+            PlanBuilder::new("bad").task(task("a").deps(&["b"])).task(task("b").deps(&["a"])).build(),
+            "dependency cycle",
+        ),
+        (PlanBuilder::new("bad").task(task("a").set("files", "[]")).build(), "tasks[0].files"),
+        (PlanBuilder::new("Bad Name").task(task("a")).build(), "name"),
+        (PlanBuilder::new("bad").task(task("a").set("env", r#"{ SWARM_X = "1" }"#)).build(), "tasks[0].env"),
+    ];
+    let mut op = operator(&url).await;
+    for (plan, expected) in &cases {
+        // Through swarmctl: refused before the controller is asked.
+        let path = dir.path().join("plan.toml");
+        std::fs::write(&path, plan).unwrap();
+        let out = swarmctl(&url, &["create", path.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(3), "{expected}: {}", stderr(&out));
+        assert!(stderr(&out).contains(expected), "want {expected:?} in {}", stderr(&out));
+
+        // Straight to the API: InvalidArgument naming the same field.
+        let err = op.create_swarm(v1::CreateSwarmRequest { plan_toml: plan.clone() }).await.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{expected}");
+        assert!(err.message().contains(expected), "want {expected:?} in {}", err.message());
+    }
+    let swarms = op.list_swarms(v1::ListSwarmsRequest {}).await.unwrap().into_inner().swarms;
+    assert!(swarms.is_empty(), "nothing created: {swarms:?}");
+    assert!(!repo.has("swarm/bad/integration"));
+
+    // Bad ids on the wire are refused with the field named.
+    let err = op.get_task(v1::GetTaskRequest { task_id: "Not A Task".into() }).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(err.message().contains("task_id"), "{}", err.message());
+}
