@@ -56,6 +56,8 @@ struct Session {
     reports_rx: mpsc::UnboundedReceiver<Report>,
     draining: bool,
     shutting_down: bool,
+    /// After a shutdown request, give up waiting for acks at this point.
+    give_up_at: Option<tokio::time::Instant>,
     shutdown: CancellationToken,
     remote: Option<crate::remote::Remote>,
     _lock: Flock<std::fs::File>,
@@ -120,6 +122,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Sidecar
         reports_rx,
         draining: false,
         shutting_down: false,
+        give_up_at: None,
         shutdown,
         remote,
         _lock: lock,
@@ -144,7 +147,8 @@ impl Session {
                 Err(e @ SidecarError::Journal(_)) => return Err(e),
                 Err(e) => tracing::warn!(error = %e, "cannot reach controller"),
             }
-            if self.shutting_down && self.current.is_none() {
+            let gave_up = self.give_up_at.is_some_and(|t| t <= tokio::time::Instant::now());
+            if self.shutting_down && (self.current.is_none() || gave_up) {
                 return self.finish().await;
             }
             let jitter = rand::rng().random_range(0..=backoff.as_millis() as u64 / 2);
@@ -180,6 +184,9 @@ impl Session {
     fn begin_shutdown(&mut self) {
         tracing::info!("shutting down");
         self.shutting_down = true;
+        // Room for the worker's stop sequence, then a little for the acks.
+        self.give_up_at =
+            Some(tokio::time::Instant::now() + self.cfg.stop_grace() * 2 + Duration::from_secs(5));
         if let Some(c) = &self.current {
             let _ = c.stop.send(Some(Stop::Shutdown));
         }
@@ -295,6 +302,10 @@ impl Session {
                         return Ok(Ended::Done);
                     }
                 }
+                _ = sleep_until_opt(self.give_up_at) => {
+                    tracing::warn!(unacked = self.journal.unacked().len(), "stopping without all acks; the journal keeps them");
+                    return Ok(Ended::Done);
+                }
             }
         }
     }
@@ -408,6 +419,16 @@ impl Session {
             tracing::warn!(attempt = ?a.attempt, "assign while draining; ignored");
             return Ok(());
         }
+        // After a reconnect the controller re-sends the Assign of an attempt
+        // whose result it has not applied yet; the replayed result answers it.
+        let finished = self.journal.unacked().iter().any(|(_, m)| match &m.body {
+            Some(Body::Result(r)) => r.attempt.is_some() && r.attempt == a.attempt,
+            _ => false,
+        });
+        if finished {
+            tracing::info!(attempt = ?a.attempt, "assign of an attempt already finished (result unacked); ignored");
+            return Ok(());
+        }
         let assignment = match Assignment::try_from(&a) {
             Ok(x) => x,
             Err(e) => {
@@ -441,6 +462,13 @@ impl Session {
         );
         self.current = Some(Current { assignment, stop, task });
         Ok(())
+    }
+}
+
+async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -42,11 +42,16 @@ impl Drop for Controller {
 }
 
 fn start_controller(bin: &Path, repo: &Path) -> Controller {
+    start_controller_at(bin, repo, "127.0.0.1:0")
+}
+
+fn start_controller_at(bin: &Path, repo: &Path, listen: &str) -> Controller {
     let log = repo.join(".git/controller.log");
     let mut child = Command::new(bin)
-        .args(["--listen", "127.0.0.1:0", "--repo"])
+        .args(["--listen", listen, "--repo"])
         .arg(repo)
-        .args(["--heartbeat-interval-ms", "200", "--lease-ttl-ms", "3000", "--lost-grace-ms", "100"])
+        .args(["--heartbeat-interval-ms", "200", "--lease-ttl-ms", "5000", "--lost-grace-ms", "100"])
+        .args(["--cancel-grace-ms", "200"])
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(&log).expect("log file"))
         .spawn()
@@ -188,4 +193,156 @@ async fn sidecar_killed_mid_attempt_reports_the_worker_lost_after_restart() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     assert!(status.success(), "{status:?}");
+}
+
+fn sidecar_config(url: &str, repo: &Path) -> Config {
+    let mut cfg = Config::new(url.to_string(), repo);
+    cfg.worker_id = Some("w1".into());
+    cfg.stop_grace_ms = 200;
+    cfg.reconnect_max_ms = 300;
+    cfg
+}
+
+fn finished(d: &v1::TaskDetail) -> bool {
+    matches!(state(d), v1::TaskState::Succeeded | v1::TaskState::Merging | v1::TaskState::Merged)
+}
+
+#[tokio::test]
+async fn answers_reach_the_worker_cancel_stops_it_and_drain_ends_the_sidecar() {
+    let Some(bin) = controller_binary() else { return };
+    let repo = TempRepo::new();
+    repo.commit(&[("README", Some("hi"))], "base");
+    let ask = script(
+        repo.path(),
+        "ask.sh",
+        r#"echo '{"status":"question","message":"need input","question":{"id":"q1","text":"A or B?","category":"ambiguous_spec"}}' > "$SWARM_STATUS_FILE"
+A="$(dirname "$SWARM_TASK_FILE")/answers/q1.md"
+i=0; while [ ! -e "$A" ]; do i=$((i+1)); [ $i -gt 400 ] && exit 1; sleep 0.05; done
+cp "$A" answer.txt
+grep -q '## Answers' "$SWARM_TASK_FILE" || exit 1"#,
+    );
+    let marker = repo.path().join(".git/hang-started");
+    let hang = script(
+        repo.path(),
+        "hang.sh",
+        &format!("trap '' INT; touch '{}'; while :; do sleep 0.05; done", marker.display()),
+    );
+    let plan = format!(
+        "name = \"e2e\"\nbase_branch = \"main\"\n\n\
+         [[tasks]]\nid = \"ask\"\ncommand = [\"{}\"]\nfiles = [\"answer.txt\"]\nretries = 0\n\n\
+         [[tasks]]\nid = \"hang\"\ndeps = [\"ask\"]\ncommand = [\"{}\"]\nfiles = [\"x\"]\nretries = 0\n",
+        ask.display(),
+        hang.display()
+    );
+    let ctl = start_controller(&bin, repo.path());
+    let mut op = operator(&ctl.url).await;
+    op.create_swarm(v1::CreateSwarmRequest { plan_toml: plan }).await.expect("create");
+    let sidecar =
+        tokio::spawn(swarm_sidecar::run(sidecar_config(&ctl.url, repo.path()), CancellationToken::new()));
+
+    task_until(&mut op, "e2e/ask", "the question", |d| {
+        d.task.as_ref().is_some_and(|t| !t.pending_question.is_empty())
+    })
+    .await;
+    op.answer(v1::AnswerRequest {
+        task_id: "e2e/ask".into(),
+        question_id: "q1".into(),
+        text: "B, please".into(),
+    })
+    .await
+    .expect("answer");
+    let d = task_until(&mut op, "e2e/ask", "success", finished).await;
+    let commit = d.attempts[0].result_commit.clone();
+    let tree = repo
+        .repo
+        .find_commit(git2::Oid::from_str(&commit).expect("oid"))
+        .expect("commit")
+        .tree()
+        .expect("tree");
+    let blob = tree.get_name("answer.txt").expect("answer.txt").to_object(&repo.repo).expect("object");
+    assert_eq!(String::from_utf8_lossy(blob.as_blob().expect("blob").content()), "B, please");
+
+    support::eventually(30, "hang worker started", || marker.exists().then_some(())).await;
+    op.cancel_task(v1::CancelTaskRequest { task_id: "e2e/hang".into(), reason: "test".into() })
+        .await
+        .expect("cancel");
+    let d = task_until(&mut op, "e2e/hang", "cancelled attempt", |d| {
+        d.attempts.first().is_some_and(|a| a.outcome() == v1::Outcome::Cancelled)
+    })
+    .await;
+    assert_eq!(state(&d), v1::TaskState::Cancelled);
+
+    op.drain_worker(v1::DrainWorkerRequest { worker_id: "w1".into() }).await.expect("drain");
+    tokio::time::timeout(Duration::from_secs(10), sidecar)
+        .await
+        .expect("a drained sidecar exits")
+        .expect("join")
+        .expect("ok");
+}
+
+#[tokio::test]
+async fn reports_made_while_the_controller_is_down_are_replayed() {
+    let Some(bin) = controller_binary() else { return };
+    let repo = TempRepo::new();
+    repo.commit(&[("README", Some("hi"))], "base");
+    let started = repo.path().join(".git/started");
+    let go = repo.path().join(".git/go");
+    let worker = script(
+        repo.path(),
+        "w.sh",
+        &format!(
+            "touch '{s}'\nwhile [ ! -e '{g}' ]; do sleep 0.05; done\necho hi > hello.txt",
+            s = started.display(),
+            g = go.display()
+        ),
+    );
+    let ctl = start_controller(&bin, repo.path());
+    let addr = ctl.url.trim_start_matches("http://").to_string();
+    let mut op = operator(&ctl.url).await;
+    op.create_swarm(v1::CreateSwarmRequest { plan_toml: plan("hello", &worker, 0) }).await.expect("create");
+    let shutdown = CancellationToken::new();
+    let sidecar = tokio::spawn(swarm_sidecar::run(sidecar_config(&ctl.url, repo.path()), shutdown.clone()));
+    support::eventually(30, "worker running", || started.exists().then_some(())).await;
+
+    drop(ctl); // kill -9: the stream breaks, the worker keeps running
+    std::fs::write(&go, "").expect("go");
+    let journal = repo.path().join(".git/workspaces/w1.journal");
+    support::eventually(30, "result journaled while disconnected", || {
+        let text = std::fs::read_to_string(&journal).ok()?;
+        text.lines().any(|l| l.contains("\"release\"")).then_some(())
+    })
+    .await;
+
+    let ctl = start_controller_at(&bin, repo.path(), &addr);
+    let mut op = operator(&ctl.url).await;
+    let d = task_until(&mut op, "e2e/hello", "success after replay", finished).await;
+    assert_eq!(d.attempts.len(), 1, "the re-sent Assign was not run again: {:?}", d.attempts);
+    assert_eq!(d.attempts[0].outcome(), v1::Outcome::Success);
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(10), sidecar).await.expect("stops").expect("join").expect("ok");
+}
+
+#[tokio::test]
+async fn remote_sidecar_fetches_the_base_and_pushes_its_result() {
+    let Some(bin) = controller_binary() else { return };
+    let repo = TempRepo::new();
+    repo.commit(&[("README", Some("hi"))], "base");
+    let worker = script(repo.path(), "w.sh", "test -f README && echo hi > hello.txt");
+    let clone = TempRepo::new(); // empty: no commits at all
+    let ctl = start_controller(&bin, repo.path());
+    let mut op = operator(&ctl.url).await;
+    op.create_swarm(v1::CreateSwarmRequest { plan_toml: plan("hello", &worker, 0) }).await.expect("create");
+    let mut cfg = sidecar_config(&ctl.url, clone.path());
+    cfg.remote = true;
+    let shutdown = CancellationToken::new();
+    let sidecar = tokio::spawn(swarm_sidecar::run(cfg, shutdown.clone()));
+    let d = task_until(&mut op, "e2e/hello", "success", finished).await;
+    let a = &d.attempts[0];
+    assert_eq!(a.outcome(), v1::Outcome::Success, "{a:?}");
+    let commit =
+        repo.repo.find_commit(git2::Oid::from_str(&a.result_commit).expect("oid")).expect("pushed commit");
+    assert!(commit.tree().expect("tree").get_name("hello.txt").is_some());
+    assert!(clone.path().join(".git/workspaces/w1/hello.txt").exists(), "worked in its own clone");
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(10), sidecar).await.expect("stops").expect("join").expect("ok");
 }
