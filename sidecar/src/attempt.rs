@@ -31,7 +31,6 @@ const PROGRESS_TAIL: usize = 5;
 const PROGRESS_EVERY: Duration = Duration::from_millis(500);
 /// How often the status file is looked at.
 const STATUS_POLL: Duration = Duration::from_millis(200);
-pub const DEFAULT_MAX_RESTARTS: u32 = 2;
 
 /// A validated Assign.
 #[derive(Debug, Clone, PartialEq)]

@@ -10,6 +10,41 @@
 //! - [`verify`]: verify tiers
 //! - [`session`]: the Connect stream, replay, heartbeats, reconnects
 //! - [`orphans`], [`remote`]: leftover worktrees; packs for remote mode
+//!
+//! # Files under `<repo>/.git/workspaces/`
+//!
+//! - `<worker-id>/`: the worktree (git2 worktree named `<worker-id>`), with
+//!   `.swarm/{task.md,status.json,answers/,logs/}` inside, ignored through
+//!   the common `info/exclude`.
+//! - `<worker-id>.journal`: the outbox (see [`journal`]); outside the
+//!   worktree so that it survives worktree removal.
+//! - `<worker-id>.lock`: held (`flock`) while the sidecar runs; a second
+//!   sidecar with the same id refuses to start, and orphan detection uses it.
+//!
+//! # Protocol choices the controller relies on
+//!
+//! - Journaled (seq ≥ 1): AttemptStarted (also after each idle restart, with
+//!   `restarts`), Status, Question, AttemptResult, OrphanReport. Progress,
+//!   Heartbeat and Hello are seq 0. Sequence numbers have no gaps.
+//! - An invalid status file is a Status with `WORKER_STATUS_UNSPECIFIED` and
+//!   message `invalid status.json: <reason>`; an invalid read is reported
+//!   only if a second look 200 ms later sees the same file (mid-write).
+//! - `attempt_in_hand` is set from Assign until the AttemptResult is
+//!   journaled. An Assign equal to the attempt in hand, or to one whose
+//!   result is journaled but not yet acked, is a no-op.
+//! - Restart after a crash: a worker left running is killed (its process
+//!   group is in the journal); when the Welcome resumes the attempt, the
+//!   sidecar reports AttemptResult ERROR `sidecar restarted; worker lost`.
+//! - Cancel with `grace_ms = 0` uses `--stop-grace-ms`. A Cancel or Answer
+//!   for an attempt not in hand is logged and ignored.
+//! - An invalid Assign with a valid attempt ref is answered with an
+//!   AttemptResult ERROR `invalid assign: <field>: <rule>`.
+//! - `AttemptResult.exit_code` is -1 when the worker died by a signal (then
+//!   `signal` is set), was stalled, or never ran.
+//! - Exit 0 runs the verify tiers, then commits (also when a blocking tier
+//!   failed: VERIFY_FAILED carries the commit for inspection).
+//! - Drain: no new Assigns; the stream is closed and `run` returns once the
+//!   attempt's result is acked.
 
 pub mod attempt;
 pub mod config;

@@ -53,7 +53,7 @@ pub struct StatusFile {
     pub question: Option<StatusQuestion>,
 }
 
-/// Parses and validates; the error is the reason, for "invalid status.json: <reason>".
+/// Parses and validates; the error is the reason, for `invalid status.json: <reason>`.
 pub fn parse(bytes: &[u8]) -> Result<StatusFile, String> {
     if bytes.len() as u64 > MAX_STATUS_BYTES {
         return Err(format!("larger than {MAX_STATUS_BYTES} bytes"));

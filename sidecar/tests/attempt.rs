@@ -308,3 +308,58 @@ fn answers_go_to_task_md_and_answer_files() {
     assert_eq!(std::fs::read_to_string(dir.path().join(".swarm/answers/q2.md")).expect("read"), "Yes.");
     assert!(attempt::record_answer(dir.path(), "../x", "no").is_err());
 }
+
+#[tokio::test]
+async fn output_is_relayed_as_rate_limited_progress() {
+    let repo = TempRepo::new();
+    let base = repo.commit(&[("a.txt", Some("a"))], "base").to_string();
+    let worker = script(
+        repo.path(),
+        "w.sh",
+        r#"echo '{"status":"working","progress":{"percent":30,"step":"build","tests_passing":3,"tests_total":9}}' > "$SWARM_STATUS_FILE"
+i=0; while [ $i -lt 15 ]; do echo "line $i"; i=$((i+1)); sleep 0.1; done"#,
+    );
+    let started = std::time::Instant::now();
+    let run = run_with(ctx(repo.path(), "w1"), assign(&base, &worker, "t"), None).await;
+    let elapsed = started.elapsed().as_secs_f64();
+    let progress: Vec<&v1::Progress> = run
+        .reports
+        .iter()
+        .filter_map(|r| match r {
+            Report::Progress(p) => Some(p),
+            _ => None,
+        })
+        .collect();
+    assert!(!progress.is_empty());
+    assert!(
+        progress.len() as f64 <= elapsed * 2.0 + 1.0,
+        "{} progress reports in {elapsed:.1} s",
+        progress.len()
+    );
+    let last = progress.last().expect("progress");
+    assert_eq!((last.percent, last.step.as_str(), last.tests_total), (30, "build", 9));
+    assert!(last.log_tail.len() <= 5 && last.log_tail.iter().all(|l| l.starts_with("line ")), "{last:?}");
+}
+
+#[tokio::test]
+async fn setup_runs_only_when_the_worktree_is_made() {
+    let repo = TempRepo::new();
+    let base = repo.commit(&[("a.txt", Some("a"))], "base").to_string();
+    let worker = script(repo.path(), "w.sh", "exit 0");
+    let marker = repo.path().join(".git/workspaces/w1/.swarm/setup-ran");
+    let mut a = assign(&base, &worker, "t1");
+    a.setup = vec!["echo $SWARM_TASK_ID > .swarm/setup-ran".into()];
+    assert_eq!(run_with(ctx(repo.path(), "w1"), a.clone(), None).await.outcome(), v1::Outcome::Success);
+    assert_eq!(std::fs::read_to_string(&marker).expect("setup ran").trim(), "t1");
+    std::fs::remove_file(&marker).expect("rm");
+    let mut b = assign(&base, &worker, "t2");
+    b.setup = a.setup.clone();
+    assert_eq!(run_with(ctx(repo.path(), "w1"), b, None).await.outcome(), v1::Outcome::Success);
+    assert!(!marker.exists(), "setup is not run again on a reused worktree");
+
+    let mut c = assign(&base, &worker, "t3");
+    c.setup = vec!["exit 9".into()];
+    let run = run_with(ctx(repo.path(), "w2"), c, None).await;
+    assert_eq!(run.outcome(), v1::Outcome::Error);
+    assert!(run.result().error.contains("setup command"), "{:?}", run.result());
+}
