@@ -216,7 +216,11 @@ impl Session {
     async fn connect_once(&mut self) -> Result<Ended, SidecarError> {
         let endpoint = Endpoint::from_shared(self.cfg.controller.clone())
             .map_err(|e| SidecarError::Config(format!("controller url: {e}")))?
-            .connect_timeout(Duration::from_secs(5));
+            .connect_timeout(Duration::from_secs(5))
+            // Notice a half-open connection even when nothing is being sent.
+            .http2_keep_alive_interval(Duration::from_secs(10))
+            .keep_alive_timeout(Duration::from_secs(20))
+            .keep_alive_while_idle(true);
         let channel: Channel = tokio::select! {
             c = endpoint.connect() => c.map_err(|e| SidecarError::Connect(e.to_string()))?,
             _ = self.shutdown.cancelled(), if !self.shutting_down => {
