@@ -1,1 +1,291 @@
+//! The scheduler driven turn by turn (no threads but the integrator's),
+//! checked against a small model of the task lifecycle.
 
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use swarm_core::plan::Plan;
+use swarm_core::{Outcome, TaskKey, TaskState};
+use tokio::sync::{mpsc as tmpsc, oneshot};
+
+use super::command::{Command, HelloInfo, OperatorOp, Report, ReportedAttempt, ResultReport};
+use super::model::Session;
+use super::outbound::Outbound;
+use super::views::TaskDetailView;
+use super::{Scheduler, Timing};
+use crate::integrator;
+use crate::store::Store;
+
+struct Rig {
+    _dir: tempfile::TempDir,
+    sched: Scheduler,
+    merged: mpsc::Receiver<Command>,
+    outbound: tmpsc::Receiver<Outbound>,
+    seq: u64,
+    base: String,
+    repo: std::path::PathBuf,
+}
+
+fn git(repo: &std::path::Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .args(args)
+        .current_dir(repo)
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.com")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.com")
+        .output()
+        .expect("git");
+    assert!(out.status.success(), "git {args:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+impl Rig {
+    fn new(retries: u32) -> Rig {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let repo = dir.path().join("repo");
+        std::fs::create_dir_all(&repo).expect("mkdir");
+        git(&repo, &["init", "-q", "-b", "main"]);
+        std::fs::write(repo.join("README"), "x\n").expect("write");
+        git(&repo, &["add", "."]);
+        git(&repo, &["commit", "-q", "-m", "base"]);
+        let base = git(&repo, &["rev-parse", "HEAD"]);
+        git(&repo, &["branch", "swarm/s/integration"]);
+        let store = Store::open(&dir.path().join("swarm.db")).expect("store");
+        let (results, merged) = mpsc::channel();
+        let (handle, _thread) = integrator::spawn(&repo, results).expect("integrator");
+        let timing =
+            Timing { lease_ttl: Duration::from_secs(3600), lost_grace: Duration::ZERO, ..Timing::default() };
+        let mut sched = Scheduler::recover(store, timing, handle).expect("recover");
+        let text = format!(
+            "name = \"s\"\n[defaults]\ncommand = \"true\"\nretries = {retries}\nbackoff_initial_ms = 0\nbackoff_max_ms = 0\n[[tasks]]\nid = \"a\"\nfiles = [\"a.txt\"]\n"
+        );
+        let plan = Arc::new(Plan::parse(&text).expect("plan"));
+        let (reply, mut rx) = oneshot::channel();
+        sched
+            .turn([Command::Operator(OperatorOp::CreateSwarm {
+                plan_text: text,
+                plan,
+                integration_head: base.clone(),
+                reply,
+            })])
+            .expect("turn");
+        rx.try_recv().expect("replied").expect("created");
+        let (tx, outbound) = tmpsc::channel(64);
+        let session = Session { id: 1, tx, last_seen: Arc::new(AtomicU64::new(u64::MAX / 2)) };
+        let hello = HelloInfo {
+            worker_id: "w1".into(),
+            labels: Default::default(),
+            host: "h".into(),
+            last_acked_seq: 0,
+            attempt_in_hand: None,
+            shares_repository: true,
+        };
+        sched.turn([Command::Hello { hello, session }]).expect("turn");
+        Rig { _dir: dir, sched, merged, outbound, seq: 0, base, repo }
+    }
+
+    fn key() -> TaskKey {
+        TaskKey::parse("s/a").expect("key")
+    }
+
+    fn detail(&mut self) -> TaskDetailView {
+        let (reply, mut rx) = oneshot::channel();
+        self.sched.turn([Command::Operator(OperatorOp::GetTask { task: Rig::key(), reply })]).expect("turn");
+        rx.try_recv().expect("replied").expect("task")
+    }
+
+    /// The attempt currently assigned to w1, if an Assign is waiting.
+    fn take_assign(&mut self) -> Option<ReportedAttempt> {
+        let mut last = None;
+        while let Ok(m) = self.outbound.try_recv() {
+            if let Outbound::Assign(a) = m {
+                last = Some(ReportedAttempt {
+                    task: a.attempt.task.clone(),
+                    number: a.attempt.number,
+                    token: a.attempt.token,
+                });
+            }
+        }
+        last
+    }
+
+    fn report(&mut self, attempt: ReportedAttempt, outcome: Outcome) {
+        self.seq += 1;
+        let commit = match outcome {
+            Outcome::Success => Some(commit_file(&self.repo, &self.base)),
+            Outcome::Checkpoint => Some(self.base.clone()),
+            _ => None,
+        };
+        let r = ResultReport {
+            attempt,
+            outcome,
+            exit_code: 0,
+            signal: None,
+            commit,
+            files_changed: vec![],
+            tiers: vec![],
+            summary: String::new(),
+            error: String::new(),
+            log_tail: vec![],
+            category: String::new(),
+        };
+        let cmd = Command::Report {
+            worker: "w1".into(),
+            session: 1,
+            seq: self.seq,
+            report: Report::Result(Box::new(r)),
+        };
+        self.sched.turn([cmd]).expect("turn");
+        if self.detail().task.state == TaskState::Merging {
+            let merged = self.merged.recv_timeout(Duration::from_secs(10)).expect("merge result");
+            self.sched.turn([merged]).expect("turn");
+        }
+    }
+
+    fn op(
+        &mut self,
+        make: impl FnOnce(oneshot::Sender<Result<super::views::TaskView, crate::SchedError>>) -> OperatorOp,
+    ) -> bool {
+        let (reply, mut rx) = oneshot::channel();
+        self.sched.turn([Command::Operator(make(reply))]).expect("turn");
+        rx.try_recv().expect("replied").is_ok()
+    }
+}
+
+fn commit_file(repo: &std::path::Path, base: &str) -> String {
+    let r = git2::Repository::open(repo).expect("open");
+    let base = r.find_commit(git2::Oid::from_str(base).expect("oid")).expect("commit");
+    let blob = r.blob(b"a\n").expect("blob");
+    let mut tb = r.treebuilder(Some(&base.tree().expect("tree"))).expect("tb");
+    tb.insert("a.txt", blob, 0o100644).expect("insert");
+    let tree = r.find_tree(tb.write().expect("write")).expect("tree");
+    let sig = git2::Signature::now("w", "w@example.com").expect("sig");
+    r.commit(None, &sig, &sig, "a", &tree, &[&base]).expect("commit").to_string()
+}
+
+#[derive(Debug, Clone)]
+enum Step {
+    Report(Outcome),
+    Retry,
+    Answer,
+    Cancel,
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        4 => prop_oneof![
+            Just(Outcome::Success),
+            Just(Outcome::Error),
+            Just(Outcome::VerifyFailed),
+            Just(Outcome::Checkpoint),
+            Just(Outcome::Blocked),
+            Just(Outcome::Escalation),
+            Just(Outcome::Interrupted),
+            Just(Outcome::Signaled),
+        ]
+        .prop_map(Step::Report),
+        1 => Just(Step::Retry),
+        1 => Just(Step::Answer),
+        1 => Just(Step::Cancel),
+    ]
+}
+
+/// The lifecycle as DESIGN.md states it, for one task and one worker.
+#[derive(Debug, Clone, PartialEq)]
+struct Model {
+    state: TaskState,
+    retries_used: u32,
+    attempts: u32,
+    cancel_requested: bool,
+}
+
+impl Model {
+    fn apply(&mut self, step: &Step, max_retries: u32) {
+        use TaskState::*;
+        match (step, self.state) {
+            (Step::Report(o), Running) => match o {
+                Outcome::Success => self.state = Merged,
+                Outcome::Error | Outcome::VerifyFailed | Outcome::Signaled if self.cancel_requested => {
+                    self.state = Cancelled
+                }
+                Outcome::Error | Outcome::VerifyFailed | Outcome::Signaled => {
+                    if self.retries_used < max_retries {
+                        self.retries_used += 1;
+                        self.state = Ready;
+                    } else {
+                        self.state = Failed;
+                    }
+                }
+                Outcome::Checkpoint | Outcome::Interrupted => {
+                    self.state = if self.cancel_requested { Cancelled } else { Ready };
+                }
+                Outcome::Blocked => self.state = Blocked,
+                Outcome::Escalation => self.state = Escalated,
+                _ => {}
+            },
+            (Step::Retry, Failed | Blocked | Escalated | Cancelled) => {
+                self.retries_used = 0;
+                self.cancel_requested = false;
+                self.state = Ready;
+            }
+            (Step::Answer, Escalated | Blocked) => self.state = Ready,
+            (Step::Cancel, Running) => self.cancel_requested = true,
+            (Step::Cancel, Ready | Blocked | Escalated | Failed) => {
+                self.cancel_requested = true;
+                self.state = Cancelled;
+            }
+            _ => {}
+        }
+        // One idle worker: a READY task is assigned within the same turn.
+        if self.state == Ready {
+            self.state = Running;
+            self.attempts += 1;
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn the_scheduler_follows_the_lifecycle_model(max_retries in 0u32..3, steps in proptest::collection::vec(step(), 1..14)) {
+        let mut rig = Rig::new(max_retries);
+        let mut model = Model { state: TaskState::Running, retries_used: 0, attempts: 1, cancel_requested: false };
+        let mut current = rig.take_assign();
+        prop_assert!(current.is_some(), "the ready task is assigned to the idle worker");
+        for step in &steps {
+            match step {
+                Step::Report(o) => {
+                    if let Some(a) = current.clone() {
+                        rig.report(a, *o);
+                    }
+                }
+                Step::Retry => { rig.op(|reply| OperatorOp::RetryTask { task: Rig::key(), reply }); }
+                Step::Answer => {
+                    rig.op(|reply| OperatorOp::Answer { task: Rig::key(), question_id: String::new(), text: "yes".into(), reply });
+                }
+                Step::Cancel => { rig.op(|reply| OperatorOp::CancelTask { task: Rig::key(), reason: String::new(), reply }); }
+            }
+            model.apply(step, max_retries);
+            if let Some(a) = rig.take_assign() {
+                current = Some(a);
+            }
+            let d = rig.detail();
+            prop_assert_eq!(d.task.state, model.state, "after {:?} in {:?}", step, steps);
+            prop_assert_eq!(d.task.retries_used, model.retries_used);
+            prop_assert_eq!(d.task.attempts, model.attempts);
+            let live = d.attempts.iter().filter(|a| a.state.is_live()).count();
+            prop_assert!(live <= 1, "at most one live attempt");
+            prop_assert_eq!(live == 1, model.state == TaskState::Running);
+            let numbers: Vec<u32> = d.attempts.iter().map(|a| a.number).collect();
+            prop_assert_eq!(numbers, (1..=model.attempts).collect::<Vec<_>>());
+            if model.state == TaskState::Merged {
+                break;
+            }
+        }
+    }
+}
