@@ -282,6 +282,12 @@ impl Proc {
         }
     }
 
+    /// Sends a signal by name (`STOP`, `CONT`, `TERM`, ...).
+    pub fn signal(&self, sig: &str) {
+        let status = Command::new("kill").arg(format!("-{sig}")).arg(self.pid().to_string()).status();
+        assert!(status.is_ok_and(|s| s.success()), "kill -{sig} {}", self.name);
+    }
+
     pub fn is_running(&mut self) -> bool {
         self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
@@ -462,7 +468,19 @@ pub async fn operator(url: &str) -> Operator {
 
 /// Polls `check` every 50 ms until it returns `Some`, or panics after `limit`
 /// naming `what`.
-pub async fn poll<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
+pub async fn poll<T, F, Fut>(what: &str, limit: Duration, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    match try_poll(limit, check).await {
+        Some(v) => v,
+        None => panic!("timed out after {limit:?} waiting for {what}"),
+    }
+}
+
+/// Polls `check` every 50 ms until it returns `Some`; `None` after `limit`.
+pub async fn try_poll<T, F, Fut>(limit: Duration, mut check: F) -> Option<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -470,12 +488,41 @@ where
     let deadline = tokio::time::Instant::now() + limit;
     loop {
         if let Some(v) = check().await {
-            return v;
+            return Some(v);
         }
         if tokio::time::Instant::now() > deadline {
-            panic!("timed out after {limit:?} waiting for {what}");
+            return None;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A task's state and attempts, for failure messages.
+pub async fn task_report(url: &str, task_id: &str) -> String {
+    let Some(mut op) = try_operator(url).await else { return "controller unreachable".into() };
+    match op.get_task(v1::GetTaskRequest { task_id: task_id.to_string() }).await {
+        Ok(d) => {
+            let d = d.into_inner();
+            let mut s = String::new();
+            if let Some(t) = &d.task {
+                let _ = writeln!(s, "{task_id}: {:?} ({})", state_of(t), t.reason);
+            }
+            for a in &d.attempts {
+                let _ = writeln!(
+                    s,
+                    "  #{} {:?} worker={} exit={} outcome={:?} error={:?} summary={:?}",
+                    a.number,
+                    v1::AttemptState::try_from(a.state).unwrap_or(v1::AttemptState::Unspecified),
+                    a.worker_id,
+                    a.exit_code,
+                    outcome_of(a),
+                    a.error,
+                    a.summary
+                );
+            }
+            s
+        }
+        Err(e) => format!("GetTask {task_id}: {e}"),
     }
 }
 
@@ -492,16 +539,67 @@ pub fn state_of(t: &v1::Task) -> v1::TaskState {
     v1::TaskState::try_from(t.state).unwrap_or(v1::TaskState::Unspecified)
 }
 
+/// Whether process `pid` is alive (or a zombie not yet reaped).
+pub fn pid_alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
+}
+
+/// A file-based gate between a test and its worker scripts: workers wait
+/// (bounded) for `open()`. Opened on drop, so no worker outlives a test
+/// (its tiny directory is kept so a late worker still finds the gate).
+pub struct Gate {
+    pub path: PathBuf,
+}
+
+impl Gate {
+    pub fn new() -> Gate {
+        let dir = tempfile::Builder::new().prefix("swarm-gate-").tempdir().unwrap().keep();
+        Gate { path: dir.join("gate") }
+    }
+
+    /// Shell code that waits up to 60 s for the gate.
+    pub fn wait_sh(&self) -> String {
+        format!(
+            "i=0; while [ ! -e '{}' ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done",
+            self.path.display()
+        )
+    }
+
+    pub fn open(&self) {
+        std::fs::write(&self.path, "open").unwrap();
+    }
+}
+
+impl Default for Gate {
+    fn default() -> Self {
+        Gate::new()
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        let _ = std::fs::write(&self.path, "open");
+    }
+}
+
 /// Waits until `task` of `swarm` is in `state`; returns the task. Reconnects
 /// on every poll, so it survives a controller restart.
 pub async fn wait_task_state(url: &str, swarm: &str, task: &str, state: v1::TaskState) -> v1::Task {
-    let what = format!("{swarm}/{task} to be {}", state.as_str_name());
-    poll(&what, WAIT, || async {
+    let found = try_poll(WAIT, || async {
         let mut op = try_operator(url).await?;
         let all = tasks(&mut op, swarm).await;
         all.get(task).filter(|t| state_of(t) == state).cloned()
     })
-    .await
+    .await;
+    match found {
+        Some(t) => t,
+        None => panic!(
+            "timed out after {WAIT:?} waiting for {swarm}/{task} to be {}:\n{}",
+            state.as_str_name(),
+            task_report(url, &format!("{swarm}/{task}")).await
+        ),
+    }
 }
 
 /// Waits until every task of `swarm` is MERGED (failing fast on FAILED).
