@@ -78,7 +78,33 @@ impl Session {
                 return Err(e);
             }
         };
-        Ok(Session { controller, sidecars, url, log_dir })
+        let session = Session { controller, sidecars, url, log_dir };
+        if let Err(e) = session.wait_for_workers(workers as usize).await {
+            session.stop().await;
+            return Err(e);
+        }
+        Ok(session)
+    }
+
+    /// Waits (bounded) until every local sidecar has connected, so the first
+    /// ready tasks start side by side.
+    async fn wait_for_workers(&self, count: usize) -> anyhow::Result<()> {
+        let mut client = connect(&self.url).await?;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let workers = client.list_workers(v1::ListWorkersRequest {}).await?.into_inner().workers;
+            let connected = workers.iter().filter(|w| w.connected && w.id.starts_with("local-")).count();
+            if connected >= count {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() > deadline {
+                anyhow::bail!(
+                    "only {connected} of {count} sidecars connected within 30s; see {}",
+                    self.log_dir.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// Submits the plan (resuming an existing swarm) and follows it until
