@@ -421,7 +421,7 @@ async fn bad_sidecar_messages_close_the_stream_with_the_field_and_change_nothing
                     1,
                     Body::Status(v1::Status {
                         attempt: Some(good_ref.clone()),
-                        status: 0,
+                        status: 42,
                         ..Default::default()
                     }),
                 ),

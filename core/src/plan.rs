@@ -17,8 +17,8 @@ use crate::names::{check_branch, check_glob, check_id, check_text};
 
 /// Largest plan we accept: bounds memory and work for input from a user or
 /// the network.
-pub const MAX_PLAN_BYTES: usize = 1 << 20;
-pub const MAX_TASKS: usize = 1000;
+pub const MAX_PLAN_BYTES: usize = 4 << 20;
+pub const MAX_TASKS: usize = 50_000;
 pub const MAX_PROMPT_BYTES: usize = 64 * 1024;
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -112,17 +112,17 @@ pub fn report(seq: u64, body: &v1::sidecar_message::Body) -> Result<Option<Repor
         }
         Body::Status(s) => {
             needs_seq("status")?;
-            let status = v1::WorkerStatus::try_from(s.status)
-                .ok()
-                .filter(|st| *st != v1::WorkerStatus::Unspecified)
-                .ok_or_else(|| {
-                    FieldError::new("status.status", "must be WORKING, BLOCKED, QUESTION or DONE")
-                })?;
+            let status = v1::WorkerStatus::try_from(s.status).map_err(|_| {
+                FieldError::new("status.status", "must be UNSPECIFIED, WORKING, BLOCKED, QUESTION or DONE")
+            })?;
+            // UNSPECIFIED is how a sidecar relays a status.json it could not
+            // read (the message says why).
             let status = match status {
+                v1::WorkerStatus::Unspecified => "invalid",
                 v1::WorkerStatus::Working => "working",
                 v1::WorkerStatus::Blocked => "blocked",
                 v1::WorkerStatus::Question => "question",
-                _ => "done",
+                v1::WorkerStatus::Done => "done",
             };
             Report::Status {
                 attempt: reported(required_attempt("status.attempt", s.attempt.as_ref())?),

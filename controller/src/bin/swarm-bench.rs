@@ -1,0 +1,302 @@
+//! swarm-bench: load on a real swarm-controller process over real gRPC.
+//!
+//! ```text
+//! cargo run --release -p swarm-controller --bin swarm-bench -- [--tasks N] [--sidecars N] [--streams N]
+//! ```
+//!
+//! 1. Baseline, same disk, same run: raw SQLite inserts (WAL, fsync) one
+//!    row per commit and in batches of 100.
+//! 2. Durable tasks/s: N simulated sidecars on several HTTP/2 channels take
+//!    assigns and answer with no-op results (the base commit), each task
+//!    going through assignment, result, merge and MERGED.
+//! 3. Heartbeats: S streams beating once a second; controller CPU and RSS
+//!    over the window, read from /proc.
+//!
+//! Every loop is bounded in count and time.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use swarm_proto::v1;
+use swarm_proto::v1::operator_service_client::OperatorServiceClient;
+use swarm_proto::v1::sidecar_message::Body;
+use swarm_proto::v1::sidecar_service_client::SidecarServiceClient;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
+
+#[derive(Parser)]
+struct Args {
+    #[arg(long, default_value_t = 20_000)]
+    tasks: usize,
+    #[arg(long, default_value_t = 100)]
+    sidecars: usize,
+    #[arg(long, default_value_t = 10)]
+    channels: usize,
+    #[arg(long, default_value_t = 10_000)]
+    streams: usize,
+    #[arg(long, default_value_t = 10)]
+    heartbeat_secs: u64,
+}
+
+fn git(repo: &Path, args: &[&str]) -> anyhow::Result<String> {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(repo)
+        .env("GIT_AUTHOR_NAME", "b")
+        .env("GIT_AUTHOR_EMAIL", "b@example.com")
+        .env("GIT_COMMITTER_NAME", "b")
+        .env("GIT_COMMITTER_EMAIL", "b@example.com")
+        .output()?;
+    if !out.status.success() {
+        bail!("git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn sqlite_baseline(dir: &Path) -> anyhow::Result<(f64, f64)> {
+    let conn = rusqlite::Connection::open(dir.join("baseline.db"))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.execute_batch("CREATE TABLE t (id INTEGER PRIMARY KEY, a TEXT, b TEXT)")?;
+    let started = Instant::now();
+    let mut single = 0u64;
+    while single < 2_000 && started.elapsed() < Duration::from_secs(5) {
+        conn.execute("INSERT INTO t (a, b) VALUES ('swarm/task', 'RUNNING')", [])?;
+        single += 1;
+    }
+    let single_rate = single as f64 / started.elapsed().as_secs_f64();
+    let started = Instant::now();
+    let mut rows = 0u64;
+    while rows < 200_000 && started.elapsed() < Duration::from_secs(5) {
+        let tx = conn.unchecked_transaction()?;
+        {
+            let mut stmt = tx.prepare_cached("INSERT INTO t (a, b) VALUES ('swarm/task', 'RUNNING')")?;
+            for _ in 0..100 {
+                stmt.execute([])?;
+            }
+        }
+        tx.commit()?;
+        rows += 100;
+    }
+    Ok((single_rate, rows as f64 / started.elapsed().as_secs_f64()))
+}
+
+struct ControllerProcess {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for ControllerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_controller(repo: &Path) -> anyhow::Result<ControllerProcess> {
+    let exe = std::env::current_exe()?.with_file_name("swarm-controller");
+    if !exe.exists() {
+        bail!("{} not found: build it first (cargo build --release -p swarm-controller)", exe.display());
+    }
+    let mut child = Command::new(exe)
+        .args(["--listen", "127.0.0.1:0", "--repo"])
+        .arg(repo)
+        .args(["--heartbeat-interval-ms", "1000", "--lease-ttl-ms", "60000"])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let stdout = child.stdout.take().context("stdout")?;
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)?;
+    let addr = line.trim().strip_prefix("listening on ").context("no listening line")?.to_string();
+    Ok(ControllerProcess { child, addr })
+}
+
+/// (user+system CPU seconds, RSS bytes) of a process.
+fn usage(pid: u32) -> anyhow::Result<(f64, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let after = stat.rsplit_once(')').context("stat")?.1;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks: f64 = fields[11].parse::<f64>()? + fields[12].parse::<f64>()?;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let rss_kb: u64 = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    Ok((ticks / 100.0, rss_kb * 1024))
+}
+
+async fn channels(addr: &str, n: usize) -> anyhow::Result<Vec<Channel>> {
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        out.push(tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?.connect().await?);
+    }
+    Ok(out)
+}
+
+fn hello(worker: String) -> v1::SidecarMessage {
+    v1::SidecarMessage {
+        seq: 0,
+        body: Some(Body::Hello(v1::Hello {
+            worker_id: worker,
+            capacity: 1,
+            shares_repository: true,
+            ..Default::default()
+        })),
+    }
+}
+
+/// A sidecar that answers every Assign with a no-op success.
+async fn noop_sidecar(channel: Channel, worker: String, deadline: Instant) -> anyhow::Result<u64> {
+    let (tx, rx) = mpsc::channel(64);
+    tx.send(hello(worker)).await?;
+    let mut inbound = SidecarServiceClient::new(channel).connect(ReceiverStream::new(rx)).await?.into_inner();
+    let mut seq = 0;
+    let mut done = 0;
+    while Instant::now() < deadline {
+        let Ok(Some(m)) =
+            tokio::time::timeout(Duration::from_secs(2), inbound.message()).await.unwrap_or(Ok(None))
+        else {
+            break;
+        };
+        if let Some(v1::controller_message::Body::Assign(a)) = m.body {
+            seq += 1;
+            let result = v1::AttemptResult {
+                attempt: a.attempt,
+                outcome: v1::Outcome::Success as i32,
+                commit: a.base_commit,
+                ..Default::default()
+            };
+            tx.send(v1::SidecarMessage { seq, body: Some(Body::Result(result)) }).await?;
+            done += 1;
+        }
+    }
+    Ok(done)
+}
+
+async fn durable_tasks(args: &Args, repo: &Path) -> anyhow::Result<()> {
+    let controller = start_controller(repo)?;
+    let pid = controller.child.id();
+    let chans = channels(&controller.addr, args.channels).await?;
+    let mut plan = String::from("name = \"bench\"\n[defaults]\ncommand = \"true\"\n");
+    for i in 0..args.tasks {
+        plan.push_str(&format!("[[tasks]]\nid = \"t{i}\"\nfiles = [\"f/{i}\"]\n"));
+    }
+    let mut op = OperatorServiceClient::new(chans[0].clone());
+    let (cpu0, _) = usage(pid)?;
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(300);
+    op.create_swarm(v1::CreateSwarmRequest { plan_toml: plan }).await?;
+    let mut sims = Vec::new();
+    for i in 0..args.sidecars {
+        sims.push(tokio::spawn(noop_sidecar(chans[i % chans.len()].clone(), format!("w{i}"), deadline)));
+    }
+    loop {
+        let s = op.get_swarm(v1::GetSwarmRequest { swarm_id: "bench".into() }).await?.into_inner();
+        let merged = s.tasks_by_state.get("MERGED").copied().unwrap_or(0) as usize;
+        if merged == args.tasks {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("only {merged}/{} merged before the deadline", args.tasks);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let wall = started.elapsed().as_secs_f64();
+    let (cpu1, rss) = usage(pid)?;
+    for s in sims {
+        s.abort();
+    }
+    println!(
+        "durable tasks: {} tasks, {} sidecars on {} channels: {:.0} tasks/s; controller CPU {:.2} cores, RSS {} MiB",
+        args.tasks,
+        args.sidecars,
+        args.channels,
+        args.tasks as f64 / wall,
+        (cpu1 - cpu0) / wall,
+        rss >> 20
+    );
+    Ok(())
+}
+
+async fn heartbeats(args: &Args, repo: &Path) -> anyhow::Result<()> {
+    let controller = start_controller(repo)?;
+    let pid = controller.child.id();
+    // One HTTP/2 connection carries at most ~100-200 concurrent streams.
+    let chans = channels(&controller.addr, args.streams.div_ceil(100)).await?;
+    let window = Duration::from_secs(args.heartbeat_secs);
+    let mut senders = Vec::with_capacity(args.streams);
+    let mut keep = Vec::with_capacity(args.streams);
+    for i in 0..args.streams {
+        let (tx, rx) = mpsc::channel(4);
+        tx.send(hello(format!("hb{i}"))).await?;
+        let inbound = SidecarServiceClient::new(chans[i / 100].clone())
+            .connect(ReceiverStream::new(rx))
+            .await?
+            .into_inner();
+        keep.push(inbound);
+        senders.push(tx);
+    }
+    let (cpu0, _) = usage(pid)?;
+    let started = Instant::now();
+    let mut sent = 0u64;
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    while started.elapsed() < window {
+        tick.tick().await;
+        // Spread each second's beats over the second, as jitter would.
+        let per_slice = senders.len().div_ceil(10);
+        for slice in senders.chunks(per_slice) {
+            for tx in slice {
+                let beat = v1::SidecarMessage {
+                    seq: 0,
+                    body: Some(Body::Heartbeat(v1::Heartbeat { sent_at_unix_ms: 0 })),
+                };
+                if tx.try_send(beat).is_ok() {
+                    sent += 1;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(90)).await;
+        }
+    }
+    let wall = started.elapsed().as_secs_f64();
+    let (cpu1, rss) = usage(pid)?;
+    println!(
+        "heartbeats: {} streams: {:.0} heartbeats/s; controller CPU {:.3} cores, RSS {} MiB",
+        args.streams,
+        sent as f64 / wall,
+        (cpu1 - cpu0) / wall,
+        rss >> 20
+    );
+    drop(keep);
+    Ok(())
+}
+
+fn temp_repo(root: &Path, name: &str) -> anyhow::Result<PathBuf> {
+    let repo = root.join(name);
+    std::fs::create_dir_all(&repo)?;
+    git(&repo, &["init", "-q", "-b", "main"])?;
+    std::fs::write(repo.join("README"), "bench\n")?;
+    git(&repo, &["add", "."])?;
+    git(&repo, &["commit", "-q", "-m", "base"])?;
+    Ok(repo)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let dir = tempfile::tempdir()?;
+    let (single, batched) = sqlite_baseline(dir.path())?;
+    println!(
+        "sqlite baseline (same disk): {single:.0} commits/s one row each; {batched:.0} rows/s in batches of 100"
+    );
+    durable_tasks(&args, &temp_repo(dir.path(), "tasks")?).await?;
+    heartbeats(&args, &temp_repo(dir.path(), "beats")?).await?;
+    Ok(())
+}
