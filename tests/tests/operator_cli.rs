@@ -78,6 +78,31 @@ async fn grpc_errors_map_to_documented_exit_codes() {
 
     let out = swarmctl(&url, &["answer", "codes/a", "   "]);
     assert_eq!(out.status.code(), Some(3), "empty answer: {}", stderr(&out));
+
+    let out = swarmctl(&url, &["drain", "w1", "-o", "json"]);
+    assert_eq!(out.status.code(), Some(0), "drain: {}", stderr(&out));
+    let worker: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(worker["draining"], serde_json::Value::Bool(true), "{worker}");
+
+    let out = swarmctl(&url, &["drain", "nobody"]);
+    assert_eq!(out.status.code(), Some(4), "drain unknown worker: {}", stderr(&out));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn land_moves_the_target_branch_to_the_integration_head() {
+    let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[]))]);
+    let cluster = Cluster::start(&repo, 1, &[]);
+    let url = cluster.url();
+    create_swarm(&url, &PlanBuilder::new("l").task(task("a")).task(task("b").deps(&["a"])).build()).await;
+    wait_task_state(&url, "l", "b", TaskState::Merged).await;
+    let head = repo.git(&["rev-parse", "swarm/l/integration"]).trim().to_string();
+
+    let out = swarmctl(&url, &["land", "l", "-o", "json"]);
+    assert_eq!(out.status.code(), Some(0), "land: {}", stderr(&out));
+    let landed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(landed["new_commit"].as_str(), Some(head.as_str()), "{landed}");
+    assert_eq!(repo.git(&["rev-parse", "main"]).trim(), head);
+    assert_eq!(repo.tree("main")["b.txt"], "b\n");
 }
 
 #[tokio::test(flavor = "multi_thread")]
