@@ -125,12 +125,23 @@ pub async fn start(config: Config) -> Result<Controller, ControllerError> {
         .max_decoding_message_size(MAX_MESSAGE_BYTES);
     let operator = OperatorServiceServer::new(api::operator::OperatorApi::new(shared))
         .max_decoding_message_size(MAX_MESSAGE_BYTES);
+    // grpc_health_probe and grpcurl work without the .proto files.
+    let (health_reporter, health) = tonic_health::server::health_reporter();
+    health_reporter.set_serving::<SidecarServiceServer<api::sidecar::SidecarApi>>().await;
+    health_reporter.set_serving::<OperatorServiceServer<api::operator::OperatorApi>>().await;
+    health_reporter.set_service_status("", tonic_health::ServingStatus::Serving).await;
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(swarm_proto::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .map_err(|e| ControllerError::Thread(format!("reflection: {e}")))?;
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
     let token = shutdown.clone();
     let server = tokio::spawn(async move {
         tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(Duration::from_secs(20)))
             .tcp_nodelay(true)
+            .add_service(health)
+            .add_service(reflection)
             .add_service(sidecar)
             .add_service(operator)
             .serve_with_incoming_shutdown(incoming, token.cancelled())

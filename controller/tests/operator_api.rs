@@ -447,3 +447,41 @@ async fn bad_sidecar_messages_close_the_stream_with_the_field_and_change_nothing
     );
     assert_eq!(after.state, v1::TaskState::Running as i32);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_is_serving_and_reflection_lists_both_services() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+
+    let h = Harness::start().await;
+    let mut health = HealthClient::new(h.channel.clone());
+    for service in ["", "swarm.v1.SidecarService", "swarm.v1.OperatorService"] {
+        let r = health
+            .check(tonic_health::pb::HealthCheckRequest { service: service.into() })
+            .await
+            .expect("health check")
+            .into_inner();
+        assert_eq!(r.status, ServingStatus::Serving as i32, "{service:?}");
+    }
+    let mut reflection = ServerReflectionClient::new(h.channel.clone());
+    let request = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut responses = reflection
+        .server_reflection_info(tokio_stream::iter([request]))
+        .await
+        .expect("reflection")
+        .into_inner();
+    let response = responses.message().await.expect("ok").expect("a response");
+    let Some(MessageResponse::ListServicesResponse(list)) = response.message_response else {
+        panic!("expected a service list")
+    };
+    let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    assert!(names.contains(&"swarm.v1.SidecarService".to_string()), "{names:?}");
+    assert!(names.contains(&"swarm.v1.OperatorService".to_string()), "{names:?}");
+}
