@@ -140,16 +140,21 @@ impl Drop for Gate {
 /// Waits until `task` of `swarm` is in `state`; returns the task. Reconnects
 /// on every poll, so it survives a controller restart.
 pub async fn wait_task_state(url: &str, swarm: &str, task: &str, state: v1::TaskState) -> v1::Task {
+    use v1::TaskState::{Cancelled, Failed, Merged};
     let found = try_poll(WAIT, || async {
         let mut op = try_operator(url).await?;
         let all = tasks(&mut op, swarm).await;
-        all.get(task).filter(|t| state_of(t) == state).cloned()
+        let t = all.get(task)?;
+        let now = state_of(t);
+        // A terminal state other than the one awaited will not change by itself.
+        if now == state || matches!(now, Merged | Failed | Cancelled) { Some(t.clone()) } else { None }
     })
-    .await;
+    .await
+    .filter(|t| state_of(t) == state);
     match found {
         Some(t) => t,
         None => panic!(
-            "timed out after {WAIT:?} waiting for {swarm}/{task} to be {}:\n{}",
+            "{swarm}/{task} did not become {} (waited at most {WAIT:?}):\n{}",
             state.as_str_name(),
             task_report(url, &format!("{swarm}/{task}")).await
         ),
