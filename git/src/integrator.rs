@@ -8,6 +8,7 @@ use gix::bstr::{BStr, ByteSlice};
 use gix::merge::tree::TreatAsUnresolved;
 use swarm_core::plan::MergeStrategy;
 
+use crate::graph::{Bases, CommitCache};
 use crate::pack::{open_git2, to_git2};
 use crate::{ConflictPath, GitError, MergeError, SideChange, parse_commit_id, ref_name};
 
@@ -85,6 +86,10 @@ pub struct Integrator {
     /// Reused across merges: gix's `Repository::merge_commits` rebuilds these per call, which loads the
     /// index (or, without one, builds it from HEAD's 10k-entry tree): ~3 ms of a 0.3 ms merge.
     caches: std::cell::RefCell<Caches>,
+    /// A second handle whose object writes stay in memory: scratch trees of the sparse merge.
+    scratch: gix::Repository,
+    /// Parsed commits (parents, dates) for merge-base walks; see `graph.rs`.
+    graph: std::cell::RefCell<CommitCache>,
     merge_options: gix::merge::tree::Options,
     #[cfg(test)]
     pub(crate) before_cas: std::cell::RefCell<Option<Box<dyn FnMut() + Send>>>,
@@ -104,6 +109,7 @@ impl Integrator {
             .map_err(|e| GitError::Open { path: repo_path.to_path_buf(), message: e.to_string() })?;
         repo.object_cache_size_if_unset(16 * 1024 * 1024);
         let refs = open_git2(repo_path)?;
+        let scratch = repo.clone().with_object_memory();
         // Attributes (merge drivers, text conversion) are read once, as of opening.
         let caches = Caches {
             diff: repo.diff_resource_cache_for_tree_diff().map_err(GitError::gix("diff resource cache"))?,
@@ -114,6 +120,8 @@ impl Integrator {
         let merge_options = repo.tree_merge_options().map_err(GitError::gix("tree merge options"))?;
         Ok(Integrator {
             caches: std::cell::RefCell::new(caches),
+            graph: std::cell::RefCell::new(CommitCache::default()),
+            scratch,
             merge_options,
             repo,
             refs,
@@ -361,9 +369,15 @@ impl Integrator {
         if ancestor == descendant {
             return Ok(true);
         }
-        self.refs
-            .graph_descendant_of(to_git2(descendant)?, to_git2(ancestor)?)
-            .map_err(GitError::git2("ancestry check"))
+        match self.graph.borrow_mut().merge_bases(&self.repo, ancestor, descendant)? {
+            Bases::One(base) => Ok(base == ancestor),
+            Bases::None => Ok(false),
+            // Ambiguous (clock skew, criss-cross): ask libgit2, which removes redundant bases.
+            Bases::Many => self
+                .refs
+                .graph_descendant_of(to_git2(descendant)?, to_git2(ancestor)?)
+                .map_err(GitError::git2("ancestry check")),
+        }
     }
 
     fn tree_of(&self, commit: gix::ObjectId) -> Result<gix::ObjectId, GitError> {
@@ -444,6 +458,9 @@ impl Integrator {
     }
 
     fn merge_base(&self, a: gix::ObjectId, b: gix::ObjectId) -> Result<gix::ObjectId, GitError> {
+        if let Bases::One(base) = self.graph.borrow_mut().merge_bases(&self.repo, a, b)? {
+            return Ok(base);
+        }
         self.repo
             .merge_base(a, b)
             .map_err(GitError::gix("merge base"))?
@@ -486,43 +503,32 @@ impl Integrator {
         req: &MergeRequest,
     ) -> Result<gix::ObjectId, MergeError> {
         let labels = labels(&req.integration_branch, &req.attempt_label);
-        let graph_cache = self.repo.commit_graph_if_enabled().map_err(GitError::gix("commit graph"))?;
-        let mut graph = self.repo.revision_graph(graph_cache.as_ref());
-        let mut caches = self.caches.borrow_mut();
-        let Caches { diff, merge } = &mut *caches;
-        diff.clear_resource_cache_keep_allocation();
-        let options: gix::merge::commit::Options = self.merge_options.clone().into();
-        let merged = guarded("merge commits", || {
-            gix::merge::plumbing::commit(
-                head,
-                task,
-                labels.as_labels(),
-                &mut graph,
-                diff,
-                merge,
-                &self.repo,
-                &mut |id| id.to_hex_with_len(7).to_string(),
-                options.into(),
-            )
-        })?;
-        let mut outcome = merged.map_err(|e| match self.repo.merge_base(head, task) {
-            Ok(None) => GitError::UnrelatedHistories { ours: head.to_string(), theirs: task.to_string() },
-            _ => GitError::Gix { op: "merge commits", message: e.to_string() },
-        })?;
-        drop(caches);
-        let tree = outcome
-            .tree_merge
-            .tree
-            .write(|t| self.repo.write_object(t).map(|id| id.detach()))
-            .map_err(GitError::gix_any("write merged tree"))?;
-        if outcome.tree_merge.has_unresolved_conflicts(TreatAsUnresolved::git()) {
+        let bases = self.graph.borrow_mut().merge_bases(&self.repo, head, task)?;
+        let (tree, conflicts, base_tree) = match bases {
+            Bases::None => {
+                return Err(GitError::UnrelatedHistories {
+                    ours: head.to_string(),
+                    theirs: task.to_string(),
+                }
+                .into());
+            }
+            Bases::One(base) => {
+                let (base_tree, ours_tree, theirs_tree) =
+                    (self.tree_of(base)?, self.tree_of(head)?, self.tree_of(task)?);
+                match self.sparse_merge(base_tree, ours_tree, theirs_tree, &labels)? {
+                    Some(tree) => (tree, None, base_tree),
+                    None => {
+                        let (tree, conflicts) =
+                            self.merge_trees(base_tree, ours_tree, theirs_tree, &labels)?;
+                        (tree, conflicts, base_tree)
+                    }
+                }
+            }
+            Bases::Many => self.merge_commits_virtual(head, task, &labels)?,
+        };
+        if let Some(conflicts) = conflicts {
             let ours_tree = self.tree_of(head)?;
-            let paths = self.conflict_paths(
-                &outcome.tree_merge.conflicts,
-                tree,
-                outcome.merge_base_tree_id,
-                ours_tree,
-            )?;
+            let paths = self.conflict_paths(&conflicts, tree, base_tree, ours_tree)?;
             return Err(MergeError::Conflict {
                 branch: req.integration_branch.clone(),
                 head: head.to_string(),
@@ -589,31 +595,9 @@ impl Integrator {
                 Some(parent) => self.tree_of(*parent)?,
                 None => gix::ObjectId::empty_tree(self.repo.object_hash()),
             };
-            let mut caches = self.caches.borrow_mut();
-            let Caches { diff, merge } = &mut *caches;
-            diff.clear_resource_cache_keep_allocation();
-            let merged = guarded("merge trees", || {
-                gix::merge::plumbing::tree(
-                    &parent_tree,
-                    &tip_tree,
-                    &owned.tree,
-                    labels.as_labels(),
-                    &self.repo,
-                    |buf| self.repo.write_blob(buf).map(|id| id.detach()),
-                    &mut Default::default(),
-                    diff,
-                    merge,
-                    self.merge_options.clone().into(),
-                )
-            })?;
-            let mut outcome = merged.map_err(GitError::gix_any("merge trees"))?;
-            drop(caches);
-            let tree = outcome
-                .tree
-                .write(|t| self.repo.write_object(t).map(|id| id.detach()))
-                .map_err(GitError::gix_any("write merged tree"))?;
-            if outcome.has_unresolved_conflicts(TreatAsUnresolved::git()) {
-                let paths = self.conflict_paths(&outcome.conflicts, tree, parent_tree, tip_tree)?;
+            let (tree, conflicts) = self.merge_trees(parent_tree, tip_tree, owned.tree, &labels)?;
+            if let Some(conflicts) = conflicts {
+                let paths = self.conflict_paths(&conflicts, tree, parent_tree, tip_tree)?;
                 return Err(MergeError::Conflict {
                     branch: req.integration_branch.clone(),
                     head: head.to_string(),
@@ -628,6 +612,191 @@ impl Integrator {
             tip_tree = tree;
         }
         Ok(tip)
+    }
+
+    /// Fast path for the common case: the task touched a few paths, none deleted.
+    ///
+    /// gix diffs base→ours in full, and in a merge queue "ours" drifts further from the tasks' fork
+    /// point with every landing (1,000 landings = 1,000 changed paths to diff on every merge). Like
+    /// merge-ort's trivial directory resolution, everything the task did not touch is taken from ours:
+    /// the merge runs on trees restricted to the task's paths (kept in memory) and the result is
+    /// grafted onto ours. Returns `None` (use the full merge) whenever that could differ from a full
+    /// merge: the task deletes something (a possible rename source), a path changes type, or the
+    /// restricted merge reports any conflict, even an auto-resolved one (renames by ours out of the
+    /// task's paths show up there as modify/delete).
+    fn sparse_merge(
+        &self,
+        base_tree: gix::ObjectId,
+        ours_tree: gix::ObjectId,
+        theirs_tree: gix::ObjectId,
+        labels: &OwnedLabels,
+    ) -> Result<Option<gix::ObjectId>, GitError> {
+        const SPARSE_LIMIT: usize = 256;
+        let paths = self.changed_paths_trees(base_tree, theirs_tree)?;
+        if paths.is_empty() || paths.len() > SPARSE_LIMIT {
+            return Ok(None);
+        }
+        let mem = &self.scratch;
+        // Drop the previous call's in-memory objects.
+        let _ = mem.objects.reset_object_memory();
+        let base = mem.find_tree(base_tree).map_err(GitError::gix_any("read tree"))?;
+        let ours = mem.find_tree(ours_tree).map_err(GitError::gix_any("read tree"))?;
+        let theirs = mem.find_tree(theirs_tree).map_err(GitError::gix_any("read tree"))?;
+        type Found = Option<Option<(gix::object::tree::EntryKind, gix::ObjectId)>>;
+        let blob_at = |tree: &gix::Tree<'_>, path: &str| -> Result<Found, GitError> {
+            // Some(None): absent; Some(Some(e)): a blob/link/submodule; None: a tree or below a non-tree.
+            match tree.lookup_entry_by_path(path).map_err(GitError::gix_any("look up path"))? {
+                Some(e) if e.mode().is_tree() => Ok(None),
+                Some(e) => Ok(Some(Some((e.mode().kind(), e.object_id())))),
+                None => {
+                    let mut prefix = String::new();
+                    for component in path.split('/') {
+                        if !prefix.is_empty() {
+                            prefix.push('/');
+                        }
+                        prefix.push_str(component);
+                        if prefix.len() == path.len() {
+                            break;
+                        }
+                        match tree.lookup_entry_by_path(&prefix).map_err(GitError::gix_any("look up path"))? {
+                            Some(e) if !e.mode().is_tree() => return Ok(None),
+                            Some(_) => {}
+                            None => break,
+                        }
+                    }
+                    Ok(Some(None))
+                }
+            }
+        };
+        let mut restricted = Vec::with_capacity(3);
+        for (side, tree) in [("base", &base), ("ours", &ours), ("theirs", &theirs)] {
+            let mut editor = mem.empty_tree().edit().map_err(GitError::gix_any("edit tree"))?;
+            for path in &paths {
+                match blob_at(tree, path)? {
+                    None => return Ok(None),
+                    Some(None) if side == "theirs" => return Ok(None), // the task deletes: full merge
+                    Some(None) => {}
+                    Some(Some((kind, id))) => {
+                        editor.upsert(path.as_str(), kind, id).map_err(GitError::gix_any("edit tree"))?;
+                    }
+                }
+            }
+            restricted.push(editor.write().map_err(GitError::gix_any("write tree"))?.detach());
+        }
+        let mut caches = self.caches.borrow_mut();
+        let Caches { diff, merge } = &mut *caches;
+        diff.clear_resource_cache_keep_allocation();
+        let merged = guarded("merge trees", || {
+            gix::merge::plumbing::tree(
+                &restricted[0],
+                &restricted[1],
+                &restricted[2],
+                labels.as_labels(),
+                mem,
+                |buf| self.repo.write_blob(buf).map(|id| id.detach()),
+                &mut Default::default(),
+                diff,
+                merge,
+                self.merge_options.clone().into(),
+            )
+        })?;
+        let mut outcome = merged.map_err(GitError::gix_any("merge trees"))?;
+        drop(caches);
+        if !outcome.conflicts.is_empty() {
+            return Ok(None);
+        }
+        let merged_tree = outcome
+            .tree
+            .write(|t| mem.write_object(t).map(|id| id.detach()))
+            .map_err(GitError::gix_any("write merged tree"))?;
+        let merged_tree = mem.find_tree(merged_tree).map_err(GitError::gix_any("read tree"))?;
+        let mut editor = self.repo.edit_tree(ours_tree).map_err(GitError::gix_any("edit tree"))?;
+        for path in &paths {
+            match merged_tree
+                .lookup_entry_by_path(path.as_str())
+                .map_err(GitError::gix_any("look up path"))?
+            {
+                Some(e) => editor.upsert(path.as_str(), e.mode().kind(), e.object_id()),
+                None => editor.remove(path.as_str()),
+            }
+            .map_err(GitError::gix_any("edit tree"))?;
+        }
+        Ok(Some(editor.write().map_err(GitError::gix_any("write tree"))?.detach()))
+    }
+
+    /// Three-way tree merge with the cached resource caches. Returns the written tree and, if there
+    /// are unresolved conflicts (as git counts them), the conflicts.
+    fn merge_trees(
+        &self,
+        base_tree: gix::ObjectId,
+        ours_tree: gix::ObjectId,
+        theirs_tree: gix::ObjectId,
+        labels: &OwnedLabels,
+    ) -> Result<(gix::ObjectId, Option<Vec<gix::merge::tree::Conflict>>), GitError> {
+        let mut caches = self.caches.borrow_mut();
+        let Caches { diff, merge } = &mut *caches;
+        diff.clear_resource_cache_keep_allocation();
+        let merged = guarded("merge trees", || {
+            gix::merge::plumbing::tree(
+                &base_tree,
+                &ours_tree,
+                &theirs_tree,
+                labels.as_labels(),
+                &self.repo,
+                |buf| self.repo.write_blob(buf).map(|id| id.detach()),
+                &mut Default::default(),
+                diff,
+                merge,
+                self.merge_options.clone().into(),
+            )
+        })?;
+        let mut outcome = merged.map_err(GitError::gix_any("merge trees"))?;
+        drop(caches);
+        let tree = outcome
+            .tree
+            .write(|t| self.repo.write_object(t).map(|id| id.detach()))
+            .map_err(GitError::gix_any("write merged tree"))?;
+        let conflicted = outcome.has_unresolved_conflicts(TreatAsUnresolved::git());
+        Ok((tree, conflicted.then_some(outcome.conflicts)))
+    }
+
+    /// Criss-cross histories: let gix find all merge bases and merge them into a virtual one.
+    /// Returns the merged tree, the unresolved conflicts if any, and the (virtual) base tree.
+    #[allow(clippy::type_complexity)]
+    fn merge_commits_virtual(
+        &self,
+        head: gix::ObjectId,
+        task: gix::ObjectId,
+        labels: &OwnedLabels,
+    ) -> Result<(gix::ObjectId, Option<Vec<gix::merge::tree::Conflict>>, gix::ObjectId), GitError> {
+        let graph_cache = self.repo.commit_graph_if_enabled().map_err(GitError::gix("commit graph"))?;
+        let mut graph = self.repo.revision_graph(graph_cache.as_ref());
+        let mut caches = self.caches.borrow_mut();
+        let Caches { diff, merge } = &mut *caches;
+        diff.clear_resource_cache_keep_allocation();
+        let options: gix::merge::commit::Options = self.merge_options.clone().into();
+        let merged = guarded("merge commits", || {
+            gix::merge::plumbing::commit(
+                head,
+                task,
+                labels.as_labels(),
+                &mut graph,
+                diff,
+                merge,
+                &self.repo,
+                &mut |id| id.to_hex_with_len(7).to_string(),
+                options.into(),
+            )
+        })?;
+        let mut outcome = merged.map_err(GitError::gix_any("merge commits"))?;
+        drop(caches);
+        let tree = outcome
+            .tree_merge
+            .tree
+            .write(|t| self.repo.write_object(t).map(|id| id.detach()))
+            .map_err(GitError::gix_any("write merged tree"))?;
+        let conflicted = outcome.tree_merge.has_unresolved_conflicts(TreatAsUnresolved::git());
+        Ok((tree, conflicted.then_some(outcome.tree_merge.conflicts), outcome.merge_base_tree_id))
     }
 
     /// The paths git would leave conflicted in the index (stage > 0), with what our side did to each.

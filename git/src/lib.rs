@@ -53,6 +53,7 @@
 //!   names ([`swarm_core::names::check_branch`]); invalid input is an error naming it, never a panic.
 
 mod error;
+mod graph;
 mod integrator;
 mod ownership;
 mod pack;
