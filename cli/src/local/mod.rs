@@ -3,6 +3,7 @@
 
 mod controller;
 mod progress;
+pub mod sidecar_mode;
 pub mod sidecars;
 mod summary;
 

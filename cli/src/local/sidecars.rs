@@ -9,20 +9,6 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 
-/// Finds a sibling binary of swarmctl (they are built and installed together).
-pub fn binary_next_to_me(name: &str) -> anyhow::Result<PathBuf> {
-    let exe = std::env::current_exe().context("locating swarmctl")?;
-    let dir = exe.parent().context("swarmctl has no parent directory")?;
-    let candidate = dir.join(name);
-    if candidate.is_file() {
-        return Ok(candidate);
-    }
-    anyhow::bail!(
-        "{name} not found next to swarmctl (looked for {}); build it with `cargo build --workspace`",
-        candidate.display()
-    )
-}
-
 /// The local sidecars, one per worker slot.
 pub struct Sidecars {
     children: Vec<(String, Child)>,
@@ -32,7 +18,8 @@ pub struct Sidecars {
 impl Sidecars {
     /// Starts `count` sidecars named `local-1`..; each logs to `<log_dir>/<id>.log`.
     pub fn start(url: &str, repo: &Path, count: u32, log_dir: &Path) -> anyhow::Result<Sidecars> {
-        let bin = binary_next_to_me("swarm-sidecar")?;
+        // swarmctl itself, in sidecar mode (see `sidecar_mode`).
+        let bin = std::env::current_exe().context("locating swarmctl")?;
         let mut children = Vec::new();
         for n in 1..=count {
             let id = format!("local-{n}");
@@ -40,7 +27,7 @@ impl Sidecars {
             let log = std::fs::File::create(&log_path)
                 .with_context(|| format!("creating {}", log_path.display()))?;
             let child = Command::new(&bin)
-                .args(["--controller", url, "--worker-id", &id, "--repo"])
+                .args([super::sidecar_mode::ARG, "--controller", url, "--worker-id", &id, "--repo"])
                 .arg(repo)
                 .stdin(Stdio::null())
                 .stdout(log.try_clone()?)
