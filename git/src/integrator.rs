@@ -95,6 +95,12 @@ pub struct Integrator {
     pub(crate) before_cas: std::cell::RefCell<Option<Box<dyn FnMut() + Send>>>,
 }
 
+// The controller moves its Integrator onto a dedicated blocking thread.
+const _: () = {
+    const fn assert_send<T: Send>() {}
+    assert_send::<Integrator>();
+};
+
 impl std::fmt::Debug for Integrator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Integrator").field("git_dir", &self.repo.git_dir()).finish_non_exhaustive()

@@ -314,3 +314,52 @@ fn a_gix_internal_assertion_is_not_a_panic() {
     // Whatever the outcome, the integrator stays usable.
     assert!(integrator.branch_head(BRANCH).expect("usable").is_some());
 }
+
+/// Criss-cross history (two merge bases): the integrator defers to gix's virtual merge base and
+/// must agree with `git merge-tree`.
+#[test]
+fn criss_cross_merges_agree_with_git() {
+    let repo = TempRepo::new();
+    let base = repo.commit(None, &[("a.txt", Some("1\n2\n3\n4\n5\n6\n")), ("b.txt", Some("b\n"))], "base");
+    let x = repo.commit(Some(&base), &[("a.txt", Some("1\nX\n3\n4\n5\n6\n"))], "x");
+    let y = repo.commit(Some(&base), &[("b.txt", Some("b\ny\n"))], "y");
+    // Each side merges the other's first commit: two merge bases (x and y).
+    let ours = repo.commit_with_parents(&[&x, &y], &[("b.txt", Some("b\ny\n"))], "ours merges y");
+    let theirs =
+        repo.commit_with_parents(&[&y, &x], &[("a.txt", Some("1\nX\n3\n4\n5\n6\n"))], "theirs merges x");
+    let head = repo.commit(Some(&ours), &[("c.txt", Some("c\n"))], "ours more");
+    let task = repo.commit(Some(&theirs), &[("a.txt", Some("1\nX\n3\n4\n5\nT\n"))], "theirs more");
+    repo.set_branch(BRANCH, &head);
+    repo.set_branch("task", &task);
+    let (code, out) = repo.git(&["merge-tree", "--write-tree", BRANCH, "task"]);
+    assert_eq!(code, 0, "{out}");
+    let integrator = Integrator::open(repo.path()).expect("open");
+    let report =
+        integrator.integrate(&request(&head, &task, MergeStrategy::Merge, "demo/x#1")).expect("integrate");
+    assert_eq!(repo.tree_id(&report.result), out.lines().next().expect("tree line"));
+    assert_eq!(repo.file(&report.result, "a.txt").as_deref(), Some("1\nX\n3\n4\n5\nT\n"));
+}
+
+/// The sparse fast path must step aside when ours renamed a file the task modifies.
+#[test]
+fn a_task_edit_follows_a_rename_on_the_integration_branch() {
+    let repo = TempRepo::new();
+    let content = "l1\nl2\nl3\nl4\nl5\nl6\nl7\nl8\n";
+    let base = repo.commit(None, &[("old/name.txt", Some(content)), ("keep.txt", Some("k\n"))], "base");
+    let head = repo.commit(Some(&base), &[("old/name.txt", None), ("new/name.txt", Some(content))], "rename");
+    let task =
+        repo.commit(Some(&base), &[("old/name.txt", Some("l1\nl2\nl3\nl4\nl5\nl6\nl7\nEDIT\n"))], "edit");
+    repo.set_branch(BRANCH, &head);
+    repo.set_branch("task", &task);
+    let (code, out) = repo.git(&["merge-tree", "--write-tree", BRANCH, "task"]);
+    assert_eq!(code, 0, "{out}");
+    let integrator = Integrator::open(repo.path()).expect("open");
+    let report =
+        integrator.integrate(&request(&head, &task, MergeStrategy::Merge, "demo/r#1")).expect("integrate");
+    assert_eq!(repo.tree_id(&report.result), out.lines().next().expect("tree line"));
+    assert_eq!(
+        repo.file(&report.result, "new/name.txt").as_deref(),
+        Some("l1\nl2\nl3\nl4\nl5\nl6\nl7\nEDIT\n")
+    );
+    assert_eq!(repo.file(&report.result, "old/name.txt"), None);
+}
