@@ -8,6 +8,7 @@
 pub mod api;
 pub mod error;
 pub mod integrator;
+pub mod metrics;
 pub mod scheduler;
 pub mod store;
 
@@ -42,6 +43,8 @@ pub struct Config {
     pub lease_ttl: Duration,
     pub lost_grace: Duration,
     pub cancel_grace: Duration,
+    /// Where to serve Prometheus `GET /metrics`; none by default.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl Config {
@@ -56,6 +59,7 @@ impl Config {
             lease_ttl: t.lease_ttl,
             lost_grace: t.lost_grace,
             cancel_grace: t.cancel_grace,
+            metrics_listen: None,
         }
     }
 
@@ -79,6 +83,7 @@ pub struct Controller {
     scheduler: Option<JoinHandle<Result<(), ControllerError>>>,
     commands: mpsc::Sender<Command>,
     tasks: TaskTracker,
+    metrics_addr: Option<SocketAddr>,
 }
 
 /// Opens the store, rebuilds state and starts serving.
@@ -98,7 +103,9 @@ pub async fn start(config: Config) -> Result<Controller, ControllerError> {
 
     let (commands, command_rx) = mpsc::channel();
     let (integrator, _integrator_thread) = integrator::spawn(&workdir, commands.clone())?;
-    let scheduler = Scheduler::recover(store, config.timing(), integrator.clone())?;
+    let mut scheduler = Scheduler::recover(store, config.timing(), integrator.clone())?;
+    let metrics = Arc::new(metrics::Metrics::default());
+    scheduler.set_metrics(metrics.clone());
     let started = scheduler.started();
     let scheduler = std::thread::Builder::new()
         .name("scheduler".into())
@@ -112,6 +119,14 @@ pub async fn start(config: Config) -> Result<Controller, ControllerError> {
         .local_addr()
         .map_err(|source| ControllerError::Listen { addr: config.listen.to_string(), source })?;
     let shutdown = CancellationToken::new();
+    let metrics_addr = match config.metrics_listen {
+        Some(at) => Some(
+            metrics::serve(at, metrics.clone(), shutdown.clone())
+                .await
+                .map_err(|source| ControllerError::Listen { addr: at.to_string(), source })?,
+        ),
+        None => None,
+    };
     let tasks = TaskTracker::new();
     let shared = api::Shared {
         scheduler: commands.clone(),
@@ -120,6 +135,7 @@ pub async fn start(config: Config) -> Result<Controller, ControllerError> {
         started,
         shutdown: shutdown.clone(),
         tasks: tasks.clone(),
+        metrics,
     };
     let sidecar = SidecarServiceServer::new(api::sidecar::SidecarApi::new(shared.clone()))
         .max_decoding_message_size(MAX_MESSAGE_BYTES);
@@ -148,8 +164,8 @@ pub async fn start(config: Config) -> Result<Controller, ControllerError> {
             .await
             .map_err(ControllerError::from)
     });
-    tracing::info!(%addr, db = %shared_db_display(&config, &workdir), "controller serving");
-    Ok(Controller { addr, shutdown, server, scheduler: Some(scheduler), commands, tasks })
+    tracing::info!(%addr, metrics = ?metrics_addr, db = %shared_db_display(&config, &workdir), "controller serving");
+    Ok(Controller { addr, shutdown, server, scheduler: Some(scheduler), commands, tasks, metrics_addr })
 }
 
 fn shared_db_display(config: &Config, workdir: &std::path::Path) -> String {
@@ -163,6 +179,11 @@ fn shared_db_display(config: &Config, workdir: &std::path::Path) -> String {
 impl Controller {
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Where `GET /metrics` is served, when `metrics_listen` was set.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
     }
 
     /// Stops serving, ends every stream, and stops the scheduler after its

@@ -33,6 +33,9 @@ struct Args {
     /// Grace between SIGINT, SIGTERM and SIGKILL when cancelling.
     #[arg(long, env = "SWARM_CANCEL_GRACE_MS", default_value_t = 5_000)]
     cancel_grace_ms: u64,
+    /// Serve Prometheus metrics at http://ADDR/metrics.
+    #[arg(long, env = "SWARM_METRICS_LISTEN")]
+    metrics_listen: Option<SocketAddr>,
     /// Log format.
     #[arg(long, env = "SWARM_LOG_FORMAT", default_value = "pretty", value_parser = ["pretty", "json"])]
     log_format: String,
@@ -60,6 +63,7 @@ async fn main() -> anyhow::Result<()> {
         lease_ttl: Duration::from_millis(args.lease_ttl_ms),
         lost_grace: Duration::from_millis(args.lost_grace_ms),
         cancel_grace: Duration::from_millis(args.cancel_grace_ms),
+        metrics_listen: args.metrics_listen,
     };
     let shutdown = CancellationToken::new();
     let signals = shutdown.clone();

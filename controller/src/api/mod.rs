@@ -30,6 +30,7 @@ pub struct Shared {
     pub shutdown: CancellationToken,
     /// Owns every per-stream task, so shutdown can wait for them.
     pub tasks: TaskTracker,
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl Shared {

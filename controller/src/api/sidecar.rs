@@ -154,7 +154,9 @@ async fn read_reports(
                 break;
             }
         };
-        last_seen.store(shared.mono_ms(), Ordering::Relaxed);
+        let now = shared.mono_ms();
+        let previous = last_seen.swap(now, Ordering::Relaxed);
+        shared.metrics.heartbeat_lag.observe(now.saturating_sub(previous) as f64 / 1000.0);
         let Some(body) = &message.body else {
             let _ = errors.try_send(Status::invalid_argument("body: is required"));
             break;

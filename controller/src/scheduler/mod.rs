@@ -33,6 +33,7 @@ pub use model::{Session, SwarmState, TierOutcome};
 pub use outbound::{AssignSpec, AttemptHandle, Outbound};
 
 use crate::integrator::{IntegratorHandle, MergeJob};
+use crate::metrics::Metrics;
 use crate::store::{Batch, EventRow, Store};
 use assign::Ownership;
 use model::{Attempts, Swarm, Tasks, Worker};
@@ -103,6 +104,7 @@ pub struct Scheduler {
     events: broadcast::Sender<Arc<EventRow>>,
     integrator: IntegratorHandle,
     next_session_id: u64,
+    metrics: Arc<Metrics>,
 }
 
 impl Scheduler {
@@ -113,6 +115,15 @@ impl Scheduler {
         integrator: IntegratorHandle,
     ) -> Result<Scheduler, crate::error::ControllerError> {
         recover::recover(store, timing, integrator)
+    }
+
+    /// Reports into `metrics` from now on, starting with the current task
+    /// states.
+    pub fn set_metrics(&mut self, metrics: Arc<Metrics>) {
+        for t in self.tasks.values() {
+            metrics.task_state(None, t.state);
+        }
+        self.metrics = metrics;
     }
 
     /// The loop; returns when told to shut down or when a commit fails (the
@@ -158,11 +169,17 @@ impl Scheduler {
         for swarm in std::mem::take(&mut fx.touched_swarms) {
             self.refresh_swarm(&swarm, &mut fx);
         }
-        if !fx.batch.is_empty()
-            && let Err(e) = self.store.commit(&fx.batch)
-        {
-            tracing::error!(error = %e, "store commit failed; stopping the scheduler");
-            return Err(e.into());
+        if !fx.batch.is_empty() {
+            match self.store.commit(&fx.batch) {
+                Ok(stats) => {
+                    self.metrics.batch_rows.observe(stats.rows as f64);
+                    Metrics::observe(&self.metrics.commit_latency, Duration::from_micros(stats.micros));
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "store commit failed; stopping the scheduler");
+                    return Err(e.into());
+                }
+            }
         }
         self.release(fx);
         Ok(keep_running)
@@ -270,6 +287,13 @@ impl Scheduler {
         let _span =
             tracing::info_span!("task.transition", swarm = %key.swarm, task = %key, from = %from, to = %to)
                 .entered();
+        if from != to {
+            self.metrics.task_state(Some(from), to);
+            if from == TaskState::Ready && to == TaskState::Running {
+                let waited = now_ms().saturating_sub(task.updated_at.max(task.not_before)).max(0);
+                Metrics::observe(&self.metrics.assignment_latency, Duration::from_millis(waited as u64));
+            }
+        }
         task.state = to;
         task.reason = reason.to_string();
         task.updated_at = now_ms();
@@ -391,6 +415,8 @@ impl Scheduler {
         for (worker, session) in silent {
             self.on_disconnected(&worker, session, fx);
         }
+        let connected = self.workers.values().filter(|w| w.session.is_some()).count();
+        self.metrics.workers_connected.set(connected as i64);
     }
 
     fn lose_attempt(&mut self, worker: &str, key: &TaskKey, number: u32, fx: &mut Effects) {

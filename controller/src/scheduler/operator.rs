@@ -201,6 +201,7 @@ impl Scheduler {
                 step: String::new(),
             };
             fx.batch.task(task.row());
+            self.metrics.task_state(None, task.state);
             self.tasks.insert(key, task);
         }
         self.dependents.extend(dependents);

@@ -46,6 +46,7 @@ pub fn recover(
         events,
         integrator,
         next_session_id: 1,
+        metrics: Default::default(),
     };
 
     let mut plans: HashMap<SwarmId, Arc<Plan>> = HashMap::new();

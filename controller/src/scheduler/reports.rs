@@ -161,6 +161,7 @@ impl Scheduler {
             let _span =
                 tracing::warn_span!("report.fenced", task = %a.task, attempt = a.number, worker = worker_id)
                     .entered();
+            self.metrics.fenced_reports.inc();
             let current_token = self.tasks.get(&a.task).and_then(|t| {
                 self.attempts.get(&(a.task.clone(), t.attempts)).map(|x| (t.attempts, x.token))
             });
@@ -403,6 +404,7 @@ impl Scheduler {
         t.notes.failures.push(format!("attempt {number}: {why}"));
         if t.retries_used < t.spec.retry.max_retries {
             t.retries_used += 1;
+            self.metrics.retries.inc();
             let base = t.spec.retry.backoff_ms(t.retries_used) as f64;
             let jittered = base * rand::rng().random_range(0.8..=1.2);
             t.not_before = now_ms() + jittered as i64;
@@ -474,6 +476,12 @@ impl Scheduler {
         }
         match result.verdict {
             MergeVerdict::Merged { head, merge_commit, report } => {
+                if let Some(us) = report.get("duration_us").and_then(serde_json::Value::as_u64) {
+                    crate::metrics::Metrics::observe(
+                        &self.metrics.merge_duration,
+                        std::time::Duration::from_micros(us),
+                    );
+                }
                 if let Some(s) = self.swarms.get_mut(&key.swarm) {
                     s.integration_head = head.clone();
                     fx.batch.swarm(s.row());

@@ -1,0 +1,182 @@
+//! Prometheus metrics (prometheus-client) and the `GET /metrics` endpoint.
+//!
+//! The scheduler thread and the API update the families with atomic
+//! operations; [`serve`] renders the registry in the OpenMetrics text format
+//! from a tiny HTTP/1.0 responder (one request per connection).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use swarm_core::TaskState;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio_util::sync::CancellationToken;
+
+type StateLabel = Vec<(&'static str, &'static str)>;
+
+pub struct Metrics {
+    registry: Registry,
+    tasks: Family<StateLabel, Gauge>,
+    pub workers_connected: Gauge,
+    pub heartbeat_lag: Histogram,
+    pub assignment_latency: Histogram,
+    pub merge_duration: Histogram,
+    pub batch_rows: Histogram,
+    pub commit_latency: Histogram,
+    pub retries: Counter,
+    pub fenced_reports: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("swarm");
+        let secs = || Histogram::new(exponential_buckets(0.001, 2.0, 18));
+        let m = Metrics {
+            tasks: Family::default(),
+            workers_connected: Gauge::default(),
+            heartbeat_lag: secs(),
+            assignment_latency: secs(),
+            merge_duration: secs(),
+            batch_rows: Histogram::new(exponential_buckets(1.0, 2.0, 14)),
+            commit_latency: secs(),
+            retries: Counter::default(),
+            fenced_reports: Counter::default(),
+            registry: Registry::default(),
+        };
+        registry.register("tasks", "Tasks by state", m.tasks.clone());
+        registry.register("workers_connected", "Sidecars with an open stream", m.workers_connected.clone());
+        registry.register(
+            "heartbeat_lag_seconds",
+            "Time since a sidecar's previous message, at each message",
+            m.heartbeat_lag.clone(),
+        );
+        registry.register(
+            "assignment_latency_seconds",
+            "From READY to assigned",
+            m.assignment_latency.clone(),
+        );
+        registry.register("merge_duration_seconds", "Integrator merge time", m.merge_duration.clone());
+        registry.register("store_batch_rows", "Rows per group commit", m.batch_rows.clone());
+        registry.register("store_commit_seconds", "Group commit latency", m.commit_latency.clone());
+        registry.register("retries", "Automatic retries after a failed attempt", m.retries.clone());
+        registry.register("fenced_reports", "Stale reports fenced", m.fenced_reports.clone());
+        Metrics { registry, ..m }
+    }
+}
+
+impl Metrics {
+    /// A task now counts in `to` (and no longer in `from`, if it had one).
+    pub fn task_state(&self, from: Option<TaskState>, to: TaskState) {
+        if let Some(from) = from {
+            self.tasks.get_or_create(&vec![("state", from.as_str())]).dec();
+        }
+        self.tasks.get_or_create(&vec![("state", to.as_str())]).inc();
+    }
+
+    pub fn observe(h: &Histogram, d: Duration) {
+        h.observe(d.as_secs_f64());
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// Binds `addr` and answers `GET /metrics` until `shutdown`.
+pub async fn serve(
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+) -> std::io::Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    tokio::spawn(async move {
+        loop {
+            let (mut conn, _) = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                c = listener.accept() => match c {
+                    Ok(c) => c,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "metrics accept failed");
+                        continue;
+                    }
+                },
+            };
+            let metrics = metrics.clone();
+            tokio::spawn(async move {
+                let reply = tokio::time::timeout(Duration::from_secs(5), respond(&mut conn, &metrics)).await;
+                if let Ok(Err(e)) = reply {
+                    tracing::debug!(error = %e, "metrics request failed");
+                }
+            });
+        }
+    });
+    Ok(bound)
+}
+
+async fn respond(conn: &mut tokio::net::TcpStream, metrics: &Metrics) -> std::io::Result<()> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 8192 {
+        let n = conn.read(&mut chunk).await?;
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    let head = String::from_utf8_lossy(&buf);
+    let path = head.lines().next().and_then(|l| l.strip_prefix("GET ")).and_then(|l| l.split(' ').next());
+    let (status, kind, body) = match path {
+        Some("/metrics") => {
+            ("200 OK", "application/openmetrics-text; version=1.0.0; charset=utf-8", metrics.render())
+        }
+        _ => ("404 Not Found", "text/plain", "only GET /metrics\n".to_string()),
+    };
+    let reply = format!(
+        "HTTP/1.0 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    conn.write_all(reply.as_bytes()).await?;
+    conn.shutdown().await
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[tokio::test]
+    async fn serves_metrics_and_404() {
+        let metrics = Arc::new(Metrics::default());
+        metrics.task_state(None, TaskState::Ready);
+        metrics.task_state(Some(TaskState::Ready), TaskState::Running);
+        metrics.retries.inc();
+        let stop = CancellationToken::new();
+        let addr = serve(SocketAddr::from(([127, 0, 0, 1], 0)), metrics, stop.clone()).await.unwrap();
+        let get = |path: &'static str| async move {
+            let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+            c.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes()).await.unwrap();
+            let mut s = String::new();
+            c.read_to_string(&mut s).await.unwrap();
+            s
+        };
+        let ok = get("/metrics").await;
+        assert!(ok.starts_with("HTTP/1.0 200 OK"), "{ok}");
+        assert!(ok.contains("swarm_tasks{state=\"RUNNING\"} 1"), "{ok}");
+        assert!(ok.contains("swarm_tasks{state=\"READY\"} 0"), "{ok}");
+        assert!(ok.contains("swarm_retries_total 1"), "{ok}");
+        assert!(ok.ends_with("# EOF\n"), "{ok}");
+        assert!(get("/other").await.starts_with("HTTP/1.0 404"));
+        stop.cancel();
+    }
+}

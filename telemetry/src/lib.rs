@@ -1,0 +1,142 @@
+//! Logging and tracing for the swarm binaries: `fmt` logs (pretty or JSON,
+//! filtered by `RUST_LOG`), OTLP/gRPC span export when
+//! `OTEL_EXPORTER_OTLP_ENDPOINT` is set, and W3C `traceparent` strings for
+//! carrying a span's context across processes (the Assign message, the
+//! worker's `TRACEPARENT`).
+//!
+//! Without the variable no OpenTelemetry layer is installed, nothing is
+//! exported, and [`traceparent`] returns `None`.
+
+use std::collections::HashMap;
+
+use opentelemetry::Context;
+use opentelemetry::propagation::TextMapPropagator as _;
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt as _, TraceFlags, TraceId, TraceState};
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+
+pub const ENDPOINT_VAR: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
+
+/// Flushes and stops the exporter (if any) when shut down or dropped.
+pub struct Telemetry {
+    provider: Option<SdkTracerProvider>,
+}
+
+/// Installs the global subscriber for `service` (`service.name`). Call from
+/// within a Tokio runtime: the gRPC exporter's channel lives on it.
+pub fn init(service: &'static str, json: bool) -> Result<Telemetry, String> {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let provider = match std::env::var(ENDPOINT_VAR) {
+        Ok(v) if !v.trim().is_empty() => {
+            let exporter = opentelemetry_otlp::SpanExporter::builder()
+                .with_tonic()
+                .build()
+                .map_err(|e| format!("OTLP exporter: {e}"))?;
+            let resource = opentelemetry_sdk::Resource::builder().with_service_name(service).build();
+            Some(SdkTracerProvider::builder().with_batch_exporter(exporter).with_resource(resource).build())
+        }
+        _ => None,
+    };
+    let otel = provider.as_ref().map(|p| tracing_opentelemetry::layer().with_tracer(p.tracer(service)));
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let registry = tracing_subscriber::registry().with(filter).with(otel);
+    if json { registry.with(fmt.json()).try_init() } else { registry.with(fmt).try_init() }
+        .map_err(|e| format!("installing the tracing subscriber: {e}"))?;
+    Ok(Telemetry { provider })
+}
+
+impl Telemetry {
+    /// Exports what is buffered and stops the exporter. Blocks: call it
+    /// where blocking is fine (e.g. `spawn_blocking`).
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        if let Some(p) = self.provider.take()
+            && let Err(e) = p.shutdown()
+        {
+            eprintln!("telemetry: flushing spans failed: {e}");
+        }
+    }
+}
+
+impl Drop for Telemetry {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The W3C `traceparent` of `span`, when spans are being exported.
+pub fn traceparent(span: &tracing::Span) -> Option<String> {
+    let cx = span.context();
+    if !cx.span().span_context().is_valid() {
+        return None;
+    }
+    let mut carrier = HashMap::new();
+    TraceContextPropagator::new().inject_context(&cx, &mut carrier);
+    carrier.remove("traceparent")
+}
+
+/// Makes `span` (not yet entered) a child of the remote span in
+/// `traceparent`; false if the string is not a valid traceparent or spans
+/// are not exported.
+pub fn set_parent(span: &tracing::Span, traceparent: &str) -> bool {
+    let carrier = HashMap::from([("traceparent".to_string(), traceparent.to_string())]);
+    let cx = TraceContextPropagator::new().extract(&carrier);
+    cx.span().span_context().is_valid() && span.set_parent(cx).is_ok()
+}
+
+/// The `traceparent` of a span that continues the swarm's trace: one swarm
+/// is one trace (its id derived from the swarm id), and `span` becomes a
+/// child of a span id derived from `parent_key` (e.g. the task id), so all
+/// attempts of a task share a parent. When spans are not exported the
+/// string still names the swarm's trace, with a span id derived from
+/// `span_key`.
+pub fn continue_swarm_trace(span: &tracing::Span, swarm: &str, parent_key: &str, span_key: &str) -> String {
+    let trace_id = TraceId::from_bytes(
+        [fnv1a(swarm, 0xcbf2_9ce4_8422_2325), fnv1a(swarm, 0x8422_2325_cbf2_9ce4)]
+            .concat()
+            .try_into()
+            .unwrap_or([1; 16]),
+    );
+    let parent = SpanContext::new(
+        trace_id,
+        SpanId::from_bytes(fnv1a(parent_key, 0xcbf2_9ce4_8422_2325)),
+        TraceFlags::SAMPLED,
+        true,
+        TraceState::default(),
+    );
+    let _ = span.set_parent(Context::new().with_remote_span_context(parent));
+    traceparent(span).unwrap_or_else(|| {
+        format!("00-{trace_id}-{}-01", SpanId::from_bytes(fnv1a(span_key, 0xcbf2_9ce4_8422_2325)))
+    })
+}
+
+/// FNV-1a, 64 bits, never zero (a zero id is invalid in W3C trace context).
+fn fnv1a(s: &str, offset: u64) -> [u8; 8] {
+    let h = s.bytes().fold(offset, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    h.max(1).to_be_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn swarm_trace_is_stable_and_valid_without_export() {
+        let a = continue_swarm_trace(&tracing::Span::none(), "auth", "auth/api", "auth/api#2");
+        let b = continue_swarm_trace(&tracing::Span::none(), "auth", "auth/api", "auth/api#3");
+        let parts: Vec<&str> = a.split('-').collect();
+        assert_eq!(parts.len(), 4, "{a}");
+        assert_eq!((parts[0], parts[1].len(), parts[2].len(), parts[3]), ("00", 32, 16, "01"));
+        assert_eq!(a[..35], b[..35], "one swarm, one trace");
+        assert_ne!(a, b, "each attempt its own span id");
+        assert!(!set_parent(&tracing::Span::none(), "garbage"));
+    }
+}
