@@ -112,11 +112,30 @@ pub fn prepare(
         if path.exists() {
             std::fs::remove_dir_all(&path).map_err(io(&path))?;
         }
-        let commit = repo.find_commit(oid)?;
-        let branch_ref = repo.branch(branch, &commit, true)?;
+        let full = format!("refs/heads/{branch}");
+        repo.reference(&full, oid, true, "swarm-sidecar: attempt base")?;
         let mut opts = WorktreeAddOptions::new();
-        opts.reference(Some(branch_ref.get()));
-        repo.worktree(worker_id, &path, Some(&opts))?;
+        let on_branch = {
+            let branch_ref = repo.find_reference(&full)?;
+            opts.reference(Some(&branch_ref));
+            repo.worktree(worker_id, &path, Some(&opts)).is_ok()
+        };
+        if !on_branch {
+            // The branch is checked out in another worktree (a lost sidecar's,
+            // after a reassignment): start this one on a parking ref, detach,
+            // and drop the parking ref.
+            let park = format!("refs/heads/swarm-workspaces/{worker_id}");
+            if path.exists() {
+                std::fs::remove_dir_all(&path).map_err(io(&path))?;
+            }
+            let park_ref = repo.reference(&park, oid, true, "swarm-sidecar: new worktree")?;
+            let mut opts = WorktreeAddOptions::new();
+            opts.reference(Some(&park_ref));
+            repo.worktree(worker_id, &path, Some(&opts))?;
+            Repository::open(&path)?.set_head_detached(oid)?;
+            repo.find_reference(&park)?.delete()?;
+        }
+        remember_branch(&path, branch)?;
         return Ok(Prepared { path, created: true });
     }
     let wt = Repository::open(&path)?;
@@ -126,9 +145,36 @@ pub fn prepare(
     co.force().remove_untracked(true).remove_ignored(false);
     wt.checkout_tree(commit.as_object(), Some(&mut co))?;
     wt.set_head_detached(oid)?;
-    wt.branch(branch, &commit, true)?;
-    wt.set_head(&format!("refs/heads/{branch}"))?;
+    let full = format!("refs/heads/{branch}");
+    repo.reference(&full, oid, true, "swarm-sidecar: attempt base")?;
+    if let Err(e) = wt.set_head(&full) {
+        // Checked out in another (lost) worktree: work detached; commits are
+        // published to the branch by `commit_all`.
+        tracing::warn!(branch, error = %e.message(), "task branch is checked out elsewhere; working detached");
+    }
+    remember_branch(&path, branch)?;
     Ok(Prepared { path, created: false })
+}
+
+/// The task branch a worktree works for, kept in its git dir so a detached
+/// worktree still knows where its commits belong.
+fn remember_branch(worktree: &Path, branch: &str) -> Result<(), WorktreeError> {
+    let wt = Repository::open(worktree)?;
+    let file = wt.path().join("swarm-branch");
+    std::fs::write(&file, branch).map_err(io(&file))
+}
+
+/// Points the remembered task branch at `oid` when HEAD is detached (when
+/// HEAD is on the branch, the commit already moved it).
+fn publish(repo: &Repository, oid: Oid) -> Result<(), WorktreeError> {
+    if !repo.head_detached()? {
+        return Ok(());
+    }
+    let file = repo.path().join("swarm-branch");
+    let Ok(branch) = std::fs::read_to_string(&file) else { return Ok(()) };
+    check_branch(branch.trim()).map_err(|rule| WorktreeError::Invalid { what: "branch", rule })?;
+    repo.reference(&format!("refs/heads/{}", branch.trim()), oid, true, "swarm-sidecar: attempt result")?;
+    Ok(())
 }
 
 fn signature(repo: &Repository) -> Result<Signature<'static>, git2::Error> {
@@ -146,11 +192,14 @@ pub fn commit_all(worktree: &Path, message: &str) -> Result<(Oid, bool), Worktre
     let tree_id = index.write_tree()?;
     let head = repo.head()?.peel_to_commit()?;
     if head.tree_id() == tree_id {
+        // The worker may have committed by itself on a detached HEAD.
+        publish(&repo, head.id())?;
         return Ok((head.id(), false));
     }
     let tree = repo.find_tree(tree_id)?;
     let sig = signature(&repo)?;
     let oid = repo.commit(Some("HEAD"), &sig, &sig, message, &tree, &[&head])?;
+    publish(&repo, oid)?;
     Ok((oid, true))
 }
 

@@ -80,3 +80,31 @@ fn bad_worker_ids_and_branches_are_refused() {
     assert!(worktree::prepare(repo.path(), "w", "-x", &c1.to_string()).is_err());
     assert!(worktree::prepare(repo.path(), "w", "b", "abc").is_err());
 }
+
+/// A task reassigned after its first sidecar was lost: the lost sidecar's
+/// worktree still sits on the task branch, and the new sidecar must still
+/// get a worktree at the new base, on that branch name.
+#[test]
+fn a_branch_checked_out_in_a_lost_sidecars_worktree_can_be_taken_over() {
+    let repo = TempRepo::new();
+    let c1 = repo.commit(&[("a.txt", Some("a1"))], "one");
+    let c2 = repo.commit(&[("a.txt", Some("a2"))], "two");
+    let lost = worktree::prepare(repo.path(), "w1", "swarm/s/t", &c1.to_string()).expect("first sidecar");
+    // The new sidecar's first worktree, on the same branch.
+    let fresh = worktree::prepare(repo.path(), "w2", "swarm/s/t", &c2.to_string()).expect("new worktree");
+    assert_eq!(worktree::head(&fresh.path).expect("head").0, c2);
+    // And an existing worktree moving onto it.
+    let w3 = worktree::prepare(repo.path(), "w3", "swarm/s/other", &c1.to_string()).expect("w3");
+    let moved = worktree::prepare(repo.path(), "w3", "swarm/s/t", &c2.to_string()).expect("move onto it");
+    assert_eq!(moved.path, w3.path);
+    assert_eq!(worktree::head(&moved.path).expect("head").0, c2);
+    // Committing publishes the result on the branch.
+    std::fs::write(moved.path.join("a.txt"), "a3").expect("write");
+    let (oid, made) = worktree::commit_all(&moved.path, "three").expect("commit");
+    assert!(made);
+    let main = git2::Repository::open(repo.path()).expect("open");
+    assert_eq!(main.find_reference("refs/heads/swarm/s/t").expect("branch").target(), Some(oid));
+    // The lost worktree's files are untouched (its HEAD names the branch, so
+    // it now resolves to the new commit; that sidecar's reports are fenced).
+    assert_eq!(std::fs::read_to_string(lost.path.join("a.txt")).expect("lost file"), "a1");
+}

@@ -73,7 +73,6 @@ async fn controller_kill9_mid_run_then_restart_gives_the_same_tree_and_no_double
 }
 
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "sidecar bug: the new attempt fails with \"refs/heads/swarm/<s>/<t> is already checked out\" in the lost sidecar's worktree"]
 async fn sidecar_kill9_task_is_reassigned_after_the_lease() {
     let gate = Gate::new();
     let pids = tempfile::tempdir().unwrap();
@@ -113,7 +112,6 @@ async fn sidecar_kill9_task_is_reassigned_after_the_lease() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "sidecar bug: the new attempt fails with \"refs/heads/swarm/<s>/<t> is already checked out\" in the lost sidecar's worktree"]
 async fn frozen_sidecars_late_report_is_fenced() {
     let gate = Gate::new();
     let body = format!(
