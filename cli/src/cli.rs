@@ -113,9 +113,19 @@ pub struct RunArgs {
     /// The git repository to work in.
     #[arg(long, env = "SWARM_REPO", default_value = ".")]
     pub repo: PathBuf,
+    /// A label for every local sidecar (repeatable): tasks that require
+    /// labels run only on sidecars that carry them.
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = parse_label)]
+    pub labels: Vec<(String, String)>,
     /// Print one line per event even on a terminal.
     #[arg(long)]
     pub plain: bool,
+}
+
+fn parse_label(raw: &str) -> Result<(String, String), String> {
+    let (k, v) = raw.split_once('=').ok_or_else(|| format!("{raw:?} must have the form KEY=VALUE"))?;
+    swarm_core::plan::check_label(k, v)?;
+    Ok((k.to_string(), v.to_string()))
 }
 
 #[derive(Debug, Args)]

@@ -141,3 +141,31 @@ fn demo_runs_every_scenario_in_under_a_minute() {
     let merges = git(&["log", "--first-parent", "--merges", "--format=%s", "swarm/demo/integration"]);
     assert_eq!(merges.lines().count(), 8, "{merges}");
 }
+
+#[test]
+fn run_labels_its_sidecars_and_a_task_no_sidecar_can_take_waits_on_the_operator() {
+    let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[]))]);
+    let plan = PlanBuilder::new("lab")
+        .task(task("any"))
+        .task(task("gpu").set("labels", r#"{ gpu = "yes" }"#))
+        .build();
+    let dir = tempfile::tempdir().unwrap();
+    let plan_path = write_plan(dir.path(), &plan);
+    let repo_arg = repo.path().to_str().unwrap();
+
+    let out = swarmctl(NOWHERE, &["run", &plan_path, "--repo", repo_arg]);
+    assert_eq!(out.status.code(), Some(2), "stdout:\n{}\nstderr:\n{}", stdout(&out), stderr(&out));
+    assert!(
+        stderr(&out).contains("task gpu needs labels the local sidecars lack (gpu=yes)"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(merges_of(&repo, "swarm/lab/integration", "lab", "any"), 1);
+
+    let out = swarmctl(NOWHERE, &["run", &plan_path, "--repo", repo_arg, "--label", "gpu=yes"]);
+    assert_eq!(out.status.code(), Some(0), "stdout:\n{}\nstderr:\n{}", stdout(&out), stderr(&out));
+    assert_eq!(merges_of(&repo, "swarm/lab/integration", "lab", "gpu"), 1);
+
+    let out = swarmctl(NOWHERE, &["run", &plan_path, "--repo", repo_arg, "--label", "no-equals"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+}

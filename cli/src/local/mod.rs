@@ -30,7 +30,23 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
     let (text, plan) = read_plan(&args.plan)?;
     let repo = check_repo(&args.repo)?;
     let live = !args.plain && std::io::stdout().is_terminal();
-    let mut session = Session::start(&repo, args.workers).await?;
+    let labels: BTreeMap<String, String> = args.labels.into_iter().collect();
+    for spec in &plan.tasks {
+        let missing: Vec<String> = spec
+            .labels
+            .iter()
+            .filter(|(k, v)| labels.get(*k) != Some(*v))
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        if !missing.is_empty() {
+            eprintln!(
+                "warning: task {} needs labels the local sidecars lack ({}); add --label, or attach a sidecar that has them",
+                spec.id,
+                missing.join(", ")
+            );
+        }
+    }
+    let mut session = Session::start(&repo, args.workers, &labels).await?;
     let result = session.drive(&text, &plan, live, &BTreeMap::new()).await;
     session.stop().await;
     let code = match result {
@@ -64,22 +80,27 @@ pub struct Session {
     sidecars: Sidecars,
     pub url: String,
     pub log_dir: PathBuf,
+    labels: BTreeMap<String, String>,
 }
 
 impl Session {
-    pub async fn start(repo: &Path, workers: u32) -> anyhow::Result<Session> {
+    pub async fn start(
+        repo: &Path,
+        workers: u32,
+        labels: &BTreeMap<String, String>,
+    ) -> anyhow::Result<Session> {
         let log_dir = repo.join(".git").join("swarm").join("logs");
         std::fs::create_dir_all(&log_dir).with_context(|| format!("creating {}", log_dir.display()))?;
         let controller = LocalController::start(repo, &log_dir.join("controller.log")).await?;
         let url = controller.url();
-        let sidecars = match Sidecars::start(&url, repo, workers, &log_dir) {
+        let sidecars = match Sidecars::start(&url, repo, workers, labels, &log_dir) {
             Ok(s) => s,
             Err(e) => {
                 controller.shutdown().await;
                 return Err(e);
             }
         };
-        let session = Session { controller, sidecars, url, log_dir };
+        let session = Session { controller, sidecars, url, log_dir, labels: labels.clone() };
         if let Err(e) = session.wait_for_workers(workers as usize).await {
             session.stop().await;
             return Err(e);
@@ -132,7 +153,7 @@ impl Session {
             eprintln!("swarm {} exists: resuming", swarm.id);
         }
         eprintln!("logs: {}", self.log_dir.display());
-        let ended = follow(&mut client, &mut self.sidecars, plan, live, answers).await?;
+        let ended = follow(&mut client, &mut self.sidecars, plan, &self.labels, live, answers).await?;
         if let Ended::Finished(outcome) = &ended {
             summary::print(&mut client, plan, outcome).await?;
         }
@@ -149,6 +170,7 @@ async fn follow(
     client: &mut Client,
     sidecars: &mut Sidecars,
     plan: &Plan,
+    labels: &BTreeMap<String, String>,
     live: bool,
     answers: &BTreeMap<String, String>,
 ) -> anyhow::Result<Ended> {
@@ -181,7 +203,7 @@ async fn follow(
                 for note in answer_questions(client, &swarm_id, &tasks, answers, &mut answered).await? {
                     progress.note(&note);
                 }
-                if let Some(outcome) = outcome(plan, &tasks, |t| answers.contains_key(t) && !answered.contains_key(t)) {
+                if let Some(outcome) = outcome(plan, &tasks, labels, |t| answers.contains_key(t) && !answered.contains_key(t)) {
                     // Drain events already sent, so the plain log is complete.
                     while let Ok(Some(Ok(event))) = tokio::time::timeout(Duration::from_millis(100), stream.next()).await {
                         progress.event(&event);

@@ -1,5 +1,6 @@
 //! Local `swarm-sidecar` child processes.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -17,7 +18,13 @@ pub struct Sidecars {
 
 impl Sidecars {
     /// Starts `count` sidecars named `local-1`..; each logs to `<log_dir>/<id>.log`.
-    pub fn start(url: &str, repo: &Path, count: u32, log_dir: &Path) -> anyhow::Result<Sidecars> {
+    pub fn start(
+        url: &str,
+        repo: &Path,
+        count: u32,
+        labels: &BTreeMap<String, String>,
+        log_dir: &Path,
+    ) -> anyhow::Result<Sidecars> {
         // swarmctl itself, in sidecar mode (see `sidecar_mode`).
         let bin = std::env::current_exe().context("locating swarmctl")?;
         let mut children = Vec::new();
@@ -29,6 +36,7 @@ impl Sidecars {
             let child = Command::new(&bin)
                 .args([super::sidecar_mode::ARG, "--controller", url, "--worker-id", &id, "--repo"])
                 .arg(repo)
+                .args(labels.iter().flat_map(|(k, v)| ["--label".to_string(), format!("{k}={v}")]))
                 .stdin(Stdio::null())
                 .stdout(log.try_clone()?)
                 .stderr(log)

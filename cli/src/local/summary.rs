@@ -1,6 +1,6 @@
 //! When a local run is over, and the summary it prints.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use swarm_core::plan::{ConflictPolicy, Plan};
 use swarm_proto::v1;
@@ -33,8 +33,14 @@ impl Outcome {
 }
 
 /// `Some` once no task can move without the operator. `answer_due` says
-/// whether an ESCALATED task is about to be answered (the demo's).
-pub fn outcome(plan: &Plan, tasks: &[v1::Task], answer_due: impl Fn(&str) -> bool) -> Option<Outcome> {
+/// whether an ESCALATED task is about to be answered (the demo's); a task
+/// whose required labels the local sidecars lack (`labels`) cannot start.
+pub fn outcome(
+    plan: &Plan,
+    tasks: &[v1::Task],
+    labels: &BTreeMap<String, String>,
+    answer_due: impl Fn(&str) -> bool,
+) -> Option<Outcome> {
     if tasks.len() < plan.tasks.len() {
         return None;
     }
@@ -45,11 +51,12 @@ pub fn outcome(plan: &Plan, tasks: &[v1::Task], answer_due: impl Fn(&str) -> boo
     for spec in &plan.tasks {
         let id = spec.id.as_str();
         let s = state.get(id).copied().unwrap_or(S::Unspecified);
+        let runnable = spec.labels.iter().all(|(k, v)| labels.get(k) == Some(v));
         let m = match s {
-            S::Ready | S::Running | S::Succeeded | S::Merging | S::Unspecified => true,
+            S::Ready | S::Pending => runnable, // PENDING: also decided below, from its deps
+            S::Running | S::Succeeded | S::Merging | S::Unspecified => true,
             S::Conflict => spec.on_conflict == ConflictPolicy::Return,
             S::Escalated => answer_due(id),
-            S::Pending => true, // decided below, from its deps
             S::Merged | S::Failed | S::Blocked | S::Cancelled => false,
         };
         moving.insert(id, m);
@@ -85,6 +92,7 @@ pub fn outcome(plan: &Plan, tasks: &[v1::Task], answer_due: impl Fn(&str) -> boo
             Some(S::Merged) => out.merged += 1,
             Some(S::Failed | S::Cancelled) => out.failed += 1,
             Some(S::Pending) if behind_failure(plan, &state, spec.id.as_str()) => out.failed += 1,
+            // READY or PENDING for want of labels, BLOCKED, ESCALATED, CONFLICT on hold.
             _ => out.waiting += 1,
         }
     }
@@ -180,26 +188,51 @@ on_conflict = "hold"
 
     #[test]
     fn running_work_is_not_over() {
-        assert_eq!(outcome(&plan(), &tasks(&[S::Running, S::Pending, S::Merged]), |_| false), None);
-        assert_eq!(outcome(&plan(), &tasks(&[S::Merged, S::Pending, S::Merged]), |_| false), None);
+        assert_eq!(
+            outcome(&plan(), &tasks(&[S::Running, S::Pending, S::Merged]), &BTreeMap::new(), |_| false),
+            None
+        );
+        assert_eq!(
+            outcome(&plan(), &tasks(&[S::Merged, S::Pending, S::Merged]), &BTreeMap::new(), |_| false),
+            None
+        );
+    }
+
+    #[test]
+    fn ready_task_without_a_matching_sidecar_waits_on_the_operator() {
+        let plan = Plan::parse(
+            "name = \"s\"\n[defaults]\ncommand = \"true\"\n[[tasks]]\nid = \"g\"\nfiles = [\"g\"]\nlabels = { gpu = \"yes\" }\n",
+        )
+        .expect("plan");
+        let ready = vec![v1::Task { id: "g".into(), state: S::Ready as i32, ..Default::default() }];
+        let o = outcome(&plan, &ready, &BTreeMap::new(), |_| false).expect("over");
+        assert_eq!(o.code(), exit::WAITING);
+        let gpu = BTreeMap::from([("gpu".to_string(), "yes".to_string())]);
+        assert_eq!(outcome(&plan, &ready, &gpu, |_| false), None);
     }
 
     #[test]
     fn all_merged_is_success() {
-        let o = outcome(&plan(), &tasks(&[S::Merged, S::Merged, S::Merged]), |_| false);
+        let o = outcome(&plan(), &tasks(&[S::Merged, S::Merged, S::Merged]), &BTreeMap::new(), |_| false);
         assert_eq!(o.map(|o| o.code()), Some(exit::SUCCESS));
     }
 
     #[test]
     fn pending_behind_a_failure_counts_as_failed() {
-        let o = outcome(&plan(), &tasks(&[S::Failed, S::Pending, S::Merged]), |_| false).expect("over");
+        let o = outcome(&plan(), &tasks(&[S::Failed, S::Pending, S::Merged]), &BTreeMap::new(), |_| false)
+            .expect("over");
         assert_eq!((o.failed, o.code()), (2, exit::FAILURE));
     }
 
     #[test]
     fn held_conflict_and_escalation_wait_on_the_operator() {
-        let o = outcome(&plan(), &tasks(&[S::Escalated, S::Pending, S::Conflict]), |_| false).expect("over");
+        let o =
+            outcome(&plan(), &tasks(&[S::Escalated, S::Pending, S::Conflict]), &BTreeMap::new(), |_| false)
+                .expect("over");
         assert_eq!((o.waiting, o.code()), (3, exit::WAITING));
-        assert_eq!(outcome(&plan(), &tasks(&[S::Escalated, S::Pending, S::Merged]), |_| true), None);
+        assert_eq!(
+            outcome(&plan(), &tasks(&[S::Escalated, S::Pending, S::Merged]), &BTreeMap::new(), |_| true),
+            None
+        );
     }
 }
