@@ -4,8 +4,8 @@
 
 use swarm_proto::v1::{self, TaskState};
 use swarm_tests::{
-    Cluster, PlanBuilder, TempRepo, create_swarm, operator, spawn_controller, stderr, stdout, swarmctl, task,
-    wait_task_state, worker_script,
+    Cluster, PlanBuilder, TempRepo, binary, create_swarm, operator, spawn_controller, stderr, stdout,
+    swarmctl, task, wait_task_state, worker_script,
 };
 
 /// A worker that runs until cancelled (bounded: 60 s).
@@ -21,10 +21,40 @@ async fn cancel_get_describe_and_logs_through_swarmctl() {
     wait_task_state(&url, "ops", "quick", TaskState::Merged).await;
     wait_task_state(&url, "ops", "slow", TaskState::Running).await;
 
+    // `logs -f` follows the task while it is cancelled.
+    let mut follow = std::process::Command::new(binary("swarmctl"))
+        .args(["logs", "ops/slow", "-f", "-o", "json"])
+        .env("SWARM_CONTROLLER", &url)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let lines = std::io::BufRead::lines(std::io::BufReader::new(follow.stdout.take().unwrap()));
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+
     let out = swarmctl(&url, &["cancel", "ops/slow", "--reason", "not needed"]);
     assert_eq!(out.status.code(), Some(0), "cancel: {}", stderr(&out));
     let t = wait_task_state(&url, "ops", "slow", TaskState::Cancelled).await;
     assert_eq!(t.merge_commit, "");
+
+    let followed = loop {
+        let line = rx.recv_timeout(std::time::Duration::from_secs(30)).expect("logs -f saw no cancellation");
+        let event: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(event["task"], "slow", "only the task's events: {line}");
+        if line.contains("CANCELLED") {
+            break event;
+        }
+    };
+    let _ = follow.kill();
+    let _ = follow.wait();
+    assert_eq!(followed["swarm"], "ops");
 
     // Reads, in each format.
     let out = swarmctl(&url, &["get", "tasks", "--swarm", "ops", "-o", "json"]);
