@@ -134,6 +134,7 @@ pub struct ControllerProc {
     pub addr: String,
     repo: PathBuf,
     extra: Vec<String>,
+    env: Vec<(String, String)>,
 }
 
 impl ControllerProc {
@@ -150,7 +151,7 @@ impl ControllerProc {
         // The port may linger briefly; retry the bind within the deadline.
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            match try_spawn_controller(&self.repo, &extra) {
+            match try_spawn_controller(&self.repo, &extra, &self.env) {
                 Ok(c) => {
                     self.proc = c.proc;
                     return;
@@ -168,11 +169,21 @@ impl ControllerProc {
 /// Starts `swarm-controller --listen 127.0.0.1:0 --repo REPO` plus `extra`
 /// (e.g. `--lease-ttl-ms=1500`), and reads the port from its ready line.
 pub fn spawn_controller(repo: &Path, extra: &[&str]) -> ControllerProc {
-    let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-    try_spawn_controller(repo, &extra).unwrap_or_else(|e| panic!("{e}"))
+    spawn_controller_env(repo, extra, &[])
 }
 
-fn try_spawn_controller(repo: &Path, extra: &[String]) -> Result<ControllerProc, String> {
+/// [`spawn_controller`] with extra environment variables.
+pub fn spawn_controller_env(repo: &Path, extra: &[&str], env: &[(&str, &str)]) -> ControllerProc {
+    let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+    let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    try_spawn_controller(repo, &extra, &env).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn try_spawn_controller(
+    repo: &Path,
+    extra: &[String],
+    env: &[(String, String)],
+) -> Result<ControllerProc, String> {
     let log = log_path("controller");
     let listen_given = extra.iter().any(|a| a.starts_with("--listen"));
     let mut cmd = Command::new(binary("swarm-controller"));
@@ -182,6 +193,7 @@ fn try_spawn_controller(repo: &Path, extra: &[String]) -> Result<ControllerProc,
     cmd.arg("--repo").arg(repo).args(extra);
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(std::fs::File::create(&log).unwrap());
     cmd.env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()));
+    cmd.envs(env.iter().map(|(k, v)| (k, v)));
     let mut child = cmd.spawn().map_err(|e| format!("starting swarm-controller: {e}"))?;
     let stdout = child.stdout.take().unwrap();
     let (tx, rx) = mpsc::channel();
@@ -207,17 +219,29 @@ fn try_spawn_controller(repo: &Path, extra: &[String]) -> Result<ControllerProc,
         .ok_or_else(|| format!("unexpected controller ready line {line:?}"))?
         .trim()
         .to_string();
-    Ok(ControllerProc { proc, addr, repo: repo.to_path_buf(), extra: extra.to_vec() })
+    Ok(ControllerProc { proc, addr, repo: repo.to_path_buf(), extra: extra.to_vec(), env: env.to_vec() })
 }
 
 /// Starts `swarm-sidecar` for `repo` against `controller_url`.
 pub fn spawn_sidecar(controller_url: &str, repo: &Path, worker_id: &str, extra: &[&str]) -> Proc {
+    spawn_sidecar_env(controller_url, repo, worker_id, extra, &[])
+}
+
+/// [`spawn_sidecar`] with extra environment variables.
+pub fn spawn_sidecar_env(
+    controller_url: &str,
+    repo: &Path,
+    worker_id: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Proc {
     let log = log_path(worker_id);
     let child = Command::new(binary("swarm-sidecar"))
         .args(["--controller", controller_url, "--worker-id", worker_id, "--repo"])
         .arg(repo)
         .args(extra)
         .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&log).unwrap())
         .stderr(std::fs::File::options().append(true).open(&log).unwrap())
