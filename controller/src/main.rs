@@ -44,14 +44,8 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    if args.log_format == "json" {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
+    let telemetry =
+        swarm_telemetry::init("swarm-controller", args.log_format == "json").map_err(anyhow::Error::msg)?;
     if args.heartbeat_interval_ms == 0 || args.lease_ttl_ms <= args.heartbeat_interval_ms {
         anyhow::bail!("--lease-ttl-ms must be greater than --heartbeat-interval-ms (and both non-zero)");
     }
@@ -71,14 +65,17 @@ async fn main() -> anyhow::Result<()> {
         wait_for_signal().await;
         signals.cancel();
     });
-    swarm_controller::run(config, shutdown, |addr| {
+    let result = swarm_controller::run(config, shutdown, |addr| {
         // Scripts and tests read this line for the bound port.
         let mut out = std::io::stdout();
         let _ = writeln!(out, "listening on {addr}");
         let _ = out.flush();
     })
     .await
-    .context("swarm-controller")
+    .context("swarm-controller");
+    // Export the last spans; the exporter needs the runtime, so not on it.
+    let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
+    result
 }
 
 async fn wait_for_signal() {

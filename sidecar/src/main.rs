@@ -2,17 +2,12 @@ use clap::Parser;
 use swarm_sidecar::Config;
 use swarm_sidecar::config::LogFormat;
 use tokio_util::sync::CancellationToken;
-use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let config = Config::parse();
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    match config.log_format {
-        LogFormat::Json => builder.json().init(),
-        LogFormat::Pretty => builder.init(),
-    }
+    let telemetry = swarm_telemetry::init("swarm-sidecar", matches!(config.log_format, LogFormat::Json))
+        .map_err(anyhow::Error::msg)?;
     let shutdown = CancellationToken::new();
     let token = shutdown.clone();
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
@@ -25,6 +20,8 @@ async fn main() -> anyhow::Result<()> {
     });
     let result = swarm_sidecar::run(config, shutdown).await;
     signals.abort();
+    // Export the last spans; the exporter needs the runtime, so not on it.
+    let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
     result?;
     Ok(())
 }

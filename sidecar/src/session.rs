@@ -459,7 +459,18 @@ impl Session {
             remote: self.remote.clone(),
         };
         let (stop, stop_rx) = watch::channel(None);
-        let span = tracing::info_span!("attempt", attempt = %assignment.label());
+        let task_key = &assignment.attempt.task;
+        let host = hostname::get().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default();
+        let span = tracing::info_span!("attempt", swarm = %task_key.swarm, task = %task_key,
+            attempt = %assignment.label(), worker = %self.worker_id, host = %host);
+        // A child of the controller's assignment span; the worker gets this
+        // span's context as TRACEPARENT (or the controller's, when spans
+        // are not exported here).
+        swarm_telemetry::set_parent(&span, &assignment.traceparent);
+        let mut assignment = assignment;
+        if let Some(traceparent) = swarm_telemetry::traceparent(&span) {
+            assignment.traceparent = traceparent;
+        }
         tracing::info!(parent: &span, branch = %assignment.branch, "assigned");
         let task = tokio::spawn(
             attempt::run(ctx, assignment.clone(), stop_rx, self.reports_tx.clone()).instrument(span),

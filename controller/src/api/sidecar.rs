@@ -56,6 +56,7 @@ impl SidecarService for SidecarApi {
         };
         let hello = convert::hello(hello)?;
         let worker = hello.worker_id.clone();
+        let worker_span = worker.clone();
         let session_id = self.next_session.fetch_add(1, Ordering::Relaxed);
         let span = tracing::info_span!("sidecar.session", worker = %worker, session = session_id);
         let (tx, rx) = mpsc::channel::<Outbound>(OUTBOUND_QUEUE);
@@ -68,7 +69,7 @@ impl SidecarService for SidecarApi {
         self.shared
             .tasks
             .spawn(read_reports(shared, inbound, worker, session_id, last_seen, err_tx).instrument(span));
-        Ok(Response::new(Box::pin(responses(rx, err_rx, self.shared.shutdown.clone()))))
+        Ok(Response::new(Box::pin(responses(worker_span, rx, err_rx, self.shared.shutdown.clone()))))
     }
 
     async fn fetch_pack(
@@ -182,17 +183,38 @@ async fn read_reports(
 /// The response stream: the scheduler's messages, ended by an error from
 /// the reader, by the scheduler dropping the session, or by shutdown.
 fn responses(
+    worker: String,
     rx: mpsc::Receiver<Outbound>,
     err_rx: mpsc::Receiver<Status>,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> impl Stream<Item = Result<v1::ControllerMessage, Status>> + Send {
-    futures::stream::unfold(Some((rx, err_rx, shutdown)), |state| async move {
-        let (mut rx, mut err_rx, shutdown) = state?;
+    futures::stream::unfold(Some((worker, rx, err_rx, shutdown)), |state| async move {
+        let (worker, mut rx, mut err_rx, shutdown) = state?;
         tokio::select! {
             biased;
             _ = shutdown.cancelled() => Some((Err(Status::unavailable("controller shutting down")), None)),
             Some(status) = err_rx.recv() => Some((Err(status), None)),
-            m = rx.recv() => m.map(|m| (Ok(convert::outbound(m)), Some((rx, err_rx, shutdown)))),
+            m = rx.recv() => m.map(|m| {
+                let m = convert::outbound(traced(m, &worker));
+                (Ok(m), Some((worker, rx, err_rx, shutdown)))
+            }),
         }
     })
+}
+
+/// Gives an Assign its trace context: an `attempt.assign` span in the
+/// swarm's trace (one trace per swarm, the task as the parent), whose
+/// `traceparent` the sidecar continues and hands to the worker.
+fn traced(mut m: Outbound, worker: &str) -> Outbound {
+    if let Outbound::Assign(a) = &mut m
+        && a.traceparent.is_empty()
+    {
+        let task = &a.attempt.task;
+        let label = task.attempt(a.attempt.number).to_string();
+        let span = tracing::info_span!("attempt.assign", swarm = %task.swarm, task = %task, attempt = %label,
+            worker, token = a.attempt.token, branch = %a.branch);
+        a.traceparent =
+            swarm_telemetry::continue_swarm_trace(&span, task.swarm.as_str(), &task.to_string(), &label);
+    }
+    m
 }
