@@ -17,6 +17,7 @@ use swarm_proto::v1::sidecar_message::Body;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
+use tracing::Instrument as _;
 
 use crate::runner::{ExitInfo, SpawnSpec, Worker};
 use crate::status::{StatusEvent, StatusWatcher, WorkerStatus};
@@ -224,6 +225,7 @@ async fn drive(
         let (repo, id, branch, base) =
             (ctx.repo.clone(), ctx.worker_id.clone(), a.branch.clone(), a.base_commit.clone());
         tokio::task::spawn_blocking(move || worktree::prepare(&repo, &id, &branch, &base))
+            .instrument(tracing::info_span!("prepare", base = %a.base_commit, branch = %a.branch))
             .await
             .map_err(|e| format!("worktree task failed: {e}"))?
             .map_err(|e| format!("preparing worktree: {e}"))?
@@ -261,9 +263,11 @@ async fn drive(
     let mut restarts = 0u32;
     let mut last_progress: Option<v1::Progress> = None;
 
+    // Lives (and is timed) while the worker runs, restarts included.
+    let run_span = tracing::info_span!("run", command = ?a.command);
     let (exit, stopped) = loop {
         let mut worker = Worker::spawn(&spec).map_err(|e| e.to_string())?;
-        tracing::info!(attempt = %label, pid = worker.pid(), restarts, "worker started");
+        tracing::info!(parent: &run_span, attempt = %label, pid = worker.pid(), restarts, "worker started");
         let _ = sink.tx.send(Report::Pid(worker.pid()));
         sink.journaled(Body::Started(v1::AttemptStarted {
             attempt: Some(a.wire_ref()),
@@ -359,6 +363,8 @@ async fn drive(
     for ev in watcher.poll().into_iter().chain(watcher.poll()) {
         relay_status(sink, a, ev, &mut last_progress, &mut false);
     }
+    tracing::info!(parent: &run_span, exit = exit.wire_code(), signal = ?exit.signal, "worker exited");
+    drop(run_span);
     result.exit_code = exit.wire_code();
     result.signal = exit.signal;
     result.restarts = restarts;
@@ -436,6 +442,7 @@ async fn commit(wt: &Path, message: String) -> Result<(String, String), String> 
         let (_, subject) = worktree::head(&wt)?;
         Ok::<_, worktree::WorktreeError>((oid.to_string(), subject))
     })
+    .instrument(tracing::info_span!("commit"))
     .await
     .map_err(|e| format!("commit task failed: {e}"))?
     .map_err(|e| format!("committing: {e}"))

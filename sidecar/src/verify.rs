@@ -35,7 +35,8 @@ impl From<&v1::VerifyTier> for Tier {
 pub async fn run_tiers(tiers: &[Tier], cwd: &Path, env: &[(String, String)]) -> (Vec<v1::TierResult>, bool) {
     let mut out = Vec::new();
     for tier in tiers {
-        let r = run_tier(tier, cwd, env).await;
+        let span = tracing::info_span!("verify", tier = %tier.name, blocking = tier.blocking);
+        let r = tracing::Instrument::instrument(run_tier(tier, cwd, env), span).await;
         let failed_blocking = tier.blocking && !r.passed;
         out.push(r);
         if failed_blocking {

@@ -99,23 +99,30 @@ pub fn set_parent(span: &tracing::Span, traceparent: &str) -> bool {
 /// string still names the swarm's trace, with a span id derived from
 /// `span_key`.
 pub fn continue_swarm_trace(span: &tracing::Span, swarm: &str, parent_key: &str, span_key: &str) -> String {
-    let trace_id = TraceId::from_bytes(
-        [fnv1a(swarm, 0xcbf2_9ce4_8422_2325), fnv1a(swarm, 0x8422_2325_cbf2_9ce4)]
-            .concat()
-            .try_into()
-            .unwrap_or([1; 16]),
-    );
+    join_swarm_trace(span, swarm, parent_key);
+    traceparent(span).unwrap_or_else(|| {
+        format!("00-{}-{}-01", swarm_trace_id(swarm), SpanId::from_bytes(fnv1a(span_key, FNV_OFFSET)))
+    })
+}
+
+/// Puts `span` (not yet entered) into the swarm's trace as a child of the
+/// span id derived from `parent_key`; a no-op when spans are not exported.
+pub fn join_swarm_trace(span: &tracing::Span, swarm: &str, parent_key: &str) {
     let parent = SpanContext::new(
-        trace_id,
-        SpanId::from_bytes(fnv1a(parent_key, 0xcbf2_9ce4_8422_2325)),
+        swarm_trace_id(swarm),
+        SpanId::from_bytes(fnv1a(parent_key, FNV_OFFSET)),
         TraceFlags::SAMPLED,
         true,
         TraceState::default(),
     );
     let _ = span.set_parent(Context::new().with_remote_span_context(parent));
-    traceparent(span).unwrap_or_else(|| {
-        format!("00-{trace_id}-{}-01", SpanId::from_bytes(fnv1a(span_key, 0xcbf2_9ce4_8422_2325)))
-    })
+}
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+fn swarm_trace_id(swarm: &str) -> TraceId {
+    let [hi, lo] = [fnv1a(swarm, FNV_OFFSET), fnv1a(swarm, FNV_OFFSET.rotate_left(32))];
+    TraceId::from_bytes(std::array::from_fn(|i| if i < 8 { hi[i] } else { lo[i - 8] }))
 }
 
 /// FNV-1a, 64 bits, never zero (a zero id is invalid in W3C trace context).

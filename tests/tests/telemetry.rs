@@ -54,6 +54,27 @@ fn attr(attrs: &[opentelemetry_proto::tonic::common::v1::KeyValue], key: &str) -
 }
 
 impl Collector {
+    /// Names of the spans of `service` whose parent is `parent`.
+    fn children(&self, service: &str, parent: &Span) -> Vec<String> {
+        let all = self.0.lock().unwrap();
+        let mut names: Vec<String> = all
+            .iter()
+            .filter(|(svc, s)| svc == service && s.parent_span_id == parent.span_id)
+            .map(|(_, s)| s.name.clone())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// Trace ids (hex) of every span of `service` named `name`.
+    fn traces_of(&self, service: &str, name: &str) -> Vec<String> {
+        let all = self.0.lock().unwrap();
+        all.iter()
+            .filter(|(svc, s)| svc == service && s.name == name)
+            .map(|(_, s)| hex(&s.trace_id))
+            .collect()
+    }
+
     /// The span `name` of `service` whose `attempt` attribute is `attempt`.
     fn find(&self, service: &str, name: &str, attempt: &str) -> Option<Span> {
         let all = self.0.lock().unwrap();
@@ -120,7 +141,10 @@ async fn trace_context_crosses_processes_and_metrics_count_the_run() {
         ("flaky", r#"if [ "$SWARM_ATTEMPT" = 1 ]; then exit 1; fi; echo ok > flaky.txt"#),
     ]);
     let repo = TempRepo::with_files(&[("worker.sh", &script)]);
-    let plan = PlanBuilder::new(SWARM).task(task("traced")).task(task("flaky").deps(&["traced"])).build();
+    let plan = PlanBuilder::new(SWARM)
+        .task(task("traced").set("verify", r#"[{ name = "check", command = "test -s traced.txt" }]"#))
+        .task(task("flaky").deps(&["traced"]))
+        .build();
     let env = [("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.as_str()), ("OTEL_BSP_SCHEDULE_DELAY", "200")];
     let mut controller =
         spawn_controller_env(repo.path(), &[&format!("--metrics-listen={metrics_addr}")], &env);
@@ -171,7 +195,14 @@ async fn trace_context_crosses_processes_and_metrics_count_the_run() {
     assert_eq!(parts[1], hex(&assign.trace_id), "the worker continues the swarm's trace");
     assert_eq!(parts[2], hex(&run.span_id), "the worker's parent is the sidecar's attempt span");
 
-    // One swarm, one trace: the retried task's attempts share it.
+    // The sidecar's steps are children of its attempt span.
+    assert_eq!(collector.children("swarm-sidecar", &run), ["commit", "prepare", "run", "verify"]);
+
+    // One swarm, one trace: the retried task's attempts and every state
+    // change share it.
+    let transitions = collector.traces_of("swarm-controller", "task.transition");
+    assert!(transitions.len() >= 8, "{transitions:?}");
+    assert!(transitions.iter().all(|t| *t == hex(&assign.trace_id)), "{transitions:?}");
     let flaky = collector.find("swarm-controller", "attempt.assign", &format!("{SWARM}/flaky#2")).unwrap();
     assert_eq!(hex(&flaky.trace_id), hex(&assign.trace_id));
     server.abort();

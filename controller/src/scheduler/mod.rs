@@ -284,9 +284,10 @@ impl Scheduler {
         if from == to && task.reason == reason {
             return;
         }
-        let _span =
-            tracing::info_span!("task.transition", swarm = %key.swarm, task = %key, from = %from, to = %to)
-                .entered();
+        let span =
+            tracing::info_span!("task.transition", swarm = %key.swarm, task = %key, from = %from, to = %to);
+        swarm_telemetry::join_swarm_trace(&span, key.swarm.as_str(), &key.to_string());
+        let _span = span.entered();
         if from != to {
             self.metrics.task_state(Some(from), to);
             if from == TaskState::Ready && to == TaskState::Running {

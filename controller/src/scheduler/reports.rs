@@ -462,7 +462,9 @@ impl Scheduler {
         if !matches!(t.state, TaskState::Merging | TaskState::Succeeded) {
             return;
         }
-        let _span = tracing::info_span!("merge.result", swarm = %key.swarm, task = %key, attempt = %key.attempt(number)).entered();
+        let span = tracing::info_span!("merge.result", swarm = %key.swarm, task = %key, attempt = %key.attempt(number));
+        swarm_telemetry::join_swarm_trace(&span, key.swarm.as_str(), &key.to_string());
+        let _span = span.entered();
         if !result.ownership_warning.is_empty() {
             self.task_event(
                 fx,
