@@ -149,7 +149,7 @@ async fn trace_context_crosses_processes_and_metrics_count_the_run() {
     let mut controller =
         spawn_controller_env(repo.path(), &[&format!("--metrics-listen={metrics_addr}")], &env);
     let url = controller.url();
-    let mut sidecar = spawn_sidecar_env(&url, repo.path(), "w1", &[], &env);
+    let mut sidecar = spawn_sidecar_env(&url, repo.path(), "w1", &["--log-format=json"], &env);
     create_swarm(&url, &plan).await;
 
     // During the run: `traced` holds the only worker at the gate.
@@ -188,6 +188,20 @@ async fn trace_context_crosses_processes_and_metrics_count_the_run() {
     assert_eq!(hex(&run.parent_span_id), hex(&assign.span_id), "the sidecar's attempt is the child");
     assert_eq!(attr(&run.attributes, "worker").as_deref(), Some("w1"));
     assert!(attr(&run.attributes, "host").is_some_and(|h| !h.is_empty()), "host attribute");
+
+    // JSON log lines carry the ids of the spans they are in.
+    let log = sidecar.log();
+    let started = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|l| l["fields"]["message"] == "worker started" && l["fields"]["restarts"] == 0)
+        .unwrap_or_else(|| panic!("no JSON 'worker started' line in:\n{log}"));
+    let attempt_span = started["spans"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["name"] == "attempt"))
+        .unwrap_or_else(|| panic!("no attempt span in {started}"));
+    assert_eq!(attempt_span["task"], format!("{SWARM}/traced"), "{started}");
+    assert_eq!(attempt_span["worker"], "w1", "{started}");
 
     let traceparent = std::fs::read_to_string(trace_file.path()).unwrap();
     let parts: Vec<&str> = traceparent.trim().split('-').collect();
