@@ -297,6 +297,10 @@ impl Scheduler {
         }
         task.state = to;
         task.reason = reason.to_string();
+        if let Some(sw) = self.swarms.get_mut(&key.swarm) {
+            sw.counts[model::state_index(from)] = sw.counts[model::state_index(from)].saturating_sub(1);
+            sw.counts[model::state_index(to)] += 1;
+        }
         task.updated_at = now_ms();
         if to != TaskState::Running {
             task.percent = if to == TaskState::Merged { 100 } else { task.percent };
@@ -447,11 +451,12 @@ impl Scheduler {
         if swarm.state != SwarmState::Active {
             return;
         }
-        let states: Vec<TaskState> =
-            swarm.tasks.iter().filter_map(|k| self.tasks.get(k)).map(|t| t.state).collect();
-        let next = if states.iter().all(|s| *s == TaskState::Merged) {
+        let total = swarm.tasks.len() as u32;
+        let count = |s: TaskState| swarm.counts[model::state_index(s)];
+        let terminal: u32 = TaskState::ALL.iter().filter(|s| s.is_terminal()).map(|s| count(*s)).sum();
+        let next = if count(TaskState::Merged) == total {
             Some(SwarmState::Completed)
-        } else if states.iter().all(|s| s.is_terminal()) {
+        } else if terminal == total {
             Some(SwarmState::Failed)
         } else {
             None

@@ -40,13 +40,20 @@ impl SwarmState {
 #[derive(Debug)]
 pub struct Swarm {
     pub id: SwarmId,
-    pub plan_text: String,
+    pub plan_text: Arc<str>,
     pub plan: Arc<Plan>,
     pub state: SwarmState,
     pub integration_head: String,
     pub created_at: i64,
     /// Task ids in plan order.
     pub tasks: Vec<TaskKey>,
+    /// How many tasks are in each state (indexed like `TaskState::ALL`), so
+    /// completion checks and views do not walk every task.
+    pub counts: [u32; TaskState::ALL.len()],
+}
+
+pub fn state_index(s: TaskState) -> usize {
+    TaskState::ALL.iter().position(|x| *x == s).unwrap_or(0)
 }
 
 impl Swarm {

@@ -143,7 +143,7 @@ impl Scheduler {
         fx: &mut Effects,
     ) -> Result<(SwarmView, bool), SchedError> {
         if let Some(existing) = self.swarms.get(&plan.swarm) {
-            if existing.plan_text == plan_text {
+            if *existing.plan_text == *plan_text {
                 return Ok((SwarmView::of(existing, &self.tasks), false));
             }
             return Err(SchedError::AlreadyExists(format!(
@@ -156,12 +156,17 @@ impl Scheduler {
         let now = now_ms();
         let swarm = Swarm {
             id: plan.swarm.clone(),
-            plan_text,
+            plan_text: plan_text.into(),
             plan: plan.clone(),
             state: SwarmState::Active,
             integration_head: head.to_string(),
             created_at: now,
             tasks: plan.tasks.iter().map(|t| TaskKey::new(plan.swarm.clone(), t.id.clone())).collect(),
+            counts: {
+                let mut c = [0; TaskState::ALL.len()];
+                c[super::model::state_index(TaskState::Pending)] = plan.tasks.len() as u32;
+                c
+            },
         };
         fx.batch.swarm(swarm.row());
         self.event(

@@ -72,6 +72,7 @@ pub fn recover(
             Swarm {
                 id: plan.swarm.clone(),
                 plan_text: row.plan,
+                counts: [0; TaskState::ALL.len()],
                 plan,
                 state,
                 integration_head: row.integration_head,
@@ -111,6 +112,12 @@ pub fn recover(
                 step: String::new(),
             },
         );
+    }
+
+    for t in s.tasks.values() {
+        if let Some(sw) = s.swarms.get_mut(&t.key.swarm) {
+            sw.counts[super::model::state_index(t.state)] += 1;
+        }
     }
 
     for row in snap.attempts {

@@ -22,12 +22,13 @@ pub struct SwarmView {
 
 impl SwarmView {
     pub fn of(swarm: &Swarm, tasks: &super::model::Tasks) -> SwarmView {
-        let mut by_state = BTreeMap::new();
-        for key in &swarm.tasks {
-            if let Some(t) = tasks.get(key) {
-                *by_state.entry(t.state.as_str().to_string()).or_insert(0) += 1;
-            }
-        }
+        let _ = tasks;
+        let by_state: BTreeMap<String, u32> = TaskState::ALL
+            .iter()
+            .zip(swarm.counts)
+            .filter(|(_, n)| *n > 0)
+            .map(|(s, n)| (s.as_str().to_string(), n))
+            .collect();
         SwarmView {
             id: swarm.id.to_string(),
             state: swarm.state,

@@ -22,7 +22,7 @@ pub fn load(conn: &Connection) -> Result<Snapshot, StoreError> {
         .query_map([], |r| {
             Ok(SwarmRow {
                 id: r.get(0)?,
-                plan: r.get(1)?,
+                plan: r.get::<_, String>(1)?.into(),
                 state: r.get(2)?,
                 integration_head: r.get(3)?,
                 created_at: r.get(4)?,

@@ -35,7 +35,9 @@ pub enum StoreError {
 #[derive(Debug, Clone, PartialEq)]
 pub struct SwarmRow {
     pub id: String,
-    pub plan: String,
+    /// Shared: the plan text is large and written once, so rows carry it
+    /// by reference.
+    pub plan: std::sync::Arc<str>,
     pub state: String,
     pub integration_head: String,
     pub created_at: i64,
@@ -203,7 +205,7 @@ impl Store {
                  ON CONFLICT(id) DO UPDATE SET state = excluded.state, integration_head = excluded.integration_head",
             )?;
             for r in batch.swarms.values() {
-                stmt.execute(params![r.id, r.plan, r.state, r.integration_head, r.created_at])?;
+                stmt.execute(params![r.id, &*r.plan, r.state, r.integration_head, r.created_at])?;
             }
             let mut stmt = tx.prepare_cached(
                 "INSERT OR REPLACE INTO tasks (swarm, id, state, attempts, retries_used, not_before, resume_commit,
