@@ -1,0 +1,136 @@
+//! Merge integration through the controller: conflicts returned to their
+//! owner or held, file ownership enforced or warned, and a crash between
+//! moving the integration ref and recording it.
+
+mod support;
+
+use support::*;
+use swarm_proto::v1;
+
+fn plan(defaults: &str, tasks: &str) -> String {
+    format!(
+        "name = \"s\"\n[defaults]\ncommand = \"true\"\nbackoff_initial_ms = 10\nbackoff_max_ms = 20\n{defaults}\n{tasks}"
+    )
+}
+
+/// Two independent tasks that both own (and will both edit) shared.txt's
+/// neighbour: the globs differ so both can run, but their results conflict.
+const TWO: &str =
+    "[[tasks]]\nid = \"a\"\nfiles = [\"a/**\", \"shared.txt\"]\n[[tasks]]\nid = \"b\"\nfiles = [\"b/**\"]\n";
+
+fn trailers(repo: &std::path::Path, label: &str) -> usize {
+    git(repo, &["log", "--format=%B", "swarm/s/integration"])
+        .matches(&format!("Swarm-Attempt: {label}"))
+        .count()
+}
+
+/// Runs `a` to MERGED writing shared.txt, then gives `b` a result that also
+/// writes shared.txt (outside its globs is fine under warn) from the old base.
+async fn conflict_setup(h: &Harness, defaults: &str) -> (Sim, v1::Assign) {
+    h.create(&plan(defaults, TWO)).await;
+    let mut s1 = h.sidecar("w1").await;
+    let mut s2 = h.sidecar("w2").await;
+    let a = s1.assign().await;
+    let b = s2.assign().await;
+    assert_eq!(attempt_ref(&a).task_id, "a");
+    let ca = commit_on(h.repo(), &a.base_commit, &[("shared.txt", "from a\n")], "a");
+    s1.result(&a, v1::Outcome::Success, 0, &ca).await;
+    h.wait_state("s/a", v1::TaskState::Merged).await;
+    let cb = commit_on(h.repo(), &b.base_commit, &[("shared.txt", "from b\n"), ("b/x", "x\n")], "b");
+    s2.result(&b, v1::Outcome::Success, 0, &cb).await;
+    (s2, b)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conflict_is_returned_to_its_owner_and_resolved_by_the_next_attempt() {
+    let h = Harness::start().await;
+    let (mut s2, b) = conflict_setup(&h, "ownership = \"warn\"").await;
+    let next = s2.assign().await;
+    assert_eq!(attempt_ref(&next).task_id, "b");
+    assert_eq!(attempt_ref(&next).attempt, 2);
+    assert_ne!(next.base_commit, b.base_commit, "the new attempt starts from the integration head");
+    assert!(next.task_text.contains("shared.txt"), "the conflict is described:\n{}", next.task_text);
+    let events = h.events().await;
+    let conflict = events.iter().find(|e| e.kind == "task.conflict").expect("conflict event");
+    assert!(conflict.data.contains("shared.txt"), "paths recorded: {}", conflict.data);
+    assert!(
+        events.iter().any(|e| e.kind == "task.ownership_warning"),
+        "shared.txt is outside b's globs: warned"
+    );
+    let resolved = commit_on(h.repo(), &next.base_commit, &[("b/x", "x\n")], "b again");
+    s2.result(&next, v1::Outcome::Success, 0, &resolved).await;
+    h.wait_state("s/b", v1::TaskState::Merged).await;
+    let head = git(h.repo(), &["rev-parse", "swarm/s/integration"]);
+    assert_eq!(file_at(h.repo(), &head, "shared.txt").as_deref(), Some("from a\n"));
+    assert_eq!(file_at(h.repo(), &head, "b/x").as_deref(), Some("x\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conflict_under_hold_waits_for_the_operator() {
+    let h = Harness::start().await;
+    let _held = conflict_setup(&h, "ownership = \"warn\"\non_conflict = \"hold\"").await;
+    let d = h.wait_state("s/b", v1::TaskState::Conflict).await;
+    assert!(d.task.expect("task").reason.contains("shared.txt"));
+    h.operator().retry_task(v1::RetryTaskRequest { task_id: "s/b".into() }).await.expect("retry");
+    assert_eq!(h.state("s/b").await, v1::TaskState::Running, "retried: assigned again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_outside_the_owned_globs_is_refused_or_warned() {
+    let h = Harness::start().await;
+    h.create(&plan("retries = 0", "[[tasks]]\nid = \"a\"\nfiles = [\"a/**\"]\n[[tasks]]\nid = \"w\"\nfiles = [\"w/**\"]\nownership = \"warn\"\n")).await;
+    let mut s1 = h.sidecar("w1").await;
+    let mut s2 = h.sidecar("w2").await;
+    for sc in [&mut s1, &mut s2] {
+        let t = sc.assign().await;
+        let id = attempt_ref(&t).task_id.clone();
+        let c = commit_on(
+            h.repo(),
+            &t.base_commit,
+            &[(&format!("{id}/ok"), "ok\n"), (&format!("outside-{id}.txt"), "no\n")],
+            "x",
+        );
+        sc.result(&t, v1::Outcome::Success, 0, &c).await;
+    }
+    let refused = h.wait_state("s/a", v1::TaskState::Failed).await;
+    assert!(refused.task.expect("task").reason.contains("outside-a.txt"), "the reason lists the paths");
+    h.wait_state("s/w", v1::TaskState::Merged).await;
+    let events = h.events().await;
+    let warning = events.iter().find(|e| e.kind == "task.ownership_warning").expect("warning event");
+    assert!(warning.message.contains("outside-w.txt"));
+    let head = git(h.repo(), &["rev-parse", "swarm/s/integration"]);
+    assert!(file_at(h.repo(), &head, "outside-a.txt").is_none(), "the refused result was not merged");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_between_the_ref_move_and_the_store_commit_leaves_exactly_one_merge() {
+    let mut h = Harness::start().await;
+    h.create(&plan("", "[[tasks]]\nid = \"a\"\nfiles = [\"a.txt\"]\n")).await;
+    let mut sc = h.sidecar("w1").await;
+    let a = sc.assign().await;
+    let base = a.base_commit.clone();
+    let c = commit_on(h.repo(), &base, &[("a.txt", "A\n")], "a");
+    sc.result(&a, v1::Outcome::Success, 0, &c).await;
+    h.wait_state("s/a", v1::TaskState::Merged).await;
+    drop(sc);
+    let merged_head = git(h.repo(), &["rev-parse", "swarm/s/integration"]);
+    assert_eq!(trailers(h.repo(), "s/a#1"), 1);
+    if let Some(c) = h.controller.take() {
+        c.shutdown().await.expect("stop");
+    }
+    // Rewind the store to the moment after the ref moved and before the
+    // MERGED transition was committed: the task is MERGING and the swarm's
+    // recorded head is the old one.
+    let db = h.repo().join(".git/swarm/swarm.db");
+    let conn = rusqlite::Connection::open(&db).expect("db");
+    conn.execute("UPDATE tasks SET state = 'MERGING', merge_commit = '' WHERE id = 'a'", [])
+        .expect("rewind task");
+    conn.execute("UPDATE swarms SET integration_head = ?1, state = 'ACTIVE'", [&base]).expect("rewind swarm");
+    drop(conn);
+
+    h.restart().await;
+    let d = h.wait_state("s/a", v1::TaskState::Merged).await;
+    assert_eq!(d.task.expect("task").merge_commit, merged_head, "the landed merge is recognized");
+    assert_eq!(git(h.repo(), &["rev-parse", "swarm/s/integration"]), merged_head, "no second merge commit");
+    assert_eq!(trailers(h.repo(), "s/a#1"), 1);
+}
