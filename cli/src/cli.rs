@@ -120,6 +120,9 @@ pub struct RunArgs {
     /// Print one line per event even on a terminal.
     #[arg(long)]
     pub plain: bool,
+    /// Serve the embedded controller's Prometheus metrics here (GET /metrics).
+    #[arg(long, env = "SWARM_METRICS_LISTEN")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 fn parse_label(raw: &str) -> Result<(String, String), String> {

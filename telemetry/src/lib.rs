@@ -30,6 +30,21 @@ pub struct Telemetry {
 /// Installs the global subscriber for `service` (`service.name`). Call from
 /// within a Tokio runtime: the gRPC exporter's channel lives on it.
 pub fn init(service: &'static str, json: bool) -> Result<Telemetry, String> {
+    install(service, json, std::io::stderr, true)
+}
+
+/// Like [`init`], with logs going to `writer` (a log file: no colours).
+pub fn init_with_writer<W>(service: &'static str, json: bool, writer: W) -> Result<Telemetry, String>
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
+    install(service, json, writer, false)
+}
+
+fn install<W>(service: &'static str, json: bool, writer: W, ansi: bool) -> Result<Telemetry, String>
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let provider = match std::env::var(ENDPOINT_VAR) {
         Ok(v) if !v.trim().is_empty() => {
@@ -43,7 +58,7 @@ pub fn init(service: &'static str, json: bool) -> Result<Telemetry, String> {
         _ => None,
     };
     let otel = provider.as_ref().map(|p| tracing_opentelemetry::layer().with_tracer(p.tracer(service)));
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let fmt = tracing_subscriber::fmt::layer().with_writer(writer).with_ansi(ansi);
     let registry = tracing_subscriber::registry().with(filter).with(otel);
     if json { registry.with(fmt.json()).try_init() } else { registry.with(fmt).try_init() }
         .map_err(|e| format!("installing the tracing subscriber: {e}"))?;

@@ -169,3 +169,47 @@ fn run_labels_its_sidecars_and_a_task_no_sidecar_can_take_waits_on_the_operator(
     let out = swarmctl(NOWHERE, &["run", &plan_path, "--repo", repo_arg, "--label", "no-equals"]);
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
 }
+
+#[test]
+fn run_serves_the_embedded_controllers_metrics() {
+    // A free port for --metrics-listen: bind, read it, release it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    // Task b scrapes the endpoint while it runs (a has merged by then) and
+    // commits what it saw as b.txt.
+    let scrape = format!(
+        "python3 -c \"import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:{port}/metrics').read().decode())\" > b.txt"
+    );
+    let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[("b", &scrape)]))]);
+    let plan = PlanBuilder::new("m").task(task("a")).task(task("b").deps(&["a"])).build();
+    let dir = tempfile::tempdir().unwrap();
+    let plan = write_plan(dir.path(), &plan);
+    let listen = format!("127.0.0.1:{port}");
+    let out = swarmctl(
+        NOWHERE,
+        &[
+            "run",
+            &plan,
+            "--workers",
+            "1",
+            "--repo",
+            repo.path().to_str().unwrap(),
+            "--metrics-listen",
+            &listen,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "stdout:\n{}\nstderr:\n{}", stdout(&out), stderr(&out));
+    let seen = String::from_utf8(
+        Command::new("git")
+            .args(["show", "swarm/m/integration:b.txt"])
+            .current_dir(repo.path())
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    let line = seen
+        .lines()
+        .find(|l| l.contains("MERGED") && !l.starts_with('#'))
+        .unwrap_or_else(|| panic!("no MERGED gauge in:\n{seen}"));
+    assert!(line.trim_end().ends_with(" 1"), "a had merged when b ran: {line}");
+}

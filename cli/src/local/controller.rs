@@ -1,6 +1,7 @@
 //! The embedded controller of local mode, logging to a file so the
 //! terminal stays for the progress display.
 
+use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Mutex;
 
@@ -9,29 +10,31 @@ use swarm_controller::{Config, Controller};
 
 pub struct LocalController {
     inner: Controller,
+    /// Spans export over OTLP when `OTEL_EXPORTER_OTLP_ENDPOINT` is set;
+    /// `None` when a subscriber was already installed.
+    telemetry: Option<swarm_telemetry::Telemetry>,
 }
 
 impl LocalController {
     /// Starts the controller on 127.0.0.1 (ephemeral port) with its store
-    /// under `<repo>/.git/swarm/`; its logs go to `log`.
-    pub async fn start(repo: &Path, log: &Path) -> anyhow::Result<LocalController> {
+    /// under `<repo>/.git/swarm/`; its logs go to `log`, its metrics to
+    /// `metrics_listen` when given.
+    pub async fn start(
+        repo: &Path,
+        log: &Path,
+        metrics_listen: Option<SocketAddr>,
+    ) -> anyhow::Result<LocalController> {
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(log)
             .with_context(|| format!("opening {}", log.display()))?;
-        let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
         // Fails only when a subscriber is already set (a second session).
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_ansi(false)
-            .with_writer(Mutex::new(file))
-            .try_init();
-        let inner = swarm_controller::start(Config::local(repo.to_path_buf()))
-            .await
-            .context("starting the embedded controller")?;
-        Ok(LocalController { inner })
+        let telemetry = swarm_telemetry::init_with_writer("swarm-controller", false, Mutex::new(file)).ok();
+        let mut config = Config::local(repo.to_path_buf());
+        config.metrics_listen = metrics_listen;
+        let inner = swarm_controller::start(config).await.context("starting the embedded controller")?;
+        Ok(LocalController { inner, telemetry })
     }
 
     pub fn url(&self) -> String {
@@ -41,6 +44,9 @@ impl LocalController {
     pub async fn shutdown(self) {
         if let Err(e) = self.inner.shutdown().await {
             eprintln!("warning: the controller did not shut down cleanly: {e}");
+        }
+        if let Some(t) = self.telemetry {
+            let _ = tokio::task::spawn_blocking(move || t.shutdown()).await;
         }
     }
 }

@@ -46,7 +46,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
             );
         }
     }
-    let mut session = Session::start(&repo, args.workers, &labels).await?;
+    let mut session = Session::start(&repo, args.workers, &labels, args.metrics_listen).await?;
     let result = session.drive(&text, &plan, live, &BTreeMap::new()).await;
     session.stop().await;
     let code = match result {
@@ -88,10 +88,12 @@ impl Session {
         repo: &Path,
         workers: u32,
         labels: &BTreeMap<String, String>,
+        metrics_listen: Option<std::net::SocketAddr>,
     ) -> anyhow::Result<Session> {
         let log_dir = repo.join(".git").join("swarm").join("logs");
         std::fs::create_dir_all(&log_dir).with_context(|| format!("creating {}", log_dir.display()))?;
-        let controller = LocalController::start(repo, &log_dir.join("controller.log")).await?;
+        let controller =
+            LocalController::start(repo, &log_dir.join("controller.log"), metrics_listen).await?;
         let url = controller.url();
         let sidecars = match Sidecars::start(&url, repo, workers, labels, &log_dir) {
             Ok(s) => s,

@@ -16,9 +16,6 @@ pub fn main() -> ExitCode {
     // argv: swarmctl __sidecar <swarm-sidecar flags>
     let args = std::env::args_os().enumerate().filter(|(i, _)| *i != 1).map(|(_, a)| a);
     let config = swarm_sidecar::Config::parse_from(args);
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false).with_writer(std::io::stderr).init();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -27,6 +24,8 @@ pub fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(async {
+        // Inside the runtime: the OTLP exporter's channel lives on it.
+        let telemetry = swarm_telemetry::init("swarm-sidecar", false).map_err(anyhow::Error::msg)?;
         let shutdown = CancellationToken::new();
         let token = shutdown.clone();
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
@@ -40,6 +39,7 @@ pub fn main() -> ExitCode {
         });
         let result = swarm_sidecar::run(config, shutdown).await;
         signals.abort();
+        let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
         result.map_err(anyhow::Error::from)
     });
     match result {
