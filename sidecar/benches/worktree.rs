@@ -1,0 +1,106 @@
+//! Worktree preparation on a 10,000-file repository, against `git worktree
+//! add` in the same run.
+//!
+//! ```text
+//! cargo bench -p swarm-sidecar --bench worktree [-- --files N --rounds N --dir PATH]
+//! ```
+//!
+//! Measures: the first worktree (`prepare` creating it) vs `git worktree
+//! add`; and moving an existing worktree to the next task's branch when the
+//! bases differ by a few files (median over the rounds). Bounded in count.
+
+use std::io::Write as _;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use swarm_sidecar::worktree;
+
+fn git(repo: &Path, args: &[&str]) -> String {
+    let out = Command::new("git").args(args).current_dir(repo).output().expect("git runs");
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Two commits: `c1` with `files` files, `c2` changing 5 of them.
+fn build_repo(repo: &Path, files: usize) -> (String, String) {
+    git(repo, &["init", "-q", "-b", "main"]);
+    let mut fi = Command::new("git")
+        .args(["fast-import", "--quiet"])
+        .current_dir(repo)
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("fast-import");
+    let mut s = String::new();
+    for (mark, n, msg) in [(0usize, files, "one"), (1, 5, "two")] {
+        s.push_str(&format!(
+            "commit refs/heads/main\nmark :{}\ncommitter b <b@example.com> 1700000000 +0000\ndata {}\n{msg}\n",
+            mark + 1,
+            msg.len() + 1
+        ));
+        if mark == 1 {
+            s.push_str("from :1\n");
+        }
+        for i in 0..n {
+            let body = format!("file {i} version {mark}\n");
+            s.push_str(&format!("M 100644 inline src/d{}/f{i}.txt\ndata {}\n{body}\n", i % 100, body.len()));
+        }
+    }
+    fi.stdin.take().expect("stdin").write_all(s.as_bytes()).expect("write stream");
+    assert!(fi.wait().expect("wait").success());
+    (git(repo, &["rev-parse", "main~1"]), git(repo, &["rev-parse", "main"]))
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let arg = |name: &str, default: usize| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let files = arg("--files", 10_000);
+    let rounds = arg("--rounds", 20).max(1);
+    let root = match args.iter().position(|a| a == "--dir").and_then(|i| args.get(i + 1)) {
+        Some(d) => tempfile::tempdir_in(d).expect("tempdir"),
+        None => tempfile::tempdir().expect("tempdir"),
+    };
+    let repo = root.path().join("repo");
+    std::fs::create_dir_all(&repo).expect("mkdir");
+    let (c1, c2) = build_repo(&repo, files);
+
+    let t = Instant::now();
+    git(
+        &repo,
+        &["worktree", "add", "-q", "--detach", root.path().join("cli-wt").to_str().expect("utf8"), &c1],
+    );
+    let cli_add = t.elapsed();
+
+    let t = Instant::now();
+    let first = worktree::prepare(&repo, "bench", "swarm/b/t0", &c1).expect("first prepare");
+    let first_prepare = t.elapsed();
+    assert!(first.created);
+
+    let mut moves = Vec::with_capacity(rounds);
+    for i in 0..rounds {
+        let base = if i % 2 == 0 { &c2 } else { &c1 };
+        let t = Instant::now();
+        worktree::prepare(&repo, "bench", &format!("swarm/b/t{}", i + 1), base).expect("move");
+        moves.push(t.elapsed());
+    }
+    let next = median(moves);
+    println!("worktree bench: {files} files, bases 5 files apart, {rounds} moves");
+    println!("  git worktree add (CLI)       {:>9.1} ms", cli_add.as_secs_f64() * 1e3);
+    println!(
+        "  first prepare (new worktree) {:>9.1} ms  ({:.2}x the CLI)",
+        first_prepare.as_secs_f64() * 1e3,
+        first_prepare.as_secs_f64() / cli_add.as_secs_f64()
+    );
+    println!("  next task's prepare (median) {:>9.1} ms  (aim <= 50 ms)", next.as_secs_f64() * 1e3);
+}
