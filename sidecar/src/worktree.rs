@@ -112,30 +112,19 @@ pub fn prepare(
         if path.exists() {
             std::fs::remove_dir_all(&path).map_err(io(&path))?;
         }
-        let full = format!("refs/heads/{branch}");
-        repo.reference(&full, oid, true, "swarm-sidecar: attempt base")?;
+        // The worktree starts on a parking ref, never on the task branch:
+        // `worktree add` on a branch that another worktree has checked out
+        // (a lost sidecar's, after a reassignment) fails and can leave the
+        // branch's lock file behind.
+        let park = format!("refs/heads/swarm-workspaces/{worker_id}");
+        let park_ref = repo.reference(&park, oid, true, "swarm-sidecar: new worktree")?;
         let mut opts = WorktreeAddOptions::new();
-        let on_branch = {
-            let branch_ref = repo.find_reference(&full)?;
-            opts.reference(Some(&branch_ref));
-            repo.worktree(worker_id, &path, Some(&opts)).is_ok()
-        };
-        if !on_branch {
-            // The branch is checked out in another worktree (a lost sidecar's,
-            // after a reassignment): start this one on a parking ref, detach,
-            // and drop the parking ref.
-            let park = format!("refs/heads/swarm-workspaces/{worker_id}");
-            if path.exists() {
-                std::fs::remove_dir_all(&path).map_err(io(&path))?;
-            }
-            let park_ref = repo.reference(&park, oid, true, "swarm-sidecar: new worktree")?;
-            let mut opts = WorktreeAddOptions::new();
-            opts.reference(Some(&park_ref));
-            repo.worktree(worker_id, &path, Some(&opts))?;
-            Repository::open(&path)?.set_head_detached(oid)?;
-            repo.find_reference(&park)?.delete()?;
-        }
-        remember_branch(&path, branch)?;
+        opts.reference(Some(&park_ref));
+        repo.worktree(worker_id, &path, Some(&opts))?;
+        let wt = Repository::open(&path)?;
+        wt.set_head_detached(oid)?;
+        repo.find_reference(&park)?.delete()?;
+        point_at_branch(&repo, &wt, branch, oid)?;
         return Ok(Prepared { path, created: true });
     }
     let wt = Repository::open(&path)?;
@@ -145,15 +134,33 @@ pub fn prepare(
     co.force().remove_untracked(true).remove_ignored(false);
     wt.checkout_tree(commit.as_object(), Some(&mut co))?;
     wt.set_head_detached(oid)?;
+    point_at_branch(&repo, &wt, branch, oid)?;
+    Ok(Prepared { path, created: false })
+}
+
+/// Moves the task branch to `oid` and puts the (detached) worktree on it.
+/// When another worktree has the branch checked out (a lost sidecar's),
+/// libgit2 refuses `set_head`: the worktree then works detached and
+/// `commit_all` publishes its commits to the branch.
+fn point_at_branch(repo: &Repository, wt: &Repository, branch: &str, oid: Oid) -> Result<(), WorktreeError> {
     let full = format!("refs/heads/{branch}");
-    repo.reference(&full, oid, true, "swarm-sidecar: attempt base")?;
+    // Another process (a lost sidecar that woke up) may hold the ref's lock
+    // for a moment.
+    let mut tries = 0;
+    loop {
+        match repo.reference(&full, oid, true, "swarm-sidecar: attempt base") {
+            Ok(_) => break,
+            Err(e) if e.code() == git2::ErrorCode::Locked && tries < 10 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
     if let Err(e) = wt.set_head(&full) {
-        // Checked out in another (lost) worktree: work detached; commits are
-        // published to the branch by `commit_all`.
         tracing::warn!(branch, error = %e.message(), "task branch is checked out elsewhere; working detached");
     }
-    remember_branch(&path, branch)?;
-    Ok(Prepared { path, created: false })
+    remember_branch(wt.workdir().unwrap_or(wt.path()), branch)
 }
 
 /// The task branch a worktree works for, kept in its git dir so a detached

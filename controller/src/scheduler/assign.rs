@@ -130,12 +130,12 @@ impl Scheduler {
             ended_at: 0,
             tiers: Vec::new(),
         };
-        fx.batch.attempt(attempt.row());
+        fx.dirty_attempts.insert((attempt.task.clone(), attempt.number));
         self.attempts.insert((key.clone(), number), attempt);
         if let Some(w) = self.workers.get_mut(worker_id) {
             w.attempt = Some((key.clone(), number));
             w.updated_at = now_ms();
-            fx.batch.worker(w.row());
+            fx.dirty_workers.insert(w.id.clone());
         }
         self.lease_seen.insert(worker_id.to_string(), self.mono_ms());
         self.set_state(key, TaskState::Running, &format!("attempt {number} assigned to {worker_id}"), fx);

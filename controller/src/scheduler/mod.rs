@@ -78,6 +78,11 @@ struct Effects {
     replies: Vec<Box<dyn FnOnce() + Send>>,
     merges: Vec<MergeJob>,
     touched_swarms: HashSet<SwarmId>,
+    /// Rows changed this turn; written once each, from their final state,
+    /// just before the commit.
+    dirty_tasks: HashSet<TaskKey>,
+    dirty_attempts: HashSet<(TaskKey, u32)>,
+    dirty_workers: HashSet<String>,
 }
 
 pub struct Scheduler {
@@ -168,6 +173,21 @@ impl Scheduler {
         self.schedule(&mut fx);
         for swarm in std::mem::take(&mut fx.touched_swarms) {
             self.refresh_swarm(&swarm, &mut fx);
+        }
+        for key in std::mem::take(&mut fx.dirty_tasks) {
+            if let Some(t) = self.tasks.get(&key) {
+                fx.batch.task(t.row());
+            }
+        }
+        for key in std::mem::take(&mut fx.dirty_attempts) {
+            if let Some(a) = self.attempts.get(&key) {
+                fx.batch.attempt(a.row());
+            }
+        }
+        for id in std::mem::take(&mut fx.dirty_workers) {
+            if let Some(w) = self.workers.get(&id) {
+                fx.batch.worker(w.row());
+            }
         }
         if !fx.batch.is_empty() {
             match self.store.commit(&fx.batch) {
@@ -306,7 +326,7 @@ impl Scheduler {
             task.percent = if to == TaskState::Merged { 100 } else { task.percent };
         }
         let attempt = task.attempts;
-        fx.batch.task(task.row());
+        fx.dirty_tasks.insert(task.key.clone());
         fx.touched_swarms.insert(key.swarm.clone());
         if let Some(seq) = self.ready_seq.remove(key) {
             self.ready.remove(&(seq, key.clone()));
@@ -356,7 +376,7 @@ impl Scheduler {
                 a.ended_at = now_ms();
             }
             let worker = a.worker.clone();
-            fx.batch.attempt(a.row());
+            fx.dirty_attempts.insert((a.task.clone(), a.number));
             tracing::info!(attempt = %key.attempt(number), %from, %to, "attempt state");
             self.task_event(
                 fx,
@@ -378,7 +398,7 @@ impl Scheduler {
         {
             w.attempt = None;
             w.updated_at = now_ms();
-            fx.batch.worker(w.row());
+            fx.dirty_workers.insert(w.id.clone());
         }
     }
 

@@ -205,7 +205,7 @@ impl Scheduler {
                 percent: 0,
                 step: String::new(),
             };
-            fx.batch.task(task.row());
+            fx.dirty_tasks.insert(task.key.clone());
             self.metrics.task_state(None, task.state);
             self.tasks.insert(key, task);
         }
@@ -235,7 +235,7 @@ impl Scheduler {
                 let number = t.attempts;
                 if let Some(t) = self.tasks.get_mut(key) {
                     t.cancel_requested = true;
-                    fx.batch.task(t.row());
+                    fx.dirty_tasks.insert(t.key.clone());
                 }
                 self.task_event(
                     fx,
@@ -373,7 +373,7 @@ impl Scheduler {
                 answer: text.to_string(),
             });
             t.notes.pending_question = None;
-            fx.batch.task(t.row());
+            fx.dirty_tasks.insert(t.key.clone());
             t.attempts
         } else {
             0
@@ -396,7 +396,7 @@ impl Scheduler {
             .get_mut(worker)
             .ok_or_else(|| SchedError::NotFound(format!("worker {worker:?} not found")))?;
         w.draining = true;
-        fx.batch.worker(w.row());
+        fx.dirty_workers.insert(w.id.clone());
         let view = WorkerView::of(w, now);
         self.send(worker, Outbound::Drain { reason: "drained by the operator".into() }, fx);
         self.event(

@@ -38,7 +38,7 @@ impl Scheduler {
         let current = worker.attempt.clone();
         let last_applied_seq = worker.last_applied_seq;
         let draining = worker.draining;
-        fx.batch.worker(worker.row());
+        fx.dirty_workers.insert(worker.id.clone());
         self.lease_seen.insert(hello.worker_id.clone(), self.mono_ms());
 
         let held = hello.attempt_in_hand.as_ref();
@@ -183,7 +183,7 @@ impl Scheduler {
         if seq > 0 {
             if let Some(w) = self.workers.get_mut(worker_id) {
                 w.last_applied_seq = seq;
-                fx.batch.worker(w.row());
+                fx.dirty_workers.insert(w.id.clone());
             }
             self.send(worker_id, Outbound::Ack { seq }, fx);
         }
@@ -248,7 +248,7 @@ impl Scheduler {
                         category: category.clone(),
                         attempt: attempt.number,
                     });
-                    fx.batch.task(t.row());
+                    fx.dirty_tasks.insert(t.key.clone());
                 }
                 self.task_event(
                     fx,

@@ -169,6 +169,9 @@ impl Store {
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
+        // Keep the working set in memory: the scheduler rewrites the same
+        // task and attempt rows many times.
+        conn.pragma_update(None, "cache_size", -65_536)?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         let mut store = Store { conn, path: path.into() };
         schema::migrate(&mut store.conn, &store.path)?;
