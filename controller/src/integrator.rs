@@ -192,8 +192,19 @@ fn ensure_branch(integrator: &Integrator, branch: &str, from: &str) -> Result<St
     integrator.ensure_branch(branch, &base).map_err(|e| SchedError::FailedPrecondition(e.to_string()))
 }
 
-#[tracing::instrument(skip_all, fields(task = %job.task, attempt = %job.attempt_label, strategy = %job.strategy))]
 fn merge(integrator: &Integrator, job: MergeJob) -> MergeResult {
+    let span = tracing::info_span!(
+        "merge",
+        swarm = %job.task.swarm,
+        task = %job.task,
+        attempt = %job.attempt_label,
+        strategy = %job.strategy,
+        recovering = job.recovering,
+    );
+    // One swarm is one trace: the merge sits under its task beside the
+    // attempts.
+    swarm_telemetry::join_swarm_trace(&span, job.task.swarm.as_str(), &job.task.to_string());
+    let _entered = span.enter();
     let mut result = MergeResult {
         task: job.task.clone(),
         attempt: job.attempt,
