@@ -36,6 +36,19 @@ async fn conflict_setup(h: &Harness, defaults: &str) -> (Sim, v1::Assign) {
     let ca = commit_on(h.repo(), &a.base_commit, &[("shared.txt", "from a\n")], "a");
     s1.result(&a, v1::Outcome::Success, 0, &ca).await;
     h.wait_state("s/a", v1::TaskState::Merged).await;
+    // Only w2 may take b's next attempt: w1 leaves, and b's result is sent
+    // once the controller has seen it go.
+    drop(s1);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let workers =
+            h.operator().list_workers(v1::ListWorkersRequest {}).await.expect("workers").into_inner();
+        if workers.workers.iter().any(|w| w.id == "w1" && !w.connected) {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "w1 never disconnected");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
     let cb = commit_on(h.repo(), &b.base_commit, &[("shared.txt", "from b\n"), ("b/x", "x\n")], "b");
     s2.result(&b, v1::Outcome::Success, 0, &cb).await;
     (s2, b)
