@@ -48,6 +48,11 @@ impl Ownership {
     /// `src/*.rs` and `src/*.md` count as overlapping). A false overlap only
     /// serializes two tasks; a missed one would let them collide.
     pub fn overlaps(&self, other: &Ownership) -> bool {
+        if self.prefixes.is_empty() && other.prefixes.is_empty() {
+            // Plain paths on both sides (the common case): no glob matching,
+            // which would build a match candidate per path on every check.
+            return self.literals.iter().any(|p| other.literals.contains(p));
+        }
         if self.literals.iter().any(|p| other.set.is_match(p) || other.literals.contains(p)) {
             return true;
         }
