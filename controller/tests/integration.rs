@@ -138,7 +138,8 @@ async fn a_crash_between_the_ref_move_and_the_store_commit_leaves_exactly_one_me
     let conn = rusqlite::Connection::open(&db).expect("db");
     conn.execute("UPDATE tasks SET state = 'MERGING', merge_commit = '' WHERE id = 'a'", [])
         .expect("rewind task");
-    conn.execute("UPDATE swarms SET integration_head = ?1, state = 'ACTIVE'", [&base]).expect("rewind swarm");
+    conn.execute("UPDATE swarm_progress SET integration_head = ?1, state = 'ACTIVE'", [&base])
+        .expect("rewind swarm");
     drop(conn);
 
     h.restart().await;

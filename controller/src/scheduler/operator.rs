@@ -168,7 +168,7 @@ impl Scheduler {
                 c
             },
         };
-        fx.batch.swarm(swarm.row());
+        fx.batch.new_swarm(swarm.row());
         self.event(
             fx,
             plan.swarm.as_str(),

@@ -16,7 +16,8 @@ pub struct Snapshot {
 pub fn load(conn: &Connection) -> Result<Snapshot, StoreError> {
     let mut snap = Snapshot::default();
     let mut stmt = conn.prepare(
-        "SELECT id, plan, state, integration_head, created_at FROM swarms ORDER BY created_at, id",
+        "SELECT s.id, s.plan, COALESCE(p.state, s.state), COALESCE(p.integration_head, s.integration_head), s.created_at
+         FROM swarms s LEFT JOIN swarm_progress p ON p.swarm = s.id ORDER BY s.created_at, s.id",
     )?;
     snap.swarms = stmt
         .query_map([], |r| {

@@ -110,6 +110,8 @@ pub struct EventRow {
 #[derive(Debug, Default)]
 pub struct Batch {
     swarms: HashMap<String, SwarmRow>,
+    /// Swarms created in this batch: their plan is written once.
+    new_swarms: std::collections::HashSet<String>,
     tasks: HashMap<(String, String), TaskRow>,
     attempts: HashMap<(String, String, u32), AttemptRow>,
     workers: HashMap<String, WorkerRow>,
@@ -117,6 +119,13 @@ pub struct Batch {
 }
 
 impl Batch {
+    /// A new swarm: its plan and its progress.
+    pub fn new_swarm(&mut self, row: SwarmRow) {
+        self.new_swarms.insert(row.id.clone());
+        self.swarms.insert(row.id.clone(), row);
+    }
+    /// A swarm's progress (state, integration head); the plan is not
+    /// rewritten.
     pub fn swarm(&mut self, row: SwarmRow) {
         self.swarms.insert(row.id.clone(), row);
     }
@@ -204,11 +213,18 @@ impl Store {
         let tx = self.conn.transaction()?;
         {
             let mut stmt = tx.prepare_cached(
-                "INSERT INTO swarms (id, plan, state, integration_head, created_at) VALUES (?1, ?2, ?3, ?4, ?5)
-                 ON CONFLICT(id) DO UPDATE SET state = excluded.state, integration_head = excluded.integration_head",
+                "INSERT INTO swarms (id, plan, state, integration_head, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?;
+            for id in &batch.new_swarms {
+                if let Some(r) = batch.swarms.get(id) {
+                    stmt.execute(params![r.id, &*r.plan, r.state, r.integration_head, r.created_at])?;
+                }
+            }
+            let mut stmt = tx.prepare_cached(
+                "INSERT OR REPLACE INTO swarm_progress (swarm, state, integration_head) VALUES (?1, ?2, ?3)",
             )?;
             for r in batch.swarms.values() {
-                stmt.execute(params![r.id, &*r.plan, r.state, r.integration_head, r.created_at])?;
+                stmt.execute(params![r.id, r.state, r.integration_head])?;
             }
             let mut stmt = tx.prepare_cached(
                 "INSERT OR REPLACE INTO tasks (swarm, id, state, attempts, retries_used, not_before, resume_commit,

@@ -7,7 +7,7 @@ use rusqlite::Connection;
 
 use super::StoreError;
 
-const MIGRATIONS: &[&str] = &[
+pub(super) const MIGRATIONS: &[&str] = &[
     // 1: the initial schema.
     "CREATE TABLE swarms (
         id TEXT PRIMARY KEY,
@@ -71,6 +71,17 @@ const MIGRATIONS: &[&str] = &[
         data TEXT NOT NULL
     );
     CREATE INDEX events_by_swarm ON events (swarm, id);",
+    // 2: a swarm's changing state lives apart from its plan text, which can
+    // be megabytes: updating the head must not rewrite the plan's pages.
+    // (swarms.state and swarms.integration_head keep their values from
+    // creation and are no longer read.)
+    "CREATE TABLE swarm_progress (
+        swarm TEXT PRIMARY KEY REFERENCES swarms(id),
+        state TEXT NOT NULL,
+        integration_head TEXT NOT NULL
+    );
+    INSERT INTO swarm_progress (swarm, state, integration_head)
+        SELECT id, state, integration_head FROM swarms;",
 ];
 
 pub const VERSION: i64 = MIGRATIONS.len() as i64;

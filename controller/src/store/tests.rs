@@ -30,7 +30,7 @@ fn a_committed_batch_is_loaded_back() {
     let path = dir.path().join("swarm.db");
     let mut store = Store::open(&path).expect("open");
     let mut batch = Batch::default();
-    batch.swarm(swarm("s"));
+    batch.new_swarm(swarm("s"));
     batch.task(task("s", "a", "READY"));
     batch.task(task("s", "a", "RUNNING")); // the last write of a key wins
     batch.attempt(AttemptRow {
@@ -67,7 +67,7 @@ fn reopening_after_the_writer_died_mid_batch_keeps_only_committed_batches() {
     let path = dir.path().join("swarm.db");
     let mut store = Store::open(&path).expect("open");
     let mut first = Batch::default();
-    first.swarm(swarm("s"));
+    first.new_swarm(swarm("s"));
     first.task(task("s", "a", "READY"));
     first.event(event(1, "s"));
     store.commit(&first).expect("commit");
@@ -123,4 +123,40 @@ fn a_store_from_a_newer_controller_is_refused() {
         Err(StoreError::TooNew { found: 99, .. }) => {}
         other => panic!("expected TooNew, got {:?}", other.map(|_| ())),
     }
+}
+
+#[test]
+fn swarm_progress_is_written_without_rewriting_the_plan() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("swarm.db");
+    let mut store = Store::open(&path).expect("open");
+    let mut batch = Batch::default();
+    batch.new_swarm(swarm("s"));
+    store.commit(&batch).expect("create");
+    let mut batch = Batch::default();
+    batch.swarm(SwarmRow { state: "COMPLETED".into(), integration_head: "h2".into(), ..swarm("s") });
+    store.commit(&batch).expect("progress");
+    let snap = store.load().expect("load");
+    assert_eq!(snap.swarms[0].state, "COMPLETED");
+    assert_eq!(snap.swarms[0].integration_head, "h2");
+    assert_eq!(&*snap.swarms[0].plan, "name = \"x\"");
+}
+
+#[test]
+fn a_version_1_store_is_migrated_with_its_swarms_progress() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("swarm.db");
+    {
+        let conn = Connection::open(&path).expect("raw");
+        conn.execute_batch(schema::MIGRATIONS[0]).expect("v1 schema");
+        conn.pragma_update(None, "user_version", 1).expect("v1");
+        conn.execute(
+            "INSERT INTO swarms (id, plan, state, integration_head, created_at) VALUES ('s', 'p', 'ACTIVE', 'h1', 1)",
+            [],
+        )
+        .expect("v1 row");
+    }
+    let store = Store::open(&path).expect("migrates");
+    let snap = store.load().expect("load");
+    assert_eq!((snap.swarms[0].state.as_str(), snap.swarms[0].integration_head.as_str()), ("ACTIVE", "h1"));
 }
