@@ -181,6 +181,9 @@ impl Store {
         // Keep the working set in memory: the scheduler rewrites the same
         // task and attempt rows many times.
         conn.pragma_update(None, "cache_size", -65_536)?;
+        // Checkpoint the WAL every ~40 MiB rather than every 4 MiB: under
+        // load, checkpoints were a sixth of the writer's time.
+        conn.pragma_update(None, "wal_autocheckpoint", 10_000)?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         let mut store = Store { conn, path: path.into() };
         schema::migrate(&mut store.conn, &store.path)?;
