@@ -224,15 +224,24 @@ impl Store {
                 }
             }
             let mut stmt = tx.prepare_cached(
-                "INSERT OR REPLACE INTO swarm_progress (swarm, state, integration_head) VALUES (?1, ?2, ?3)",
+                "INSERT INTO swarm_progress (swarm, state, integration_head) VALUES (?1, ?2, ?3)
+                 ON CONFLICT(swarm) DO UPDATE SET state = excluded.state, integration_head = excluded.integration_head",
             )?;
             for r in batch.swarms.values() {
                 stmt.execute(params![r.id, r.state, r.integration_head])?;
             }
             let mut stmt = tx.prepare_cached(
-                "INSERT OR REPLACE INTO tasks (swarm, id, state, attempts, retries_used, not_before, resume_commit,
+                // An upsert updates the row in place; REPLACE would delete
+                // and re-insert it (and its index entry) on every write.
+                "INSERT INTO tasks (swarm, id, state, attempts, retries_used, not_before, resume_commit,
                    result_commit, merge_commit, reason, cancel_requested, notes, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+                 ON CONFLICT(swarm, id) DO UPDATE SET state = excluded.state, attempts = excluded.attempts,
+                   retries_used = excluded.retries_used, not_before = excluded.not_before,
+                   resume_commit = excluded.resume_commit, result_commit = excluded.result_commit,
+                   merge_commit = excluded.merge_commit, reason = excluded.reason,
+                   cancel_requested = excluded.cancel_requested, notes = excluded.notes,
+                   updated_at = excluded.updated_at",
             )?;
             for r in batch.tasks.values() {
                 stmt.execute(params![
@@ -252,9 +261,14 @@ impl Store {
                 ])?;
             }
             let mut stmt = tx.prepare_cached(
-                "INSERT OR REPLACE INTO attempts (swarm, task, number, state, worker, token, base_commit,
+                "INSERT INTO attempts (swarm, task, number, state, worker, token, base_commit,
                    result_commit, outcome, exit_code, summary, error, started_at, ended_at, tiers)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
+                 ON CONFLICT(swarm, task, number) DO UPDATE SET state = excluded.state, worker = excluded.worker,
+                   token = excluded.token, base_commit = excluded.base_commit,
+                   result_commit = excluded.result_commit, outcome = excluded.outcome,
+                   exit_code = excluded.exit_code, summary = excluded.summary, error = excluded.error,
+                   started_at = excluded.started_at, ended_at = excluded.ended_at, tiers = excluded.tiers",
             )?;
             for r in batch.attempts.values() {
                 stmt.execute(params![
@@ -276,8 +290,11 @@ impl Store {
                 ])?;
             }
             let mut stmt = tx.prepare_cached(
-                "INSERT OR REPLACE INTO workers (id, host, labels, last_applied_seq, draining, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                "INSERT INTO workers (id, host, labels, last_applied_seq, draining, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT(id) DO UPDATE SET host = excluded.host, labels = excluded.labels,
+                   last_applied_seq = excluded.last_applied_seq, draining = excluded.draining,
+                   updated_at = excluded.updated_at",
             )?;
             for r in batch.workers.values() {
                 stmt.execute(params![
