@@ -1,6 +1,7 @@
 //! Matching READY tasks to idle workers: labels, and exclusive file
 //! ownership between live attempts.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
@@ -65,6 +66,56 @@ impl Ownership {
     }
 }
 
+/// The owned globs of every live attempt, indexed so that checking a task
+/// whose globs are plain paths costs a lookup per path rather than a
+/// comparison with every live attempt.
+#[derive(Debug, Default)]
+pub struct LiveOwnership {
+    all: HashMap<TaskKey, Arc<Ownership>>,
+    /// Plain paths owned by live attempts, with how many own each.
+    literals: HashMap<String, u32>,
+    /// Live attempts that own at least one wildcard glob.
+    wild: HashMap<TaskKey, Arc<Ownership>>,
+}
+
+impl LiveOwnership {
+    pub fn insert(&mut self, key: TaskKey, own: Arc<Ownership>) {
+        if self.all.contains_key(&key) {
+            return;
+        }
+        for p in &own.literals {
+            *self.literals.entry(p.clone()).or_insert(0) += 1;
+        }
+        if !own.prefixes.is_empty() {
+            self.wild.insert(key.clone(), own.clone());
+        }
+        self.all.insert(key, own);
+    }
+
+    pub fn remove(&mut self, key: &TaskKey) {
+        let Some(own) = self.all.remove(key) else { return };
+        for p in &own.literals {
+            if let Some(n) = self.literals.get_mut(p) {
+                *n -= 1;
+                if *n == 0 {
+                    self.literals.remove(p);
+                }
+            }
+        }
+        self.wild.remove(key);
+    }
+
+    /// Whether `own` overlaps a live attempt's globs.
+    pub fn conflicts(&self, own: &Ownership) -> bool {
+        if own.prefixes.is_empty() {
+            own.literals.iter().any(|p| self.literals.contains_key(p))
+                || self.wild.values().any(|o| o.overlaps(own))
+        } else {
+            self.all.values().any(|o| o.overlaps(own))
+        }
+    }
+}
+
 impl Scheduler {
     /// Gives READY tasks to idle workers until one side runs out.
     pub(super) fn schedule(&mut self, fx: &mut Effects) {
@@ -87,7 +138,7 @@ impl Scheduler {
                     continue;
                 }
                 let Some(own) = self.ownership.get(key) else { continue };
-                if self.running.iter().any(|(other, o)| other != key && o.overlaps(own)) {
+                if self.running.conflicts(own) {
                     continue;
                 }
                 chosen = Some(key.clone());
@@ -196,6 +247,22 @@ mod tests {
         assert!(!own(&["src/api/**"]).overlaps(&own(&["src/db/**"])));
         assert!(!own(&["a.txt"]).overlaps(&own(&["b.txt"])));
         assert!(!own(&["src/*.rs"]).overlaps(&own(&["docs/a.md"])));
+    }
+
+    #[test]
+    fn live_ownership_tracks_inserts_and_removals() {
+        let key = |t: &str| TaskKey::parse(&format!("s/{t}")).expect("key");
+        let mut live = LiveOwnership::default();
+        live.insert(key("a"), Arc::new(own(&["a.txt", "shared.txt"])));
+        live.insert(key("w"), Arc::new(own(&["src/**"])));
+        assert!(live.conflicts(&own(&["shared.txt"])), "a plain path held by a");
+        assert!(live.conflicts(&own(&["src/x.rs"])), "a plain path under w's glob");
+        assert!(live.conflicts(&own(&["src/api/**"])), "a glob nested in w's");
+        assert!(!live.conflicts(&own(&["b.txt"])));
+        live.remove(&key("a"));
+        assert!(!live.conflicts(&own(&["shared.txt"])), "released with a");
+        live.remove(&key("w"));
+        assert!(!live.conflicts(&own(&["src/x.rs"])));
     }
 
     #[test]

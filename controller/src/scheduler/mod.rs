@@ -100,7 +100,7 @@ pub struct Scheduler {
     ready_seq: HashMap<TaskKey, u64>,
     next_ready_seq: u64,
     /// Owned globs of every task with a live attempt.
-    running: HashMap<TaskKey, Arc<Ownership>>,
+    running: assign::LiveOwnership,
     ownership: HashMap<TaskKey, Arc<Ownership>>,
     dependents: HashMap<TaskKey, Vec<TaskKey>>,
     next_token: u64,

@@ -37,7 +37,7 @@ pub fn recover(
         ready: BTreeSet::new(),
         ready_seq: HashMap::new(),
         next_ready_seq: 0,
-        running: HashMap::new(),
+        running: Default::default(),
         ownership: HashMap::new(),
         dependents: HashMap::new(),
         next_token: 1,
