@@ -92,6 +92,19 @@ text_enum!(MergeStrategy { Merge = "merge", Squash = "squash", Rebase = "rebase"
 text_enum!(ConflictPolicy { Return = "return", Hold = "hold" });
 text_enum!(OwnershipPolicy { Enforce = "enforce", Warn = "warn" });
 
+/// When a task's setup commands run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum SetupOn {
+    /// When the sidecar makes its worktree (the worktree, and its build
+    /// caches, are then reused across tasks).
+    #[default]
+    Create,
+    /// Before every attempt.
+    Attempt,
+}
+text_enum!(SetupOn { Create = "create", Attempt = "attempt" });
+
 /// Exponential backoff with jitter, in the spirit of Temporal and Nomad.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RetryPolicy {
@@ -148,6 +161,7 @@ pub struct TaskSpec {
     pub on_conflict: ConflictPolicy,
     pub ownership: OwnershipPolicy,
     pub setup: Vec<String>,
+    pub setup_on: SetupOn,
 }
 
 /// A validated plan.
@@ -222,6 +236,7 @@ struct RawDefaults {
     ownership: Option<OwnershipPolicy>,
     #[serde(default)]
     setup: Vec<String>,
+    setup_on: Option<SetupOn>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -252,6 +267,7 @@ struct RawTask {
     on_conflict: Option<ConflictPolicy>,
     ownership: Option<OwnershipPolicy>,
     setup: Option<Vec<String>>,
+    setup_on: Option<SetupOn>,
 }
 
 /// A worker command: a shell line (run with `sh -c`) or an argv array.
@@ -436,6 +452,7 @@ fn validate(raw: RawPlan) -> Result<Plan, PlanError> {
             on_conflict: task.on_conflict.or(d.on_conflict).unwrap_or_default(),
             ownership: task.ownership.or(d.ownership).unwrap_or_default(),
             setup: task.setup.clone().unwrap_or_else(|| d.setup.clone()),
+            setup_on: task.setup_on.or(d.setup_on).unwrap_or_default(),
         });
         if tasks.last().is_some_and(|t| t.idle_timeout_secs == 0) {
             return Err(err(at("idle_timeout_secs"), "must be at least 1"));

@@ -48,6 +48,7 @@ pub struct Assignment {
     pub max_restarts: u32,
     pub traceparent: String,
     pub setup: Vec<String>,
+    pub setup_every_attempt: bool,
     /// The message as received, kept for the journal and for equality.
     pub wire: v1::Assign,
 }
@@ -81,6 +82,7 @@ impl TryFrom<&v1::Assign> for Assignment {
             max_restarts: a.max_restarts,
             traceparent: a.traceparent.clone(),
             setup: a.setup.clone(),
+            setup_every_attempt: a.setup_every_attempt,
             wire: a.clone(),
         })
     }
@@ -234,7 +236,7 @@ async fn drive(
     let files = SwarmFiles::new(&wt);
     prepare_swarm_dir(&files, a).map_err(|e| format!("writing {}: {e}", files.dir.display()))?;
     let env = worker_env(ctx, a, &files);
-    if prepared.created {
+    if prepared.created || a.setup_every_attempt {
         for cmd in &a.setup {
             let tier = Tier {
                 name: "setup".into(),

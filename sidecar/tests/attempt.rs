@@ -357,6 +357,16 @@ async fn setup_runs_only_when_the_worktree_is_made() {
     assert_eq!(run_with(ctx(repo.path(), "w1"), b, None).await.outcome(), v1::Outcome::Success);
     assert!(!marker.exists(), "setup is not run again on a reused worktree");
 
+    let mut every = assign(&base, &worker, "t2b");
+    every.setup = a.setup.clone();
+    every.setup_every_attempt = true;
+    assert_eq!(run_with(ctx(repo.path(), "w1"), every, None).await.outcome(), v1::Outcome::Success);
+    assert_eq!(
+        std::fs::read_to_string(&marker).expect("setup ran again").trim(),
+        "t2b",
+        "setup_on = \"attempt\" runs it on a reused worktree"
+    );
+
     let mut c = assign(&base, &worker, "t3");
     c.setup = vec!["exit 9".into()];
     let run = run_with(ctx(repo.path(), "w2"), c, None).await;

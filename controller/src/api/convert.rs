@@ -217,6 +217,7 @@ fn assign(a: &AssignSpec) -> v1::Assign {
         max_restarts: a.max_restarts,
         traceparent: a.traceparent.clone(),
         setup: a.setup.clone(),
+        setup_every_attempt: a.setup_every_attempt,
     }
 }
 

@@ -225,6 +225,7 @@ impl Scheduler {
             idle_timeout_secs: task.spec.idle_timeout_secs,
             max_restarts: task.spec.max_restarts,
             setup: task.spec.setup.clone(),
+            setup_every_attempt: task.spec.setup_on == swarm_core::plan::SetupOn::Attempt,
             traceparent: String::new(),
         })
     }

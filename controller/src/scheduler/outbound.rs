@@ -27,6 +27,7 @@ pub struct AssignSpec {
     pub idle_timeout_secs: u32,
     pub max_restarts: u32,
     pub setup: Vec<String>,
+    pub setup_every_attempt: bool,
     pub traceparent: String,
 }
 

@@ -38,6 +38,16 @@ fn a_good_plan_parses_with_defaults_applied() {
     assert_eq!(api.verify.len(), 1);
     assert_eq!(api.max_restarts, 2);
     assert_eq!(plan.tasks[0].title, "db");
+    assert_eq!(api.setup_on, SetupOn::Create);
+}
+
+#[test]
+fn setup_can_run_before_every_attempt() {
+    let plan = Plan::parse(&task_block("setup = [\"npm ci\"]\nsetup_on = \"attempt\"")).expect("valid");
+    assert_eq!(plan.tasks[0].setup, vec!["npm ci"]);
+    assert_eq!(plan.tasks[0].setup_on, SetupOn::Attempt);
+    let e = Plan::parse(&task_block("setup_on = \"always\"")).expect_err("bad value");
+    assert_eq!(e.path, "tasks[0].setup_on");
 }
 
 fn task_block(extra: &str) -> String {
