@@ -76,7 +76,11 @@ pub fn exclude_swarm_dir(repo: &Repository) -> Result<(), WorktreeError> {
     }
     next.push_str(&rule);
     next.push('\n');
-    std::fs::write(&path, next).map_err(io(&path))
+    // Write and rename: sidecars starting together must never read a
+    // half-written file and write back less than was there.
+    let tmp = info.join(format!("exclude.swarm-{}", std::process::id()));
+    std::fs::write(&tmp, next).map_err(io(&tmp))?;
+    std::fs::rename(&tmp, &path).map_err(io(&path))
 }
 
 /// Where the worktree ended up.
@@ -115,7 +119,9 @@ pub fn prepare(
         // The worktree starts on a parking ref, never on the task branch:
         // `worktree add` on a branch that another worktree has checked out
         // (a lost sidecar's, after a reassignment) fails and can leave the
-        // branch's lock file behind.
+        // branch's lock file behind. The parking ref stays (deleting a ref
+        // takes the shared packed-refs lock, which sidecars starting together
+        // would race for).
         let park = format!("refs/heads/swarm-workspaces/{worker_id}");
         let park_ref = repo.reference(&park, oid, true, "swarm-sidecar: new worktree")?;
         let mut opts = WorktreeAddOptions::new();
@@ -123,7 +129,6 @@ pub fn prepare(
         repo.worktree(worker_id, &path, Some(&opts))?;
         let wt = Repository::open(&path)?;
         wt.set_head_detached(oid)?;
-        repo.find_reference(&park)?.delete()?;
         point_at_branch(&repo, &wt, branch, oid)?;
         return Ok(Prepared { path, created: true });
     }
