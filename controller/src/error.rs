@@ -18,12 +18,6 @@ pub enum SchedError {
     Unavailable(String),
 }
 
-impl SchedError {
-    pub fn invalid(field: impl Into<String>, rule: impl Into<String>) -> Self {
-        SchedError::InvalidArgument { field: field.into(), rule: rule.into() }
-    }
-}
-
 impl From<SchedError> for tonic::Status {
     fn from(e: SchedError) -> Self {
         let message = e.to_string();

@@ -74,7 +74,6 @@ enum Request {
     Merge(MergeJob),
     EnsureBranch { branch: String, from: String, reply: oneshot::Sender<Result<String, SchedError>> },
     FastForward { target: String, new_head: String, reply: oneshot::Sender<Result<Landed, SchedError>> },
-    CommitExists { id: String, reply: oneshot::Sender<bool> },
 }
 
 #[derive(Clone)]
@@ -107,12 +106,6 @@ impl IntegratorHandle {
         let (reply, rx) = oneshot::channel();
         self.call(Request::FastForward { target: target.into(), new_head: new_head.into(), reply })?;
         rx.await.map_err(|_| gone())?
-    }
-
-    pub async fn commit_exists(&self, id: &str) -> Result<bool, SchedError> {
-        let (reply, rx) = oneshot::channel();
-        self.call(Request::CommitExists { id: id.into(), reply })?;
-        rx.await.map_err(|_| gone())
     }
 
     fn call(&self, r: Request) -> Result<(), SchedError> {
@@ -174,9 +167,6 @@ fn serve(integrator: Integrator, rx: mpsc::Receiver<Request>, results: mpsc::Sen
                         other => SchedError::FailedPrecondition(other.to_string()),
                     });
                 let _ = reply.send(r);
-            }
-            Request::CommitExists { id, reply } => {
-                let _ = reply.send(integrator.commit_exists(&id).unwrap_or(false));
             }
         }
     }

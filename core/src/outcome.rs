@@ -55,11 +55,6 @@ impl Outcome {
         }
     }
 
-    /// Whether this outcome consumes one of the task's retries.
-    pub fn uses_a_retry(self) -> bool {
-        matches!(self, Outcome::Error | Outcome::VerifyFailed | Outcome::Signaled | Outcome::Stalled)
-    }
-
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Success => "success",

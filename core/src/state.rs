@@ -73,16 +73,6 @@ impl TaskState {
     pub fn is_terminal(self) -> bool {
         matches!(self, TaskState::Merged | TaskState::Failed | TaskState::Cancelled)
     }
-
-    /// States in which an attempt is live (assigned to a sidecar).
-    pub fn has_live_attempt(self) -> bool {
-        matches!(self, TaskState::Running)
-    }
-
-    /// States that wait for the operator (Answer or RetryTask).
-    pub fn waits_for_operator(self) -> bool {
-        matches!(self, TaskState::Blocked | TaskState::Escalated | TaskState::Conflict)
-    }
 }
 
 impl AttemptState {

@@ -9,7 +9,7 @@ use swarm_proto::FieldError;
 use swarm_proto::convert::{AttemptRef, optional_commit, outcome_from_wire, required_attempt, required_id};
 use swarm_proto::v1;
 
-use crate::scheduler::views::{AttemptView, SwarmView, TaskDetailView, TaskView, WorkerView};
+use crate::scheduler::views::{SwarmView, TaskDetailView, TaskView, WorkerView};
 use crate::scheduler::{
     AssignSpec, AttemptHandle, HelloInfo, Outbound, Report, ReportedAttempt, ResultReport, TierOutcome,
 };
@@ -68,14 +68,7 @@ pub fn hello(h: &v1::Hello) -> Result<HelloInfo, FieldError> {
         None => None,
         Some(r) => Some(reported(AttemptRef::try_from(r).map_err(|e| e.within("hello.attempt_in_hand"))?)),
     };
-    Ok(HelloInfo {
-        worker_id,
-        labels,
-        host,
-        last_acked_seq: h.last_acked_seq,
-        attempt_in_hand,
-        shares_repository: h.shares_repository,
-    })
+    Ok(HelloInfo { worker_id, labels, host, last_acked_seq: h.last_acked_seq, attempt_in_hand })
 }
 
 /// Converts one report; `None` for messages that change nothing
@@ -295,7 +288,7 @@ pub fn task(v: TaskView) -> v1::Task {
     }
 }
 
-fn attempt(a: AttemptView) -> v1::Attempt {
+fn attempt(a: crate::scheduler::Attempt) -> v1::Attempt {
     v1::Attempt {
         number: a.number,
         state: v1::AttemptState::from(a.state) as i32,

@@ -30,7 +30,6 @@ pub struct HelloInfo {
     pub host: String,
     pub last_acked_seq: u64,
     pub attempt_in_hand: Option<ReportedAttempt>,
-    pub shares_repository: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -125,11 +124,6 @@ pub enum OperatorOp {
     DrainWorker {
         worker: String,
         reply: Reply<WorkerView>,
-    },
-    Land {
-        swarm: String,
-        target: Option<String>,
-        reply: Reply<crate::integrator::Landed>,
     },
 }
 

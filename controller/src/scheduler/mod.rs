@@ -29,7 +29,7 @@ use swarm_core::{AttemptState, SwarmId, TaskKey, TaskState};
 use tokio::sync::broadcast;
 
 pub use command::{Command, HelloInfo, OperatorOp, Report, ReportedAttempt, ResultReport};
-pub use model::{Session, SwarmState, TierOutcome};
+pub use model::{Attempt, Session, SwarmState, TierOutcome};
 pub use outbound::{AssignSpec, AttemptHandle, Outbound};
 
 use crate::integrator::{IntegratorHandle, MergeJob};

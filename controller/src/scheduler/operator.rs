@@ -9,7 +9,7 @@ use swarm_core::{SwarmId, TaskKey, TaskState};
 use super::command::{OperatorOp, Reply};
 use super::model::{Notes, QuestionAnswer, Swarm, SwarmState, Task};
 use super::outbound::{AttemptHandle, Outbound};
-use super::views::{AttemptView, SwarmView, TaskDetailView, TaskView, WorkerView};
+use super::views::{SwarmView, TaskDetailView, TaskView, WorkerView};
 use super::{Effects, Scheduler, assign, now_ms};
 use crate::error::SchedError;
 
@@ -33,8 +33,7 @@ impl Scheduler {
                 later(fx, reply, r);
             }
             OperatorOp::ListSwarms { reply } => {
-                let mut v: Vec<SwarmView> =
-                    self.swarms.values().map(|s| SwarmView::of(s, &self.tasks)).collect();
+                let mut v: Vec<SwarmView> = self.swarms.values().map(SwarmView::of).collect();
                 v.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
                 later(fx, reply, Ok(v));
             }
@@ -72,15 +71,6 @@ impl Scheduler {
                 let r = self.drain(&worker, fx);
                 later(fx, reply, r);
             }
-            OperatorOp::Land { reply, .. } => {
-                // Landing is git work: the API does it with the integrator
-                // and never sends it here.
-                later(
-                    fx,
-                    reply,
-                    Err(SchedError::FailedPrecondition("land is handled by the integrator".into())),
-                );
-            }
         }
     }
 
@@ -92,7 +82,7 @@ impl Scheduler {
     }
 
     fn swarm_view(&self, id: &str) -> Result<SwarmView, SchedError> {
-        self.swarm(id).map(|s| SwarmView::of(s, &self.tasks))
+        self.swarm(id).map(SwarmView::of)
     }
 
     fn task(&self, key: &TaskKey) -> Result<&Task, SchedError> {
@@ -123,10 +113,8 @@ impl Scheduler {
 
     fn task_detail(&self, key: &TaskKey) -> Result<TaskDetailView, SchedError> {
         let t = self.task(key)?;
-        let attempts = (1..=t.attempts)
-            .filter_map(|n| self.attempts.get(&(key.clone(), n)))
-            .map(AttemptView::from)
-            .collect();
+        let attempts =
+            (1..=t.attempts).filter_map(|n| self.attempts.get(&(key.clone(), n))).cloned().collect();
         Ok(TaskDetailView {
             task: TaskView::of(t, self.holder(key)),
             prompt: t.spec.prompt.clone(),
@@ -144,7 +132,7 @@ impl Scheduler {
     ) -> Result<(SwarmView, bool), SchedError> {
         if let Some(existing) = self.swarms.get(&plan.swarm) {
             if *existing.plan_text == *plan_text {
-                return Ok((SwarmView::of(existing, &self.tasks), false));
+                return Ok((SwarmView::of(existing), false));
             }
             return Err(SchedError::AlreadyExists(format!(
                 "swarm {:?} already exists with a different plan",

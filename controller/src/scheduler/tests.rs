@@ -82,7 +82,6 @@ impl Rig {
             host: "h".into(),
             last_acked_seq: 0,
             attempt_in_hand: None,
-            shares_repository: true,
         };
         sched.turn([Command::Hello { hello, session }]).expect("turn");
         Rig { _dir: dir, sched, merged, outbound, seq: 0, base, repo }

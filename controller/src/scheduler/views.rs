@@ -2,9 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use swarm_core::{AttemptState, Outcome, TaskState};
+use swarm_core::TaskState;
 
-use super::model::{Attempt, Swarm, SwarmState, Task, TierOutcome, Worker};
+use super::model::{Attempt, Swarm, SwarmState, Task, Worker};
 use crate::store::EventRow;
 
 #[derive(Debug, Clone)]
@@ -21,8 +21,7 @@ pub struct SwarmView {
 }
 
 impl SwarmView {
-    pub fn of(swarm: &Swarm, tasks: &super::model::Tasks) -> SwarmView {
-        let _ = tasks;
+    pub fn of(swarm: &Swarm) -> SwarmView {
         let by_state: BTreeMap<String, u32> = TaskState::ALL
             .iter()
             .zip(swarm.counts)
@@ -90,47 +89,10 @@ impl TaskView {
 }
 
 #[derive(Debug, Clone)]
-pub struct AttemptView {
-    pub number: u32,
-    pub state: AttemptState,
-    pub worker: String,
-    pub token: u64,
-    pub base_commit: String,
-    pub result_commit: String,
-    pub outcome: Option<Outcome>,
-    pub exit_code: i32,
-    pub summary: String,
-    pub error: String,
-    pub started_at: i64,
-    pub ended_at: i64,
-    pub tiers: Vec<TierOutcome>,
-}
-
-impl From<&Attempt> for AttemptView {
-    fn from(a: &Attempt) -> Self {
-        AttemptView {
-            number: a.number,
-            state: a.state,
-            worker: a.worker.clone(),
-            token: a.token,
-            base_commit: a.base_commit.clone(),
-            result_commit: a.result_commit.clone(),
-            outcome: a.outcome,
-            exit_code: a.exit_code,
-            summary: a.summary.clone(),
-            error: a.error.clone(),
-            started_at: a.started_at,
-            ended_at: a.ended_at,
-            tiers: a.tiers.clone(),
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
 pub struct TaskDetailView {
     pub task: TaskView,
     pub prompt: String,
-    pub attempts: Vec<AttemptView>,
+    pub attempts: Vec<Attempt>,
     /// Filled in by the API from the store (the scheduler keeps no event
     /// history in memory).
     pub events: Vec<EventRow>,
