@@ -234,15 +234,6 @@ fn merge_verdict(
             });
         }
     }
-    if job.task_commit == job.base_commit {
-        // The attempt changed nothing: there is nothing to merge.
-        let head = head_of(&job.integration_branch)?;
-        return Ok(MergeVerdict::Merged {
-            head: head.clone(),
-            merge_commit: head,
-            report: serde_json::json!({ "strategy": job.strategy.as_str(), "noop": true }),
-        });
-    }
     let changed = integrator.changed_paths(&job.base_commit, &job.task_commit).map_err(|e| e.to_string())?;
     let outside = swarm_git::paths_outside(&job.owned_globs, &changed).map_err(|e| e.to_string())?;
     if !outside.is_empty() {

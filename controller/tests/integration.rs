@@ -148,3 +148,22 @@ async fn a_crash_between_the_ref_move_and_the_store_commit_leaves_exactly_one_me
     assert_eq!(git(h.repo(), &["rev-parse", "swarm/s/integration"]), merged_head, "no second merge commit");
     assert_eq!(trailers(h.repo(), "s/a#1"), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_attempt_that_adds_nothing_still_merges_its_checkpoint() {
+    let h = Harness::start().await;
+    h.create(&plan("", "[[tasks]]\nid = \"a\"\nfiles = [\"a.txt\"]\n")).await;
+    let mut sc = h.sidecar("w1").await;
+    let a1 = sc.assign().await;
+    let wip = commit_on(h.repo(), &a1.base_commit, &[("a.txt", "half\n")], "WIP");
+    sc.result(&a1, v1::Outcome::Checkpoint, 2, &wip).await;
+    let a2 = sc.assign().await;
+    assert_eq!(a2.base_commit, wip);
+    // The second attempt finds the work done and commits nothing new: its
+    // result is its base, the WIP commit, which the integration branch
+    // does not hold yet.
+    sc.result(&a2, v1::Outcome::Success, 0, &wip).await;
+    h.wait_state("s/a", v1::TaskState::Merged).await;
+    let head = git(h.repo(), &["rev-parse", "swarm/s/integration"]);
+    assert_eq!(file_at(h.repo(), &head, "a.txt").as_deref(), Some("half\n"));
+}
