@@ -13,6 +13,9 @@ pub enum SchedError {
     FailedPrecondition(String),
     #[error("{0}")]
     AlreadyExists(String),
+    /// The caller is known but may not do this.
+    #[error("{0}")]
+    PermissionDenied(String),
     /// The scheduler has stopped (shutdown, or its store failed).
     #[error("controller unavailable: {0}")]
     Unavailable(String),
@@ -26,6 +29,7 @@ impl From<SchedError> for tonic::Status {
             SchedError::InvalidArgument { .. } => tonic::Status::invalid_argument(message),
             SchedError::FailedPrecondition(_) => tonic::Status::failed_precondition(message),
             SchedError::AlreadyExists(_) => tonic::Status::already_exists(message),
+            SchedError::PermissionDenied(_) => tonic::Status::permission_denied(message),
             SchedError::Unavailable(_) => tonic::Status::unavailable(message),
         }
     }

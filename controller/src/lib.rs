@@ -6,6 +6,7 @@
 //! Operator APIs. See ARCHITECTURE.md for how the parts fit.
 
 pub mod api;
+pub mod audit;
 pub mod error;
 pub mod integrator;
 pub mod metrics;
@@ -28,8 +29,7 @@ pub use error::{ControllerError, SchedError};
 use scheduler::{Command, Scheduler, Timing};
 use store::Store;
 
-/// Largest message the controller accepts (a report, a plan).
-const MAX_MESSAGE_BYTES: usize = 8 << 20;
+use swarm_proto::limits::MAX_MESSAGE_BYTES;
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -45,6 +45,10 @@ pub struct Config {
     pub cancel_grace: Duration,
     /// Where to serve Prometheus `GET /metrics`; none by default.
     pub metrics_listen: Option<SocketAddr>,
+    /// A worker that is gone and holds nothing is forgotten after this.
+    pub forget_workers_after: Duration,
+    /// A stream that has not said Hello by then is cut.
+    pub hello_timeout: Duration,
 }
 
 impl Config {
@@ -60,6 +64,8 @@ impl Config {
             lost_grace: t.lost_grace,
             cancel_grace: t.cancel_grace,
             metrics_listen: None,
+            forget_workers_after: t.forget_workers_after,
+            hello_timeout: api::sidecar::HELLO_TIMEOUT,
         }
     }
 
@@ -71,6 +77,7 @@ impl Config {
             lease_ttl: self.lease_ttl,
             lost_grace: self.lost_grace,
             cancel_grace: self.cancel_grace,
+            forget_workers_after: self.forget_workers_after,
         }
     }
 }
@@ -137,8 +144,9 @@ pub async fn start(config: Config) -> Result<Controller, ControllerError> {
         tasks: tasks.clone(),
         metrics,
     };
-    let sidecar = SidecarServiceServer::new(api::sidecar::SidecarApi::new(shared.clone()))
-        .max_decoding_message_size(MAX_MESSAGE_BYTES);
+    let sidecar =
+        SidecarServiceServer::new(api::sidecar::SidecarApi::new(shared.clone(), config.hello_timeout))
+            .max_decoding_message_size(MAX_MESSAGE_BYTES);
     let operator = OperatorServiceServer::new(api::operator::OperatorApi::new(shared))
         .max_decoding_message_size(MAX_MESSAGE_BYTES);
     // grpc_health_probe and grpcurl work without the .proto files.

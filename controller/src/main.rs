@@ -33,6 +33,12 @@ struct Args {
     /// Grace between SIGINT, SIGTERM and SIGKILL when cancelling.
     #[arg(long, env = "SWARM_CANCEL_GRACE_MS", default_value_t = 5_000)]
     cancel_grace_ms: u64,
+    /// Forget a worker that is gone and holds nothing after this long (its events stay).
+    #[arg(long, env = "SWARM_FORGET_WORKERS_AFTER_SECS", default_value_t = 3600)]
+    forget_workers_after_secs: u64,
+    /// Cut a stream that has not said Hello within this time.
+    #[arg(long, env = "SWARM_HELLO_TIMEOUT_MS", default_value_t = 5_000)]
+    hello_timeout_ms: u64,
     /// Serve Prometheus metrics at http://ADDR/metrics.
     #[arg(long, env = "SWARM_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
@@ -58,6 +64,8 @@ async fn main() -> anyhow::Result<()> {
         lost_grace: Duration::from_millis(args.lost_grace_ms),
         cancel_grace: Duration::from_millis(args.cancel_grace_ms),
         metrics_listen: args.metrics_listen,
+        forget_workers_after: Duration::from_secs(args.forget_workers_after_secs),
+        hello_timeout: Duration::from_millis(args.hello_timeout_ms.max(1)),
     };
     let shutdown = CancellationToken::new();
     let signals = shutdown.clone();

@@ -31,6 +31,7 @@ pub struct Metrics {
     pub commit_latency: Histogram,
     pub retries: Counter,
     pub fenced_reports: Counter,
+    pub refused_hellos: Counter,
 }
 
 impl Default for Metrics {
@@ -47,6 +48,7 @@ impl Default for Metrics {
             commit_latency: secs(),
             retries: Counter::default(),
             fenced_reports: Counter::default(),
+            refused_hellos: Counter::default(),
             registry: Registry::default(),
         };
         registry.register("tasks", "Tasks by state", m.tasks.clone());
@@ -66,6 +68,11 @@ impl Default for Metrics {
         registry.register("store_commit_seconds", "Group commit latency", m.commit_latency.clone());
         registry.register("retries", "Automatic retries after a failed attempt", m.retries.clone());
         registry.register("fenced_reports", "Stale reports fenced", m.fenced_reports.clone());
+        registry.register(
+            "refused_hellos",
+            "Hellos refused because another sidecar holds the worker id",
+            m.refused_hellos.clone(),
+        );
         Metrics { registry, ..m }
     }
 }

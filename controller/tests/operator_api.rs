@@ -419,6 +419,51 @@ async fn bad_sidecar_messages_close_the_stream_with_the_field_and_change_nothing
                 hello("w9"),
                 msg(
                     1,
+                    Body::Result(v1::AttemptResult {
+                        attempt: Some(good_ref.clone()),
+                        outcome: v1::Outcome::Error as i32,
+                        files_changed: vec!["ok.rs".into(), "src/a\0.rs".into()],
+                        ..Default::default()
+                    }),
+                ),
+            ],
+            "result.files_changed[1]",
+        ),
+        (
+            vec![
+                hello("w9"),
+                msg(
+                    1,
+                    Body::Result(v1::AttemptResult {
+                        attempt: Some(good_ref.clone()),
+                        outcome: v1::Outcome::Error as i32,
+                        files_changed: vec!["ok.rs".into(), "src/\u{1b}[2Jclear.rs".into()],
+                        ..Default::default()
+                    }),
+                ),
+            ],
+            "result.files_changed[1]",
+        ),
+        (
+            vec![
+                hello("w9"),
+                msg(
+                    1,
+                    Body::Result(v1::AttemptResult {
+                        attempt: Some(good_ref.clone()),
+                        outcome: v1::Outcome::Error as i32,
+                        files_changed: vec!["ok.rs".into(), "src/two\nlines.rs".into()],
+                        ..Default::default()
+                    }),
+                ),
+            ],
+            "result.files_changed[1]",
+        ),
+        (
+            vec![
+                hello("w9"),
+                msg(
+                    1,
                     Body::Status(v1::Status {
                         attempt: Some(good_ref.clone()),
                         status: 42,
@@ -430,7 +475,17 @@ async fn bad_sidecar_messages_close_the_stream_with_the_field_and_change_nothing
         ),
         (vec![hello("w9"), hello("w9")], "hello"),
     ];
-    for (i, (messages, field)) in cases.into_iter().enumerate() {
+    for (i, (mut messages, field)) in cases.into_iter().enumerate() {
+        // A worker id per case: a closed stream's Disconnected may reach the
+        // scheduler after the next case's Hello, which would then be refused
+        // as a takeover of a connected worker.
+        for m in &mut messages {
+            if let Some(Body::Hello(h)) = &mut m.body
+                && h.worker_id == "w9"
+            {
+                h.worker_id = format!("w9-{i}");
+            }
+        }
         let status = connect_status(&h, messages).await;
         assert_eq!(status.code(), Code::InvalidArgument, "case {}: {}", i + 1, status.message());
         assert!(

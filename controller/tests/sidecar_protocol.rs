@@ -197,8 +197,9 @@ async fn a_lost_lease_reassigns_and_the_stale_report_is_fenced() {
     // The old sidecar wakes up: its stream was dropped when its lease
     // expired, so it reconnects holding the stale attempt and reports
     // success. The report is fenced and changes nothing.
+    let secret = old.secret();
     drop(old);
-    let mut old = Sim::connect(h.channel.clone(), "w1", Some(attempt_ref(&a1)), 1).await;
+    let mut old = Sim::connect(h.channel.clone(), "w1", Some(attempt_ref(&a1)), 1, &secret).await;
     assert!(!old.welcome.attempt_resumed, "the stale attempt is not resumed");
     let commit = commit_on(h.repo(), &a1.base_commit, &[("a.txt", "stale\n")], "stale");
     old.result(&a1, v1::Outcome::Success, 0, &commit).await;
@@ -219,10 +220,11 @@ async fn a_sidecar_that_reconnects_before_its_lease_expires_resumes_its_attempt(
     let mut sc = h.sidecar("w1").await;
     let a = sc.assign().await;
     sc.started(&a).await;
-    let last = sc.seq;
+    let (last, secret) = (sc.seq, sc.secret());
     drop(sc);
-    let mut back = Sim::connect(h.channel.clone(), "w1", Some(attempt_ref(&a)), last).await;
+    let mut back = Sim::connect(h.channel.clone(), "w1", Some(attempt_ref(&a)), last, &secret).await;
     assert!(back.welcome.attempt_resumed);
+    assert_eq!(back.secret(), secret, "a proven secret stays valid");
     assert_eq!(back.welcome.last_applied_seq, last);
     let commit = commit_on(h.repo(), &a.base_commit, &[("a.txt", "A\n")], "a");
     back.result(&a, v1::Outcome::Success, 0, &commit).await;
@@ -236,8 +238,9 @@ async fn a_sidecar_back_without_its_attempt_gets_the_same_assign_again() {
     h.create(&plan("", ONE)).await;
     let mut sc = h.sidecar("w1").await;
     let a = sc.assign().await;
+    let secret = sc.secret();
     drop(sc);
-    let mut back = Sim::connect(h.channel.clone(), "w1", None, 0).await;
+    let mut back = Sim::connect(h.channel.clone(), "w1", None, 0, &secret).await;
     assert!(!back.welcome.attempt_resumed);
     let again = back.assign().await;
     assert_eq!(attempt_ref(&again), attempt_ref(&a), "same attempt, same fencing token");
@@ -255,10 +258,11 @@ async fn a_duplicated_sequence_number_is_applied_once() {
         exit_code: 1,
         ..Default::default()
     });
-    sc.send_raw(7, result.clone()).await;
-    sc.acked(7).await;
-    sc.send_raw(7, result).await;
-    sc.acked(7).await;
+    let seq = sc.seq + 1;
+    sc.send_raw(seq, result.clone()).await;
+    sc.acked(seq).await;
+    sc.send_raw(seq, result).await;
+    sc.acked(seq).await;
     let t = h.task("s/a").await.task.expect("task");
     assert_eq!(t.retries_used, 1, "the replayed result was not applied twice");
     let events = h.events().await;
@@ -275,11 +279,11 @@ async fn state_survives_a_controller_restart() {
     let mut sc = h.sidecar("w1").await;
     let a = sc.assign().await;
     sc.started(&a).await;
-    let last = sc.seq;
+    let (last, secret) = (sc.seq, sc.secret());
     drop(sc);
     h.restart().await;
     assert_eq!(h.state("s/a").await, v1::TaskState::Running);
-    let mut back = Sim::connect(h.channel.clone(), "w1", Some(attempt_ref(&a)), last).await;
+    let mut back = Sim::connect(h.channel.clone(), "w1", Some(attempt_ref(&a)), last, &secret).await;
     assert!(back.welcome.attempt_resumed, "the attempt survives the restart");
     let commit = commit_on(h.repo(), &a.base_commit, &[("a.txt", "A\n")], "a");
     back.result(&a, v1::Outcome::Success, 0, &commit).await;

@@ -108,6 +108,32 @@ pub fn check_text(text: &str, max: usize) -> Result<(), String> {
     Ok(())
 }
 
+/// Longest repository path a peer may name.
+pub const MAX_PATH_LEN: usize = 4096;
+
+/// A path a peer reports (files changed, files modified): relative, inside
+/// the repository, and printable, because it ends up in events, task text
+/// and terminals, where a NUL, an escape sequence or a newline would forge
+/// or garble what an operator reads.
+pub fn check_path(path: &str) -> Result<(), String> {
+    if path.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if path.len() > MAX_PATH_LEN {
+        return Err(format!("must be at most {MAX_PATH_LEN} bytes (got {})", path.len()));
+    }
+    if let Some(c) = path.chars().find(|c| c.is_control()) {
+        return Err(format!("must not contain control characters (found U+{:04X})", c as u32));
+    }
+    if path.starts_with('/') {
+        return Err(format!("{:?} must be relative to the repository root", truncate(path, 60)));
+    }
+    if path.split('/').any(|part| part == "..") {
+        return Err(format!("{:?} must not contain '..' components", truncate(path, 60)));
+    }
+    Ok(())
+}
+
 /// Cuts a string at a char boundary for use inside an error message.
 pub fn truncate(s: &str, max: usize) -> &str {
     if s.len() <= max {
@@ -162,6 +188,20 @@ mod tests {
         ] {
             assert!(check_branch(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn reported_paths_are_relative_printable_and_bounded() {
+        for ok in ["src/a.rs", "docs/guide.md", "a b/ü.txt", ".github/ci.yml"] {
+            assert!(check_path(ok).is_ok(), "{ok}");
+        }
+        let long = "a/".repeat(MAX_PATH_LEN);
+        for bad in
+            ["", "/etc/passwd", "a/../b", "..", "a\0b", "a\u{1b}[31mred", "a\nb", "a\rb", long.as_str()]
+        {
+            assert!(check_path(bad).is_err(), "{bad:?}");
+        }
+        assert!(check_path("a\u{1b}x").expect_err("escape").contains("U+001B"));
     }
 
     #[test]

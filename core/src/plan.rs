@@ -323,6 +323,14 @@ fn validate(raw: RawPlan) -> Result<Plan, PlanError> {
     if target_branch == integration_branch {
         return Err(err("target_branch", "must differ from integration_branch"));
     }
+    // The swarm's own namespace holds its task branches; landing there
+    // would move one of them.
+    if target_branch.starts_with(&format!("swarm/{swarm}/")) {
+        return Err(err(
+            "target_branch",
+            format!("must lie outside the swarm's own branches (swarm/{swarm}/)"),
+        ));
+    }
 
     let d = raw.defaults;
     if raw.tasks.is_empty() {

@@ -76,6 +76,7 @@ mod graph;
 mod integrator;
 mod ownership;
 mod pack;
+mod worktrees;
 
 pub use error::{ConflictPath, GitError, MergeError, SideChange};
 pub use integrator::{
@@ -83,8 +84,9 @@ pub use integrator::{
     MergeRequest,
 };
 pub use ownership::paths_outside;
-pub use pack::{build_pack, receive_pack};
+pub use pack::{build_pack, receive_pack, receive_pack_file};
 pub use swarm_core::plan::MergeStrategy;
+pub use worktrees::checked_out_in;
 
 /// Validates a full hex commit id and parses it.
 pub(crate) fn parse_commit_id(id: &str) -> Result<gix::ObjectId, GitError> {

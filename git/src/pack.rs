@@ -48,12 +48,42 @@ pub fn build_pack(repo: &Path, want: &str, haves: &[String]) -> Result<Vec<u8>, 
 /// tree and parents are present ([`GitError::PackMissingTip`]).
 #[tracing::instrument(skip(pack), fields(bytes = pack.len()))]
 pub fn receive_pack(repo: &Path, pack: &[u8], expected_tip: &str, max_bytes: usize) -> Result<u64, GitError> {
-    let tip = to_git2(parse_commit_id(expected_tip)?)?;
     if pack.len() > max_bytes {
         return Err(GitError::PackTooLarge { size: pack.len(), max: max_bytes });
     }
+    receive_pack_from(repo, pack, expected_tip)
+}
+
+/// [`receive_pack`] from a file the caller wrote (and bounded) itself, so a
+/// large pack is streamed through the indexer and never held in memory.
+#[tracing::instrument]
+pub fn receive_pack_file(
+    repo: &Path,
+    pack: &Path,
+    expected_tip: &str,
+    max_bytes: usize,
+) -> Result<u64, GitError> {
+    let file = std::fs::File::open(pack).map_err(GitError::io("open received pack"))?;
+    let size = file.metadata().map_err(GitError::io("stat received pack"))?.len();
+    if size > max_bytes as u64 {
+        return Err(GitError::PackTooLarge { size: size as usize, max: max_bytes });
+    }
+    receive_pack_from(repo, std::io::BufReader::with_capacity(1 << 20, file), expected_tip)
+}
+
+fn receive_pack_from(repo: &Path, mut pack: impl std::io::Read, expected_tip: &str) -> Result<u64, GitError> {
+    let tip = to_git2(parse_commit_id(expected_tip)?)?;
     let repo = open_git2(repo)?;
-    let declared_objects = pack.get(8..12).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+    let mut header = [0u8; 12];
+    let mut got = 0;
+    while got < header.len() {
+        match pack.read(&mut header[got..]).map_err(GitError::io("read received pack"))? {
+            0 => break,
+            n => got += n,
+        }
+    }
+    let header = &header[..got];
+    let declared_objects = header.get(8..12).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
     if declared_objects == Some(0) {
         // An empty pack (the receiver already had everything): nothing to index.
         verify_tip(&repo, tip, expected_tip)?;
@@ -73,7 +103,8 @@ pub fn receive_pack(repo: &Path, pack: &[u8], expected_tip: &str, max_bytes: usi
             true
         });
         let rejected = |message: String| GitError::PackRejected { tip: expected_tip.to_string(), message };
-        std::io::Write::write_all(&mut indexer, pack).map_err(|e| rejected(e.to_string()))?;
+        std::io::Write::write_all(&mut indexer, header).map_err(|e| rejected(e.to_string()))?;
+        std::io::copy(&mut pack, &mut indexer).map_err(|e| rejected(e.to_string()))?;
         indexer.commit().map_err(|e| rejected(e.message().to_string()))?;
     }
 

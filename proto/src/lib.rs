@@ -14,5 +14,6 @@ pub mod v1 {
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("swarm_v1_descriptor");
 
 pub mod convert;
+pub mod limits;
 
 pub use convert::FieldError;

@@ -13,6 +13,8 @@
 //! - `release`: the attempt in hand is no longer held (its result is journaled,
 //!   or the controller dropped it).
 //! - `ack{seq}`: the controller durably applied everything up to `seq`.
+//! - `secret{secret}`: the resume secret of the last Welcome, which proves
+//!   this sidecar's claim on its worker id after a restart.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
@@ -38,6 +40,7 @@ enum Entry {
     Pid { pid: u32 },
     Release,
     Ack { seq: u64 },
+    Secret { secret: String },
 }
 
 /// The attempt the sidecar holds, as journaled.
@@ -55,6 +58,7 @@ pub struct Journal {
     next_seq: u64,
     unacked: Vec<(u64, v1::SidecarMessage)>,
     in_hand: Option<InHand>,
+    resume_secret: String,
 }
 
 impl Journal {
@@ -69,6 +73,7 @@ impl Journal {
             next_seq: 1,
             unacked: Vec::new(),
             in_hand: None,
+            resume_secret: String::new(),
         };
         let reader = BufReader::new(File::open(&path).map_err(io)?);
         let lines: Vec<String> = reader.lines().collect::<Result<_, _>>().map_err(io)?;
@@ -120,6 +125,7 @@ impl Journal {
                 }
             }
             Entry::Release => self.in_hand = None,
+            Entry::Secret { secret } => self.resume_secret = secret,
             Entry::Ack { seq } => {
                 self.acked = self.acked.max(seq);
                 self.next_seq = self.next_seq.max(seq + 1);
@@ -146,7 +152,13 @@ impl Journal {
         body: v1::sidecar_message::Body,
     ) -> Result<v1::SidecarMessage, JournalError> {
         let seq = self.next_seq;
-        let msg = v1::SidecarMessage { seq, body: Some(body) };
+        let mut msg = v1::SidecarMessage { seq, body: Some(body) };
+        // Trimmed before it is journaled: a report the controller refuses
+        // would otherwise be replayed after every reconnect, forever.
+        let cut = swarm_proto::limits::fit_report(&mut msg);
+        if !cut.is_empty() {
+            tracing::warn!(seq, cut = ?cut, "report trimmed to the controller's limits");
+        }
         self.write(&Entry::Report { seq, msg: hex(&msg.encode_to_vec()) })?;
         self.next_seq += 1;
         self.unacked.push((seq, msg.clone()));
@@ -201,6 +213,9 @@ impl Journal {
         // The ack entry also keeps the sequence counter monotonic once
         // everything is acked: unacked reports carry the higher numbers.
         let mut entries = vec![Entry::Ack { seq: self.acked }];
+        if !self.resume_secret.is_empty() {
+            entries.push(Entry::Secret { secret: self.resume_secret.clone() });
+        }
         if let Some(h) = &self.in_hand {
             entries.push(Entry::Assign { msg: hex(&h.assign.encode_to_vec()) });
             if let Some(pid) = h.pid {
@@ -233,9 +248,48 @@ impl Journal {
         Ok(())
     }
 
-    /// Forgets entries the controller already applied (from Welcome).
+    /// Takes the controller's word (from Welcome) on what it has applied:
+    /// entries up to `seq` are forgotten. A controller that has applied less
+    /// than this journal was acked (its store was replaced) would refuse the
+    /// unacked reports as a sequence gap, so they are renumbered to follow
+    /// `seq`; the controller never applied them, and their order is kept.
     pub fn applied_up_to(&mut self, seq: u64) -> Result<(), JournalError> {
-        self.ack(seq)
+        if seq >= self.acked {
+            self.ack(seq)?;
+        }
+        let contiguous = self.unacked.first().is_none_or(|(first, _)| Some(*first) == seq.checked_add(1));
+        if seq >= self.acked && contiguous {
+            return Ok(());
+        }
+        tracing::warn!(
+            controller = seq,
+            journal = self.acked,
+            "controller is behind this journal; renumbering"
+        );
+        self.acked = seq;
+        let mut next = seq;
+        for (s, m) in &mut self.unacked {
+            next += 1;
+            *s = next;
+            m.seq = next;
+        }
+        self.next_seq = next + 1;
+        self.compact()
+    }
+
+    /// Keeps the resume secret of a Welcome; durable when this returns.
+    pub fn set_resume_secret(&mut self, secret: &str) -> Result<(), JournalError> {
+        if secret == self.resume_secret {
+            return Ok(());
+        }
+        self.write(&Entry::Secret { secret: secret.to_string() })?;
+        self.resume_secret = secret.to_string();
+        Ok(())
+    }
+
+    /// The secret to present in the next Hello; empty before any Welcome.
+    pub fn resume_secret(&self) -> &str {
+        &self.resume_secret
     }
 
     pub fn acked(&self) -> u64 {
@@ -339,6 +393,45 @@ mod tests {
         assert_eq!(j.append_report(heartbeat_like(3)).expect("append").seq, 3);
         drop(j);
         assert_eq!(Journal::open(&path).expect("reopen").unacked().len(), 3);
+    }
+
+    #[test]
+    fn the_resume_secret_survives_compaction_and_reopen() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("w.journal");
+        let mut j = Journal::open(&path).expect("open");
+        assert_eq!(j.resume_secret(), "");
+        j.set_resume_secret("00ff").expect("secret");
+        j.append_report(heartbeat_like(1)).expect("append");
+        j.ack(1).expect("ack compacts");
+        drop(j);
+        assert_eq!(Journal::open(&path).expect("reopen").resume_secret(), "00ff");
+    }
+
+    #[test]
+    fn reports_are_renumbered_for_a_controller_that_applied_less() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("w.journal");
+        let mut j = Journal::open(&path).expect("open");
+        for n in 0..5 {
+            j.append_report(heartbeat_like(n)).expect("append");
+        }
+        j.ack(3).expect("ack");
+        // A controller whose store was replaced has applied nothing.
+        j.applied_up_to(0).expect("rebase");
+        let seqs: Vec<u64> = j
+            .unacked()
+            .iter()
+            .map(|(s, m)| {
+                assert_eq!(*s, m.seq, "the message carries its new number");
+                *s
+            })
+            .collect();
+        assert_eq!(seqs, vec![1, 2]);
+        assert_eq!(j.append_report(heartbeat_like(9)).expect("append").seq, 3);
+        drop(j);
+        let j = Journal::open(&path).expect("reopen");
+        assert_eq!(j.unacked().iter().map(|(s, _)| *s).collect::<Vec<_>>(), vec![1, 2, 3]);
     }
 
     #[test]

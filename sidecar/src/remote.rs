@@ -2,9 +2,13 @@
 //! `FetchPack` and result commits go out with `PushPack`.
 
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 
+use swarm_proto::limits::{SECRET_HEADER, WORKER_HEADER};
 use swarm_proto::v1;
 use swarm_proto::v1::sidecar_service_client::SidecarServiceClient;
+use tonic::Request;
+use tonic::metadata::MetadataValue;
 use tonic::transport::Channel;
 
 /// Chunk size for uploads.
@@ -25,10 +29,37 @@ pub enum RemoteError {
 /// Pack transfer over the controller's SidecarService.
 #[derive(Debug, Clone)]
 pub struct Remote {
-    pub client: SidecarServiceClient<Channel>,
+    client: SidecarServiceClient<Channel>,
+    worker: String,
+    /// The resume secret of the current session: the controller moves packs
+    /// only for the sidecar that holds the worker id's live session.
+    secret: Arc<Mutex<String>>,
 }
 
 impl Remote {
+    pub fn new(client: SidecarServiceClient<Channel>, worker: &str, secret: &str) -> Remote {
+        Remote { client, worker: worker.to_string(), secret: Arc::new(Mutex::new(secret.to_string())) }
+    }
+
+    /// A new session's secret (from its Welcome).
+    pub fn set_session(&self, secret: &str) {
+        if let Ok(mut s) = self.secret.lock() {
+            *s = secret.to_string();
+        }
+    }
+
+    /// Names the caller as the controller's pack RPCs require.
+    fn request<T>(&self, message: T) -> Request<T> {
+        let mut request = Request::new(message);
+        let secret = self.secret.lock().map(|s| s.clone()).unwrap_or_default();
+        for (key, value) in [(WORKER_HEADER, self.worker.as_str()), (SECRET_HEADER, secret.as_str())] {
+            if let Ok(v) = MetadataValue::try_from(value) {
+                request.metadata_mut().insert(key, v);
+            }
+        }
+        request
+    }
+
     /// Fetches `commit` (and what it needs) unless the repository has it.
     pub async fn ensure_commit(&self, repo: &Path, commit: &str) -> Result<(), RemoteError> {
         let (r, c) = (repo.to_path_buf(), commit.to_string());
@@ -45,7 +76,7 @@ impl Remote {
         }
         let mut client = self.client.clone();
         let mut stream = client
-            .fetch_pack(v1::FetchPackRequest { want: commit.to_string(), have: haves })
+            .fetch_pack(self.request(v1::FetchPackRequest { want: commit.to_string(), have: haves }))
             .await?
             .into_inner();
         let mut pack = Vec::new();
@@ -86,7 +117,7 @@ impl Remote {
             chunks.push(push_chunk(true, attempt, tip, Vec::new()));
         }
         let mut client = self.client.clone();
-        let resp = client.push_pack(tokio_stream::iter(chunks)).await?.into_inner();
+        let resp = client.push_pack(self.request(tokio_stream::iter(chunks))).await?.into_inner();
         if resp.tip != tip {
             return Err(RemoteError::Git(format!("controller stored tip {:?}, expected {tip}", resp.tip)));
         }

@@ -105,7 +105,11 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Sidecar
         let channel = Endpoint::from_shared(cfg.controller.clone())
             .map_err(|e| SidecarError::Config(format!("controller url: {e}")))?
             .connect_lazy();
-        Some(crate::remote::Remote { client: SidecarServiceClient::new(channel) })
+        Some(crate::remote::Remote::new(
+            SidecarServiceClient::new(channel),
+            &worker_id,
+            journal.resume_secret(),
+        ))
     } else {
         None
     };
@@ -209,6 +213,7 @@ impl Session {
                 attempt_in_hand: in_hand,
                 shares_repository: !self.cfg.remote,
                 version: env!("CARGO_PKG_VERSION").to_string(),
+                resume_secret: self.journal.resume_secret().to_string(),
             })),
         }
     }
@@ -245,6 +250,10 @@ impl Session {
         tracing::info!(session = %welcome.session_id, last_applied = welcome.last_applied_seq,
             resumed = welcome.attempt_resumed, "connected");
         self.journal.applied_up_to(welcome.last_applied_seq)?;
+        self.journal.set_resume_secret(&welcome.resume_secret)?;
+        if let Some(r) = &self.remote {
+            r.set_session(&welcome.resume_secret);
+        }
         self.resume(welcome.attempt_resumed).await?;
         for (_, msg) in self.journal.unacked() {
             if out.send(msg.clone()).await.is_err() {

@@ -11,13 +11,16 @@ use swarm_proto::v1;
 
 use crate::scheduler::views::{SwarmView, TaskDetailView, TaskView, WorkerView};
 use crate::scheduler::{
-    AssignSpec, AttemptHandle, HelloInfo, Outbound, Report, ReportedAttempt, ResultReport, TierOutcome,
+    AssignSpec, AttemptHandle, CloseCode, HelloInfo, Outbound, Report, ReportedAttempt, ResultReport,
+    TierOutcome,
 };
 use crate::store::EventRow;
 
-pub const MAX_TEXT: usize = 64 * 1024;
-pub const MAX_LINES: usize = 200;
-pub const MAX_PATHS: usize = 100_000;
+use swarm_proto::limits::{MAX_CATEGORY, MAX_LINE, MAX_STEP, MAX_TIER_NAME};
+pub use swarm_proto::limits::{MAX_LINES, MAX_PATHS, MAX_TEXT};
+
+/// A resume secret is 32 hex digits; a little room for a longer one later.
+const MAX_SECRET: usize = 128;
 
 fn reported(r: AttemptRef) -> ReportedAttempt {
     ReportedAttempt { task: r.task, number: r.number, token: r.fencing_token }
@@ -33,7 +36,7 @@ fn lines(field: &str, v: &[String]) -> Result<Vec<String>, FieldError> {
         return Err(FieldError::new(field, format!("at most {MAX_LINES} lines")));
     }
     for (i, l) in v.iter().enumerate() {
-        check_text(l, 4096).map_err(|rule| FieldError::new(format!("{field}[{i}]"), rule))?;
+        check_text(l, MAX_LINE).map_err(|rule| FieldError::new(format!("{field}[{i}]"), rule))?;
     }
     Ok(v.to_vec())
 }
@@ -43,12 +46,7 @@ fn paths(field: &str, v: &[String]) -> Result<Vec<String>, FieldError> {
         return Err(FieldError::new(field, format!("at most {MAX_PATHS} paths")));
     }
     for (i, p) in v.iter().enumerate() {
-        if p.is_empty() || p.len() > 4096 || p.starts_with('/') || p.split('/').any(|c| c == "..") {
-            return Err(FieldError::new(
-                format!("{field}[{i}]"),
-                "must be a relative path inside the repository",
-            ));
-        }
+        swarm_core::names::check_path(p).map_err(|rule| FieldError::new(format!("{field}[{i}]"), rule))?;
     }
     Ok(v.to_vec())
 }
@@ -68,7 +66,21 @@ pub fn hello(h: &v1::Hello) -> Result<HelloInfo, FieldError> {
         None => None,
         Some(r) => Some(reported(AttemptRef::try_from(r).map_err(|e| e.within("hello.attempt_in_hand"))?)),
     };
-    Ok(HelloInfo { worker_id, labels, host, last_acked_seq: h.last_acked_seq, attempt_in_hand })
+    if h.resume_secret.len() > MAX_SECRET || !h.resume_secret.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(FieldError::new(
+            "hello.resume_secret",
+            format!("must be at most {MAX_SECRET} hex digits, as Welcome gave it"),
+        ));
+    }
+    Ok(HelloInfo {
+        worker_id,
+        labels,
+        host,
+        last_acked_seq: h.last_acked_seq,
+        attempt_in_hand,
+        resume_secret: h.resume_secret.clone(),
+        principal: None,
+    })
 }
 
 /// Converts one report; `None` for messages that change nothing
@@ -100,7 +112,7 @@ pub fn report(seq: u64, body: &v1::sidecar_message::Body) -> Result<Option<Repor
             Report::Progress {
                 attempt: reported(required_attempt("progress.attempt", p.attempt.as_ref())?),
                 percent: p.percent,
-                step: text("progress.step", &p.step, 1024)?,
+                step: text("progress.step", &p.step, MAX_STEP)?,
             }
         }
         Body::Status(s) => {
@@ -132,7 +144,7 @@ pub fn report(seq: u64, body: &v1::sidecar_message::Body) -> Result<Option<Repor
                 attempt: reported(required_attempt("question.attempt", q.attempt.as_ref())?),
                 id: required_id("question.question_id", &q.question_id)?,
                 text: text("question.text", &q.text, MAX_TEXT)?,
-                category: text("question.category", &q.category, 100)?,
+                category: text("question.category", &q.category, MAX_CATEGORY)?,
             }
         }
         Body::Result(r) => {
@@ -148,7 +160,7 @@ pub fn report(seq: u64, body: &v1::sidecar_message::Body) -> Result<Option<Repor
             }
             for (i, t) in r.tiers.iter().enumerate() {
                 tiers.push(TierOutcome {
-                    name: text(&format!("result.tiers[{i}].name"), &t.name, 64)?,
+                    name: text(&format!("result.tiers[{i}].name"), &t.name, MAX_TIER_NAME)?,
                     passed: t.passed,
                     blocking: t.blocking,
                     exit_code: t.exit_code,
@@ -167,7 +179,7 @@ pub fn report(seq: u64, body: &v1::sidecar_message::Body) -> Result<Option<Repor
                 summary: text("result.summary", &r.summary, MAX_TEXT)?,
                 error: text("result.error", &r.error, MAX_TEXT)?,
                 log_tail: lines("result.log_tail", &r.log_tail)?,
-                category: text("result.category", &r.category, 100)?,
+                category: text("result.category", &r.category, MAX_CATEGORY)?,
             }))
         }
         Body::Orphans(o) => {
@@ -214,7 +226,8 @@ fn assign(a: &AssignSpec) -> v1::Assign {
     }
 }
 
-pub fn outbound(o: Outbound) -> v1::ControllerMessage {
+/// A message for the sidecar, or the status that ends its stream.
+pub fn outbound(o: Outbound) -> Result<v1::ControllerMessage, tonic::Status> {
     use v1::controller_message::Body;
     let body = match o {
         Outbound::Welcome {
@@ -224,6 +237,7 @@ pub fn outbound(o: Outbound) -> v1::ControllerMessage {
             lease_ttl_ms,
             last_applied_seq,
             attempt_resumed,
+            resume_secret,
         } => Body::Welcome(v1::Welcome {
             session_id,
             heartbeat_interval_ms,
@@ -231,6 +245,7 @@ pub fn outbound(o: Outbound) -> v1::ControllerMessage {
             lease_ttl_ms,
             last_applied_seq,
             attempt_resumed,
+            resume_secret,
         }),
         Outbound::Assign(a) => Body::Assign(assign(&a)),
         Outbound::Cancel { attempt, grace_ms, reason } => {
@@ -241,8 +256,14 @@ pub fn outbound(o: Outbound) -> v1::ControllerMessage {
         }
         Outbound::Ack { seq } => Body::Ack(v1::Ack { seq }),
         Outbound::Drain { reason } => Body::Drain(v1::Drain { reason }),
+        Outbound::Close { code, message } => {
+            return Err(match code {
+                CloseCode::AlreadyExists => tonic::Status::already_exists(message),
+                CloseCode::FailedPrecondition => tonic::Status::failed_precondition(message),
+            });
+        }
     };
-    v1::ControllerMessage { body: Some(body) }
+    Ok(v1::ControllerMessage { body: Some(body) })
 }
 
 pub fn task_key(field: &str, full: &str) -> Result<TaskKey, FieldError> {

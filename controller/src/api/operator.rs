@@ -14,7 +14,7 @@ use tonic::{Request, Response, Status};
 
 use super::{Shared, convert, watch};
 use crate::error::SchedError;
-use crate::scheduler::OperatorOp;
+use crate::scheduler::{LandTarget, OperatorOp};
 use crate::store::{Store, read_events};
 
 pub struct OperatorApi {
@@ -48,10 +48,13 @@ impl OperatorService for OperatorApi {
             Status::invalid_argument(format!("{field}: {}", e.rule))
         })?;
         tracing::info!(swarm = %plan.swarm, "create swarm");
+        let plan = Arc::new(plan);
+        // Refused before any branch is made: nothing changes for a plan
+        // whose refs another swarm owns.
+        self.shared.ask(|reply| OperatorOp::CheckPlanRefs { plan: plan.clone(), reply }).await?;
         // The integration branch starts at the base branch; an existing one
         // is left where it is (a resumed swarm).
         let head = self.shared.integrator.ensure_branch(&plan.integration_branch, &plan.base_branch).await?;
-        let plan = Arc::new(plan);
         let (view, created) = self
             .shared
             .ask(|reply| OperatorOp::CreateSwarm { plan_text: text, plan, integration_head: head, reply })
@@ -197,19 +200,49 @@ impl OperatorService for OperatorApi {
             swarm_core::names::check_branch(&req.target_branch)
                 .map_err(|rule| FieldError::new("target_branch", rule))?;
         }
-        let view = self.shared.ask(|reply| OperatorOp::GetSwarm { swarm: swarm.clone(), reply }).await?;
-        let target =
-            if req.target_branch.is_empty() { view.target_branch.clone() } else { req.target_branch };
-        if target == view.integration_branch {
-            return Err(FieldError::new("target_branch", "must differ from the integration branch").into());
-        }
-        let landed = self.shared.integrator.fast_forward(&target, &view.integration_head).await?;
+        let target = (!req.target_branch.is_empty()).then_some(req.target_branch);
+        let land = self.shared.ask(|reply| OperatorOp::Land { swarm: swarm.clone(), target, reply }).await?;
+        let result = self.land(&land).await;
+        let outcome = match &result {
+            Ok(l) => Ok((l.old.clone(), l.new.clone())),
+            Err(e) => Err(e.message().to_string()),
+        };
+        let (s, t) = (land.swarm.clone(), land.target.clone());
+        self.shared.ask(|reply| OperatorOp::Landed { swarm: s, target: t, outcome, reply }).await?;
+        let landed = result?;
         tracing::info!(swarm = %swarm, target = %landed.target, old = %landed.old, new = %landed.new, "landed");
         Ok(Response::new(v1::LandResponse {
             target_branch: landed.target,
             old_commit: landed.old,
             new_commit: landed.new,
         }))
+    }
+}
+
+impl OperatorApi {
+    /// Moves the target, fast-forward only; an explicit target that a
+    /// worktree has checked out is refused, since moving it would leave that
+    /// worktree's files describing another commit.
+    async fn land(&self, land: &LandTarget) -> Result<crate::integrator::Landed, Status> {
+        if land.explicit {
+            let (repo, target) = (self.shared.integrator.repo().to_path_buf(), land.target.clone());
+            let holder = tokio::task::spawn_blocking(move || swarm_git::checked_out_in(&repo, &target))
+                .await
+                .map_err(|e| Status::internal(e.to_string()))?
+                .map_err(|e| Status::failed_precondition(e.to_string()))?;
+            if let Some(path) = holder {
+                return Err(FieldError::new(
+                    "target_branch",
+                    format!(
+                        "{:?} is checked out in {}; land into a branch no worktree uses",
+                        land.target,
+                        path.display()
+                    ),
+                )
+                .into());
+            }
+        }
+        Ok(self.shared.integrator.fast_forward(&land.target, &land.head).await?)
     }
 }
 

@@ -8,30 +8,43 @@ use std::time::Duration;
 
 use futures::Stream;
 use swarm_proto::convert::{required_attempt, required_commit};
+use swarm_proto::limits::{MAX_MESSAGE_BYTES, SECRET_HEADER, WORKER_HEADER};
 use swarm_proto::v1;
 use swarm_proto::v1::sidecar_service_server::SidecarService;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::Semaphore;
 use tokio::sync::mpsc;
+use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
 use super::{Shared, convert};
-use crate::scheduler::{Command, Outbound, Session};
+use crate::scheduler::{Command, Outbound, PackClaim, ReportedAttempt, Session};
 
-/// How long a new stream may take to say Hello.
-const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a new stream may take to say Hello, by default.
+pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 /// Outbound messages queued per sidecar before it counts as stuck.
 const OUTBOUND_QUEUE: usize = 1024;
 pub const MAX_PACK_BYTES: usize = 512 << 20;
+/// Pack uploads staged at once; each may take up to `MAX_PACK_BYTES` of disk.
+pub const MAX_CONCURRENT_PUSHES: usize = 4;
 const PACK_CHUNK: usize = 1 << 20;
 
 pub struct SidecarApi {
     shared: Shared,
     next_session: Arc<AtomicU64>,
+    hello_timeout: Duration,
+    pushes: Arc<Semaphore>,
 }
 
 impl SidecarApi {
-    pub fn new(shared: Shared) -> Self {
-        SidecarApi { shared, next_session: Arc::new(AtomicU64::new(1)) }
+    pub fn new(shared: Shared, hello_timeout: Duration) -> Self {
+        SidecarApi {
+            shared,
+            next_session: Arc::new(AtomicU64::new(1)),
+            hello_timeout,
+            pushes: Arc::new(Semaphore::new(MAX_CONCURRENT_PUSHES)),
+        }
     }
 }
 
@@ -47,9 +60,9 @@ impl SidecarService for SidecarApi {
         request: Request<Streaming<v1::SidecarMessage>>,
     ) -> Result<Response<Self::ConnectStream>, Status> {
         let mut inbound = request.into_inner();
-        let first = tokio::time::timeout(HELLO_TIMEOUT, inbound.message())
+        let first = tokio::time::timeout(self.hello_timeout, inbound.message())
             .await
-            .map_err(|_| Status::deadline_exceeded("no hello within 10 s"))??
+            .map_err(|_| Status::deadline_exceeded(format!("no hello within {:?}", self.hello_timeout)))??
             .ok_or_else(|| Status::invalid_argument("stream closed before hello"))?;
         let Some(v1::sidecar_message::Body::Hello(hello)) = &first.body else {
             return Err(Status::invalid_argument("body: the first message on a stream must be hello"));
@@ -76,6 +89,7 @@ impl SidecarService for SidecarApi {
         &self,
         request: Request<v1::FetchPackRequest>,
     ) -> Result<Response<Self::FetchPackStream>, Status> {
+        let claim = pack_claim(request.metadata(), None)?;
         let req = request.into_inner();
         let want = required_commit("want", &req.want)?;
         if req.have.len() > 10_000 {
@@ -85,6 +99,7 @@ impl SidecarService for SidecarApi {
         for (i, h) in req.have.iter().enumerate() {
             haves.push(required_commit(&format!("have[{i}]"), h)?);
         }
+        self.authorize_pack(claim).await?;
         let repo = self.shared.integrator.repo().to_path_buf();
         let span = tracing::info_span!("pack.fetch", want = %want, haves = haves.len());
         let pack = tokio::task::spawn_blocking(move || {
@@ -99,37 +114,89 @@ impl SidecarService for SidecarApi {
         Ok(Response::new(Box::pin(tokio_stream::iter(chunks))))
     }
 
+    /// Streams the upload to a temporary file (bounded in size, and in how
+    /// many run at once) only after the caller proved it holds the live
+    /// attempt the pack is for; then indexes it from there.
     async fn push_pack(
         &self,
         request: Request<Streaming<v1::PushPackChunk>>,
     ) -> Result<Response<v1::PushPackResponse>, Status> {
+        let metadata = request.metadata().clone();
         let mut chunks = request.into_inner();
-        let mut data = Vec::new();
-        let mut tip = None;
+        let first = chunks.message().await?.ok_or_else(|| {
+            Status::invalid_argument("attempt: the first chunk must name the attempt and tip")
+        })?;
+        let attempt = required_attempt("attempt", first.attempt.as_ref())?;
+        let tip = required_commit("tip", &first.tip)?;
+        let reported =
+            ReportedAttempt { task: attempt.task, number: attempt.number, token: attempt.fencing_token };
+        let label = reported.task.attempt(reported.number).to_string();
+        self.authorize_pack(pack_claim(&metadata, Some(reported))?).await?;
+        let _permit = self.pushes.clone().try_acquire_owned().map_err(|_| {
+            Status::resource_exhausted(format!(
+                "pack uploads: at most {MAX_CONCURRENT_PUSHES} at once; retry shortly"
+            ))
+        })?;
+        let span = tracing::info_span!("pack.push", attempt = %label, tip = %tip);
+        let repo = self.shared.integrator.repo().to_path_buf();
+        let incoming = self.incoming_dir()?;
+        let file = tempfile::NamedTempFile::new_in(&incoming)
+            .map_err(|e| Status::internal(format!("pack staging file in {}: {e}", incoming.display())))?;
+        let (std_file, path) = file.into_parts();
+        let mut out = tokio::fs::File::from_std(std_file);
+        let mut size = first.data.len();
+        out.write_all(&first.data).await.map_err(|e| Status::internal(format!("pack staging: {e}")))?;
         while let Some(chunk) = chunks.message().await? {
-            if tip.is_none() {
-                required_attempt("attempt", chunk.attempt.as_ref())?;
-                tip = Some(required_commit("tip", &chunk.tip)?);
-            }
-            if data.len() + chunk.data.len() > MAX_PACK_BYTES {
+            size = size.saturating_add(chunk.data.len());
+            if size > MAX_PACK_BYTES {
                 return Err(Status::resource_exhausted(format!("data: pack exceeds {MAX_PACK_BYTES} bytes")));
             }
-            data.extend_from_slice(&chunk.data);
+            out.write_all(&chunk.data).await.map_err(|e| Status::internal(format!("pack staging: {e}")))?;
         }
-        let tip =
-            tip.ok_or_else(|| Status::invalid_argument("tip: the first chunk must name the tip commit"))?;
-        let repo = self.shared.integrator.repo().to_path_buf();
-        let span = tracing::info_span!("pack.push", tip = %tip, bytes = data.len());
+        out.flush().await.map_err(|e| Status::internal(format!("pack staging: {e}")))?;
+        drop(out);
         let t = tip.clone();
         let objects = tokio::task::spawn_blocking(move || {
             let _g = span.enter();
-            swarm_git::receive_pack(&repo, &data, &t, MAX_PACK_BYTES)
+            // `path` removes the staging file when it drops, here.
+            swarm_git::receive_pack_file(&repo, &path, &t, MAX_PACK_BYTES)
         })
         .await
         .map_err(|e| Status::internal(e.to_string()))?
         .map_err(|e| Status::invalid_argument(format!("data: {e}")))?;
         Ok(Response::new(v1::PushPackResponse { tip, objects }))
     }
+}
+
+impl SidecarApi {
+    async fn authorize_pack(&self, claim: PackClaim) -> Result<(), Status> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.shared.send(Command::AuthorizePack { claim, reply })?;
+        answer.await.map_err(|_| Status::unavailable("scheduler stopped"))??;
+        Ok(())
+    }
+
+    /// Where uploads are staged: beside the store, on the same filesystem
+    /// as the repository's objects.
+    fn incoming_dir(&self) -> Result<std::path::PathBuf, Status> {
+        let dir = self
+            .shared
+            .db_path
+            .parent()
+            .map(|d| d.join("incoming"))
+            .unwrap_or_else(|| std::env::temp_dir().join("swarm-incoming"));
+        std::fs::create_dir_all(&dir).map_err(|e| Status::internal(format!("{}: {e}", dir.display())))?;
+        Ok(dir)
+    }
+}
+
+/// The worker a pack transfer is for, from its metadata.
+fn pack_claim(metadata: &MetadataMap, attempt: Option<ReportedAttempt>) -> Result<PackClaim, Status> {
+    let get = |key: &str| metadata.get(key).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+    let worker = get(WORKER_HEADER);
+    swarm_core::names::check_id(&worker)
+        .map_err(|rule| Status::unauthenticated(format!("{WORKER_HEADER}: {rule}")))?;
+    Ok(PackClaim { worker, resume_secret: get(SECRET_HEADER), principal: None, attempt })
 }
 
 /// Reads a sidecar's stream until it ends, turning each message into a
@@ -152,6 +219,14 @@ async fn read_reports(
             Ok(None) => break,
             Err(status) => {
                 tracing::debug!(%status, "sidecar stream ended");
+                // A message over the decoding limit must not end the stream
+                // as if all were well: the sidecar would replay it forever.
+                if matches!(status.code(), tonic::Code::OutOfRange | tonic::Code::ResourceExhausted) {
+                    let _ = errors.try_send(Status::resource_exhausted(format!(
+                        "message over the limit of {MAX_MESSAGE_BYTES} bytes: {}",
+                        status.message()
+                    )));
+                }
                 break;
             }
         };
@@ -194,9 +269,9 @@ fn responses(
             biased;
             _ = shutdown.cancelled() => Some((Err(Status::unavailable("controller shutting down")), None)),
             Some(status) = err_rx.recv() => Some((Err(status), None)),
-            m = rx.recv() => m.map(|m| {
-                let m = convert::outbound(traced(m, &worker));
-                (Ok(m), Some((worker, rx, err_rx, shutdown)))
+            m = rx.recv() => m.map(|m| match convert::outbound(traced(m, &worker)) {
+                Ok(m) => (Ok(m), Some((worker, rx, err_rx, shutdown))),
+                Err(status) => (Err(status), None),
             }),
         }
     })

@@ -10,6 +10,7 @@ use swarm_core::{Outcome, TaskKey, TaskState};
 use tokio::sync::{broadcast, oneshot};
 
 use super::model::{Session, TierOutcome};
+use super::refs::LandTarget;
 use super::views::{SwarmView, TaskDetailView, TaskView, WorkerView};
 use crate::error::SchedError;
 use crate::integrator::MergeResult;
@@ -30,6 +31,10 @@ pub struct HelloInfo {
     pub host: String,
     pub last_acked_seq: u64,
     pub attempt_in_hand: Option<ReportedAttempt>,
+    /// The secret the sidecar's last Welcome gave it; empty if it has none.
+    pub resume_secret: String,
+    /// The credential the stream was authenticated with, when there is one.
+    pub principal: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -125,6 +130,25 @@ pub enum OperatorOp {
         worker: String,
         reply: Reply<WorkerView>,
     },
+    /// Checks, before the integration branch is made, that no other swarm
+    /// owns the plan's refs.
+    CheckPlanRefs {
+        plan: Arc<Plan>,
+        reply: Reply<()>,
+    },
+    /// Resolves and checks Land's target (`None`: the plan's).
+    Land {
+        swarm: String,
+        target: Option<String>,
+        reply: Reply<LandTarget>,
+    },
+    /// Records what Land did.
+    Landed {
+        swarm: String,
+        target: String,
+        outcome: Result<(String, String), String>,
+        reply: Reply<()>,
+    },
 }
 
 pub enum Command {
@@ -149,5 +173,22 @@ pub enum Command {
         reply: oneshot::Sender<(u64, broadcast::Receiver<Arc<EventRow>>)>,
     },
     Merged(MergeResult),
+    /// May this caller move a pack? It must hold the worker id's live
+    /// session (by its resume secret or credential) and, for an upload,
+    /// the live attempt the pack is for.
+    AuthorizePack {
+        claim: PackClaim,
+        reply: oneshot::Sender<Result<(), SchedError>>,
+    },
     Shutdown,
+}
+
+/// Who a pack transfer says it is for.
+#[derive(Debug, Clone)]
+pub struct PackClaim {
+    pub worker: String,
+    pub resume_secret: String,
+    pub principal: Option<String>,
+    /// The attempt an upload belongs to; none for a download.
+    pub attempt: Option<ReportedAttempt>,
 }

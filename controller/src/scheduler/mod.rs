@@ -14,7 +14,9 @@ mod model;
 mod operator;
 pub mod outbound;
 mod recover;
+mod refs;
 mod reports;
+mod sessions;
 mod task_text;
 #[cfg(test)]
 mod tests;
@@ -28,9 +30,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use swarm_core::{AttemptState, SwarmId, TaskKey, TaskState};
 use tokio::sync::broadcast;
 
-pub use command::{Command, HelloInfo, OperatorOp, Report, ReportedAttempt, ResultReport};
+pub use command::{Command, HelloInfo, OperatorOp, PackClaim, Report, ReportedAttempt, ResultReport};
 pub use model::{Attempt, Session, SwarmState, TierOutcome};
-pub use outbound::{AssignSpec, AttemptHandle, Outbound};
+pub use outbound::{AssignSpec, AttemptHandle, CloseCode, Outbound};
+pub use refs::LandTarget;
 
 use crate::integrator::{IntegratorHandle, MergeJob};
 use crate::metrics::Metrics;
@@ -48,6 +51,8 @@ pub struct Timing {
     pub lost_grace: Duration,
     /// Grace between the signals of a Cancel, passed to the sidecar.
     pub cancel_grace: Duration,
+    /// A worker that is gone and holds nothing is forgotten after this.
+    pub forget_workers_after: Duration,
 }
 
 impl Default for Timing {
@@ -58,6 +63,7 @@ impl Default for Timing {
             lease_ttl: Duration::from_secs(60),
             lost_grace: Duration::from_secs(2),
             cancel_grace: Duration::from_secs(5),
+            forget_workers_after: Duration::from_secs(3600),
         }
     }
 }
@@ -110,6 +116,10 @@ pub struct Scheduler {
     integrator: IntegratorHandle,
     next_session_id: u64,
     metrics: Arc<Metrics>,
+    /// Windows of the rate-limited audit events.
+    audit: crate::audit::Aggregator,
+    /// Mono ms of the last registry sweep.
+    last_sweep_ms: u64,
 }
 
 impl Scheduler {
@@ -238,6 +248,10 @@ impl Scheduler {
                 let _ = reply.send((self.last_committed_event, self.events.subscribe()));
             }
             Command::Merged(result) => self.on_merged(result, fx),
+            Command::AuthorizePack { claim, reply } => {
+                // Nothing is written, so the answer need not wait for a commit.
+                let _ = reply.send(self.authorize_pack(&claim));
+            }
             Command::Shutdown => {}
         }
     }
@@ -440,6 +454,7 @@ impl Scheduler {
         for (worker, session) in silent {
             self.on_disconnected(&worker, session, fx);
         }
+        self.sweep_registry(fx);
         let connected = self.workers.values().filter(|w| w.session.is_some()).count();
         self.metrics.workers_connected.set(connected as i64);
     }

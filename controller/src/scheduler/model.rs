@@ -221,6 +221,12 @@ pub struct Worker {
     /// The attempt it holds, if any.
     pub attempt: Option<(TaskKey, u32)>,
     pub updated_at: i64,
+    /// Given in Welcome and kept in the sidecar's journal: while the id has
+    /// a live session or an attempt, only a Hello carrying it (or the same
+    /// credential) may take the id over.
+    pub resume_secret: String,
+    /// The credential the worker last connected with; empty without one.
+    pub principal: String,
 }
 
 impl Worker {
@@ -232,6 +238,8 @@ impl Worker {
             last_applied_seq: self.last_applied_seq,
             draining: self.draining,
             updated_at: self.updated_at,
+            resume_secret: self.resume_secret.clone(),
+            principal: self.principal.clone(),
         }
     }
 

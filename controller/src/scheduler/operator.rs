@@ -71,10 +71,23 @@ impl Scheduler {
                 let r = self.drain(&worker, fx);
                 later(fx, reply, r);
             }
+            OperatorOp::CheckPlanRefs { plan, reply } => {
+                let r = self.check_plan_refs(&plan);
+                later(fx, reply, r);
+            }
+            OperatorOp::Land { swarm, target, reply } => {
+                let r = self.land_target(&swarm, target);
+                later(fx, reply, r);
+            }
+            OperatorOp::Landed { swarm, target, outcome, reply } => {
+                let _span = tracing::info_span!("swarm.land", swarm = %swarm, target = %target).entered();
+                let r = self.record_land(&swarm, &target, outcome, fx);
+                later(fx, reply, r);
+            }
         }
     }
 
-    fn swarm(&self, id: &str) -> Result<&Swarm, SchedError> {
+    pub(super) fn swarm(&self, id: &str) -> Result<&Swarm, SchedError> {
         SwarmId::new(id)
             .ok()
             .and_then(|id| self.swarms.get(&id))
@@ -130,6 +143,7 @@ impl Scheduler {
         head: &str,
         fx: &mut Effects,
     ) -> Result<(SwarmView, bool), SchedError> {
+        self.check_plan_refs(&plan)?;
         if let Some(existing) = self.swarms.get(&plan.swarm) {
             if *existing.plan_text == *plan_text {
                 return Ok((SwarmView::of(existing), false));

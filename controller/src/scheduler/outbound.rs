@@ -40,6 +40,7 @@ pub enum Outbound {
         lease_ttl_ms: u32,
         last_applied_seq: u64,
         attempt_resumed: bool,
+        resume_secret: String,
     },
     Assign(Box<AssignSpec>),
     Cancel {
@@ -58,4 +59,18 @@ pub enum Outbound {
     Drain {
         reason: String,
     },
+    /// Ends the session's stream with an error status; nothing follows it.
+    Close {
+        code: CloseCode,
+        message: String,
+    },
+}
+
+/// Why the scheduler ends a session, as the gRPC status the sidecar sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseCode {
+    /// Another sidecar holds the worker id.
+    AlreadyExists,
+    /// The report does not fit the protocol's state (a sequence gap).
+    FailedPrecondition,
 }

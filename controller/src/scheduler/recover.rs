@@ -47,6 +47,8 @@ pub fn recover(
         integrator,
         next_session_id: 1,
         metrics: Default::default(),
+        audit: Default::default(),
+        last_sweep_ms: 0,
     };
 
     let mut plans: HashMap<SwarmId, Arc<Plan>> = HashMap::new();
@@ -162,6 +164,8 @@ pub fn recover(
                 session: None,
                 attempt: None,
                 updated_at: row.updated_at,
+                resume_secret: row.resume_secret,
+                principal: row.principal,
             },
         );
     }

@@ -1,139 +1,17 @@
-//! What sidecars tell the scheduler: sessions, reports, fencing, and the
-//! exit-code transitions.
-
-use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
+//! What sidecars tell the scheduler: reports, fencing, the exit-code
+//! transitions and merge results. Sessions and claims are in `sessions`.
 
 use rand::Rng;
-use swarm_core::plan::{ConflictPolicy, OwnershipPolicy};
+use swarm_core::plan::ConflictPolicy;
 use swarm_core::{AttemptState, Outcome, TaskKey, TaskState};
 
-use super::command::{HelloInfo, Report, ReportedAttempt, ResultReport};
-use super::model::{PendingQuestion, Session, Worker};
+use super::command::{Report, ReportedAttempt, ResultReport};
+use super::model::PendingQuestion;
 use super::outbound::{AttemptHandle, Outbound};
 use super::{Effects, Scheduler, now_ms};
 use crate::integrator::{MergeJob, MergeResult, MergeVerdict};
 
 impl Scheduler {
-    pub(super) fn on_hello(&mut self, hello: HelloInfo, session: Session, fx: &mut Effects) {
-        let _span =
-            tracing::info_span!("sidecar.hello", worker = %hello.worker_id, session = session.id).entered();
-        let now = now_ms();
-        let worker = self.workers.entry(hello.worker_id.clone()).or_insert_with(|| Worker {
-            id: hello.worker_id.clone(),
-            host: String::new(),
-            labels: BTreeMap::new(),
-            last_applied_seq: 0,
-            draining: false,
-            session: None,
-            attempt: None,
-            updated_at: now,
-        });
-        // A new session replaces the old one; dropping its sender ends the
-        // old stream.
-        worker.session = Some(session.clone());
-        worker.host = hello.host.clone();
-        worker.labels = hello.labels.clone();
-        worker.updated_at = now;
-        let current = worker.attempt.clone();
-        let last_applied_seq = worker.last_applied_seq;
-        let draining = worker.draining;
-        fx.dirty_workers.insert(worker.id.clone());
-        self.lease_seen.insert(hello.worker_id.clone(), self.mono_ms());
-
-        let held = hello.attempt_in_hand.as_ref();
-        let resumed = match (&current, held) {
-            (Some((key, number)), Some(h)) => {
-                let token = self.attempts.get(&(key.clone(), *number)).map(|a| a.token);
-                &h.task == key && h.number == *number && Some(h.token) == token
-            }
-            _ => false,
-        };
-        if let Some(h) = held.filter(|_| !resumed) {
-            self.fence_stale_hand(&hello.worker_id, h, fx);
-        }
-        fx.outbound.push((
-            session,
-            Outbound::Welcome {
-                session_id: format!("{}-{}", hello.worker_id, self.next_session_id),
-                heartbeat_interval_ms: self.timing.heartbeat_interval.as_millis() as u32,
-                heartbeat_jitter_ms: self.timing.heartbeat_jitter.as_millis() as u32,
-                lease_ttl_ms: self.timing.lease_ttl.as_millis() as u32,
-                last_applied_seq,
-                attempt_resumed: resumed,
-            },
-        ));
-        self.next_session_id += 1;
-        if let Some((key, number)) = &current {
-            if !resumed {
-                // It does not hold its attempt (restarted without it, or the
-                // Assign was lost with the stream): the same attempt, same
-                // token, is sent again.
-                if let Some(spec) = self.assign_spec(key, *number) {
-                    self.send(&hello.worker_id, Outbound::Assign(Box::new(spec)), fx);
-                }
-            }
-            if self.tasks.get(key).is_some_and(|t| t.cancel_requested) {
-                self.send_cancel(key, *number, "cancelled by the operator", fx);
-            }
-        }
-        if draining {
-            self.send(&hello.worker_id, Outbound::Drain { reason: "draining".into() }, fx);
-        }
-        self.event(
-            fx,
-            "",
-            "",
-            0,
-            &hello.worker_id,
-            "worker.connected",
-            format!("worker {} connected from {} (resumed: {resumed})", hello.worker_id, hello.host),
-            serde_json::json!({ "labels": hello.labels, "last_acked_seq": hello.last_acked_seq, "resumed": resumed }),
-        );
-    }
-
-    /// A sidecar came back holding an attempt that is no longer current.
-    fn fence_stale_hand(&mut self, worker: &str, held: &ReportedAttempt, fx: &mut Effects) {
-        let key = (held.task.clone(), held.number);
-        if self.attempts.get(&key).is_some_and(|a| a.state == AttemptState::Lost && a.token == held.token) {
-            self.set_attempt_state(&held.task, held.number, AttemptState::Fenced, fx);
-        }
-        self.task_event(
-            fx,
-            &held.task,
-            held.number,
-            worker,
-            "attempt.fenced",
-            format!(
-                "{} (token {}) is no longer current; its sidecar was told to drop it",
-                held.task.attempt(held.number),
-                held.token
-            ),
-            serde_json::json!({ "token": held.token }),
-        );
-    }
-
-    pub(super) fn on_disconnected(&mut self, worker_id: &str, session: u64, fx: &mut Effects) {
-        let Some(w) = self.workers.get_mut(worker_id) else { return };
-        if w.session.as_ref().map(|s| s.id) != Some(session) {
-            return; // an older session, already replaced
-        }
-        let seen = w.session.as_ref().map(|s| s.last_seen.load(Ordering::Relaxed)).unwrap_or(0);
-        w.session = None;
-        let entry = self.lease_seen.entry(worker_id.to_string()).or_insert(seen);
-        *entry = (*entry).max(seen);
-        self.event(
-            fx,
-            "",
-            "",
-            0,
-            worker_id,
-            "worker.disconnected",
-            format!("worker {worker_id} disconnected"),
-            serde_json::json!({}),
-        );
-    }
-
     pub(super) fn on_report(
         &mut self,
         worker_id: &str,
@@ -146,9 +24,7 @@ impl Scheduler {
         if worker.session.as_ref().map(|s| s.id) != Some(session) {
             return; // a stream that has been replaced says nothing
         }
-        if seq > 0 && seq <= worker.last_applied_seq {
-            // Applied before (a replay after a reconnect): ack again only.
-            self.send(worker_id, Outbound::Ack { seq }, fx);
+        if seq > 0 && !self.admit_seq(worker_id, session, seq, fx) {
             return;
         }
         let current = match report.attempt() {
@@ -165,12 +41,13 @@ impl Scheduler {
             let current_token = self.tasks.get(&a.task).and_then(|t| {
                 self.attempts.get(&(a.task.clone(), t.attempts)).map(|x| (t.attempts, x.token))
             });
-            self.task_event(
+            // A peer can send fenced reports as fast as it likes; the audit
+            // log records the first of each window and a count of the rest.
+            self.audited(
                 fx,
-                &a.task.clone(),
-                a.number,
                 worker_id,
                 "report.fenced",
+                Some((&a.task.clone(), a.number)),
                 format!(
                     "stale report for {} (token {}) ignored; current attempt is {:?}",
                     a.task.attempt(a.number),
@@ -533,17 +410,38 @@ impl Scheduler {
                     );
                 }
             }
-            MergeVerdict::Refused { reason } => {
-                debug_assert!(matches!(
-                    self.tasks.get(&key).map(|t| t.spec.ownership),
-                    Some(OwnershipPolicy::Enforce)
-                ));
-                self.fail_or_retry(&key, number, &reason, fx);
-            }
+            MergeVerdict::Refused { reason } => self.refuse_result(&key, number, &reason, fx),
             MergeVerdict::Failed { reason } => {
-                self.fail_or_retry(&key, number, &format!("merge failed: {reason}"), fx);
+                self.refuse_result(&key, number, &format!("merge failed: {reason}"), fx)
             }
         }
+    }
+}
+
+impl Scheduler {
+    /// The integrator would not merge what the attempt reported (a commit
+    /// it lacks, an unrelated history, paths outside the owned globs,
+    /// changes under `.swarm/`): the attempt did not succeed after all. It
+    /// ends FAILED with the reason, the task forgets the commit, and the
+    /// task's retry policy decides what comes next.
+    fn refuse_result(&mut self, key: &TaskKey, number: u32, reason: &str, fx: &mut Effects) {
+        if let Some(a) = self.attempts.get_mut(&(key.clone(), number)) {
+            a.error = reason.to_string();
+        }
+        self.set_attempt_state(key, number, AttemptState::Failed, fx);
+        if let Some(t) = self.tasks.get_mut(key) {
+            t.result_commit.clear();
+        }
+        self.task_event(
+            fx,
+            key,
+            number,
+            "",
+            "task.result_refused",
+            format!("{} refused: {reason}", key.attempt(number)),
+            serde_json::json!({ "reason": reason }),
+        );
+        self.fail_or_retry(key, number, reason, fx);
     }
 }
 

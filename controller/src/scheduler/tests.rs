@@ -82,6 +82,8 @@ impl Rig {
             host: "h".into(),
             last_acked_seq: 0,
             attempt_in_hand: None,
+            resume_secret: String::new(),
+            principal: None,
         };
         sched.turn([Command::Hello { hello, session }]).expect("turn");
         Rig { _dir: dir, sched, merged, outbound, seq: 0, base, repo }

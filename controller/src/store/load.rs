@@ -79,7 +79,7 @@ pub fn load(conn: &Connection) -> Result<Snapshot, StoreError> {
         })?
         .collect::<Result<_, _>>()?;
     let mut stmt =
-        conn.prepare("SELECT id, host, labels, last_applied_seq, draining, updated_at FROM workers")?;
+        conn.prepare("SELECT id, host, labels, last_applied_seq, draining, updated_at, resume_secret, principal FROM workers")?;
     snap.workers = stmt
         .query_map([], |r| {
             Ok(WorkerRow {
@@ -89,6 +89,8 @@ pub fn load(conn: &Connection) -> Result<Snapshot, StoreError> {
                 last_applied_seq: r.get::<_, i64>(3)? as u64,
                 draining: r.get(4)?,
                 updated_at: r.get(5)?,
+                resume_secret: r.get(6)?,
+                principal: r.get(7)?,
             })
         })?
         .collect::<Result<_, _>>()?;

@@ -90,6 +90,10 @@ pub struct WorkerRow {
     pub last_applied_seq: u64,
     pub draining: bool,
     pub updated_at: i64,
+    /// The secret that proves a sidecar's claim on this id (see Welcome).
+    pub resume_secret: String,
+    /// The credential this worker last connected with; empty without one.
+    pub principal: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -115,6 +119,7 @@ pub struct Batch {
     tasks: HashMap<(String, String), TaskRow>,
     attempts: HashMap<(String, String, u32), AttemptRow>,
     workers: HashMap<String, WorkerRow>,
+    forgotten_workers: std::collections::HashSet<String>,
     pub events: Vec<EventRow>,
 }
 
@@ -136,7 +141,13 @@ impl Batch {
         self.attempts.insert((row.swarm.clone(), row.task.clone(), row.number), row);
     }
     pub fn worker(&mut self, row: WorkerRow) {
+        self.forgotten_workers.remove(&row.id);
         self.workers.insert(row.id.clone(), row);
+    }
+    /// Deletes a worker's row; its events stay.
+    pub fn forget_worker(&mut self, id: &str) {
+        self.workers.remove(id);
+        self.forgotten_workers.insert(id.to_string());
     }
     pub fn event(&mut self, row: EventRow) {
         self.events.push(row);
@@ -146,11 +157,17 @@ impl Batch {
             && self.tasks.is_empty()
             && self.attempts.is_empty()
             && self.workers.is_empty()
+            && self.forgotten_workers.is_empty()
             && self.events.is_empty()
     }
     /// Rows in the batch, for the batch-size metric.
     pub fn len(&self) -> usize {
-        self.swarms.len() + self.tasks.len() + self.attempts.len() + self.workers.len() + self.events.len()
+        self.swarms.len()
+            + self.tasks.len()
+            + self.attempts.len()
+            + self.workers.len()
+            + self.forgotten_workers.len()
+            + self.events.len()
     }
 }
 
@@ -290,11 +307,13 @@ impl Store {
                 ])?;
             }
             let mut stmt = tx.prepare_cached(
-                "INSERT INTO workers (id, host, labels, last_applied_seq, draining, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                "INSERT INTO workers (id, host, labels, last_applied_seq, draining, updated_at,
+                   resume_secret, principal)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
                  ON CONFLICT(id) DO UPDATE SET host = excluded.host, labels = excluded.labels,
                    last_applied_seq = excluded.last_applied_seq, draining = excluded.draining,
-                   updated_at = excluded.updated_at",
+                   updated_at = excluded.updated_at, resume_secret = excluded.resume_secret,
+                   principal = excluded.principal",
             )?;
             for r in batch.workers.values() {
                 stmt.execute(params![
@@ -303,8 +322,14 @@ impl Store {
                     r.labels,
                     r.last_applied_seq as i64,
                     r.draining,
-                    r.updated_at
+                    r.updated_at,
+                    r.resume_secret,
+                    r.principal
                 ])?;
+            }
+            let mut stmt = tx.prepare_cached("DELETE FROM workers WHERE id = ?1")?;
+            for id in &batch.forgotten_workers {
+                stmt.execute(params![id])?;
             }
             let mut stmt = tx.prepare_cached(
                 "INSERT INTO events (id, at, swarm, task, attempt, worker, kind, message, data)

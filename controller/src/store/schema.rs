@@ -82,6 +82,10 @@ pub(super) const MIGRATIONS: &[&str] = &[
     );
     INSERT INTO swarm_progress (swarm, state, integration_head)
         SELECT id, state, integration_head FROM swarms;",
+    // 3: a worker's claim on its id survives a controller restart: the
+    // resume secret its sidecar keeps, and the credential it last proved.
+    "ALTER TABLE workers ADD COLUMN resume_secret TEXT NOT NULL DEFAULT '';
+    ALTER TABLE workers ADD COLUMN principal TEXT NOT NULL DEFAULT '';",
 ];
 
 pub const VERSION: i64 = MIGRATIONS.len() as i64;

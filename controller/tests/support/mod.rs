@@ -174,7 +174,7 @@ impl Harness {
     }
 
     pub async fn sidecar(&self, worker: &str) -> Sim {
-        Sim::connect(self.channel.clone(), worker, None, 0).await
+        Sim::connect(self.channel.clone(), worker, None, 0, "").await
     }
 
     pub async fn restart(&mut self) {
@@ -230,7 +230,22 @@ impl Sim {
         worker: &str,
         in_hand: Option<v1::AttemptRef>,
         last_acked: u64,
+        secret: &str,
     ) -> Sim {
+        match Sim::try_connect(channel, worker, in_hand, last_acked, secret).await {
+            Ok(sim) => sim,
+            Err(status) => panic!("{worker} refused: {status:?}"),
+        }
+    }
+
+    /// Says Hello; the status is how the controller refused it.
+    pub async fn try_connect(
+        channel: Channel,
+        worker: &str,
+        in_hand: Option<v1::AttemptRef>,
+        last_acked: u64,
+        secret: &str,
+    ) -> Result<Sim, tonic::Status> {
         let (tx, rx) = mpsc::channel(64);
         tx.send(v1::SidecarMessage {
             seq: 0,
@@ -243,6 +258,7 @@ impl Sim {
                 attempt_in_hand: in_hand,
                 shares_repository: true,
                 version: "test".into(),
+                resume_secret: secret.into(),
             })),
         })
         .await
@@ -252,11 +268,8 @@ impl Sim {
             .await
             .expect("connect")
             .into_inner();
-        let first = tokio::time::timeout(WAIT, rx.message())
-            .await
-            .expect("welcome in time")
-            .expect("stream ok")
-            .expect("a message");
+        let first =
+            tokio::time::timeout(WAIT, rx.message()).await.expect("welcome in time")?.expect("a message");
         let Some(v1::controller_message::Body::Welcome(welcome)) = first.body else {
             panic!("expected welcome, got {first:?}")
         };
@@ -273,7 +286,7 @@ impl Sim {
                 }
             }
         });
-        Sim {
+        Ok(Sim {
             worker: worker.into(),
             tx,
             rx,
@@ -281,6 +294,22 @@ impl Sim {
             welcome,
             pending: Default::default(),
             heartbeats,
+        })
+    }
+
+    /// The resume secret this session was given.
+    pub fn secret(&self) -> String {
+        self.welcome.resume_secret.clone()
+    }
+
+    /// Reads until the controller ends the stream, and returns its status.
+    pub async fn closed(&mut self) -> tonic::Status {
+        loop {
+            match tokio::time::timeout(WAIT, self.rx.message()).await.expect("stream ends in time") {
+                Ok(Some(_)) => continue,
+                Ok(None) => panic!("stream ended without a status"),
+                Err(status) => return status,
+            }
         }
     }
 

@@ -1,0 +1,362 @@
+//! Sidecar sessions: who may claim a worker id, the protocol's sequence
+//! numbers, the rate-limited audit of what a peer repeats, and forgetting
+//! workers that are gone.
+//!
+//! Fencing tokens protect against a stale attempt, not against an impostor:
+//! they are only as good as the binding between a stream and a worker id.
+//! That binding is the resume secret given in Welcome (kept in the
+//! sidecar's journal) or, with credentials, the identity the stream proved.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+
+use rand::Rng;
+use swarm_core::{AttemptState, TaskKey};
+
+use super::command::{HelloInfo, PackClaim, ReportedAttempt};
+use super::model::{Session, Worker};
+use super::outbound::{CloseCode, Outbound};
+use super::{Effects, Scheduler, now_ms};
+use crate::audit::{Hit, Summary};
+use crate::error::SchedError;
+use swarm_proto::limits::SECRET_HEADER;
+
+/// How often idle, disconnected workers are looked for.
+const FORGET_SWEEP_MS: u64 = 1_000;
+
+impl Scheduler {
+    pub(super) fn on_hello(&mut self, hello: HelloInfo, session: Session, fx: &mut Effects) {
+        let _span =
+            tracing::info_span!("sidecar.hello", worker = %hello.worker_id, session = session.id).entered();
+        if let Err(reason) = self.may_claim(&hello) {
+            tracing::warn!(%reason, "hello refused");
+            self.metrics.refused_hellos.inc();
+            self.audited(fx, &hello.worker_id, "hello.refused", None, reason.clone(), serde_json::json!({}));
+            fx.outbound.push((session, Outbound::Close { code: CloseCode::AlreadyExists, message: reason }));
+            return;
+        }
+        let now = now_ms();
+        let worker = self.workers.entry(hello.worker_id.clone()).or_insert_with(|| Worker {
+            id: hello.worker_id.clone(),
+            host: String::new(),
+            labels: BTreeMap::new(),
+            last_applied_seq: 0,
+            draining: false,
+            session: None,
+            attempt: None,
+            updated_at: now,
+            resume_secret: String::new(),
+            principal: String::new(),
+        });
+        // The secret a sidecar proved stays valid, so a Welcome lost with
+        // its stream does not lock the sidecar out; any other claim gets a
+        // fresh one, which ends every older sidecar's claim.
+        if worker.resume_secret.is_empty() || !secrets_match(&hello.resume_secret, &worker.resume_secret) {
+            worker.resume_secret = new_secret();
+        }
+        if let Some(p) = &hello.principal {
+            worker.principal = p.clone();
+        }
+        // A new session replaces the old one; dropping its sender ends the
+        // old stream.
+        worker.session = Some(session.clone());
+        worker.host = hello.host.clone();
+        worker.labels = hello.labels.clone();
+        worker.updated_at = now;
+        let current = worker.attempt.clone();
+        let last_applied_seq = worker.last_applied_seq;
+        let draining = worker.draining;
+        let resume_secret = worker.resume_secret.clone();
+        fx.dirty_workers.insert(worker.id.clone());
+        self.lease_seen.insert(hello.worker_id.clone(), self.mono_ms());
+
+        let held = hello.attempt_in_hand.as_ref();
+        let resumed = match (&current, held) {
+            (Some((key, number)), Some(h)) => {
+                let token = self.attempts.get(&(key.clone(), *number)).map(|a| a.token);
+                &h.task == key && h.number == *number && Some(h.token) == token
+            }
+            _ => false,
+        };
+        if let Some(h) = held.filter(|_| !resumed) {
+            self.fence_stale_hand(&hello.worker_id, h, fx);
+        }
+        fx.outbound.push((
+            session,
+            Outbound::Welcome {
+                session_id: format!("{}-{}", hello.worker_id, self.next_session_id),
+                heartbeat_interval_ms: self.timing.heartbeat_interval.as_millis() as u32,
+                heartbeat_jitter_ms: self.timing.heartbeat_jitter.as_millis() as u32,
+                lease_ttl_ms: self.timing.lease_ttl.as_millis() as u32,
+                last_applied_seq,
+                attempt_resumed: resumed,
+                resume_secret,
+            },
+        ));
+        self.next_session_id += 1;
+        if let Some((key, number)) = &current {
+            if !resumed {
+                // It does not hold its attempt (restarted without it, or the
+                // Assign was lost with the stream): the same attempt, same
+                // token, is sent again.
+                if let Some(spec) = self.assign_spec(key, *number) {
+                    self.send(&hello.worker_id, Outbound::Assign(Box::new(spec)), fx);
+                }
+            }
+            if self.tasks.get(key).is_some_and(|t| t.cancel_requested) {
+                self.send_cancel(key, *number, "cancelled by the operator", fx);
+            }
+        }
+        if draining {
+            self.send(&hello.worker_id, Outbound::Drain { reason: "draining".into() }, fx);
+        }
+        self.event(
+            fx,
+            "",
+            "",
+            0,
+            &hello.worker_id,
+            "worker.connected",
+            format!("worker {} connected from {} (resumed: {resumed})", hello.worker_id, hello.host),
+            serde_json::json!({ "labels": hello.labels, "last_acked_seq": hello.last_acked_seq, "resumed": resumed }),
+        );
+    }
+
+    /// Whether this Hello may claim its worker id. A known id with a live
+    /// session or an attempt in hand belongs to the sidecar that can prove
+    /// it: by its resume secret, or by the same credential. An idle,
+    /// disconnected id may be claimed afresh (a sidecar whose journal was
+    /// lost must be able to come back).
+    fn may_claim(&self, hello: &HelloInfo) -> Result<(), String> {
+        let Some(w) = self.workers.get(&hello.worker_id) else { return Ok(()) };
+        let same_identity = hello.principal.as_deref().is_some_and(|p| !p.is_empty() && p == w.principal);
+        if same_identity || secrets_match(&hello.resume_secret, &w.resume_secret) {
+            return Ok(());
+        }
+        let id = &w.id;
+        if w.session.is_some() {
+            return Err(format!(
+                "worker {id} is connected; another sidecar may take its id over only with its resume secret \
+                 (kept in that sidecar's journal) or its credential"
+            ));
+        }
+        if let Some((key, number)) = &w.attempt {
+            return Err(format!(
+                "worker {id} holds {}; until its lease expires only the sidecar with its resume secret \
+                 or credential may resume it",
+                key.attempt(*number)
+            ));
+        }
+        Ok(())
+    }
+
+    /// A sidecar came back holding an attempt that is no longer current.
+    fn fence_stale_hand(&mut self, worker: &str, held: &ReportedAttempt, fx: &mut Effects) {
+        let key = (held.task.clone(), held.number);
+        if self.attempts.get(&key).is_some_and(|a| a.state == AttemptState::Lost && a.token == held.token) {
+            self.set_attempt_state(&held.task, held.number, AttemptState::Fenced, fx);
+        }
+        self.task_event(
+            fx,
+            &held.task,
+            held.number,
+            worker,
+            "attempt.fenced",
+            format!(
+                "{} (token {}) is no longer current; its sidecar was told to drop it",
+                held.task.attempt(held.number),
+                held.token
+            ),
+            serde_json::json!({ "token": held.token }),
+        );
+    }
+
+    pub(super) fn on_disconnected(&mut self, worker_id: &str, session: u64, fx: &mut Effects) {
+        let Some(w) = self.workers.get_mut(worker_id) else { return };
+        if w.session.as_ref().map(|s| s.id) != Some(session) {
+            return; // an older session, already replaced
+        }
+        let seen = w.session.as_ref().map(|s| s.last_seen.load(Ordering::Relaxed)).unwrap_or(0);
+        w.session = None;
+        w.updated_at = now_ms();
+        fx.dirty_workers.insert(w.id.clone());
+        let entry = self.lease_seen.entry(worker_id.to_string()).or_insert(seen);
+        *entry = (*entry).max(seen);
+        self.event(
+            fx,
+            "",
+            "",
+            0,
+            worker_id,
+            "worker.disconnected",
+            format!("worker {worker_id} disconnected"),
+            serde_json::json!({}),
+        );
+    }
+
+    /// Checks a state-changing report's sequence number against the last
+    /// one applied: the next one is applied, an old one is a replay (acked
+    /// again, nothing else), and a gap is refused: the stream is closed
+    /// with the reason and nothing changes. Returns whether to apply it.
+    pub(super) fn admit_seq(&mut self, worker_id: &str, session: u64, seq: u64, fx: &mut Effects) -> bool {
+        let Some(last) = self.workers.get(worker_id).map(|w| w.last_applied_seq) else { return false };
+        if seq <= last {
+            self.send(worker_id, Outbound::Ack { seq }, fx);
+            return false;
+        }
+        if last.checked_add(1) == Some(seq) {
+            return true;
+        }
+        let expected = last.saturating_add(1);
+        let reason = format!(
+            "seq: a report must carry sequence number {expected} (the next after {last}) or at most {last} \
+             (a replay), got {seq}; nothing was applied"
+        );
+        tracing::warn!(worker = worker_id, seq, last, "sequence gap; closing the stream");
+        let data = serde_json::json!({ "seq": seq, "last_applied": last });
+        self.audited(fx, worker_id, "report.seq_gap", None, reason.clone(), data);
+        if let Some(s) = self.workers.get(worker_id).and_then(|w| w.session.clone()) {
+            fx.outbound.push((s, Outbound::Close { code: CloseCode::FailedPrecondition, message: reason }));
+        }
+        self.on_disconnected(worker_id, session, fx);
+        false
+    }
+
+    /// Records an event about something a peer can repeat at will, at most
+    /// once per client and window, with a summary of the rest.
+    pub(super) fn audited(
+        &mut self,
+        fx: &mut Effects,
+        client: &str,
+        kind: &'static str,
+        about: Option<(&TaskKey, u32)>,
+        message: String,
+        data: serde_json::Value,
+    ) -> bool {
+        let (hit, summary) = self.audit.hit(client, kind, self.mono_ms());
+        if let Some(s) = summary {
+            self.audit_summary(fx, s);
+        }
+        if hit == Hit::Suppressed {
+            return false;
+        }
+        match about {
+            Some((key, attempt)) => self.task_event(fx, key, attempt, client, kind, message, data),
+            None => self.event(fx, "", "", 0, client, kind, message, data),
+        };
+        true
+    }
+
+    fn audit_summary(&mut self, fx: &mut Effects, s: Summary) {
+        let message = s.message();
+        self.event(
+            fx,
+            "",
+            "",
+            0,
+            &s.client.clone(),
+            "audit.summary",
+            message,
+            serde_json::json!({ "kind": s.kind, "count": s.suppressed, "window_ms": s.window_ms }),
+        );
+    }
+
+    /// Ends audit windows, and forgets workers that are gone and hold
+    /// nothing once `forget_workers_after` has passed (their events stay),
+    /// so that a stream of Hellos cannot grow the registry forever.
+    pub(super) fn sweep_registry(&mut self, fx: &mut Effects) {
+        let mono = self.mono_ms();
+        if mono.saturating_sub(self.last_sweep_ms) < FORGET_SWEEP_MS {
+            return;
+        }
+        self.last_sweep_ms = mono;
+        for s in self.audit.expire(mono) {
+            self.audit_summary(fx, s);
+        }
+        let cutoff = now_ms().saturating_sub(self.timing.forget_workers_after.as_millis() as i64);
+        let gone: Vec<String> = self
+            .workers
+            .values()
+            .filter(|w| w.session.is_none() && w.attempt.is_none() && w.updated_at < cutoff)
+            .map(|w| w.id.clone())
+            .collect();
+        for id in gone {
+            self.workers.remove(&id);
+            self.lease_seen.remove(&id);
+            fx.dirty_workers.remove(&id);
+            fx.batch.forget_worker(&id);
+            self.event(
+                fx,
+                "",
+                "",
+                0,
+                &id,
+                "worker.forgotten",
+                format!(
+                    "worker {id} forgotten: gone, holding nothing, for longer than {:?}",
+                    self.timing.forget_workers_after
+                ),
+                serde_json::json!({}),
+            );
+        }
+    }
+}
+
+impl Scheduler {
+    pub(super) fn authorize_pack(&self, claim: &PackClaim) -> Result<(), SchedError> {
+        let denied = |why: String| {
+            Err(SchedError::PermissionDenied(format!("pack for worker {}: {why}", claim.worker)))
+        };
+        let Some(w) = self.workers.get(&claim.worker) else { return denied("no such worker".into()) };
+        if w.session.is_none() {
+            return denied("it has no live session".into());
+        }
+        let same_identity = claim.principal.as_deref().is_some_and(|p| !p.is_empty() && p == w.principal);
+        if !same_identity && !secrets_match(&claim.resume_secret, &w.resume_secret) {
+            return denied(format!(
+                "the caller did not prove it holds the session ({SECRET_HEADER} does not match)"
+            ));
+        }
+        let Some(a) = &claim.attempt else { return Ok(()) };
+        let held = w.attempt.as_ref().is_some_and(|(k, n)| k == &a.task && *n == a.number);
+        let live = self
+            .attempts
+            .get(&(a.task.clone(), a.number))
+            .is_some_and(|x| x.token == a.token && x.state.is_live());
+        if held && live {
+            Ok(())
+        } else {
+            denied(format!("{} (token {}) is not its live attempt", a.task.attempt(a.number), a.token))
+        }
+    }
+}
+
+fn new_secret() -> String {
+    let bytes: [u8; 16] = rand::rng().random();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Compares in time independent of where they differ, so a peer cannot
+/// find the secret byte by byte. An empty secret matches nothing.
+fn secrets_match(presented: &str, expected: &str) -> bool {
+    if presented.is_empty() || expected.is_empty() || presented.len() != expected.len() {
+        return false;
+    }
+    presented.bytes().zip(expected.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_are_fresh_and_compared_exactly() {
+        let (a, b) = (new_secret(), new_secret());
+        assert_eq!(a.len(), 32);
+        assert_ne!(a, b);
+        assert!(secrets_match(&a, &a.clone()));
+        assert!(!secrets_match(&a, &b));
+        assert!(!secrets_match("", ""), "no secret proves nothing");
+        assert!(!secrets_match(&a[..31], &a));
+    }
+}
