@@ -49,6 +49,8 @@ pub struct Config {
     pub forget_workers_after: Duration,
     /// A stream that has not said Hello by then is cut.
     pub hello_timeout: Duration,
+    /// Largest pack a remote sidecar may upload.
+    pub max_pack_bytes: usize,
 }
 
 impl Config {
@@ -66,6 +68,7 @@ impl Config {
             metrics_listen: None,
             forget_workers_after: t.forget_workers_after,
             hello_timeout: api::sidecar::HELLO_TIMEOUT,
+            max_pack_bytes: api::sidecar::MAX_PACK_BYTES,
         }
     }
 
@@ -144,9 +147,12 @@ pub async fn start(config: Config) -> Result<Controller, ControllerError> {
         tasks: tasks.clone(),
         metrics,
     };
-    let sidecar =
-        SidecarServiceServer::new(api::sidecar::SidecarApi::new(shared.clone(), config.hello_timeout))
-            .max_decoding_message_size(MAX_MESSAGE_BYTES);
+    let sidecar = SidecarServiceServer::new(api::sidecar::SidecarApi::new(
+        shared.clone(),
+        config.hello_timeout,
+        config.max_pack_bytes,
+    ))
+    .max_decoding_message_size(MAX_MESSAGE_BYTES);
     let operator = OperatorServiceServer::new(api::operator::OperatorApi::new(shared))
         .max_decoding_message_size(MAX_MESSAGE_BYTES);
     // grpc_health_probe and grpcurl work without the .proto files.

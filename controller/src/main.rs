@@ -39,6 +39,9 @@ struct Args {
     /// Cut a stream that has not said Hello within this time.
     #[arg(long, env = "SWARM_HELLO_TIMEOUT_MS", default_value_t = 5_000)]
     hello_timeout_ms: u64,
+    /// Largest pack a remote sidecar may upload, in MiB.
+    #[arg(long, env = "SWARM_MAX_PACK_MIB", default_value_t = 512)]
+    max_pack_mib: usize,
     /// Serve Prometheus metrics at http://ADDR/metrics.
     #[arg(long, env = "SWARM_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
@@ -66,6 +69,7 @@ async fn main() -> anyhow::Result<()> {
         metrics_listen: args.metrics_listen,
         forget_workers_after: Duration::from_secs(args.forget_workers_after_secs),
         hello_timeout: Duration::from_millis(args.hello_timeout_ms.max(1)),
+        max_pack_bytes: args.max_pack_mib.saturating_mul(1 << 20),
     };
     let shutdown = CancellationToken::new();
     let signals = shutdown.clone();

@@ -25,6 +25,7 @@ use crate::scheduler::{Command, Outbound, PackClaim, ReportedAttempt, Session};
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 /// Outbound messages queued per sidecar before it counts as stuck.
 const OUTBOUND_QUEUE: usize = 1024;
+/// Largest pack upload, by default.
 pub const MAX_PACK_BYTES: usize = 512 << 20;
 /// Pack uploads staged at once; each may take up to `MAX_PACK_BYTES` of disk.
 pub const MAX_CONCURRENT_PUSHES: usize = 4;
@@ -34,15 +35,17 @@ pub struct SidecarApi {
     shared: Shared,
     next_session: Arc<AtomicU64>,
     hello_timeout: Duration,
+    max_pack_bytes: usize,
     pushes: Arc<Semaphore>,
 }
 
 impl SidecarApi {
-    pub fn new(shared: Shared, hello_timeout: Duration) -> Self {
+    pub fn new(shared: Shared, hello_timeout: Duration, max_pack_bytes: usize) -> Self {
         SidecarApi {
             shared,
             next_session: Arc::new(AtomicU64::new(1)),
             hello_timeout,
+            max_pack_bytes,
             pushes: Arc::new(Semaphore::new(MAX_CONCURRENT_PUSHES)),
         }
     }
@@ -148,18 +151,21 @@ impl SidecarService for SidecarApi {
         out.write_all(&first.data).await.map_err(|e| Status::internal(format!("pack staging: {e}")))?;
         while let Some(chunk) = chunks.message().await? {
             size = size.saturating_add(chunk.data.len());
-            if size > MAX_PACK_BYTES {
-                return Err(Status::resource_exhausted(format!("data: pack exceeds {MAX_PACK_BYTES} bytes")));
+            if size > self.max_pack_bytes {
+                return Err(Status::resource_exhausted(format!(
+                    "data: pack exceeds {} bytes",
+                    self.max_pack_bytes
+                )));
             }
             out.write_all(&chunk.data).await.map_err(|e| Status::internal(format!("pack staging: {e}")))?;
         }
         out.flush().await.map_err(|e| Status::internal(format!("pack staging: {e}")))?;
         drop(out);
-        let t = tip.clone();
+        let (t, max) = (tip.clone(), self.max_pack_bytes);
         let objects = tokio::task::spawn_blocking(move || {
             let _g = span.enter();
             // `path` removes the staging file when it drops, here.
-            swarm_git::receive_pack_file(&repo, &path, &t, MAX_PACK_BYTES)
+            swarm_git::receive_pack_file(&repo, &path, &t, max)
         })
         .await
         .map_err(|e| Status::internal(e.to_string()))?
