@@ -15,7 +15,7 @@ use tonic::{Request, Response, Status};
 use super::{Shared, convert, watch};
 use crate::error::SchedError;
 use crate::scheduler::{LandTarget, OperatorOp};
-use crate::store::{Store, read_events};
+use crate::store::{Store, read_task_events};
 
 pub struct OperatorApi {
     shared: Shared,
@@ -102,9 +102,8 @@ impl OperatorService for OperatorApi {
         let db = self.shared.db_path.clone();
         detail.events = tokio::task::spawn_blocking(move || -> Result<_, SchedError> {
             let conn = Store::reader(&db).map_err(|e| SchedError::Unavailable(e.to_string()))?;
-            let all = read_events(&conn, 0, i64::MAX as u64, Some(task.swarm.as_str()), 100_000)
-                .map_err(|e| SchedError::Unavailable(e.to_string()))?;
-            Ok(all.into_iter().filter(|e| e.task == task.task.as_str()).collect())
+            read_task_events(&conn, task.swarm.as_str(), task.task.as_str(), 100_000)
+                .map_err(|e| SchedError::Unavailable(e.to_string()))
         })
         .await
         .map_err(|e| Status::internal(e.to_string()))??;

@@ -367,20 +367,37 @@ pub fn read_events(
         "SELECT id, at, swarm, task, attempt, worker, kind, message, data FROM events
          WHERE id > ?1 AND id <= ?2 AND (?3 IS NULL OR swarm = ?3) ORDER BY id LIMIT ?4",
     )?;
-    let rows = stmt.query_map(params![after as i64, up_to as i64, swarm, limit as i64], |r| {
-        Ok(EventRow {
-            id: r.get::<_, i64>(0)? as u64,
-            at: r.get(1)?,
-            swarm: r.get(2)?,
-            task: r.get(3)?,
-            attempt: r.get(4)?,
-            worker: r.get(5)?,
-            kind: r.get(6)?,
-            message: r.get(7)?,
-            data: r.get(8)?,
-        })
-    })?;
+    let rows = stmt.query_map(params![after as i64, up_to as i64, swarm, limit as i64], event_row)?;
     Ok(rows.collect::<Result<Vec<_>, _>>()?)
+}
+
+/// Every event of one task, oldest first, at most `limit`.
+pub fn read_task_events(
+    conn: &Connection,
+    swarm: &str,
+    task: &str,
+    limit: usize,
+) -> Result<Vec<EventRow>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, at, swarm, task, attempt, worker, kind, message, data FROM events
+         WHERE swarm = ?1 AND task = ?2 ORDER BY id LIMIT ?3",
+    )?;
+    let rows = stmt.query_map(params![swarm, task, limit as i64], event_row)?;
+    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+}
+
+fn event_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<EventRow> {
+    Ok(EventRow {
+        id: r.get::<_, i64>(0)? as u64,
+        at: r.get(1)?,
+        swarm: r.get(2)?,
+        task: r.get(3)?,
+        attempt: r.get(4)?,
+        worker: r.get(5)?,
+        kind: r.get(6)?,
+        message: r.get(7)?,
+        data: r.get(8)?,
+    })
 }
 
 #[cfg(test)]

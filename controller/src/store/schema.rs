@@ -86,6 +86,9 @@ pub(super) const MIGRATIONS: &[&str] = &[
     // resume secret its sidecar keeps, and the credential it last proved.
     "ALTER TABLE workers ADD COLUMN resume_secret TEXT NOT NULL DEFAULT '';
     ALTER TABLE workers ADD COLUMN principal TEXT NOT NULL DEFAULT '';",
+    // 4: a task's events are read by task, so describing one task costs
+    // what it returns rather than its whole swarm's history.
+    "CREATE INDEX events_by_task ON events (swarm, task, id);",
 ];
 
 pub const VERSION: i64 = MIGRATIONS.len() as i64;

@@ -160,3 +160,56 @@ fn a_version_1_store_is_migrated_with_its_swarms_progress() {
     let snap = store.load().expect("load");
     assert_eq!((snap.swarms[0].state.as_str(), snap.swarms[0].integration_head.as_str()), ("ACTIVE", "h1"));
 }
+
+#[test]
+fn a_tasks_events_are_read_through_their_own_index() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("swarm.db");
+    let mut store = Store::open(&path).expect("open");
+    let mut batch = Batch::default();
+    batch.new_swarm(swarm("s"));
+    for id in 1..=30u64 {
+        let task = ["a", "b", "c"][(id % 3) as usize];
+        batch.event(EventRow { task: task.into(), ..event(id, "s") });
+    }
+    store.commit(&batch).expect("commit");
+    let conn = Store::reader(&path).expect("reader");
+    let a = read_task_events(&conn, "s", "a", 100).expect("read");
+    assert_eq!(
+        a.iter().map(|e| e.id).collect::<Vec<_>>(),
+        (1..=30).filter(|i| i % 3 == 0).collect::<Vec<_>>()
+    );
+    assert!(a.iter().all(|e| e.task == "a"));
+    let plan: String = conn
+        .query_row(
+            "EXPLAIN QUERY PLAN SELECT id FROM events WHERE swarm = 's' AND task = 'a' ORDER BY id",
+            [],
+            |r| r.get(3),
+        )
+        .expect("plan");
+    assert!(plan.contains("events_by_task"), "{plan}");
+}
+
+#[test]
+fn a_forgotten_worker_is_deleted_and_a_claim_survives_reopen() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("swarm.db");
+    let mut store = Store::open(&path).expect("open");
+    let mut batch = Batch::default();
+    for id in ["w1", "w2"] {
+        batch.worker(WorkerRow {
+            id: id.into(),
+            labels: "{}".into(),
+            resume_secret: format!("{id}-secret"),
+            ..Default::default()
+        });
+    }
+    store.commit(&batch).expect("commit");
+    let mut batch = Batch::default();
+    batch.forget_worker("w2");
+    store.commit(&batch).expect("commit");
+    drop(store);
+    let snap = Store::open(&path).expect("reopen").load().expect("load");
+    assert_eq!(snap.workers.len(), 1);
+    assert_eq!(snap.workers[0].resume_secret, "w1-secret");
+}
