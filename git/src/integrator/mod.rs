@@ -9,7 +9,7 @@ use swarm_core::plan::MergeStrategy;
 
 use crate::graph::{Bases, CommitCache};
 use crate::pack::{open_git2, to_git2};
-use crate::{GitError, MergeError, parse_commit_id, ref_name};
+use crate::{GitError, MergeError, RefLock, parse_commit_id, ref_name};
 
 mod strategies;
 
@@ -71,6 +71,8 @@ struct Caches {
 enum Cas {
     Moved,
     MovedTo(gix::ObjectId),
+    /// The ref's lock file exists; the ref may well still point at `old`.
+    Locked(std::path::PathBuf),
 }
 
 /// The controller's git engine for one repository.
@@ -227,6 +229,9 @@ impl Integrator {
                         branch: req.integration_branch.clone(),
                     }));
                 }
+                Some(Cas::Locked(lock)) => {
+                    return Err(MergeError::RefLocked { branch: req.integration_branch.clone(), lock });
+                }
             };
             if retries >= self.max_cas_retries {
                 return Err(MergeError::CasFailed {
@@ -327,7 +332,27 @@ impl Integrator {
                 found: None,
                 retries: 0,
             }),
+            Some(Cas::Locked(lock)) => Err(MergeError::RefLocked { branch: target.to_string(), lock }),
         }
+    }
+
+    /// The lock file git and libgit2 create while updating `branch` (`<common dir>/refs/heads/<branch>.lock`).
+    pub fn ref_lock_path(&self, branch: &str) -> Result<std::path::PathBuf, GitError> {
+        Ok(self.refs.commondir().join(format!("{}.lock", ref_name(branch)?)))
+    }
+
+    /// Removes `branch`'s lock file if it is stale: at least `min_age` old and open by no process
+    /// (`/proc/*/fd`, on Linux). Only the caller knows whether nobody else may legitimately be
+    /// updating the ref; call this only for refs the caller alone writes, and never while one of
+    /// its own updates of that ref is in flight.
+    #[tracing::instrument(skip(self))]
+    pub fn remove_stale_ref_lock(&self, branch: &str, min_age: Duration) -> Result<RefLock, GitError> {
+        let path = self.ref_lock_path(branch)?;
+        let found = crate::locks::remove_if_stale(&path, min_age)?;
+        if let RefLock::Removed { path, age } = &found {
+            tracing::warn!(lock = %path.display(), age_ms = age.as_millis() as u64, "removed a stale ref lock");
+        }
+        Ok(found)
     }
 
     /// True if `ancestor` is an ancestor of, or equal to, `descendant`. Both must be existing commits.
@@ -512,14 +537,13 @@ impl Integrator {
         why: &str,
     ) -> Result<Option<Cas>, GitError> {
         let message = format!("swarm: {why}");
+        let lock = self.refs.commondir().join(format!("{name}.lock"));
         match self.refs.reference_matching(name, to_git2(new)?, true, to_git2(old)?, &message) {
             Ok(_) => Ok(None),
-            Err(e)
-                if matches!(
-                    e.code(),
-                    git2::ErrorCode::Modified | git2::ErrorCode::Locked | git2::ErrorCode::NotFound
-                ) =>
-            {
+            // Told apart from a moved ref: the ref may still hold `old`, and retrying cannot help
+            // while the lock is there.
+            Err(e) if e.code() == git2::ErrorCode::Locked || lock.exists() => Ok(Some(Cas::Locked(lock))),
+            Err(e) if matches!(e.code(), git2::ErrorCode::Modified | git2::ErrorCode::NotFound) => {
                 let branch = name.trim_start_matches("refs/heads/");
                 Ok(Some(match self.head_of(branch)? {
                     Some(found) => Cas::MovedTo(found),
