@@ -31,6 +31,8 @@ pub struct Metrics {
     pub commit_latency: Histogram,
     pub retries: Counter,
     pub fenced_reports: Counter,
+    pub sessions_closed_full: Counter,
+    pub swarms_stalled: Gauge,
 }
 
 impl Default for Metrics {
@@ -47,6 +49,8 @@ impl Default for Metrics {
             commit_latency: secs(),
             retries: Counter::default(),
             fenced_reports: Counter::default(),
+            sessions_closed_full: Counter::default(),
+            swarms_stalled: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register("tasks", "Tasks by state", m.tasks.clone());
@@ -66,6 +70,12 @@ impl Default for Metrics {
         registry.register("store_commit_seconds", "Group commit latency", m.commit_latency.clone());
         registry.register("retries", "Automatic retries after a failed attempt", m.retries.clone());
         registry.register("fenced_reports", "Stale reports fenced", m.fenced_reports.clone());
+        registry.register(
+            "sessions_closed_queue_full",
+            "Sidecar sessions closed because their outbound queue was full",
+            m.sessions_closed_full.clone(),
+        );
+        registry.register("swarms_stalled", "Swarms in which nothing can move (STALLED)", m.swarms_stalled.clone());
         Metrics { registry, ..m }
     }
 }

@@ -12,7 +12,7 @@ use tokio::sync::{broadcast, oneshot};
 use super::model::{Session, TierOutcome};
 use super::views::{SwarmView, TaskDetailView, TaskView, WorkerView};
 use crate::error::SchedError;
-use crate::integrator::MergeResult;
+use crate::integrator::{IntegratorReport, LockRemoved, MergeResult, ReportSink};
 use crate::store::EventRow;
 
 /// An attempt as a sidecar names it in a report.
@@ -149,5 +149,19 @@ pub enum Command {
         reply: oneshot::Sender<(u64, broadcast::Receiver<Arc<EventRow>>)>,
     },
     Merged(MergeResult),
+    /// A stale integration-ref lock removed at start.
+    LockRemoved(LockRemoved),
     Shutdown,
+}
+
+/// The integrator's report sink: its reports become commands of the
+/// scheduler that owns `commands`.
+pub fn integrator_sink(commands: std::sync::mpsc::Sender<Command>) -> ReportSink {
+    Box::new(move |report| {
+        let cmd = match report {
+            IntegratorReport::Merged(result) => Command::Merged(result),
+            IntegratorReport::LockRemoved(removed) => Command::LockRemoved(removed),
+        };
+        commands.send(cmd).is_ok()
+    })
 }
