@@ -204,8 +204,8 @@ impl Controller {
 
     /// Completes when the controller stops on its own: a supervised thread
     /// (scheduler, integrator) ended; [`Controller::shutdown`] then says why.
-    pub async fn stopped(&self) {
-        self.shutdown.cancelled().await
+    pub fn stopped(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        self.shutdown.clone().cancelled_owned()
     }
 
     /// Stops serving, ends every stream, and stops the scheduler after its
