@@ -166,7 +166,10 @@ fn gone() -> SchedError {
 /// Starts the integrator thread. Merge results and lock removals go to
 /// `reports`; the thread ends when every handle is dropped or `reports`
 /// returns false.
-pub fn spawn(repo: &Path, reports: ReportSink) -> Result<(IntegratorHandle, JoinHandle<()>), ControllerError> {
+pub fn spawn(
+    repo: &Path,
+    reports: ReportSink,
+) -> Result<(IntegratorHandle, JoinHandle<()>), ControllerError> {
     let (tx, rx) = mpsc::channel();
     // gix's repository handle is not Send (without its `parallel`
     // feature), so the thread opens its own and reports whether it could.
@@ -262,10 +265,11 @@ fn merge(integrator: &Integrator, job: MergeJob) -> MergeResult {
         ownership_warning: Vec::new(),
         lock_removed: None,
     };
-    result.verdict = match merge_verdict(integrator, &job, &mut result.ownership_warning, &mut result.lock_removed) {
-        Ok(v) => v,
-        Err(reason) => MergeVerdict::Failed { reason },
-    };
+    result.verdict =
+        match merge_verdict(integrator, &job, &mut result.ownership_warning, &mut result.lock_removed) {
+            Ok(v) => v,
+            Err(reason) => MergeVerdict::Failed { reason },
+        };
     result
 }
 
@@ -387,7 +391,8 @@ fn clear_stale_lock(
 ) -> Result<Option<LockRemoved>, String> {
     let span = tracing::info_span!("integration.lock", swarm = %owned.swarm, branch = %owned.branch);
     let _entered = span.enter();
-    let mut found = integrator.remove_stale_ref_lock(&owned.branch, STALE_LOCK_AGE).map_err(|e| e.to_string())?;
+    let mut found =
+        integrator.remove_stale_ref_lock(&owned.branch, STALE_LOCK_AGE).map_err(|e| e.to_string())?;
     if let RefLock::Young { wait, .. } = &found
         && wait_young
     {

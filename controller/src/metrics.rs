@@ -75,7 +75,11 @@ impl Default for Metrics {
             "Sidecar sessions closed because their outbound queue was full",
             m.sessions_closed_full.clone(),
         );
-        registry.register("swarms_stalled", "Swarms in which nothing can move (STALLED)", m.swarms_stalled.clone());
+        registry.register(
+            "swarms_stalled",
+            "Swarms in which nothing can move (STALLED)",
+            m.swarms_stalled.clone(),
+        );
         Metrics { registry, ..m }
     }
 }

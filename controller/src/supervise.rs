@@ -69,7 +69,9 @@ impl Supervisor {
                     Ok(Ok(())) if supervisor.shutdown.is_cancelled() => {}
                     Ok(Ok(())) => supervisor.fail(format!("the {name} thread ended unexpectedly")),
                     Ok(Err(e)) => supervisor.fail(format!("the {name} thread failed: {e}")),
-                    Err(payload) => supervisor.fail(format!("the {name} thread panicked: {}", panic_text(&payload))),
+                    Err(payload) => {
+                        supervisor.fail(format!("the {name} thread panicked: {}", panic_text(&payload)))
+                    }
                 }
             })
             .map_err(|e| ControllerError::Thread(format!("{name}: {e}")))
@@ -91,7 +93,10 @@ mod tests {
     #[test]
     fn a_failing_panicking_or_returning_thread_stops_the_controller_with_its_reason() {
         let cases: Vec<(Box<dyn FnOnce() -> Result<(), ControllerError> + Send>, &str)> = vec![
-            (Box::new(|| Err(ControllerError::Thread("disk on fire".into()))), "failed: scheduler thread: disk on fire"),
+            (
+                Box::new(|| Err(ControllerError::Thread("disk on fire".into()))),
+                "failed: scheduler thread: disk on fire",
+            ),
             (Box::new(|| panic!("boom")), "panicked: boom"),
             (Box::new(|| Ok(())), "ended unexpectedly"),
         ];

@@ -158,7 +158,8 @@ impl Session {
         }
         eprintln!("logs: {}", self.log_dir.display());
         let stopped = self.controller.stopped();
-        let ended = follow(&mut client, &mut self.sidecars, plan, &self.labels, live, answers, stopped).await?;
+        let ended =
+            follow(&mut client, &mut self.sidecars, plan, &self.labels, live, answers, stopped).await?;
         if let Ended::Finished(outcome) = &ended {
             summary::print(&mut client, plan, outcome).await?;
         }

@@ -82,7 +82,8 @@ fn starved_of_labels(
     labels: &BTreeMap<String, String>,
     answer_due: &impl Fn(&str) -> bool,
 ) -> bool {
-    let runnable = |spec: &swarm_core::plan::TaskSpec| spec.labels.iter().all(|(k, v)| labels.get(k) == Some(v));
+    let runnable =
+        |spec: &swarm_core::plan::TaskSpec| spec.labels.iter().all(|(k, v)| labels.get(k) == Some(v));
     if plan.tasks.iter().all(runnable) {
         return false;
     }
@@ -215,11 +216,23 @@ on_conflict = "hold"
     #[test]
     fn running_work_is_not_over() {
         assert_eq!(
-            outcome(&plan(), Sw::Active, &tasks(&[S::Running, S::Pending, S::Merged]), &BTreeMap::new(), |_| false),
+            outcome(
+                &plan(),
+                Sw::Active,
+                &tasks(&[S::Running, S::Pending, S::Merged]),
+                &BTreeMap::new(),
+                |_| false
+            ),
             None
         );
         assert_eq!(
-            outcome(&plan(), Sw::Active, &tasks(&[S::Merged, S::Pending, S::Merged]), &BTreeMap::new(), |_| false),
+            outcome(
+                &plan(),
+                Sw::Active,
+                &tasks(&[S::Merged, S::Pending, S::Merged]),
+                &BTreeMap::new(),
+                |_| false
+            ),
             None
         );
     }
@@ -247,26 +260,48 @@ on_conflict = "hold"
 
     #[test]
     fn all_merged_is_success() {
-        let o =
-            outcome(&plan(), Sw::Completed, &tasks(&[S::Merged, S::Merged, S::Merged]), &BTreeMap::new(), |_| false);
+        let o = outcome(
+            &plan(),
+            Sw::Completed,
+            &tasks(&[S::Merged, S::Merged, S::Merged]),
+            &BTreeMap::new(),
+            |_| false,
+        );
         assert_eq!(o.map(|o| o.code()), Some(exit::SUCCESS));
     }
 
     #[test]
     fn pending_behind_a_failure_counts_as_failed() {
-        let o = outcome(&plan(), Sw::Stalled, &tasks(&[S::Failed, S::Pending, S::Merged]), &BTreeMap::new(), |_| false)
-            .expect("over");
+        let o = outcome(
+            &plan(),
+            Sw::Stalled,
+            &tasks(&[S::Failed, S::Pending, S::Merged]),
+            &BTreeMap::new(),
+            |_| false,
+        )
+        .expect("over");
         assert_eq!((o.failed, o.code()), (2, exit::FAILURE));
     }
 
     #[test]
     fn held_conflict_and_escalation_wait_on_the_operator() {
-        let o =
-            outcome(&plan(), Sw::Stalled, &tasks(&[S::Escalated, S::Pending, S::Conflict]), &BTreeMap::new(), |_| false)
-                .expect("over");
+        let o = outcome(
+            &plan(),
+            Sw::Stalled,
+            &tasks(&[S::Escalated, S::Pending, S::Conflict]),
+            &BTreeMap::new(),
+            |_| false,
+        )
+        .expect("over");
         assert_eq!((o.waiting, o.code()), (3, exit::WAITING));
         assert_eq!(
-            outcome(&plan(), Sw::Stalled, &tasks(&[S::Escalated, S::Pending, S::Merged]), &BTreeMap::new(), |_| true),
+            outcome(
+                &plan(),
+                Sw::Stalled,
+                &tasks(&[S::Escalated, S::Pending, S::Merged]),
+                &BTreeMap::new(),
+                |_| true
+            ),
             None
         );
     }

@@ -516,7 +516,9 @@ impl Scheduler {
         }
         swarm.state = next;
         fx.batch.swarm(swarm.row());
-        let _span = tracing::info_span!("swarm.transition", swarm = %id, from = from.as_str(), to = next.as_str()).entered();
+        let _span =
+            tracing::info_span!("swarm.transition", swarm = %id, from = from.as_str(), to = next.as_str())
+                .entered();
         match stall {
             Some(stall) => {
                 tracing::warn!(reason = %stall.reason, tasks = ?stall.tasks, "swarm stalled");

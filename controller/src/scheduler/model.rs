@@ -34,9 +34,15 @@ impl SwarmState {
     }
 
     pub fn parse(s: &str) -> Option<SwarmState> {
-        [SwarmState::Active, SwarmState::Completed, SwarmState::Failed, SwarmState::Cancelled, SwarmState::Stalled]
-            .into_iter()
-            .find(|x| x.as_str() == s)
+        [
+            SwarmState::Active,
+            SwarmState::Completed,
+            SwarmState::Failed,
+            SwarmState::Cancelled,
+            SwarmState::Stalled,
+        ]
+        .into_iter()
+        .find(|x| x.as_str() == s)
     }
 }
 

@@ -21,7 +21,8 @@ pub struct Stall {
 }
 
 /// States in which a task still moves on its own.
-const MOVING: [TaskState; 4] = [TaskState::Ready, TaskState::Running, TaskState::Succeeded, TaskState::Merging];
+const MOVING: [TaskState; 4] =
+    [TaskState::Ready, TaskState::Running, TaskState::Succeeded, TaskState::Merging];
 
 /// States in which a task waits for the operator.
 const NEEDS_OPERATOR: [TaskState; 5] =

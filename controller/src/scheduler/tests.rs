@@ -63,7 +63,8 @@ impl Rig {
         git(&repo, &["branch", "swarm/s/integration"]);
         let store = Store::open(&dir.path().join("swarm.db")).expect("store");
         let (results, merged) = mpsc::channel();
-        let (handle, _thread) = integrator::spawn(&repo, super::integrator_sink(results)).expect("integrator");
+        let (handle, _thread) =
+            integrator::spawn(&repo, super::integrator_sink(results)).expect("integrator");
         let timing =
             Timing { lease_ttl: Duration::from_secs(3600), lost_grace: Duration::ZERO, ..Timing::default() };
         let mut sched = Scheduler::recover(store, timing, handle).expect("recover");
