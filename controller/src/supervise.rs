@@ -90,9 +90,11 @@ fn panic_text(payload: &Box<dyn std::any::Any + Send>) -> String {
 mod tests {
     use super::*;
 
+    type Body = Box<dyn FnOnce() -> Result<(), ControllerError> + Send>;
+
     #[test]
     fn a_failing_panicking_or_returning_thread_stops_the_controller_with_its_reason() {
-        let cases: Vec<(Box<dyn FnOnce() -> Result<(), ControllerError> + Send>, &str)> = vec![
+        let cases: Vec<(Body, &str)> = vec![
             (
                 Box::new(|| Err(ControllerError::Thread("disk on fire".into()))),
                 "failed: scheduler thread: disk on fire",
