@@ -204,6 +204,11 @@ async fn follow(
                 None => anyhow::bail!("the controller closed the event stream"),
             },
             _ = tick.tick() => {
+                // The swarm's state first: the tasks read after it are at
+                // least as new, so a COMPLETED swarm never meets a stale
+                // MERGING task in the summary.
+                let swarm = client.get_swarm(v1::GetSwarmRequest { swarm_id: swarm_id.clone() }).await?.into_inner();
+                let state = v1::SwarmState::try_from(swarm.state).unwrap_or(v1::SwarmState::Unspecified);
                 let req = v1::ListTasksRequest { swarm_id: swarm_id.clone(), states: vec![] };
                 let tasks = client.list_tasks(req).await?.into_inner().tasks;
                 progress.tasks(&tasks);
@@ -212,11 +217,15 @@ async fn follow(
                     let (id, status) = &dead[0];
                     anyhow::bail!("every sidecar exited ({id}: {status}); see {}/{id}.log", sidecars.log_dir.display());
                 }
-                for note in answer_questions(client, &swarm_id, &tasks, answers, &mut answered).await? {
-                    progress.note(&note);
+                let notes = answer_questions(client, &swarm_id, &tasks, answers, &mut answered).await?;
+                for note in &notes {
+                    progress.note(note);
                 }
-                let swarm = client.get_swarm(v1::GetSwarmRequest { swarm_id: swarm_id.clone() }).await?.into_inner();
-                let state = v1::SwarmState::try_from(swarm.state).unwrap_or(v1::SwarmState::Unspecified);
+                // An answer just sent moves the swarm on; the state read
+                // before it is stale.
+                if !notes.is_empty() {
+                    continue;
+                }
                 if let Some(outcome) = outcome(plan, state, &tasks, labels, |t| answers.contains_key(t) && !answered.contains_key(t)) {
                     if state == v1::SwarmState::Stalled {
                         progress.note(&format!("swarm {swarm_id} STALLED: {}", swarm.stalled_reason));
