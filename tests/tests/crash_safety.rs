@@ -8,8 +8,8 @@ use std::process::Command;
 
 use swarm_proto::v1::{self, TaskState};
 use swarm_tests::{
-    Cluster, Gate, PlanBuilder, TempRepo, WAIT, create_swarm, events, operator, poll, spawn_controller,
-    spawn_sidecar, task, wait_all_merged, wait_task_state, worker_script,
+    Cluster, Gate, PlanBuilder, TempRepo, WAIT, binary, create_swarm, events, operator, poll,
+    spawn_controller, spawn_sidecar, task, wait_all_merged, wait_output, wait_task_state, worker_script,
 };
 
 fn dag_plan(name: &str) -> String {
@@ -160,6 +160,59 @@ async fn a_controller_out_of_disk_exits_non_zero_with_the_reason_and_resumes_aft
     let url = controller.url();
     let tasks = wait_all_merged(&url, "r").await;
     assert_eq!(tasks.len(), 5);
+}
+
+#[test]
+fn swarmctl_run_reports_an_embedded_controller_that_stopped_on_its_own() {
+    use std::io::{BufRead as _, BufReader};
+    use std::process::Stdio;
+    let gate = Gate::new();
+    let hold = format!("{}; echo held > held.txt", gate.wait_sh());
+    let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[("held", &hold)]))]);
+    // The store (<repo>/.git/swarm/swarm.db) on a small tmpfs; the logs
+    // beside it stay on a disk that does not fill.
+    let swarm_dir = repo.path().join(".git/swarm");
+    let fs = match Tmpfs::mount(&swarm_dir, "4m") {
+        Ok(fs) => fs,
+        Err(reason) => {
+            eprintln!("skipped: cannot mount a tmpfs ({reason})");
+            return;
+        }
+    };
+    let logs = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(logs.path(), swarm_dir.join("logs")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let plan_path = dir.path().join("plan.toml");
+    std::fs::write(&plan_path, PlanBuilder::new("full").task(task("held")).build()).unwrap();
+
+    let mut child = Command::new(binary("swarmctl"))
+        .arg("run")
+        .arg(&plan_path)
+        .args(["--workers", "1", "--repo"])
+        .arg(repo.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        assert!(std::time::Instant::now() < deadline, "the held task never started");
+        match lines.next() {
+            Some(Ok(line)) if line.contains("full/held#1") && line.contains("attempt.started") => break,
+            Some(Ok(_)) => {}
+            _ => panic!("swarmctl run ended early"),
+        }
+    }
+    std::thread::spawn(move || for _ in lines {});
+    let _filler = fs.fill();
+    gate.open();
+    let out = wait_output(child, WAIT);
+    let err = swarm_tests::stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "stderr:\n{err}");
+    assert!(err.contains("controller stopped") && err.contains("SQLITE_FULL"), "stderr:\n{err}");
+    drop(fs);
 }
 
 #[tokio::test(flavor = "multi_thread")]
