@@ -39,7 +39,9 @@ impl SwarmView {
             tasks_by_state: by_state,
             created_at: swarm.created_at,
             task_count: swarm.tasks.len() as u32,
-            stall: swarm.stall.clone(),
+            // A stalled swarm cancelled keeps its last description; only
+            // STALLED shows one.
+            stall: swarm.stall.clone().filter(|_| swarm.state == SwarmState::Stalled),
         }
     }
 }
