@@ -10,6 +10,28 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use crate::error::GitError;
+use crate::{Integrator, ref_name};
+
+impl Integrator {
+    /// The lock file git and libgit2 create while updating `branch` (`<common dir>/refs/heads/<branch>.lock`).
+    pub fn ref_lock_path(&self, branch: &str) -> Result<PathBuf, GitError> {
+        Ok(self.refs.commondir().join(format!("{}.lock", ref_name(branch)?)))
+    }
+
+    /// Removes `branch`'s lock file if it is stale: at least `min_age` old and open by no process
+    /// (`/proc/*/fd`, on Linux). Only the caller knows whether nobody else may legitimately be
+    /// updating the ref; call this only for refs the caller alone writes, and never while one of
+    /// its own updates of that ref is in flight.
+    #[tracing::instrument(skip(self))]
+    pub fn remove_stale_ref_lock(&self, branch: &str, min_age: Duration) -> Result<RefLock, GitError> {
+        let path = self.ref_lock_path(branch)?;
+        let found = remove_if_stale(&path, min_age)?;
+        if let RefLock::Removed { path, age } = &found {
+            tracing::warn!(lock = %path.display(), age_ms = age.as_millis() as u64, "removed a stale ref lock");
+        }
+        Ok(found)
+    }
+}
 
 /// What [`crate::Integrator::remove_stale_ref_lock`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]

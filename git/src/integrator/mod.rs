@@ -9,7 +9,7 @@ use swarm_core::plan::MergeStrategy;
 
 use crate::graph::{Bases, CommitCache};
 use crate::pack::{open_git2, to_git2};
-use crate::{GitError, MergeError, RefLock, parse_commit_id, ref_name};
+use crate::{GitError, MergeError, parse_commit_id, ref_name};
 
 mod strategies;
 
@@ -82,7 +82,7 @@ enum Cas {
 /// dedicated blocking thread (or actor) and sends it requests.
 pub struct Integrator {
     repo: gix::Repository,
-    refs: git2::Repository,
+    pub(crate) refs: git2::Repository,
     name: String,
     email: String,
     max_cas_retries: u32,
@@ -334,25 +334,6 @@ impl Integrator {
             }),
             Some(Cas::Locked(lock)) => Err(MergeError::RefLocked { branch: target.to_string(), lock }),
         }
-    }
-
-    /// The lock file git and libgit2 create while updating `branch` (`<common dir>/refs/heads/<branch>.lock`).
-    pub fn ref_lock_path(&self, branch: &str) -> Result<std::path::PathBuf, GitError> {
-        Ok(self.refs.commondir().join(format!("{}.lock", ref_name(branch)?)))
-    }
-
-    /// Removes `branch`'s lock file if it is stale: at least `min_age` old and open by no process
-    /// (`/proc/*/fd`, on Linux). Only the caller knows whether nobody else may legitimately be
-    /// updating the ref; call this only for refs the caller alone writes, and never while one of
-    /// its own updates of that ref is in flight.
-    #[tracing::instrument(skip(self))]
-    pub fn remove_stale_ref_lock(&self, branch: &str, min_age: Duration) -> Result<RefLock, GitError> {
-        let path = self.ref_lock_path(branch)?;
-        let found = crate::locks::remove_if_stale(&path, min_age)?;
-        if let RefLock::Removed { path, age } = &found {
-            tracing::warn!(lock = %path.display(), age_ms = age.as_millis() as u64, "removed a stale ref lock");
-        }
-        Ok(found)
     }
 
     /// True if `ancestor` is an ancestor of, or equal to, `descendant`. Both must be existing commits.
