@@ -167,8 +167,17 @@ async fn describe(url: &str, what: DescribeWhat) -> anyhow::Result<()> {
                 for t in &detail.tasks {
                     table.add_row(output::Row::cells(t));
                 }
+                let stalled = if detail.swarm.stalled_reason.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "Stalled:     {}\nNeeds you:   {}\n",
+                        detail.swarm.stalled_reason,
+                        detail.swarm.stalled_tasks.join(", ")
+                    )
+                };
                 format!(
-                    "Swarm:       {}\nState:       {}\nBase:        {}\nIntegration: {} at {}\n\n{table}",
+                    "Swarm:       {}\nState:       {}\n{stalled}Base:        {}\nIntegration: {} at {}\n\n{table}",
                     detail.swarm.id,
                     detail.swarm.state,
                     detail.swarm.base_branch,

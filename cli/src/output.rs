@@ -153,6 +153,11 @@ pub struct SwarmView {
     pub task_count: u32,
     pub tasks_by_state: BTreeMap<String, u32>,
     pub created_at_unix_ms: i64,
+    /// When STALLED: why, and the tasks that need the operator.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub stalled_reason: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stalled_tasks: Vec<String>,
 }
 
 impl From<&v1::Swarm> for SwarmView {
@@ -166,6 +171,8 @@ impl From<&v1::Swarm> for SwarmView {
             task_count: s.task_count,
             tasks_by_state: s.tasks_by_state.iter().map(|(k, v)| (k.clone(), *v)).collect(),
             created_at_unix_ms: s.created_at_unix_ms,
+            stalled_reason: s.stalled_reason.clone(),
+            stalled_tasks: s.stalled_tasks.clone(),
         }
     }
 }

@@ -6,14 +6,19 @@
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use swarm_core::TaskKey;
 use swarm_core::plan::{MergeStrategy, OwnershipPolicy};
-use swarm_git::{Integrator, MergeError, MergeRequest};
+use swarm_git::{Integrator, MergeError, MergeRequest, RefLock};
 use tokio::sync::oneshot;
 
 use crate::error::{ControllerError, SchedError};
-use crate::scheduler::Command;
+
+/// A lock file on an integration ref must be at least this old before the
+/// integrator removes it: a live `git` holds a ref lock for milliseconds,
+/// so an older one (also open by no process) was left by a killed writer.
+pub const STALE_LOCK_AGE: Duration = Duration::from_secs(2);
 
 /// A succeeded task's result, to be merged.
 #[derive(Debug, Clone)]
@@ -61,7 +66,31 @@ pub struct MergeResult {
     pub verdict: MergeVerdict,
     /// Paths outside the task's globs under `ownership = "warn"`.
     pub ownership_warning: Vec<String>,
+    /// A stale lock on the integration ref that had to be removed first.
+    pub lock_removed: Option<LockRemoved>,
 }
+
+/// A stale `<ref>.lock` the integrator removed from one of the controller's
+/// integration refs (for the audit log).
+#[derive(Debug, Clone)]
+pub struct LockRemoved {
+    pub swarm: String,
+    pub branch: String,
+    pub path: String,
+    pub age_ms: u64,
+}
+
+/// What the integrator thread tells the scheduler, unasked.
+#[derive(Debug, Clone)]
+pub enum IntegratorReport {
+    Merged(MergeResult),
+    /// Removed while clearing the controller's refs at start.
+    LockRemoved(LockRemoved),
+}
+
+/// Where the integrator sends its reports; false once nobody listens (the
+/// thread then ends).
+pub type ReportSink = Box<dyn Fn(IntegratorReport) -> bool + Send>;
 
 #[derive(Debug, Clone)]
 pub struct Landed {
@@ -72,8 +101,16 @@ pub struct Landed {
 
 enum Request {
     Merge(MergeJob),
+    ClearStaleLocks(Vec<OwnedRef>),
     EnsureBranch { branch: String, from: String, reply: oneshot::Sender<Result<String, SchedError>> },
     FastForward { target: String, new_head: String, reply: oneshot::Sender<Result<Landed, SchedError>> },
+}
+
+/// An integration ref the controller alone writes: `(swarm, branch)`.
+#[derive(Debug, Clone)]
+pub struct OwnedRef {
+    pub swarm: String,
+    pub branch: String,
 }
 
 #[derive(Clone)]
@@ -90,6 +127,15 @@ impl IntegratorHandle {
     pub fn submit(&self, job: MergeJob) {
         if self.tx.send(Request::Merge(job)).is_err() {
             tracing::error!("integrator thread is gone; merge dropped (it is resubmitted on restart)");
+        }
+    }
+
+    /// Removes stale locks of `refs` (at start: a controller killed while
+    /// moving one left its lock behind); each removal is reported as
+    /// [`IntegratorReport::LockRemoved`].
+    pub fn clear_stale_locks(&self, refs: Vec<OwnedRef>) {
+        if !refs.is_empty() && self.tx.send(Request::ClearStaleLocks(refs)).is_err() {
+            tracing::error!("integrator thread is gone; stale locks not cleared");
         }
     }
 
@@ -117,11 +163,12 @@ fn gone() -> SchedError {
     SchedError::Unavailable("integrator stopped".into())
 }
 
-/// Starts the integrator thread. Merge results go to the scheduler as
-/// [`Command::Merged`].
+/// Starts the integrator thread. Merge results and lock removals go to
+/// `reports`; the thread ends when every handle is dropped or `reports`
+/// returns false.
 pub fn spawn(
     repo: &Path,
-    results: mpsc::Sender<Command>,
+    reports: ReportSink,
 ) -> Result<(IntegratorHandle, JoinHandle<()>), ControllerError> {
     let (tx, rx) = mpsc::channel();
     // gix's repository handle is not Send (without its `parallel`
@@ -133,7 +180,7 @@ pub fn spawn(
         .spawn(move || match Integrator::open(&path) {
             Ok(integrator) => {
                 let _ = opened_tx.send(Ok(()));
-                serve(integrator, rx, results);
+                serve(integrator, rx, reports);
             }
             Err(e) => {
                 let _ = opened_tx.send(Err(e.to_string()));
@@ -145,13 +192,29 @@ pub fn spawn(
     Ok((IntegratorHandle { tx, repo: repo.to_path_buf() }, handle))
 }
 
-fn serve(integrator: Integrator, rx: mpsc::Receiver<Request>, results: mpsc::Sender<Command>) {
+fn serve(integrator: Integrator, rx: mpsc::Receiver<Request>, reports: ReportSink) {
     while let Ok(request) = rx.recv() {
         match request {
             Request::Merge(job) => {
                 let result = merge(&integrator, job);
-                if results.send(Command::Merged(result)).is_err() {
+                if !reports(IntegratorReport::Merged(result)) {
                     return; // the scheduler stopped
+                }
+            }
+            Request::ClearStaleLocks(refs) => {
+                for owned in refs {
+                    let removed = match clear_stale_lock(&integrator, &owned, false) {
+                        Ok(removed) => removed,
+                        Err(reason) => {
+                            tracing::warn!(swarm = %owned.swarm, branch = %owned.branch, %reason, "stale lock check");
+                            None
+                        }
+                    };
+                    if let Some(removed) = removed
+                        && !reports(IntegratorReport::LockRemoved(removed))
+                    {
+                        return;
+                    }
                 }
             }
             Request::EnsureBranch { branch, from, reply } => {
@@ -200,11 +263,13 @@ fn merge(integrator: &Integrator, job: MergeJob) -> MergeResult {
         attempt: job.attempt,
         verdict: MergeVerdict::Failed { reason: String::new() },
         ownership_warning: Vec::new(),
+        lock_removed: None,
     };
-    result.verdict = match merge_verdict(integrator, &job, &mut result.ownership_warning) {
-        Ok(v) => v,
-        Err(reason) => MergeVerdict::Failed { reason },
-    };
+    result.verdict =
+        match merge_verdict(integrator, &job, &mut result.ownership_warning, &mut result.lock_removed) {
+            Ok(v) => v,
+            Err(reason) => MergeVerdict::Failed { reason },
+        };
     result
 }
 
@@ -212,6 +277,7 @@ fn merge_verdict(
     integrator: &Integrator,
     job: &MergeJob,
     warnings: &mut Vec<String>,
+    lock_removed: &mut Option<LockRemoved>,
 ) -> Result<MergeVerdict, String> {
     let head_of = |branch: &str| -> Result<String, String> {
         integrator
@@ -256,7 +322,7 @@ fn merge_verdict(
         title: job.title.clone(),
         summary: job.summary.clone(),
     };
-    match integrator.integrate(&request) {
+    match integrate(integrator, job, &request, lock_removed) {
         Ok(report) => Ok(MergeVerdict::Merged {
             head: report.result.clone(),
             merge_commit: report.result.clone(),
@@ -287,5 +353,71 @@ fn merge_verdict(
         }
         Err(e @ MergeError::ForbiddenPath { .. }) => Ok(MergeVerdict::Refused { reason: e.to_string() }),
         Err(e) => Err(e.to_string()),
+    }
+}
+
+/// `integrate`, removing a stale lock on the integration ref once: this
+/// thread is the only writer of the ref and has no update of it in flight,
+/// so a lock that is old and open by nobody was left by a killed writer.
+fn integrate(
+    integrator: &Integrator,
+    job: &MergeJob,
+    request: &MergeRequest,
+    lock_removed: &mut Option<LockRemoved>,
+) -> Result<swarm_git::MergeReport, MergeError> {
+    match integrator.integrate(request) {
+        Err(MergeError::RefLocked { branch, lock }) => {
+            let owned = OwnedRef { swarm: job.task.swarm.to_string(), branch: branch.clone() };
+            match clear_stale_lock(integrator, &owned, true) {
+                Ok(Some(removed)) => {
+                    *lock_removed = Some(removed);
+                    integrator.integrate(request)
+                }
+                Ok(None) | Err(_) => Err(MergeError::RefLocked { branch, lock }),
+            }
+        }
+        other => other,
+    }
+}
+
+/// Removes `owned`'s lock if stale. A lock younger than [`STALE_LOCK_AGE`]
+/// is waited out once when `wait_young` (a merge is blocked on it; the wait
+/// is bounded by the age) and left alone otherwise; a lock some process
+/// has open is never removed.
+fn clear_stale_lock(
+    integrator: &Integrator,
+    owned: &OwnedRef,
+    wait_young: bool,
+) -> Result<Option<LockRemoved>, String> {
+    let span = tracing::info_span!("integration.lock", swarm = %owned.swarm, branch = %owned.branch);
+    let _entered = span.enter();
+    let mut found =
+        integrator.remove_stale_ref_lock(&owned.branch, STALE_LOCK_AGE).map_err(|e| e.to_string())?;
+    if let RefLock::Young { wait, .. } = &found
+        && wait_young
+    {
+        std::thread::sleep((*wait).min(STALE_LOCK_AGE));
+        found = integrator.remove_stale_ref_lock(&owned.branch, STALE_LOCK_AGE).map_err(|e| e.to_string())?;
+    }
+    match found {
+        RefLock::Removed { path, age } => {
+            tracing::warn!(lock = %path.display(), age_ms = age.as_millis() as u64,
+                "removed a stale lock on the integration ref (left by a killed writer)");
+            Ok(Some(LockRemoved {
+                swarm: owned.swarm.clone(),
+                branch: owned.branch.clone(),
+                path: path.display().to_string(),
+                age_ms: age.as_millis() as u64,
+            }))
+        }
+        RefLock::Absent => Ok(None),
+        RefLock::Young { path, age, .. } => {
+            tracing::info!(lock = %path.display(), age_ms = age.as_millis() as u64, "integration ref lock is recent; left alone");
+            Ok(None)
+        }
+        RefLock::Open { path, pid } => {
+            tracing::warn!(lock = %path.display(), pid, "integration ref lock is held open by a live process; left alone");
+            Ok(None)
+        }
     }
 }

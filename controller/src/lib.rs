@@ -12,6 +12,7 @@ pub mod integrator;
 pub mod metrics;
 pub mod scheduler;
 pub mod store;
+pub mod supervise;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -28,6 +29,7 @@ use tokio_util::task::TaskTracker;
 pub use error::{ControllerError, SchedError};
 use scheduler::{Command, Scheduler, Timing};
 use store::Store;
+use supervise::Supervisor;
 
 use swarm_proto::limits::MAX_MESSAGE_BYTES;
 
@@ -90,7 +92,8 @@ pub struct Controller {
     addr: SocketAddr,
     shutdown: CancellationToken,
     server: tokio::task::JoinHandle<Result<(), ControllerError>>,
-    scheduler: Option<JoinHandle<Result<(), ControllerError>>>,
+    scheduler: Option<JoinHandle<()>>,
+    supervisor: Supervisor,
     commands: mpsc::Sender<Command>,
     tasks: TaskTracker,
     metrics_addr: Option<SocketAddr>,
@@ -112,15 +115,18 @@ pub async fn start(config: Config) -> Result<Controller, ControllerError> {
     .map_err(|e| ControllerError::Thread(e.to_string()))??;
 
     let (commands, command_rx) = mpsc::channel();
-    let (integrator, _integrator_thread) = integrator::spawn(&workdir, commands.clone())?;
+    let shutdown = CancellationToken::new();
+    let supervisor = Supervisor::new(shutdown.clone());
+    let (integrator, integrator_thread) =
+        integrator::spawn(&workdir, scheduler::integrator_sink(commands.clone()))?;
     let mut scheduler = Scheduler::recover(store, config.timing(), integrator.clone())?;
     let metrics = Arc::new(metrics::Metrics::default());
     scheduler.set_metrics(metrics.clone());
     let started = scheduler.started();
-    let scheduler = std::thread::Builder::new()
-        .name("scheduler".into())
-        .spawn(move || scheduler.run(command_rx))
-        .map_err(|e| ControllerError::Thread(e.to_string()))?;
+    let scheduler = supervisor.spawn("scheduler", move || scheduler.run(command_rx))?;
+    supervisor.spawn("integrator", move || {
+        integrator_thread.join().map_err(|_| ControllerError::Thread("the integrator panicked".into()))
+    })?;
 
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
@@ -128,7 +134,6 @@ pub async fn start(config: Config) -> Result<Controller, ControllerError> {
     let addr = listener
         .local_addr()
         .map_err(|source| ControllerError::Listen { addr: config.listen.to_string(), source })?;
-    let shutdown = CancellationToken::new();
     let metrics_addr = match config.metrics_listen {
         Some(at) => Some(
             metrics::serve(at, metrics.clone(), shutdown.clone())
@@ -166,6 +171,7 @@ pub async fn start(config: Config) -> Result<Controller, ControllerError> {
         .map_err(|e| ControllerError::Thread(format!("reflection: {e}")))?;
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
     let token = shutdown.clone();
+    let served = supervisor.clone();
     let server = tokio::spawn(async move {
         tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(Duration::from_secs(20)))
@@ -176,10 +182,20 @@ pub async fn start(config: Config) -> Result<Controller, ControllerError> {
             .add_service(operator)
             .serve_with_incoming_shutdown(incoming, token.cancelled())
             .await
-            .map_err(ControllerError::from)
+            .map_err(ControllerError::from)?;
+        served.check()
     });
     tracing::info!(%addr, metrics = ?metrics_addr, db = %shared_db_display(&config, &workdir), "controller serving");
-    Ok(Controller { addr, shutdown, server, scheduler: Some(scheduler), commands, tasks, metrics_addr })
+    Ok(Controller {
+        addr,
+        shutdown,
+        server,
+        scheduler: Some(scheduler),
+        supervisor,
+        commands,
+        tasks,
+        metrics_addr,
+    })
 }
 
 fn shared_db_display(config: &Config, workdir: &std::path::Path) -> String {
@@ -200,8 +216,14 @@ impl Controller {
         self.metrics_addr
     }
 
+    /// Completes when the controller stops on its own: a supervised thread
+    /// (scheduler, integrator) ended; [`Controller::shutdown`] then says why.
+    pub fn stopped(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        self.shutdown.clone().cancelled_owned()
+    }
+
     /// Stops serving, ends every stream, and stops the scheduler after its
-    /// last commit.
+    /// last commit. An error if a supervised thread had failed.
     pub async fn shutdown(mut self) -> Result<(), ControllerError> {
         self.shutdown.cancel();
         self.tasks.close();
@@ -215,11 +237,10 @@ impl Controller {
         };
         let _ = self.commands.send(Command::Shutdown);
         if let Some(thread) = self.scheduler.take() {
-            tokio::task::spawn_blocking(move || thread.join())
-                .await
-                .map_err(|e| ControllerError::Thread(e.to_string()))?
-                .map_err(|_| ControllerError::Thread("scheduler panicked".into()))??;
+            // The supervisor records how it ended.
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
         }
+        self.supervisor.check()?;
         served
     }
 }
@@ -232,6 +253,9 @@ pub async fn run(
 ) -> Result<(), ControllerError> {
     let controller = start(config).await?;
     on_ready(controller.local_addr());
-    shutdown.cancelled().await;
+    tokio::select! {
+        _ = shutdown.cancelled() => {}
+        _ = controller.stopped() => {}
+    }
     controller.shutdown().await
 }

@@ -32,6 +32,8 @@ pub struct Metrics {
     pub retries: Counter,
     pub fenced_reports: Counter,
     pub refused_hellos: Counter,
+    pub sessions_closed_full: Counter,
+    pub swarms_stalled: Gauge,
 }
 
 impl Default for Metrics {
@@ -49,6 +51,8 @@ impl Default for Metrics {
             retries: Counter::default(),
             fenced_reports: Counter::default(),
             refused_hellos: Counter::default(),
+            sessions_closed_full: Counter::default(),
+            swarms_stalled: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register("tasks", "Tasks by state", m.tasks.clone());
@@ -72,6 +76,16 @@ impl Default for Metrics {
             "refused_hellos",
             "Hellos refused because another sidecar holds the worker id",
             m.refused_hellos.clone(),
+        );
+        registry.register(
+            "sessions_closed_queue_full",
+            "Sidecar sessions closed because their outbound queue was full",
+            m.sessions_closed_full.clone(),
+        );
+        registry.register(
+            "swarms_stalled",
+            "Swarms in which nothing can move (STALLED)",
+            m.swarms_stalled.clone(),
         );
         Metrics { registry, ..m }
     }

@@ -115,9 +115,16 @@ pub enum MergeError {
         /// Sorted, deduplicated; the same set `git merge-tree --write-tree --name-only` reports.
         paths: Vec<ConflictPath>,
     },
-    /// The integration ref kept moving under us.
-    #[error("branch {branch} moved from {expected} to {found:?}; gave up after {retries} retries")]
+    /// The integration ref kept moving under us (`found: None`: it was deleted).
+    #[error(
+        "branch {branch} moved from {expected} to {}; gave up after {retries} retries",
+        found.as_deref().unwrap_or("nothing (deleted)")
+    )]
     CasFailed { branch: String, expected: String, found: Option<String>, retries: u32 },
+    /// The ref's lock file exists: another process is updating it, or one died while updating it.
+    /// Nothing was written. See [`crate::Integrator::remove_stale_ref_lock`].
+    #[error("branch {branch} is locked by {}: another git process is updating it or died while doing so", lock.display())]
+    RefLocked { branch: String, lock: std::path::PathBuf },
     /// The integration ref moved to a commit that does not contain the head we were asked to build on.
     #[error("branch {branch} was rewound: {found} does not contain the expected head {expected}")]
     HeadRewound { branch: String, expected: String, found: String },

@@ -40,6 +40,8 @@
 //! - [`Integrator::find_landed`]: crash recovery, finds the commit with `Swarm-Attempt: <label>`
 //! - [`Integrator::changed_paths`], [`Integrator::is_ancestor`], [`Integrator::commit_exists`]
 //! - [`Integrator::fast_forward`]: lands the integration branch on a target branch, never forcing
+//! - [`Integrator::remove_stale_ref_lock`]: removes a `<ref>.lock` left by a killed process (the
+//!   caller decides which refs it owns); a lock is reported as [`MergeError::RefLocked`]
 //! - [`paths_outside`]: ownership globs
 //! - [`build_pack`] / [`receive_pack`]: object transfer as git packs
 //!
@@ -74,6 +76,7 @@
 mod error;
 mod graph;
 mod integrator;
+mod locks;
 mod ownership;
 mod pack;
 mod worktrees;
@@ -83,6 +86,7 @@ pub use integrator::{
     ATTEMPT_TRAILER, DEFAULT_MAX_CAS_RETRIES, FIND_LANDED_LIMIT, FastForward, Integrator, MergeReport,
     MergeRequest,
 };
+pub use locks::RefLock;
 pub use ownership::paths_outside;
 pub use pack::{build_pack, receive_pack, receive_pack_file};
 pub use swarm_core::plan::MergeStrategy;

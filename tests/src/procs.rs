@@ -95,6 +95,19 @@ impl Proc {
         assert!(status.is_ok_and(|s| s.success()), "kill -{sig} {}", self.name);
     }
 
+    /// Waits (polling, bounded by `limit`) for the process to exit on its
+    /// own; its exit status, or `None` if it still runs.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let status = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten());
+            if status.is_some() || Instant::now() > deadline {
+                return status;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     pub fn is_running(&mut self) -> bool {
         self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }

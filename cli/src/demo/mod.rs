@@ -47,7 +47,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<u8> {
     let answers = BTreeMap::from([("config".to_string(), ANSWER.to_string())]);
     let result = session.drive(&plan_text, &plan, live, &answers).await;
     let log_dir = session.log_dir.clone();
-    session.stop().await;
+    session.stop().await?;
     let code = match result? {
         Ended::Finished(outcome) => outcome.code(),
         Ended::Interrupted => exit::INTERRUPTED,

@@ -41,12 +41,18 @@ impl LocalController {
         format!("http://{}", self.inner.local_addr())
     }
 
-    pub async fn shutdown(self) {
-        if let Err(e) = self.inner.shutdown().await {
-            eprintln!("warning: the controller did not shut down cleanly: {e}");
-        }
+    /// Completes when the controller stops on its own (a failed store, a
+    /// failed scheduler or integrator thread); `shutdown` then says why.
+    pub fn stopped(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        self.inner.stopped()
+    }
+
+    /// Stops the controller; the error says why if it had stopped on its own.
+    pub async fn shutdown(self) -> anyhow::Result<()> {
+        let result = self.inner.shutdown().await;
         if let Some(t) = self.telemetry {
             let _ = tokio::task::spawn_blocking(move || t.shutdown()).await;
         }
+        result.context("the embedded controller")
     }
 }

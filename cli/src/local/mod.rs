@@ -48,7 +48,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
     }
     let mut session = Session::start(&repo, args.workers, &labels, args.metrics_listen).await?;
     let result = session.drive(&text, &plan, live, &BTreeMap::new()).await;
-    session.stop().await;
+    // A controller that stopped on its own (its store failed, a thread
+    // died) is the error to report, whatever the drive saw.
+    session.stop().await?;
     let code = match result {
         Ok(Ended::Finished(outcome)) => outcome.code(),
         Ok(Ended::Interrupted) => {
@@ -98,13 +100,13 @@ impl Session {
         let sidecars = match Sidecars::start(&url, repo, workers, labels, &log_dir) {
             Ok(s) => s,
             Err(e) => {
-                controller.shutdown().await;
+                let _ = controller.shutdown().await;
                 return Err(e);
             }
         };
         let session = Session { controller, sidecars, url, log_dir, labels: labels.clone() };
         if let Err(e) = session.wait_for_workers(workers as usize).await {
-            session.stop().await;
+            let _ = session.stop().await;
             return Err(e);
         }
         Ok(session)
@@ -155,16 +157,20 @@ impl Session {
             eprintln!("swarm {} exists: resuming", swarm.id);
         }
         eprintln!("logs: {}", self.log_dir.display());
-        let ended = follow(&mut client, &mut self.sidecars, plan, &self.labels, live, answers).await?;
+        let stopped = self.controller.stopped();
+        let ended =
+            follow(&mut client, &mut self.sidecars, plan, &self.labels, live, answers, stopped).await?;
         if let Ended::Finished(outcome) = &ended {
             summary::print(&mut client, plan, outcome).await?;
         }
         Ok(ended)
     }
 
-    pub async fn stop(self) {
+    /// Stops the sidecars and the controller; an error if the controller
+    /// had stopped on its own.
+    pub async fn stop(self) -> anyhow::Result<()> {
         self.sidecars.stop(Duration::from_secs(15)).await;
-        self.controller.shutdown().await;
+        self.controller.shutdown().await
     }
 }
 
@@ -175,8 +181,10 @@ async fn follow(
     labels: &BTreeMap<String, String>,
     live: bool,
     answers: &BTreeMap<String, String>,
+    controller_stopped: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<Ended> {
     let swarm_id = plan.swarm.to_string();
+    tokio::pin!(controller_stopped);
     let mut stream =
         client.watch(v1::WatchRequest { after_event_id: 0, swarm_id: swarm_id.clone() }).await?.into_inner();
     let mut progress = Progress::new(live, plan.tasks.len());
@@ -188,12 +196,19 @@ async fn follow(
         tokio::select! {
             _ = sigint.recv() => break Ended::Interrupted,
             _ = sigterm.recv() => break Ended::Interrupted,
+            // The reason comes from the controller's shutdown, in `run`.
+            _ = &mut controller_stopped => anyhow::bail!("the embedded controller stopped"),
             event = stream.next() => match event {
                 Some(Ok(event)) => progress.event(&event),
                 Some(Err(status)) => return Err(status).context("watching the swarm"),
                 None => anyhow::bail!("the controller closed the event stream"),
             },
             _ = tick.tick() => {
+                // The swarm's state first: the tasks read after it are at
+                // least as new, so a COMPLETED swarm never meets a stale
+                // MERGING task in the summary.
+                let swarm = client.get_swarm(v1::GetSwarmRequest { swarm_id: swarm_id.clone() }).await?.into_inner();
+                let state = v1::SwarmState::try_from(swarm.state).unwrap_or(v1::SwarmState::Unspecified);
                 let req = v1::ListTasksRequest { swarm_id: swarm_id.clone(), states: vec![] };
                 let tasks = client.list_tasks(req).await?.into_inner().tasks;
                 progress.tasks(&tasks);
@@ -202,10 +217,19 @@ async fn follow(
                     let (id, status) = &dead[0];
                     anyhow::bail!("every sidecar exited ({id}: {status}); see {}/{id}.log", sidecars.log_dir.display());
                 }
-                for note in answer_questions(client, &swarm_id, &tasks, answers, &mut answered).await? {
-                    progress.note(&note);
+                let notes = answer_questions(client, &swarm_id, &tasks, answers, &mut answered).await?;
+                for note in &notes {
+                    progress.note(note);
                 }
-                if let Some(outcome) = outcome(plan, &tasks, labels, |t| answers.contains_key(t) && !answered.contains_key(t)) {
+                // An answer just sent moves the swarm on; the state read
+                // before it is stale.
+                if !notes.is_empty() {
+                    continue;
+                }
+                if let Some(outcome) = outcome(plan, state, &tasks, labels, |t| answers.contains_key(t) && !answered.contains_key(t)) {
+                    if state == v1::SwarmState::Stalled {
+                        progress.note(&format!("swarm {swarm_id} STALLED: {}", swarm.stalled_reason));
+                    }
                     // Drain events already sent, so the plain log is complete.
                     while let Ok(Some(Ok(event))) = tokio::time::timeout(Duration::from_millis(100), stream.next()).await {
                         progress.event(&event);

@@ -32,11 +32,16 @@ impl Outcome {
     }
 }
 
-/// `Some` once no task can move without the operator. `answer_due` says
-/// whether an ESCALATED task is about to be answered (the demo's); a task
-/// whose required labels the local sidecars lack (`labels`) cannot start.
+/// `Some` once the run is over: the controller reports the swarm finished
+/// or STALLED (nothing can move without the operator), so `swarmctl run`
+/// and `swarmctl get swarms` agree. Two things only local mode knows keep
+/// it going or end it early: an ESCALATED task about to be answered
+/// (`answer_due`, the demo's) is not the operator's to wait for, and a
+/// task whose required labels the local sidecars lack (`labels`) never
+/// starts, although the controller counts it as READY.
 pub fn outcome(
     plan: &Plan,
+    swarm: v1::SwarmState,
     tasks: &[v1::Task],
     labels: &BTreeMap<String, String>,
     answer_due: impl Fn(&str) -> bool,
@@ -46,14 +51,48 @@ pub fn outcome(
     }
     let state: HashMap<&str, S> =
         tasks.iter().map(|t| (t.id.as_str(), S::try_from(t.state).unwrap_or(S::Unspecified))).collect();
+    let answering = tasks.iter().any(|t| t.state == S::Escalated as i32 && answer_due(&t.id));
+    let settled = match swarm {
+        v1::SwarmState::Completed | v1::SwarmState::Failed | v1::SwarmState::Cancelled => true,
+        v1::SwarmState::Stalled => !answering,
+        _ => starved_of_labels(plan, &state, labels, &answer_due),
+    };
+    if !settled {
+        return None;
+    }
+    let mut out = Outcome { merged: 0, failed: 0, waiting: 0 };
+    for spec in &plan.tasks {
+        match state.get(spec.id.as_str()) {
+            Some(S::Merged) => out.merged += 1,
+            Some(S::Failed | S::Cancelled) => out.failed += 1,
+            Some(S::Pending) if behind_failure(plan, &state, spec.id.as_str()) => out.failed += 1,
+            // READY or PENDING for want of labels, BLOCKED, ESCALATED, CONFLICT on hold.
+            _ => out.waiting += 1,
+        }
+    }
+    Some(out)
+}
+
+/// Whether nothing can move once tasks needing labels no local sidecar has
+/// count as stuck (false when every task can run here: the controller's
+/// state decides then).
+fn starved_of_labels(
+    plan: &Plan,
+    state: &HashMap<&str, S>,
+    labels: &BTreeMap<String, String>,
+    answer_due: &impl Fn(&str) -> bool,
+) -> bool {
+    let runnable =
+        |spec: &swarm_core::plan::TaskSpec| spec.labels.iter().all(|(k, v)| labels.get(k) == Some(v));
+    if plan.tasks.iter().all(runnable) {
+        return false;
+    }
     // Whether a task may still reach MERGED without the operator.
     let mut moving: HashMap<&str, bool> = HashMap::new();
     for spec in &plan.tasks {
         let id = spec.id.as_str();
-        let s = state.get(id).copied().unwrap_or(S::Unspecified);
-        let runnable = spec.labels.iter().all(|(k, v)| labels.get(k) == Some(v));
-        let m = match s {
-            S::Ready | S::Pending => runnable, // PENDING: also decided below, from its deps
+        let m = match state.get(id).copied().unwrap_or(S::Unspecified) {
+            S::Ready | S::Pending => runnable(spec), // PENDING: also decided below, from its deps
             S::Running | S::Succeeded | S::Merging | S::Unspecified => true,
             S::Conflict => spec.on_conflict == ConflictPolicy::Return,
             S::Escalated => answer_due(id),
@@ -83,20 +122,7 @@ pub fn outcome(
             break;
         }
     }
-    if moving.values().any(|m| *m) {
-        return None;
-    }
-    let mut out = Outcome { merged: 0, failed: 0, waiting: 0 };
-    for spec in &plan.tasks {
-        match state.get(spec.id.as_str()) {
-            Some(S::Merged) => out.merged += 1,
-            Some(S::Failed | S::Cancelled) => out.failed += 1,
-            Some(S::Pending) if behind_failure(plan, &state, spec.id.as_str()) => out.failed += 1,
-            // READY or PENDING for want of labels, BLOCKED, ESCALATED, CONFLICT on hold.
-            _ => out.waiting += 1,
-        }
-    }
-    Some(out)
+    !moving.values().any(|m| *m)
 }
 
 /// Whether a PENDING task waits (transitively) on a FAILED or CANCELLED one.
@@ -155,6 +181,7 @@ pub async fn print(client: &mut Client, plan: &Plan, outcome: &Outcome) -> anyho
 #[cfg(test)]
 mod tests {
     use super::*;
+    use v1::SwarmState as Sw;
 
     fn plan() -> Plan {
         Plan::parse(
@@ -189,11 +216,23 @@ on_conflict = "hold"
     #[test]
     fn running_work_is_not_over() {
         assert_eq!(
-            outcome(&plan(), &tasks(&[S::Running, S::Pending, S::Merged]), &BTreeMap::new(), |_| false),
+            outcome(
+                &plan(),
+                Sw::Active,
+                &tasks(&[S::Running, S::Pending, S::Merged]),
+                &BTreeMap::new(),
+                |_| false
+            ),
             None
         );
         assert_eq!(
-            outcome(&plan(), &tasks(&[S::Merged, S::Pending, S::Merged]), &BTreeMap::new(), |_| false),
+            outcome(
+                &plan(),
+                Sw::Active,
+                &tasks(&[S::Merged, S::Pending, S::Merged]),
+                &BTreeMap::new(),
+                |_| false
+            ),
             None
         );
     }
@@ -205,33 +244,64 @@ on_conflict = "hold"
         )
         .expect("plan");
         let ready = vec![v1::Task { id: "g".into(), state: S::Ready as i32, ..Default::default() }];
-        let o = outcome(&plan, &ready, &BTreeMap::new(), |_| false).expect("over");
+        let o = outcome(&plan, Sw::Active, &ready, &BTreeMap::new(), |_| false).expect("over");
         assert_eq!(o.code(), exit::WAITING);
         let gpu = BTreeMap::from([("gpu".to_string(), "yes".to_string())]);
-        assert_eq!(outcome(&plan, &ready, &gpu, |_| false), None);
+        assert_eq!(outcome(&plan, Sw::Active, &ready, &gpu, |_| false), None);
+    }
+
+    #[test]
+    fn the_controllers_state_decides_when_every_task_can_run_here() {
+        // The same tasks: over only once the controller calls the swarm STALLED.
+        let t = tasks(&[S::Failed, S::Pending, S::Merged]);
+        assert_eq!(outcome(&plan(), Sw::Active, &t, &BTreeMap::new(), |_| false), None);
+        assert!(outcome(&plan(), Sw::Stalled, &t, &BTreeMap::new(), |_| false).is_some());
     }
 
     #[test]
     fn all_merged_is_success() {
-        let o = outcome(&plan(), &tasks(&[S::Merged, S::Merged, S::Merged]), &BTreeMap::new(), |_| false);
+        let o = outcome(
+            &plan(),
+            Sw::Completed,
+            &tasks(&[S::Merged, S::Merged, S::Merged]),
+            &BTreeMap::new(),
+            |_| false,
+        );
         assert_eq!(o.map(|o| o.code()), Some(exit::SUCCESS));
     }
 
     #[test]
     fn pending_behind_a_failure_counts_as_failed() {
-        let o = outcome(&plan(), &tasks(&[S::Failed, S::Pending, S::Merged]), &BTreeMap::new(), |_| false)
-            .expect("over");
+        let o = outcome(
+            &plan(),
+            Sw::Stalled,
+            &tasks(&[S::Failed, S::Pending, S::Merged]),
+            &BTreeMap::new(),
+            |_| false,
+        )
+        .expect("over");
         assert_eq!((o.failed, o.code()), (2, exit::FAILURE));
     }
 
     #[test]
     fn held_conflict_and_escalation_wait_on_the_operator() {
-        let o =
-            outcome(&plan(), &tasks(&[S::Escalated, S::Pending, S::Conflict]), &BTreeMap::new(), |_| false)
-                .expect("over");
+        let o = outcome(
+            &plan(),
+            Sw::Stalled,
+            &tasks(&[S::Escalated, S::Pending, S::Conflict]),
+            &BTreeMap::new(),
+            |_| false,
+        )
+        .expect("over");
         assert_eq!((o.waiting, o.code()), (3, exit::WAITING));
         assert_eq!(
-            outcome(&plan(), &tasks(&[S::Escalated, S::Pending, S::Merged]), &BTreeMap::new(), |_| true),
+            outcome(
+                &plan(),
+                Sw::Stalled,
+                &tasks(&[S::Escalated, S::Pending, S::Merged]),
+                &BTreeMap::new(),
+                |_| true
+            ),
             None
         );
     }

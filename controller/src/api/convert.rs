@@ -276,7 +276,9 @@ pub fn swarm(v: SwarmView) -> v1::Swarm {
         crate::scheduler::SwarmState::Completed => v1::SwarmState::Completed,
         crate::scheduler::SwarmState::Failed => v1::SwarmState::Failed,
         crate::scheduler::SwarmState::Cancelled => v1::SwarmState::Cancelled,
+        crate::scheduler::SwarmState::Stalled => v1::SwarmState::Stalled,
     };
+    let (stalled_reason, stalled_tasks) = v.stall.map(|s| (s.reason, s.tasks)).unwrap_or_default();
     v1::Swarm {
         id: v.id,
         state: state as i32,
@@ -286,6 +288,8 @@ pub fn swarm(v: SwarmView) -> v1::Swarm {
         tasks_by_state: v.tasks_by_state.into_iter().collect(),
         created_at_unix_ms: v.created_at,
         task_count: v.task_count,
+        stalled_reason,
+        stalled_tasks,
     }
 }
 

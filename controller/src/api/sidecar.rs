@@ -78,14 +78,14 @@ impl SidecarService for SidecarApi {
         let (tx, rx) = mpsc::channel::<Outbound>(OUTBOUND_QUEUE);
         let (err_tx, err_rx) = mpsc::channel::<Status>(1);
         let last_seen = Arc::new(AtomicU64::new(self.shared.mono_ms()));
-        let session = Session { id: session_id, tx, last_seen: last_seen.clone() };
+        let closed = self.shared.shutdown.child_token();
+        let session = Session { id: session_id, tx, last_seen: last_seen.clone(), closed: closed.clone() };
         self.shared.send(Command::Hello { hello, session })?;
 
         let shared = self.shared.clone();
-        self.shared
-            .tasks
-            .spawn(read_reports(shared, inbound, worker, session_id, last_seen, err_tx).instrument(span));
-        Ok(Response::new(Box::pin(responses(worker_span, rx, err_rx, self.shared.shutdown.clone()))))
+        let reader = read_reports(shared, inbound, worker, session_id, last_seen, err_tx, closed.clone());
+        self.shared.tasks.spawn(reader.instrument(span));
+        Ok(Response::new(Box::pin(responses(worker_span, rx, err_rx, closed, self.shared.shutdown.clone()))))
     }
 
     async fn fetch_pack(
@@ -214,10 +214,12 @@ async fn read_reports(
     session: u64,
     last_seen: Arc<AtomicU64>,
     errors: mpsc::Sender<Status>,
+    closed: tokio_util::sync::CancellationToken,
 ) {
     loop {
         let message = tokio::select! {
-            _ = shared.shutdown.cancelled() => break,
+            // Shutdown, or the scheduler closed the session.
+            _ = closed.cancelled() => break,
             m = inbound.message() => m,
         };
         let message = match message {
@@ -262,21 +264,26 @@ async fn read_reports(
 }
 
 /// The response stream: the scheduler's messages, ended by an error from
-/// the reader, by the scheduler dropping the session, or by shutdown.
+/// the reader, by the scheduler dropping or closing the session, or by
+/// shutdown (`closed` is a child of the shutdown token).
 fn responses(
     worker: String,
     rx: mpsc::Receiver<Outbound>,
     err_rx: mpsc::Receiver<Status>,
+    closed: tokio_util::sync::CancellationToken,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> impl Stream<Item = Result<v1::ControllerMessage, Status>> + Send {
-    futures::stream::unfold(Some((worker, rx, err_rx, shutdown)), |state| async move {
-        let (worker, mut rx, mut err_rx, shutdown) = state?;
+    futures::stream::unfold(Some((worker, rx, err_rx, closed, shutdown)), |state| async move {
+        let (worker, mut rx, mut err_rx, closed, shutdown) = state?;
         tokio::select! {
             biased;
             _ = shutdown.cancelled() => Some((Err(Status::unavailable("controller shutting down")), None)),
+            _ = closed.cancelled() => {
+                Some((Err(Status::resource_exhausted("outbound queue full; reconnect")), None))
+            }
             Some(status) = err_rx.recv() => Some((Err(status), None)),
             m = rx.recv() => m.map(|m| match convert::outbound(traced(m, &worker)) {
-                Ok(m) => (Ok(m), Some((worker, rx, err_rx, shutdown))),
+                Ok(m) => (Ok(m), Some((worker, rx, err_rx, closed, shutdown))),
                 Err(status) => (Err(status), None),
             }),
         }

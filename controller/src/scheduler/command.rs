@@ -13,7 +13,7 @@ use super::model::{Session, TierOutcome};
 use super::refs::LandTarget;
 use super::views::{SwarmView, TaskDetailView, TaskView, WorkerView};
 use crate::error::SchedError;
-use crate::integrator::MergeResult;
+use crate::integrator::{IntegratorReport, LockRemoved, MergeResult, ReportSink};
 use crate::store::EventRow;
 
 /// An attempt as a sidecar names it in a report.
@@ -180,6 +180,8 @@ pub enum Command {
         claim: PackClaim,
         reply: oneshot::Sender<Result<(), SchedError>>,
     },
+    /// A stale integration-ref lock removed at start.
+    LockRemoved(LockRemoved),
     Shutdown,
 }
 
@@ -191,4 +193,16 @@ pub struct PackClaim {
     pub principal: Option<String>,
     /// The attempt an upload belongs to; none for a download.
     pub attempt: Option<ReportedAttempt>,
+}
+
+/// The integrator's report sink: its reports become commands of the
+/// scheduler that owns `commands`.
+pub fn integrator_sink(commands: std::sync::mpsc::Sender<Command>) -> ReportSink {
+    Box::new(move |report| {
+        let cmd = match report {
+            IntegratorReport::Merged(result) => Command::Merged(result),
+            IntegratorReport::LockRemoved(removed) => Command::LockRemoved(removed),
+        };
+        commands.send(cmd).is_ok()
+    })
 }

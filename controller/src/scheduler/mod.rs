@@ -17,6 +17,7 @@ mod recover;
 mod refs;
 mod reports;
 mod sessions;
+pub mod stall;
 mod task_text;
 #[cfg(test)]
 mod tests;
@@ -30,7 +31,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use swarm_core::{AttemptState, SwarmId, TaskKey, TaskState};
 use tokio::sync::broadcast;
 
-pub use command::{Command, HelloInfo, OperatorOp, PackClaim, Report, ReportedAttempt, ResultReport};
+pub use command::{
+    Command, HelloInfo, OperatorOp, PackClaim, Report, ReportedAttempt, ResultReport, integrator_sink,
+};
 pub use model::{Attempt, Session, SwarmState, TierOutcome};
 pub use outbound::{AssignSpec, AttemptHandle, CloseCode, Outbound};
 pub use refs::LandTarget;
@@ -139,6 +142,7 @@ impl Scheduler {
             metrics.task_state(None, t.state);
         }
         self.metrics = metrics;
+        self.count_stalled();
     }
 
     /// The loop; returns when told to shut down or when a commit fails (the
@@ -181,8 +185,11 @@ impl Scheduler {
         }
         self.tick(&mut fx);
         self.schedule(&mut fx);
-        for swarm in std::mem::take(&mut fx.touched_swarms) {
-            self.refresh_swarm(&swarm, &mut fx);
+        if !fx.touched_swarms.is_empty() {
+            for swarm in std::mem::take(&mut fx.touched_swarms) {
+                self.refresh_swarm(&swarm, &mut fx);
+            }
+            self.count_stalled();
         }
         for key in std::mem::take(&mut fx.dirty_tasks) {
             if let Some(t) = self.tasks.get(&key) {
@@ -222,11 +229,7 @@ impl Scheduler {
             let _ = self.events.send(Arc::new(event));
         }
         for (session, message) in fx.outbound {
-            if session.tx.try_send(message).is_err() {
-                // The sidecar's queue is full or closed: it will reconnect
-                // and be brought up to date by its Hello.
-                tracing::warn!(session = session.id, "sidecar outbound queue full or closed");
-            }
+            outbound::deliver(&session, message, &self.metrics);
         }
         for reply in fx.replies {
             reply();
@@ -247,13 +250,34 @@ impl Scheduler {
             Command::Subscribe { reply } => {
                 let _ = reply.send((self.last_committed_event, self.events.subscribe()));
             }
-            Command::Merged(result) => self.on_merged(result, fx),
+            Command::Merged(mut result) => {
+                if let Some(removed) = result.lock_removed.take() {
+                    self.on_lock_removed(removed, fx);
+                }
+                self.on_merged(result, fx)
+            }
+            Command::LockRemoved(removed) => self.on_lock_removed(removed, fx),
             Command::AuthorizePack { claim, reply } => {
                 // Nothing is written, so the answer need not wait for a commit.
                 let _ = reply.send(self.authorize_pack(&claim));
             }
             Command::Shutdown => {}
         }
+    }
+
+    /// Records, in the swarm's audit log, that a stale lock on its
+    /// integration ref was removed.
+    fn on_lock_removed(&mut self, removed: crate::integrator::LockRemoved, fx: &mut Effects) {
+        self.event(
+            fx,
+            &removed.swarm,
+            "",
+            0,
+            "",
+            "integration.lock_removed",
+            format!("removed stale lock {} on {} ({} ms old)", removed.path, removed.branch, removed.age_ms),
+            serde_json::json!({ "branch": removed.branch, "path": removed.path, "age_ms": removed.age_ms }),
+        );
     }
 
     /// The clock origin of lease timestamps.
@@ -481,36 +505,69 @@ impl Scheduler {
         }
     }
 
+    /// Moves a swarm between ACTIVE, STALLED and its end states, from its
+    /// state counts (a task walk only to describe a stall).
     fn refresh_swarm(&mut self, id: &SwarmId, fx: &mut Effects) {
         let Some(swarm) = self.swarms.get(id) else { return };
-        if swarm.state != SwarmState::Active {
+        if !matches!(swarm.state, SwarmState::Active | SwarmState::Stalled) {
             return;
         }
         let total = swarm.tasks.len() as u32;
         let count = |s: TaskState| swarm.counts[model::state_index(s)];
         let terminal: u32 = TaskState::ALL.iter().filter(|s| s.is_terminal()).map(|s| count(*s)).sum();
         let next = if count(TaskState::Merged) == total {
-            Some(SwarmState::Completed)
+            SwarmState::Completed
         } else if terminal == total {
-            Some(SwarmState::Failed)
+            SwarmState::Failed
+        } else if stall::nothing_moves(&swarm.counts) {
+            SwarmState::Stalled
         } else {
-            None
+            SwarmState::Active
         };
-        if let Some(next) = next {
-            if let Some(swarm) = self.swarms.get_mut(id) {
-                swarm.state = next;
-                fx.batch.swarm(swarm.row());
-            }
-            self.event(
-                fx,
-                id.as_str(),
-                "",
-                0,
-                "",
-                "swarm.state",
-                format!("swarm {id} {}", next.as_str()),
-                serde_json::json!({ "state": next.as_str() }),
-            );
+        let from = swarm.state;
+        let stall = (next == SwarmState::Stalled).then(|| stall::describe(swarm, &self.tasks));
+        let Some(swarm) = self.swarms.get_mut(id) else { return };
+        swarm.stall = stall.clone();
+        if next == from {
+            return;
         }
+        swarm.state = next;
+        fx.batch.swarm(swarm.row());
+        let _span =
+            tracing::info_span!("swarm.transition", swarm = %id, from = from.as_str(), to = next.as_str())
+                .entered();
+        match stall {
+            Some(stall) => {
+                tracing::warn!(reason = %stall.reason, tasks = ?stall.tasks, "swarm stalled");
+                self.event(
+                    fx,
+                    id.as_str(),
+                    "",
+                    0,
+                    "",
+                    "swarm.stalled",
+                    format!("swarm {id} STALLED: {}", stall.reason),
+                    serde_json::json!({ "state": next.as_str(), "reason": stall.reason, "tasks": stall.tasks }),
+                );
+            }
+            None => {
+                self.event(
+                    fx,
+                    id.as_str(),
+                    "",
+                    0,
+                    "",
+                    "swarm.state",
+                    format!("swarm {id} {}", next.as_str()),
+                    serde_json::json!({ "state": next.as_str(), "from": from.as_str() }),
+                );
+            }
+        }
+    }
+
+    /// The stalled-swarms gauge, after swarm states may have changed.
+    fn count_stalled(&self) {
+        let stalled = self.swarms.values().filter(|s| s.state == SwarmState::Stalled).count();
+        self.metrics.swarms_stalled.set(stalled as i64);
     }
 }

@@ -18,6 +18,8 @@ pub enum SwarmState {
     Completed,
     Failed,
     Cancelled,
+    /// Nothing can move without the operator; see `stall`.
+    Stalled,
 }
 
 impl SwarmState {
@@ -27,13 +29,20 @@ impl SwarmState {
             SwarmState::Completed => "COMPLETED",
             SwarmState::Failed => "FAILED",
             SwarmState::Cancelled => "CANCELLED",
+            SwarmState::Stalled => "STALLED",
         }
     }
 
     pub fn parse(s: &str) -> Option<SwarmState> {
-        [SwarmState::Active, SwarmState::Completed, SwarmState::Failed, SwarmState::Cancelled]
-            .into_iter()
-            .find(|x| x.as_str() == s)
+        [
+            SwarmState::Active,
+            SwarmState::Completed,
+            SwarmState::Failed,
+            SwarmState::Cancelled,
+            SwarmState::Stalled,
+        ]
+        .into_iter()
+        .find(|x| x.as_str() == s)
     }
 }
 
@@ -50,6 +59,8 @@ pub struct Swarm {
     /// How many tasks are in each state (indexed like `TaskState::ALL`), so
     /// completion checks and views do not walk every task.
     pub counts: [u32; TaskState::ALL.len()],
+    /// Why it is STALLED (derived, not stored: rebuilt on recovery).
+    pub stall: Option<super::stall::Stall>,
 }
 
 pub fn state_index(s: TaskState) -> usize {
@@ -208,6 +219,11 @@ pub struct Session {
     /// last heard from; written by the stream reader without a round trip
     /// through the scheduler.
     pub last_seen: Arc<AtomicU64>,
+    /// Cancelled by the scheduler to end the stream when the sidecar
+    /// cannot keep up (its outbound queue is full): a message is never
+    /// dropped silently; the sidecar reconnects and its Hello brings it up
+    /// to date (the current Assign is sent again, its journal replayed).
+    pub closed: tokio_util::sync::CancellationToken,
 }
 
 #[derive(Debug)]

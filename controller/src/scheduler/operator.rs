@@ -169,6 +169,7 @@ impl Scheduler {
                 c[super::model::state_index(TaskState::Pending)] = plan.tasks.len() as u32;
                 c
             },
+            stall: None,
         };
         fx.batch.new_swarm(swarm.row());
         self.event(
@@ -306,7 +307,7 @@ impl Scheduler {
                     t.not_before = 0;
                 }
                 if let Some(s) = self.swarms.get_mut(&key.swarm)
-                    && s.state != SwarmState::Active
+                    && !matches!(s.state, SwarmState::Active | SwarmState::Stalled)
                 {
                     s.state = SwarmState::Active;
                     fx.batch.swarm(s.row());

@@ -5,6 +5,10 @@ use std::collections::BTreeMap;
 
 use swarm_core::TaskKey;
 use swarm_core::plan::VerifyTier;
+use tokio::sync::mpsc::error::TrySendError;
+
+use super::model::Session;
+use crate::metrics::Metrics;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct AttemptHandle {
@@ -73,4 +77,27 @@ pub enum CloseCode {
     AlreadyExists,
     /// The report does not fit the protocol's state (a sequence gap).
     FailedPrecondition,
+}
+
+/// Queues `message` for a sidecar without blocking the scheduler. A full
+/// queue means the sidecar is not keeping up: rather than drop the message
+/// (a lost Assign would leave its attempt ASSIGNED while heartbeats keep
+/// the lease alive) the session is closed, so the sidecar reconnects and
+/// its Hello re-sends what is current. A closed queue needs nothing: the
+/// stream already ended and the sidecar's Disconnected is on its way.
+pub(crate) fn deliver(session: &Session, message: Outbound, metrics: &Metrics) {
+    if session.closed.is_cancelled() {
+        return; // already closed; the Hello of the next session catches up
+    }
+    match session.tx.try_send(message) {
+        Ok(()) => {}
+        Err(TrySendError::Full(_)) => {
+            tracing::warn!(session = session.id, "sidecar outbound queue full; closing the session");
+            metrics.sessions_closed_full.inc();
+            session.closed.cancel();
+        }
+        Err(TrySendError::Closed(_)) => {
+            tracing::debug!(session = session.id, "sidecar stream already closed");
+        }
+    }
 }

@@ -11,7 +11,7 @@ use tokio::sync::broadcast;
 use super::model::{Attempt, Notes, Swarm, SwarmState, Task, TierOutcome, Worker};
 use super::{Effects, Scheduler, Timing, assign};
 use crate::error::ControllerError;
-use crate::integrator::IntegratorHandle;
+use crate::integrator::{IntegratorHandle, OwnedRef};
 use crate::store::{Store, StoreError};
 
 fn corrupt(table: &'static str, key: String, reason: impl Into<String>) -> ControllerError {
@@ -80,6 +80,7 @@ pub fn recover(
                 integration_head: row.integration_head,
                 created_at: row.created_at,
                 tasks,
+                stall: None,
             },
         );
     }
@@ -119,6 +120,11 @@ pub fn recover(
     for t in s.tasks.values() {
         if let Some(sw) = s.swarms.get_mut(&t.key.swarm) {
             sw.counts[super::model::state_index(t.state)] += 1;
+        }
+    }
+    for sw in s.swarms.values_mut() {
+        if sw.state == SwarmState::Stalled {
+            sw.stall = Some(super::stall::describe(sw, &s.tasks));
         }
     }
 
@@ -211,6 +217,15 @@ pub fn recover(
             _ => {}
         }
     }
+    // A controller killed while moving an integration ref leaves its lock
+    // behind; clear those first (the integrator handles requests in order).
+    let owned = s
+        .swarms
+        .values()
+        .filter(|sw| matches!(sw.state, SwarmState::Active | SwarmState::Stalled))
+        .map(|sw| OwnedRef { swarm: sw.id.to_string(), branch: sw.plan.integration_branch.clone() })
+        .collect();
+    s.integrator.clear_stale_locks(owned);
     for job in fx.merges {
         s.integrator.submit(job);
     }

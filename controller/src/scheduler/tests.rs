@@ -27,6 +27,8 @@ struct Rig {
     seq: u64,
     base: String,
     repo: std::path::PathBuf,
+    /// The first session's close signal.
+    closed: tokio_util::sync::CancellationToken,
 }
 
 fn git(repo: &std::path::Path, args: &[&str]) -> String {
@@ -45,6 +47,11 @@ fn git(repo: &std::path::Path, args: &[&str]) -> String {
 
 impl Rig {
     fn new(retries: u32) -> Rig {
+        Rig::with_queue(retries, 64)
+    }
+
+    /// w1's outbound queue holds `queue` messages.
+    fn with_queue(retries: u32, queue: usize) -> Rig {
         let dir = tempfile::tempdir().expect("tempdir");
         let repo = dir.path().join("repo");
         std::fs::create_dir_all(&repo).expect("mkdir");
@@ -56,7 +63,8 @@ impl Rig {
         git(&repo, &["branch", "swarm/s/integration"]);
         let store = Store::open(&dir.path().join("swarm.db")).expect("store");
         let (results, merged) = mpsc::channel();
-        let (handle, _thread) = integrator::spawn(&repo, results).expect("integrator");
+        let (handle, _thread) =
+            integrator::spawn(&repo, super::integrator_sink(results)).expect("integrator");
         let timing =
             Timing { lease_ttl: Duration::from_secs(3600), lost_grace: Duration::ZERO, ..Timing::default() };
         let mut sched = Scheduler::recover(store, timing, handle).expect("recover");
@@ -74,8 +82,10 @@ impl Rig {
             })])
             .expect("turn");
         rx.try_recv().expect("replied").expect("created");
-        let (tx, outbound) = tmpsc::channel(64);
-        let session = Session { id: 1, tx, last_seen: Arc::new(AtomicU64::new(u64::MAX / 2)) };
+        let (tx, outbound) = tmpsc::channel(queue);
+        let closed = tokio_util::sync::CancellationToken::new();
+        let session =
+            Session { id: 1, tx, last_seen: Arc::new(AtomicU64::new(u64::MAX / 2)), closed: closed.clone() };
         let hello = HelloInfo {
             worker_id: "w1".into(),
             labels: Default::default(),
@@ -86,7 +96,7 @@ impl Rig {
             principal: None,
         };
         sched.turn([Command::Hello { hello, session }]).expect("turn");
-        Rig { _dir: dir, sched, merged, outbound, seq: 0, base, repo }
+        Rig { _dir: dir, sched, merged, outbound, seq: 0, base, repo, closed }
     }
 
     fn key() -> TaskKey {
@@ -289,4 +299,45 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn a_full_outbound_queue_closes_the_session_and_the_next_hello_sends_the_assign_again() {
+    // Room for the Welcome only: the Assign of the same turn finds the queue full.
+    let mut rig = Rig::with_queue(0, 1);
+    assert!(rig.closed.is_cancelled(), "a full queue closes the session instead of dropping the Assign");
+    assert!(matches!(rig.outbound.try_recv(), Ok(Outbound::Welcome { .. })));
+    assert!(rig.outbound.try_recv().is_err(), "nothing but the Welcome was queued");
+    assert_eq!(rig.detail().task.state, TaskState::Running, "the attempt stays current");
+    // The stream reader ends on the close and reports the disconnect; the
+    // sidecar reconnects without the attempt it never received.
+    rig.sched.turn([Command::Disconnected { worker: "w1".into(), session: 1 }]).expect("turn");
+    let (tx, mut outbound) = tmpsc::channel(64);
+    let session = Session {
+        id: 2,
+        tx,
+        last_seen: Arc::new(AtomicU64::new(u64::MAX / 2)),
+        closed: tokio_util::sync::CancellationToken::new(),
+    };
+    // The sidecar reconnects with the secret its first Welcome gave it.
+    let resume_secret = rig.sched.workers.get("w1").map(|w| w.resume_secret.clone()).unwrap_or_default();
+    let hello = HelloInfo {
+        worker_id: "w1".into(),
+        labels: Default::default(),
+        host: "h".into(),
+        last_acked_seq: 0,
+        attempt_in_hand: None,
+        resume_secret,
+        principal: None,
+    };
+    rig.sched.turn([Command::Hello { hello, session: session.clone() }]).expect("turn");
+    assert!(matches!(outbound.try_recv(), Ok(Outbound::Welcome { attempt_resumed: false, .. })));
+    match outbound.try_recv() {
+        Ok(Outbound::Assign(a)) => {
+            assert_eq!(a.attempt.task, Rig::key());
+            assert_eq!(a.attempt.number, 1, "the same attempt, not a new one");
+        }
+        other => panic!("expected the Assign again, got {other:?}"),
+    }
+    assert!(!session.closed.is_cancelled());
 }

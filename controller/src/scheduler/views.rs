@@ -18,6 +18,7 @@ pub struct SwarmView {
     pub tasks_by_state: BTreeMap<String, u32>,
     pub created_at: i64,
     pub task_count: u32,
+    pub stall: Option<super::stall::Stall>,
 }
 
 impl SwarmView {
@@ -38,6 +39,9 @@ impl SwarmView {
             tasks_by_state: by_state,
             created_at: swarm.created_at,
             task_count: swarm.tasks.len() as u32,
+            // A stalled swarm cancelled keeps its last description; only
+            // STALLED shows one.
+            stall: swarm.stall.clone().filter(|_| swarm.state == SwarmState::Stalled),
         }
     }
 }

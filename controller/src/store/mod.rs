@@ -30,6 +30,29 @@ pub enum StoreError {
     Corrupt { table: &'static str, key: String, reason: String },
     #[error("store: {0}")]
     Io(#[from] std::io::Error),
+    /// SQLite refused to write: a full or read-only filesystem, an I/O
+    /// error. Nothing of the failed transaction was written.
+    #[error("store: {message} ({code}) at {}", path.display())]
+    Write { path: PathBuf, code: &'static str, message: String },
+}
+
+/// Names the file and SQLite's result code of a write failure, so "disk
+/// full" reads as such in the log and the exit message.
+fn at_path(path: &Path, e: StoreError) -> StoreError {
+    let StoreError::Sql(rusqlite::Error::SqliteFailure(failure, message)) = &e else { return e };
+    use rusqlite::ErrorCode as C;
+    let code = match failure.code {
+        C::DiskFull => "SQLITE_FULL",
+        C::ReadOnly => "SQLITE_READONLY",
+        C::SystemIoFailure => "SQLITE_IOERR",
+        C::CannotOpen => "SQLITE_CANTOPEN",
+        C::PermissionDenied => "SQLITE_PERM",
+        C::DatabaseBusy => "SQLITE_BUSY",
+        C::DatabaseCorrupt => "SQLITE_CORRUPT",
+        _ => return e,
+    };
+    let message = message.clone().unwrap_or_else(|| failure.to_string());
+    StoreError::Write { path: path.to_path_buf(), code, message }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -186,6 +209,10 @@ pub struct Store {
 impl Store {
     /// Opens (creating if needed) the store and runs pending migrations.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
+        Store::open_inner(path).map_err(|e| at_path(path, e))
+    }
+
+    fn open_inner(path: &Path) -> Result<Store, StoreError> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
@@ -226,9 +253,14 @@ impl Store {
         load::load(&self.conn)
     }
 
-    /// Writes a batch in one transaction.
+    /// Writes a batch in one transaction; on error nothing of it is written.
     #[tracing::instrument(level = "debug", skip_all, fields(rows = batch.len()))]
     pub fn commit(&mut self, batch: &Batch) -> Result<CommitStats, StoreError> {
+        let path = self.path.clone();
+        self.commit_inner(batch).map_err(|e| at_path(&path, e))
+    }
+
+    fn commit_inner(&mut self, batch: &Batch) -> Result<CommitStats, StoreError> {
         let started = Instant::now();
         let tx = self.conn.transaction()?;
         {

@@ -71,6 +71,8 @@ struct Caches {
 enum Cas {
     Moved,
     MovedTo(gix::ObjectId),
+    /// The ref's lock file exists; the ref may well still point at `old`.
+    Locked(std::path::PathBuf),
 }
 
 /// The controller's git engine for one repository.
@@ -80,7 +82,7 @@ enum Cas {
 /// dedicated blocking thread (or actor) and sends it requests.
 pub struct Integrator {
     repo: gix::Repository,
-    refs: git2::Repository,
+    pub(crate) refs: git2::Repository,
     name: String,
     email: String,
     max_cas_retries: u32,
@@ -227,6 +229,9 @@ impl Integrator {
                         branch: req.integration_branch.clone(),
                     }));
                 }
+                Some(Cas::Locked(lock)) => {
+                    return Err(MergeError::RefLocked { branch: req.integration_branch.clone(), lock });
+                }
             };
             if retries >= self.max_cas_retries {
                 return Err(MergeError::CasFailed {
@@ -327,6 +332,7 @@ impl Integrator {
                 found: None,
                 retries: 0,
             }),
+            Some(Cas::Locked(lock)) => Err(MergeError::RefLocked { branch: target.to_string(), lock }),
         }
     }
 
@@ -512,14 +518,13 @@ impl Integrator {
         why: &str,
     ) -> Result<Option<Cas>, GitError> {
         let message = format!("swarm: {why}");
+        let lock = self.refs.commondir().join(format!("{name}.lock"));
         match self.refs.reference_matching(name, to_git2(new)?, true, to_git2(old)?, &message) {
             Ok(_) => Ok(None),
-            Err(e)
-                if matches!(
-                    e.code(),
-                    git2::ErrorCode::Modified | git2::ErrorCode::Locked | git2::ErrorCode::NotFound
-                ) =>
-            {
+            // Told apart from a moved ref: the ref may still hold `old`, and retrying cannot help
+            // while the lock is there.
+            Err(e) if e.code() == git2::ErrorCode::Locked || lock.exists() => Ok(Some(Cas::Locked(lock))),
+            Err(e) if matches!(e.code(), git2::ErrorCode::Modified | git2::ErrorCode::NotFound) => {
                 let branch = name.trim_start_matches("refs/heads/");
                 Ok(Some(match self.head_of(branch)? {
                     Some(found) => Cas::MovedTo(found),

@@ -1,0 +1,87 @@
+//! STALLED: a swarm in which nothing can move without the operator.
+//!
+//! Decided from the per-swarm state counts (no task walk): a swarm that is
+//! not finished and has no task READY, RUNNING, SUCCEEDED or MERGING cannot
+//! move, since a PENDING task only waits for its dependencies. What is left
+//! is FAILED or CANCELLED tasks and their dependents, or tasks waiting on
+//! the operator (BLOCKED, ESCALATED, CONFLICT held). Only describing a stall
+//! (its reason and tasks) walks the swarm's tasks, when it is stalled.
+
+use swarm_core::TaskState;
+
+use super::model::{Swarm, Tasks, state_index};
+
+/// Why a swarm is STALLED, for GetSwarm, Watch and the CLI.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stall {
+    pub reason: String,
+    /// The tasks that need the operator (retry, answer, cancel), in plan
+    /// order; their PENDING dependents are counted in the reason.
+    pub tasks: Vec<String>,
+}
+
+/// States in which a task still moves on its own.
+const MOVING: [TaskState; 4] =
+    [TaskState::Ready, TaskState::Running, TaskState::Succeeded, TaskState::Merging];
+
+/// States in which a task waits for the operator.
+const NEEDS_OPERATOR: [TaskState; 5] =
+    [TaskState::Failed, TaskState::Cancelled, TaskState::Blocked, TaskState::Escalated, TaskState::Conflict];
+
+/// True when no task can move: none is moving and not all are finished.
+pub fn nothing_moves(counts: &[u32; TaskState::ALL.len()]) -> bool {
+    let moving: u32 = MOVING.iter().map(|s| counts[state_index(*s)]).sum();
+    let unfinished: u32 =
+        TaskState::ALL.iter().filter(|s| !s.is_terminal()).map(|s| counts[state_index(*s)]).sum();
+    moving == 0 && unfinished > 0
+}
+
+pub fn describe(swarm: &Swarm, tasks: &Tasks) -> Stall {
+    let stuck: Vec<String> = swarm
+        .tasks
+        .iter()
+        .filter(|k| tasks.get(*k).is_some_and(|t| NEEDS_OPERATOR.contains(&t.state)))
+        .map(|k| k.task.to_string())
+        .collect();
+    let mut parts: Vec<String> = NEEDS_OPERATOR
+        .iter()
+        .filter(|s| swarm.counts[state_index(**s)] > 0)
+        .map(|s| format!("{} {}", swarm.counts[state_index(*s)], s.as_str()))
+        .collect();
+    if parts.is_empty() {
+        parts.push("no task needs the operator".into());
+    }
+    let pending = swarm.counts[state_index(TaskState::Pending)];
+    let mut reason = format!("nothing can move without the operator: {}", parts.join(", "));
+    if pending > 0 {
+        reason.push_str(&format!("; {pending} PENDING behind them"));
+    }
+    Stall { reason, tasks: stuck }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counts(of: &[(TaskState, u32)]) -> [u32; TaskState::ALL.len()] {
+        let mut c = [0; TaskState::ALL.len()];
+        for (s, n) in of {
+            c[state_index(*s)] = *n;
+        }
+        c
+    }
+
+    #[test]
+    fn a_swarm_stalls_only_when_nothing_moves_and_it_is_not_finished() {
+        use TaskState::*;
+        assert!(nothing_moves(&counts(&[(Failed, 1), (Pending, 3), (Merged, 2)])));
+        assert!(nothing_moves(&counts(&[(Blocked, 1), (Merged, 2)])));
+        assert!(nothing_moves(&counts(&[(Escalated, 1)])));
+        assert!(nothing_moves(&counts(&[(Conflict, 1), (Pending, 1)])));
+        assert!(!nothing_moves(&counts(&[(Failed, 1), (Running, 1), (Pending, 3)])), "one still runs");
+        assert!(!nothing_moves(&counts(&[(Blocked, 1), (Ready, 1)])), "one is ready");
+        assert!(!nothing_moves(&counts(&[(Escalated, 1), (Merging, 1)])), "one is merging");
+        assert!(!nothing_moves(&counts(&[(Merged, 3)])), "finished, not stalled");
+        assert!(!nothing_moves(&counts(&[(Failed, 2), (Merged, 1)])), "all terminal: FAILED, not stalled");
+    }
+}
