@@ -96,8 +96,11 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Sidecar
     let lock =
         orphans::take_lock(&workspaces, &worker_id).map_err(|e| SidecarError::Config(e.to_string()))?;
     let mut journal = Journal::open(orphans::journal_path(&workspaces, &worker_id))?;
-    let supervisor = std::env::current_exe()
-        .map_err(|e| SidecarError::Config(format!("cannot find the sidecar's own executable: {e}")))?;
+    let supervisor = match &cfg.supervisor {
+        Some(p) => p.clone(),
+        None => std::env::current_exe()
+            .map_err(|e| SidecarError::Config(format!("cannot find the sidecar's own executable: {e}")))?,
+    };
     let held = journal.in_hand().cloned().map(|h| {
         let adopt = adoptable(&worktree, &h);
         Held { assign: h.assign, adopt }

@@ -121,6 +121,7 @@ echo '{"status":"done","message":"said hi"}' > "$SWARM_STATUS_FILE""#,
 
     let mut cfg = Config::new(ctl.url.clone(), repo.path());
     cfg.worker_id = Some("w1".into());
+    cfg.supervisor = Some(env!("CARGO_BIN_EXE_swarm-sidecar").into());
     let shutdown = CancellationToken::new();
     let sidecar = tokio::spawn(swarm_sidecar::run(cfg, shutdown.clone()));
 
@@ -205,6 +206,7 @@ async fn sidecar_killed_with_its_worker_reports_the_worker_lost_after_restart() 
 fn sidecar_config(url: &str, repo: &Path) -> Config {
     let mut cfg = Config::new(url.to_string(), repo);
     cfg.worker_id = Some("w1".into());
+    cfg.supervisor = Some(env!("CARGO_BIN_EXE_swarm-sidecar").into());
     cfg.stop_grace_ms = 200;
     cfg.reconnect_max_ms = 300;
     cfg
