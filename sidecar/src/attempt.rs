@@ -20,8 +20,8 @@ use tokio::time::Instant;
 use tracing::Instrument as _;
 
 use crate::runner::{ExitInfo, SpawnSpec};
-use crate::supervisor::Supervised;
 use crate::status::{StatusEvent, StatusWatcher, WorkerStatus};
+use crate::supervisor::Supervised;
 use crate::verify::{self, Tier};
 use crate::worktree;
 
@@ -250,7 +250,8 @@ async fn run_or_resume(
     let sink = Sink { tx };
     let attempt = a.wire_ref();
     // -1 until a worker exits: a result never claims an exit that did not happen.
-    let mut result = v1::AttemptResult { attempt: Some(attempt.clone()), exit_code: -1, ..Default::default() };
+    let mut result =
+        v1::AttemptResult { attempt: Some(attempt.clone()), exit_code: -1, ..Default::default() };
     match drive(&ctx, &a, adopted, &mut stop, &sink, &mut result).await {
         Ok(Some(())) => {}
         Ok(None) => return, // silent stop
@@ -307,7 +308,10 @@ async fn drive(
             let r = verify::run_tier(&tier, &wt, &env).await;
             if !r.passed {
                 result.log_tail = r.output_tail.lines().map(str::to_string).collect();
-                return Err(Failure::Task(format!("setup command {cmd:?} failed with exit code {}", r.exit_code)));
+                return Err(Failure::Task(format!(
+                    "setup command {cmd:?} failed with exit code {}",
+                    r.exit_code
+                )));
             }
         }
     }
@@ -411,9 +415,7 @@ async fn drive(
                 drain(&mut worker, &mut tail).await;
                 // After the drain, so that the next worker's reader skips it.
                 let _ = log
-                    .write_all(
-                        format!("[swarm-sidecar] idle for {idle_secs} s; stopped worker\n").as_bytes(),
-                    )
+                    .write_all(format!("[swarm-sidecar] idle for {idle_secs} s; stopped worker\n").as_bytes())
                     .await;
                 restarts += 1;
                 if restarts > a.max_restarts {
@@ -556,7 +558,11 @@ async fn own_worktree(ctx: &Context) -> Result<PathBuf, String> {
 /// Fetches the base (remote mode) and moves the worktree to the task,
 /// repairing between tries: stale locks are cleared on every try (inside
 /// `prepare`), and the last try recreates the worktree from scratch.
-async fn prepare_with_repairs(ctx: &Context, a: &Assignment, sink: &Sink) -> Result<worktree::Prepared, Failure> {
+async fn prepare_with_repairs(
+    ctx: &Context,
+    a: &Assignment,
+    sink: &Sink,
+) -> Result<worktree::Prepared, Failure> {
     let mut last = String::new();
     for n in 1..=INFRA_TRIES {
         if n > 1 {
@@ -586,7 +592,10 @@ async fn prepare_with_repairs(ctx: &Context, a: &Assignment, sink: &Sink) -> Res
                     sink.journaled(Body::Status(v1::Status {
                         attempt: Some(a.wire_ref()),
                         status: v1::WorkerStatus::Unspecified as i32,
-                        message: format!("sidecar removed a stale git lock {} (left by a crashed process)", lock.display()),
+                        message: format!(
+                            "sidecar removed a stale git lock {} (left by a crashed process)",
+                            lock.display()
+                        ),
                     }));
                 }
                 return Ok(p);
@@ -594,7 +603,9 @@ async fn prepare_with_repairs(ctx: &Context, a: &Assignment, sink: &Sink) -> Res
             Ok(Err(worktree::WorktreeError::MissingBase(b))) if ctx.remote.is_none() => {
                 // Not something a repair can fix: the controller sent a base
                 // this repository does not have.
-                return Err(Failure::Infra(format!("preparing worktree: base commit {b} is not in the repository")));
+                return Err(Failure::Infra(format!(
+                    "preparing worktree: base commit {b} is not in the repository"
+                )));
             }
             Ok(Err(e)) => last = format!("preparing worktree: {e}"),
             Err(e) => last = format!("worktree task failed: {e}"),

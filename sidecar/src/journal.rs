@@ -35,15 +35,22 @@ pub enum JournalError {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "t", rename_all = "snake_case")]
 enum Entry {
-    Report { seq: u64, msg: String },
-    Assign { msg: String },
+    Report {
+        seq: u64,
+        msg: String,
+    },
+    Assign {
+        msg: String,
+    },
     Pid {
         pid: u32,
         #[serde(default)]
         restarts: u32,
     },
     Release,
-    Ack { seq: u64 },
+    Ack {
+        seq: u64,
+    },
 }
 
 /// The attempt the sidecar holds, as journaled.

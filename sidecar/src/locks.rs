@@ -70,7 +70,11 @@ pub fn candidates(common_dir: &Path, worker_id: &str, branch: Option<&str>) -> V
 /// Removes the stale lock files of `worker_id` (call only while holding its
 /// liveness lock, before any git operation of its own). Returns the removed
 /// paths; fails on a lock that is not stale.
-pub fn clear_stale(common_dir: &Path, worker_id: &str, branch: Option<&str>) -> Result<Vec<PathBuf>, LockError> {
+pub fn clear_stale(
+    common_dir: &Path,
+    worker_id: &str,
+    branch: Option<&str>,
+) -> Result<Vec<PathBuf>, LockError> {
     let mut removed = Vec::new();
     for path in candidates(common_dir, worker_id, branch) {
         let deadline = Instant::now() + HELD_WAIT;

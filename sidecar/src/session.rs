@@ -340,7 +340,10 @@ impl Session {
                     return Ok(());
                 }
                 (_, Some(adopt), _) => {
-                    tracing::warn!(supervisor = adopt.pid, "the attempt of a previous sidecar process is not resumed; stopping its worker");
+                    tracing::warn!(
+                        supervisor = adopt.pid,
+                        "the attempt of a previous sidecar process is not resumed; stopping its worker"
+                    );
                     crate::runner::kill_group(adopt.pid as i32, nix::sys::signal::Signal::SIGKILL);
                 }
                 _ => {}
@@ -534,7 +537,9 @@ impl Session {
         let tx = self.reports_tx.clone();
         let task = match adopt {
             None => tokio::spawn(attempt::run(ctx, assignment.clone(), stop_rx, tx).instrument(span)),
-            Some(ad) => tokio::spawn(attempt::resume(ctx, assignment.clone(), ad, stop_rx, tx).instrument(span)),
+            Some(ad) => {
+                tokio::spawn(attempt::resume(ctx, assignment.clone(), ad, stop_rx, tx).instrument(span))
+            }
         };
         self.current = Some(Current { assignment, stop, task });
     }

@@ -194,12 +194,24 @@ impl Supervised {
         Self::new(pid, None, exit_file, log, 0)
     }
 
-    fn new(pid: u32, child: Option<tokio::process::Child>, exit_file: &Path, log: &Path, offset: u64) -> Self {
+    fn new(
+        pid: u32,
+        child: Option<tokio::process::Child>,
+        exit_file: &Path,
+        log: &Path,
+        offset: u64,
+    ) -> Self {
         let (tx, lines) = mpsc::channel(1024);
         let (finished, finished_rx) = watch::channel(false);
         let follower = tokio::spawn(follow(log.to_path_buf(), offset, tx, finished_rx));
-        let process =
-            Process { pid, child, exit_file: exit_file.to_path_buf(), exit: None, spawn_error: None, finished };
+        let process = Process {
+            pid,
+            child,
+            exit_file: exit_file.to_path_buf(),
+            exit: None,
+            spawn_error: None,
+            finished,
+        };
         Supervised { process, lines, follower }
     }
 

@@ -98,7 +98,9 @@ async fn locks_left_by_a_crash_are_removed_and_the_next_attempt_succeeds() {
     let recorded: Vec<&str> = reports
         .iter()
         .filter_map(|r| match r {
-            Report::Journaled(Body::Status(s)) if s.message.contains("stale git lock") => Some(s.message.as_str()),
+            Report::Journaled(Body::Status(s)) if s.message.contains("stale git lock") => {
+                Some(s.message.as_str())
+            }
             _ => None,
         })
         .collect();

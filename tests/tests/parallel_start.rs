@@ -28,9 +28,8 @@ async fn eight_sidecars_starting_together_on_a_fresh_repository_fail_nothing() {
         // The work is waiting before any sidecar exists, so all of them
         // create their worktrees at the same moment.
         create_swarm(&url, &plan.build()).await;
-        let sidecars: Vec<_> = (0..SIDECARS)
-            .map(|n| spawn_sidecar(&url, repo.path(), &format!("local-{n}"), &[]))
-            .collect();
+        let sidecars: Vec<_> =
+            (0..SIDECARS).map(|n| spawn_sidecar(&url, repo.path(), &format!("local-{n}"), &[])).collect();
         let merged = wait_all_merged(&url, &swarm).await;
         assert_eq!(merged.len(), TASKS);
         for id in merged.keys() {
@@ -39,7 +38,10 @@ async fn eight_sidecars_starting_together_on_a_fresh_repository_fail_nothing() {
             assert_eq!(outcomes, vec![Outcome::Success], "round {round}: {id} took one successful attempt");
         }
         for n in 0..TASKS {
-            assert_eq!(repo.tree(&format!("swarm/{swarm}/integration"))[&format!("t{n}.txt")], format!("t{n}\n"));
+            assert_eq!(
+                repo.tree(&format!("swarm/{swarm}/integration"))[&format!("t{n}.txt")],
+                format!("t{n}\n")
+            );
         }
         drop(sidecars);
         drop(controller);

@@ -6,8 +6,8 @@ use std::path::Path;
 
 use swarm_proto::v1::{Outcome, TaskState};
 use swarm_tests::{
-    Cluster, Gate, PlanBuilder, TempRepo, WAIT, attempts, create_swarm, merges_of, outcome_of, pid_alive, poll,
-    spawn_sidecar, task, wait_task_state, worker_script,
+    Cluster, Gate, PlanBuilder, TempRepo, WAIT, attempts, create_swarm, merges_of, outcome_of, pid_alive,
+    poll, spawn_sidecar, task, wait_task_state, worker_script,
 };
 
 /// A worker that notes its pid on start, waits for the gate, notes its pid
@@ -80,7 +80,8 @@ async fn worker_that_finished_while_its_sidecar_was_dead_is_reported_once() {
 
     cluster.sidecars[0].kill9();
     gate.open();
-    poll("the worker to finish without its sidecar", WAIT, || async { (!pid_alive(pid)).then_some(()) }).await;
+    poll("the worker to finish without its sidecar", WAIT, || async { (!pid_alive(pid)).then_some(()) })
+        .await;
     let exit_file = repo.path().join(".git/workspaces/w1/.swarm/worker-exit.json");
     assert!(exit_file.exists(), "the supervisor recorded the exit");
     let _w1 = spawn_sidecar(&url, repo.path(), "w1", &[]);

@@ -402,7 +402,10 @@ impl Scheduler {
                     if let Some(t) = self.tasks.get_mut(&key) {
                         t.not_before = now_ms() + INFRA_BACKOFF_MS;
                     }
-                    let why = format!("attempt {number}: infrastructure failure, no retry spent: {}", first_line(&detail));
+                    let why = format!(
+                        "attempt {number}: infrastructure failure, no retry spent: {}",
+                        first_line(&detail)
+                    );
                     self.make_ready(&key, &why, fx);
                 }
             }
