@@ -20,7 +20,8 @@
 //!   waits a little for it to go away and otherwise fails with the holder's
 //!   pid in the message.
 //! - Where `/proc` cannot be read, only a lock older than [`MIN_AGE`] is
-//!   broken.
+//!   broken. Processes of other users whose `fd/` is unreadable are not
+//!   seen: the worktree is the sidecar's user's alone.
 
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
