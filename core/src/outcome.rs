@@ -27,6 +27,9 @@ pub enum Outcome {
     Stalled,
     /// Stopped by the controller's Cancel.
     Cancelled,
+    /// The sidecar's own machinery (worktree, fetch, commit, push) failed
+    /// after its repairs; not the task's fault, so no retry is spent.
+    InfraFailed,
 }
 
 pub const EXIT_SUCCESS: i32 = 0;
@@ -67,6 +70,7 @@ impl Outcome {
             Outcome::Signaled => "signaled",
             Outcome::Stalled => "stalled",
             Outcome::Cancelled => "cancelled",
+            Outcome::InfraFailed => "infra_failed",
         }
     }
 
@@ -82,6 +86,7 @@ impl Outcome {
             Outcome::Signaled,
             Outcome::Stalled,
             Outcome::Cancelled,
+            Outcome::InfraFailed,
         ]
         .into_iter()
         .find(|o| o.as_str() == s)

@@ -164,6 +164,7 @@ impl From<Outcome> for v1::Outcome {
             Outcome::Signaled => v1::Outcome::Signaled,
             Outcome::Stalled => v1::Outcome::Stalled,
             Outcome::Cancelled => v1::Outcome::Cancelled,
+            Outcome::InfraFailed => v1::Outcome::InfraFailed,
         }
     }
 }
@@ -184,6 +185,7 @@ impl TryFrom<v1::Outcome> for Outcome {
             v1::Outcome::Signaled => Outcome::Signaled,
             v1::Outcome::Stalled => Outcome::Stalled,
             v1::Outcome::Cancelled => Outcome::Cancelled,
+            v1::Outcome::InfraFailed => Outcome::InfraFailed,
         })
     }
 }

@@ -19,8 +19,9 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracing::Instrument as _;
 
-use crate::runner::{ExitInfo, SpawnSpec, Worker};
+use crate::runner::{ExitInfo, SpawnSpec};
 use crate::status::{StatusEvent, StatusWatcher, WorkerStatus};
+use crate::supervisor::Supervised;
 use crate::verify::{self, Tier};
 use crate::worktree;
 
@@ -106,8 +107,9 @@ pub enum Report {
     Journaled(Body),
     /// Best effort, seq 0, not journaled.
     Progress(v1::Progress),
-    /// The worker's process group, for the journal (to clean up after a crash).
-    Pid(u32),
+    /// The worker's supervisor (also its process group) and the idle
+    /// restarts before it, for the journal: a restarted sidecar re-adopts it.
+    Pid { pid: u32, restarts: u32 },
 }
 
 /// Why the driver was asked to stop.
@@ -131,6 +133,35 @@ pub struct Context {
     /// Used when the Assign has no idle timeout.
     pub default_idle_timeout: Option<Duration>,
     pub remote: Option<crate::remote::Remote>,
+    /// The executable run as `<exe> __supervise ...` to supervise workers
+    /// (the sidecar's own binary; see [`crate::supervisor`]).
+    pub supervisor: PathBuf,
+}
+
+/// A worker left running (or finished) by an earlier sidecar process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Adopted {
+    /// The supervisor's pid, from the journal.
+    pub pid: u32,
+    pub restarts: u32,
+}
+
+/// How many times a failing infrastructure step is tried.
+const INFRA_TRIES: u32 = 3;
+
+/// Why an attempt ended early.
+#[derive(Debug)]
+enum Failure {
+    /// The task's own fault (its setup command, its worker).
+    Task(String),
+    /// The sidecar's machinery failed even after its repairs.
+    Infra(String),
+}
+
+impl From<String> for Failure {
+    fn from(s: String) -> Self {
+        Failure::Task(s)
+    }
 }
 
 /// Paths inside the worktree.
@@ -141,6 +172,8 @@ pub struct SwarmFiles {
     pub status: PathBuf,
     pub answers: PathBuf,
     pub logs: PathBuf,
+    /// Where the supervisor records the worker's exit.
+    pub exit: PathBuf,
 }
 
 impl SwarmFiles {
@@ -151,6 +184,7 @@ impl SwarmFiles {
             status: dir.join("status.json"),
             answers: dir.join("answers"),
             logs: dir.join("logs"),
+            exit: dir.join("worker-exit.json"),
             dir,
         }
     }
@@ -188,20 +222,49 @@ impl Sink {
 pub async fn run(
     ctx: Context,
     a: Assignment,
+    stop: watch::Receiver<Option<Stop>>,
+    tx: mpsc::UnboundedSender<Report>,
+) {
+    run_or_resume(ctx, a, None, stop, tx).await
+}
+
+/// Like [`run`], for an attempt whose worker an earlier sidecar process
+/// started: follows that worker to its end instead of starting one.
+pub async fn resume(
+    ctx: Context,
+    a: Assignment,
+    adopted: Adopted,
+    stop: watch::Receiver<Option<Stop>>,
+    tx: mpsc::UnboundedSender<Report>,
+) {
+    run_or_resume(ctx, a, Some(adopted), stop, tx).await
+}
+
+async fn run_or_resume(
+    ctx: Context,
+    a: Assignment,
+    adopted: Option<Adopted>,
     mut stop: watch::Receiver<Option<Stop>>,
     tx: mpsc::UnboundedSender<Report>,
 ) {
     let sink = Sink { tx };
     let attempt = a.wire_ref();
-    let mut result = v1::AttemptResult { attempt: Some(attempt.clone()), ..Default::default() };
-    match drive(&ctx, &a, &mut stop, &sink, &mut result).await {
+    // -1 until a worker exits: a result never claims an exit that did not happen.
+    let mut result =
+        v1::AttemptResult { attempt: Some(attempt.clone()), exit_code: -1, ..Default::default() };
+    match drive(&ctx, &a, adopted, &mut stop, &sink, &mut result).await {
         Ok(Some(())) => {}
         Ok(None) => return, // silent stop
-        Err(e) => {
+        Err(Failure::Task(e)) => {
             result.outcome = v1::Outcome::Error as i32;
             if result.error.is_empty() {
                 result.error = e;
             }
+        }
+        Err(Failure::Infra(e)) => {
+            tracing::error!(error = %e, "infrastructure failure; handing the attempt back");
+            result.outcome = v1::Outcome::InfraFailed as i32;
+            result.error = e;
         }
     }
     sink.journaled(Body::Result(result));
@@ -215,28 +278,26 @@ fn outcome(o: Outcome) -> i32 {
 async fn drive(
     ctx: &Context,
     a: &Assignment,
+    adopted: Option<Adopted>,
     stop: &mut watch::Receiver<Option<Stop>>,
     sink: &Sink,
     result: &mut v1::AttemptResult,
-) -> Result<Option<()>, String> {
+) -> Result<Option<()>, Failure> {
     let label = a.label();
-    if let Some(remote) = &ctx.remote {
-        remote.ensure_commit(&ctx.repo, &a.base_commit).await.map_err(|e| format!("fetching base: {e}"))?;
-    }
-    let prepared = {
-        let (repo, id, branch, base) =
-            (ctx.repo.clone(), ctx.worker_id.clone(), a.branch.clone(), a.base_commit.clone());
-        tokio::task::spawn_blocking(move || worktree::prepare(&repo, &id, &branch, &base))
-            .instrument(tracing::info_span!("prepare", base = %a.base_commit, branch = %a.branch))
-            .await
-            .map_err(|e| format!("worktree task failed: {e}"))?
-            .map_err(|e| format!("preparing worktree: {e}"))?
+    let (wt, created) = match adopted {
+        Some(_) => (own_worktree(ctx).await.map_err(Failure::Infra)?, false),
+        None => {
+            let prepared = prepare_with_repairs(ctx, a, sink).await?;
+            (prepared.path, prepared.created)
+        }
     };
-    let wt = prepared.path.clone();
     let files = SwarmFiles::new(&wt);
-    prepare_swarm_dir(&files, a).map_err(|e| format!("writing {}: {e}", files.dir.display()))?;
+    if adopted.is_none() {
+        prepare_swarm_dir(&files, a)
+            .map_err(|e| Failure::Infra(format!("writing {}: {e}", files.dir.display())))?;
+    }
     let env = worker_env(ctx, a, &files);
-    if prepared.created || a.setup_every_attempt {
+    if adopted.is_none() && (created || a.setup_every_attempt) {
         for cmd in &a.setup {
             let tier = Tier {
                 name: "setup".into(),
@@ -247,7 +308,10 @@ async fn drive(
             let r = verify::run_tier(&tier, &wt, &env).await;
             if !r.passed {
                 result.log_tail = r.output_tail.lines().map(str::to_string).collect();
-                return Err(format!("setup command {cmd:?} failed with exit code {}", r.exit_code));
+                return Err(Failure::Task(format!(
+                    "setup command {cmd:?} failed with exit code {}",
+                    r.exit_code
+                )));
             }
         }
     }
@@ -257,25 +321,36 @@ async fn drive(
         .append(true)
         .open(&log_path)
         .await
-        .map_err(|e| format!("opening {}: {e}", log_path.display()))?;
+        .map_err(|e| Failure::Infra(format!("opening {}: {e}", log_path.display())))?;
     let spec = SpawnSpec { argv: a.command.clone(), cwd: wt.clone(), env: env.clone() };
     let idle = a.idle_timeout.or(ctx.default_idle_timeout);
     let mut watcher = StatusWatcher::new(&files.status);
     let mut tail: VecDeque<String> = VecDeque::new();
-    let mut restarts = 0u32;
+    let mut restarts = adopted.map(|ad| ad.restarts).unwrap_or(0);
     let mut last_progress: Option<v1::Progress> = None;
+    let mut adopted = adopted.map(|ad| Supervised::adopt(ad.pid, &files.exit, &log_path));
 
     // Lives (and is timed) while the worker runs, restarts included.
     let run_span = tracing::info_span!("run", command = ?a.command);
-    let (exit, stopped) = loop {
-        let mut worker = Worker::spawn(&spec).map_err(|e| e.to_string())?;
-        tracing::info!(parent: &run_span, attempt = %label, pid = worker.pid(), restarts, "worker started");
-        let _ = sink.tx.send(Report::Pid(worker.pid()));
-        sink.journaled(Body::Started(v1::AttemptStarted {
-            attempt: Some(a.wire_ref()),
-            pid: worker.pid(),
-            restarts,
-        }));
+    let (exit, stopped, spawn_error) = loop {
+        let mut worker = match adopted.take() {
+            Some(w) => {
+                tracing::info!(parent: &run_span, attempt = %label, supervisor = w.pid(), restarts, "re-adopted the worker of an earlier sidecar process");
+                w
+            }
+            None => {
+                let w = Supervised::spawn(&ctx.supervisor, &spec, &files.exit, &log_path)
+                    .map_err(|e| Failure::Infra(format!("starting the worker's supervisor: {e}")))?;
+                tracing::info!(parent: &run_span, attempt = %label, supervisor = w.pid(), restarts, "worker started");
+                let _ = sink.tx.send(Report::Pid { pid: w.pid(), restarts });
+                sink.journaled(Body::Started(v1::AttemptStarted {
+                    attempt: Some(a.wire_ref()),
+                    pid: w.pid(),
+                    restarts,
+                }));
+                w
+            }
+        };
         let mut last_activity = Instant::now();
         let mut progress_dirty = false;
         let mut progress_sent = Instant::now() - PROGRESS_EVERY;
@@ -288,10 +363,9 @@ async fn drive(
         }
         let end = loop {
             tokio::select! {
-                exit = worker.group.wait() => break End::Exited(exit),
+                exit = worker.process.wait() => break End::Exited(exit),
                 Some(line) = worker.lines.recv() => {
                     last_activity = Instant::now();
-                    let _ = log.write_all(format!("{line}\n").as_bytes()).await;
                     push_tail(&mut tail, line);
                     progress_dirty = true;
                 }
@@ -322,8 +396,8 @@ async fn drive(
         };
         match end {
             End::Exited(exit) => {
-                drain(&mut worker, &mut log, &mut tail).await;
-                break (exit, None);
+                drain(&mut worker, &mut tail).await;
+                break (exit, None, worker.spawn_error().map(str::to_string));
             }
             End::Stopped(s) => {
                 let grace = match s {
@@ -331,19 +405,18 @@ async fn drive(
                     _ => ctx.stop_grace,
                 };
                 let exit = worker.stop(grace).await;
-                drain(&mut worker, &mut log, &mut tail).await;
-                break (exit, Some(s));
+                drain(&mut worker, &mut tail).await;
+                break (exit, Some(s), worker.spawn_error().map(str::to_string));
             }
             End::Idle => {
                 let idle_secs = idle.map(|d| d.as_secs()).unwrap_or_default();
                 tracing::warn!(attempt = %label, restarts, idle_secs, "worker idle; stopping it");
-                let _ = log
-                    .write_all(
-                        format!("[swarm-sidecar] idle for {idle_secs} s; stopping worker\n").as_bytes(),
-                    )
-                    .await;
                 worker.stop(ctx.stop_grace).await;
-                drain(&mut worker, &mut log, &mut tail).await;
+                drain(&mut worker, &mut tail).await;
+                // After the drain, so that the next worker's reader skips it.
+                let _ = log
+                    .write_all(format!("[swarm-sidecar] idle for {idle_secs} s; stopped worker\n").as_bytes())
+                    .await;
                 restarts += 1;
                 if restarts > a.max_restarts {
                     result.outcome = outcome(Outcome::Stalled);
@@ -371,6 +444,12 @@ async fn drive(
     result.signal = exit.signal;
     result.restarts = restarts;
     result.log_tail = tail.iter().cloned().collect();
+    if let Some(e) = spawn_error {
+        result.exit_code = -1;
+        result.outcome = outcome(Outcome::Error);
+        result.error = e;
+        return Ok(Some(()));
+    }
     let status = watcher.current().cloned();
     let status_message = status.as_ref().map(|s| s.message.clone()).unwrap_or_default();
     match stopped {
@@ -393,7 +472,7 @@ async fn drive(
                 result.error = "a blocking verify tier failed".into();
             }
             let message = format!("{}\n\nSwarm-Attempt: {label}", a.title.trim());
-            let (commit, subject) = commit(&wt, message).await?;
+            let (commit, subject) = commit(ctx, &wt, message).await?;
             fill_commit(ctx, a, &wt, result, &commit).await?;
             result.summary = if status_message.is_empty() { subject } else { status_message };
         }
@@ -409,7 +488,7 @@ async fn drive(
                 message.push_str(&format!("Status: {status_message}\n"));
             }
             message.push_str(&format!("\nSwarm-Attempt: {label}\n"));
-            let (commit, _) = commit(&wt, message).await?;
+            let (commit, _) = commit(ctx, &wt, message).await?;
             fill_commit(ctx, a, &wt, result, &commit).await?;
             result.summary = status_message;
         }
@@ -437,17 +516,102 @@ async fn drive(
     Ok(Some(()))
 }
 
-async fn commit(wt: &Path, message: String) -> Result<(String, String), String> {
-    let wt = wt.to_path_buf();
+/// Commits the worktree, clearing stale locks first on every try: the
+/// worker's group is gone, so no git process of the attempt is left, and a
+/// sidecar killed mid-commit leaves `index.lock` for its successor.
+async fn commit(ctx: &Context, wt: &Path, message: String) -> Result<(String, String), Failure> {
+    let mut last = String::new();
+    for n in 1..=INFRA_TRIES {
+        let (wt, message, common, id) =
+            (wt.to_path_buf(), message.clone(), ctx.repo.clone(), ctx.worker_id.clone());
+        let r = tokio::task::spawn_blocking(move || {
+            let repo = git2::Repository::open(&common)?;
+            crate::locks::clear_stale(repo.commondir(), &id, None)?;
+            let (oid, _) = worktree::commit_all(&wt, &message)?;
+            let (_, subject) = worktree::head(&wt)?;
+            Ok::<_, worktree::WorktreeError>((oid.to_string(), subject))
+        })
+        .instrument(tracing::info_span!("commit", try_ = n))
+        .await;
+        match r {
+            Ok(Ok(done)) => return Ok(done),
+            Ok(Err(e)) => last = format!("committing: {e}"),
+            Err(e) => last = format!("commit task failed: {e}"),
+        }
+        tracing::warn!(error = %last, try_ = n, "commit failed");
+        tokio::time::sleep(Duration::from_millis(200 * u64::from(n))).await;
+    }
+    Err(Failure::Infra(format!("{last} (after {INFRA_TRIES} tries)")))
+}
+
+/// The worktree of an attempt being resumed (it is already prepared).
+async fn own_worktree(ctx: &Context) -> Result<PathBuf, String> {
+    let (repo, id) = (ctx.repo.clone(), ctx.worker_id.clone());
     tokio::task::spawn_blocking(move || {
-        let (oid, _) = worktree::commit_all(&wt, &message)?;
-        let (_, subject) = worktree::head(&wt)?;
-        Ok::<_, worktree::WorktreeError>((oid.to_string(), subject))
+        let r = git2::Repository::open(&repo).map_err(|e| e.to_string())?;
+        worktree::worktree_path(&r, &id).map_err(|e| e.to_string())
     })
-    .instrument(tracing::info_span!("commit"))
     .await
-    .map_err(|e| format!("commit task failed: {e}"))?
-    .map_err(|e| format!("committing: {e}"))
+    .map_err(|e| format!("worktree task failed: {e}"))?
+}
+
+/// Fetches the base (remote mode) and moves the worktree to the task,
+/// repairing between tries: stale locks are cleared on every try (inside
+/// `prepare`), and the last try recreates the worktree from scratch.
+async fn prepare_with_repairs(
+    ctx: &Context,
+    a: &Assignment,
+    sink: &Sink,
+) -> Result<worktree::Prepared, Failure> {
+    let mut last = String::new();
+    for n in 1..=INFRA_TRIES {
+        if n > 1 {
+            tracing::warn!(error = %last, try_ = n, "preparing the attempt failed; repairing and retrying");
+            tokio::time::sleep(Duration::from_millis(200 * u64::from(n))).await;
+        }
+        if let Some(remote) = &ctx.remote
+            && let Err(e) = remote.ensure_commit(&ctx.repo, &a.base_commit).await
+        {
+            last = format!("fetching base {}: {e}", a.base_commit);
+            continue;
+        }
+        let (repo, id, branch, base) =
+            (ctx.repo.clone(), ctx.worker_id.clone(), a.branch.clone(), a.base_commit.clone());
+        let fresh = n == INFRA_TRIES;
+        let r = tokio::task::spawn_blocking(move || {
+            if fresh {
+                worktree::discard(&repo, &id)?;
+            }
+            worktree::prepare(&repo, &id, &branch, &base)
+        })
+        .instrument(tracing::info_span!("prepare", base = %a.base_commit, branch = %a.branch, try_ = n))
+        .await;
+        match r {
+            Ok(Ok(p)) => {
+                for lock in &p.cleared_locks {
+                    sink.journaled(Body::Status(v1::Status {
+                        attempt: Some(a.wire_ref()),
+                        status: v1::WorkerStatus::Unspecified as i32,
+                        message: format!(
+                            "sidecar removed a stale git lock {} (left by a crashed process)",
+                            lock.display()
+                        ),
+                    }));
+                }
+                return Ok(p);
+            }
+            Ok(Err(worktree::WorktreeError::MissingBase(b))) if ctx.remote.is_none() => {
+                // Not something a repair can fix: the controller sent a base
+                // this repository does not have.
+                return Err(Failure::Infra(format!(
+                    "preparing worktree: base commit {b} is not in the repository"
+                )));
+            }
+            Ok(Err(e)) => last = format!("preparing worktree: {e}"),
+            Err(e) => last = format!("worktree task failed: {e}"),
+        }
+    }
+    Err(Failure::Infra(format!("{last} (after {INFRA_TRIES} tries, the last on a recreated worktree)")))
 }
 
 async fn fill_commit(
@@ -456,20 +620,25 @@ async fn fill_commit(
     wt: &Path,
     result: &mut v1::AttemptResult,
     commit: &str,
-) -> Result<(), String> {
+) -> Result<(), Failure> {
     let (wt2, base, c) = (wt.to_path_buf(), a.base_commit.clone(), commit.to_string());
     let files = tokio::task::spawn_blocking(move || {
         let oid = git2::Oid::from_str(&c)?;
         worktree::files_changed(&wt2, &base, oid).map_err(|e| git2::Error::from_str(&e.to_string()))
     })
     .await
-    .map_err(|e| format!("diff task failed: {e}"))?
-    .map_err(|e| format!("listing changed files: {e}"))?;
+    .map_err(|e| Failure::Infra(format!("diff task failed: {e}")))?
+    .map_err(|e| Failure::Infra(format!("listing changed files: {e}")))?;
     if let Some(remote) = &ctx.remote {
-        remote
-            .push(&ctx.repo, &a.wire_ref(), commit, &a.base_commit)
-            .await
-            .map_err(|e| format!("pushing result: {e}"))?;
+        let mut tries = 0;
+        while let Err(e) = remote.push(&ctx.repo, &a.wire_ref(), commit, &a.base_commit).await {
+            tries += 1;
+            if tries >= INFRA_TRIES {
+                return Err(Failure::Infra(format!("pushing result: {e} (after {tries} tries)")));
+            }
+            tracing::warn!(error = %e, tries, "pushing the result failed; retrying");
+            tokio::time::sleep(Duration::from_millis(200 * u64::from(tries))).await;
+        }
     }
     result.commit = commit.to_string();
     result.files_changed = files;
@@ -523,9 +692,8 @@ fn wire_status(s: WorkerStatus) -> v1::WorkerStatus {
     }
 }
 
-async fn drain(worker: &mut Worker, log: &mut tokio::fs::File, tail: &mut VecDeque<String>) {
-    for line in worker.drain_lines(Duration::from_millis(200)).await {
-        let _ = log.write_all(format!("{line}\n").as_bytes()).await;
+async fn drain(worker: &mut Supervised, tail: &mut VecDeque<String>) {
+    for line in worker.drain_lines(Duration::from_millis(500)).await {
         push_tail(tail, line);
     }
 }
@@ -540,9 +708,12 @@ fn push_tail(tail: &mut VecDeque<String>, line: String) {
 /// A fresh `.swarm/` for this attempt: task.md, no stale status or answers.
 fn prepare_swarm_dir(files: &SwarmFiles, a: &Assignment) -> std::io::Result<()> {
     std::fs::create_dir_all(&files.logs)?;
-    match std::fs::remove_file(&files.status) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-        _ => {}
+    // The exit file too: a previous attempt's must never pass for this one's.
+    for f in [&files.status, &files.exit] {
+        match std::fs::remove_file(f) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
     }
     if files.answers.exists() {
         std::fs::remove_dir_all(&files.answers)?;

@@ -55,6 +55,10 @@ pub struct Config {
     /// Longest wait between reconnection attempts, in milliseconds.
     #[arg(long, env = "SWARM_RECONNECT_MAX_MS", default_value_t = 5000)]
     pub reconnect_max_ms: u64,
+    /// The binary run as `<binary> __supervise ...` to supervise workers;
+    /// default: the running executable (for embedders such as tests).
+    #[arg(long, env = "SWARM_SUPERVISOR", hide = true)]
+    pub supervisor: Option<PathBuf>,
 }
 
 fn parse_label(s: &str) -> Result<(String, String), String> {
@@ -79,6 +83,7 @@ impl Config {
             orphans: OrphanPolicy::Report,
             log_format: LogFormat::Pretty,
             reconnect_max_ms: 5000,
+            supervisor: None,
         }
     }
 

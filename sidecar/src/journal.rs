@@ -9,7 +9,9 @@
 //! Entries:
 //! - `report{seq,msg}`: a journaled `SidecarMessage` (seq ≥ 1).
 //! - `assign{msg}`: the `Assign` now in hand.
-//! - `pid{pid}`: the process group of the current worker of the attempt in hand.
+//! - `pid{pid,restarts}`: the worker's supervisor (also its process group)
+//!   for the attempt in hand, and how many idle restarts came before it; a
+//!   restarted sidecar re-adopts it (see [`crate::supervisor`]).
 //! - `release`: the attempt in hand is no longer held (its result is journaled,
 //!   or the controller dropped it).
 //! - `ack{seq}`: the controller durably applied everything up to `seq`.
@@ -35,12 +37,25 @@ pub enum JournalError {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "t", rename_all = "snake_case")]
 enum Entry {
-    Report { seq: u64, msg: String },
-    Assign { msg: String },
-    Pid { pid: u32 },
+    Report {
+        seq: u64,
+        msg: String,
+    },
+    Assign {
+        msg: String,
+    },
+    Pid {
+        pid: u32,
+        #[serde(default)]
+        restarts: u32,
+    },
     Release,
-    Ack { seq: u64 },
-    Secret { secret: String },
+    Ack {
+        seq: u64,
+    },
+    Secret {
+        secret: String,
+    },
 }
 
 /// The attempt the sidecar holds, as journaled.
@@ -48,6 +63,8 @@ enum Entry {
 pub struct InHand {
     pub assign: v1::Assign,
     pub pid: Option<u32>,
+    /// Idle restarts before the journaled worker was started.
+    pub restarts: u32,
 }
 
 #[derive(Debug)]
@@ -117,11 +134,12 @@ impl Journal {
             }
             Entry::Assign { msg } => {
                 let a = v1::Assign::decode(unhex(&msg)?.as_slice()).map_err(|e| e.to_string())?;
-                self.in_hand = Some(InHand { assign: a, pid: None });
+                self.in_hand = Some(InHand { assign: a, pid: None, restarts: 0 });
             }
-            Entry::Pid { pid } => {
+            Entry::Pid { pid, restarts } => {
                 if let Some(h) = &mut self.in_hand {
                     h.pid = Some(pid);
+                    h.restarts = restarts;
                 }
             }
             Entry::Release => self.in_hand = None,
@@ -168,17 +186,18 @@ impl Journal {
     /// Records the attempt now in hand.
     pub fn set_in_hand(&mut self, assign: &v1::Assign) -> Result<(), JournalError> {
         self.write(&Entry::Assign { msg: hex(&assign.encode_to_vec()) })?;
-        self.in_hand = Some(InHand { assign: assign.clone(), pid: None });
+        self.in_hand = Some(InHand { assign: assign.clone(), pid: None, restarts: 0 });
         Ok(())
     }
 
-    pub fn set_pid(&mut self, pid: u32) -> Result<(), JournalError> {
+    pub fn set_pid(&mut self, pid: u32, restarts: u32) -> Result<(), JournalError> {
         if self.in_hand.is_none() {
             return Ok(());
         }
-        self.write(&Entry::Pid { pid })?;
+        self.write(&Entry::Pid { pid, restarts })?;
         if let Some(h) = &mut self.in_hand {
             h.pid = Some(pid);
+            h.restarts = restarts;
         }
         Ok(())
     }
@@ -219,7 +238,7 @@ impl Journal {
         if let Some(h) = &self.in_hand {
             entries.push(Entry::Assign { msg: hex(&h.assign.encode_to_vec()) });
             if let Some(pid) = h.pid {
-                entries.push(Entry::Pid { pid });
+                entries.push(Entry::Pid { pid, restarts: h.restarts });
             }
         }
         for (seq, m) in &self.unacked {
@@ -354,7 +373,7 @@ mod tests {
         let mut j = Journal::open(&path).expect("open");
         let assign = v1::Assign { branch: "swarm/s/t".into(), ..Default::default() };
         j.set_in_hand(&assign).expect("assign");
-        j.set_pid(42).expect("pid");
+        j.set_pid(42, 1).expect("pid");
         for n in 0..3 {
             assert_eq!(j.append_report(heartbeat_like(n)).expect("append").seq, n + 1);
         }
@@ -362,6 +381,7 @@ mod tests {
         let mut j = Journal::open(&path).expect("reopen");
         assert_eq!(j.unacked().len(), 3);
         assert_eq!(j.in_hand().expect("in hand").pid, Some(42));
+        assert_eq!(j.in_hand().expect("in hand").restarts, 1);
         j.ack(2).expect("ack");
         assert_eq!(j.unacked().iter().map(|(s, _)| *s).collect::<Vec<_>>(), vec![3]);
         j.release().expect("release");

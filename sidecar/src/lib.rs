@@ -20,6 +20,10 @@
 //!   worktree so that it survives worktree removal.
 //! - `<worker-id>.lock`: held (`flock`) while the sidecar runs; a second
 //!   sidecar with the same id refuses to start, and orphan detection uses it.
+//! - `.create.lock`: held (`flock`) while any sidecar creates or removes a
+//!   worktree (see [`locks`]).
+//! - `<worker-id>/.swarm/worker-exit.json`: the worker's exit, written by its
+//!   supervisor (see [`supervisor`]).
 //!
 //! # Protocol choices the controller relies on
 //!
@@ -32,9 +36,13 @@
 //! - `attempt_in_hand` is set from Assign until the AttemptResult is
 //!   journaled. An Assign equal to the attempt in hand, or to one whose
 //!   result is journaled but not yet acked, is a no-op.
-//! - Restart after a crash: a worker left running is killed (its process
-//!   group is in the journal); when the Welcome resumes the attempt, the
-//!   sidecar reports AttemptResult ERROR `sidecar restarted; worker lost`.
+//! - Restart after a crash: a worker left running under its supervisor (or
+//!   finished with its exit file written) is re-adopted when the Welcome
+//!   resumes the attempt, and its result reported once; its group is killed
+//!   when the Welcome does not. Only a worker with neither is lost:
+//!   AttemptResult ERROR `sidecar restarted; worker lost`.
+//! - A worktree, fetch, commit or push failure that survives the repairs is
+//!   AttemptResult INFRA_FAILED; three in a row drain the sidecar.
 //! - Cancel with `grace_ms = 0` uses `--stop-grace-ms`. A Cancel or Answer
 //!   for an attempt not in hand is logged and ignored.
 //! - An invalid Assign with a valid attempt ref is answered with an
@@ -49,11 +57,13 @@
 pub mod attempt;
 pub mod config;
 pub mod journal;
+pub mod locks;
 pub mod orphans;
 pub mod remote;
 pub mod runner;
 pub mod session;
 pub mod status;
+pub mod supervisor;
 pub mod verify;
 pub mod worktree;
 

@@ -3,8 +3,16 @@ use swarm_sidecar::Config;
 use swarm_sidecar::config::LogFormat;
 use tokio_util::sync::CancellationToken;
 
+fn main() -> anyhow::Result<()> {
+    // Before any parsing: the binary re-executes itself as a worker's supervisor.
+    if let Some(code) = swarm_sidecar::supervisor::main_if_requested() {
+        std::process::exit(code);
+    }
+    sidecar()
+}
+
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn sidecar() -> anyhow::Result<()> {
     let config = Config::parse();
     let telemetry = swarm_telemetry::init("swarm-sidecar", matches!(config.log_format, LogFormat::Json))
         .map_err(anyhow::Error::msg)?;

@@ -204,7 +204,7 @@ impl Drop for Worker {
     }
 }
 
-fn kill_group(pgid: i32, sig: Signal) {
+pub(crate) fn kill_group(pgid: i32, sig: Signal) {
     if pgid <= 1 {
         return;
     }

@@ -28,6 +28,17 @@ const INITIAL_BACKOFF: Duration = Duration::from_millis(100);
 const WELCOME_TIMEOUT: Duration = Duration::from_secs(10);
 const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(5);
 
+/// How many infrastructure failures in a row make the sidecar drain itself.
+const MAX_INFRA_FAILURES: u32 = 3;
+
+/// An attempt held from before a restart.
+struct Held {
+    assign: v1::Assign,
+    /// Its worker, still running under its supervisor or finished with its
+    /// exit recorded; None when the worker is lost.
+    adopt: Option<attempt::Adopted>,
+}
+
 /// The attempt being worked on.
 struct Current {
     assignment: Assignment,
@@ -50,8 +61,13 @@ struct Session {
     worktree: PathBuf,
     journal: Journal,
     current: Option<Current>,
-    /// An attempt held from before a restart whose worker is gone.
-    lost: Option<v1::Assign>,
+    /// An attempt held from before a restart, until the Welcome says
+    /// whether the controller still holds it.
+    held: Option<Held>,
+    /// Consecutive attempts that ended INFRA_FAILED.
+    infra_failures: u32,
+    /// This binary, run as the workers' supervisor.
+    supervisor: PathBuf,
     reports_tx: mpsc::UnboundedSender<Report>,
     reports_rx: mpsc::UnboundedReceiver<Report>,
     draining: bool,
@@ -80,18 +96,15 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Sidecar
     let lock =
         orphans::take_lock(&workspaces, &worker_id).map_err(|e| SidecarError::Config(e.to_string()))?;
     let mut journal = Journal::open(orphans::journal_path(&workspaces, &worker_id))?;
-    let lost = journal.in_hand().cloned();
-    if let Some(h) = &lost
-        && let Some(pid) = h.pid
-        && crate::runner::group_alive(pid as i32)
-    {
-        // We cannot re-attach to its pipes: stop what is left of it.
-        tracing::warn!(pid, "killing the worker left by a previous sidecar process");
-        let _ = nix::sys::signal::killpg(
-            nix::unistd::Pid::from_raw(pid as i32),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-    }
+    let supervisor = match &cfg.supervisor {
+        Some(p) => p.clone(),
+        None => std::env::current_exe()
+            .map_err(|e| SidecarError::Config(format!("cannot find the sidecar's own executable: {e}")))?,
+    };
+    let held = journal.in_hand().cloned().map(|h| {
+        let adopt = adoptable(&worktree, &h);
+        Held { assign: h.assign, adopt }
+    });
     let orphan_ids = orphans::scan(&workspaces, &worker_id);
     if !orphan_ids.is_empty() {
         let removed = cfg.orphans == OrphanPolicy::Remove;
@@ -115,7 +128,9 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Sidecar
     };
     let (reports_tx, reports_rx) = mpsc::unbounded_channel();
     let mut s = Session {
-        lost: lost.map(|h| h.assign),
+        held,
+        infra_failures: 0,
+        supervisor,
         cfg,
         worker_id,
         repo,
@@ -201,7 +216,7 @@ impl Session {
             .current
             .as_ref()
             .map(|c| c.assignment.wire_ref())
-            .or_else(|| self.lost.as_ref().and_then(|a| a.attempt.clone()));
+            .or_else(|| self.held.as_ref().and_then(|h| h.assign.attempt.clone()));
         v1::SidecarMessage {
             seq: 0,
             body: Some(Body::Hello(v1::Hello {
@@ -325,7 +340,24 @@ impl Session {
 
     /// Applies the Welcome's verdict on the attempt in hand.
     async fn resume(&mut self, resumed: bool) -> Result<(), SidecarError> {
-        if let Some(lost) = self.lost.take() {
+        if let Some(held) = self.held.take() {
+            let assignment = Assignment::try_from(&held.assign).ok();
+            match (resumed, held.adopt, assignment) {
+                (true, Some(adopt), Some(assignment)) => {
+                    tracing::info!(attempt = %assignment.label(), supervisor = adopt.pid, "re-adopting the worker of a previous sidecar process");
+                    self.start(assignment, Some(adopt));
+                    return Ok(());
+                }
+                (_, Some(adopt), _) => {
+                    tracing::warn!(
+                        supervisor = adopt.pid,
+                        "the attempt of a previous sidecar process is not resumed; stopping its worker"
+                    );
+                    crate::runner::kill_group(adopt.pid as i32, nix::sys::signal::Signal::SIGKILL);
+                }
+                _ => {}
+            }
+            let lost = held.assign;
             if resumed {
                 tracing::warn!("reporting the attempt of a previous sidecar process as lost");
                 let result = v1::AttemptResult {
@@ -351,12 +383,15 @@ impl Session {
     /// Journals a report from the attempt driver; returns what to send.
     async fn record(&mut self, r: Report) -> Result<Option<v1::SidecarMessage>, SidecarError> {
         match r {
-            Report::Pid(pid) => {
-                self.journal.set_pid(pid)?;
+            Report::Pid { pid, restarts } => {
+                self.journal.set_pid(pid, restarts)?;
                 Ok(None)
             }
             Report::Progress(p) => Ok(Some(v1::SidecarMessage { seq: 0, body: Some(Body::Progress(p)) })),
-            Report::Journaled(body) => {
+            Report::Journaled(mut body) => {
+                if let Body::Result(r) = &mut body {
+                    self.count_infra_failure(r);
+                }
                 let is_result = matches!(body, Body::Result(_));
                 let msg = self.journal.append_report(body)?;
                 if is_result {
@@ -460,12 +495,39 @@ impl Session {
             }
         };
         self.journal.set_in_hand(&a)?;
+        self.start(assignment, None);
+        Ok(())
+    }
+
+    /// After [`MAX_INFRA_FAILURES`] infrastructure failures in a row this
+    /// host is presumed broken: drain (take no more work), saying why in the
+    /// result the controller stores.
+    fn count_infra_failure(&mut self, r: &mut v1::AttemptResult) {
+        if r.outcome != v1::Outcome::InfraFailed as i32 {
+            self.infra_failures = 0;
+            return;
+        }
+        self.infra_failures += 1;
+        if self.infra_failures >= MAX_INFRA_FAILURES && !self.draining {
+            tracing::error!(failures = self.infra_failures, error = %r.error,
+                "infrastructure failures in a row; draining this sidecar");
+            r.error.push_str(&format!(
+                " [sidecar {} is draining itself after {} infrastructure failures in a row]",
+                self.worker_id, self.infra_failures
+            ));
+            self.draining = true;
+        }
+    }
+
+    /// Starts the driver of an attempt (re-adopting a worker when given).
+    fn start(&mut self, assignment: Assignment, adopt: Option<attempt::Adopted>) {
         let ctx = Context {
             repo: self.repo.clone(),
             worker_id: self.worker_id.clone(),
             stop_grace: self.cfg.stop_grace(),
             default_idle_timeout: self.cfg.default_idle_timeout(),
             remote: self.remote.clone(),
+            supervisor: self.supervisor.clone(),
         };
         let (stop, stop_rx) = watch::channel(None);
         let task_key = &assignment.attempt.task;
@@ -481,12 +543,43 @@ impl Session {
             assignment.traceparent = traceparent;
         }
         tracing::info!(parent: &span, branch = %assignment.branch, "assigned");
-        let task = tokio::spawn(
-            attempt::run(ctx, assignment.clone(), stop_rx, self.reports_tx.clone()).instrument(span),
-        );
+        let tx = self.reports_tx.clone();
+        let task = match adopt {
+            None => tokio::spawn(attempt::run(ctx, assignment.clone(), stop_rx, tx).instrument(span)),
+            Some(ad) => {
+                tokio::spawn(attempt::resume(ctx, assignment.clone(), ad, stop_rx, tx).instrument(span))
+            }
+        };
         self.current = Some(Current { assignment, stop, task });
-        Ok(())
     }
+}
+
+/// Whether the worker of the journaled attempt can be followed: its
+/// supervisor still runs, or it finished and recorded its exit. Otherwise
+/// whatever is left of its process group is killed and the worker is lost.
+fn adoptable(worktree: &std::path::Path, h: &crate::journal::InHand) -> Option<attempt::Adopted> {
+    use crate::supervisor::{find_supervisor, is_supervisor, read_exit};
+    let exit_file = attempt::SwarmFiles::new(worktree).exit;
+    let alive = match h.pid {
+        Some(pid) if is_supervisor(pid, &exit_file) => Some(pid),
+        // Started but killed before its pid reached the journal.
+        _ => find_supervisor(&exit_file),
+    };
+    if let Some(pid) = alive {
+        return Some(attempt::Adopted { pid, restarts: h.restarts });
+    }
+    // The exit file is removed before each start, so with a journaled pid
+    // it belongs to this attempt's worker.
+    if let Some(pid) = h.pid {
+        if read_exit(&exit_file).is_some() {
+            return Some(attempt::Adopted { pid, restarts: h.restarts });
+        }
+        if crate::runner::group_alive(pid as i32) {
+            tracing::warn!(pid, "killing what is left of the worker of a previous sidecar process");
+            crate::runner::kill_group(pid as i32, nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+    None
 }
 
 async fn sleep_until_opt(at: Option<tokio::time::Instant>) {

@@ -32,6 +32,8 @@ pub enum WorktreeError {
     Escapes(PathBuf),
     #[error("base commit {0} is not in the repository")]
     MissingBase(String),
+    #[error(transparent)]
+    Lock(#[from] crate::locks::LockError),
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> WorktreeError + '_ {
@@ -89,6 +91,8 @@ pub struct Prepared {
     pub path: PathBuf,
     /// True when the worktree was made now (run the setup commands).
     pub created: bool,
+    /// Stale git lock files removed before the work began.
+    pub cleared_locks: Vec<PathBuf>,
 }
 
 /// Moves (or first makes) the worker's worktree to a new `branch` at `base`.
@@ -107,30 +111,15 @@ pub fn prepare(
     if repo.find_commit(oid).is_err() {
         return Err(WorktreeError::MissingBase(base.to_string()));
     }
+    // The caller holds this worker id's liveness lock and no git operation
+    // of its own is running: lock files left in what it owns are stale.
+    let cleared_locks = crate::locks::clear_stale(repo.commondir(), worker_id, Some(branch))?;
     let valid = path.join(".git").exists() && Repository::open(&path).is_ok();
     if !valid {
-        // A stale registration (the directory was deleted) blocks `worktree add`.
-        if let Ok(wt) = repo.find_worktree(worker_id) {
-            wt.prune(Some(WorktreePruneOptions::new().valid(true).working_tree(true)))?;
-        }
-        if path.exists() {
-            std::fs::remove_dir_all(&path).map_err(io(&path))?;
-        }
-        // The worktree starts on a parking ref, never on the task branch:
-        // `worktree add` on a branch that another worktree has checked out
-        // (a lost sidecar's, after a reassignment) fails and can leave the
-        // branch's lock file behind. The parking ref stays (deleting a ref
-        // takes the shared packed-refs lock, which sidecars starting together
-        // would race for).
-        let park = format!("refs/heads/swarm-workspaces/{worker_id}");
-        let park_ref = repo.reference(&park, oid, true, "swarm-sidecar: new worktree")?;
-        let mut opts = WorktreeAddOptions::new();
-        opts.reference(Some(&park_ref));
-        repo.worktree(worker_id, &path, Some(&opts))?;
+        let path = create(&repo, worker_id, &path, oid)?;
         let wt = Repository::open(&path)?;
-        wt.set_head_detached(oid)?;
         point_at_branch(&repo, &wt, branch, oid)?;
-        return Ok(Prepared { path, created: true });
+        return Ok(Prepared { path, created: true, cleared_locks });
     }
     let wt = Repository::open(&path)?;
     let commit = wt.find_commit(oid)?;
@@ -140,7 +129,61 @@ pub fn prepare(
     wt.checkout_tree(commit.as_object(), Some(&mut co))?;
     wt.set_head_detached(oid)?;
     point_at_branch(&repo, &wt, branch, oid)?;
-    Ok(Prepared { path, created: false })
+    Ok(Prepared { path, created: false, cleared_locks })
+}
+
+/// Makes the worktree from scratch, detached at `oid`. Creation is
+/// serialized across sidecars by the repository-wide creation lock, and
+/// whatever a crashed or raced creation left (the directory, the admin dir
+/// `.git/worktrees/<id>`) is removed first, so a retry always starts clean.
+fn create(repo: &Repository, worker_id: &str, path: &Path, oid: Oid) -> Result<PathBuf, WorktreeError> {
+    let _creating = crate::locks::creation_lock(&workspaces_dir(repo))?;
+    discard_locked(repo, worker_id, path)?;
+    // The worktree starts on a parking ref, never on the task branch:
+    // `worktree add` on a branch that another worktree has checked out
+    // (a lost sidecar's, after a reassignment) fails and can leave the
+    // branch's lock file behind. The parking ref stays (deleting a ref
+    // takes the shared packed-refs lock, which sidecars starting together
+    // would race for).
+    let park = format!("refs/heads/swarm-workspaces/{worker_id}");
+    let park_ref = repo.reference(&park, oid, true, "swarm-sidecar: new worktree")?;
+    let mut opts = WorktreeAddOptions::new();
+    opts.reference(Some(&park_ref));
+    repo.worktree(worker_id, path, Some(&opts))?;
+    let wt = Repository::open(path)?;
+    wt.set_head_detached(oid)?;
+    Ok(path.to_path_buf())
+}
+
+/// Removes the worker's own worktree (directory and registration) so the
+/// next [`prepare`] makes it afresh: the last repair when it is broken.
+pub fn discard(repo_path: &Path, worker_id: &str) -> Result<(), WorktreeError> {
+    let repo = Repository::open(repo_path)?;
+    let path = worktree_path(&repo, worker_id)?;
+    // Never a way around the lock rules: a lock a live process holds stops it.
+    crate::locks::clear_stale(repo.commondir(), worker_id, None)?;
+    let _creating = crate::locks::creation_lock(&workspaces_dir(&repo))?;
+    discard_locked(&repo, worker_id, &path)
+}
+
+/// [`discard`] with the creation lock already held.
+fn discard_locked(repo: &Repository, worker_id: &str, path: &Path) -> Result<(), WorktreeError> {
+    // A stale registration (the directory was deleted) blocks `worktree add`.
+    if let Ok(wt) = repo.find_worktree(worker_id)
+        && let Err(e) = wt.prune(Some(WorktreePruneOptions::new().valid(true).working_tree(true)))
+    {
+        tracing::warn!(worker = worker_id, error = %e.message(), "pruning the old worktree failed; removing it by hand");
+    }
+    // A half-made registration (a creation that crashed or lost a race)
+    // may not even be found by libgit2; it is this worker's alone.
+    let admin = repo.commondir().join("worktrees").join(worker_id);
+    if admin.exists() {
+        std::fs::remove_dir_all(&admin).map_err(io(&admin))?;
+    }
+    if path.exists() {
+        std::fs::remove_dir_all(path).map_err(io(path))?;
+    }
+    Ok(())
 }
 
 /// Moves the task branch to `oid` and puts the (detached) worktree on it.
@@ -264,6 +307,7 @@ pub fn local_tips(repo_path: &Path) -> Result<Vec<String>, WorktreeError> {
 pub fn remove(repo_path: &Path, worker_id: &str) -> Result<(), WorktreeError> {
     let repo = Repository::open(repo_path)?;
     let path = worktree_path(&repo, worker_id)?;
+    let _creating = crate::locks::creation_lock(&workspaces_dir(&repo))?;
     if let Ok(wt) = repo.find_worktree(worker_id) {
         wt.prune(Some(WorktreePruneOptions::new().valid(true).locked(true).working_tree(true)))?;
     }

@@ -3,7 +3,7 @@
 
 mod support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use support::{TempRepo, script};
@@ -37,6 +37,7 @@ fn ctx(repo: &Path, worker_id: &str) -> Context {
         stop_grace: Duration::from_millis(200),
         default_idle_timeout: None,
         remote: None,
+        supervisor: PathBuf::from(env!("CARGO_BIN_EXE_swarm-sidecar")),
     }
 }
 

@@ -121,6 +121,7 @@ echo '{"status":"done","message":"said hi"}' > "$SWARM_STATUS_FILE""#,
 
     let mut cfg = Config::new(ctl.url.clone(), repo.path());
     cfg.worker_id = Some("w1".into());
+    cfg.supervisor = Some(env!("CARGO_BIN_EXE_swarm-sidecar").into());
     let shutdown = CancellationToken::new();
     let sidecar = tokio::spawn(swarm_sidecar::run(cfg, shutdown.clone()));
 
@@ -142,7 +143,7 @@ echo '{"status":"done","message":"said hi"}' > "$SWARM_STATUS_FILE""#,
 }
 
 #[tokio::test]
-async fn sidecar_killed_mid_attempt_reports_the_worker_lost_after_restart() {
+async fn sidecar_killed_with_its_worker_reports_the_worker_lost_after_restart() {
     let Some(bin) = controller_binary() else { return };
     let repo = TempRepo::new();
     repo.commit(&[("README", Some("hi"))], "base");
@@ -151,7 +152,7 @@ async fn sidecar_killed_mid_attempt_reports_the_worker_lost_after_restart() {
         repo.path(),
         "w.sh",
         &format!(
-            "if [ ! -e '{m}' ]; then touch '{m}'; exec sleep 60; fi\necho hi > hello.txt",
+            "if [ ! -e '{m}' ]; then echo $$ > '{m}'; exec sleep 60; fi\necho hi > hello.txt",
             m = marker.display()
         ),
     );
@@ -170,9 +171,16 @@ async fn sidecar_killed_mid_attempt_reports_the_worker_lost_after_restart() {
             .expect("start sidecar")
     };
     let mut first = spawn();
-    support::eventually(30, "first worker running", || marker.exists().then_some(())).await;
+    let pid: i32 = support::eventually(30, "first worker running", || {
+        std::fs::read_to_string(&marker).ok()?.trim().parse().ok()
+    })
+    .await;
     first.kill().expect("kill -9 sidecar");
     first.wait().expect("reap");
+    // The worker would survive its sidecar under its supervisor; kill the
+    // whole group too (supervisor and worker), so nothing is left to re-adopt.
+    let group = nix::unistd::getpgid(Some(nix::unistd::Pid::from_raw(pid))).expect("worker's group");
+    nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL).expect("kill the worker's group");
 
     let mut second = spawn();
     let d = task_until(&mut op, "e2e/hello", "a successful second attempt", |d| {
@@ -198,6 +206,7 @@ async fn sidecar_killed_mid_attempt_reports_the_worker_lost_after_restart() {
 fn sidecar_config(url: &str, repo: &Path) -> Config {
     let mut cfg = Config::new(url.to_string(), repo);
     cfg.worker_id = Some("w1".into());
+    cfg.supervisor = Some(env!("CARGO_BIN_EXE_swarm-sidecar").into());
     cfg.stop_grace_ms = 200;
     cfg.reconnect_max_ms = 300;
     cfg

@@ -11,6 +11,10 @@ use super::outbound::{AttemptHandle, Outbound};
 use super::{Effects, Scheduler, now_ms};
 use crate::integrator::{MergeJob, MergeResult, MergeVerdict};
 
+/// Pause before a task whose attempt failed for infrastructure reasons is
+/// assigned again.
+const INFRA_BACKOFF_MS: i64 = 2_000;
+
 impl Scheduler {
     pub(super) fn on_report(
         &mut self,
@@ -205,6 +209,8 @@ impl Scheduler {
                     }
                     Outcome::Signaled => format!("worker killed by signal {}", r.signal.unwrap_or(0)),
                     Outcome::Stalled => "worker stalled past its restarts".to_string(),
+                    // -1: no worker exit to speak of (it never ran, or the sidecar failed).
+                    _ if r.exit_code < 0 => "attempt failed".to_string(),
                     _ => format!("exit {}", r.exit_code),
                 };
                 let why = if detail.is_empty() { why } else { format!("{why}: {}", first_line(&detail)) };
@@ -262,6 +268,23 @@ impl Scheduler {
                     &format!("{category}: {}", first_line(&detail)),
                     fx,
                 );
+            }
+            Outcome::InfraFailed => {
+                // The sidecar's machinery failed, not the task: no retry is
+                // spent; a short pause keeps a broken host from spinning.
+                self.set_attempt_state(&key, number, AttemptState::Failed, fx);
+                if cancel_requested {
+                    self.set_state(&key, TaskState::Cancelled, "cancelled by the operator", fx);
+                } else {
+                    if let Some(t) = self.tasks.get_mut(&key) {
+                        t.not_before = now_ms() + INFRA_BACKOFF_MS;
+                    }
+                    let why = format!(
+                        "attempt {number}: infrastructure failure, no retry spent: {}",
+                        first_line(&detail)
+                    );
+                    self.make_ready(&key, &why, fx);
+                }
             }
             Outcome::Interrupted | Outcome::Cancelled => {
                 self.set_attempt_state(&key, number, AttemptState::Cancelled, fx);
