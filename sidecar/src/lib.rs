@@ -39,8 +39,10 @@
 //! - Restart after a crash: a worker left running under its supervisor (or
 //!   finished with its exit file written) is re-adopted when the Welcome
 //!   resumes the attempt, and its result reported once; its group is killed
-//!   when the Welcome does not. Only a worker with neither is lost:
-//!   AttemptResult ERROR `sidecar restarted; worker lost`.
+//!   when the Welcome does not. An attempt whose worker never started (the
+//!   sidecar died while preparing) is simply run. Only a started worker
+//!   with neither is lost: AttemptResult ERROR `sidecar restarted; worker
+//!   lost`.
 //! - A worktree, fetch, commit or push failure that survives the repairs is
 //!   AttemptResult INFRA_FAILED; three in a row drain the sidecar.
 //! - Cancel with `grace_ms = 0` uses `--stop-grace-ms`. A Cancel or Answer

@@ -37,6 +37,10 @@ struct Held {
     /// Its worker, still running under its supervisor or finished with its
     /// exit recorded; None when the worker is lost.
     adopt: Option<attempt::Adopted>,
+    /// Whether a worker was ever started for it (its supervisor's pid was
+    /// journaled). A sidecar that died before that, while preparing, simply
+    /// runs the attempt: its worker has never run, so it cannot run twice.
+    started: bool,
 }
 
 /// The attempt being worked on.
@@ -103,7 +107,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Sidecar
     };
     let held = journal.in_hand().cloned().map(|h| {
         let adopt = adoptable(&worktree, &h);
-        Held { assign: h.assign, adopt }
+        Held { started: h.pid.is_some() || adopt.is_some(), assign: h.assign, adopt }
     });
     let orphan_ids = orphans::scan(&workspaces, &worker_id);
     if !orphan_ids.is_empty() {
@@ -346,6 +350,11 @@ impl Session {
                 (true, Some(adopt), Some(assignment)) => {
                     tracing::info!(attempt = %assignment.label(), supervisor = adopt.pid, "re-adopting the worker of a previous sidecar process");
                     self.start(assignment, Some(adopt));
+                    return Ok(());
+                }
+                (true, None, Some(assignment)) if !held.started => {
+                    tracing::info!(attempt = %assignment.label(), "the previous sidecar process never started its worker; running it now");
+                    self.start(assignment, None);
                     return Ok(());
                 }
                 (_, Some(adopt), _) => {

@@ -1,0 +1,204 @@
+//! Chaos: a 100-task DAG of real git work (each task applies a patch that
+//! only applies on top of its dependency's result) while the controller is
+//! killed with -9 at random moments and sidecars too, each restarted, with
+//! stale git locks left behind on purpose. The result must equal an
+//! undisturbed run's tree, with every task merged exactly once.
+//!
+//! Seeded: set `SWARM_CHAOS_SEED` to replay a run; the seed is printed.
+#![allow(clippy::unwrap_used)] // tests: a panic is the report
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use swarm_tests::{
+    Cluster, FAST_LEASES, PlanBuilder, TempRepo, create_swarm, merges_of, spawn_sidecar, task, tasks,
+    try_operator, wait_all_merged,
+};
+
+const TASKS: usize = 100;
+const CHAINS: usize = 10;
+const SIDECARS: usize = 4;
+const CONTROLLER_KILLS: usize = 10;
+const SIDECAR_KILLS: usize = 6;
+
+/// splitmix64: reproducible from the seed, no dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn task_id(i: usize) -> String {
+    format!("t{i:03}")
+}
+
+fn chain_file(i: usize) -> String {
+    format!("chains/c{}.txt", i % CHAINS)
+}
+
+/// The repository: one file per chain, and per task a patch that adds its
+/// line to its chain's file. A patch's context is the whole file as its
+/// dependency left it, so it applies only in DAG order, and only once.
+fn workload() -> Vec<(String, String)> {
+    let mut files = Vec::new();
+    let mut chains: Vec<Vec<String>> = (0..CHAINS).map(|c| vec![format!("chain {c}")]).collect();
+    for (c, lines) in chains.iter().enumerate() {
+        files.push((format!("chains/c{c}.txt"), format!("{}\n", lines.join("\n"))));
+    }
+    for i in 0..TASKS {
+        let path = chain_file(i);
+        let lines = &mut chains[i % CHAINS];
+        let mut patch = format!(
+            "diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n@@ -1,{n} +1,{m} @@\n",
+            n = lines.len(),
+            m = lines.len() + 1
+        );
+        for l in lines.iter() {
+            let _ = writeln!(patch, " {l}");
+        }
+        let line = format!("{} was here", task_id(i));
+        let _ = writeln!(patch, "+{line}");
+        lines.push(line);
+        files.push((format!("patches/{}.patch", task_id(i)), patch));
+    }
+    files
+}
+
+fn plan(name: &str) -> String {
+    let mut p = PlanBuilder::new(name)
+        .default(
+            "command",
+            r#"["sh", "-c", "sleep 0.1 && git apply --whitespace=nowarn patches/$SWARM_TASK_ID.patch"]"#,
+        )
+        .default("retries", "0");
+    for i in 0..TASKS {
+        let mut t = task(&task_id(i)).files(&[&chain_file(i)]);
+        if i >= CHAINS {
+            t = t.deps(&[&task_id(i - CHAINS)]);
+        }
+        p = p.task(t);
+    }
+    p.build()
+}
+
+fn new_repo() -> TempRepo {
+    let files = workload();
+    let refs: Vec<(&str, &str)> = files.iter().map(|(p, c)| (p.as_str(), c.as_str())).collect();
+    TempRepo::with_files(&refs)
+}
+
+fn block_on<T>(f: impl std::future::Future<Output = T>) -> T {
+    let rt = tokio::runtime::Handle::current();
+    tokio::task::block_in_place(|| rt.block_on(f))
+}
+
+fn undisturbed_tree() -> BTreeMap<String, String> {
+    let repo = new_repo();
+    let cluster = Cluster::start(&repo, SIDECARS, FAST_LEASES);
+    let url = cluster.url();
+    block_on(async {
+        create_swarm(&url, &plan("c")).await;
+        wait_all_merged(&url, "c").await;
+    });
+    repo.tree("swarm/c/integration")
+}
+
+/// Leaves a lock file behind as a crash at the worst moment would.
+fn plant(path: &std::path::Path) {
+    if let Some(dir) = path.parent()
+        && dir.is_dir()
+    {
+        let _ = std::fs::write(path, b"");
+    }
+}
+
+async fn merged_count(url: &str) -> usize {
+    let Some(mut op) = try_operator(url).await else { return 0 };
+    tasks(&mut op, "c")
+        .await
+        .values()
+        .filter(|t| t.state == swarm_proto::v1::TaskState::Merged as i32)
+        .count()
+}
+
+async fn run_chaos(plant_locks: bool) {
+    let seed = std::env::var("SWARM_CHAOS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+    });
+    eprintln!("chaos seed {seed} (plant_locks: {plant_locks}); replay with SWARM_CHAOS_SEED={seed}");
+    let mut rng = Rng(seed);
+    let expected = undisturbed_tree();
+
+    let repo = new_repo();
+    let mut cluster = Cluster::start(&repo, SIDECARS, FAST_LEASES);
+    let url = cluster.url();
+    create_swarm(&url, &plan("c")).await;
+    let integration_lock = repo.path().join(".git/refs/heads/swarm/c/integration.lock");
+
+    let (mut controller_kills, mut sidecar_kills) = (0, 0);
+    let deadline = Instant::now() + Duration::from_secs(240);
+    while controller_kills < CONTROLLER_KILLS || sidecar_kills < SIDECAR_KILLS {
+        assert!(Instant::now() < deadline, "seed {seed}: chaos phase did not finish in time");
+        tokio::time::sleep(Duration::from_millis(200 + rng.below(800))).await;
+        if merged_count(&url).await == TASKS {
+            break; // finished early: nothing left to disturb
+        }
+        let controller_turn = sidecar_kills >= SIDECAR_KILLS
+            || (controller_kills < CONTROLLER_KILLS
+                && rng.below(CONTROLLER_KILLS as u64 + SIDECAR_KILLS as u64) < CONTROLLER_KILLS as u64);
+        if controller_turn {
+            cluster.controller.proc.kill9();
+            if plant_locks {
+                plant(&integration_lock);
+            }
+            cluster.controller.restart_after_kill9();
+            controller_kills += 1;
+        } else {
+            let n = rng.below(SIDECARS as u64) as usize;
+            let worker = format!("w{}", n + 1);
+            cluster.sidecars[n].kill9();
+            if plant_locks {
+                plant(&repo.path().join(format!(".git/worktrees/{worker}/index.lock")));
+            }
+            cluster.sidecars[n] = spawn_sidecar(&url, repo.path(), &worker, &[]);
+            sidecar_kills += 1;
+        }
+    }
+    eprintln!("seed {seed}: {controller_kills} controller and {sidecar_kills} sidecar kills");
+    let done = wait_all_merged(&url, "c").await;
+    assert_eq!(
+        repo.tree("swarm/c/integration"),
+        expected,
+        "seed {seed}: the tree differs from an undisturbed run's"
+    );
+    for i in 0..TASKS {
+        let id = task_id(i);
+        assert_eq!(
+            merges_of(&repo, "swarm/c/integration", "c", &id),
+            1,
+            "seed {seed}: {id} merged exactly once"
+        );
+        assert_eq!(done[&id].retries_used, 0, "seed {seed}: {id} used a retry: {}", done[&id].reason);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn chaos_kill9_of_controller_and_sidecars_gives_the_undisturbed_tree_with_every_task_merged_once() {
+    run_chaos(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn chaos_with_stale_git_locks_left_behind_still_finishes() {
+    run_chaos(true).await;
+}
