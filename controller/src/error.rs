@@ -46,4 +46,7 @@ pub enum ControllerError {
     Serve(#[from] tonic::transport::Error),
     #[error("scheduler thread: {0}")]
     Thread(String),
+    /// TLS, credentials or the secure-by-default rule.
+    #[error("{0}")]
+    Security(String),
 }

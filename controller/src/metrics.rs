@@ -31,6 +31,8 @@ pub struct Metrics {
     pub commit_latency: Histogram,
     pub retries: Counter,
     pub fenced_reports: Counter,
+    /// Requests refused at the edge, by gRPC code.
+    pub auth_denied: Family<StateLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -47,6 +49,7 @@ impl Default for Metrics {
             commit_latency: secs(),
             retries: Counter::default(),
             fenced_reports: Counter::default(),
+            auth_denied: Family::default(),
             registry: Registry::default(),
         };
         registry.register("tasks", "Tasks by state", m.tasks.clone());
@@ -66,6 +69,7 @@ impl Default for Metrics {
         registry.register("store_commit_seconds", "Group commit latency", m.commit_latency.clone());
         registry.register("retries", "Automatic retries after a failed attempt", m.retries.clone());
         registry.register("fenced_reports", "Stale reports fenced", m.fenced_reports.clone());
+        registry.register("auth_denied", "Requests refused by authentication or authorization", m.auth_denied.clone());
         Metrics { registry, ..m }
     }
 }

@@ -15,4 +15,7 @@ pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("swar
 
 pub mod convert;
 
+#[cfg(feature = "client")]
+pub mod client;
+
 pub use convert::FieldError;

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use swarm_proto::v1;
 use swarm_proto::v1::sidecar_service_client::SidecarServiceClient;
-use tonic::transport::Channel;
+use swarm_proto::client::AuthChannel;
 
 /// Chunk size for uploads.
 const CHUNK: usize = 1 << 20;
@@ -25,7 +25,7 @@ pub enum RemoteError {
 /// Pack transfer over the controller's SidecarService.
 #[derive(Debug, Clone)]
 pub struct Remote {
-    pub client: SidecarServiceClient<Channel>,
+    pub client: SidecarServiceClient<AuthChannel>,
 }
 
 impl Remote {

@@ -46,7 +46,7 @@ impl SidecarService for SidecarApi {
         &self,
         request: Request<Streaming<v1::SidecarMessage>>,
     ) -> Result<Response<Self::ConnectStream>, Status> {
-        let mut inbound = request.into_inner();
+        let (_, extensions, mut inbound) = request.into_parts();
         let first = tokio::time::timeout(HELLO_TIMEOUT, inbound.message())
             .await
             .map_err(|_| Status::deadline_exceeded("no hello within 10 s"))??
@@ -55,6 +55,7 @@ impl SidecarService for SidecarApi {
             return Err(Status::invalid_argument("body: the first message on a stream must be hello"));
         };
         let hello = convert::hello(hello)?;
+        super::auth::authorize_worker(&self.shared, &extensions, &hello.worker_id)?;
         let worker = hello.worker_id.clone();
         let worker_span = worker.clone();
         let session_id = self.next_session.fetch_add(1, Ordering::Relaxed);
