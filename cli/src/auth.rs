@@ -66,20 +66,25 @@ pub fn certs(args: CertsArgs) -> anyhow::Result<()> {
     let mut ca = CertificateParams::default();
     ca.distinguished_name = dn("swarm CA");
     ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    ca.key_usages =
+        vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
     set_validity(&mut ca, days);
     let issuer = CertifiedIssuer::self_signed(ca, ca_key)?;
     write(&dir.join("ca.pem"), &issuer.pem(), 0o644)?;
     write(&dir.join("ca.key"), &issuer.key().serialize_pem(), 0o600)?;
 
-    let mut controller_sans =
-        vec![SanType::DnsName("localhost".try_into()?), san("127.0.0.1")?, san("::1")?];
+    let mut controller_sans = vec![SanType::DnsName("localhost".try_into()?), san("127.0.0.1")?, san("::1")?];
     for s in &sans {
         controller_sans.push(san(s).map_err(|e| Usage(format!("--san {s:?}: {e}")))?);
     }
     let leaves: [(&str, &str, Vec<SanType>, ExtendedKeyUsagePurpose); 4] = [
         ("controller", "swarm controller", controller_sans, ExtendedKeyUsagePurpose::ServerAuth),
-        ("sidecar", "swarm sidecar", vec![uri(&format!("worker/{workers}"))?], ExtendedKeyUsagePurpose::ClientAuth),
+        (
+            "sidecar",
+            "swarm sidecar",
+            vec![uri(&format!("worker/{workers}"))?],
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ),
         ("operator", "swarm operator", vec![uri("operator/operator")?], ExtendedKeyUsagePurpose::ClientAuth),
         ("admin", "swarm admin", vec![uri("admin/admin")?], ExtendedKeyUsagePurpose::ClientAuth),
     ];
@@ -98,7 +103,9 @@ pub fn certs(args: CertsArgs) -> anyhow::Result<()> {
     }
     println!("wrote CA and certificates to {}", dir.display());
     println!("  controller: --tls-cert controller.pem --tls-key controller.key --client-ca ca.pem");
-    println!("  sidecar:    --ca ca.pem --cert sidecar.pem --key sidecar.key  ({URI_PREFIX}worker/{workers})");
+    println!(
+        "  sidecar:    --ca ca.pem --cert sidecar.pem --key sidecar.key  ({URI_PREFIX}worker/{workers})"
+    );
     println!("  swarmctl:   --ca ca.pem --cert operator.pem --key operator.key  (or admin.pem/admin.key)");
     println!("keep ca.key offline: it can mint any identity");
     Ok(())

@@ -64,13 +64,11 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         }
         Command::Certs(args) => auth::certs(args).map(|()| exit::SUCCESS),
         Command::Token(args) => auth::token(args).map(|()| exit::SUCCESS),
-        command => {
-            match command {
-                Command::Watch(args) => watch::watch(&target, args).await,
-                Command::Logs(args) => watch::logs(&target, args).await,
-                other => ops::run(&target, other).await,
-            }
-            .map(|()| exit::SUCCESS)
+        command => match command {
+            Command::Watch(args) => watch::watch(&target, args).await,
+            Command::Logs(args) => watch::logs(&target, args).await,
+            other => ops::run(&target, other).await,
         }
+        .map(|()| exit::SUCCESS),
     }
 }

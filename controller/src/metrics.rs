@@ -69,7 +69,11 @@ impl Default for Metrics {
         registry.register("store_commit_seconds", "Group commit latency", m.commit_latency.clone());
         registry.register("retries", "Automatic retries after a failed attempt", m.retries.clone());
         registry.register("fenced_reports", "Stale reports fenced", m.fenced_reports.clone());
-        registry.register("auth_denied", "Requests refused by authentication or authorization", m.auth_denied.clone());
+        registry.register(
+            "auth_denied",
+            "Requests refused by authentication or authorization",
+            m.auth_denied.clone(),
+        );
         Metrics { registry, ..m }
     }
 }

@@ -80,7 +80,9 @@ impl ClientAuth {
             return Ok(endpoint);
         }
         let ca = self.ca.as_deref().ok_or_else(|| {
-            ClientError::Config(format!("{url}: https:// needs --ca (the CA that signed the controller's certificate)"))
+            ClientError::Config(format!(
+                "{url}: https:// needs --ca (the CA that signed the controller's certificate)"
+            ))
         })?;
         let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(read("--ca", ca)?));
         match (&self.cert, &self.key) {

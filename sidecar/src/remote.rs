@@ -3,9 +3,9 @@
 
 use std::path::Path;
 
+use swarm_proto::client::AuthChannel;
 use swarm_proto::v1;
 use swarm_proto::v1::sidecar_service_client::SidecarServiceClient;
-use swarm_proto::client::AuthChannel;
 
 /// Chunk size for uploads.
 const CHUNK: usize = 1 << 20;

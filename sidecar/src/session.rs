@@ -103,7 +103,8 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Sidecar
     }
     let remote = if cfg.remote {
         let auth = cfg.client_auth();
-        let channel = auth.endpoint(&cfg.controller).map_err(|e| SidecarError::Config(e.to_string()))?.connect_lazy();
+        let channel =
+            auth.endpoint(&cfg.controller).map_err(|e| SidecarError::Config(e.to_string()))?.connect_lazy();
         let channel = auth.wrap(channel).map_err(|e| SidecarError::Config(e.to_string()))?;
         Some(crate::remote::Remote { client: SidecarServiceClient::new(channel) })
     } else {

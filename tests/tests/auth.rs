@@ -124,8 +124,10 @@ async fn tokens_grant_exactly_their_role() {
     let tokens = tokens_file(dir.path());
     // A free port for the metrics endpoint (the controller binds it right away).
     let metrics_addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
-    let controller =
-        spawn_controller(repo.path(), &["--tokens", tokens.to_str().unwrap(), "--metrics-listen", &metrics_addr]);
+    let controller = spawn_controller(
+        repo.path(),
+        &["--tokens", tokens.to_str().unwrap(), "--metrics-listen", &metrics_addr],
+    );
     let url = controller.url();
 
     let mut anon = op(&url, &ClientAuth::default()).await;
@@ -154,7 +156,10 @@ async fn tokens_grant_exactly_their_role() {
     }
     let mut admin = op(&url, &token(ADMIN)).await;
     for (rpc, code) in every_operator_rpc(&mut admin).await {
-        assert!(!matches!(code, Code::PermissionDenied | Code::Unauthenticated), "{rpc} with an admin token: {code:?}");
+        assert!(
+            !matches!(code, Code::PermissionDenied | Code::Unauthenticated),
+            "{rpc} with an admin token: {code:?}"
+        );
     }
     // A denial changes nothing: the operator's refused drain left the worker alone.
     let workers = admin.list_workers(v1::ListWorkersRequest::default()).await.unwrap().into_inner().workers;
@@ -260,7 +265,8 @@ async fn mtls_certs_from_certs_init_run_a_plan_and_strangers_are_refused() {
             for t in &tasks {
                 assert_ne!(t.state, v1::TaskState::Failed as i32, "task {} failed: {}", t.id, t.reason);
             }
-            (tasks.len() == 2 && tasks.iter().all(|t| t.state == v1::TaskState::Merged as i32)).then_some(states)
+            (tasks.len() == 2 && tasks.iter().all(|t| t.state == v1::TaskState::Merged as i32))
+                .then_some(states)
         }
     })
     .await;
@@ -287,13 +293,15 @@ async fn non_loopback_without_tls_refuses_to_start_unless_insecure() {
     let repo = TempRepo::with_files(&[("README.md", "x\n")]);
     let (ok, err) = controller_exit(repo.path(), &["--listen", "0.0.0.0:0"]);
     assert!(!ok);
-    for flag in ["not a loopback address", "--tls-cert", "--tls-key", "--tokens", "--client-ca", "--insecure"] {
+    for flag in ["not a loopback address", "--tls-cert", "--tls-key", "--tokens", "--client-ca", "--insecure"]
+    {
         assert!(err.contains(flag), "the refusal names {flag}: {err}");
     }
     // Tokens alone (no TLS) are not enough off loopback: they would travel in the clear.
     let dir = tempfile::tempdir().unwrap();
     let tokens = tokens_file(dir.path());
-    let (ok, err) = controller_exit(repo.path(), &["--listen", "0.0.0.0:0", "--tokens", tokens.to_str().unwrap()]);
+    let (ok, err) =
+        controller_exit(repo.path(), &["--listen", "0.0.0.0:0", "--tokens", tokens.to_str().unwrap()]);
     assert!(!ok && err.contains("--tls-cert"), "{err}");
 
     let controller = spawn_controller(repo.path(), &["--listen=0.0.0.0:0", "--insecure"]);
@@ -309,12 +317,41 @@ async fn a_bad_tokens_file_names_the_field() {
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("tokens.toml");
     let good = format!("[[tokens]]\nname = \"a\"\nrole = \"admin\"\nsha256 = \"{}\"\n", sha256_hex("a"));
-    std::fs::write(&bad, format!("{good}\n[[tokens]]\nname = \"b\"\nrole = \"superuser\"\nsha256 = \"{}\"\n", sha256_hex("b")))
-        .unwrap();
+    std::fs::write(
+        &bad,
+        format!("{good}\n[[tokens]]\nname = \"b\"\nrole = \"superuser\"\nsha256 = \"{}\"\n", sha256_hex("b")),
+    )
+    .unwrap();
     let (ok, err) = controller_exit(repo.path(), &["--tokens", bad.to_str().unwrap()]);
     assert!(!ok);
     assert!(err.contains("tokens[1].role") && err.contains("superuser"), "{err}");
     std::fs::write(&bad, format!("{good}\n[[tokens]]\nname = \"b\"\nrole = \n")).unwrap();
     let (ok, err) = controller_exit(repo.path(), &["--tokens", bad.to_str().unwrap()]);
     assert!(!ok && err.contains("line 8"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn local_run_needs_no_setup_and_leaves_its_admin_token_private() {
+    let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[])), ("README.md", "local\n")]);
+    let plan_path = repo.path().join(".git").join("plan.toml");
+    std::fs::write(&plan_path, PlanBuilder::new("local").task(task("a")).build()).unwrap();
+    let child = Command::new(binary("swarmctl"))
+        .args(["run", "--plain", "--workers", "1", "--repo"])
+        .arg(repo.path())
+        .arg(&plan_path)
+        // A token meant for some other controller must not leak into the run.
+        .env("SWARM_TOKEN", "unrelated")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = wait_output(child, WAIT);
+    assert!(out.status.success(), "swarmctl run: {}", stderr(&out));
+    use std::os::unix::fs::PermissionsExt as _;
+    let token_file = repo.path().join(".git/swarm/operator.token");
+    let meta = std::fs::metadata(&token_file).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    let token = std::fs::read_to_string(&token_file).unwrap();
+    assert!(token.starts_with("swarm_") && token.trim().len() == 70, "{token:?}");
 }

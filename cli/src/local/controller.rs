@@ -66,7 +66,8 @@ impl LocalController {
         config.security.tokens = tokens::parse(&entries.join("\n")).context("local-mode tokens")?;
         // For `swarmctl --token-file` while the run goes on; only this user may read it.
         let token_file = repo.join(".git").join("swarm").join(TOKEN_FILE);
-        write_private(&token_file, &admin_token).with_context(|| format!("writing {}", token_file.display()))?;
+        write_private(&token_file, &admin_token)
+            .with_context(|| format!("writing {}", token_file.display()))?;
         let inner = swarm_controller::start(config).await.context("starting the embedded controller")?;
         Ok(LocalController { inner, sidecar_token, admin_token, telemetry })
     }

@@ -96,13 +96,14 @@ impl Session {
         let controller =
             LocalController::start(repo, &log_dir.join("controller.log"), metrics_listen).await?;
         let url = controller.url();
-        let sidecars = match Sidecars::start(&url, controller.sidecar_token(), repo, workers, labels, &log_dir) {
-            Ok(s) => s,
-            Err(e) => {
-                controller.shutdown().await;
-                return Err(e);
-            }
-        };
+        let sidecars =
+            match Sidecars::start(&url, controller.sidecar_token(), repo, workers, labels, &log_dir) {
+                Ok(s) => s,
+                Err(e) => {
+                    controller.shutdown().await;
+                    return Err(e);
+                }
+            };
         let target = controller.operator_target();
         let session = Session { controller, sidecars, target, log_dir, labels: labels.clone() };
         if let Err(e) = session.wait_for_workers(workers as usize).await {

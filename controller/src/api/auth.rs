@@ -106,13 +106,16 @@ impl Identity {
         self.unrestricted
             || matches!(
                 (self.role, need),
-                (Role::Sidecar, Role::Sidecar) | (Role::Operator, Role::Operator) | (Role::Admin, Role::Operator | Role::Admin)
+                (Role::Sidecar, Role::Sidecar)
+                    | (Role::Operator, Role::Operator)
+                    | (Role::Admin, Role::Operator | Role::Admin)
             )
     }
 
     /// Whether this identity may speak for `worker_id`.
     pub fn covers_worker(&self, worker_id: &str) -> bool {
-        self.unrestricted || (self.role == Role::Sidecar && self.workers.as_ref().is_some_and(|p| p.matches(worker_id)))
+        self.unrestricted
+            || (self.role == Role::Sidecar && self.workers.as_ref().is_some_and(|p| p.matches(worker_id)))
     }
 }
 
@@ -138,8 +141,11 @@ const METHODS: &[(&str, Role)] = &[
 ];
 
 /// Services anyone may call: probes and tooling need no credential.
-const OPEN_SERVICES: &[&str] =
-    &["/grpc.health.v1.Health/", "/grpc.reflection.v1.ServerReflection/", "/grpc.reflection.v1alpha.ServerReflection/"];
+const OPEN_SERVICES: &[&str] = &[
+    "/grpc.health.v1.Health/",
+    "/grpc.reflection.v1.ServerReflection/",
+    "/grpc.reflection.v1alpha.ServerReflection/",
+];
 
 /// The role an RPC path needs; `None` for the open services.
 pub fn required_role(path: &str) -> Option<Role> {
@@ -224,9 +230,8 @@ impl Authenticator {
         }
         let certs = extensions.get::<TlsConnectInfo<TcpConnectInfo>>().and_then(|i| i.peer_certs());
         match certs.as_deref().and_then(|c| c.first()) {
-            Some(der) if self.client_certs => cert::identity(der.as_ref()).map_err(|reason| {
-                Status::unauthenticated(format!("client certificate: {reason}"))
-            }),
+            Some(der) if self.client_certs => cert::identity(der.as_ref())
+                .map_err(|reason| Status::unauthenticated(format!("client certificate: {reason}"))),
             _ => Err(Status::unauthenticated(
                 "no credential: send `authorization: Bearer <token>` or connect with a client certificate",
             )),
@@ -276,7 +281,11 @@ pub fn on_denied(shared: &Shared, denial: &Denial) {
 
 /// Checks that the caller (from the request's extensions) may speak for
 /// `worker_id`; a sidecar's Hello must be covered by its identity.
-pub fn authorize_worker(shared: &Shared, extensions: &tonic::Extensions, worker_id: &str) -> Result<(), Status> {
+pub fn authorize_worker(
+    shared: &Shared,
+    extensions: &tonic::Extensions,
+    worker_id: &str,
+) -> Result<(), Status> {
     let denial = match extensions.get::<Identity>() {
         Some(id) if id.covers_worker(worker_id) => return Ok(()),
         Some(id) => Denial {
@@ -408,7 +417,10 @@ mod tests {
         assert_eq!(code(land, &bearer("adm")), None);
         assert_eq!(code(connect, &bearer("adm")), Some(tonic::Code::PermissionDenied));
         assert_eq!(code("/grpc.health.v1.Health/Check", &http::HeaderMap::new()), None);
-        assert_eq!(code("/swarm.v1.OperatorService/SomethingNew", &bearer("op")), Some(tonic::Code::PermissionDenied));
+        assert_eq!(
+            code("/swarm.v1.OperatorService/SomethingNew", &bearer("op")),
+            Some(tonic::Code::PermissionDenied)
+        );
         let side = a.check(connect, &bearer("side"), &ext).unwrap().unwrap();
         assert!(side.covers_worker("build-7"));
         assert!(!side.covers_worker("other-1"));
@@ -431,8 +443,7 @@ mod tests {
         for file in &set.file {
             for service in &file.service {
                 for method in &service.method {
-                    let path =
-                        format!("/{}.{}/{}", file.package(), service.name(), method.name());
+                    let path = format!("/{}.{}/{}", file.package(), service.name(), method.name());
                     assert!(METHODS.iter().any(|(m, _)| *m == path), "{path} has no row in auth::METHODS");
                     seen += 1;
                 }

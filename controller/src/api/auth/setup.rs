@@ -50,7 +50,10 @@ impl Security {
             _ => return Err("--tls-cert and --tls-key must be given together".into()),
         };
         if self.client_ca.is_some() && tls.is_none() {
-            return Err("--client-ca needs --tls-cert and --tls-key (client certificates are checked during TLS)".into());
+            return Err(
+                "--client-ca needs --tls-cert and --tls-key (client certificates are checked during TLS)"
+                    .into(),
+            );
         }
         let mut entries = match &self.tokens_file {
             Some(path) => tokens::load(path).map_err(|e| e.to_string())?,

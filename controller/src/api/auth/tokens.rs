@@ -62,7 +62,8 @@ pub fn load(path: &Path) -> Result<Vec<TokenEntry>, TokensError> {
 /// Parses and validates the file; an error names the line or the field
 /// (`tokens[2].role`) and the rule.
 pub fn parse(text: &str) -> Result<Vec<TokenEntry>, TokensError> {
-    let de = toml::Deserializer::parse(text).map_err(|e| TokensError::Invalid(e.to_string().trim().to_string()))?;
+    let de = toml::Deserializer::parse(text)
+        .map_err(|e| TokensError::Invalid(e.to_string().trim().to_string()))?;
     let raw: RawFile = serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
         TokensError::Invalid(format!("{path}: {}", e.into_inner().message().trim()))
@@ -80,14 +81,22 @@ pub fn parse(text: &str) -> Result<Vec<TokenEntry>, TokensError> {
         let role = Role::parse(&t.role)
             .ok_or_else(|| err("role", format!("{:?}: must be sidecar, operator or admin", t.role)))?;
         let workers = match (role, &t.workers) {
-            (Role::Sidecar, Some(w)) => Some(WorkerPattern::new(w).map_err(|r| err("workers", format!("{w:?}: {r}")))?),
-            (Role::Sidecar, None) => {
-                return Err(err("workers", "required for role sidecar (a worker id or a glob like \"build-*\")".into()));
+            (Role::Sidecar, Some(w)) => {
+                Some(WorkerPattern::new(w).map_err(|r| err("workers", format!("{w:?}: {r}")))?)
             }
-            (_, Some(_)) => return Err(err("workers", format!("only for role sidecar, not {}", role.as_str()))),
+            (Role::Sidecar, None) => {
+                return Err(err(
+                    "workers",
+                    "required for role sidecar (a worker id or a glob like \"build-*\")".into(),
+                ));
+            }
+            (_, Some(_)) => {
+                return Err(err("workers", format!("only for role sidecar, not {}", role.as_str())));
+            }
             (_, None) => None,
         };
-        let sha256 = parse_hex(&t.sha256).ok_or_else(|| err("sha256", "must be 64 lowercase hex digits".into()))?;
+        let sha256 =
+            parse_hex(&t.sha256).ok_or_else(|| err("sha256", "must be 64 lowercase hex digits".into()))?;
         out.push(TokenEntry { name: t.name, role, workers, sha256 });
     }
     Ok(out)
@@ -114,8 +123,14 @@ mod tests {
         let h = hash_hex("x");
         let cases = [
             (format!("[[tokens]]\nname = \"a\"\nrole = \"root\"\nsha256 = \"{h}\"\n"), "tokens[0].role"),
-            (format!("[[tokens]]\nname = \"a\"\nrole = \"sidecar\"\nsha256 = \"{h}\"\n"), "tokens[0].workers"),
-            ("[[tokens]]\nname = \"a\"\nrole = \"admin\"\nsha256 = \"abc\"\n".to_string(), "tokens[0].sha256"),
+            (
+                format!("[[tokens]]\nname = \"a\"\nrole = \"sidecar\"\nsha256 = \"{h}\"\n"),
+                "tokens[0].workers",
+            ),
+            (
+                "[[tokens]]\nname = \"a\"\nrole = \"admin\"\nsha256 = \"abc\"\n".to_string(),
+                "tokens[0].sha256",
+            ),
             (format!("[[tokens]]\nname = \"a\"\nrole = \"admin\"\nsha = \"{h}\"\n"), "tokens[0]"),
             ("[[tokens]]\nname = \"a\"\nrole = \n".to_string(), "line 3"),
         ];
@@ -123,7 +138,9 @@ mod tests {
             let e = parse(&text).unwrap_err().to_string();
             assert!(e.contains(want), "{e:?} should name {want}");
         }
-        let ok = parse(&format!("[[tokens]]\nname = \"a\"\nrole = \"sidecar\"\nworkers = \"b-*\"\nsha256 = \"{h}\"\n"));
+        let ok = parse(&format!(
+            "[[tokens]]\nname = \"a\"\nrole = \"sidecar\"\nworkers = \"b-*\"\nsha256 = \"{h}\"\n"
+        ));
         assert_eq!(ok.unwrap()[0].sha256.to_vec(), Sha256::digest(b"x").to_vec());
     }
 }
