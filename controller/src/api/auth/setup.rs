@@ -60,8 +60,8 @@ impl Security {
             None => Vec::new(),
         };
         entries.extend(self.tokens.iter().cloned());
-        let loopback = listen.ip().is_loopback();
-        if !loopback && !(tls.is_some() && self.has_credentials()) {
+        let protected = tls.is_some() && self.has_credentials();
+        if !listen.ip().is_loopback() && !protected {
             if !self.insecure {
                 return Err(format!(
                     "refusing to listen on {listen}, which is not a loopback address, without TLS and \
