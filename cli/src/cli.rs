@@ -23,9 +23,40 @@ pub struct Cli {
     /// The controller's Operator API.
     #[arg(long, global = true, env = "SWARM_CONTROLLER", default_value = "http://127.0.0.1:7420")]
     pub controller: String,
+    /// CA (PEM) that signed the controller's certificate; for https:// URLs.
+    #[arg(long, global = true, env = "SWARM_CA")]
+    pub ca: Option<PathBuf>,
+    /// Client certificate (PEM) for mTLS.
+    #[arg(long, global = true, env = "SWARM_CERT")]
+    pub cert: Option<PathBuf>,
+    /// Client private key (PEM) for mTLS.
+    #[arg(long, global = true, env = "SWARM_KEY")]
+    pub key: Option<PathBuf>,
+    /// Bearer token (role operator or admin).
+    #[arg(long, global = true, env = "SWARM_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// File whose first line is the bearer token (`swarmctl run` writes
+    /// `<repo>/.git/swarm/operator.token` for its embedded controller).
+    #[arg(long, global = true, env = "SWARM_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
 
     #[command(subcommand)]
     pub command: Command,
+}
+
+impl Cli {
+    pub fn target(&self) -> crate::client::Target {
+        crate::client::Target {
+            url: self.controller.clone(),
+            auth: swarm_proto::client::ClientAuth {
+                ca: self.ca.clone(),
+                cert: self.cert.clone(),
+                key: self.key.clone(),
+                token: self.token.clone(),
+                token_file: self.token_file.clone(),
+            },
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -100,6 +131,60 @@ pub enum Command {
     },
     /// Print a shell completion script.
     Completions { shell: Shell },
+    /// Create certificates for TLS and mTLS.
+    Certs(CertsArgs),
+    /// Create bearer tokens for the controller's tokens file.
+    Token(TokenArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CertsArgs {
+    #[command(subcommand)]
+    pub command: CertsCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CertsCommand {
+    /// Write a CA and controller, sidecar and operator certificates into DIR.
+    ///
+    /// Files: ca.pem, ca.key, controller.pem/.key, sidecar.pem/.key,
+    /// operator.pem/.key, admin.pem/.key (keys mode 0600). Existing files
+    /// are never overwritten.
+    Init {
+        dir: PathBuf,
+        /// Extra DNS name or IP address for the controller certificate
+        /// (it always has localhost, 127.0.0.1 and ::1); repeatable.
+        #[arg(long = "san")]
+        sans: Vec<String>,
+        /// Worker ids the sidecar certificate may claim (a glob).
+        #[arg(long, default_value = "*")]
+        workers: String,
+        /// Days the certificates are valid.
+        #[arg(long, default_value_t = 365, value_parser = clap::value_parser!(u32).range(1..=3650))]
+        days: u32,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct TokenArgs {
+    #[command(subcommand)]
+    pub command: TokenCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Print a new random token, and the entry to add to the controller's tokens file.
+    Create {
+        /// sidecar | operator | admin
+        #[arg(long, value_parser = ["sidecar", "operator", "admin"])]
+        role: String,
+        /// For role sidecar: the worker ids it may claim (a glob, e.g. "build-*").
+        #[arg(long)]
+        workers: Option<String>,
+        /// A name for the token (shown in logs and audit).
+        #[arg(long)]
+        name: String,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -3,22 +3,33 @@
 use std::time::Duration;
 
 use swarm_core::{SwarmId, TaskKey};
+use swarm_proto::client::{AuthChannel, ClientAuth};
 use swarm_proto::v1::operator_service_client::OperatorServiceClient;
-use tonic::transport::{Channel, Endpoint};
 
 use crate::exit::{Unreachable, Usage};
 
-pub type Client = OperatorServiceClient<Channel>;
+pub type Client = OperatorServiceClient<AuthChannel>;
 
-/// Connects to the controller at `url` (`http://host:port`).
-pub async fn connect(url: &str) -> anyhow::Result<Client> {
-    let endpoint = Endpoint::from_shared(url.to_string())
-        .map_err(|e| Usage(format!("--controller {url:?}: not a valid URL: {e}")))?
+/// The controller to talk to and the credentials to show it.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub url: String,
+    pub auth: ClientAuth,
+}
+
+/// Connects to the controller at `target.url` (`http://` or `https://host:port`).
+pub async fn connect(target: &Target) -> anyhow::Result<Client> {
+    let url = &target.url;
+    let endpoint = target
+        .auth
+        .endpoint(url)
+        .map_err(|e| Usage(format!("--controller {url:?}: {e}")))?
         .connect_timeout(Duration::from_secs(5));
     let channel = endpoint
         .connect()
         .await
         .map_err(|e| Unreachable(format!("cannot reach the controller at {url}: {}", source_text(&e))))?;
+    let channel = target.auth.wrap(channel).map_err(|e| Usage(e.to_string()))?;
     Ok(OperatorServiceClient::new(channel))
 }
 

@@ -3,6 +3,7 @@
 //! `main` parses the command line, runs one command and maps whatever it
 //! came to onto an exit code that scripts can trust (see [`exit`]).
 
+mod auth;
 mod cli;
 mod client;
 mod demo;
@@ -57,6 +58,7 @@ fn main() -> ExitCode {
 /// Runs one command; `Ok` carries the exit code of a command that finished
 /// the way it meant to (`run` reports task outcomes through it).
 async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
+    let target = cli.target();
     match cli.command {
         Command::Run(args) => local::run(args).await,
         Command::Demo(args) => demo::run(args).await,
@@ -64,8 +66,13 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
             cli::print_completions(shell);
             Ok(exit::SUCCESS)
         }
-        Command::Watch(args) => watch::watch(&cli.controller, args).await.map(|()| exit::SUCCESS),
-        Command::Logs(args) => watch::logs(&cli.controller, args).await.map(|()| exit::SUCCESS),
-        other => ops::run(&cli.controller, other).await.map(|()| exit::SUCCESS),
+        Command::Certs(args) => auth::certs(args).map(|()| exit::SUCCESS),
+        Command::Token(args) => auth::token(args).map(|()| exit::SUCCESS),
+        command => match command {
+            Command::Watch(args) => watch::watch(&target, args).await,
+            Command::Logs(args) => watch::logs(&target, args).await,
+            other => ops::run(&target, other).await,
+        }
+        .map(|()| exit::SUCCESS),
     }
 }

@@ -10,7 +10,7 @@ use crate::output::{
     self, EventView, SwarmView, TaskDetailView, TaskView, WorkerView, print_list, print_one, print_value,
 };
 
-pub async fn run(url: &str, command: Command) -> anyhow::Result<()> {
+pub async fn run(url: &client::Target, command: Command) -> anyhow::Result<()> {
     match command {
         Command::Create { plan, out } => {
             let (text, _) = read_plan(&plan)?;
@@ -102,6 +102,8 @@ pub async fn run(url: &str, command: Command) -> anyhow::Result<()> {
         Command::Run(_)
         | Command::Demo(_)
         | Command::Completions { .. }
+        | Command::Certs(_)
+        | Command::Token(_)
         | Command::Watch(_)
         | Command::Logs(_) => Err(anyhow::anyhow!("not an operator command")),
     }
@@ -111,7 +113,7 @@ fn print_task(task: Option<v1::Task>, format: crate::cli::Format) -> anyhow::Res
     print_one(&TaskView::from(&task.unwrap_or_default()), format)
 }
 
-async fn get(url: &str, what: GetWhat) -> anyhow::Result<()> {
+async fn get(url: &client::Target, what: GetWhat) -> anyhow::Result<()> {
     match what {
         GetWhat::Swarms { out } => {
             let mut c = connect(url).await?;
@@ -138,7 +140,7 @@ async fn get(url: &str, what: GetWhat) -> anyhow::Result<()> {
     }
 }
 
-async fn describe(url: &str, what: DescribeWhat) -> anyhow::Result<()> {
+async fn describe(url: &client::Target, what: DescribeWhat) -> anyhow::Result<()> {
     match what {
         DescribeWhat::Task { task, out } => {
             let task_id = client::task_id(&task)?;
@@ -190,7 +192,7 @@ async fn describe(url: &str, what: DescribeWhat) -> anyhow::Result<()> {
 }
 
 /// Used by `logs` without -f: the task's stored events.
-pub async fn task_events(url: &str, task_id: &str) -> anyhow::Result<Vec<EventView>> {
+pub async fn task_events(url: &client::Target, task_id: &str) -> anyhow::Result<Vec<EventView>> {
     let mut c = connect(url).await?;
     let detail = c.get_task(v1::GetTaskRequest { task_id: task_id.to_string() }).await?.into_inner();
     Ok(detail.events.iter().map(EventView::from).collect())

@@ -12,7 +12,7 @@ use crate::output::{EventView, print_event};
 
 /// Streams events after `--since`, replayed then live, until the stream
 /// ends or `--limit` events were printed.
-pub async fn watch(url: &str, args: WatchArgs) -> anyhow::Result<()> {
+pub async fn watch(url: &client::Target, args: WatchArgs) -> anyhow::Result<()> {
     let swarm_id = match &args.swarm {
         Some(s) => client::swarm_id(s)?,
         None => String::new(),
@@ -34,7 +34,7 @@ pub async fn watch(url: &str, args: WatchArgs) -> anyhow::Result<()> {
 }
 
 /// Prints a task's events; with `-f`, keeps following new ones.
-pub async fn logs(url: &str, args: LogsArgs) -> anyhow::Result<()> {
+pub async fn logs(url: &client::Target, args: LogsArgs) -> anyhow::Result<()> {
     let task_id = client::task_id(&args.task)?;
     let key = TaskKey::parse(&task_id).map_err(Usage)?;
     let events = task_events(url, &task_id).await?;

@@ -53,4 +53,7 @@ pub enum ControllerError {
     /// A supervised thread (scheduler, integrator) ended; see `supervise`.
     #[error("controller stopped: {0}")]
     Stopped(String),
+    /// TLS, credentials or the secure-by-default rule.
+    #[error("{0}")]
+    Security(String),
 }

@@ -26,6 +26,7 @@ use swarm_proto::v1::sidecar_service_server::SidecarServiceServer;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+pub use api::auth::Security;
 pub use error::{ControllerError, SchedError};
 use scheduler::{Command, Scheduler, Timing};
 use store::Store;
@@ -53,6 +54,8 @@ pub struct Config {
     pub hello_timeout: Duration,
     /// Largest pack a remote sidecar may upload.
     pub max_pack_bytes: usize,
+    /// TLS and credentials; none (anonymous callers, loopback only) by default.
+    pub security: Security,
 }
 
 impl Config {
@@ -71,6 +74,7 @@ impl Config {
             forget_workers_after: t.forget_workers_after,
             hello_timeout: api::sidecar::HELLO_TIMEOUT,
             max_pack_bytes: api::sidecar::MAX_PACK_BYTES,
+            security: Security::default(),
         }
     }
 
@@ -103,6 +107,8 @@ pub struct Controller {
 pub async fn start(config: Config) -> Result<Controller, ControllerError> {
     let repo_err =
         |reason: String| ControllerError::Repository { path: config.repo.display().to_string(), reason };
+    // Refuse an unsafe listener before touching the store.
+    let server_auth = config.security.prepare(config.listen).map_err(ControllerError::Security)?;
     let repo = git2::Repository::open(&config.repo).map_err(|e| repo_err(e.message().to_string()))?;
     let workdir = repo.workdir().map(|p| p.to_path_buf()).unwrap_or_else(|| repo.path().to_path_buf());
     let db = config.db.clone().unwrap_or_else(|| repo.commondir().join("swarm").join("swarm.db"));
@@ -152,6 +158,7 @@ pub async fn start(config: Config) -> Result<Controller, ControllerError> {
         tasks: tasks.clone(),
         metrics,
     };
+    let auth_layer = api::auth::AuthLayer::new(Arc::new(server_auth.authenticator), shared.clone());
     let sidecar = SidecarServiceServer::new(api::sidecar::SidecarApi::new(
         shared.clone(),
         config.hello_timeout,
@@ -172,10 +179,16 @@ pub async fn start(config: Config) -> Result<Controller, ControllerError> {
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
     let token = shutdown.clone();
     let served = supervisor.clone();
+    let mut builder = tonic::transport::Server::builder();
+    let tls = server_auth.tls.is_some();
+    if let Some(tls) = server_auth.tls {
+        builder = builder.tls_config(tls).map_err(|e| ControllerError::Security(format!("TLS: {e}")))?;
+    }
     let server = tokio::spawn(async move {
-        tonic::transport::Server::builder()
+        builder
             .http2_keepalive_interval(Some(Duration::from_secs(20)))
             .tcp_nodelay(true)
+            .layer(auth_layer)
             .add_service(health)
             .add_service(reflection)
             .add_service(sidecar)
@@ -185,7 +198,7 @@ pub async fn start(config: Config) -> Result<Controller, ControllerError> {
             .map_err(ControllerError::from)?;
         served.check()
     });
-    tracing::info!(%addr, metrics = ?metrics_addr, db = %shared_db_display(&config, &workdir), "controller serving");
+    tracing::info!(%addr, tls, metrics = ?metrics_addr, db = %shared_db_display(&config, &workdir), "controller serving");
     Ok(Controller {
         addr,
         shutdown,

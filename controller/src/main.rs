@@ -45,6 +45,23 @@ struct Args {
     /// Serve Prometheus metrics at http://ADDR/metrics.
     #[arg(long, env = "SWARM_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
+    /// Server certificate chain (PEM): serve TLS. Needs --tls-key.
+    #[arg(long, env = "SWARM_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// Server private key (PEM).
+    #[arg(long, env = "SWARM_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// CA (PEM) for client certificates (mTLS); a certificate's
+    /// spiffe://swarm/<role>/<name> URI SAN names its identity.
+    #[arg(long, env = "SWARM_CLIENT_CA")]
+    client_ca: Option<PathBuf>,
+    /// Tokens file (TOML): hashed bearer tokens with roles (see `swarmctl token create`).
+    #[arg(long, env = "SWARM_TOKENS")]
+    tokens: Option<PathBuf>,
+    /// Serve a non-loopback address without TLS or credentials: anyone who
+    /// can reach the port may do anything, in the clear.
+    #[arg(long, env = "SWARM_INSECURE")]
+    insecure: bool,
     /// Log format.
     #[arg(long, env = "SWARM_LOG_FORMAT", default_value = "pretty", value_parser = ["pretty", "json"])]
     log_format: String,
@@ -70,6 +87,14 @@ async fn main() -> anyhow::Result<()> {
         forget_workers_after: Duration::from_secs(args.forget_workers_after_secs),
         hello_timeout: Duration::from_millis(args.hello_timeout_ms.max(1)),
         max_pack_bytes: args.max_pack_mib.saturating_mul(1 << 20),
+        security: swarm_controller::Security {
+            tls_cert: args.tls_cert,
+            tls_key: args.tls_key,
+            client_ca: args.client_ca,
+            tokens_file: args.tokens,
+            tokens: Vec::new(),
+            insecure: args.insecure,
+        },
     };
     let shutdown = CancellationToken::new();
     let signals = shutdown.clone();

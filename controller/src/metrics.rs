@@ -34,6 +34,8 @@ pub struct Metrics {
     pub refused_hellos: Counter,
     pub sessions_closed_full: Counter,
     pub swarms_stalled: Gauge,
+    /// Requests refused at the edge, by gRPC code.
+    pub auth_denied: Family<StateLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -53,6 +55,7 @@ impl Default for Metrics {
             refused_hellos: Counter::default(),
             sessions_closed_full: Counter::default(),
             swarms_stalled: Gauge::default(),
+            auth_denied: Family::default(),
             registry: Registry::default(),
         };
         registry.register("tasks", "Tasks by state", m.tasks.clone());
@@ -86,6 +89,11 @@ impl Default for Metrics {
             "swarms_stalled",
             "Swarms in which nothing can move (STALLED)",
             m.swarms_stalled.clone(),
+        );
+        registry.register(
+            "auth_denied",
+            "Requests refused by authentication or authorization",
+            m.auth_denied.clone(),
         );
         Metrics { registry, ..m }
     }

@@ -16,4 +16,7 @@ pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("swar
 pub mod convert;
 pub mod limits;
 
+#[cfg(feature = "client")]
+pub mod client;
+
 pub use convert::FieldError;

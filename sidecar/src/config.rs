@@ -59,6 +59,38 @@ pub struct Config {
     /// default: the running executable (for embedders such as tests).
     #[arg(long, env = "SWARM_SUPERVISOR", hide = true)]
     pub supervisor: Option<PathBuf>,
+    /// CA (PEM) that signed the controller's certificate; for https:// URLs.
+    #[arg(long, env = "SWARM_CA")]
+    pub ca: Option<PathBuf>,
+    /// Client certificate (PEM) for mTLS; its URI SAN spiffe://swarm/worker/<id> must cover --worker-id.
+    #[arg(long, env = "SWARM_CERT", requires = "key")]
+    pub cert: Option<PathBuf>,
+    /// Client private key (PEM).
+    #[arg(long, env = "SWARM_KEY", requires = "cert")]
+    pub key: Option<PathBuf>,
+    /// Bearer token (role sidecar).
+    #[arg(long, env = "SWARM_TOKEN", hide_env_values = true, conflicts_with = "token_file")]
+    pub token: Option<Secret>,
+    /// File whose first line is the bearer token.
+    #[arg(long, env = "SWARM_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
+}
+
+/// A credential that never shows up in `Debug` output or logs.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl std::str::FromStr for Secret {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(Secret(s.to_string()))
+    }
 }
 
 fn parse_label(s: &str) -> Result<(String, String), String> {
@@ -84,6 +116,22 @@ impl Config {
             log_format: LogFormat::Pretty,
             reconnect_max_ms: 5000,
             supervisor: None,
+            ca: None,
+            cert: None,
+            key: None,
+            token: None,
+            token_file: None,
+        }
+    }
+
+    /// The credentials for the channel to the controller.
+    pub fn client_auth(&self) -> swarm_proto::client::ClientAuth {
+        swarm_proto::client::ClientAuth {
+            ca: self.ca.clone(),
+            cert: self.cert.clone(),
+            key: self.key.clone(),
+            token: self.token.as_ref().map(|t| t.0.clone()),
+            token_file: self.token_file.clone(),
         }
     }
 

@@ -4,12 +4,12 @@
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+use swarm_proto::client::AuthChannel;
 use swarm_proto::limits::{SECRET_HEADER, WORKER_HEADER};
 use swarm_proto::v1;
 use swarm_proto::v1::sidecar_service_client::SidecarServiceClient;
 use tonic::Request;
 use tonic::metadata::MetadataValue;
-use tonic::transport::Channel;
 
 /// Chunk size for uploads.
 const CHUNK: usize = 1 << 20;
@@ -29,7 +29,7 @@ pub enum RemoteError {
 /// Pack transfer over the controller's SidecarService.
 #[derive(Debug, Clone)]
 pub struct Remote {
-    client: SidecarServiceClient<Channel>,
+    client: SidecarServiceClient<AuthChannel>,
     worker: String,
     /// The resume secret of the current session: the controller moves packs
     /// only for the sidecar that holds the worker id's live session.
@@ -37,7 +37,7 @@ pub struct Remote {
 }
 
 impl Remote {
-    pub fn new(client: SidecarServiceClient<Channel>, worker: &str, secret: &str) -> Remote {
+    pub fn new(client: SidecarServiceClient<AuthChannel>, worker: &str, secret: &str) -> Remote {
         Remote { client, worker: worker.to_string(), secret: Arc::new(Mutex::new(secret.to_string())) }
     }
 

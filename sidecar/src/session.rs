@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tracing::Instrument;
 
 use crate::attempt::{self, Assignment, Context, Report, Stop};
@@ -119,9 +119,10 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Sidecar
         journal.append_report(Body::Orphans(v1::OrphanReport { worktrees: orphan_ids, removed }))?;
     }
     let remote = if cfg.remote {
-        let channel = Endpoint::from_shared(cfg.controller.clone())
-            .map_err(|e| SidecarError::Config(format!("controller url: {e}")))?
-            .connect_lazy();
+        let auth = cfg.client_auth();
+        let channel =
+            auth.endpoint(&cfg.controller).map_err(|e| SidecarError::Config(e.to_string()))?.connect_lazy();
+        let channel = auth.wrap(channel).map_err(|e| SidecarError::Config(e.to_string()))?;
         Some(crate::remote::Remote::new(
             SidecarServiceClient::new(channel),
             &worker_id,
@@ -167,7 +168,8 @@ impl Session {
                     }
                     tracing::info!("stream to controller closed; reconnecting");
                 }
-                Err(e @ SidecarError::Journal(_)) => return Err(e),
+                // A bad URL or credential file does not heal by retrying.
+                Err(e @ (SidecarError::Journal(_) | SidecarError::Config(_))) => return Err(e),
                 Err(e) => tracing::warn!(error = %e, "cannot reach controller"),
             }
             let gave_up = self.give_up_at.is_some_and(|t| t <= tokio::time::Instant::now());
@@ -238,8 +240,10 @@ impl Session {
     }
 
     async fn connect_once(&mut self) -> Result<Ended, SidecarError> {
-        let endpoint = Endpoint::from_shared(self.cfg.controller.clone())
-            .map_err(|e| SidecarError::Config(format!("controller url: {e}")))?
+        let auth = self.cfg.client_auth();
+        let endpoint = auth
+            .endpoint(&self.cfg.controller)
+            .map_err(|e| SidecarError::Config(e.to_string()))?
             .connect_timeout(Duration::from_secs(5))
             // Notice a half-open connection even when nothing is being sent.
             .http2_keep_alive_interval(Duration::from_secs(10))
@@ -252,6 +256,7 @@ impl Session {
                 return Ok(Ended::Broken(false));
             }
         };
+        let channel = auth.wrap(channel).map_err(|e| SidecarError::Config(e.to_string()))?;
         let mut client = SidecarServiceClient::new(channel);
         let (out, out_rx) = mpsc::channel::<v1::SidecarMessage>(1024);
         let _ = out.send(self.hello()).await;

@@ -6,10 +6,34 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use anyhow::Context as _;
+use swarm_controller::api::auth::tokens;
 use swarm_controller::{Config, Controller};
+use swarm_proto::client::ClientAuth;
+
+use crate::client::Target;
+
+/// Under `<repo>/.git/swarm/`: the admin token of the current local run.
+pub const TOKEN_FILE: &str = "operator.token";
+
+/// Replaces `path` with `text`, readable by the owner only.
+fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let tmp = path.with_extension("tmp");
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+    f.write_all(text.as_bytes())?;
+    f.write_all(b"\n")?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
 
 pub struct LocalController {
     inner: Controller,
+    /// This run's credentials: the controller accepts only these, so other
+    /// local users cannot drive the loopback port.
+    sidecar_token: String,
+    admin_token: String,
     /// Spans export over OTLP when `OTEL_EXPORTER_OTLP_ENDPOINT` is set;
     /// `None` when a subscriber was already installed.
     telemetry: Option<swarm_telemetry::Telemetry>,
@@ -33,12 +57,35 @@ impl LocalController {
         let telemetry = swarm_telemetry::init_with_writer("swarm-controller", false, Mutex::new(file)).ok();
         let mut config = Config::local(repo.to_path_buf());
         config.metrics_listen = metrics_listen;
+        let sidecar_token = crate::auth::new_token();
+        let admin_token = crate::auth::new_token();
+        let entries = [
+            crate::auth::token_entry("local-sidecars", "sidecar", Some("local-*"), &sidecar_token),
+            crate::auth::token_entry("local-operator", "admin", None, &admin_token),
+        ];
+        config.security.tokens = tokens::parse(&entries.join("\n")).context("local-mode tokens")?;
+        // For `swarmctl --token-file` while the run goes on; only this user may read it.
+        let token_file = repo.join(".git").join("swarm").join(TOKEN_FILE);
+        write_private(&token_file, &admin_token)
+            .with_context(|| format!("writing {}", token_file.display()))?;
         let inner = swarm_controller::start(config).await.context("starting the embedded controller")?;
-        Ok(LocalController { inner, telemetry })
+        Ok(LocalController { inner, sidecar_token, admin_token, telemetry })
     }
 
     pub fn url(&self) -> String {
         format!("http://{}", self.inner.local_addr())
+    }
+
+    pub fn sidecar_token(&self) -> &str {
+        &self.sidecar_token
+    }
+
+    /// The embedded controller with this run's admin token.
+    pub fn operator_target(&self) -> Target {
+        Target {
+            url: self.url(),
+            auth: ClientAuth { token: Some(self.admin_token.clone()), ..ClientAuth::default() },
+        }
     }
 
     /// Completes when the controller stops on its own (a failed store, a

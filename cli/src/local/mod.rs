@@ -19,7 +19,7 @@ use swarm_proto::v1;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::cli::RunArgs;
-use crate::client::{Client, connect, read_plan};
+use crate::client::{Client, Target, connect, read_plan};
 use crate::exit::{self, Usage};
 use controller::LocalController;
 use progress::Progress;
@@ -80,7 +80,8 @@ pub enum Ended {
 pub struct Session {
     controller: LocalController,
     sidecars: Sidecars,
-    pub url: String,
+    /// The embedded controller, with this run's admin token.
+    pub target: Target,
     pub log_dir: PathBuf,
     labels: BTreeMap<String, String>,
 }
@@ -97,14 +98,16 @@ impl Session {
         let controller =
             LocalController::start(repo, &log_dir.join("controller.log"), metrics_listen).await?;
         let url = controller.url();
-        let sidecars = match Sidecars::start(&url, repo, workers, labels, &log_dir) {
-            Ok(s) => s,
-            Err(e) => {
-                let _ = controller.shutdown().await;
-                return Err(e);
-            }
-        };
-        let session = Session { controller, sidecars, url, log_dir, labels: labels.clone() };
+        let sidecars =
+            match Sidecars::start(&url, controller.sidecar_token(), repo, workers, labels, &log_dir) {
+                Ok(s) => s,
+                Err(e) => {
+                    let _ = controller.shutdown().await;
+                    return Err(e);
+                }
+            };
+        let target = controller.operator_target();
+        let session = Session { controller, sidecars, target, log_dir, labels: labels.clone() };
         if let Err(e) = session.wait_for_workers(workers as usize).await {
             let _ = session.stop().await;
             return Err(e);
@@ -115,7 +118,7 @@ impl Session {
     /// Waits (bounded) until every local sidecar has connected, so the first
     /// ready tasks start side by side.
     async fn wait_for_workers(&self, count: usize) -> anyhow::Result<()> {
-        let mut client = connect(&self.url).await?;
+        let mut client = connect(&self.target).await?;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         loop {
             let workers = client.list_workers(v1::ListWorkersRequest {}).await?.into_inner().workers;
@@ -142,7 +145,7 @@ impl Session {
         live: bool,
         answers: &BTreeMap<String, String>,
     ) -> anyhow::Result<Ended> {
-        let mut client = connect(&self.url).await?;
+        let mut client = connect(&self.target).await?;
         let resp = client.create_swarm(v1::CreateSwarmRequest { plan_toml: plan_text.to_string() }).await?;
         let resp = resp.into_inner();
         let swarm = resp.swarm.unwrap_or_default();

@@ -20,6 +20,7 @@ impl Sidecars {
     /// Starts `count` sidecars named `local-1`..; each logs to `<log_dir>/<id>.log`.
     pub fn start(
         url: &str,
+        token: &str,
         repo: &Path,
         count: u32,
         labels: &BTreeMap<String, String>,
@@ -37,6 +38,14 @@ impl Sidecars {
                 .args([super::sidecar_mode::ARG, "--controller", url, "--worker-id", &id, "--repo"])
                 .arg(repo)
                 .args(labels.iter().flat_map(|(k, v)| ["--label".to_string(), format!("{k}={v}")]))
+                // The run's sidecar token; the environment of a process is
+                // readable only by its user. The user's own TLS settings are
+                // for remote controllers, not this loopback one.
+                .env("SWARM_TOKEN", token)
+                .env_remove("SWARM_TOKEN_FILE")
+                .env_remove("SWARM_CA")
+                .env_remove("SWARM_CERT")
+                .env_remove("SWARM_KEY")
                 .stdin(Stdio::null())
                 .stdout(log.try_clone()?)
                 .stderr(log)

@@ -62,7 +62,7 @@ impl SidecarService for SidecarApi {
         &self,
         request: Request<Streaming<v1::SidecarMessage>>,
     ) -> Result<Response<Self::ConnectStream>, Status> {
-        let mut inbound = request.into_inner();
+        let (_, extensions, mut inbound) = request.into_parts();
         let first = tokio::time::timeout(self.hello_timeout, inbound.message())
             .await
             .map_err(|_| Status::deadline_exceeded(format!("no hello within {:?}", self.hello_timeout)))??
@@ -70,7 +70,9 @@ impl SidecarService for SidecarApi {
         let Some(v1::sidecar_message::Body::Hello(hello)) = &first.body else {
             return Err(Status::invalid_argument("body: the first message on a stream must be hello"));
         };
-        let hello = convert::hello(hello)?;
+        let mut hello = convert::hello(hello)?;
+        super::auth::authorize_worker(&self.shared, &extensions, &hello.worker_id)?;
+        hello.principal = principal(&extensions);
         let worker = hello.worker_id.clone();
         let worker_span = worker.clone();
         let session_id = self.next_session.fetch_add(1, Ordering::Relaxed);
@@ -92,7 +94,7 @@ impl SidecarService for SidecarApi {
         &self,
         request: Request<v1::FetchPackRequest>,
     ) -> Result<Response<Self::FetchPackStream>, Status> {
-        let claim = pack_claim(request.metadata(), None)?;
+        let claim = self.pack_claim(request.metadata(), request.extensions(), None)?;
         let req = request.into_inner();
         let want = required_commit("want", &req.want)?;
         if req.have.len() > 10_000 {
@@ -124,8 +126,7 @@ impl SidecarService for SidecarApi {
         &self,
         request: Request<Streaming<v1::PushPackChunk>>,
     ) -> Result<Response<v1::PushPackResponse>, Status> {
-        let metadata = request.metadata().clone();
-        let mut chunks = request.into_inner();
+        let (metadata, extensions, mut chunks) = request.into_parts();
         let first = chunks.message().await?.ok_or_else(|| {
             Status::invalid_argument("attempt: the first chunk must name the attempt and tip")
         })?;
@@ -134,7 +135,7 @@ impl SidecarService for SidecarApi {
         let reported =
             ReportedAttempt { task: attempt.task, number: attempt.number, token: attempt.fencing_token };
         let label = reported.task.attempt(reported.number).to_string();
-        self.authorize_pack(pack_claim(&metadata, Some(reported))?).await?;
+        self.authorize_pack(self.pack_claim(&metadata, &extensions, Some(reported))?).await?;
         let _permit = self.pushes.clone().try_acquire_owned().map_err(|_| {
             Status::resource_exhausted(format!(
                 "pack uploads: at most {MAX_CONCURRENT_PUSHES} at once; retry shortly"
@@ -196,13 +197,28 @@ impl SidecarApi {
     }
 }
 
-/// The worker a pack transfer is for, from its metadata.
-fn pack_claim(metadata: &MetadataMap, attempt: Option<ReportedAttempt>) -> Result<PackClaim, Status> {
-    let get = |key: &str| metadata.get(key).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
-    let worker = get(WORKER_HEADER);
-    swarm_core::names::check_id(&worker)
-        .map_err(|rule| Status::unauthenticated(format!("{WORKER_HEADER}: {rule}")))?;
-    Ok(PackClaim { worker, resume_secret: get(SECRET_HEADER), principal: None, attempt })
+impl SidecarApi {
+    /// The worker a pack transfer is for, from its metadata; the caller's
+    /// credential must cover that worker id, as for its Hello.
+    fn pack_claim(
+        &self,
+        metadata: &MetadataMap,
+        extensions: &tonic::Extensions,
+        attempt: Option<ReportedAttempt>,
+    ) -> Result<PackClaim, Status> {
+        let get = |key: &str| metadata.get(key).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+        let worker = get(WORKER_HEADER);
+        swarm_core::names::check_id(&worker)
+            .map_err(|rule| Status::unauthenticated(format!("{WORKER_HEADER}: {rule}")))?;
+        super::auth::authorize_worker(&self.shared, extensions, &worker)?;
+        Ok(PackClaim { worker, resume_secret: get(SECRET_HEADER), principal: principal(extensions), attempt })
+    }
+}
+
+/// The credential a stream proved, when credentials are in use: with it, a
+/// sidecar restarted without its journal may still take its worker id back.
+fn principal(extensions: &tonic::Extensions) -> Option<String> {
+    extensions.get::<super::auth::Identity>().filter(|i| !i.unrestricted).map(|i| i.principal.clone())
 }
 
 /// Reads a sidecar's stream until it ends, turning each message into a

@@ -182,6 +182,11 @@ pub enum Command {
     },
     /// A stale integration-ref lock removed at start.
     LockRemoved(LockRemoved),
+    /// A call refused at the edge, for the (rate-limited) audit log.
+    Denied {
+        client: String,
+        message: String,
+    },
     Shutdown,
 }
 

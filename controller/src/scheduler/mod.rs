@@ -257,6 +257,9 @@ impl Scheduler {
                 self.on_merged(result, fx)
             }
             Command::LockRemoved(removed) => self.on_lock_removed(removed, fx),
+            Command::Denied { client, message } => {
+                self.audited(fx, &client, "auth.denied", None, message, serde_json::json!({}));
+            }
             Command::AuthorizePack { claim, reply } => {
                 // Nothing is written, so the answer need not wait for a commit.
                 let _ = reply.send(self.authorize_pack(&claim));
