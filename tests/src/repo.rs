@@ -24,9 +24,15 @@ impl Change for &str {
     }
 }
 
-impl Change for Option<&str> {
+impl Change for &String {
     fn content(&self) -> Option<&str> {
-        *self
+        Some(self)
+    }
+}
+
+impl<S: AsRef<str>> Change for Option<S> {
+    fn content(&self) -> Option<&str> {
+        self.as_ref().map(AsRef::as_ref)
     }
 }
 
