@@ -18,8 +18,8 @@ fn plan(defaults: &str, tasks: &str) -> String {
 const TWO: &str =
     "[[tasks]]\nid = \"a\"\nfiles = [\"a/**\", \"shared.txt\"]\n[[tasks]]\nid = \"b\"\nfiles = [\"b/**\"]\n";
 
-fn trailers(repo: &std::path::Path, label: &str) -> usize {
-    git(repo, &["log", "--format=%B", "swarm/s/integration"])
+fn trailers(repo: &TempRepo, label: &str) -> usize {
+    repo.git(&["log", "--format=%B", "swarm/s/integration"])
         .matches(&format!("Swarm-Attempt: {label}"))
         .count()
 }
@@ -33,7 +33,7 @@ async fn conflict_setup(h: &Harness, defaults: &str) -> (Sim, v1::Assign) {
     let a = s1.assign().await;
     let b = s2.assign().await;
     assert_eq!(attempt_ref(&a).task_id, "a");
-    let ca = commit_on(h.repo(), &a.base_commit, &[("shared.txt", "from a\n")], "a");
+    let ca = h.repo().commit(Some(&a.base_commit), &[("shared.txt", "from a\n")], "a");
     s1.result(&a, v1::Outcome::Success, 0, &ca).await;
     h.wait_state("s/a", v1::TaskState::Merged).await;
     // Only w2 may take b's next attempt: w1 leaves, and b's result is sent
@@ -49,7 +49,7 @@ async fn conflict_setup(h: &Harness, defaults: &str) -> (Sim, v1::Assign) {
         assert!(tokio::time::Instant::now() < deadline, "w1 never disconnected");
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
-    let cb = commit_on(h.repo(), &b.base_commit, &[("shared.txt", "from b\n"), ("b/x", "x\n")], "b");
+    let cb = h.repo().commit(Some(&b.base_commit), &[("shared.txt", "from b\n"), ("b/x", "x\n")], "b");
     s2.result(&b, v1::Outcome::Success, 0, &cb).await;
     (s2, b)
 }
@@ -70,12 +70,12 @@ async fn a_conflict_is_returned_to_its_owner_and_resolved_by_the_next_attempt() 
         events.iter().any(|e| e.kind == "task.ownership_warning"),
         "shared.txt is outside b's globs: warned"
     );
-    let resolved = commit_on(h.repo(), &next.base_commit, &[("b/x", "x\n")], "b again");
+    let resolved = h.repo().commit(Some(&next.base_commit), &[("b/x", "x\n")], "b again");
     s2.result(&next, v1::Outcome::Success, 0, &resolved).await;
     h.wait_state("s/b", v1::TaskState::Merged).await;
-    let head = git(h.repo(), &["rev-parse", "swarm/s/integration"]);
-    assert_eq!(file_at(h.repo(), &head, "shared.txt").as_deref(), Some("from a\n"));
-    assert_eq!(file_at(h.repo(), &head, "b/x").as_deref(), Some("x\n"));
+    let head = h.repo().git(&["rev-parse", "swarm/s/integration"]);
+    assert_eq!(h.repo().file(&head, "shared.txt").as_deref(), Some("from a\n"));
+    assert_eq!(h.repo().file(&head, "b/x").as_deref(), Some("x\n"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -97,9 +97,8 @@ async fn a_result_outside_the_owned_globs_is_refused_or_warned() {
     for sc in [&mut s1, &mut s2] {
         let t = sc.assign().await;
         let id = attempt_ref(&t).task_id.clone();
-        let c = commit_on(
-            h.repo(),
-            &t.base_commit,
+        let c = h.repo().commit(
+            Some(&t.base_commit),
             &[(&format!("{id}/ok"), "ok\n"), (&format!("outside-{id}.txt"), "no\n")],
             "x",
         );
@@ -111,8 +110,8 @@ async fn a_result_outside_the_owned_globs_is_refused_or_warned() {
     let events = h.events().await;
     let warning = events.iter().find(|e| e.kind == "task.ownership_warning").expect("warning event");
     assert!(warning.message.contains("outside-w.txt"));
-    let head = git(h.repo(), &["rev-parse", "swarm/s/integration"]);
-    assert!(file_at(h.repo(), &head, "outside-a.txt").is_none(), "the refused result was not merged");
+    let head = h.repo().git(&["rev-parse", "swarm/s/integration"]);
+    assert!(h.repo().file(&head, "outside-a.txt").is_none(), "the refused result was not merged");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -122,11 +121,11 @@ async fn a_crash_between_the_ref_move_and_the_store_commit_leaves_exactly_one_me
     let mut sc = h.sidecar("w1").await;
     let a = sc.assign().await;
     let base = a.base_commit.clone();
-    let c = commit_on(h.repo(), &base, &[("a.txt", "A\n")], "a");
+    let c = h.repo().commit(Some(&base), &[("a.txt", "A\n")], "a");
     sc.result(&a, v1::Outcome::Success, 0, &c).await;
     h.wait_state("s/a", v1::TaskState::Merged).await;
     drop(sc);
-    let merged_head = git(h.repo(), &["rev-parse", "swarm/s/integration"]);
+    let merged_head = h.repo().git(&["rev-parse", "swarm/s/integration"]);
     assert_eq!(trailers(h.repo(), "s/a#1"), 1);
     if let Some(c) = h.controller.take() {
         c.shutdown().await.expect("stop");
@@ -134,7 +133,7 @@ async fn a_crash_between_the_ref_move_and_the_store_commit_leaves_exactly_one_me
     // Rewind the store to the moment after the ref moved and before the
     // MERGED transition was committed: the task is MERGING and the swarm's
     // recorded head is the old one.
-    let db = h.repo().join(".git/swarm/swarm.db");
+    let db = h.repo().path().join(".git/swarm/swarm.db");
     let conn = rusqlite::Connection::open(&db).expect("db");
     conn.execute("UPDATE tasks SET state = 'MERGING', merge_commit = '' WHERE id = 'a'", [])
         .expect("rewind task");
@@ -145,7 +144,7 @@ async fn a_crash_between_the_ref_move_and_the_store_commit_leaves_exactly_one_me
     h.restart().await;
     let d = h.wait_state("s/a", v1::TaskState::Merged).await;
     assert_eq!(d.task.expect("task").merge_commit, merged_head, "the landed merge is recognized");
-    assert_eq!(git(h.repo(), &["rev-parse", "swarm/s/integration"]), merged_head, "no second merge commit");
+    assert_eq!(h.repo().git(&["rev-parse", "swarm/s/integration"]), merged_head, "no second merge commit");
     assert_eq!(trailers(h.repo(), "s/a#1"), 1);
 }
 
@@ -155,7 +154,7 @@ async fn a_resumed_attempt_that_adds_nothing_still_merges_its_checkpoint() {
     h.create(&plan("", "[[tasks]]\nid = \"a\"\nfiles = [\"a.txt\"]\n")).await;
     let mut sc = h.sidecar("w1").await;
     let a1 = sc.assign().await;
-    let wip = commit_on(h.repo(), &a1.base_commit, &[("a.txt", "half\n")], "WIP");
+    let wip = h.repo().commit(Some(&a1.base_commit), &[("a.txt", "half\n")], "WIP");
     sc.result(&a1, v1::Outcome::Checkpoint, 2, &wip).await;
     let a2 = sc.assign().await;
     assert_eq!(a2.base_commit, wip);
@@ -164,6 +163,6 @@ async fn a_resumed_attempt_that_adds_nothing_still_merges_its_checkpoint() {
     // does not hold yet.
     sc.result(&a2, v1::Outcome::Success, 0, &wip).await;
     h.wait_state("s/a", v1::TaskState::Merged).await;
-    let head = git(h.repo(), &["rev-parse", "swarm/s/integration"]);
-    assert_eq!(file_at(h.repo(), &head, "a.txt").as_deref(), Some("half\n"));
+    let head = h.repo().git(&["rev-parse", "swarm/s/integration"]);
+    assert_eq!(h.repo().file(&head, "a.txt").as_deref(), Some("half\n"));
 }

@@ -31,23 +31,23 @@ async fn success_merges_and_dependents_start_from_the_new_head() {
     assert!(a.task_text.contains("a.txt"), "task text names owned files");
     sc.started(&a).await;
     assert_eq!(h.task("s/a").await.attempts[0].state, v1::AttemptState::Running as i32);
-    let commit = commit_on(h.repo(), &a.base_commit, &[("a.txt", "A\n")], "a");
+    let commit = h.repo().commit(Some(&a.base_commit), &[("a.txt", "A\n")], "a");
     sc.result(&a, v1::Outcome::Success, 0, &commit).await;
     h.wait_state("s/a", v1::TaskState::Merged).await;
 
     let b = sc.assign().await;
     assert_eq!(
-        file_at(h.repo(), &b.base_commit, "a.txt").as_deref(),
+        h.repo().file(&b.base_commit, "a.txt").as_deref(),
         Some("A\n"),
         "b starts from a head holding a"
     );
     sc.started(&b).await;
-    let commit = commit_on(h.repo(), &b.base_commit, &[("b.txt", "B\n")], "b");
+    let commit = h.repo().commit(Some(&b.base_commit), &[("b.txt", "B\n")], "b");
     sc.result(&b, v1::Outcome::Success, 0, &commit).await;
     h.wait_state("s/b", v1::TaskState::Merged).await;
-    let head = git(h.repo(), &["rev-parse", "swarm/s/integration"]);
-    assert_eq!(file_at(h.repo(), &head, "a.txt").as_deref(), Some("A\n"));
-    assert_eq!(file_at(h.repo(), &head, "b.txt").as_deref(), Some("B\n"));
+    let head = h.repo().git(&["rev-parse", "swarm/s/integration"]);
+    assert_eq!(h.repo().file(&head, "a.txt").as_deref(), Some("A\n"));
+    assert_eq!(h.repo().file(&head, "b.txt").as_deref(), Some("B\n"));
     let swarm = h
         .operator()
         .get_swarm(v1::GetSwarmRequest { swarm_id: "s".into() })
@@ -84,7 +84,7 @@ async fn exit_2_checkpoint_resumes_from_the_wip_commit_without_using_a_retry() {
     h.create(&plan("retries = 0", ONE)).await;
     let mut sc = h.sidecar("w1").await;
     let a1 = sc.assign().await;
-    let wip = commit_on(h.repo(), &a1.base_commit, &[("a.txt", "half\n")], "WIP");
+    let wip = h.repo().commit(Some(&a1.base_commit), &[("a.txt", "half\n")], "WIP");
     sc.result(&a1, v1::Outcome::Checkpoint, 2, &wip).await;
     let a2 = sc.assign().await;
     assert_eq!(a2.base_commit, wip, "resumes from the WIP commit");
@@ -148,7 +148,7 @@ async fn exit_3_blocks_and_exit_4_escalates_until_answered() {
     let b2 = sc.assign().await;
     assert_eq!(attempt_ref(&b2).task_id, "b");
     assert!(b2.task_text.contains("postgres"), "the answer is in the next attempt's task text");
-    let commit = commit_on(h.repo(), &b2.base_commit, &[("b.txt", "B\n")], "b");
+    let commit = h.repo().commit(Some(&b2.base_commit), &[("b.txt", "B\n")], "b");
     sc.result(&b2, v1::Outcome::Success, 0, &commit).await;
 
     assert_eq!(h.state("s/a").await, v1::TaskState::Blocked, "blocked waits for the operator");
@@ -201,14 +201,14 @@ async fn a_lost_lease_reassigns_and_the_stale_report_is_fenced() {
     drop(old);
     let mut old = Sim::connect(h.channel.clone(), "w1", Some(attempt_ref(&a1)), 1, &secret).await;
     assert!(!old.welcome.attempt_resumed, "the stale attempt is not resumed");
-    let commit = commit_on(h.repo(), &a1.base_commit, &[("a.txt", "stale\n")], "stale");
+    let commit = h.repo().commit(Some(&a1.base_commit), &[("a.txt", "stale\n")], "stale");
     old.result(&a1, v1::Outcome::Success, 0, &commit).await;
     assert_eq!(h.state("s/a").await, v1::TaskState::Running);
     let events = h.events().await;
     assert!(events.iter().any(|e| e.kind == "report.fenced" && e.attempt == 1), "fenced report recorded");
     assert_eq!(
-        git(h.repo(), &["rev-parse", "swarm/s/integration"]),
-        git(h.repo(), &["rev-parse", "main"]),
+        h.repo().git(&["rev-parse", "swarm/s/integration"]),
+        h.repo().git(&["rev-parse", "main"]),
         "nothing merged"
     );
 }
@@ -226,7 +226,7 @@ async fn a_sidecar_that_reconnects_before_its_lease_expires_resumes_its_attempt(
     assert!(back.welcome.attempt_resumed);
     assert_eq!(back.secret(), secret, "a proven secret stays valid");
     assert_eq!(back.welcome.last_applied_seq, last);
-    let commit = commit_on(h.repo(), &a.base_commit, &[("a.txt", "A\n")], "a");
+    let commit = h.repo().commit(Some(&a.base_commit), &[("a.txt", "A\n")], "a");
     back.result(&a, v1::Outcome::Success, 0, &commit).await;
     h.wait_state("s/a", v1::TaskState::Merged).await;
     assert_eq!(h.task("s/a").await.attempts.len(), 1, "no second attempt");
@@ -285,7 +285,7 @@ async fn state_survives_a_controller_restart() {
     assert_eq!(h.state("s/a").await, v1::TaskState::Running);
     let mut back = Sim::connect(h.channel.clone(), "w1", Some(attempt_ref(&a)), last, &secret).await;
     assert!(back.welcome.attempt_resumed, "the attempt survives the restart");
-    let commit = commit_on(h.repo(), &a.base_commit, &[("a.txt", "A\n")], "a");
+    let commit = h.repo().commit(Some(&a.base_commit), &[("a.txt", "A\n")], "a");
     back.result(&a, v1::Outcome::Success, 0, &commit).await;
     h.wait_state("s/a", v1::TaskState::Merged).await;
     let b = back.assign().await;

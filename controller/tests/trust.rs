@@ -47,7 +47,7 @@ async fn a_hello_for_a_connected_worker_without_its_secret_is_refused_and_the_ow
     let secret = owner.secret();
     let mut back = Sim::connect(h.channel.clone(), "w1", Some(attempt_ref(&a)), seq, &secret).await;
     assert!(back.welcome.attempt_resumed);
-    let commit = commit_on(h.repo(), &a.base_commit, &[("a.txt", "A\n")], "a");
+    let commit = h.repo().commit(Some(&a.base_commit), &[("a.txt", "A\n")], "a");
     back.result(&a, v1::Outcome::Success, 0, &commit).await;
     h.wait_state("s/a", v1::TaskState::Merged).await;
 }
@@ -169,7 +169,7 @@ async fn a_result_the_integrator_refuses_fails_its_attempt_and_forgets_the_commi
     assert!(d.attempts[0].error.contains("does not exist"), "{}", d.attempts[0].error);
     assert_eq!(d.task.expect("task").retries_used, 1);
     // A commit outside the owned globs (ownership is enforced by default).
-    let outside = commit_on(h.repo(), &a2.base_commit, &[("b.txt", "not mine\n")], "outside");
+    let outside = h.repo().commit(Some(&a2.base_commit), &[("b.txt", "not mine\n")], "outside");
     sc.result(&a2, v1::Outcome::Success, 0, &outside).await;
     let d = h.wait_state("s/a", v1::TaskState::Failed).await;
     assert_eq!(d.attempts[1].state, v1::AttemptState::Failed as i32);
@@ -214,9 +214,10 @@ async fn packs_move_only_for_the_live_attempt_of_the_caller() {
     let a = sc.assign().await;
     let secret = sc.secret();
     let mut client = SidecarServiceClient::new(h.channel.clone());
-    let tip = commit_on(h.repo(), &a.base_commit, &[("a.txt", "A\n")], "a");
-    let pack = swarm_git::build_pack(h.repo(), &tip, std::slice::from_ref(&a.base_commit)).expect("pack");
-    let objects_before = count_packs(h.repo());
+    let tip = h.repo().commit(Some(&a.base_commit), &[("a.txt", "A\n")], "a");
+    let pack =
+        swarm_git::build_pack(h.repo().path(), &tip, std::slice::from_ref(&a.base_commit)).expect("pack");
+    let objects_before = count_packs(h.repo().path());
 
     let forged = v1::AttemptRef { fencing_token: attempt_ref(&a).fencing_token + 1, ..attempt_ref(&a) };
     let nonexistent = v1::AttemptRef { task_id: "zz".into(), ..attempt_ref(&a) };
@@ -237,7 +238,7 @@ async fn packs_move_only_for_the_live_attempt_of_the_caller() {
         .await
         .expect_err("no claim at all");
     assert_eq!(status.code(), Code::Unauthenticated, "{}", status.message());
-    assert_eq!(count_packs(h.repo()), objects_before, "no refused pack installed anything");
+    assert_eq!(count_packs(h.repo().path()), objects_before, "no refused pack installed anything");
 
     let fetch = with_claim(v1::FetchPackRequest { want: a.base_commit.clone(), have: vec![] }, "w1", "");
     assert_eq!(client.fetch_pack(fetch).await.expect_err("fetch refused").code(), Code::PermissionDenied);
@@ -275,7 +276,7 @@ async fn an_oversized_pack_is_refused_while_it_streams() {
         .expect_err("too large");
     assert_eq!(status.code(), Code::ResourceExhausted, "{}", status.message());
     assert!(status.message().contains(&max.to_string()));
-    let incoming = h.repo().join(".git/swarm/incoming");
+    let incoming = h.repo().path().join(".git/swarm/incoming");
     assert_eq!(std::fs::read_dir(incoming).map(|d| d.count()).unwrap_or(0), 0, "the staging file is gone");
 }
 
@@ -296,7 +297,7 @@ async fn create_swarm_refuses_refs_another_swarm_owns_before_making_any() {
         assert_eq!(status.code(), Code::AlreadyExists, "{}", status.message());
         assert!(status.message().contains(field), "{}", status.message());
     }
-    let branches = git(h.repo(), &["branch", "--list", "swarm/s/mine"]);
+    let branches = h.repo().git(&["branch", "--list", "swarm/s/mine"]);
     assert!(branches.is_empty(), "no branch was made for a refused plan");
     let swarms = h.operator().list_swarms(v1::ListSwarmsRequest {}).await.expect("list").into_inner();
     assert_eq!(swarms.swarms.len(), 1);
@@ -308,7 +309,7 @@ async fn land_moves_only_branches_outside_every_swarm_and_records_it() {
     h.create(ONE).await;
     let mut sc = h.sidecar("w1").await;
     let a = sc.assign().await;
-    let commit = commit_on(h.repo(), &a.base_commit, &[("a.txt", "A\n")], "a");
+    let commit = h.repo().commit(Some(&a.base_commit), &[("a.txt", "A\n")], "a");
     sc.result(&a, v1::Outcome::Success, 0, &commit).await;
     h.wait_state("s/a", v1::TaskState::Merged).await;
     let mut op = h.operator();
@@ -318,18 +319,18 @@ async fn land_moves_only_branches_outside_every_swarm_and_records_it() {
         assert_eq!(status.code(), Code::InvalidArgument, "{target}: {}", status.message());
     }
     // A branch checked out in a worktree is not moved under it.
-    git(h.repo(), &["branch", "release", "main"]);
+    h.repo().git(&["branch", "release", "main"]);
     let wt = h.dir.path().join("release-wt");
-    git(h.repo(), &["worktree", "add", wt.to_str().expect("utf-8"), "release"]);
+    h.repo().git(&["worktree", "add", wt.to_str().expect("utf-8"), "release"]);
     let status = op.land(land("release")).await.expect_err("checked out");
     assert_eq!(status.code(), Code::InvalidArgument, "{}", status.message());
     assert!(status.message().contains("checked out"), "{}", status.message());
-    git(h.repo(), &["worktree", "remove", "--force", wt.to_str().expect("utf-8")]);
+    h.repo().git(&["worktree", "remove", "--force", wt.to_str().expect("utf-8")]);
 
     let landed = op.land(land("release")).await.expect("lands").into_inner();
-    let head = git(h.repo(), &["rev-parse", "swarm/s/integration"]);
+    let head = h.repo().git(&["rev-parse", "swarm/s/integration"]);
     assert_eq!(landed.new_commit, head);
-    assert_eq!(git(h.repo(), &["rev-parse", "release"]), head);
+    assert_eq!(h.repo().git(&["rev-parse", "release"]), head);
     let events = h.events().await;
     assert!(events.iter().any(|e| e.kind == "swarm.landed" && e.message.contains("release")));
     assert_eq!(

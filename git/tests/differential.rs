@@ -20,13 +20,11 @@
 //!   git's: gix names just the shared destination of a rename/rename(2to1) collision where git also
 //!   lists the sources. The clean/conflict verdict and clean trees must still match exactly.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 
-use common::TempRepo;
 use proptest::prelude::*;
 use swarm_git::{Integrator, MergeError, MergeRequest, MergeStrategy};
+use swarm_tests::TempRepo;
 
 const BASE_FILES: usize = 6;
 const LINES: usize = 6;
@@ -190,7 +188,7 @@ proptest! {
         repo.set_branch("integration", &head);
         repo.set_branch("task", &task);
 
-        let (code, out) = repo.git(&["merge-tree", "--write-tree", "--name-only", "integration", "task"]);
+        let (code, out) = repo.try_git(&["merge-tree", "--write-tree", "--name-only", "integration", "task"]);
         let mut lines = out.lines();
         let git_tree = lines.next().unwrap_or_default().to_string();
         let git_conflicts: Vec<String> =

@@ -1,9 +1,7 @@
 //! Pack transfer between two repositories with no shared object store.
 
-mod common;
-
-use common::TempRepo;
 use swarm_git::{GitError, Integrator, build_pack, receive_pack};
+use swarm_tests::TempRepo;
 
 const MAX: usize = 64 * 1024 * 1024;
 
@@ -70,7 +68,7 @@ fn a_pack_without_the_expected_tip_is_refused_untouched() {
     let err = receive_pack(b.path(), &pack, &tip, MAX).expect_err("missing tip");
     assert!(matches!(&err, GitError::PackMissingTip { tip: t } if *t == tip), "{err}");
     assert_eq!(pack_files(&b), before, "nothing installed");
-    assert!(b.repo.find_commit(git2::Oid::from_str(&base).expect("oid")).is_err());
+    assert!(b.git2().find_commit(git2::Oid::from_str(&base).expect("oid")).is_err());
 
     // A pack that lacks the tip's parent (the receiver does not have it) is refused too.
     let pack = build_pack(a.path(), &tip, std::slice::from_ref(&base)).expect("build thin");

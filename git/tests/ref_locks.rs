@@ -1,12 +1,10 @@
 //! Ref lock files left by a killed process: reported as locks (not as a moved ref), removed only
 //! on request and only when stale.
 
-mod common;
-
 use std::time::Duration;
 
-use common::TempRepo;
 use swarm_git::{Integrator, MergeError, MergeRequest, MergeStrategy, RefLock};
+use swarm_tests::TempRepo;
 
 const BRANCH: &str = "swarm/demo/integration";
 

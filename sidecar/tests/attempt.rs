@@ -1,15 +1,13 @@
 //! One attempt end to end, without a controller: real repository, real
 //! shell-script workers, the driver's reports read from its channel.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use support::{TempRepo, script};
 use swarm_proto::v1;
 use swarm_proto::v1::sidecar_message::Body;
 use swarm_sidecar::attempt::{self, Assignment, Context, Report, Stop};
+use swarm_tests::{TempRepo, poll, script};
 use tokio::sync::{mpsc, watch};
 
 fn assign(base: &str, worker: &Path, task: &str) -> v1::Assign {
@@ -81,7 +79,7 @@ async fn run_with(ctx: Context, a: v1::Assign, stop_after_line: Option<(&str, St
     let task = tokio::spawn(attempt::run(ctx.clone(), assignment, stop_rx, tx));
     if let Some((file, stop)) = stop_after_line {
         let wt = ctx.repo.join(".git/workspaces").join(&ctx.worker_id).join(file);
-        support::eventually(10, "worker ready", || wt.exists().then_some(())).await;
+        poll("worker ready", Duration::from_secs(10), || async { wt.exists().then_some(()) }).await;
         stop_tx.send(Some(stop)).expect("send stop");
     }
     tokio::time::timeout(Duration::from_secs(30), task).await.expect("attempt ends").expect("join");
@@ -95,7 +93,7 @@ async fn run_with(ctx: Context, a: v1::Assign, stop_after_line: Option<(&str, St
 #[tokio::test]
 async fn exit_0_verifies_commits_and_reports_the_result() {
     let repo = TempRepo::new();
-    let base = repo.commit(&[("a.txt", Some("a"))], "base").to_string();
+    let base = repo.commit_on_branch("main", &[("a.txt", Some("a"))], "base");
     let worker = script(
         repo.path(),
         "w.sh",
@@ -124,14 +122,15 @@ echo working
     assert_eq!(r.summary, "all good");
     assert_eq!(r.tiers.len(), 2);
     assert!(r.tiers[0].passed && !r.tiers[1].passed);
-    let commit = repo.repo.find_commit(git2::Oid::from_str(&r.commit).expect("oid")).expect("commit");
+    let git = repo.git2();
+    let commit = git.find_commit(git2::Oid::from_str(&r.commit).expect("oid")).expect("commit");
     assert_eq!(commit.message(), Some("Do api\n\nSwarm-Attempt: s/api#1"));
     let tree = commit.tree().expect("tree");
     assert!(tree.get_name(".swarm").is_none(), ".swarm/ is not committed");
-    let blob = tree.get_name("env.txt").expect("env.txt").to_object(&repo.repo).expect("obj");
+    let blob = tree.get_name("env.txt").expect("env.txt").to_object(&git).expect("obj");
     let text = String::from_utf8_lossy(blob.as_blob().expect("blob").content()).into_owned();
     assert_eq!(text.trim(), "s/api#1 swarm/s/api w1");
-    let branch = repo.repo.find_branch("swarm/s/api", git2::BranchType::Local).expect("branch");
+    let branch = git.find_branch("swarm/s/api", git2::BranchType::Local).expect("branch");
     assert_eq!(branch.get().target().expect("target").to_string(), r.commit);
     assert!(matches!(run.journaled()[0], Body::Started(s) if s.restarts == 0 && s.pid > 0));
     let log = repo.path().join(".git/workspaces/w1/.swarm/logs/api-1.log");
@@ -141,7 +140,7 @@ echo working
 #[tokio::test]
 async fn failing_blocking_tier_is_verify_failed() {
     let repo = TempRepo::new();
-    let base = repo.commit(&[("a.txt", Some("a"))], "base").to_string();
+    let base = repo.commit_on_branch("main", &[("a.txt", Some("a"))], "base");
     let worker = script(repo.path(), "w.sh", "echo x > b.txt");
     let mut a = assign(&base, &worker, "t");
     a.verify = vec![
@@ -164,7 +163,7 @@ async fn failing_blocking_tier_is_verify_failed() {
 #[tokio::test]
 async fn exit_2_commits_wip_and_reports_checkpoint() {
     let repo = TempRepo::new();
-    let base = repo.commit(&[("a.txt", Some("a"))], "base").to_string();
+    let base = repo.commit_on_branch("main", &[("a.txt", Some("a"))], "base");
     let worker = script(
         repo.path(),
         "w.sh",
@@ -175,7 +174,8 @@ exit 2"#,
     let run = run_with(ctx(repo.path(), "w1"), assign(&base, &worker, "t"), None).await;
     assert_eq!(run.outcome(), v1::Outcome::Checkpoint);
     let r = run.result();
-    let commit = repo.repo.find_commit(git2::Oid::from_str(&r.commit).expect("oid")).expect("commit");
+    let git = repo.git2();
+    let commit = git.find_commit(git2::Oid::from_str(&r.commit).expect("oid")).expect("commit");
     let msg = commit.message().expect("message");
     assert!(msg.starts_with("WIP: checkpoint s/t#1\n"), "{msg}");
     assert!(msg.contains("Progress: 50%") && msg.contains("Step: parsing"), "{msg}");
@@ -186,7 +186,7 @@ exit 2"#,
 #[tokio::test]
 async fn other_exit_codes_map_with_their_details() {
     let repo = TempRepo::new();
-    let base = repo.commit(&[("a.txt", Some("a"))], "base").to_string();
+    let base = repo.commit_on_branch("main", &[("a.txt", Some("a"))], "base");
     let cases: [(&str, v1::Outcome); 5] = [
         (
             r#"echo '{"status":"blocked","message":"need creds"}' > "$SWARM_STATUS_FILE"; exit 3"#,
@@ -223,7 +223,7 @@ async fn other_exit_codes_map_with_their_details() {
 #[tokio::test]
 async fn status_updates_are_relayed_and_questions_once() {
     let repo = TempRepo::new();
-    let base = repo.commit(&[("a.txt", Some("a"))], "base").to_string();
+    let base = repo.commit_on_branch("main", &[("a.txt", Some("a"))], "base");
     // The worker holds each state for 0.5 s, more than two 200 ms polls.
     let worker = script(
         repo.path(),
@@ -254,7 +254,7 @@ exit 0"#,
 #[tokio::test]
 async fn idle_worker_is_restarted_then_stalled() {
     let repo = TempRepo::new();
-    let base = repo.commit(&[("a.txt", Some("a"))], "base").to_string();
+    let base = repo.commit_on_branch("main", &[("a.txt", Some("a"))], "base");
     let worker = script(repo.path(), "w.sh", "echo started; exec sleep 30");
     let mut a = assign(&base, &worker, "t");
     a.idle_timeout_secs = 1;
@@ -276,7 +276,7 @@ async fn idle_worker_is_restarted_then_stalled() {
 #[tokio::test]
 async fn cancel_stops_the_group_and_reports_cancelled() {
     let repo = TempRepo::new();
-    let base = repo.commit(&[("a.txt", Some("a"))], "base").to_string();
+    let base = repo.commit_on_branch("main", &[("a.txt", Some("a"))], "base");
     let worker = script(repo.path(), "w.sh", "trap '' INT; touch ready; while :; do sleep 0.05; done");
     let run = run_with(
         ctx(repo.path(), "w1"),
@@ -290,7 +290,7 @@ async fn cancel_stops_the_group_and_reports_cancelled() {
 #[tokio::test]
 async fn silent_stop_reports_no_result() {
     let repo = TempRepo::new();
-    let base = repo.commit(&[("a.txt", Some("a"))], "base").to_string();
+    let base = repo.commit_on_branch("main", &[("a.txt", Some("a"))], "base");
     let worker = script(repo.path(), "w.sh", "touch ready; exec sleep 30");
     let run =
         run_with(ctx(repo.path(), "w1"), assign(&base, &worker, "t"), Some(("ready", Stop::Silent))).await;
@@ -313,7 +313,7 @@ fn answers_go_to_task_md_and_answer_files() {
 #[tokio::test]
 async fn output_is_relayed_as_rate_limited_progress() {
     let repo = TempRepo::new();
-    let base = repo.commit(&[("a.txt", Some("a"))], "base").to_string();
+    let base = repo.commit_on_branch("main", &[("a.txt", Some("a"))], "base");
     let worker = script(
         repo.path(),
         "w.sh",
@@ -345,7 +345,7 @@ i=0; while [ $i -lt 15 ]; do echo "line $i"; i=$((i+1)); sleep 0.1; done"#,
 #[tokio::test]
 async fn setup_runs_only_when_the_worktree_is_made() {
     let repo = TempRepo::new();
-    let base = repo.commit(&[("a.txt", Some("a"))], "base").to_string();
+    let base = repo.commit_on_branch("main", &[("a.txt", Some("a"))], "base");
     let worker = script(repo.path(), "w.sh", "exit 0");
     let marker = repo.path().join(".git/workspaces/w1/.swarm/setup-ran");
     let mut a = assign(&base, &worker, "t1");

@@ -3,17 +3,15 @@
 //! The sidecar runs in-process through `swarm_sidecar::run`, or as its own
 //! binary when the test kills it.
 
-mod support;
-
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{TempRepo, script};
 use swarm_proto::v1;
 use swarm_proto::v1::operator_service_client::OperatorServiceClient;
 use swarm_sidecar::Config;
+use swarm_tests::{TempRepo, poll, script};
 use tokio_util::sync::CancellationToken;
 use tonic::transport::{Channel, Endpoint};
 
@@ -107,7 +105,7 @@ fn plan(task: &str, worker: &Path, retries: u32) -> String {
 async fn task_runs_to_success_through_the_real_controller() {
     let Some(bin) = controller_binary() else { return };
     let repo = TempRepo::new();
-    repo.commit(&[("README", Some("hi"))], "base");
+    repo.commit_on_branch("main", &[("README", Some("hi"))], "base");
     let worker = script(
         repo.path(),
         "w.sh",
@@ -132,7 +130,8 @@ echo '{"status":"done","message":"said hi"}' > "$SWARM_STATUS_FILE""#,
     let a = &d.attempts[0];
     assert_eq!(a.outcome(), v1::Outcome::Success, "{a:?}");
     assert_eq!(a.summary, "said hi");
-    let commit = repo.repo.find_commit(git2::Oid::from_str(&a.result_commit).expect("oid")).expect("commit");
+    let git = repo.git2();
+    let commit = git.find_commit(git2::Oid::from_str(&a.result_commit).expect("oid")).expect("commit");
     assert!(commit.tree().expect("tree").get_name("hello.txt").is_some());
     shutdown.cancel();
     tokio::time::timeout(Duration::from_secs(10), sidecar)
@@ -146,7 +145,7 @@ echo '{"status":"done","message":"said hi"}' > "$SWARM_STATUS_FILE""#,
 async fn sidecar_killed_with_its_worker_reports_the_worker_lost_after_restart() {
     let Some(bin) = controller_binary() else { return };
     let repo = TempRepo::new();
-    repo.commit(&[("README", Some("hi"))], "base");
+    repo.commit_on_branch("main", &[("README", Some("hi"))], "base");
     let marker = repo.path().join(".git/first-run");
     let worker = script(
         repo.path(),
@@ -171,7 +170,7 @@ async fn sidecar_killed_with_its_worker_reports_the_worker_lost_after_restart() 
             .expect("start sidecar")
     };
     let mut first = spawn();
-    let pid: i32 = support::eventually(30, "first worker running", || {
+    let pid: i32 = poll("first worker running", Duration::from_secs(30), || async {
         std::fs::read_to_string(&marker).ok()?.trim().parse().ok()
     })
     .await;
@@ -220,7 +219,7 @@ fn finished(d: &v1::TaskDetail) -> bool {
 async fn answers_reach_the_worker_cancel_stops_it_and_drain_ends_the_sidecar() {
     let Some(bin) = controller_binary() else { return };
     let repo = TempRepo::new();
-    repo.commit(&[("README", Some("hi"))], "base");
+    repo.commit_on_branch("main", &[("README", Some("hi"))], "base");
     let ask = script(
         repo.path(),
         "ask.sh",
@@ -262,16 +261,13 @@ grep -q '## Answers' "$SWARM_TASK_FILE" || exit 1"#,
     .expect("answer");
     let d = task_until(&mut op, "e2e/ask", "success", finished).await;
     let commit = d.attempts[0].result_commit.clone();
-    let tree = repo
-        .repo
-        .find_commit(git2::Oid::from_str(&commit).expect("oid"))
-        .expect("commit")
-        .tree()
-        .expect("tree");
-    let blob = tree.get_name("answer.txt").expect("answer.txt").to_object(&repo.repo).expect("object");
+    let git = repo.git2();
+    let tree =
+        git.find_commit(git2::Oid::from_str(&commit).expect("oid")).expect("commit").tree().expect("tree");
+    let blob = tree.get_name("answer.txt").expect("answer.txt").to_object(&git).expect("object");
     assert_eq!(String::from_utf8_lossy(blob.as_blob().expect("blob").content()), "B, please");
 
-    support::eventually(30, "hang worker started", || marker.exists().then_some(())).await;
+    poll("hang worker started", Duration::from_secs(30), || async { marker.exists().then_some(()) }).await;
     op.cancel_task(v1::CancelTaskRequest { task_id: "e2e/hang".into(), reason: "test".into() })
         .await
         .expect("cancel");
@@ -293,7 +289,7 @@ grep -q '## Answers' "$SWARM_TASK_FILE" || exit 1"#,
 async fn reports_made_while_the_controller_is_down_are_replayed() {
     let Some(bin) = controller_binary() else { return };
     let repo = TempRepo::new();
-    repo.commit(&[("README", Some("hi"))], "base");
+    repo.commit_on_branch("main", &[("README", Some("hi"))], "base");
     let started = repo.path().join(".git/started");
     let go = repo.path().join(".git/go");
     let worker = script(
@@ -311,12 +307,12 @@ async fn reports_made_while_the_controller_is_down_are_replayed() {
     op.create_swarm(v1::CreateSwarmRequest { plan_toml: plan("hello", &worker, 0) }).await.expect("create");
     let shutdown = CancellationToken::new();
     let sidecar = tokio::spawn(swarm_sidecar::run(sidecar_config(&ctl.url, repo.path()), shutdown.clone()));
-    support::eventually(30, "worker running", || started.exists().then_some(())).await;
+    poll("worker running", Duration::from_secs(30), || async { started.exists().then_some(()) }).await;
 
     drop(ctl); // kill -9: the stream breaks, the worker keeps running
     std::fs::write(&go, "").expect("go");
     let journal = repo.path().join(".git/workspaces/w1.journal");
-    support::eventually(30, "result journaled while disconnected", || {
+    poll("result journaled while disconnected", Duration::from_secs(30), || async {
         let text = std::fs::read_to_string(&journal).ok()?;
         text.lines().any(|l| l.contains("\"release\"")).then_some(())
     })
@@ -335,7 +331,7 @@ async fn reports_made_while_the_controller_is_down_are_replayed() {
 async fn remote_sidecar_fetches_the_base_and_pushes_its_result() {
     let Some(bin) = controller_binary() else { return };
     let repo = TempRepo::new();
-    repo.commit(&[("README", Some("hi"))], "base");
+    repo.commit_on_branch("main", &[("README", Some("hi"))], "base");
     let worker = script(repo.path(), "w.sh", "test -f README && echo hi > hello.txt");
     let clone = TempRepo::new(); // empty: no commits at all
     let ctl = start_controller(&bin, repo.path());
@@ -348,8 +344,8 @@ async fn remote_sidecar_fetches_the_base_and_pushes_its_result() {
     let d = task_until(&mut op, "e2e/hello", "success", finished).await;
     let a = &d.attempts[0];
     assert_eq!(a.outcome(), v1::Outcome::Success, "{a:?}");
-    let commit =
-        repo.repo.find_commit(git2::Oid::from_str(&a.result_commit).expect("oid")).expect("pushed commit");
+    let git = repo.git2();
+    let commit = git.find_commit(git2::Oid::from_str(&a.result_commit).expect("oid")).expect("pushed commit");
     assert!(commit.tree().expect("tree").get_name("hello.txt").is_some());
     assert!(clone.path().join(".git/workspaces/w1/hello.txt").exists(), "worked in its own clone");
     shutdown.cancel();

@@ -1,16 +1,14 @@
 //! Worktrees of sidecars that are gone.
 
-mod support;
-
-use support::TempRepo;
 use swarm_proto::v1;
 use swarm_sidecar::journal::Journal;
 use swarm_sidecar::{orphans, worktree};
+use swarm_tests::TempRepo;
 
 #[test]
 fn only_unlocked_idle_worktrees_of_other_workers_are_orphans() {
     let repo = TempRepo::new();
-    let base = repo.commit(&[("a.txt", Some("a"))], "base").to_string();
+    let base = repo.commit_on_branch("main", &[("a.txt", Some("a"))], "base");
     for id in ["me", "old", "busy", "live"] {
         worktree::prepare(repo.path(), id, &format!("swarm/s/{id}"), &base).expect("prepare");
     }
@@ -24,7 +22,7 @@ fn only_unlocked_idle_worktrees_of_other_workers_are_orphans() {
     assert_eq!(found, vec!["old"]);
     orphans::remove(repo.path(), &ws, &found).expect("remove");
     assert!(!ws.join("old").exists());
-    assert!(repo.repo.find_worktree("old").is_err(), "registration pruned");
+    assert!(repo.git2().find_worktree("old").is_err(), "registration pruned");
     assert!(ws.join("busy").exists() && ws.join("live").exists() && ws.join("me").exists());
     assert!(orphans::scan(&ws, "me").is_empty());
 }

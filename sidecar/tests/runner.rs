@@ -1,12 +1,11 @@
 //! The process runner against real shell processes.
 
-mod support;
-
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use swarm_core::Outcome;
 use swarm_sidecar::runner::{SpawnSpec, Worker, group_alive};
+use swarm_tests::poll;
 
 fn sh(cmd: &str) -> SpawnSpec {
     SpawnSpec {
@@ -61,7 +60,7 @@ async fn stop_escalates_to_sigterm_when_sigint_is_trapped() {
     let pgid = w.pgid();
     let exit = w.stop(Duration::from_millis(300)).await;
     assert_eq!(exit.code, Some(7), "{exit:?}");
-    support::eventually(5, "group gone", || (!group_alive(pgid)).then_some(())).await;
+    poll("group gone", Duration::from_secs(5), || async { (!group_alive(pgid)).then_some(()) }).await;
 }
 
 #[tokio::test]
@@ -74,7 +73,7 @@ async fn stop_kills_a_worker_that_ignores_int_and_term() {
     let pgid = w.pgid();
     let exit = w.stop(Duration::from_millis(200)).await;
     assert_eq!(exit.signal, Some(Signal::SIGKILL as i32), "{exit:?}");
-    support::eventually(5, "no process of the group survives", || {
+    poll("no process of the group survives", Duration::from_secs(5), || async {
         match nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), None) {
             Err(nix::errno::Errno::ESRCH) => Some(()),
             _ if !group_alive(pgid) => Some(()), // only unreaped zombies left

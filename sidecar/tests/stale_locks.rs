@@ -1,16 +1,14 @@
 //! Git lock files left by a crashed sidecar are removed before the next
 //! attempt; a lock a live process holds is never broken.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use support::{TempRepo, script};
 use swarm_proto::v1;
 use swarm_proto::v1::sidecar_message::Body;
 use swarm_sidecar::attempt::{self, Assignment, Context, Report};
 use swarm_sidecar::{locks, worktree};
+use swarm_tests::{TempRepo, script};
 use tokio::sync::{mpsc, watch};
 
 fn assign(base: &str, worker: &Path, task: &str, number: u32) -> v1::Assign {
@@ -69,7 +67,7 @@ fn result(reports: &[Report]) -> &v1::AttemptResult {
 #[tokio::test]
 async fn locks_left_by_a_crash_are_removed_and_the_next_attempt_succeeds() {
     let repo = TempRepo::new();
-    let base = repo.commit(&[("a.txt", Some("a"))], "base").to_string();
+    let base = repo.commit_on_branch("main", &[("a.txt", Some("a"))], "base");
     let worker = script(repo.path(), "w.sh", "echo done > out.txt");
     // The worktree exists from an earlier attempt; then the sidecar was
     // killed mid-commit and mid-ref-update: real lock files, nobody holds them.
@@ -106,14 +104,15 @@ async fn locks_left_by_a_crash_are_removed_and_the_next_attempt_succeeds() {
         .collect();
     assert_eq!(recorded.len(), 3, "each removal is reported: {recorded:?}");
     assert!(recorded.iter().any(|m| m.contains("index.lock")));
-    let branch = repo.repo.find_branch("swarm/s/t", git2::BranchType::Local).expect("branch");
+    let git = repo.git2();
+    let branch = git.find_branch("swarm/s/t", git2::BranchType::Local).expect("branch");
     assert_eq!(branch.get().target().expect("target").to_string(), r.commit);
 }
 
 #[test]
 fn a_lock_held_open_by_a_live_process_is_not_broken() {
     let repo = TempRepo::new();
-    let base = repo.commit(&[("a.txt", Some("a"))], "base").to_string();
+    let base = repo.commit_on_branch("main", &[("a.txt", Some("a"))], "base");
     worktree::prepare(repo.path(), "w1", "swarm/s/t", &base).expect("prepare");
     let lock = repo.path().join(".git/worktrees/w1/index.lock");
     // A live process (this one) has the lock open, as git does while it works.

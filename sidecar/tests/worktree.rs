@@ -1,20 +1,21 @@
 //! The reused worktree against real repositories.
 
-mod support;
-
 use std::os::unix::fs::MetadataExt;
 
-use support::TempRepo;
 use swarm_sidecar::worktree;
+use swarm_tests::TempRepo;
 
 #[test]
 fn worktree_is_made_under_git_workspaces_and_reused() {
     let repo = TempRepo::new();
-    let c1 = repo
-        .commit(&[("a.txt", Some("a1")), ("keep.txt", Some("k")), (".gitignore", Some("target/\n"))], "one");
-    let c2 = repo.commit(&[("a.txt", Some("a2")), ("b.txt", Some("b"))], "two");
+    let c1 = repo.commit_on_branch(
+        "main",
+        &[("a.txt", Some("a1")), ("keep.txt", Some("k")), (".gitignore", Some("target/\n"))],
+        "one",
+    );
+    let c2 = repo.commit_on_branch("main", &[("a.txt", Some("a2")), ("b.txt", Some("b"))], "two");
 
-    let p = worktree::prepare(repo.path(), "w1", "swarm/s/t1", &c1.to_string()).expect("prepare");
+    let p = worktree::prepare(repo.path(), "w1", "swarm/s/t1", &c1).expect("prepare");
     assert!(p.created);
     let expected = repo.path().join(".git/workspaces/w1").canonicalize().expect("canon");
     assert_eq!(p.path, expected);
@@ -28,7 +29,7 @@ fn worktree_is_made_under_git_workspaces_and_reused() {
     std::fs::write(p.path.join(".swarm/task.md"), "task").expect("task");
     let keep_before = std::fs::metadata(p.path.join("keep.txt")).expect("meta");
 
-    let q = worktree::prepare(repo.path(), "w1", "swarm/s/t2", &c2.to_string()).expect("move");
+    let q = worktree::prepare(repo.path(), "w1", "swarm/s/t2", &c2).expect("move");
     assert!(!q.created);
     assert_eq!(q.path, p.path);
     assert_eq!(std::fs::read_to_string(q.path.join("a.txt")).expect("a"), "a2");
@@ -42,42 +43,43 @@ fn worktree_is_made_under_git_workspaces_and_reused() {
     assert_eq!(keep_before.mtime(), keep_after.mtime());
 
     let (head, _) = worktree::head(&q.path).expect("head");
-    assert_eq!(head, c2);
+    assert_eq!(head.to_string(), c2);
     let wt = git2::Repository::open(&q.path).expect("open");
     assert_eq!(wt.head().expect("head").shorthand(), Some("swarm/s/t2"));
 
     // Same branch again (a retry) at an older base: the branch is force-moved.
-    let r = worktree::prepare(repo.path(), "w1", "swarm/s/t2", &c1.to_string()).expect("again");
-    assert_eq!(worktree::head(&r.path).expect("head").0, c1);
+    let r = worktree::prepare(repo.path(), "w1", "swarm/s/t2", &c1).expect("again");
+    assert_eq!(worktree::head(&r.path).expect("head").0.to_string(), c1);
     assert!(!r.path.join("b.txt").exists());
 }
 
 #[test]
 fn commit_all_skips_swarm_dir_and_reports_files() {
     let repo = TempRepo::new();
-    let c1 = repo.commit(&[("a.txt", Some("a")), ("gone.txt", Some("g"))], "one");
-    let p = worktree::prepare(repo.path(), "w2", "swarm/s/t", &c1.to_string()).expect("prepare");
+    let c1 = repo.commit_on_branch("main", &[("a.txt", Some("a")), ("gone.txt", Some("g"))], "one");
+    let p = worktree::prepare(repo.path(), "w2", "swarm/s/t", &c1).expect("prepare");
     std::fs::create_dir_all(p.path.join(".swarm/logs")).expect("mkdir");
     std::fs::write(p.path.join(".swarm/status.json"), "{}").expect("status");
     std::fs::write(p.path.join("new.txt"), "n").expect("new");
     std::fs::remove_file(p.path.join("gone.txt")).expect("rm");
     let (oid, made) = worktree::commit_all(&p.path, "title\n\nSwarm-Attempt: s/t#1").expect("commit");
     assert!(made);
-    let mut files = worktree::files_changed(&p.path, &c1.to_string(), oid).expect("diff");
+    let mut files = worktree::files_changed(&p.path, &c1, oid).expect("diff");
     files.sort();
     assert_eq!(files, vec!["gone.txt", "new.txt"]);
     let (again, made) = worktree::commit_all(&p.path, "nothing").expect("noop");
     assert_eq!((again, made), (oid, false));
-    let tree = repo.repo.find_commit(oid).expect("commit").tree().expect("tree");
+    let git = repo.git2();
+    let tree = git.find_commit(oid).expect("commit").tree().expect("tree");
     assert!(tree.get_name(".swarm").is_none(), ".swarm/ never committed");
 }
 
 #[test]
 fn bad_worker_ids_and_branches_are_refused() {
     let repo = TempRepo::new();
-    let c1 = repo.commit(&[("a.txt", Some("a"))], "one");
-    assert!(worktree::prepare(repo.path(), "../evil", "swarm/s/t", &c1.to_string()).is_err());
-    assert!(worktree::prepare(repo.path(), "w", "-x", &c1.to_string()).is_err());
+    let c1 = repo.commit_on_branch("main", &[("a.txt", Some("a"))], "one");
+    assert!(worktree::prepare(repo.path(), "../evil", "swarm/s/t", &c1).is_err());
+    assert!(worktree::prepare(repo.path(), "w", "-x", &c1).is_err());
     assert!(worktree::prepare(repo.path(), "w", "b", "abc").is_err());
 }
 
@@ -87,17 +89,17 @@ fn bad_worker_ids_and_branches_are_refused() {
 #[test]
 fn a_branch_checked_out_in_a_lost_sidecars_worktree_can_be_taken_over() {
     let repo = TempRepo::new();
-    let c1 = repo.commit(&[("a.txt", Some("a1"))], "one");
-    let c2 = repo.commit(&[("a.txt", Some("a2"))], "two");
-    let lost = worktree::prepare(repo.path(), "w1", "swarm/s/t", &c1.to_string()).expect("first sidecar");
+    let c1 = repo.commit_on_branch("main", &[("a.txt", Some("a1"))], "one");
+    let c2 = repo.commit_on_branch("main", &[("a.txt", Some("a2"))], "two");
+    let lost = worktree::prepare(repo.path(), "w1", "swarm/s/t", &c1).expect("first sidecar");
     // The new sidecar's first worktree, on the same branch.
-    let fresh = worktree::prepare(repo.path(), "w2", "swarm/s/t", &c2.to_string()).expect("new worktree");
-    assert_eq!(worktree::head(&fresh.path).expect("head").0, c2);
+    let fresh = worktree::prepare(repo.path(), "w2", "swarm/s/t", &c2).expect("new worktree");
+    assert_eq!(worktree::head(&fresh.path).expect("head").0.to_string(), c2);
     // And an existing worktree moving onto it.
-    let w3 = worktree::prepare(repo.path(), "w3", "swarm/s/other", &c1.to_string()).expect("w3");
-    let moved = worktree::prepare(repo.path(), "w3", "swarm/s/t", &c2.to_string()).expect("move onto it");
+    let w3 = worktree::prepare(repo.path(), "w3", "swarm/s/other", &c1).expect("w3");
+    let moved = worktree::prepare(repo.path(), "w3", "swarm/s/t", &c2).expect("move onto it");
     assert_eq!(moved.path, w3.path);
-    assert_eq!(worktree::head(&moved.path).expect("head").0, c2);
+    assert_eq!(worktree::head(&moved.path).expect("head").0.to_string(), c2);
     // Committing publishes the result on the branch.
     std::fs::write(moved.path.join("a.txt"), "a3").expect("write");
     let (oid, made) = worktree::commit_all(&moved.path, "three").expect("commit");

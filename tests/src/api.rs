@@ -10,6 +10,7 @@ use swarm_proto::v1::operator_service_client::OperatorServiceClient;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::WAIT;
+use crate::poll::{poll, try_poll};
 use crate::procs::{ControllerProc, Proc, spawn_controller, spawn_sidecar};
 use crate::repo::TempRepo;
 
@@ -18,37 +19,6 @@ pub type Operator = OperatorServiceClient<Channel>;
 pub async fn operator(url: &str) -> Operator {
     let channel = Endpoint::from_shared(url.to_string()).unwrap().connect().await.expect("connect");
     OperatorServiceClient::new(channel)
-}
-
-/// Polls `check` every 50 ms until it returns `Some`, or panics after `limit`
-/// naming `what`.
-pub async fn poll<T, F, Fut>(what: &str, limit: Duration, check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    match try_poll(limit, check).await {
-        Some(v) => v,
-        None => panic!("timed out after {limit:?} waiting for {what}"),
-    }
-}
-
-/// Polls `check` every 50 ms until it returns `Some`; `None` after `limit`.
-pub async fn try_poll<T, F, Fut>(limit: Duration, mut check: F) -> Option<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        if let Some(v) = check().await {
-            return Some(v);
-        }
-        if tokio::time::Instant::now() > deadline {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// A task's state and attempts, for failure messages.

@@ -1,5 +1,5 @@
-//! Test support: temp repositories, worker scripts, plans, and the real
-//! binaries started as processes.
+//! Test support shared by every crate's tests: temp repositories, polling,
+//! worker scripts, plans, and the real binaries started as processes.
 //!
 //! The binaries are found in the target directory next to the test
 //! executable (`target/<profile>/`); the first use in a test process builds
@@ -10,10 +10,14 @@
 use std::time::Duration;
 
 mod api;
+mod plan;
+mod poll;
 mod procs;
 mod repo;
 
 pub use api::*;
+pub use plan::*;
+pub use poll::*;
 pub use procs::*;
 pub use repo::*;
 pub use tempfile::TempDir;

@@ -1,15 +1,15 @@
-//! A real controller on 127.0.0.1:0 over a temp git repository, and a
-//! tonic client that plays a sidecar.
+//! A real controller on 127.0.0.1:0 over a temp git repository (the shared
+//! [`TempRepo`]), and a tonic client that plays a sidecar.
 
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use swarm_controller::{Config, Controller};
 use swarm_proto::v1;
 use swarm_proto::v1::operator_service_client::OperatorServiceClient;
 use swarm_proto::v1::sidecar_service_client::SidecarServiceClient;
+pub use swarm_tests::{TempRepo, try_poll};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
@@ -17,74 +17,12 @@ use tonic::transport::Channel;
 pub const WAIT: Duration = Duration::from_secs(10);
 
 pub struct Harness {
+    /// Scratch space beside the repository (extra worktrees and the like).
     pub dir: tempfile::TempDir,
+    repo: TempRepo,
     pub controller: Option<Controller>,
     pub channel: Channel,
     pub config: Config,
-}
-
-pub fn git(repo: &Path, args: &[&str]) -> String {
-    let out = std::process::Command::new("git")
-        .args(args)
-        .current_dir(repo)
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@example.com")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@example.com")
-        .output()
-        .expect("git runs");
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-pub fn init_repo(dir: &Path) -> PathBuf {
-    let repo = dir.join("repo");
-    std::fs::create_dir_all(&repo).expect("mkdir");
-    git(&repo, &["init", "-q", "-b", "main"]);
-    std::fs::write(repo.join("README"), "base\n").expect("write");
-    git(&repo, &["add", "."]);
-    git(&repo, &["commit", "-q", "-m", "base"]);
-    repo
-}
-
-/// A commit on top of `base` that writes `files` (path, content), made with
-/// git plumbing so no working tree moves.
-pub fn commit_on(repo: &Path, base: &str, files: &[(&str, &str)], message: &str) -> String {
-    let r = git2::Repository::open(repo).expect("open");
-    let base_commit = r.find_commit(git2::Oid::from_str(base).expect("oid")).expect("base commit");
-    let mut index = git2::Index::new().expect("index");
-    index.read_tree(&base_commit.tree().expect("tree")).expect("read tree");
-    for (path, content) in files {
-        let blob = r.blob(content.as_bytes()).expect("blob");
-        let entry = git2::IndexEntry {
-            ctime: git2::IndexTime::new(0, 0),
-            mtime: git2::IndexTime::new(0, 0),
-            dev: 0,
-            ino: 0,
-            mode: 0o100644,
-            uid: 0,
-            gid: 0,
-            file_size: content.len() as u32,
-            id: blob,
-            flags: 0,
-            flags_extended: 0,
-            path: path.as_bytes().to_vec(),
-        };
-        index.add(&entry).expect("add");
-    }
-    let tree_id = index.write_tree_to(&r).expect("write tree");
-    let tree = r.find_tree(tree_id).expect("tree");
-    let sig = git2::Signature::now("w", "w@example.com").expect("sig");
-    r.commit(None, &sig, &sig, message, &tree, &[&base_commit]).expect("commit").to_string()
-}
-
-pub fn file_at(repo: &Path, rev: &str, path: &str) -> Option<String> {
-    let out = std::process::Command::new("git")
-        .args(["show", &format!("{rev}:{path}")])
-        .current_dir(repo)
-        .output()
-        .expect("git show");
-    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).to_string())
 }
 
 impl Harness {
@@ -94,8 +32,8 @@ impl Harness {
 
     pub async fn start_with(tweak: impl FnOnce(&mut Config)) -> Harness {
         let dir = tempfile::tempdir().expect("tempdir");
-        let repo = init_repo(dir.path());
-        let mut config = Config::local(repo);
+        let repo = TempRepo::with_files(&[("README", "base\n")]);
+        let mut config = Config::local(repo.path().to_path_buf());
         config.heartbeat_interval = Duration::from_millis(200);
         config.lease_ttl = Duration::from_millis(2_000);
         config.lost_grace = Duration::from_millis(0);
@@ -103,11 +41,11 @@ impl Harness {
         tweak(&mut config);
         let controller = swarm_controller::start(config.clone()).await.expect("controller starts");
         let channel = channel(controller.local_addr()).await;
-        Harness { dir, controller: Some(controller), channel, config }
+        Harness { dir, repo, controller: Some(controller), channel, config }
     }
 
-    pub fn repo(&self) -> &Path {
-        &self.config.repo
+    pub fn repo(&self) -> &TempRepo {
+        &self.repo
     }
 
     pub fn operator(&self) -> OperatorServiceClient<Channel> {
@@ -139,20 +77,21 @@ impl Harness {
 
     /// Polls until the task reaches `state` or the deadline passes.
     pub async fn wait_state(&self, full: &str, state: v1::TaskState) -> v1::TaskDetail {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
+        let reached = try_poll(WAIT, || async {
             let d = self.task(full).await;
-            let t = d.task.as_ref().expect("task");
-            if t.state == state as i32 {
-                return d;
+            (d.task.as_ref().expect("task").state == state as i32).then_some(d)
+        })
+        .await;
+        match reached {
+            Some(d) => d,
+            None => {
+                let t = self.task(full).await.task.expect("task");
+                panic!(
+                    "{full} never reached {state:?}; it is {:?} ({})",
+                    v1::TaskState::try_from(t.state),
+                    t.reason
+                )
             }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{full} never reached {state:?}; it is {:?} ({})",
-                v1::TaskState::try_from(t.state),
-                t.reason
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
