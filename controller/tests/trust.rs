@@ -348,17 +348,20 @@ async fn fenced_reports_cannot_grow_the_audit_log_at_the_rate_they_are_sent() {
     let a = sc.assign().await;
     let stale = v1::AttemptRef { fencing_token: attempt_ref(&a).fencing_token + 99, ..attempt_ref(&a) };
     let before = h.events().await.len();
-    let mut last = 0;
-    for _ in 0..5_000 {
-        last = sc
+    for n in 1..=5_000 {
+        let last = sc
             .send(Body::Status(v1::Status {
                 attempt: Some(stale.clone()),
                 status: v1::WorkerStatus::Working as i32,
                 message: "forged".into(),
             }))
             .await;
+        // Read the acks as a real sidecar does: one that lets its inbound
+        // queue fill is disconnected.
+        if n % 250 == 0 {
+            sc.acked(last).await;
+        }
     }
-    sc.acked(last).await;
     let events = h.events().await;
     let added = &events[before..];
     assert_eq!(added.iter().filter(|e| e.kind == "report.fenced").count(), 1, "first of the window only");
