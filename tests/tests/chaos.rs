@@ -12,8 +12,8 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use swarm_tests::{
-    Cluster, FAST_LEASES, PlanBuilder, TempRepo, create_swarm, merges_of, spawn_sidecar, task, tasks,
-    try_operator, wait_all_merged,
+    Cluster, FAST_LEASES, PlanBuilder, TempRepo, create_swarm, merges_of, spawn_sidecar, task,
+    wait_all_merged,
 };
 
 const TASKS: usize = 100;
@@ -123,15 +123,6 @@ fn plant(path: &std::path::Path) {
     }
 }
 
-async fn merged_count(url: &str) -> usize {
-    let Some(mut op) = try_operator(url).await else { return 0 };
-    tasks(&mut op, "c")
-        .await
-        .values()
-        .filter(|t| t.state == swarm_proto::v1::TaskState::Merged as i32)
-        .count()
-}
-
 async fn run_chaos(plant_locks: bool) {
     let seed = std::env::var("SWARM_CHAOS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
@@ -151,9 +142,8 @@ async fn run_chaos(plant_locks: bool) {
     while controller_kills < CONTROLLER_KILLS || sidecar_kills < SIDECAR_KILLS {
         assert!(Instant::now() < deadline, "seed {seed}: chaos phase did not finish in time");
         tokio::time::sleep(Duration::from_millis(200 + rng.below(800))).await;
-        if merged_count(&url).await == TASKS {
-            break; // finished early: nothing left to disturb
-        }
+        // Kills go on to their full count even once every task has merged:
+        // a restart over a finished swarm must not disturb it either.
         let controller_turn = sidecar_kills >= SIDECAR_KILLS
             || (controller_kills < CONTROLLER_KILLS
                 && rng.below(CONTROLLER_KILLS as u64 + SIDECAR_KILLS as u64) < CONTROLLER_KILLS as u64);
@@ -176,6 +166,7 @@ async fn run_chaos(plant_locks: bool) {
         }
     }
     eprintln!("seed {seed}: {controller_kills} controller and {sidecar_kills} sidecar kills");
+    assert!(controller_kills >= CONTROLLER_KILLS && sidecar_kills >= SIDECAR_KILLS);
     let done = wait_all_merged(&url, "c").await;
     assert_eq!(
         repo.tree("swarm/c/integration"),
