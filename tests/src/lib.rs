@@ -10,12 +10,14 @@
 use std::time::Duration;
 
 mod api;
+mod netns;
 mod plan;
 mod poll;
 mod procs;
 mod repo;
 
 pub use api::*;
+pub use netns::*;
 pub use plan::*;
 pub use poll::*;
 pub use procs::*;

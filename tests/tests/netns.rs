@@ -6,80 +6,14 @@
 
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
-use swarm_tests::{PlanBuilder, TempRepo, WAIT, binary, poll, stderr, task, wait_output, worker_script};
+use swarm_tests::{
+    Killed, Net, PlanBuilder, TempRepo, WAIT, binary, in_ns, netns_unavailable, poll, stderr, task,
+    wait_output, worker_script,
+};
 
 const CONTROLLER_IP: &str = "10.213.0.1";
-
-/// The namespaces of one test, deleted (with their veths and bridge) on drop.
-struct Net {
-    names: Vec<String>,
-}
-
-fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip").args(args).output().map_err(|e| format!("ip: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr)))
-    }
-}
-
-impl Net {
-    /// A hub namespace with a bridge, and one namespace per node on
-    /// 10.213.0.<n>/24 (node i gets address i+1).
-    fn create(nodes: &[&str]) -> Result<Net, String> {
-        let tag = format!("sw{}", std::process::id() % 100_000);
-        let hub = format!("{tag}-hub");
-        let mut net = Net { names: vec![hub.clone()] };
-        ip(&["netns", "add", &hub])?;
-        ip(&["-n", &hub, "link", "add", "br0", "type", "bridge"])?;
-        ip(&["-n", &hub, "link", "set", "br0", "up"])?;
-        for (i, node) in nodes.iter().enumerate() {
-            let ns = format!("{tag}-{node}");
-            ip(&["netns", "add", &ns])?;
-            net.names.push(ns.clone());
-            let (a, b) = (format!("{tag}h{i}"), format!("{tag}n{i}"));
-            ip(&["link", "add", &a, "type", "veth", "peer", "name", &b])?;
-            ip(&["link", "set", &a, "netns", &hub])?;
-            ip(&["link", "set", &b, "netns", &ns])?;
-            ip(&["-n", &hub, "link", "set", &a, "master", "br0", "up"])?;
-            ip(&["-n", &ns, "addr", "add", &format!("10.213.0.{}/24", i + 1), "dev", &b])?;
-            ip(&["-n", &ns, "link", "set", &b, "up"])?;
-            ip(&["-n", &ns, "link", "set", "lo", "up"])?;
-        }
-        Ok(net)
-    }
-
-    fn ns(&self, node: &str) -> String {
-        self.names.iter().find(|n| n.ends_with(&format!("-{node}"))).unwrap().clone()
-    }
-}
-
-impl Drop for Net {
-    fn drop(&mut self) {
-        for n in &self.names {
-            let _ = ip(&["netns", "del", n]);
-        }
-    }
-}
-
-/// A process killed on drop.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn in_ns(ns: &str, bin: &Path) -> Command {
-    let mut c = Command::new("ip");
-    c.args(["netns", "exec", ns]).arg(bin);
-    c
-}
 
 fn log_file(dir: &Path, name: &str) -> (std::fs::File, PathBuf) {
     let p = dir.join(format!("{name}.log"));
@@ -88,12 +22,8 @@ fn log_file(dir: &Path, name: &str) -> (std::fs::File, PathBuf) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_swarm_across_namespaces_over_mtls_merges_and_a_stranger_is_refused() {
-    if !nix_root() {
-        eprintln!("skipped: needs root to create network namespaces");
-        return;
-    }
-    if Command::new("ip").arg("-V").output().is_err() {
-        eprintln!("skipped: the `ip` command is missing");
+    if let Some(why) = netns_unavailable() {
+        eprintln!("skipped: {why}");
         return;
     }
     let net = match Net::create(&["ctl", "s1", "s2", "x"]) {
@@ -221,12 +151,4 @@ async fn a_swarm_across_namespaces_over_mtls_merges_and_a_stranger_is_refused() 
     assert!(!wait_output(plain, WAIT).status.success(), "plain HTTP got in");
     drop(sidecars);
     drop(controller);
-}
-
-fn nix_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false)
 }

@@ -1,0 +1,127 @@
+//! Network namespaces for tests that simulate machines: a hub namespace
+//! with a bridge, one namespace per node on 10.213.0.<n>/24, and links that
+//! can be cut and healed. Needs root and `ip`; everything is deleted on drop.
+
+use std::path::Path;
+use std::process::{Child, Command};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Why namespace tests cannot run here (not root, or no `ip`), if so.
+pub fn netns_unavailable() -> Option<&'static str> {
+    if !is_root() {
+        return Some("needs root to create network namespaces");
+    }
+    if Command::new("ip").arg("-V").output().is_err() {
+        return Some("the `ip` command is missing");
+    }
+    None
+}
+
+pub fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+/// Runs `ip ARGS`; its stderr on failure.
+pub fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip").args(args).output().map_err(|e| format!("ip: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr)))
+    }
+}
+
+/// One node: its name, namespace, and the hub side of its veth pair.
+struct Node {
+    name: String,
+    ns: String,
+    hub_veth: String,
+}
+
+/// The namespaces of one test, deleted (with their veths and bridge) on drop.
+pub struct Net {
+    hub: String,
+    nodes: Vec<Node>,
+}
+
+impl Net {
+    /// A hub namespace with a bridge, and one namespace per node on
+    /// 10.213.0.<n>/24 (node i gets address i+1).
+    pub fn create(nodes: &[&str]) -> Result<Net, String> {
+        // Unique per process and per call, so two tests of one process do
+        // not collide; short, because interface names are at most 15 bytes.
+        static CALLS: AtomicU32 = AtomicU32::new(0);
+        let n = CALLS.fetch_add(1, Ordering::Relaxed) % 100;
+        let tag = format!("sw{}x{n}", std::process::id() % 100_000);
+        let hub = format!("{tag}-hub");
+        ip(&["netns", "add", &hub])?;
+        let mut net = Net { hub: hub.clone(), nodes: Vec::new() };
+        ip(&["-n", &hub, "link", "add", "br0", "type", "bridge"])?;
+        ip(&["-n", &hub, "link", "set", "br0", "up"])?;
+        for (i, node) in nodes.iter().enumerate() {
+            let ns = format!("{tag}-{node}");
+            ip(&["netns", "add", &ns])?;
+            let (a, b) = (format!("{tag}h{i}"), format!("{tag}n{i}"));
+            net.nodes.push(Node { name: node.to_string(), ns: ns.clone(), hub_veth: a.clone() });
+            ip(&["link", "add", &a, "type", "veth", "peer", "name", &b])?;
+            ip(&["link", "set", &a, "netns", &hub])?;
+            ip(&["link", "set", &b, "netns", &ns])?;
+            ip(&["-n", &hub, "link", "set", &a, "master", "br0", "up"])?;
+            ip(&["-n", &ns, "addr", "add", &format!("10.213.0.{}/24", i + 1), "dev", &b])?;
+            ip(&["-n", &ns, "link", "set", &b, "up"])?;
+            ip(&["-n", &ns, "link", "set", "lo", "up"])?;
+        }
+        Ok(net)
+    }
+
+    fn node(&self, node: &str) -> &Node {
+        self.nodes.iter().find(|n| n.name == node).unwrap_or_else(|| panic!("no node {node}"))
+    }
+
+    /// The namespace of `node`.
+    pub fn ns(&self, node: &str) -> String {
+        self.node(node).ns.clone()
+    }
+
+    /// Cuts `node` off the bridge: its packets go nowhere until [`Net::heal`].
+    pub fn cut(&self, node: &str) {
+        let veth = &self.node(node).hub_veth;
+        ip(&["-n", &self.hub, "link", "set", veth, "down"]).unwrap();
+    }
+
+    /// Puts `node` back on the bridge.
+    pub fn heal(&self, node: &str) {
+        let veth = &self.node(node).hub_veth;
+        ip(&["-n", &self.hub, "link", "set", veth, "up"]).unwrap();
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        for n in &self.nodes {
+            let _ = ip(&["netns", "del", &n.ns]);
+        }
+        let _ = ip(&["netns", "del", &self.hub]);
+    }
+}
+
+/// A process killed on drop.
+pub struct Killed(pub Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `bin` run inside namespace `ns` (through `ip netns exec`).
+pub fn in_ns(ns: &str, bin: &Path) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns]).arg(bin);
+    c
+}

@@ -1,0 +1,255 @@
+//! A network partition, with real network namespaces: the sidecar running a
+//! task is cut off from the controller for longer than its lease. The task
+//! is lost and runs again on the other sidecar; when the link heals, the cut
+//! sidecar's late result is fenced and never merged, and the sidecar comes
+//! back and takes new work. Needs root and `ip`; mTLS as in tests/netns.rs.
+#![allow(clippy::unwrap_used)] // tests: a panic is the report
+
+use std::io::{BufRead as _, BufReader};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+use swarm_tests::{
+    Gate, Killed, Net, PlanBuilder, TempRepo, WAIT, binary, in_ns, merges_of, netns_unavailable, poll,
+    stderr, stdout, task, try_poll, wait_output, worker_script,
+};
+
+const CONTROLLER_IP: &str = "10.213.0.1";
+const LEASES: &[&str] = &["--heartbeat-interval-ms=200", "--lease-ttl-ms=1500", "--lost-grace-ms=100"];
+
+/// The controller, reached with `swarmctl` from inside its own namespace (so
+/// the test process itself stays in the host's network), as the admin.
+struct Ctl {
+    ns: String,
+    url: String,
+    auth: Vec<String>,
+}
+
+impl Ctl {
+    fn run(&self, args: &[&str]) -> Output {
+        let child = in_ns(&self.ns, &binary("swarmctl"))
+            .args(["--controller", &self.url])
+            .args(&self.auth)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_output(child, WAIT)
+    }
+
+    /// `describe task SWARM/TASK -o json`: task, attempts and events.
+    fn task(&self, id: &str) -> Value {
+        let out = self.run(&["describe", "task", id, "-o", "json"]);
+        assert!(out.status.success(), "describe task {id}: {}", stderr(&out));
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+}
+
+fn state(t: &Value) -> &str {
+    t["task"]["state"].as_str().unwrap_or("")
+}
+
+fn attempt(t: &Value, n: u64) -> Option<&Value> {
+    t["attempts"].as_array()?.iter().find(|a| a["number"].as_u64() == Some(n))
+}
+
+fn log(dir: &Path, name: &str) -> std::fs::File {
+    std::fs::File::create(dir.join(format!("{name}.log"))).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_partitioned_sidecars_late_result_is_fenced_and_it_rejoins() {
+    if let Some(why) = netns_unavailable() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let net = match Net::create(&["ctl", "s1", "s2"]) {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("skipped: cannot set up network namespaces: {e}");
+            return;
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("pki");
+    let out = wait_output(
+        Command::new(binary("swarmctl"))
+            .args(["certs", "init"])
+            .arg(&certs)
+            .args(["--san", CONTROLLER_IP])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+        WAIT,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let pki = |f: &str| certs.join(f).to_str().unwrap().to_string();
+
+    // Attempt 1 of `a` waits for `held`, then leaves a mark the test can
+    // see. `b` and `c` (a later swarm) wait for `busy`, so each occupies one
+    // sidecar: one of them can only be taken by the sidecar that was cut off.
+    let held = Gate::new();
+    let passed = held.path.with_file_name("attempt-1-passed");
+    let busy = Gate::new();
+    let a_body = format!(
+        "if [ \"$SWARM_ATTEMPT\" = 1 ]; then {}; touch '{}'; fi\necho \"attempt $SWARM_ATTEMPT\" > a.txt",
+        held.wait_sh(),
+        passed.display()
+    );
+    let bc_body = format!("{}\necho \"$SWARM_TASK_ID\" > \"$SWARM_TASK_ID.txt\"", busy.wait_sh());
+    let script = worker_script(&[("a", &a_body), ("b|c", &bc_body)]);
+    let repo = TempRepo::with_files(&[("worker.sh", &script), ("README.md", "partition\n")]);
+
+    let log_path = dir.path().join("controller.log");
+    let mut controller = Killed(
+        in_ns(&net.ns("ctl"), &binary("swarm-controller"))
+            .args(["--listen", &format!("{CONTROLLER_IP}:7420"), "--repo"])
+            .arg(repo.path())
+            .args(["--tls-cert", &pki("controller.pem"), "--tls-key", &pki("controller.key")])
+            .args(["--client-ca", &pki("ca.pem")])
+            .args(LEASES)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(log(dir.path(), "controller"))
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = BufReader::new(controller.0.stdout.take().unwrap()).lines();
+    let ready = lines.next();
+    std::thread::spawn(move || for _ in lines {});
+    assert!(
+        matches!(&ready, Some(Ok(l)) if l.starts_with("listening on")),
+        "controller not ready ({ready:?}):\n{}",
+        std::fs::read_to_string(&log_path).unwrap_or_default()
+    );
+    let url = format!("https://{CONTROLLER_IP}:7420");
+
+    let mut sidecars = Vec::new();
+    for node in ["s1", "s2"] {
+        let clone = dir.path().join(format!("clone-{node}"));
+        let st = Command::new("git").args(["clone", "-q"]).arg(repo.path()).arg(&clone).status().unwrap();
+        assert!(st.success(), "git clone for {node}");
+        let out = log(dir.path(), node);
+        sidecars.push(Killed(
+            in_ns(&net.ns(node), &binary("swarm-sidecar"))
+                .args(["--controller", &url, "--remote", "--worker-id", node, "--repo"])
+                .arg(&clone)
+                .args(["--ca", &pki("ca.pem"), "--cert", &pki("sidecar.pem"), "--key", &pki("sidecar.key")])
+                .stdin(Stdio::null())
+                .stdout(out.try_clone().unwrap())
+                .stderr(out)
+                .spawn()
+                .unwrap(),
+        ));
+    }
+
+    let ctl = Ctl {
+        ns: net.ns("ctl"),
+        url,
+        auth: ["--ca", "ca.pem", "--cert", "admin.pem", "--key", "admin.key"]
+            .iter()
+            .map(|s| if s.starts_with("--") { s.to_string() } else { pki(s) })
+            .collect(),
+    };
+    let create = |plan: &PlanBuilder| {
+        let path = dir.path().join("plan.toml");
+        std::fs::write(&path, plan.build()).unwrap();
+        let out = ctl.run(&["create", path.to_str().unwrap()]);
+        assert!(out.status.success(), "create: {}", stderr(&out));
+    };
+    create(&PlanBuilder::new("part").task(task("a")));
+
+    // Whichever sidecar runs attempt 1 of `a` is cut off.
+    let cut = poll("attempt 1 of part/a to run", WAIT, || {
+        let t = ctl.task("part/a");
+        let a1 = attempt(&t, 1).filter(|a| a["state"] == "RUNNING");
+        let worker = a1.and_then(|a| a["worker"].as_str()).map(str::to_string);
+        async move { worker.filter(|w| !w.is_empty()) }
+    })
+    .await;
+    let other = if cut == "s1" { "s2" } else { "s1" };
+    net.cut(&cut);
+
+    // Its lease runs out: attempt 1 is LOST, attempt 2 runs on the other
+    // sidecar and merges, all while the link is still down.
+    let t = poll("part/a to merge from attempt 2 while the link is cut", WAIT, || {
+        let t = ctl.task("part/a");
+        assert_ne!(state(&t), "FAILED", "{t:#}");
+        async move { (state(&t) == "MERGED").then_some(t) }
+    })
+    .await;
+    assert_eq!(attempt(&t, 1).unwrap()["state"], "LOST", "{t:#}");
+    let a2 = attempt(&t, 2).unwrap_or_else(|| panic!("no attempt 2: {t:#}"));
+    assert_eq!(a2["worker"], other, "{t:#}");
+    assert_eq!(a2["state"], "SUCCEEDED", "{t:#}");
+    let merge = t["task"]["merge_commit"].clone();
+
+    // Attempt 1's worker finishes behind the cut; then the link heals and
+    // the cut sidecar delivers its late result, which is fenced.
+    held.open();
+    poll("attempt 1's worker to pass its gate", WAIT, || async { passed.exists().then_some(()) }).await;
+    net.heal(&cut);
+    let t = poll("the late result of part/a#1 to be fenced", WAIT, || {
+        let t = ctl.task("part/a");
+        let fenced = t["events"].as_array().unwrap().iter().any(|e| {
+            e["kind"] == "report.fenced" && e["attempt"].as_u64() == Some(1) && e["worker"] == cut.as_str()
+        });
+        async move { fenced.then_some(t) }
+    })
+    .await;
+    let a1 = attempt(&t, 1).unwrap();
+    assert_eq!(a1["worker"], cut.as_str(), "{t:#}");
+    assert_ne!(a1["state"], "SUCCEEDED", "a lost attempt succeeded late: {t:#}");
+    assert_eq!(state(&t), "MERGED");
+    assert_eq!(t["task"]["merge_commit"], merge, "the fenced result changed the merge");
+
+    // The rejoined sidecar takes new work: `b` and `c` each hold a sidecar.
+    create(&PlanBuilder::new("more").task(task("b")).task(task("c")));
+    let workers = try_poll(WAIT, || {
+        let mut ws: Vec<String> = ["more/b", "more/c"]
+            .iter()
+            .filter_map(|id| {
+                let t = ctl.task(id);
+                let n = t["task"]["attempts"].as_u64()?;
+                let a = attempt(&t, n)?;
+                (a["state"] == "RUNNING").then(|| a["worker"].as_str().unwrap_or("").to_string())
+            })
+            .collect();
+        ws.sort();
+        async move { (ws.len() == 2).then_some(ws) }
+    })
+    .await
+    .unwrap_or_else(|| {
+        let workers = stdout(&ctl.run(&["get", "workers", "-o", "json"]));
+        let tail = |f: &str| std::fs::read_to_string(dir.path().join(f)).unwrap_or_default();
+        panic!(
+            "b and c did not run on both sidecars within {WAIT:?}\nworkers: {workers}\nb: {:#}\nc: {:#}\n\
+             --- {cut} log ---\n{}\n--- controller log ---\n{}",
+            ctl.task("more/b"),
+            ctl.task("more/c"),
+            tail(&format!("{cut}.log")),
+            tail("controller.log"),
+        )
+    });
+    assert_eq!(workers, ["s1", "s2"], "the healed sidecar {cut} took no new work");
+    busy.open();
+    poll("b and c to be MERGED", WAIT, || {
+        let out = ctl.run(&["get", "tasks", "--swarm", "more", "-o", "json"]);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(!text.contains("\"FAILED\""), "a task failed: {text}");
+        async move { (text.matches("\"MERGED\"").count() == 2).then_some(()) }
+    })
+    .await;
+
+    // Exactly one merge of `a`, from attempt 2, holding attempt 2's output.
+    let branch = "swarm/part/integration";
+    assert_eq!(merges_of(&repo, branch, "part", "a"), 1, "{:?}", repo.subjects(branch));
+    assert!(repo.subjects(branch).iter().any(|s| s.contains("(part/a#2)")), "{:?}", repo.subjects(branch));
+    assert_eq!(repo.tree(branch)["a.txt"], "attempt 2\n");
+    drop(sidecars);
+    drop(controller);
+}
