@@ -174,18 +174,44 @@ impl Group {
 
     /// SIGINT, wait `grace`, SIGTERM, wait `grace`, SIGKILL.
     pub async fn stop(&mut self, grace: Duration) -> ExitInfo {
-        for sig in [Signal::SIGINT, Signal::SIGTERM] {
-            if let Some(e) = self.exit {
-                return e;
-            }
-            self.signal(sig);
-            if let Ok(e) = tokio::time::timeout(grace, self.wait()).await {
-                return e;
-            }
-        }
-        self.signal(Signal::SIGKILL);
+        stop_escalating(self, grace).await
+    }
+}
+
+/// A process group its owner signals and waits for: a worker run directly,
+/// or one under its supervisor.
+pub(crate) trait Stoppable {
+    fn exited(&self) -> Option<ExitInfo>;
+    fn send(&self, sig: Signal);
+    fn wait_exit(&mut self) -> impl std::future::Future<Output = ExitInfo> + Send;
+}
+
+impl Stoppable for Group {
+    fn exited(&self) -> Option<ExitInfo> {
+        self.exit
+    }
+    fn send(&self, sig: Signal) {
+        self.signal(sig)
+    }
+    async fn wait_exit(&mut self) -> ExitInfo {
         self.wait().await
     }
+}
+
+/// The one stop sequence: SIGINT, wait `grace`, SIGTERM, wait `grace`,
+/// SIGKILL, each to the whole group, ending as soon as it has exited.
+pub(crate) async fn stop_escalating(p: &mut impl Stoppable, grace: Duration) -> ExitInfo {
+    for sig in [Signal::SIGINT, Signal::SIGTERM] {
+        if let Some(e) = p.exited() {
+            return e;
+        }
+        p.send(sig);
+        if let Ok(e) = tokio::time::timeout(grace, p.wait_exit()).await {
+            return e;
+        }
+    }
+    p.send(Signal::SIGKILL);
+    p.wait_exit().await
 }
 
 impl Drop for Group {

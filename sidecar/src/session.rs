@@ -389,6 +389,16 @@ impl Session {
             tracing::warn!(attempt = %c.assignment.label(), "controller no longer holds this attempt; stopping it");
             let _ = c.stop.send(Some(Stop::Silent));
             let _ = c.task.await;
+            // Whatever it reported on its way out belongs to an attempt the
+            // controller no longer holds; left queued, it would be taken
+            // for the next attempt's.
+            let mut dropped = 0;
+            while self.reports_rx.try_recv().is_ok() {
+                dropped += 1;
+            }
+            if dropped > 0 {
+                tracing::info!(dropped, "dropped the reports of the stopped attempt");
+            }
             self.journal.release()?;
         }
         Ok(())
@@ -403,6 +413,15 @@ impl Session {
             }
             Report::Progress(p) => Ok(Some(v1::SidecarMessage { seq: 0, body: Some(Body::Progress(p)) })),
             Report::Journaled(mut body) => {
+                let current = self.current.as_ref().map(|c| &c.assignment.attempt);
+                if let Some(reported) = attempt_of(&body)
+                    && !current.is_some_and(|c| same_attempt(c, Some(reported)))
+                {
+                    // A report of an attempt stopped silently, which must not
+                    // end (or be journaled as) the attempt now in hand.
+                    tracing::warn!(?reported, "dropping a report of an attempt no longer in hand");
+                    return Ok(None);
+                }
                 if let Body::Result(r) = &mut body {
                     self.count_infra_failure(r);
                 }
@@ -600,6 +619,18 @@ async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+/// The attempt a state-changing report is about, if any.
+fn attempt_of(body: &Body) -> Option<&v1::AttemptRef> {
+    match body {
+        Body::Started(s) => s.attempt.as_ref(),
+        Body::Status(s) => s.attempt.as_ref(),
+        Body::Question(q) => q.attempt.as_ref(),
+        Body::Result(r) => r.attempt.as_ref(),
+        Body::Progress(p) => p.attempt.as_ref(),
+        _ => None,
     }
 }
 

@@ -293,16 +293,18 @@ impl Process {
 
     /// SIGINT, wait `grace`, SIGTERM, wait `grace`, SIGKILL.
     pub async fn stop(&mut self, grace: Duration) -> ExitInfo {
-        for sig in [Signal::SIGINT, Signal::SIGTERM] {
-            if let Some(e) = self.exit {
-                return e;
-            }
-            self.signal(sig);
-            if let Ok(e) = tokio::time::timeout(grace, self.wait()).await {
-                return e;
-            }
-        }
-        self.signal(Signal::SIGKILL);
+        crate::runner::stop_escalating(self, grace).await
+    }
+}
+
+impl crate::runner::Stoppable for Process {
+    fn exited(&self) -> Option<ExitInfo> {
+        self.exit
+    }
+    fn send(&self, sig: Signal) {
+        self.signal(sig)
+    }
+    async fn wait_exit(&mut self) -> ExitInfo {
         self.wait().await
     }
 }

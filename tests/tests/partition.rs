@@ -188,15 +188,19 @@ async fn a_partitioned_sidecars_late_result_is_fenced_and_it_rejoins() {
     assert_eq!(a2["state"], "SUCCEEDED", "{t:#}");
     let merge = t["task"]["merge_commit"].clone();
 
-    // Attempt 1's worker finishes behind the cut; then the link heals and
-    // the cut sidecar delivers its late result, which is fenced.
+    // Attempt 1's worker finishes behind the cut; then the link heals. The
+    // late result is fenced either way it can arrive: replayed from the
+    // journal (`report.fenced`), or as the attempt in hand of the cut
+    // sidecar's Hello (`attempt.fenced`), after which the sidecar drops it.
     held.open();
     poll("attempt 1's worker to pass its gate", WAIT, || async { passed.exists().then_some(()) }).await;
     net.heal(&cut);
     let t = poll("the late result of part/a#1 to be fenced", WAIT, || {
         let t = ctl.task("part/a");
         let fenced = t["events"].as_array().unwrap().iter().any(|e| {
-            e["kind"] == "report.fenced" && e["attempt"].as_u64() == Some(1) && e["worker"] == cut.as_str()
+            (e["kind"] == "report.fenced" || e["kind"] == "attempt.fenced")
+                && e["attempt"].as_u64() == Some(1)
+                && e["worker"] == cut.as_str()
         });
         async move { fenced.then_some(t) }
     })
