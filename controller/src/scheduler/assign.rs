@@ -116,25 +116,70 @@ impl LiveOwnership {
     }
 }
 
+/// What the last scans of the ready set found, so they are not repeated
+/// while nothing that could change their answer has changed.
+#[derive(Debug, Default)]
+pub(super) struct ScanMemo {
+    /// Bumped by every change that can make a task assignable.
+    pub epoch: u64,
+    /// Workers whose full scan at that epoch found nothing.
+    pub found_nothing: HashMap<String, u64>,
+    /// When the earliest task skipped for its backoff becomes assignable.
+    pub due_ms: i64,
+    /// Scans made, for tests and metrics.
+    pub full_scans: u64,
+}
+
+impl ScanMemo {
+    pub fn new() -> ScanMemo {
+        ScanMemo { epoch: 0, found_nothing: HashMap::new(), due_ms: i64::MAX, full_scans: 0 }
+    }
+
+    /// Something changed that may make a task assignable.
+    pub fn changed(&mut self) {
+        self.epoch += 1;
+    }
+}
+
 impl Scheduler {
     /// Gives READY tasks to idle workers until one side runs out.
+    ///
+    /// A worker whose scan of the ready set found nothing is not scanned
+    /// again until something could change the answer: a task became READY
+    /// or left RUNNING, a worker (re)connected, or a skipped task's backoff
+    /// ran out. So an idle fleet facing tasks it cannot take costs nothing
+    /// per tick, however many tasks wait.
     pub(super) fn schedule(&mut self, fx: &mut Effects) {
         if self.ready.is_empty() {
             return;
         }
-        let mut idle: Vec<String> =
-            self.workers.values().filter(|w| w.is_idle()).map(|w| w.id.clone()).collect();
+        let now = now_ms();
+        if now >= self.scan.due_ms {
+            self.scan.found_nothing.clear();
+            self.scan.due_ms = i64::MAX;
+        }
+        let epoch = self.scan.epoch;
+        let mut idle: Vec<String> = self
+            .workers
+            .values()
+            .filter(|w| w.is_idle() && self.scan.found_nothing.get(&w.id) != Some(&epoch))
+            .map(|w| w.id.clone())
+            .collect();
         if idle.is_empty() {
             return;
         }
         idle.sort();
-        let now = now_ms();
         for worker_id in idle {
             let Some(worker) = self.workers.get(&worker_id) else { continue };
+            self.scan.full_scans += 1;
             let mut chosen = None;
             for (_, key) in &self.ready {
                 let Some(task) = self.tasks.get(key) else { continue };
-                if task.not_before > now || !worker.satisfies(&task.spec.labels) {
+                if task.not_before > now {
+                    self.scan.due_ms = self.scan.due_ms.min(task.not_before);
+                    continue;
+                }
+                if !worker.satisfies(&task.spec.labels) {
                     continue;
                 }
                 let Some(own) = self.ownership.get(key) else { continue };
@@ -145,6 +190,7 @@ impl Scheduler {
                 break;
             }
             let Some(key) = chosen else {
+                self.scan.found_nothing.insert(worker_id, epoch);
                 if self.ready.is_empty() {
                     return;
                 }

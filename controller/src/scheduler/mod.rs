@@ -123,6 +123,8 @@ pub struct Scheduler {
     audit: crate::audit::Aggregator,
     /// Mono ms of the last registry sweep.
     last_sweep_ms: u64,
+    /// Scans of the ready set that found nothing, until something changes.
+    scan: assign::ScanMemo,
 }
 
 impl Scheduler {
@@ -372,6 +374,11 @@ impl Scheduler {
         if let Some(seq) = self.ready_seq.remove(key) {
             self.ready.remove(&(seq, key.clone()));
         }
+        // A new READY task, or ownership freed by one that stopped running,
+        // can be what an idle worker found nothing for.
+        if to == TaskState::Ready || from == TaskState::Running {
+            self.scan.changed();
+        }
         if to == TaskState::Ready {
             let seq = self.next_ready_seq;
             self.next_ready_seq += 1;
@@ -440,6 +447,7 @@ impl Scheduler {
             w.attempt = None;
             w.updated_at = now_ms();
             fx.dirty_workers.insert(w.id.clone());
+            self.scan.changed();
         }
     }
 

@@ -49,6 +49,7 @@ pub fn recover(
         metrics: Default::default(),
         audit: Default::default(),
         last_sweep_ms: 0,
+        scan: super::assign::ScanMemo::new(),
     };
 
     let mut plans: HashMap<SwarmId, Arc<Plan>> = HashMap::new();

@@ -69,6 +69,8 @@ impl Scheduler {
         let resume_secret = worker.resume_secret.clone();
         fx.dirty_workers.insert(worker.id.clone());
         self.lease_seen.insert(hello.worker_id.clone(), self.mono_ms());
+        // Its labels may be new.
+        self.scan.changed();
 
         let held = hello.attempt_in_hand.as_ref();
         let resumed = match (&current, held) {

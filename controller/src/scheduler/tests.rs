@@ -52,6 +52,11 @@ impl Rig {
 
     /// w1's outbound queue holds `queue` messages.
     fn with_queue(retries: u32, queue: usize) -> Rig {
+        Rig::build(retries, queue, "[[tasks]]\nid = \"a\"\nfiles = [\"a.txt\"]\n")
+    }
+
+    /// A swarm of `tasks` (plan TOML), and w1 connected without labels.
+    fn build(retries: u32, queue: usize, tasks: &str) -> Rig {
         let dir = tempfile::tempdir().expect("tempdir");
         let repo = dir.path().join("repo");
         std::fs::create_dir_all(&repo).expect("mkdir");
@@ -69,7 +74,7 @@ impl Rig {
             Timing { lease_ttl: Duration::from_secs(3600), lost_grace: Duration::ZERO, ..Timing::default() };
         let mut sched = Scheduler::recover(store, timing, handle).expect("recover");
         let text = format!(
-            "name = \"s\"\n[defaults]\ncommand = \"true\"\nretries = {retries}\nbackoff_initial_ms = 0\nbackoff_max_ms = 0\n[[tasks]]\nid = \"a\"\nfiles = [\"a.txt\"]\n"
+            "name = \"s\"\n[defaults]\ncommand = \"true\"\nretries = {retries}\nbackoff_initial_ms = 0\nbackoff_max_ms = 0\n{tasks}"
         );
         let plan = Arc::new(Plan::parse(&text).expect("plan"));
         let (reply, mut rx) = oneshot::channel();
@@ -340,4 +345,43 @@ fn a_full_outbound_queue_closes_the_session_and_the_next_hello_sends_the_assign_
         other => panic!("expected the Assign again, got {other:?}"),
     }
     assert!(!session.closed.is_cancelled());
+}
+
+#[test]
+fn an_idle_worker_that_can_take_nothing_is_not_rescanned_until_something_changes() {
+    let tasks: String = (0..300)
+        .map(|i| format!("[[tasks]]\nid = \"t{i}\"\nfiles = [\"t{i}.txt\"]\nlabels = {{ gpu = \"yes\" }}\n"))
+        .collect();
+    let mut rig = Rig::build(0, 64, &tasks);
+    let after_hello = rig.sched.scan.full_scans;
+    assert!(after_hello >= 1, "w1 looked once");
+    for _ in 0..20 {
+        rig.sched.turn([]).expect("turn");
+    }
+    assert_eq!(rig.sched.scan.full_scans, after_hello, "no rescans while nothing changes");
+    assert!(rig.take_assign().is_none(), "w1 has no gpu label");
+
+    // A worker that can take the tasks changes the answer.
+    let (tx, mut outbound) = tmpsc::channel(64);
+    let session = Session {
+        id: 2,
+        tx,
+        last_seen: Arc::new(AtomicU64::new(u64::MAX / 2)),
+        closed: tokio_util::sync::CancellationToken::new(),
+    };
+    let hello = HelloInfo {
+        worker_id: "w2".into(),
+        labels: [("gpu".to_string(), "yes".to_string())].into(),
+        host: "h".into(),
+        last_acked_seq: 0,
+        attempt_in_hand: None,
+        resume_secret: String::new(),
+        principal: None,
+    };
+    rig.sched.turn([Command::Hello { hello, session }]).expect("turn");
+    let mut assigned = false;
+    while let Ok(m) = outbound.try_recv() {
+        assigned |= matches!(m, Outbound::Assign(_));
+    }
+    assert!(assigned, "w2 gets a task at once");
 }
