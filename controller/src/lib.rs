@@ -59,7 +59,7 @@ pub struct Config {
 }
 
 impl Config {
-    /// Loopback on an ephemeral port, the seeds' timings.
+    /// Loopback on an ephemeral port, the default timings.
     pub fn local(repo: PathBuf) -> Config {
         let t = Timing::default();
         Config {

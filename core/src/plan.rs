@@ -108,7 +108,7 @@ text_enum!(SetupOn { Create = "create", Attempt = "attempt" });
 /// Exponential backoff with jitter, in the spirit of Temporal and Nomad.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RetryPolicy {
-    /// Retries after the first attempt; the seeds' default is 2.
+    /// Retries after the first attempt; 2 by default.
     pub max_retries: u32,
     pub initial_backoff_ms: u64,
     pub multiplier: f64,

@@ -128,13 +128,19 @@ impl Worker {
     /// Collects the lines still buffered after exit, bounded in time because a
     /// killed group may leave a pipe open.
     pub async fn drain_lines(&mut self, max_wait: Duration) -> Vec<String> {
-        let mut out = Vec::new();
-        let deadline = tokio::time::Instant::now() + max_wait;
-        while let Ok(Some(line)) = tokio::time::timeout_at(deadline, self.lines.recv()).await {
-            out.push(line);
-        }
-        out
+        drain_within(&mut self.lines, max_wait).await
     }
+}
+
+/// The lines still queued in `lines`, read until it closes or `max_wait`
+/// passes (a killed group may leave a pipe open).
+pub(crate) async fn drain_within(lines: &mut mpsc::Receiver<String>, max_wait: Duration) -> Vec<String> {
+    let mut out = Vec::new();
+    let deadline = tokio::time::Instant::now() + max_wait;
+    while let Ok(Some(line)) = tokio::time::timeout_at(deadline, lines.recv()).await {
+        out.push(line);
+    }
+    out
 }
 
 impl Group {

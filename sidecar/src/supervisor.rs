@@ -236,12 +236,7 @@ impl Supervised {
     /// Collects the output still unread after exit, bounded in time.
     pub async fn drain_lines(&mut self, max_wait: Duration) -> Vec<String> {
         let _ = self.process.finished.send(true);
-        let mut out = Vec::new();
-        let deadline = tokio::time::Instant::now() + max_wait;
-        while let Ok(Some(line)) = tokio::time::timeout_at(deadline, self.lines.recv()).await {
-            out.push(line);
-        }
-        out
+        crate::runner::drain_within(&mut self.lines, max_wait).await
     }
 }
 

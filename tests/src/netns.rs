@@ -125,3 +125,118 @@ pub fn in_ns(ns: &str, bin: &Path) -> Command {
     c.args(["netns", "exec", ns]).arg(bin);
     c
 }
+
+/// The address `Net::create` gives its first node, where tests run the
+/// controller.
+pub const CONTROLLER_IP: &str = "10.213.0.1";
+
+/// Certificates from `swarmctl certs init DIR --san <controller ip>`.
+pub struct Pki {
+    dir: std::path::PathBuf,
+}
+
+impl Pki {
+    pub fn init(dir: &Path) -> Pki {
+        let out = crate::wait_output(
+            Command::new(crate::binary("swarmctl"))
+                .args(["certs", "init"])
+                .arg(dir)
+                .args(["--san", CONTROLLER_IP])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap(),
+            crate::WAIT,
+        );
+        assert!(out.status.success(), "certs init: {}", crate::stderr(&out));
+        Pki { dir: dir.to_path_buf() }
+    }
+
+    /// The path of one of its files, as an argument.
+    pub fn file(&self, name: &str) -> String {
+        self.dir.join(name).to_str().unwrap().to_string()
+    }
+
+    /// `--ca ca.pem --cert <role>.pem --key <role>.key`.
+    pub fn client_args(&self, role: &str) -> Vec<String> {
+        vec![
+            "--ca".into(),
+            self.file("ca.pem"),
+            "--cert".into(),
+            self.file(&format!("{role}.pem")),
+            "--key".into(),
+            self.file(&format!("{role}.key")),
+        ]
+    }
+}
+
+/// Starts `swarm-controller` over mTLS on `CONTROLLER_IP:7420` inside `ns`
+/// (plus `extra` flags), logging to `<log_dir>/controller.log`, and waits
+/// for its ready line. Returns it and its `https://` URL.
+pub fn spawn_controller_in(
+    ns: &str,
+    repo: &Path,
+    pki: &Pki,
+    extra: &[&str],
+    log_dir: &Path,
+) -> (Killed, String) {
+    use std::io::BufRead as _;
+    let log_path = log_dir.join("controller.log");
+    let mut controller = Killed(
+        in_ns(ns, &crate::binary("swarm-controller"))
+            .args(["--listen", &format!("{CONTROLLER_IP}:7420"), "--repo"])
+            .arg(repo)
+            .args(["--tls-cert", &pki.file("controller.pem"), "--tls-key", &pki.file("controller.key")])
+            .args(["--client-ca", &pki.file("ca.pem")])
+            .args(extra)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::fs::File::create(&log_path).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = std::io::BufReader::new(controller.0.stdout.take().unwrap()).lines();
+    let ready = lines.next();
+    std::thread::spawn(move || for _ in lines {});
+    assert!(
+        matches!(&ready, Some(Ok(l)) if l.starts_with("listening on")),
+        "controller not ready ({ready:?}):\n{}",
+        std::fs::read_to_string(&log_path).unwrap_or_default()
+    );
+    (controller, format!("https://{CONTROLLER_IP}:7420"))
+}
+
+/// Clones `repo` for worker `id` and starts a `--remote` sidecar for it
+/// inside `ns`, over mTLS with the sidecar certificate; logs to
+/// `<dir>/<id>.log`.
+pub fn spawn_remote_sidecar_in(ns: &str, id: &str, repo: &Path, url: &str, pki: &Pki, dir: &Path) -> Killed {
+    let clone = dir.join(format!("clone-{id}"));
+    let st = Command::new("git").args(["clone", "-q"]).arg(repo).arg(&clone).status().unwrap();
+    assert!(st.success(), "git clone for {id}");
+    let log = std::fs::File::create(dir.join(format!("{id}.log"))).unwrap();
+    Killed(
+        in_ns(ns, &crate::binary("swarm-sidecar"))
+            .args(["--controller", url, "--remote", "--worker-id", id, "--repo"])
+            .arg(&clone)
+            .args(pki.client_args("sidecar"))
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// Runs `swarmctl --controller URL AUTH.. ARGS..` inside `ns`, bounded.
+pub fn swarmctl_in(ns: &str, url: &str, auth: &[String], args: &[&str]) -> std::process::Output {
+    let child = in_ns(ns, &crate::binary("swarmctl"))
+        .args(["--controller", url])
+        .args(auth)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    crate::wait_output(child, crate::WAIT)
+}

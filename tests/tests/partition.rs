@@ -5,17 +5,14 @@
 //! back and takes new work. Needs root and `ip`; mTLS as in tests/netns.rs.
 #![allow(clippy::unwrap_used)] // tests: a panic is the report
 
-use std::io::{BufRead as _, BufReader};
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 use serde_json::Value;
 use swarm_tests::{
-    Gate, Killed, Net, PlanBuilder, TempRepo, WAIT, binary, in_ns, merges_of, netns_unavailable, poll,
-    stderr, stdout, task, try_poll, wait_output, worker_script,
+    Gate, Killed, Net, Pki, PlanBuilder, TempRepo, WAIT, merges_of, netns_unavailable, poll,
+    spawn_controller_in, spawn_remote_sidecar_in, stderr, stdout, swarmctl_in, task, try_poll, worker_script,
 };
 
-const CONTROLLER_IP: &str = "10.213.0.1";
 const LEASES: &[&str] = &["--heartbeat-interval-ms=200", "--lease-ttl-ms=1500", "--lost-grace-ms=100"];
 
 /// The controller, reached with `swarmctl` from inside its own namespace (so
@@ -28,16 +25,7 @@ struct Ctl {
 
 impl Ctl {
     fn run(&self, args: &[&str]) -> Output {
-        let child = in_ns(&self.ns, &binary("swarmctl"))
-            .args(["--controller", &self.url])
-            .args(&self.auth)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        wait_output(child, WAIT)
+        swarmctl_in(&self.ns, &self.url, &self.auth, args)
     }
 
     /// `describe task SWARM/TASK -o json`: task, attempts and events.
@@ -56,10 +44,6 @@ fn attempt(t: &Value, n: u64) -> Option<&Value> {
     t["attempts"].as_array()?.iter().find(|a| a["number"].as_u64() == Some(n))
 }
 
-fn log(dir: &Path, name: &str) -> std::fs::File {
-    std::fs::File::create(dir.join(format!("{name}.log"))).unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_partitioned_sidecars_late_result_is_fenced_and_it_rejoins() {
     if let Some(why) = netns_unavailable() {
@@ -74,20 +58,7 @@ async fn a_partitioned_sidecars_late_result_is_fenced_and_it_rejoins() {
         }
     };
     let dir = tempfile::tempdir().unwrap();
-    let certs = dir.path().join("pki");
-    let out = wait_output(
-        Command::new(binary("swarmctl"))
-            .args(["certs", "init"])
-            .arg(&certs)
-            .args(["--san", CONTROLLER_IP])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-        WAIT,
-    );
-    assert!(out.status.success(), "{}", stderr(&out));
-    let pki = |f: &str| certs.join(f).to_str().unwrap().to_string();
+    let pki = Pki::init(&dir.path().join("pki"));
 
     // Attempt 1 of `a` waits for `held`, then leaves a mark the test can
     // see. `b` and `c` (a later swarm) wait for `busy`, so each occupies one
@@ -104,57 +75,13 @@ async fn a_partitioned_sidecars_late_result_is_fenced_and_it_rejoins() {
     let script = worker_script(&[("a", &a_body), ("b|c", &bc_body)]);
     let repo = TempRepo::with_files(&[("worker.sh", &script), ("README.md", "partition\n")]);
 
-    let log_path = dir.path().join("controller.log");
-    let mut controller = Killed(
-        in_ns(&net.ns("ctl"), &binary("swarm-controller"))
-            .args(["--listen", &format!("{CONTROLLER_IP}:7420"), "--repo"])
-            .arg(repo.path())
-            .args(["--tls-cert", &pki("controller.pem"), "--tls-key", &pki("controller.key")])
-            .args(["--client-ca", &pki("ca.pem")])
-            .args(LEASES)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(log(dir.path(), "controller"))
-            .spawn()
-            .unwrap(),
-    );
-    let mut lines = BufReader::new(controller.0.stdout.take().unwrap()).lines();
-    let ready = lines.next();
-    std::thread::spawn(move || for _ in lines {});
-    assert!(
-        matches!(&ready, Some(Ok(l)) if l.starts_with("listening on")),
-        "controller not ready ({ready:?}):\n{}",
-        std::fs::read_to_string(&log_path).unwrap_or_default()
-    );
-    let url = format!("https://{CONTROLLER_IP}:7420");
+    let (controller, url) = spawn_controller_in(&net.ns("ctl"), repo.path(), &pki, LEASES, dir.path());
+    let sidecars: Vec<Killed> = ["s1", "s2"]
+        .iter()
+        .map(|node| spawn_remote_sidecar_in(&net.ns(node), node, repo.path(), &url, &pki, dir.path()))
+        .collect();
 
-    let mut sidecars = Vec::new();
-    for node in ["s1", "s2"] {
-        let clone = dir.path().join(format!("clone-{node}"));
-        let st = Command::new("git").args(["clone", "-q"]).arg(repo.path()).arg(&clone).status().unwrap();
-        assert!(st.success(), "git clone for {node}");
-        let out = log(dir.path(), node);
-        sidecars.push(Killed(
-            in_ns(&net.ns(node), &binary("swarm-sidecar"))
-                .args(["--controller", &url, "--remote", "--worker-id", node, "--repo"])
-                .arg(&clone)
-                .args(["--ca", &pki("ca.pem"), "--cert", &pki("sidecar.pem"), "--key", &pki("sidecar.key")])
-                .stdin(Stdio::null())
-                .stdout(out.try_clone().unwrap())
-                .stderr(out)
-                .spawn()
-                .unwrap(),
-        ));
-    }
-
-    let ctl = Ctl {
-        ns: net.ns("ctl"),
-        url,
-        auth: ["--ca", "ca.pem", "--cert", "admin.pem", "--key", "admin.key"]
-            .iter()
-            .map(|s| if s.starts_with("--") { s.to_string() } else { pki(s) })
-            .collect(),
-    };
+    let ctl = Ctl { ns: net.ns("ctl"), url, auth: pki.client_args("admin") };
     let create = |plan: &PlanBuilder| {
         let path = dir.path().join("plan.toml");
         std::fs::write(&path, plan.build()).unwrap();

@@ -44,7 +44,8 @@ use crate::store::{Batch, EventRow, Store};
 use assign::Ownership;
 use model::{Attempts, Swarm, Tasks, Worker};
 
-/// Timing knobs; the defaults follow the seeds (15 s heartbeats).
+/// Timing knobs. 15 s heartbeats and a 60 s lease: a sidecar survives three
+/// lost heartbeats before its attempt is taken away.
 #[derive(Debug, Clone)]
 pub struct Timing {
     pub heartbeat_interval: Duration,

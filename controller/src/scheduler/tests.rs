@@ -210,7 +210,8 @@ fn step() -> impl Strategy<Value = Step> {
     ]
 }
 
-/// The lifecycle as DESIGN.md states it, for one task and one worker.
+/// The task lifecycle (ARCHITECTURE.md, "Data flow of one attempt"), for one
+/// task and one worker.
 #[derive(Debug, Clone, PartialEq)]
 struct Model {
     state: TaskState,
