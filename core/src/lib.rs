@@ -8,7 +8,9 @@ pub mod names;
 pub mod outcome;
 pub mod plan;
 pub mod state;
+pub mod usage;
 
 pub use ids::{AttemptId, SwarmId, TaskId, TaskKey};
 pub use outcome::Outcome;
 pub use state::{AttemptState, TaskState};
+pub use usage::Usage;

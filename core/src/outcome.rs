@@ -30,6 +30,9 @@ pub enum Outcome {
     /// The sidecar's own machinery (worktree, fetch, commit, push) failed
     /// after its repairs; not the task's fault, so no retry is spent.
     InfraFailed,
+    /// The agent hit its usage limit: its work is kept as a WIP commit and
+    /// the task waits for the reset; not the task's fault, so no retry is spent.
+    RateLimited,
 }
 
 pub const EXIT_SUCCESS: i32 = 0;
@@ -71,6 +74,7 @@ impl Outcome {
             Outcome::Stalled => "stalled",
             Outcome::Cancelled => "cancelled",
             Outcome::InfraFailed => "infra_failed",
+            Outcome::RateLimited => "rate_limited",
         }
     }
 
@@ -87,6 +91,7 @@ impl Outcome {
             Outcome::Stalled,
             Outcome::Cancelled,
             Outcome::InfraFailed,
+            Outcome::RateLimited,
         ]
         .into_iter()
         .find(|o| o.as_str() == s)

@@ -15,6 +15,9 @@ use serde::Deserialize;
 use crate::ids::{SwarmId, TaskId};
 use crate::names::{check_branch, check_glob, check_id, check_text};
 
+pub mod agent;
+pub use agent::{AgentKind, AgentSpec, Otherwise, PermissionPolicy, PermissionRule};
+
 /// Largest plan we accept: bounds memory and work for input from a user or
 /// the network.
 pub const MAX_PLAN_BYTES: usize = 4 << 20;
@@ -162,6 +165,8 @@ pub struct TaskSpec {
     pub ownership: OwnershipPolicy,
     pub setup: Vec<String>,
     pub setup_on: SetupOn,
+    /// Set: a coding agent runs the task and `command` is empty.
+    pub agent: Option<AgentSpec>,
 }
 
 /// A validated plan.
@@ -237,6 +242,16 @@ struct RawDefaults {
     #[serde(default)]
     setup: Vec<String>,
     setup_on: Option<SetupOn>,
+    agent: Option<AgentKind>,
+    agent_path: Option<String>,
+    model: Option<String>,
+    max_turns: Option<u32>,
+    max_budget_usd: Option<f64>,
+    allowed_tools: Option<Vec<String>>,
+    permission_mode: Option<String>,
+    append_system_prompt: Option<String>,
+    extra_args: Option<Vec<String>>,
+    permissions: Option<agent::RawPermissions>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -268,6 +283,35 @@ struct RawTask {
     ownership: Option<OwnershipPolicy>,
     setup: Option<Vec<String>>,
     setup_on: Option<SetupOn>,
+    agent: Option<AgentKind>,
+    agent_path: Option<String>,
+    model: Option<String>,
+    max_turns: Option<u32>,
+    max_budget_usd: Option<f64>,
+    allowed_tools: Option<Vec<String>>,
+    permission_mode: Option<String>,
+    append_system_prompt: Option<String>,
+    extra_args: Option<Vec<String>>,
+    permissions: Option<agent::RawPermissions>,
+}
+
+/// The agent fields of `[defaults]` and `[[tasks]]` (serde cannot flatten
+/// them into a struct that denies unknown fields).
+macro_rules! agent_fields {
+    ($raw:expr) => {
+        agent::RawAgentFields {
+            agent: $raw.agent,
+            agent_path: $raw.agent_path.clone(),
+            model: $raw.model.clone(),
+            max_turns: $raw.max_turns,
+            max_budget_usd: $raw.max_budget_usd,
+            allowed_tools: $raw.allowed_tools.clone(),
+            permission_mode: $raw.permission_mode.clone(),
+            append_system_prompt: $raw.append_system_prompt.clone(),
+            extra_args: $raw.extra_args.clone(),
+            permissions: $raw.permissions.clone(),
+        }
+    };
 }
 
 /// A worker command: a shell line (run with `sh -c`) or an argv array.
@@ -342,6 +386,10 @@ fn validate(raw: RawPlan) -> Result<Plan, PlanError> {
     check_labels("defaults.labels", &d.labels)?;
     check_env("defaults.env", &d.env)?;
     let default_verify = check_tiers("defaults.verify", d.verify.clone().unwrap_or_default())?;
+    if d.command.is_some() && d.agent.is_some() {
+        return Err(err("defaults.agent", "set command or agent, not both"));
+    }
+    let default_agent = agent_fields!(d);
     let default_retry = RetryPolicy {
         max_retries: d.retries.unwrap_or(RetryPolicy::default().max_retries),
         initial_backoff_ms: d.backoff_initial_ms.unwrap_or(RetryPolicy::default().initial_backoff_ms),
@@ -421,13 +469,22 @@ fn validate(raw: RawPlan) -> Result<Plan, PlanError> {
             Some(tiers) => check_tiers(&at("verify"), tiers.clone())?,
             None => default_verify.clone(),
         };
-        let command = task
-            .command
-            .clone()
-            .or_else(|| d.command.clone())
-            .map(Command::into_argv)
-            .ok_or_else(|| err(at("command"), "no worker command: set it here or in defaults.command"))?;
-        if command.is_empty() || command[0].trim().is_empty() {
+        let agent = agent::resolve(&format!("tasks[{i}]"), &agent_fields!(task), &default_agent)?;
+        if task.command.is_some() && task.agent.is_some() {
+            return Err(err(at("agent"), "set command or agent, not both"));
+        }
+        // A task's own command or agent beats the other one from the defaults.
+        let (command, agent) = match (&task.command, &agent) {
+            (Some(c), _) => (c.clone().into_argv(), None),
+            (None, Some(_)) => (Vec::new(), agent),
+            (None, _) => {
+                let c = d.command.clone().map(Command::into_argv).ok_or_else(|| {
+                    err(at("command"), "no worker command: set command or agent here or in [defaults]")
+                })?;
+                (c, None)
+            }
+        };
+        if agent.is_none() && (command.is_empty() || command[0].trim().is_empty()) {
             return Err(err(at("command"), "must not be empty"));
         }
         let mut labels = d.labels.clone();
@@ -461,6 +518,7 @@ fn validate(raw: RawPlan) -> Result<Plan, PlanError> {
             ownership: task.ownership.or(d.ownership).unwrap_or_default(),
             setup: task.setup.clone().unwrap_or_else(|| d.setup.clone()),
             setup_on: task.setup_on.or(d.setup_on).unwrap_or_default(),
+            agent,
         });
         if tasks.last().is_some_and(|t| t.idle_timeout_secs == 0) {
             return Err(err(at("idle_timeout_secs"), "must be at least 1"));

@@ -65,6 +65,7 @@ state_enum!(
         Fenced = "FENCED",
         Cancelled = "CANCELLED",
         Stopped = "STOPPED",
+        RateLimited = "RATE_LIMITED",
     }
 );
 

@@ -3,7 +3,7 @@
 use std::fmt;
 
 use swarm_core::names::{check_commit, check_id};
-use swarm_core::{AttemptState, Outcome, SwarmId, TaskId, TaskKey, TaskState};
+use swarm_core::{AttemptState, Outcome, SwarmId, TaskId, TaskKey, TaskState, Usage};
 
 use crate::v1;
 
@@ -147,6 +147,7 @@ impl From<AttemptState> for v1::AttemptState {
             AttemptState::Fenced => v1::AttemptState::Fenced,
             AttemptState::Cancelled => v1::AttemptState::Cancelled,
             AttemptState::Stopped => v1::AttemptState::Stopped,
+            AttemptState::RateLimited => v1::AttemptState::RateLimited,
         }
     }
 }
@@ -165,6 +166,7 @@ impl From<Outcome> for v1::Outcome {
             Outcome::Stalled => v1::Outcome::Stalled,
             Outcome::Cancelled => v1::Outcome::Cancelled,
             Outcome::InfraFailed => v1::Outcome::InfraFailed,
+            Outcome::RateLimited => v1::Outcome::RateLimited,
         }
     }
 }
@@ -186,8 +188,46 @@ impl TryFrom<v1::Outcome> for Outcome {
             v1::Outcome::Stalled => Outcome::Stalled,
             v1::Outcome::Cancelled => Outcome::Cancelled,
             v1::Outcome::InfraFailed => Outcome::InfraFailed,
+            v1::Outcome::RateLimited => Outcome::RateLimited,
         })
     }
+}
+
+impl From<&Usage> for v1::Usage {
+    fn from(u: &Usage) -> Self {
+        v1::Usage {
+            input_tokens: u.input_tokens,
+            output_tokens: u.output_tokens,
+            cache_read_tokens: u.cache_read_tokens,
+            cache_creation_tokens: u.cache_creation_tokens,
+            cost_usd: u.cost_usd,
+        }
+    }
+}
+
+/// Decodes a peer's usage report (absent: nothing spent), refusing a cost
+/// that is not a plausible number of dollars.
+pub fn usage_from_wire(field: &str, u: Option<&v1::Usage>) -> Result<Usage, FieldError> {
+    let Some(u) = u else { return Ok(Usage::default()) };
+    let usage = Usage {
+        input_tokens: u.input_tokens,
+        output_tokens: u.output_tokens,
+        cache_read_tokens: u.cache_read_tokens,
+        cache_creation_tokens: u.cache_creation_tokens,
+        cost_usd: u.cost_usd,
+    };
+    usage.check().map_err(|rule| FieldError::new(field, rule))?;
+    Ok(usage)
+}
+
+/// An agent's session id: what `--resume` takes, so it must stay a plain
+/// token on a command line.
+pub fn session_id_from_wire(field: &str, id: &str) -> Result<String, FieldError> {
+    let ok = id.len() <= 128 && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if !ok {
+        return Err(FieldError::new(field, "must be at most 128 of [A-Za-z0-9._-]"));
+    }
+    Ok(id.to_string())
 }
 
 /// Decodes a raw enum value from the wire, naming the field when unknown.

@@ -137,3 +137,60 @@ proptest::proptest! {
         let _ = Plan::parse(&text);
     }
 }
+
+#[test]
+fn an_agent_task_needs_no_command_and_keeps_its_settings() {
+    let text = r#"
+name = "s"
+[defaults]
+agent = "claude"
+model = "sonnet"
+max_turns = 30
+permissions = { allow = ["Edit(src/**)", "Bash(cargo test:*)"], deny = ["Bash(rm:*)"], otherwise = "deny" }
+[[tasks]]
+id = "a"
+files = ["src/**"]
+max_budget_usd = 2.5
+[[tasks]]
+id = "b"
+files = ["b/**"]
+command = "true"
+"#;
+    let plan = Plan::parse(text).expect("valid plan");
+    let a = &plan.tasks[0];
+    assert!(a.command.is_empty());
+    let agent = a.agent.as_ref().expect("an agent");
+    assert_eq!(agent.kind, AgentKind::Claude);
+    assert_eq!(agent.model.as_deref(), Some("sonnet"));
+    assert_eq!(agent.max_turns, Some(30));
+    assert_eq!(agent.max_budget_usd, Some(2.5));
+    assert_eq!(agent.permissions.allow[1].to_string(), "Bash(cargo test:*)");
+    assert_eq!(agent.permissions.deny[0].tool, "Bash");
+    assert_eq!(agent.permissions.otherwise, Otherwise::Deny);
+    // A task's own command beats the defaults' agent.
+    assert!(plan.tasks[1].agent.is_none());
+    assert_eq!(plan.tasks[1].command, vec!["sh", "-c", "true"]);
+}
+
+#[test]
+fn bad_agent_settings_name_the_field_and_the_rule() {
+    let cases = [
+        ("agent = \"gemini\"", "tasks[0].agent", "unknown variant"),
+        ("agent = \"claude\"\ncommand = \"x\"", "tasks[0].agent", "not both"),
+        ("model = \"opus\"", "tasks[0].model", "needs an agent"),
+        ("agent = \"claude\"\nmax_turns = 0", "tasks[0].max_turns", "at least 1"),
+        ("agent = \"claude\"\nmax_budget_usd = -1.0", "tasks[0].max_budget_usd", "more than 0"),
+        ("agent = \"claude\"\npermission_mode = \"yolo\"", "tasks[0].permission_mode", "one of"),
+        ("agent = \"codex\"\npermission_mode = \"plan\"", "tasks[0].permission_mode", "claude"),
+        ("agent = \"codex\"\npermissions = { allow = [\"Read\"] }", "tasks[0].permissions", "sandbox"),
+        ("agent = \"claude\"\npermissions = { allow = [\"Edit(\"] }", "tasks[0].permissions.allow[0]", "')'"),
+        ("agent = \"claude\"\npermissions = { otherwise = \"maybe\" }", "tasks[0].permissions.otherwise", "unknown variant"),
+        ("agent = \"claude\"\nallowed_tools = [\"Bad Tool\"]", "tasks[0].allowed_tools[0]", "tool name"),
+    ];
+    for (extra, path, rule) in cases {
+        let text = format!("name = \"s\"\n[[tasks]]\nid = \"a\"\nfiles = [\"a/**\"]\n{extra}");
+        let e = Plan::parse(&text).expect_err(extra);
+        assert_eq!(e.path, path, "{extra}: {e}");
+        assert!(e.rule.contains(rule), "{extra}: {e}");
+    }
+}
