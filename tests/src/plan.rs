@@ -60,6 +60,13 @@ impl PlanBuilder {
         self
     }
 
+    /// Drops a `[defaults]` line, e.g. `command` for a plan whose tasks
+    /// run an agent instead.
+    pub fn remove_default(mut self, key: &str) -> PlanBuilder {
+        self.defaults.retain(|l| !l.starts_with(&format!("{key} ")));
+        self
+    }
+
     pub fn task(mut self, task: TaskBuilder) -> PlanBuilder {
         self.tasks.push(task);
         self
