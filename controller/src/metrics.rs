@@ -36,6 +36,13 @@ pub struct Metrics {
     pub swarms_stalled: Gauge,
     /// Requests refused at the edge, by gRPC code.
     pub auth_denied: Family<StateLabel, Counter>,
+    /// Agent tokens by kind (input, output, cache_read, cache_creation).
+    pub agent_tokens: Family<StateLabel, Counter>,
+    /// Agent spend; a float counter of dollars.
+    pub agent_cost_usd: Counter<f64, std::sync::atomic::AtomicU64>,
+    /// Usage limits (accounts or workers) currently holding agent tasks back.
+    pub rate_limits_active: Gauge,
+    pub rate_limited_attempts: Counter,
 }
 
 impl Default for Metrics {
@@ -56,6 +63,10 @@ impl Default for Metrics {
             sessions_closed_full: Counter::default(),
             swarms_stalled: Gauge::default(),
             auth_denied: Family::default(),
+            agent_tokens: Family::default(),
+            agent_cost_usd: Counter::default(),
+            rate_limits_active: Gauge::default(),
+            rate_limited_attempts: Counter::default(),
             registry: Registry::default(),
         };
         registry.register("tasks", "Tasks by state", m.tasks.clone());
@@ -95,6 +106,18 @@ impl Default for Metrics {
             "Requests refused by authentication or authorization",
             m.auth_denied.clone(),
         );
+        registry.register("agent_tokens", "Tokens spent by agent attempts, by kind", m.agent_tokens.clone());
+        registry.register("agent_cost_usd", "Dollars spent by agent attempts", m.agent_cost_usd.clone());
+        registry.register(
+            "rate_limits_active",
+            "Agent usage limits (per account label or worker) holding tasks back until their reset",
+            m.rate_limits_active.clone(),
+        );
+        registry.register(
+            "rate_limited_attempts",
+            "Agent attempts that ended on a usage limit",
+            m.rate_limited_attempts.clone(),
+        );
         Metrics { registry, ..m }
     }
 }
@@ -106,6 +129,19 @@ impl Metrics {
             self.tasks.get_or_create(&vec![("state", from.as_str())]).dec();
         }
         self.tasks.get_or_create(&vec![("state", to.as_str())]).inc();
+    }
+
+    /// Counts what one finished agent attempt spent.
+    pub fn agent_usage(&self, u: &swarm_core::Usage) {
+        for (kind, n) in [
+            ("input", u.input_tokens),
+            ("output", u.output_tokens),
+            ("cache_read", u.cache_read_tokens),
+            ("cache_creation", u.cache_creation_tokens),
+        ] {
+            self.agent_tokens.get_or_create(&vec![("kind", kind)]).inc_by(n);
+        }
+        self.agent_cost_usd.inc_by(u.cost_usd);
     }
 
     pub fn observe(h: &Histogram, d: Duration) {

@@ -35,6 +35,16 @@ impl Usage {
         self.cost_usd += other.cost_usd;
     }
 
+    /// Takes `other` away again (a running total replaced by a newer one),
+    /// saturating at zero.
+    pub fn sub(&mut self, other: &Usage) {
+        self.input_tokens = self.input_tokens.saturating_sub(other.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_sub(other.output_tokens);
+        self.cache_read_tokens = self.cache_read_tokens.saturating_sub(other.cache_read_tokens);
+        self.cache_creation_tokens = self.cache_creation_tokens.saturating_sub(other.cache_creation_tokens);
+        self.cost_usd = (self.cost_usd - other.cost_usd).max(0.0);
+    }
+
     /// Checks numbers a peer reported.
     pub fn check(&self) -> Result<(), String> {
         if !self.cost_usd.is_finite() || self.cost_usd < 0.0 || self.cost_usd > MAX_COST_USD {

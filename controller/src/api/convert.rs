@@ -6,7 +6,10 @@ use swarm_core::TaskKey;
 use swarm_core::names::check_text;
 use swarm_core::plan::check_label;
 use swarm_proto::FieldError;
-use swarm_proto::convert::{AttemptRef, optional_commit, outcome_from_wire, required_attempt, required_id};
+use swarm_proto::convert::{
+    AttemptRef, optional_commit, outcome_from_wire, required_attempt, required_id, session_id_from_wire,
+    usage_from_wire,
+};
 use swarm_proto::v1;
 
 use crate::scheduler::views::{SwarmView, TaskDetailView, TaskView, WorkerView};
@@ -113,6 +116,8 @@ pub fn report(seq: u64, body: &v1::sidecar_message::Body) -> Result<Option<Repor
                 attempt: reported(required_attempt("progress.attempt", p.attempt.as_ref())?),
                 percent: p.percent,
                 step: text("progress.step", &p.step, MAX_STEP)?,
+                usage: p.usage.as_ref().map(|u| usage_from_wire("progress.usage", Some(u))).transpose()?,
+                session_id: session_id_from_wire("progress.session_id", &p.session_id)?,
             }
         }
         Body::Status(s) => {
@@ -180,6 +185,10 @@ pub fn report(seq: u64, body: &v1::sidecar_message::Body) -> Result<Option<Repor
                 error: text("result.error", &r.error, MAX_TEXT)?,
                 log_tail: lines("result.log_tail", &r.log_tail)?,
                 category: text("result.category", &r.category, MAX_CATEGORY)?,
+                usage: usage_from_wire("result.usage", r.usage.as_ref())?,
+                session_id: session_id_from_wire("result.session_id", &r.session_id)?,
+                rate_limit_reset_ms: r.rate_limit_reset_unix_ms,
+                rate_limit_kind: text("result.rate_limit_kind", &r.rate_limit_kind, MAX_CATEGORY)?,
             }))
         }
         Body::Orphans(o) => {
@@ -223,6 +232,33 @@ fn assign(a: &AssignSpec) -> v1::Assign {
         traceparent: a.traceparent.clone(),
         setup: a.setup.clone(),
         setup_every_attempt: a.setup_every_attempt,
+        agent: a.agent.as_ref().map(agent_spec),
+    }
+}
+
+fn agent_spec(a: &crate::scheduler::AgentAssign) -> v1::AgentSpec {
+    use swarm_core::plan::{Otherwise, PermissionRule};
+    let s = &a.spec;
+    let rules = |r: &[PermissionRule]| r.iter().map(ToString::to_string).collect();
+    v1::AgentSpec {
+        kind: s.kind.as_str().to_string(),
+        path: s.path.clone().unwrap_or_default(),
+        model: s.model.clone().unwrap_or_default(),
+        max_turns: s.max_turns.unwrap_or(0),
+        max_budget_usd: s.max_budget_usd.unwrap_or(0.0),
+        allowed_tools: s.allowed_tools.clone(),
+        permission_mode: s.permission_mode.clone().unwrap_or_default(),
+        append_system_prompt: s.append_system_prompt.clone().unwrap_or_default(),
+        extra_args: s.extra_args.clone(),
+        permissions: Some(v1::PermissionPolicy {
+            allow: rules(&s.permissions.allow),
+            deny: rules(&s.permissions.deny),
+            otherwise: match s.permissions.otherwise {
+                Otherwise::Ask => v1::PermissionFallback::Ask,
+                Otherwise::Deny => v1::PermissionFallback::Deny,
+            } as i32,
+        }),
+        resume_session: a.resume_session.clone(),
     }
 }
 
@@ -290,6 +326,7 @@ pub fn swarm(v: SwarmView) -> v1::Swarm {
         task_count: v.task_count,
         stalled_reason,
         stalled_tasks,
+        usage: Some(v1::Usage::from(&v.usage)),
     }
 }
 
@@ -310,6 +347,7 @@ pub fn task(v: TaskView) -> v1::Task {
         step: v.step,
         updated_at_unix_ms: v.updated_at,
         pending_question: v.pending_question,
+        usage: Some(v1::Usage::from(&v.usage)),
     }
 }
 
@@ -339,6 +377,9 @@ fn attempt(a: crate::scheduler::Attempt) -> v1::Attempt {
                 output_tail: t.output_tail,
             })
             .collect(),
+        agent: a.agent.kind,
+        session_id: a.agent.session_id,
+        usage: Some(v1::Usage::from(&a.agent.usage)),
     }
 }
 
@@ -361,6 +402,8 @@ pub fn worker(w: WorkerView) -> v1::Worker {
         attempt: w.attempt,
         heartbeat_age_ms: w.heartbeat_age_ms,
         last_applied_seq: w.last_applied_seq,
+        rate_limit_key: w.rate_limit_key,
+        rate_limited_until_unix_ms: w.rate_limited_until,
     }
 }
 

@@ -8,8 +8,8 @@ use globset::{Glob, GlobSet, GlobSetBuilder};
 use swarm_core::plan::task_branch;
 use swarm_core::{AttemptState, TaskKey, TaskState};
 
-use super::model::Attempt;
-use super::outbound::{AssignSpec, AttemptHandle, Outbound};
+use super::model::{AgentRecord, Attempt, Task};
+use super::outbound::{AgentAssign, AssignSpec, AttemptHandle, Outbound};
 use super::{Effects, Scheduler, now_ms, task_text};
 
 /// A task's owned globs, prepared for overlap checks.
@@ -182,6 +182,15 @@ impl Scheduler {
                 if !worker.satisfies(&task.spec.labels) {
                     continue;
                 }
+                if task.spec.agent.is_some() {
+                    if let Some(until) = self.limited_until(worker, now) {
+                        self.scan.due_ms = self.scan.due_ms.min(until);
+                        continue;
+                    }
+                    if self.waits_for_its_session(task, &worker_id) {
+                        continue;
+                    }
+                }
                 let Some(own) = self.ownership.get(key) else { continue };
                 if self.running.conflicts(own) {
                     continue;
@@ -231,6 +240,10 @@ impl Scheduler {
             started_at: now_ms(),
             ended_at: 0,
             tiers: Vec::new(),
+            agent: AgentRecord {
+                kind: task.spec.agent.as_ref().map(|a| a.kind.as_str().to_string()).unwrap_or_default(),
+                ..Default::default()
+            },
         };
         fx.dirty_attempts.insert((attempt.task.clone(), attempt.number));
         self.attempts.insert((key.clone(), number), attempt);
@@ -273,7 +286,41 @@ impl Scheduler {
             setup: task.spec.setup.clone(),
             setup_every_attempt: task.spec.setup_on == swarm_core::plan::SetupOn::Attempt,
             traceparent: String::new(),
+            agent: task.spec.agent.as_ref().map(|spec| AgentAssign {
+                spec: spec.clone(),
+                resume_session: self
+                    .resumable_session(task, number)
+                    .filter(|a| a.worker == attempt.worker)
+                    .map(|a| a.agent.session_id.clone())
+                    .unwrap_or_default(),
+            }),
         })
+    }
+
+    /// The attempt before `number` if its agent session can be continued:
+    /// it stopped with its work kept (checkpoint, usage limit, interrupt,
+    /// lost worker) rather than failing, and it named its session. Only its
+    /// own worker can resume it: the session and the worktree holding its
+    /// work live there.
+    pub(super) fn resumable_session(&self, task: &Task, number: u32) -> Option<&Attempt> {
+        let previous = self.attempts.get(&(task.key.clone(), number.checked_sub(1)?))?;
+        let kept = matches!(
+            previous.state,
+            AttemptState::Checkpointed
+                | AttemptState::RateLimited
+                | AttemptState::Cancelled
+                | AttemptState::Lost
+        );
+        (kept && !previous.agent.session_id.is_empty()).then_some(previous)
+    }
+
+    /// Whether `task` should wait for the worker that holds its session
+    /// rather than start afresh on `worker_id`: while that worker is
+    /// connected it will come back for it.
+    fn waits_for_its_session(&self, task: &Task, worker_id: &str) -> bool {
+        let Some(previous) = self.resumable_session(task, task.attempts + 1) else { return false };
+        previous.worker != worker_id
+            && self.workers.get(&previous.worker).is_some_and(|w| w.session.is_some() && !w.draining)
     }
 }
 

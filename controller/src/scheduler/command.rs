@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use swarm_core::plan::Plan;
-use swarm_core::{Outcome, TaskKey, TaskState};
+use swarm_core::{Outcome, TaskKey, TaskState, Usage};
 use tokio::sync::{broadcast, oneshot};
 
 use super::model::{Session, TierOutcome};
@@ -50,16 +50,45 @@ pub struct ResultReport {
     pub error: String,
     pub log_tail: Vec<String>,
     pub category: String,
+    /// Agent attempts: what was spent, and the session to resume.
+    pub usage: Usage,
+    pub session_id: String,
+    /// RATE_LIMITED: when the limit resets (unix ms; 0 unknown) and its kind.
+    pub rate_limit_reset_ms: u64,
+    pub rate_limit_kind: String,
 }
 
 #[derive(Debug, Clone)]
 pub enum Report {
-    Started { attempt: ReportedAttempt, pid: u32, restarts: u32 },
-    Progress { attempt: ReportedAttempt, percent: u32, step: String },
-    Status { attempt: ReportedAttempt, status: String, message: String },
-    Question { attempt: ReportedAttempt, id: String, text: String, category: String },
+    Started {
+        attempt: ReportedAttempt,
+        pid: u32,
+        restarts: u32,
+    },
+    Progress {
+        attempt: ReportedAttempt,
+        percent: u32,
+        step: String,
+        /// Agent attempts: the running total so far, and the session id.
+        usage: Option<Usage>,
+        session_id: String,
+    },
+    Status {
+        attempt: ReportedAttempt,
+        status: String,
+        message: String,
+    },
+    Question {
+        attempt: ReportedAttempt,
+        id: String,
+        text: String,
+        category: String,
+    },
     Result(Box<ResultReport>),
-    Orphans { worktrees: Vec<String>, removed: bool },
+    Orphans {
+        worktrees: Vec<String>,
+        removed: bool,
+    },
 }
 
 impl Report {

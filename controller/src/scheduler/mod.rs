@@ -10,6 +10,7 @@
 
 mod assign;
 pub mod command;
+mod limits;
 mod model;
 mod operator;
 pub mod outbound;
@@ -34,8 +35,8 @@ use tokio::sync::broadcast;
 pub use command::{
     Command, HelloInfo, OperatorOp, PackClaim, Report, ReportedAttempt, ResultReport, integrator_sink,
 };
-pub use model::{Attempt, Session, SwarmState, TierOutcome};
-pub use outbound::{AssignSpec, AttemptHandle, CloseCode, Outbound};
+pub use model::{AgentRecord, Attempt, Session, SwarmState, TierOutcome};
+pub use outbound::{AgentAssign, AssignSpec, AttemptHandle, CloseCode, Outbound};
 pub use refs::LandTarget;
 
 use crate::integrator::{IntegratorHandle, MergeJob};
@@ -126,6 +127,8 @@ pub struct Scheduler {
     last_sweep_ms: u64,
     /// Scans of the ready set that found nothing, until something changes.
     scan: assign::ScanMemo,
+    /// Agent usage limits holding agent tasks back.
+    limits: limits::RateLimits,
 }
 
 impl Scheduler {
@@ -491,6 +494,7 @@ impl Scheduler {
             self.on_disconnected(&worker, session, fx);
         }
         self.sweep_registry(fx);
+        self.lift_rate_limits(fx);
         let connected = self.workers.values().filter(|w| w.session.is_some()).count();
         self.metrics.workers_connected.set(connected as i64);
     }

@@ -6,7 +6,7 @@ use std::sync::atomic::AtomicU64;
 
 use serde::{Deserialize, Serialize};
 use swarm_core::plan::{Plan, TaskSpec};
-use swarm_core::{AttemptState, Outcome, SwarmId, TaskKey, TaskState};
+use swarm_core::{AttemptState, Outcome, SwarmId, TaskKey, TaskState, Usage};
 use tokio::sync::mpsc;
 
 use super::outbound::Outbound;
@@ -61,6 +61,9 @@ pub struct Swarm {
     pub counts: [u32; TaskState::ALL.len()],
     /// Why it is STALLED (derived, not stored: rebuilt on recovery).
     pub stall: Option<super::stall::Stall>,
+    /// What its agent attempts spent, kept as their sum so that reading it
+    /// does not walk the swarm (rebuilt from the attempts on recovery).
+    pub usage: Usage,
 }
 
 pub fn state_index(s: TaskState) -> usize {
@@ -180,6 +183,38 @@ pub struct Attempt {
     pub started_at: i64,
     pub ended_at: i64,
     pub tiers: Vec<TierOutcome>,
+    /// Agent attempts only; default for a plain command.
+    pub agent: AgentRecord,
+}
+
+/// What the controller keeps of an agent attempt: which agent, the session
+/// a later attempt may resume, and what it spent (stored as JSON).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct AgentRecord {
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub session_id: String,
+    #[serde(default)]
+    pub usage: Usage,
+}
+
+impl AgentRecord {
+    pub fn to_json(&self) -> String {
+        if *self == AgentRecord::default() {
+            return String::new();
+        }
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// A stored record; an unreadable one counts as none (it only feeds
+    /// views and resumption, never a state transition).
+    pub fn from_json(s: &str) -> AgentRecord {
+        if s.is_empty() {
+            return AgentRecord::default();
+        }
+        serde_json::from_str(s).unwrap_or_default()
+    }
 }
 
 impl Attempt {
@@ -200,6 +235,7 @@ impl Attempt {
             started_at: self.started_at,
             ended_at: self.ended_at,
             tiers: serde_json::to_string(&self.tiers).unwrap_or_else(|_| "[]".into()),
+            agent: self.agent.to_json(),
         }
     }
 

@@ -13,6 +13,24 @@ use super::views::{SwarmView, TaskDetailView, TaskView, WorkerView};
 use super::{Effects, Scheduler, assign, now_ms};
 use crate::error::SchedError;
 
+/// The question category of an agent's permission request.
+pub const PERMISSION_CATEGORY: &str = "permission";
+
+/// An agent waits on a permission request for `allow` or `deny [reason]`;
+/// anything else would leave it guessing.
+fn check_permission_answer(text: &str) -> Result<(), SchedError> {
+    let t = text.trim();
+    let word = t.split_whitespace().next().unwrap_or_default();
+    match word {
+        "allow" if t == "allow" => Ok(()),
+        "deny" => Ok(()),
+        _ => Err(SchedError::InvalidArgument {
+            field: "text".into(),
+            rule: format!("a permission request is answered \"allow\" or \"deny [reason]\", not {t:?}"),
+        }),
+    }
+}
+
 /// Replies after the batch commits, so a caller never sees a change the
 /// store does not hold.
 fn later<T: Send + 'static>(fx: &mut Effects, reply: Reply<T>, value: Result<T, SchedError>) {
@@ -33,7 +51,7 @@ impl Scheduler {
                 later(fx, reply, r);
             }
             OperatorOp::ListSwarms { reply } => {
-                let mut v: Vec<SwarmView> = self.swarms.values().map(SwarmView::of).collect();
+                let mut v: Vec<SwarmView> = self.swarms.values().map(|s| SwarmView::of(s, s.usage)).collect();
                 v.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
                 later(fx, reply, Ok(v));
             }
@@ -47,7 +65,11 @@ impl Scheduler {
             }
             OperatorOp::ListWorkers { reply } => {
                 let now = self.mono_ms();
-                let mut v: Vec<WorkerView> = self.workers.values().map(|w| WorkerView::of(w, now)).collect();
+                let mut v: Vec<WorkerView> = self
+                    .workers
+                    .values()
+                    .map(|w| WorkerView::of(w, now, self.limited_until(w, now_ms())))
+                    .collect();
                 v.sort_by(|a, b| a.id.cmp(&b.id));
                 later(fx, reply, Ok(v));
             }
@@ -95,7 +117,7 @@ impl Scheduler {
     }
 
     fn swarm_view(&self, id: &str) -> Result<SwarmView, SchedError> {
-        self.swarm(id).map(SwarmView::of)
+        self.swarm(id).map(|s| SwarmView::of(s, s.usage))
     }
 
     fn task(&self, key: &TaskKey) -> Result<&Task, SchedError> {
@@ -111,7 +133,7 @@ impl Scheduler {
     }
 
     pub(super) fn task_view(&self, key: &TaskKey) -> Result<TaskView, SchedError> {
-        self.task(key).map(|t| TaskView::of(t, self.holder(key)))
+        self.task(key).map(|t| TaskView::of(t, self.holder(key), &self.attempts))
     }
 
     fn list_tasks(&self, swarm: &str, states: &[TaskState]) -> Result<Vec<TaskView>, SchedError> {
@@ -120,7 +142,7 @@ impl Scheduler {
             .iter()
             .filter_map(|k| self.tasks.get(k))
             .filter(|t| states.is_empty() || states.contains(&t.state))
-            .map(|t| TaskView::of(t, self.holder(&t.key)))
+            .map(|t| TaskView::of(t, self.holder(&t.key), &self.attempts))
             .collect())
     }
 
@@ -129,7 +151,7 @@ impl Scheduler {
         let attempts =
             (1..=t.attempts).filter_map(|n| self.attempts.get(&(key.clone(), n))).cloned().collect();
         Ok(TaskDetailView {
-            task: TaskView::of(t, self.holder(key)),
+            task: TaskView::of(t, self.holder(key), &self.attempts),
             prompt: t.spec.prompt.clone(),
             attempts,
             events: Vec::new(),
@@ -146,7 +168,7 @@ impl Scheduler {
         self.check_plan_refs(&plan)?;
         if let Some(existing) = self.swarms.get(&plan.swarm) {
             if *existing.plan_text == *plan_text {
-                return Ok((SwarmView::of(existing), false));
+                return Ok((SwarmView::of(existing, existing.usage), false));
             }
             return Err(SchedError::AlreadyExists(format!(
                 "swarm {:?} already exists with a different plan",
@@ -170,6 +192,7 @@ impl Scheduler {
                 c
             },
             stall: None,
+            usage: Default::default(),
         };
         fx.batch.new_swarm(swarm.row());
         self.event(
@@ -340,6 +363,11 @@ impl Scheduler {
                 p.id
             )));
         }
+        if let Some(p) = &pending
+            && p.category == PERMISSION_CATEGORY
+        {
+            check_permission_answer(text)?;
+        }
         let qid = pending.as_ref().map(|p| p.id.clone()).unwrap_or_else(|| question_id.to_string());
         let question = pending.as_ref().map(|p| p.text.clone()).unwrap_or_default();
         match state {
@@ -400,7 +428,8 @@ impl Scheduler {
             .ok_or_else(|| SchedError::NotFound(format!("worker {worker:?} not found")))?;
         w.draining = true;
         fx.dirty_workers.insert(w.id.clone());
-        let view = WorkerView::of(w, now);
+        let Some(w) = self.workers.get(worker) else { return Err(SchedError::NotFound(worker.to_string())) };
+        let view = WorkerView::of(w, now, self.limited_until(w, now_ms()));
         self.send(worker, Outbound::Drain { reason: "drained by the operator".into() }, fx);
         self.event(
             fx,

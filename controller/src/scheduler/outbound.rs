@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use swarm_core::TaskKey;
-use swarm_core::plan::VerifyTier;
+use swarm_core::plan::{AgentSpec, VerifyTier};
 use tokio::sync::mpsc::error::TrySendError;
 
 use super::model::Session;
@@ -33,6 +33,15 @@ pub struct AssignSpec {
     pub setup: Vec<String>,
     pub setup_every_attempt: bool,
     pub traceparent: String,
+    pub agent: Option<AgentAssign>,
+}
+
+/// The agent an attempt runs, and the session it may continue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentAssign {
+    pub spec: AgentSpec,
+    /// Empty: a new session.
+    pub resume_session: String,
 }
 
 #[derive(Debug, Clone, PartialEq)]

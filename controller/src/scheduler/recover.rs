@@ -50,6 +50,7 @@ pub fn recover(
         audit: Default::default(),
         last_sweep_ms: 0,
         scan: super::assign::ScanMemo::new(),
+        limits: Default::default(),
     };
 
     let mut plans: HashMap<SwarmId, Arc<Plan>> = HashMap::new();
@@ -82,6 +83,7 @@ pub fn recover(
                 created_at: row.created_at,
                 tasks,
                 stall: None,
+                usage: Default::default(),
             },
         );
     }
@@ -137,6 +139,10 @@ pub fn recover(
             row.state.parse().map_err(|e: String| corrupt("attempts", label.clone(), e))?;
         let tiers: Vec<TierOutcome> = serde_json::from_str(&row.tiers).unwrap_or_default();
         s.next_token = s.next_token.max(row.token + 1);
+        let agent = super::model::AgentRecord::from_json(&row.agent);
+        if let Some(swarm) = s.swarms.get_mut(&key.swarm) {
+            swarm.usage.add(&agent.usage);
+        }
         s.attempts.insert(
             (key.clone(), row.number),
             Attempt {
@@ -154,6 +160,7 @@ pub fn recover(
                 started_at: row.started_at,
                 ended_at: row.ended_at,
                 tiers,
+                agent,
             },
         );
     }

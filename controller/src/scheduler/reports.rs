@@ -3,7 +3,7 @@
 
 use rand::Rng;
 use swarm_core::plan::ConflictPolicy;
-use swarm_core::{AttemptState, Outcome, TaskKey, TaskState};
+use swarm_core::{AttemptState, Outcome, TaskKey, TaskState, Usage};
 
 use super::command::{Report, ReportedAttempt, ResultReport};
 use super::model::PendingQuestion;
@@ -103,12 +103,15 @@ impl Scheduler {
                     serde_json::json!({ "pid": pid, "restarts": restarts }),
                 );
             }
-            Report::Progress { attempt, percent, step } => {
+            Report::Progress { attempt, percent, step, usage, session_id } => {
                 // Progress stays in memory: it is reported again and again.
                 if let Some(t) = self.tasks.get_mut(&attempt.task) {
                     t.percent = percent.min(100);
                     t.step = step;
                 }
+                // An agent's session and spend so far are kept, though: a
+                // lost attempt's session may still be resumed.
+                self.record_agent(&attempt.task, attempt.number, usage, &session_id, fx);
             }
             Report::Status { attempt, status, message } => {
                 self.task_event(
@@ -175,6 +178,10 @@ impl Scheduler {
             a.tiers = r.tiers.clone();
             a.result_commit = r.commit.clone().unwrap_or_default();
         }
+        if !r.session_id.is_empty() || !r.usage.is_zero() {
+            self.record_agent(&key, number, Some(r.usage), &r.session_id, fx);
+            self.metrics.agent_usage(&r.usage);
+        }
         self.free_worker_of(&key, number, fx);
         let cancel_requested = self.tasks.get(&key).is_some_and(|t| t.cancel_requested);
         let detail = if r.error.is_empty() { r.summary.clone() } else { r.error.clone() };
@@ -240,6 +247,29 @@ impl Scheduler {
                     );
                 }
             }
+            Outcome::RateLimited => {
+                // The provider's limit, not the task's fault: no retry is
+                // spent, the work is kept as a WIP commit, and the task waits
+                // for the reset on the worker that holds its session.
+                self.set_attempt_state(&key, number, AttemptState::RateLimited, fx);
+                let until = self.on_rate_limited(worker_id, r.rate_limit_reset_ms, &r.rate_limit_kind, fx);
+                if let Some(t) = self.tasks.get_mut(&key) {
+                    if let Some(c) = &r.commit {
+                        t.resume_commit = c.clone();
+                    }
+                    t.not_before = until;
+                    t.notes.failures.push(format!("attempt {number}: paused by the agent's usage limit"));
+                }
+                if cancel_requested {
+                    self.set_state(&key, TaskState::Cancelled, "cancelled by the operator", fx);
+                } else {
+                    let wait_s = (until - now_ms()).max(0) / 1000;
+                    let why = format!(
+                        "attempt {number} hit the agent's usage limit; resumes in {wait_s} s, no retry spent"
+                    );
+                    self.make_ready(&key, &why, fx);
+                }
+            }
             Outcome::Blocked => {
                 self.set_attempt_state(&key, number, AttemptState::Stopped, fx);
                 self.set_state(&key, TaskState::Blocked, &format!("blocked: {}", first_line(&detail)), fx);
@@ -294,6 +324,34 @@ impl Scheduler {
                     self.make_ready(&key, &format!("attempt {number} interrupted"), fx);
                 }
             }
+        }
+    }
+
+    /// Keeps an agent attempt's session id and its running usage total,
+    /// keeping the swarm's sum in step.
+    fn record_agent(
+        &mut self,
+        key: &TaskKey,
+        number: u32,
+        usage: Option<Usage>,
+        session_id: &str,
+        fx: &mut Effects,
+    ) {
+        let Some(a) = self.attempts.get_mut(&(key.clone(), number)) else { return };
+        let before = a.agent.clone();
+        if !session_id.is_empty() {
+            a.agent.session_id = session_id.to_string();
+        }
+        if let Some(u) = usage {
+            a.agent.usage = u;
+        }
+        if a.agent == before {
+            return;
+        }
+        fx.dirty_attempts.insert((key.clone(), number));
+        if let Some(swarm) = self.swarms.get_mut(&key.swarm) {
+            swarm.usage.sub(&before.usage);
+            swarm.usage.add(&a.agent.usage);
         }
     }
 

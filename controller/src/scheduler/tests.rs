@@ -11,6 +11,8 @@ use swarm_core::plan::Plan;
 use swarm_core::{Outcome, TaskKey, TaskState};
 use tokio::sync::{mpsc as tmpsc, oneshot};
 
+mod agents;
+
 use super::command::{Command, HelloInfo, OperatorOp, Report, ReportedAttempt, ResultReport};
 use super::model::Session;
 use super::outbound::Outbound;
@@ -148,6 +150,10 @@ impl Rig {
             error: String::new(),
             log_tail: vec![],
             category: String::new(),
+            usage: Default::default(),
+            session_id: String::new(),
+            rate_limit_reset_ms: 0,
+            rate_limit_kind: String::new(),
         };
         let cmd = Command::Report {
             worker: "w1".into(),

@@ -2,9 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use swarm_core::TaskState;
+use swarm_core::{TaskState, Usage};
 
-use super::model::{Attempt, Swarm, SwarmState, Task, Worker};
+use super::model::{Attempt, Attempts, Swarm, SwarmState, Task, Worker};
 use crate::store::EventRow;
 
 #[derive(Debug, Clone)]
@@ -19,10 +19,12 @@ pub struct SwarmView {
     pub created_at: i64,
     pub task_count: u32,
     pub stall: Option<super::stall::Stall>,
+    /// What its agent attempts spent.
+    pub usage: Usage,
 }
 
 impl SwarmView {
-    pub fn of(swarm: &Swarm) -> SwarmView {
+    pub fn of(swarm: &Swarm, usage: Usage) -> SwarmView {
         let by_state: BTreeMap<String, u32> = TaskState::ALL
             .iter()
             .zip(swarm.counts)
@@ -42,6 +44,7 @@ impl SwarmView {
             // A stalled swarm cancelled keeps its last description; only
             // STALLED shows one.
             stall: swarm.stall.clone().filter(|_| swarm.state == SwarmState::Stalled),
+            usage,
         }
     }
 }
@@ -63,10 +66,12 @@ pub struct TaskView {
     pub step: String,
     pub updated_at: i64,
     pub pending_question: String,
+    /// What its agent attempts spent, summed.
+    pub usage: Usage,
 }
 
 impl TaskView {
-    pub fn of(task: &Task, worker: Option<&str>) -> TaskView {
+    pub fn of(task: &Task, worker: Option<&str>, attempts: &Attempts) -> TaskView {
         TaskView {
             swarm: task.key.swarm.to_string(),
             id: task.key.task.to_string(),
@@ -88,8 +93,20 @@ impl TaskView {
                 .as_ref()
                 .map(|q| q.text.clone())
                 .unwrap_or_default(),
+            usage: task_usage(task, attempts),
         }
     }
+}
+
+/// What a task's attempts spent, summed.
+pub fn task_usage(task: &Task, attempts: &Attempts) -> Usage {
+    let mut sum = Usage::default();
+    for n in 1..=task.attempts {
+        if let Some(a) = attempts.get(&(task.key.clone(), n)) {
+            sum.add(&a.agent.usage);
+        }
+    }
+    sum
 }
 
 #[derive(Debug, Clone)]
@@ -112,10 +129,13 @@ pub struct WorkerView {
     pub attempt: String,
     pub heartbeat_age_ms: u64,
     pub last_applied_seq: u64,
+    /// The usage limit its agents share, and when it resets while it holds.
+    pub rate_limit_key: String,
+    pub rate_limited_until: i64,
 }
 
 impl WorkerView {
-    pub fn of(w: &Worker, now_ms: u64) -> WorkerView {
+    pub fn of(w: &Worker, now_ms: u64, limited_until: Option<i64>) -> WorkerView {
         let last_seen =
             w.session.as_ref().map(|s| s.last_seen.load(std::sync::atomic::Ordering::Relaxed)).unwrap_or(0);
         WorkerView {
@@ -127,6 +147,8 @@ impl WorkerView {
             attempt: w.attempt.as_ref().map(|(k, n)| k.attempt(*n).to_string()).unwrap_or_default(),
             heartbeat_age_ms: if w.session.is_some() { now_ms.saturating_sub(last_seen) } else { 0 },
             last_applied_seq: w.last_applied_seq,
+            rate_limit_key: super::limits::limit_key(w),
+            rate_limited_until: limited_until.unwrap_or(0),
         }
     }
 }

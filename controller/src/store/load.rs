@@ -55,7 +55,7 @@ pub fn load(conn: &Connection) -> Result<Snapshot, StoreError> {
         .collect::<Result<_, _>>()?;
     let mut stmt = conn.prepare(
         "SELECT swarm, task, number, state, worker, token, base_commit, result_commit, outcome, exit_code,
-                summary, error, started_at, ended_at, tiers FROM attempts ORDER BY swarm, task, number",
+                summary, error, started_at, ended_at, tiers, agent FROM attempts ORDER BY swarm, task, number",
     )?;
     snap.attempts = stmt
         .query_map([], |r| {
@@ -75,6 +75,7 @@ pub fn load(conn: &Connection) -> Result<Snapshot, StoreError> {
                 started_at: r.get(12)?,
                 ended_at: r.get(13)?,
                 tiers: r.get(14)?,
+                agent: r.get(15)?,
             })
         })?
         .collect::<Result<_, _>>()?;

@@ -102,6 +102,8 @@ pub struct AttemptRow {
     pub ended_at: i64,
     /// JSON array of tier results.
     pub tiers: String,
+    /// JSON: the agent, its session and usage; empty for a plain command.
+    pub agent: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -311,13 +313,14 @@ impl Store {
             }
             let mut stmt = tx.prepare_cached(
                 "INSERT INTO attempts (swarm, task, number, state, worker, token, base_commit,
-                   result_commit, outcome, exit_code, summary, error, started_at, ended_at, tiers)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
+                   result_commit, outcome, exit_code, summary, error, started_at, ended_at, tiers, agent)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
                  ON CONFLICT(swarm, task, number) DO UPDATE SET state = excluded.state, worker = excluded.worker,
                    token = excluded.token, base_commit = excluded.base_commit,
                    result_commit = excluded.result_commit, outcome = excluded.outcome,
                    exit_code = excluded.exit_code, summary = excluded.summary, error = excluded.error,
-                   started_at = excluded.started_at, ended_at = excluded.ended_at, tiers = excluded.tiers",
+                   started_at = excluded.started_at, ended_at = excluded.ended_at, tiers = excluded.tiers,
+                   agent = excluded.agent",
             )?;
             for r in batch.attempts.values() {
                 stmt.execute(params![
@@ -335,7 +338,8 @@ impl Store {
                     r.error,
                     r.started_at,
                     r.ended_at,
-                    r.tiers
+                    r.tiers,
+                    r.agent
                 ])?;
             }
             let mut stmt = tx.prepare_cached(

@@ -89,6 +89,9 @@ pub(super) const MIGRATIONS: &[&str] = &[
     // 4: a task's events are read by task, so describing one task costs
     // what it returns rather than its whole swarm's history.
     "CREATE INDEX events_by_task ON events (swarm, task, id);",
+    // 5: agent attempts keep their agent, session and usage (JSON), so a
+    // restarted controller still resumes sessions and sums costs.
+    "ALTER TABLE attempts ADD COLUMN agent TEXT NOT NULL DEFAULT '';",
 ];
 
 pub const VERSION: i64 = MIGRATIONS.len() as i64;

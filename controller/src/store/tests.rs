@@ -38,6 +38,7 @@ fn a_committed_batch_is_loaded_back() {
         task: "a".into(),
         number: 1,
         token: 9,
+        agent: r#"{"kind":"claude","session_id":"s1","usage":{"input_tokens":3,"cost_usd":0.5}}"#.into(),
         ..Default::default()
     });
     batch.worker(WorkerRow {
@@ -57,6 +58,7 @@ fn a_committed_batch_is_loaded_back() {
     assert_eq!(snap.tasks.len(), 1);
     assert_eq!(snap.tasks[0].state, "RUNNING");
     assert_eq!(snap.attempts[0].token, 9);
+    assert!(snap.attempts[0].agent.contains("\"session_id\":\"s1\""), "the agent record survives a restart");
     assert_eq!(snap.workers[0].last_applied_seq, 4);
     assert_eq!(snap.last_event_id, 2);
 }

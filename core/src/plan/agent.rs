@@ -74,7 +74,9 @@ impl PermissionRule {
             && tool.len() <= 128
             && tool.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '*'));
         if !tool_ok {
-            return Err(format!("rule {text:?}: tool name must be 1-128 of [A-Za-z0-9_*-], e.g. Edit or Bash"));
+            return Err(format!(
+                "rule {text:?}: tool name must be 1-128 of [A-Za-z0-9_*-], e.g. Edit or Bash"
+            ));
         }
         if let Some(s) = specifier {
             if s.trim().is_empty() {
@@ -108,7 +110,8 @@ pub struct PermissionPolicy {
 }
 
 /// Claude Code's permission modes (`--permission-mode`).
-pub const CLAUDE_PERMISSION_MODES: &[&str] = &["default", "acceptEdits", "plan", "bypassPermissions", "dontAsk"];
+pub const CLAUDE_PERMISSION_MODES: &[&str] =
+    &["default", "acceptEdits", "plan", "bypassPermissions", "dontAsk"];
 
 /// A validated agent setup for one task.
 #[derive(Debug, Clone, PartialEq)]
@@ -183,7 +186,10 @@ impl RawAgentFields {
             max_budget_usd: self.max_budget_usd.or(d.max_budget_usd),
             allowed_tools: self.allowed_tools.clone().or_else(|| d.allowed_tools.clone()),
             permission_mode: self.permission_mode.clone().or_else(|| d.permission_mode.clone()),
-            append_system_prompt: self.append_system_prompt.clone().or_else(|| d.append_system_prompt.clone()),
+            append_system_prompt: self
+                .append_system_prompt
+                .clone()
+                .or_else(|| d.append_system_prompt.clone()),
             extra_args: self.extra_args.clone().or_else(|| d.extra_args.clone()),
             permissions: self.permissions.clone().or_else(|| d.permissions.clone()),
         }
@@ -220,7 +226,8 @@ pub(super) fn resolve(
     if let Some(m) = &f.model {
         let ok = !m.is_empty()
             && m.len() <= 128
-            && m.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':' | '/' | '[' | ']'));
+            && m.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':' | '/' | '[' | ']'));
         if !ok {
             return Err(err(path("model"), "must be 1-128 of [A-Za-z0-9._:/[]-]"));
         }

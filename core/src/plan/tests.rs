@@ -184,7 +184,11 @@ fn bad_agent_settings_name_the_field_and_the_rule() {
         ("agent = \"codex\"\npermission_mode = \"plan\"", "tasks[0].permission_mode", "claude"),
         ("agent = \"codex\"\npermissions = { allow = [\"Read\"] }", "tasks[0].permissions", "sandbox"),
         ("agent = \"claude\"\npermissions = { allow = [\"Edit(\"] }", "tasks[0].permissions.allow[0]", "')'"),
-        ("agent = \"claude\"\npermissions = { otherwise = \"maybe\" }", "tasks[0].permissions.otherwise", "unknown variant"),
+        (
+            "agent = \"claude\"\npermissions = { otherwise = \"maybe\" }",
+            "tasks[0].permissions.otherwise",
+            "unknown variant",
+        ),
         ("agent = \"claude\"\nallowed_tools = [\"Bad Tool\"]", "tasks[0].allowed_tools[0]", "tool name"),
     ];
     for (extra, path, rule) in cases {
