@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracing::Instrument as _;
 
+use crate::agent::AgentConfig;
 use crate::runner::{ExitInfo, SpawnSpec};
 use crate::status::{StatusEvent, StatusWatcher, WorkerStatus};
 use crate::supervisor::Supervised;
@@ -50,6 +51,9 @@ pub struct Assignment {
     pub traceparent: String,
     pub setup: Vec<String>,
     pub setup_every_attempt: bool,
+    /// Set: a coding agent is the worker (and `command` is empty).
+    pub agent: Option<AgentConfig>,
+    pub owned_globs: Vec<String>,
     /// The message as received, kept for the journal and for equality.
     pub wire: v1::Assign,
 }
@@ -61,8 +65,14 @@ impl TryFrom<&v1::Assign> for Assignment {
         let attempt = required_attempt("attempt", a.attempt.as_ref())?;
         check_commit(&a.base_commit).map_err(|r| FieldError::new("base_commit", r))?;
         check_branch(&a.branch).map_err(|r| FieldError::new("branch", r))?;
-        if a.command.is_empty() || a.command[0].is_empty() {
+        let agent = a.agent.as_ref().map(AgentConfig::from_wire).transpose()?;
+        if agent.is_none() && (a.command.is_empty() || a.command[0].is_empty()) {
             return Err(FieldError::new("command", "must not be empty"));
+        }
+        if let Some(cfg) = &agent {
+            // Compiled here so that a bad glob or rule fails the Assign, not the run.
+            crate::agent::policy::Policy::new(cfg, &a.owned_globs, Path::new("/"))
+                .map_err(|e| FieldError::new("agent.permissions", e.to_string()))?;
         }
         let mut env: Vec<(String, String)> = a.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         env.sort();
@@ -84,6 +94,8 @@ impl TryFrom<&v1::Assign> for Assignment {
             traceparent: a.traceparent.clone(),
             setup: a.setup.clone(),
             setup_every_attempt: a.setup_every_attempt,
+            agent,
+            owned_globs: a.owned_globs.clone(),
             wire: a.clone(),
         })
     }
@@ -151,7 +163,7 @@ const INFRA_TRIES: u32 = 3;
 
 /// Why an attempt ended early.
 #[derive(Debug)]
-enum Failure {
+pub(crate) enum Failure {
     /// The task's own fault (its setup command, its worker).
     Task(String),
     /// The sidecar's machinery failed even after its repairs.
@@ -207,8 +219,8 @@ pub fn record_answer(worktree: &Path, question_id: &str, text: &str) -> std::io:
     std::fs::write(&files.task, task)
 }
 
-struct Sink {
-    tx: mpsc::UnboundedSender<Report>,
+pub(crate) struct Sink {
+    pub(crate) tx: mpsc::UnboundedSender<Report>,
 }
 
 impl Sink {
@@ -216,6 +228,9 @@ impl Sink {
         let _ = self.tx.send(Report::Journaled(body));
     }
 }
+
+/// Operator answers routed to the attempt's driver: (question id, text).
+pub type Answers = mpsc::UnboundedReceiver<(String, String)>;
 
 /// Runs one attempt to its end. Sends exactly one AttemptResult unless stopped
 /// with [`Stop::Silent`].
@@ -225,7 +240,20 @@ pub async fn run(
     stop: watch::Receiver<Option<Stop>>,
     tx: mpsc::UnboundedSender<Report>,
 ) {
-    run_or_resume(ctx, a, None, stop, tx).await
+    let (_keep, answers) = mpsc::unbounded_channel();
+    run_or_resume(ctx, a, None, stop, answers, tx).await
+}
+
+/// Like [`run`], with the operator's answers routed to the worker (an
+/// agent takes them as its next message).
+pub async fn run_with_answers(
+    ctx: Context,
+    a: Assignment,
+    stop: watch::Receiver<Option<Stop>>,
+    answers: Answers,
+    tx: mpsc::UnboundedSender<Report>,
+) {
+    run_or_resume(ctx, a, None, stop, answers, tx).await
 }
 
 /// Like [`run`], for an attempt whose worker an earlier sidecar process
@@ -237,7 +265,8 @@ pub async fn resume(
     stop: watch::Receiver<Option<Stop>>,
     tx: mpsc::UnboundedSender<Report>,
 ) {
-    run_or_resume(ctx, a, Some(adopted), stop, tx).await
+    let (_keep, answers) = mpsc::unbounded_channel();
+    run_or_resume(ctx, a, Some(adopted), stop, answers, tx).await
 }
 
 async fn run_or_resume(
@@ -245,6 +274,7 @@ async fn run_or_resume(
     a: Assignment,
     adopted: Option<Adopted>,
     mut stop: watch::Receiver<Option<Stop>>,
+    mut answers: Answers,
     tx: mpsc::UnboundedSender<Report>,
 ) {
     let sink = Sink { tx };
@@ -252,7 +282,7 @@ async fn run_or_resume(
     // -1 until a worker exits: a result never claims an exit that did not happen.
     let mut result =
         v1::AttemptResult { attempt: Some(attempt.clone()), exit_code: -1, ..Default::default() };
-    match drive(&ctx, &a, adopted, &mut stop, &sink, &mut result).await {
+    match drive(&ctx, &a, adopted, (&mut stop, &mut answers), &sink, &mut result).await {
         Ok(Some(())) => {}
         Ok(None) => return, // silent stop
         Err(Failure::Task(e)) => {
@@ -279,7 +309,7 @@ async fn drive(
     ctx: &Context,
     a: &Assignment,
     adopted: Option<Adopted>,
-    stop: &mut watch::Receiver<Option<Stop>>,
+    (stop, answers): (&mut watch::Receiver<Option<Stop>>, &mut Answers),
     sink: &Sink,
     result: &mut v1::AttemptResult,
 ) -> Result<Option<()>, Failure> {
@@ -322,8 +352,12 @@ async fn drive(
         .open(&log_path)
         .await
         .map_err(|e| Failure::Infra(format!("opening {}: {e}", log_path.display())))?;
-    let spec = SpawnSpec { argv: a.command.clone(), cwd: wt.clone(), env: env.clone() };
     let idle = a.idle_timeout.or(ctx.default_idle_timeout);
+    if let Some(cfg) = &a.agent {
+        let run = AgentRun { ctx, a, cfg, wt: &wt, files: &files, env: &env, idle };
+        return crate::agent::result::drive(run, (stop, answers), &mut log, sink, result).await;
+    }
+    let spec = SpawnSpec { argv: a.command.clone(), cwd: wt.clone(), env: env.clone() };
     let mut watcher = StatusWatcher::new(&files.status);
     let mut tail: VecDeque<String> = VecDeque::new();
     let mut restarts = adopted.map(|ad| ad.restarts).unwrap_or(0);
@@ -519,7 +553,7 @@ async fn drive(
 /// Commits the worktree, clearing stale locks first on every try: the
 /// worker's group is gone, so no git process of the attempt is left, and a
 /// sidecar killed mid-commit leaves `index.lock` for its successor.
-async fn commit(ctx: &Context, wt: &Path, message: String) -> Result<(String, String), Failure> {
+pub(crate) async fn commit(ctx: &Context, wt: &Path, message: String) -> Result<(String, String), Failure> {
     let mut last = String::new();
     for n in 1..=INFRA_TRIES {
         let (wt, message, common, id) =
@@ -545,7 +579,7 @@ async fn commit(ctx: &Context, wt: &Path, message: String) -> Result<(String, St
 }
 
 /// The worktree of an attempt being resumed (it is already prepared).
-async fn own_worktree(ctx: &Context) -> Result<PathBuf, String> {
+pub(crate) async fn own_worktree(ctx: &Context) -> Result<PathBuf, String> {
     let (repo, id) = (ctx.repo.clone(), ctx.worker_id.clone());
     tokio::task::spawn_blocking(move || {
         let r = git2::Repository::open(&repo).map_err(|e| e.to_string())?;
@@ -614,7 +648,7 @@ async fn prepare_with_repairs(
     Err(Failure::Infra(format!("{last} (after {INFRA_TRIES} tries, the last on a recreated worktree)")))
 }
 
-async fn fill_commit(
+pub(crate) async fn fill_commit(
     ctx: &Context,
     a: &Assignment,
     wt: &Path,
@@ -670,7 +704,7 @@ fn relay_status(
                 files_modified: p.files_modified,
                 tests_passing: p.tests_passing,
                 tests_total: p.tests_total,
-                log_tail: Vec::new(),
+                ..Default::default()
             });
             *progress_dirty = true;
         }
@@ -683,7 +717,7 @@ fn relay_status(
     }
 }
 
-fn wire_status(s: WorkerStatus) -> v1::WorkerStatus {
+pub(crate) fn wire_status(s: WorkerStatus) -> v1::WorkerStatus {
     match s {
         WorkerStatus::Working => v1::WorkerStatus::Working,
         WorkerStatus::Blocked => v1::WorkerStatus::Blocked,
@@ -735,5 +769,20 @@ fn worker_env(ctx: &Context, a: &Assignment, files: &SwarmFiles) -> Vec<(String,
         ("SWARM_STATUS_FILE".to_string(), path(&files.status)),
         ("TRACEPARENT".to_string(), a.traceparent.clone()),
     ]);
+    if a.agent.is_some() {
+        // The agent's own spans nest under the attempt when it exports them.
+        env.extend(std::env::vars().filter(|(k, _)| k.starts_with("OTEL_EXPORTER_OTLP_")));
+    }
     env
+}
+
+/// An agent attempt's setting, for [`crate::agent::result`].
+pub(crate) struct AgentRun<'a> {
+    pub ctx: &'a Context,
+    pub a: &'a Assignment,
+    pub cfg: &'a AgentConfig,
+    pub wt: &'a Path,
+    pub files: &'a SwarmFiles,
+    pub env: &'a [(String, String)],
+    pub idle: Option<Duration>,
 }

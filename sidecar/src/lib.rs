@@ -56,6 +56,7 @@
 //! - Drain: no new Assigns; the stream is closed and `run` returns once the
 //!   attempt's result is acked.
 
+pub mod agent;
 pub mod attempt;
 pub mod config;
 pub mod journal;

@@ -144,6 +144,12 @@ pub(crate) async fn drain_within(lines: &mut mpsc::Receiver<String>, max_wait: D
 }
 
 impl Group {
+    /// Takes over a child spawned with `process_group(0)` (it leads its group).
+    pub(crate) fn from_child(child: Child) -> Group {
+        let pid = child.id().unwrap_or(0);
+        Group { child, pgid: pid as i32, pid, exit: None }
+    }
+
     pub fn pid(&self) -> u32 {
         self.pid
     }

@@ -48,6 +48,17 @@ struct Current {
     assignment: Assignment,
     stop: watch::Sender<Option<Stop>>,
     task: JoinHandle<()>,
+    /// Operator answers for the driver (an agent takes them as messages).
+    answers: mpsc::UnboundedSender<(String, String)>,
+}
+
+/// How an attempt's driver starts.
+enum Launch {
+    Run,
+    /// Follow a worker an earlier sidecar process started.
+    Adopt(attempt::Adopted),
+    /// Checkpoint the work of an agent an earlier sidecar process started.
+    LostAgent,
 }
 
 /// How one connection ended.
@@ -357,6 +368,14 @@ impl Session {
                     self.start(assignment, Some(adopt));
                     return Ok(());
                 }
+                // Agents run without a supervisor (their stdin is a pipe to the
+                // old sidecar process), so one that was started is gone: keep
+                // its work and hand its session back instead of losing it.
+                (true, None, Some(assignment)) if held.started && assignment.agent.is_some() => {
+                    tracing::info!(attempt = %assignment.label(), "the agent of a previous sidecar process is gone; checkpointing its work");
+                    self.start_with(assignment, Launch::LostAgent);
+                    return Ok(());
+                }
                 (true, None, Some(assignment)) if !held.started => {
                     tracing::info!(attempt = %assignment.label(), "the previous sidecar process never started its worker; running it now");
                     self.start(assignment, None);
@@ -474,6 +493,7 @@ impl Session {
                     {
                         tracing::warn!(question = %a.question_id, error = %e, "cannot record answer");
                     }
+                    let _ = cur.answers.send((a.question_id.clone(), a.text.clone()));
                 } else {
                     tracing::warn!(attempt = ?a.attempt, "answer for an attempt not in hand");
                 }
@@ -554,6 +574,14 @@ impl Session {
 
     /// Starts the driver of an attempt (re-adopting a worker when given).
     fn start(&mut self, assignment: Assignment, adopt: Option<attempt::Adopted>) {
+        let launch = match adopt {
+            Some(ad) => Launch::Adopt(ad),
+            None => Launch::Run,
+        };
+        self.start_with(assignment, launch)
+    }
+
+    fn start_with(&mut self, assignment: Assignment, launch: Launch) {
         let ctx = Context {
             repo: self.repo.clone(),
             worker_id: self.worker_id.clone(),
@@ -577,13 +605,18 @@ impl Session {
         }
         tracing::info!(parent: &span, branch = %assignment.branch, "assigned");
         let tx = self.reports_tx.clone();
-        let task = match adopt {
-            None => tokio::spawn(attempt::run(ctx, assignment.clone(), stop_rx, tx).instrument(span)),
-            Some(ad) => {
-                tokio::spawn(attempt::resume(ctx, assignment.clone(), ad, stop_rx, tx).instrument(span))
+        let (answers, answers_rx) = mpsc::unbounded_channel();
+        let a = assignment.clone();
+        let task = match launch {
+            Launch::Run => {
+                tokio::spawn(attempt::run_with_answers(ctx, a, stop_rx, answers_rx, tx).instrument(span))
+            }
+            Launch::Adopt(ad) => tokio::spawn(attempt::resume(ctx, a, ad, stop_rx, tx).instrument(span)),
+            Launch::LostAgent => {
+                tokio::spawn(crate::agent::result::checkpoint_lost(ctx, a, tx).instrument(span))
             }
         };
-        self.current = Some(Current { assignment, stop, task });
+        self.current = Some(Current { assignment, stop, task, answers });
     }
 }
 

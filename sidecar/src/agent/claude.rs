@@ -1,0 +1,571 @@
+//! Claude Code through its stream-json interface (what the Claude Agent
+//! SDK drives): `claude -p --input-format stream-json --output-format
+//! stream-json --verbose --permission-prompt-tool stdio`. User messages go
+//! in on stdin, one JSON object a line; permission requests come out as
+//! `control_request` (subtype `can_use_tool`) and are answered on stdin
+//! with a `control_response`.
+//!
+//! # Usage accounting
+//!
+//! Within one process: every assistant message of one API call repeats
+//! the same `message.id` and the same usage (text and each parallel
+//! tool_use arrive as separate lines), so live usage counts each id once,
+//! keeping the largest value seen per field (the SDK's cost-tracking notes:
+//! the last of a group is the accurate one). Each `result` carries that
+//! turn's `usage` (turns are disjoint, so results' tokens add up) and a
+//! `total_cost_usd` that is cumulative for the process (so the latest one
+//! is the process's cost, never a sum of results). When a result arrives
+//! it replaces the turn's live estimate. Across processes (a resume is a
+//! new process) each reports only its own spending, so the driver adds the
+//! processes' totals.
+
+use std::collections::HashMap;
+
+use serde_json::{Value, json};
+use swarm_core::Usage;
+use swarm_core::plan::AgentKind;
+
+use super::{
+    Agent, AgentConfig, AgentEvent, FollowUp, Opening, RateLimit, TurnEnd, Verdict, clip, now_unix_ms,
+    step_for_tool, unix_to_ms, usage_limit_in_text,
+};
+
+const EDIT_TOOLS: &[&str] = &["Edit", "Write", "MultiEdit", "NotebookEdit"];
+
+#[derive(Debug, Default)]
+pub struct Claude {
+    session: Option<String>,
+    /// Live usage of the current turn, per API message id.
+    turn: HashMap<String, Usage>,
+    /// Tokens of this process's finished turns.
+    turns_done: Usage,
+    /// `total_cost_usd` of this process's latest result (cumulative).
+    cost: f64,
+    /// Edits in flight: tool_use id → the path, reported once the tool's
+    /// result says it worked (a denied edit changed nothing).
+    pending_edits: HashMap<String, String>,
+    /// A `rate_limit_event` said "rejected" in this turn.
+    rejected: Option<RateLimit>,
+    /// The last assistant text, for a usage-limit message the result lacks.
+    last_text: String,
+}
+
+impl Agent for Claude {
+    fn kind(&self) -> AgentKind {
+        AgentKind::Claude
+    }
+
+    fn argv(&self, cfg: &AgentConfig, resume: Option<&str>) -> Vec<String> {
+        let mut v: Vec<String> = [
+            cfg.program.as_str(),
+            "-p",
+            "--output-format",
+            "stream-json",
+            "--input-format",
+            "stream-json",
+            "--verbose",
+            "--permission-prompt-tool",
+            "stdio",
+        ]
+        .map(String::from)
+        .to_vec();
+        let mut opt = |k: &str, val: String| {
+            v.push(k.to_string());
+            v.push(val);
+        };
+        if let Some(m) = &cfg.model {
+            opt("--model", m.clone());
+        }
+        if cfg.max_turns > 0 {
+            opt("--max-turns", cfg.max_turns.to_string());
+        }
+        if cfg.max_budget_usd > 0.0 {
+            opt("--max-budget-usd", cfg.max_budget_usd.to_string());
+        }
+        if !cfg.allowed_tools.is_empty() {
+            opt("--allowedTools", cfg.allowed_tools.join(","));
+        }
+        if let Some(m) = &cfg.permission_mode {
+            opt("--permission-mode", m.clone());
+        }
+        if let Some(p) = &cfg.append_system_prompt {
+            opt("--append-system-prompt", p.clone());
+        }
+        if let Some(s) = resume {
+            opt("--resume", s.to_string());
+        }
+        v.extend(cfg.extra_args.iter().cloned());
+        v
+    }
+
+    fn opening(&self, prompt: &str) -> Opening {
+        Opening { input: self.user_message(prompt), close: false }
+    }
+
+    fn follow_up(&self) -> FollowUp {
+        FollowUp::Stdin
+    }
+
+    fn user_message(&self, text: &str) -> String {
+        let m = json!({
+            "type": "user",
+            "message": {"role": "user", "content": text},
+            "parent_tool_use_id": null,
+            "session_id": self.session.as_deref().unwrap_or("default"),
+        });
+        format!("{m}\n")
+    }
+
+    fn permission_reply(&self, request_id: &str, verdict: &Verdict, input: &Value) -> Option<String> {
+        let response = match verdict {
+            Verdict::Allow => json!({"behavior": "allow", "updatedInput": input}),
+            Verdict::Deny(message) => json!({"behavior": "deny", "message": message}),
+        };
+        let m = json!({
+            "type": "control_response",
+            "response": {"subtype": "success", "request_id": request_id, "response": response},
+        });
+        Some(format!("{m}\n"))
+    }
+
+    fn refuse_control(&self, request_id: &str) -> Option<String> {
+        let m = json!({
+            "type": "control_response",
+            "response": {"subtype": "error", "request_id": request_id, "error": "not supported by swarm"},
+        });
+        Some(format!("{m}\n"))
+    }
+
+    fn parse_line(&mut self, line: &str) -> Vec<AgentEvent> {
+        let v: Value = match serde_json::from_str(line) {
+            Ok(v @ Value::Object(_)) => v,
+            Ok(_) => return vec![AgentEvent::Unparseable("not a JSON object".into())],
+            Err(e) => return vec![AgentEvent::Unparseable(e.to_string())],
+        };
+        let mut out = Vec::new();
+        match v.get("type").and_then(Value::as_str).unwrap_or_default() {
+            "system" => self.system(&v, &mut out),
+            "assistant" => self.assistant(&v, &mut out),
+            "user" => self.user(&v, &mut out),
+            "result" => self.result(&v, &mut out),
+            "rate_limit_event" => self.rate_limit(&v, &mut out),
+            "control_request" => control_request(&v, &mut out),
+            "control_cancel_request" => {
+                if let Some(id) = str_at(&v, "request_id") {
+                    out.push(AgentEvent::ControlCancelled { request_id: id.to_string() });
+                }
+            }
+            // stream_event, control_response, keep_alive, anything newer.
+            _ => {}
+        }
+        out
+    }
+
+    fn new_process(&mut self) {
+        let session = self.session.take();
+        *self = Claude { session, ..Claude::default() };
+    }
+}
+
+fn str_at<'a>(v: &'a Value, k: &str) -> Option<&'a str> {
+    v.get(k).and_then(Value::as_str)
+}
+
+fn usage_of(u: &Value) -> Usage {
+    let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
+    Usage {
+        input_tokens: n("input_tokens"),
+        output_tokens: n("output_tokens"),
+        cache_read_tokens: n("cache_read_input_tokens"),
+        cache_creation_tokens: n("cache_creation_input_tokens"),
+        cost_usd: 0.0,
+    }
+}
+
+fn max_usage(a: &Usage, b: &Usage) -> Usage {
+    Usage {
+        input_tokens: a.input_tokens.max(b.input_tokens),
+        output_tokens: a.output_tokens.max(b.output_tokens),
+        cache_read_tokens: a.cache_read_tokens.max(b.cache_read_tokens),
+        cache_creation_tokens: a.cache_creation_tokens.max(b.cache_creation_tokens),
+        cost_usd: 0.0,
+    }
+}
+
+fn control_request(v: &Value, out: &mut Vec<AgentEvent>) {
+    let (Some(id), Some(req)) = (str_at(v, "request_id"), v.get("request")) else {
+        out.push(AgentEvent::Unparseable("control_request without request_id or request".into()));
+        return;
+    };
+    let subtype = str_at(req, "subtype").unwrap_or_default();
+    match (subtype, str_at(req, "tool_name")) {
+        ("can_use_tool", Some(tool)) => out.push(AgentEvent::PermissionRequest {
+            request_id: id.to_string(),
+            tool: tool.to_string(),
+            input: req.get("input").cloned().unwrap_or_else(|| json!({})),
+        }),
+        _ => out.push(AgentEvent::UnsupportedControl {
+            request_id: id.to_string(),
+            subtype: subtype.to_string(),
+        }),
+    }
+}
+
+impl Claude {
+    fn usage(&self) -> Usage {
+        let mut u = self.turns_done;
+        for t in self.turn.values() {
+            u.add(t);
+        }
+        u.cost_usd = self.cost;
+        u
+    }
+
+    fn note_session(&mut self, v: &Value, out: &mut Vec<AgentEvent>) {
+        if let Some(id) = str_at(v, "session_id").filter(|s| !s.is_empty())
+            && self.session.as_deref() != Some(id)
+        {
+            self.session = Some(id.to_string());
+            out.push(AgentEvent::SessionStarted(id.to_string()));
+        }
+    }
+
+    fn system(&mut self, v: &Value, out: &mut Vec<AgentEvent>) {
+        if str_at(v, "subtype") == Some("init") {
+            self.note_session(v, out);
+        }
+    }
+
+    fn assistant(&mut self, v: &Value, out: &mut Vec<AgentEvent>) {
+        let Some(msg) = v.get("message") else { return };
+        if let (Some(id), Some(u)) = (str_at(msg, "id"), msg.get("usage")) {
+            let seen = self.turn.get(id).copied().unwrap_or_default();
+            self.turn.insert(id.to_string(), max_usage(&seen, &usage_of(u)));
+            out.push(AgentEvent::Usage(self.usage()));
+        }
+        let Some(blocks) = msg.get("content").and_then(Value::as_array) else { return };
+        for b in blocks {
+            match str_at(b, "type") {
+                Some("text") => {
+                    let text = str_at(b, "text").unwrap_or_default();
+                    self.last_text = clip(text, 4096);
+                    if let Some(first) = text.lines().find(|l| !l.trim().is_empty()) {
+                        out.push(AgentEvent::Note(clip(first, 300)));
+                    }
+                }
+                Some("tool_use") => self.tool_use(b, out),
+                _ => {}
+            }
+        }
+    }
+
+    fn tool_use(&mut self, b: &Value, out: &mut Vec<AgentEvent>) {
+        let name = str_at(b, "name").unwrap_or_default();
+        let input = b.get("input").cloned().unwrap_or(Value::Null);
+        out.push(AgentEvent::Step(step_for_tool(name, &input)));
+        if EDIT_TOOLS.contains(&name) {
+            let key = if name == "NotebookEdit" { "notebook_path" } else { "file_path" };
+            if let (Some(id), Some(p)) = (str_at(b, "id"), str_at(&input, key)) {
+                self.pending_edits.insert(id.to_string(), p.to_string());
+            }
+        }
+        if name == "TodoWrite"
+            && let Some(todos) = input.get("todos").and_then(Value::as_array)
+        {
+            let done = todos.iter().filter(|t| str_at(t, "status") == Some("completed")).count();
+            out.push(AgentEvent::Todo {
+                done: u32::try_from(done).unwrap_or(u32::MAX),
+                total: u32::try_from(todos.len()).unwrap_or(u32::MAX),
+            });
+        }
+    }
+
+    fn user(&mut self, v: &Value, out: &mut Vec<AgentEvent>) {
+        let Some(blocks) = v.pointer("/message/content").and_then(Value::as_array) else { return };
+        let mut files = Vec::new();
+        for b in blocks.iter().filter(|b| str_at(b, "type") == Some("tool_result")) {
+            let Some(id) = str_at(b, "tool_use_id") else { continue };
+            let failed = b.get("is_error").and_then(Value::as_bool).unwrap_or(false);
+            if let Some(path) = self.pending_edits.remove(id)
+                && !failed
+            {
+                files.push(path);
+            }
+        }
+        if !files.is_empty() {
+            out.push(AgentEvent::FilesChanged(files));
+        }
+    }
+
+    fn rate_limit(&mut self, v: &Value, out: &mut Vec<AgentEvent>) {
+        let Some(info) = v.get("rate_limit_info") else { return };
+        let kind = str_at(info, "rateLimitType").map(|k| clip(k, 64)).unwrap_or_default();
+        match str_at(info, "status") {
+            Some("rejected") => {
+                let reset_unix_ms =
+                    info.get("resetsAt").and_then(Value::as_u64).and_then(unix_to_ms).unwrap_or(0);
+                let r = RateLimit { reset_unix_ms, kind };
+                self.rejected = Some(r.clone());
+                out.push(AgentEvent::RateLimited(r));
+            }
+            Some("allowed_warning") => out.push(AgentEvent::Note(format!("usage limit warning ({kind})"))),
+            _ => {}
+        }
+    }
+
+    fn result(&mut self, v: &Value, out: &mut Vec<AgentEvent>) {
+        self.note_session(v, out);
+        self.turn.clear();
+        if let Some(u) = v.get("usage") {
+            self.turns_done.add(&usage_of(u));
+        }
+        if let Some(c) = v.get("total_cost_usd").and_then(Value::as_f64)
+            && c.is_finite()
+            && c >= 0.0
+        {
+            self.cost = self.cost.max(c.min(swarm_core::usage::MAX_COST_USD));
+        }
+        out.push(AgentEvent::Usage(self.usage()));
+        let subtype = str_at(v, "subtype").unwrap_or_default();
+        let is_error = v.get("is_error").and_then(Value::as_bool).unwrap_or(subtype != "success");
+        let mut text = str_at(v, "result").unwrap_or_default().trim().to_string();
+        if text.is_empty()
+            && let Some(errors) = v.get("errors").and_then(Value::as_array)
+        {
+            text = errors.iter().filter_map(Value::as_str).collect::<Vec<_>>().join("; ");
+        }
+        if text.is_empty() && is_error {
+            text = format!("agent ended its turn with {}", clip(subtype, 64));
+        }
+        let api_status = v.get("api_error_status").and_then(Value::as_u64);
+        let now = now_unix_ms();
+        let mut rate_limit =
+            usage_limit_in_text(&text, now).or_else(|| usage_limit_in_text(&self.last_text, now));
+        if rate_limit.is_none()
+            && (matches!(api_status, Some(429 | 529)) || is_error && self.rejected.is_some())
+        {
+            rate_limit = Some(RateLimit::default());
+        }
+        // The event's reset time and kind are better than the text's.
+        if let (Some(r), Some(rej)) = (rate_limit.as_mut(), self.rejected.take()) {
+            if rej.reset_unix_ms > 0 {
+                r.reset_unix_ms = rej.reset_unix_ms;
+            }
+            r.kind = rej.kind;
+        }
+        self.last_text.clear();
+        out.push(AgentEvent::TurnEnded(TurnEnd { ok: !is_error && rate_limit.is_none(), text, rate_limit }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_all(lines: &[&str]) -> (Claude, Vec<AgentEvent>) {
+        let mut c = Claude::default();
+        let events = lines.iter().flat_map(|l| c.parse_line(l)).collect();
+        (c, events)
+    }
+
+    fn cfg() -> AgentConfig {
+        AgentConfig {
+            kind: AgentKind::Claude,
+            program: "/opt/claude".into(),
+            model: Some("opus".into()),
+            max_turns: 30,
+            max_budget_usd: 2.5,
+            allowed_tools: vec!["Read".into(), "Bash(cargo test:*)".into()],
+            permission_mode: Some("acceptEdits".into()),
+            append_system_prompt: Some("be brief".into()),
+            extra_args: vec!["--debug".into()],
+            allow: vec![],
+            deny: vec![],
+            otherwise: swarm_core::plan::Otherwise::Ask,
+            resume_session: None,
+        }
+    }
+
+    #[test]
+    fn argv_carries_every_setting_and_the_resume() {
+        let c = Claude::default();
+        let v = c.argv(&cfg(), Some("sess-1"));
+        let joined = v.join(" ");
+        assert!(joined.starts_with(
+            "/opt/claude -p --output-format stream-json --input-format stream-json --verbose --permission-prompt-tool stdio"
+        ));
+        for pair in [
+            "--model opus",
+            "--max-turns 30",
+            "--max-budget-usd 2.5",
+            "--allowedTools Read,Bash(cargo test:*)",
+            "--permission-mode acceptEdits",
+            "--append-system-prompt be brief",
+            "--resume sess-1 --debug",
+        ] {
+            assert!(joined.contains(pair), "{pair} in {joined}");
+        }
+        let bare = AgentConfig { model: None, max_turns: 0, max_budget_usd: 0.0, ..cfg() };
+        assert!(!c.argv(&bare, None).iter().any(|a| a == "--resume" || a == "--model" || a == "--max-turns"));
+    }
+
+    #[test]
+    fn messages_on_stdin_have_the_sdk_shape() {
+        let c = Claude::default();
+        let v: Value = serde_json::from_str(c.user_message("do \"it\"\n").trim()).expect("json");
+        assert_eq!(v["type"], "user");
+        assert_eq!(v["message"]["content"], "do \"it\"\n");
+        assert_eq!(v["parent_tool_use_id"], Value::Null);
+        let allow = c.permission_reply("r1", &Verdict::Allow, &json!({"command": "ls"})).expect("reply");
+        let v: Value = serde_json::from_str(allow.trim()).expect("json");
+        assert_eq!(v["response"]["request_id"], "r1");
+        assert_eq!(v["response"]["response"]["updatedInput"]["command"], "ls");
+        let deny = c.permission_reply("r2", &Verdict::Deny("no".into()), &json!({})).expect("reply");
+        let v: Value = serde_json::from_str(deny.trim()).expect("json");
+        assert_eq!(v["response"]["response"], json!({"behavior": "deny", "message": "no"}));
+        let refuse: Value =
+            serde_json::from_str(c.refuse_control("r3").expect("reply").trim()).expect("json");
+        assert_eq!(refuse["response"]["subtype"], "error");
+    }
+
+    #[test]
+    fn a_full_turn_parses_into_events() {
+        let (_, ev) = parse_all(&[
+            r#"{"type":"system","subtype":"init","session_id":"s-1","tools":["Edit"],"model":"x","new_field":1}"#,
+            r#"{"type":"assistant","message":{"id":"m1","model":"x","content":[{"type":"thinking","thinking":"hm","signature":"s"},{"type":"text","text":"Editing now.\nmore"}],"usage":{"input_tokens":10,"output_tokens":5,"cache_read_input_tokens":100}},"session_id":"s-1"}"#,
+            r#"{"type":"assistant","message":{"id":"m1","content":[{"type":"tool_use","id":"t1","name":"Edit","input":{"file_path":"/w/src/a.rs","old_string":"a","new_string":"b"}},{"type":"tool_use","id":"t2","name":"Write","input":{"file_path":"src/denied.rs"}}],"usage":{"input_tokens":10,"output_tokens":7,"cache_read_input_tokens":100}}}"#,
+            r#"{"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"ok"},{"type":"tool_result","tool_use_id":"t2","content":"denied","is_error":true}]}}"#,
+            r#"{"type":"assistant","message":{"id":"m2","content":[{"type":"tool_use","id":"t3","name":"TodoWrite","input":{"todos":[{"content":"a","status":"completed"},{"content":"b","status":"in_progress"},{"content":"c","status":"pending"}]}},{"type":"tool_use","id":"t4","name":"Bash","input":{"command":"cargo test"}}],"usage":{"input_tokens":3,"output_tokens":2}}}"#,
+            r#"{"type":"control_request","request_id":"req-1","request":{"subtype":"can_use_tool","tool_name":"Bash","input":{"command":"cargo publish"},"tool_use_id":"t5","permission_suggestions":[],"blocked_path":null}}"#,
+            r#"{"type":"control_request","request_id":"req-2","request":{"subtype":"hook_callback","callback_id":"x"}}"#,
+            r#"{"type":"control_cancel_request","request_id":"req-1"}"#,
+            r#"{"type":"stream_event","uuid":"u","session_id":"s-1","event":{}}"#,
+            r#"{"type":"brand_new_type","x":1}"#,
+            r#"{"type":"result","subtype":"success","is_error":false,"duration_ms":1,"duration_api_ms":1,"num_turns":3,"result":"Done: edited a.rs","session_id":"s-1","total_cost_usd":0.42,"usage":{"input_tokens":13,"output_tokens":9,"cache_read_input_tokens":100,"cache_creation_input_tokens":4}}"#,
+        ]);
+        assert_eq!(ev[0], AgentEvent::SessionStarted("s-1".into()));
+        assert!(ev.contains(&AgentEvent::Note("Editing now.".into())));
+        assert!(ev.contains(&AgentEvent::Step("Edit /w/src/a.rs".into())));
+        assert!(
+            ev.contains(&AgentEvent::FilesChanged(vec!["/w/src/a.rs".into()])),
+            "the denied write is not a change"
+        );
+        assert!(ev.contains(&AgentEvent::Todo { done: 1, total: 3 }));
+        assert!(ev.contains(&AgentEvent::Step("Bash: cargo test".into())));
+        assert!(ev.iter().any(|e| matches!(e, AgentEvent::PermissionRequest { request_id, tool, input }
+            if request_id == "req-1" && tool == "Bash" && input["command"] == "cargo publish")));
+        assert!(ev.contains(&AgentEvent::UnsupportedControl {
+            request_id: "req-2".into(),
+            subtype: "hook_callback".into()
+        }));
+        assert!(ev.contains(&AgentEvent::ControlCancelled { request_id: "req-1".into() }));
+        let live: Vec<&Usage> =
+            ev.iter().filter_map(|e| if let AgentEvent::Usage(u) = e { Some(u) } else { None }).collect();
+        assert_eq!(live[1].output_tokens, 7, "one API message counted once, at its largest");
+        assert_eq!(live[2].output_tokens, 9);
+        let last = live.last().expect("usage");
+        assert_eq!((last.input_tokens, last.output_tokens, last.cache_creation_tokens), (13, 9, 4));
+        assert_eq!(last.cost_usd, 0.42);
+        assert_eq!(
+            ev.last(),
+            Some(&AgentEvent::TurnEnded(TurnEnd {
+                ok: true,
+                text: "Done: edited a.rs".into(),
+                rate_limit: None
+            }))
+        );
+    }
+
+    #[test]
+    fn results_add_tokens_but_cost_is_cumulative_per_process() {
+        let r = |cost: f64, out: u64| {
+            format!(
+                r#"{{"type":"result","subtype":"success","is_error":false,"result":"ok","session_id":"s","total_cost_usd":{cost},"usage":{{"input_tokens":1,"output_tokens":{out}}}}}"#
+            )
+        };
+        let mut c = Claude::default();
+        c.parse_line(&r(0.10, 5));
+        let ev = c.parse_line(&r(0.25, 7));
+        let u = ev
+            .iter()
+            .find_map(|e| if let AgentEvent::Usage(u) = e { Some(*u) } else { None })
+            .expect("usage");
+        assert_eq!((u.input_tokens, u.output_tokens, u.cost_usd), (2, 12, 0.25));
+        c.new_process();
+        let ev = c.parse_line(&r(0.05, 1));
+        let u = ev
+            .iter()
+            .find_map(|e| if let AgentEvent::Usage(u) = e { Some(*u) } else { None })
+            .expect("usage");
+        assert_eq!((u.output_tokens, u.cost_usd), (1, 0.05), "a new process starts its own count");
+    }
+
+    #[test]
+    fn rate_limits_are_detected_with_their_reset() {
+        let (_, ev) = parse_all(&[
+            r#"{"type":"rate_limit_event","rate_limit_info":{"status":"allowed_warning","rateLimitType":"five_hour"},"uuid":"u","session_id":"s"}"#,
+            r#"{"type":"rate_limit_event","rate_limit_info":{"status":"rejected","resetsAt":1750000000,"rateLimitType":"five_hour"},"uuid":"u","session_id":"s"}"#,
+            r#"{"type":"result","subtype":"error_during_execution","is_error":true,"session_id":"s","result":"API Error"}"#,
+        ]);
+        assert!(ev.contains(&AgentEvent::Note("usage limit warning (five_hour)".into())));
+        let Some(AgentEvent::TurnEnded(t)) = ev.last() else { panic!("turn end: {ev:?}") };
+        assert!(!t.ok);
+        assert_eq!(
+            t.rate_limit,
+            Some(RateLimit { reset_unix_ms: 1_750_000_000_000, kind: "five_hour".into() })
+        );
+
+        let (_, ev) = parse_all(&[
+            r#"{"type":"result","subtype":"success","is_error":false,"session_id":"s","result":"Claude AI usage limit reached|1750000123"}"#,
+        ]);
+        let Some(AgentEvent::TurnEnded(t)) = ev.last() else { panic!("turn end") };
+        assert_eq!(t.rate_limit.as_ref().map(|r| r.reset_unix_ms), Some(1_750_000_123_000));
+        assert!(!t.ok, "a usage-limit result is not a success even when is_error is false");
+
+        let (_, ev) = parse_all(&[
+            r#"{"type":"result","subtype":"error_during_execution","is_error":true,"session_id":"s","api_error_status":529}"#,
+        ]);
+        let Some(AgentEvent::TurnEnded(t)) = ev.last() else { panic!("turn end") };
+        assert_eq!(t.rate_limit, Some(RateLimit::default()));
+        assert!(t.text.contains("error_during_execution"));
+
+        let (_, ev) = parse_all(&[
+            r#"{"type":"result","subtype":"error_max_turns","is_error":true,"session_id":"s","num_turns":30}"#,
+        ]);
+        let Some(AgentEvent::TurnEnded(t)) = ev.last() else { panic!("turn end") };
+        assert_eq!((t.ok, t.rate_limit.is_none()), (false, true));
+        assert!(t.text.contains("error_max_turns"));
+    }
+
+    #[test]
+    fn hostile_lines_never_panic() {
+        let huge = format!(
+            r#"{{"type":"assistant","message":{{"content":[{{"type":"text","text":"{}"}}]}}}}"#,
+            "x".repeat(1 << 20)
+        );
+        let bad = [
+            "",
+            "{",
+            "[1,2]",
+            "null",
+            "\"str\"",
+            "{\"type\":5}",
+            r#"{"type":"assistant"}"#,
+            r#"{"type":"assistant","message":{"content":"not a list"}}"#,
+            r#"{"type":"assistant","message":{"content":[1,null,{"type":"tool_use"}],"id":7,"usage":"x"}}"#,
+            r#"{"type":"user","message":{"content":[{"type":"tool_result"}]}}"#,
+            r#"{"type":"result","total_cost_usd":-5,"usage":{"input_tokens":-1}}"#,
+            r#"{"type":"result","total_cost_usd":1e308}"#,
+            r#"{"type":"control_request","request":{"subtype":"can_use_tool"}}"#,
+            r#"{"type":"rate_limit_event","rate_limit_info":{"status":"rejected","resetsAt":"soon"}}"#,
+            huge.as_str(),
+        ];
+        let mut c = Claude::default();
+        for l in bad {
+            let _ = c.parse_line(l);
+        }
+        assert!(matches!(c.parse_line("{").as_slice(), [AgentEvent::Unparseable(_)]));
+        assert!(matches!(c.parse_line("[]").as_slice(), [AgentEvent::Unparseable(_)]));
+        assert!(c.usage().cost_usd <= swarm_core::usage::MAX_COST_USD);
+    }
+}

@@ -1,0 +1,786 @@
+//! Runs an agent for one attempt: starts (or resumes) its session, feeds
+//! it the task, decides its permission requests, relays questions and
+//! answers, turns its events into Progress, keeps usage totals, and ends
+//! with an [`End`] that the attempt maps to a result.
+//!
+//! Turns: when a turn ends, answers that arrived meanwhile are sent as the
+//! next message; otherwise, if the agent's status file holds an open
+//! question, the agent is kept (stdin open) until the operator answers;
+//! otherwise the agent is let go (stdin closed) and its exit ends the run.
+//! An agent whose follow-ups need a new process (Codex) is resumed once
+//! the previous process has exited.
+
+use std::collections::{BTreeSet, HashSet, VecDeque};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use swarm_core::Usage;
+use swarm_proto::v1;
+use swarm_proto::v1::sidecar_message::Body;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+use super::policy::{Decision, Policy};
+use super::process::{AgentProcess, Output};
+use super::session::{self, SessionRecord};
+use super::{Agent, AgentConfig, AgentEvent, FollowUp, RateLimit, TurnEnd, Verdict, clip};
+use crate::attempt::{Report, Stop};
+use crate::runner::{ExitInfo, SpawnSpec};
+use crate::status::{StatusEvent, StatusWatcher, WorkerStatus};
+
+const LOG_TAIL: usize = 20;
+const PROGRESS_TAIL: usize = 5;
+const PROGRESS_EVERY: Duration = Duration::from_millis(500);
+const TICK: Duration = Duration::from_millis(200);
+/// At most one "unparseable line" Status per this interval.
+const UNPARSEABLE_EVERY: Duration = Duration::from_secs(60);
+/// How long an agent whose turn hit a usage limit may take to exit by itself.
+const EXIT_WAIT: Duration = Duration::from_secs(5);
+
+/// What the driver needs from the attempt.
+pub struct Setup<'a> {
+    pub cfg: &'a AgentConfig,
+    pub owned_globs: &'a [String],
+    pub worktree: &'a Path,
+    pub env: Vec<(String, String)>,
+    pub base_commit: &'a str,
+    pub task_text: &'a str,
+    pub attempt: v1::AttemptRef,
+    pub idle: Option<Duration>,
+    pub stop_grace: Duration,
+    pub status_file: PathBuf,
+}
+
+/// The attempt's inputs and outputs while the agent runs.
+pub struct Channels<'a> {
+    pub stop: &'a mut watch::Receiver<Option<Stop>>,
+    /// Operator answers for this attempt: (question id, text).
+    pub answers: &'a mut mpsc::UnboundedReceiver<(String, String)>,
+    pub tx: &'a mpsc::UnboundedSender<Report>,
+    pub log: &'a mut tokio::fs::File,
+}
+
+/// How the run ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum End {
+    /// The last turn ended and the agent exited.
+    Finished(TurnEnd),
+    RateLimited(RateLimit),
+    /// The agent exited in the middle of a turn.
+    Crashed(ExitInfo),
+    Stopped(Stop),
+    /// No output for this long while not waiting on the operator.
+    Idle(Duration),
+    /// It could not be started (or its policy could not be built).
+    Failed(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct Ran {
+    pub end: End,
+    /// The last process's exit, when one exited.
+    pub exit: Option<ExitInfo>,
+    pub session_id: String,
+    pub usage: Usage,
+    pub tail: Vec<String>,
+    pub files: Vec<String>,
+    pub processes: u32,
+}
+
+struct Perm {
+    question_id: String,
+    request_id: String,
+    tool: String,
+    input: serde_json::Value,
+}
+
+struct Driver<'s, 'c> {
+    s: &'s Setup<'s>,
+    ch: Channels<'c>,
+    agent: Box<dyn Agent>,
+    policy: Policy,
+    proc: Option<AgentProcess>,
+    out_open: bool,
+    processes: u32,
+    last_exit: Option<ExitInfo>,
+    session: Option<String>,
+    usage_done: Usage,
+    usage_proc: Usage,
+    perm_count: u32,
+    asking: Option<Perm>,
+    perm_queue: VecDeque<Perm>,
+    /// Answers that came while a turn ran, for its end.
+    held_answers: Vec<String>,
+    /// The message for the next process (a resume).
+    resume_with: Option<String>,
+    turn_open: bool,
+    waiting: bool,
+    last_turn: Option<TurnEnd>,
+    seen_rate_limit: Option<RateLimit>,
+    watcher: StatusWatcher,
+    answered: HashSet<String>,
+    tail: VecDeque<String>,
+    step: String,
+    percent: u32,
+    files: BTreeSet<String>,
+    progress_dirty: bool,
+    progress_sent: Instant,
+    last_activity: Instant,
+    unparseable: (Option<Instant>, u32),
+}
+
+enum Wake {
+    Out(Option<Output>),
+    Exit(ExitInfo),
+    Stop(Option<Stop>),
+    Answer(Option<(String, String)>),
+    Tick,
+}
+
+/// Runs the agent to its end.
+pub async fn run(s: &Setup<'_>, ch: Channels<'_>) -> Ran {
+    let policy = match Policy::new(s.cfg, s.owned_globs, s.worktree) {
+        Ok(p) => p,
+        Err(e) => return Ran::failed(e.to_string()),
+    };
+    let mut d = Driver {
+        s,
+        ch,
+        agent: super::for_kind(s.cfg.kind),
+        policy,
+        proc: None,
+        out_open: false,
+        processes: 0,
+        last_exit: None,
+        session: None,
+        usage_done: Usage::default(),
+        usage_proc: Usage::default(),
+        perm_count: 0,
+        asking: None,
+        perm_queue: VecDeque::new(),
+        held_answers: Vec::new(),
+        resume_with: None,
+        turn_open: false,
+        waiting: false,
+        last_turn: None,
+        seen_rate_limit: None,
+        watcher: StatusWatcher::new(&s.status_file),
+        answered: HashSet::new(),
+        tail: VecDeque::new(),
+        step: String::new(),
+        percent: 0,
+        files: BTreeSet::new(),
+        progress_dirty: false,
+        progress_sent: Instant::now() - PROGRESS_EVERY,
+        last_activity: Instant::now(),
+        unparseable: (None, 0),
+    };
+    let end = d.drive().await;
+    d.into_ran(end)
+}
+
+impl Ran {
+    fn failed(e: String) -> Ran {
+        Ran {
+            end: End::Failed(e),
+            exit: None,
+            session_id: String::new(),
+            usage: Usage::default(),
+            tail: Vec::new(),
+            files: Vec::new(),
+            processes: 0,
+        }
+    }
+}
+
+impl Driver<'_, '_> {
+    async fn drive(&mut self) -> End {
+        let (resume, prompt) = self.first_message().await;
+        if let Err(e) = self.start(resume, prompt).await {
+            return End::Failed(e);
+        }
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            if let Some(end) = self.between_processes().await {
+                return end;
+            }
+            let wake = self.next_wake(&mut tick).await;
+            match wake {
+                Wake::Out(Some(o)) => self.on_output(o).await,
+                Wake::Out(None) => self.out_open = false,
+                Wake::Exit(exit) => self.on_exit(exit).await,
+                Wake::Stop(Some(stop)) => {
+                    self.stop_process(self.grace(stop)).await;
+                    return End::Stopped(stop);
+                }
+                Wake::Stop(None) => {}
+                Wake::Answer(Some((id, text))) => self.on_answer(id, text).await,
+                Wake::Answer(None) => {}
+                Wake::Tick => {
+                    if let Some(end) = self.on_tick().await {
+                        return end;
+                    }
+                }
+            }
+            if let Some(r) = self.last_turn.as_ref().and_then(|t| t.rate_limit.clone()) {
+                self.let_go().await;
+                return End::RateLimited(r);
+            }
+        }
+    }
+
+    async fn next_wake(&mut self, tick: &mut tokio::time::Interval) -> Wake {
+        use futures::future::Either;
+        let (exit, out) = match self.proc.as_mut() {
+            Some(p) => (
+                Either::Left(p.group.wait()),
+                if self.out_open {
+                    Either::Left(p.output.recv())
+                } else {
+                    Either::Right(std::future::pending())
+                },
+            ),
+            None => (Either::Right(std::future::pending()), Either::Right(std::future::pending())),
+        };
+        let stop = &mut *self.ch.stop;
+        tokio::select! {
+            biased;
+            o = out => Wake::Out(o),
+            e = exit => Wake::Exit(e),
+            c = stop.changed() => Wake::Stop(if c.is_ok() { *stop.borrow_and_update() } else { Some(Stop::Shutdown) }),
+            a = self.ch.answers.recv() => Wake::Answer(a),
+            _ = tick.tick() => Wake::Tick,
+        }
+    }
+
+    /// With no process running: start the resume, keep waiting for an
+    /// answer, or end.
+    async fn between_processes(&mut self) -> Option<End> {
+        if self.proc.is_some() {
+            return None;
+        }
+        let exit = self.last_exit.unwrap_or(ExitInfo { code: None, signal: None });
+        if self.turn_open {
+            return Some(match self.seen_rate_limit.take() {
+                Some(r) => End::RateLimited(r),
+                None => End::Crashed(exit),
+            });
+        }
+        if let Some(text) = self.resume_with.take() {
+            let Some(session) = self.session.clone() else {
+                return Some(End::Failed("cannot continue: the agent never named its session".into()));
+            };
+            if let Err(e) = self.start(Some(session), text).await {
+                return Some(End::Failed(e));
+            }
+            return None;
+        }
+        if self.waiting {
+            return None;
+        }
+        Some(End::Finished(self.last_turn.clone().unwrap_or_default()))
+    }
+
+    async fn first_message(&mut self) -> (Option<String>, String) {
+        let task = self.s.task_text.to_string();
+        let Some(wanted) = self.s.cfg.resume_session.clone() else { return (None, task) };
+        match session::can_resume(self.s.worktree, self.s.cfg.kind.as_str(), &wanted, self.s.base_commit) {
+            Ok(()) => {
+                self.log(&format!("resuming agent session {wanted}")).await;
+                self.session = Some(wanted.clone());
+                let note = format!(
+                    "Continue the task. You were stopped before finishing; your work so far is in this \
+                     worktree. The task follows, with any answers given since.\n\n{task}"
+                );
+                (Some(wanted), note)
+            }
+            Err(why) => {
+                self.log(&format!("starting a new agent session instead of resuming {wanted}: {why}")).await;
+                (None, task)
+            }
+        }
+    }
+
+    async fn start(&mut self, resume: Option<String>, prompt: String) -> Result<(), String> {
+        let argv = self.agent.argv(self.s.cfg, resume.as_deref());
+        let spec =
+            SpawnSpec { argv: argv.clone(), cwd: self.s.worktree.to_path_buf(), env: self.s.env.clone() };
+        let mut p = AgentProcess::spawn(&spec).map_err(|e| e.to_string())?;
+        let restarts = self.processes;
+        self.processes += 1;
+        self.log(&format!("started {} (pid {}): {}", self.s.cfg.kind, p.pid(), clip(&argv.join(" "), 2000)))
+            .await;
+        let _ = self.ch.tx.send(Report::Pid { pid: p.pid(), restarts });
+        self.journal(Body::Started(v1::AttemptStarted {
+            attempt: Some(self.s.attempt.clone()),
+            pid: p.pid(),
+            restarts,
+        }));
+        let opening = self.agent.opening(&prompt);
+        if let Err(e) = p.write(&opening.input).await {
+            self.log(&format!("{e}")).await;
+        }
+        if opening.close {
+            p.close_stdin();
+        }
+        self.proc = Some(p);
+        self.out_open = true;
+        self.turn_open = true;
+        self.waiting = false;
+        self.last_activity = Instant::now();
+        Ok(())
+    }
+
+    async fn on_exit(&mut self, exit: ExitInfo) {
+        if let Some(mut p) = self.proc.take() {
+            for o in p.drain(Duration::from_millis(500)).await {
+                self.on_output(o).await;
+            }
+        }
+        self.log(&format!("agent exited: code {:?}, signal {:?}", exit.code, exit.signal)).await;
+        self.last_exit = Some(exit);
+        self.usage_done.add(&self.usage_proc);
+        self.usage_proc = Usage::default();
+        self.agent.new_process();
+        self.progress_dirty = true;
+        // Requests of a process that is gone cannot be answered any more.
+        self.perm_queue.clear();
+        if let Some(p) = self.asking.take() {
+            self.log(&format!("permission question {} dropped: the agent exited", p.question_id)).await;
+        }
+    }
+
+    async fn on_output(&mut self, o: Output) {
+        self.last_activity = Instant::now();
+        match o {
+            Output::Stderr(line) => {
+                self.raw_log(&format!("[stderr] {line}")).await;
+                self.push_tail(format!("stderr: {}", clip(&line, 300)));
+            }
+            Output::Oversized(n) => {
+                self.unparseable(&format!("a line of {n} bytes (limit {})", super::MAX_AGENT_LINE)).await
+            }
+            Output::Stdout(line) => {
+                self.raw_log(&line).await;
+                for ev in self.agent.parse_line(&line) {
+                    self.on_event(ev, &line).await;
+                }
+            }
+        }
+    }
+
+    async fn on_event(&mut self, ev: AgentEvent, line: &str) {
+        match ev {
+            AgentEvent::SessionStarted(id) => self.on_session(id).await,
+            AgentEvent::Step(s) => {
+                self.push_tail(s.clone());
+                self.step = s;
+                self.progress_dirty = true;
+            }
+            AgentEvent::FilesChanged(paths) => self.on_files(paths).await,
+            AgentEvent::Todo { done, total } => {
+                if total > 0 {
+                    self.percent = (u64::from(done.min(total)) * 100 / u64::from(total)) as u32;
+                    self.progress_dirty = true;
+                }
+            }
+            AgentEvent::Usage(u) => {
+                self.usage_proc = u;
+                self.progress_dirty = true;
+            }
+            AgentEvent::Note(n) => self.push_tail(n),
+            AgentEvent::PermissionRequest { request_id, tool, input } => {
+                self.on_permission(request_id, tool, input).await
+            }
+            AgentEvent::UnsupportedControl { request_id, subtype } => {
+                self.log(&format!("refused control request {request_id} ({})", clip(&subtype, 64))).await;
+                if let Some(reply) = self.agent.refuse_control(&request_id) {
+                    self.write(&reply).await;
+                }
+            }
+            AgentEvent::ControlCancelled { request_id } => self.on_cancelled(&request_id).await,
+            AgentEvent::RateLimited(r) => {
+                self.log(&format!("agent reports a usage limit ({}, reset {})", r.kind, r.reset_unix_ms))
+                    .await;
+                self.seen_rate_limit = Some(r);
+            }
+            AgentEvent::Error(e) => self.push_tail(format!("error: {}", clip(&e, 300))),
+            AgentEvent::TurnEnded(t) => self.on_turn_end(t).await,
+            AgentEvent::Unparseable(why) => {
+                self.unparseable(&format!("{why}: {}", clip(line, 200))).await;
+            }
+        }
+    }
+
+    async fn on_session(&mut self, id: String) {
+        self.session = Some(id.clone());
+        let record = SessionRecord {
+            kind: self.s.cfg.kind.to_string(),
+            session_id: id,
+            commit: self.s.base_commit.into(),
+        };
+        if let Err(e) = session::write(self.s.worktree, &record) {
+            self.log(&format!("cannot write {}: {e}", session::path(self.s.worktree).display())).await;
+        }
+        // Sent at once: a lost attempt's session must be resumable.
+        self.send_progress();
+    }
+
+    async fn on_files(&mut self, paths: Vec<String>) {
+        for p in paths {
+            match self.policy.relative(&p) {
+                Ok(rel) => {
+                    self.files.insert(rel);
+                    self.progress_dirty = true;
+                }
+                Err(e) => self.log(&format!("not reporting a changed file: {e}")).await,
+            }
+        }
+    }
+
+    async fn on_turn_end(&mut self, t: TurnEnd) {
+        self.turn_open = false;
+        self.log(&format!("turn ended (ok: {}): {}", t.ok, clip(&t.text, 500))).await;
+        let limited = t.rate_limit.is_some();
+        self.last_turn = Some(t);
+        if limited {
+            return;
+        }
+        self.seen_rate_limit = None;
+        if !self.held_answers.is_empty() {
+            let text = std::mem::take(&mut self.held_answers).join("\n\n");
+            self.continue_with(text).await;
+            return;
+        }
+        self.poll_status().await;
+        if let Some(q) = self.open_question() {
+            self.log(&format!("waiting for the operator's answer to {q}")).await;
+            self.waiting = true;
+            return;
+        }
+        if let Some(p) = self.proc.as_mut() {
+            p.close_stdin();
+        }
+    }
+
+    fn open_question(&self) -> Option<String> {
+        let s = self.watcher.current()?;
+        let q = s.question.as_ref()?;
+        (s.status == WorkerStatus::Question && !self.answered.contains(&q.id)).then(|| q.id.clone())
+    }
+
+    async fn continue_with(&mut self, text: String) {
+        self.waiting = false;
+        self.last_activity = Instant::now();
+        match (self.agent.follow_up(), self.proc.as_mut()) {
+            (FollowUp::Stdin, Some(p)) if p.stdin_open() => {
+                let msg = self.agent.user_message(&text);
+                match p.write(&msg).await {
+                    Ok(()) => self.turn_open = true,
+                    Err(e) => {
+                        self.log(&format!("{e}; resuming the session instead")).await;
+                        self.resume_with = Some(text);
+                    }
+                }
+            }
+            // Started once the current process (if any) has exited.
+            _ => self.resume_with = Some(text),
+        }
+    }
+
+    async fn on_answer(&mut self, id: String, text: String) {
+        if self.asking.as_ref().is_some_and(|p| p.question_id == id) {
+            self.resolve_permission(&text).await;
+            return;
+        }
+        if id.starts_with("perm-") {
+            self.log(&format!("answer to {id}, which is no longer pending; ignored")).await;
+            return;
+        }
+        self.answered.insert(id.clone());
+        let message = format!("The operator answered your question {id}:\n\n{}", text.trim());
+        if self.waiting {
+            self.continue_with(message).await;
+        } else {
+            self.held_answers.push(message);
+        }
+    }
+
+    async fn on_permission(&mut self, request_id: String, tool: String, input: serde_json::Value) {
+        match self.policy.decide(&tool, &input) {
+            Decision::Allow { why } => self.reply(&request_id, &tool, &input, Verdict::Allow, &why).await,
+            Decision::Deny { why } => {
+                let v = Verdict::Deny(why.clone());
+                self.reply(&request_id, &tool, &input, v, &why).await
+            }
+            Decision::Ask => {
+                self.perm_count += 1;
+                let p = Perm { question_id: format!("perm-{}", self.perm_count), request_id, tool, input };
+                if self.asking.is_none() {
+                    self.ask(p);
+                } else {
+                    self.perm_queue.push_back(p);
+                }
+            }
+        }
+    }
+
+    fn ask(&mut self, p: Perm) {
+        self.journal(Body::Question(v1::Question {
+            attempt: Some(self.s.attempt.clone()),
+            question_id: p.question_id.clone(),
+            text: format!(
+                "{}\n\nAnswer \"allow\", or \"deny\" with an optional reason.",
+                describe(&p.tool, &p.input)
+            ),
+            category: "permission".into(),
+        }));
+        self.asking = Some(p);
+    }
+
+    async fn resolve_permission(&mut self, answer: &str) {
+        let Some(p) = self.asking.take() else { return };
+        let a = answer.trim();
+        let verdict = if a.eq_ignore_ascii_case("allow") || a.eq_ignore_ascii_case("yes") {
+            Verdict::Allow
+        } else {
+            let reason =
+                a.get(4..).filter(|_| a.to_ascii_lowercase().starts_with("deny")).unwrap_or("").trim();
+            Verdict::Deny(if reason.is_empty() {
+                "denied by the operator".into()
+            } else {
+                clip(reason, 1000)
+            })
+        };
+        let why = format!("the operator answered {}", p.question_id);
+        self.reply(&p.request_id, &p.tool, &p.input, verdict, &why).await;
+        self.last_activity = Instant::now();
+        if let Some(next) = self.perm_queue.pop_front() {
+            self.ask(next);
+        }
+    }
+
+    async fn on_cancelled(&mut self, request_id: &str) {
+        if self.asking.as_ref().is_some_and(|p| p.request_id == request_id) {
+            let p = self.asking.take();
+            self.log(&format!("the agent withdrew {}", p.map(|p| p.question_id).unwrap_or_default())).await;
+            if let Some(next) = self.perm_queue.pop_front() {
+                self.ask(next);
+            }
+        } else {
+            self.perm_queue.retain(|p| p.request_id != request_id);
+        }
+    }
+
+    async fn reply(
+        &mut self,
+        request_id: &str,
+        tool: &str,
+        input: &serde_json::Value,
+        v: Verdict,
+        why: &str,
+    ) {
+        let what = describe(tool, input);
+        let message = match &v {
+            Verdict::Allow => format!("permission allowed: {what} ({why})"),
+            Verdict::Deny(reason) => format!("permission denied: {what} ({reason})"),
+        };
+        self.log(&message).await;
+        self.journal(Body::Status(v1::Status {
+            attempt: Some(self.s.attempt.clone()),
+            status: v1::WorkerStatus::Unspecified as i32,
+            message,
+        }));
+        match self.agent.permission_reply(request_id, &v, input) {
+            Some(line) => self.write(&line).await,
+            None => self.log("this agent takes no permission replies").await,
+        }
+    }
+
+    async fn on_tick(&mut self) -> Option<End> {
+        self.poll_status().await;
+        if self.progress_dirty && self.progress_sent.elapsed() >= PROGRESS_EVERY {
+            self.send_progress();
+        }
+        let on_operator = self.waiting || self.asking.is_some();
+        if on_operator {
+            self.last_activity = Instant::now();
+        }
+        let idle = self.s.idle?;
+        if self.proc.is_some() && self.last_activity.elapsed() >= idle {
+            self.log(&format!("no output for {} s; stopping the agent", idle.as_secs())).await;
+            self.stop_process(self.s.stop_grace).await;
+            return Some(End::Idle(idle));
+        }
+        None
+    }
+
+    async fn poll_status(&mut self) {
+        for ev in self.watcher.poll() {
+            self.last_activity = Instant::now();
+            let attempt = Some(self.s.attempt.clone());
+            match ev {
+                StatusEvent::Status { status, message } => self.journal(Body::Status(v1::Status {
+                    attempt,
+                    status: crate::attempt::wire_status(status) as i32,
+                    message,
+                })),
+                StatusEvent::Invalid { message } => self.journal(Body::Status(v1::Status {
+                    attempt,
+                    status: v1::WorkerStatus::Unspecified as i32,
+                    message,
+                })),
+                StatusEvent::Question(q) => self.journal(Body::Question(v1::Question {
+                    attempt,
+                    question_id: q.id,
+                    text: q.text,
+                    category: q.category,
+                })),
+                // The agent's own events are the progress of an agent worker.
+                StatusEvent::Progress(_) => {}
+            }
+        }
+    }
+
+    fn send_progress(&mut self) {
+        self.progress_dirty = false;
+        self.progress_sent = Instant::now();
+        let mut usage = self.usage_done;
+        usage.add(&self.usage_proc);
+        let p = v1::Progress {
+            attempt: Some(self.s.attempt.clone()),
+            percent: self.percent,
+            step: self.step.clone(),
+            files_modified: self.files.iter().cloned().collect(),
+            log_tail: self.tail.iter().rev().take(PROGRESS_TAIL).rev().cloned().collect(),
+            usage: Some(v1::Usage::from(&usage)),
+            session_id: self.session.clone().unwrap_or_default(),
+            ..Default::default()
+        };
+        let _ = self.ch.tx.send(Report::Progress(p));
+    }
+
+    /// Ends the current process after a usage limit: it may exit by itself
+    /// once its stdin closes; otherwise it is stopped.
+    async fn let_go(&mut self) {
+        let Some(p) = self.proc.as_mut() else { return };
+        p.close_stdin();
+        if let Ok(exit) = tokio::time::timeout(EXIT_WAIT, p.wait()).await {
+            self.on_exit(exit).await;
+        } else {
+            self.stop_process(self.s.stop_grace).await;
+        }
+    }
+
+    async fn stop_process(&mut self, grace: Duration) {
+        if let Some(p) = self.proc.as_mut() {
+            let exit = p.group.stop(grace).await;
+            self.on_exit(exit).await;
+        }
+    }
+
+    fn grace(&self, stop: Stop) -> Duration {
+        match stop {
+            Stop::Cancel { grace } => grace,
+            _ => self.s.stop_grace,
+        }
+    }
+
+    async fn write(&mut self, line: &str) {
+        let r = match self.proc.as_mut() {
+            Some(p) => p.write(line).await,
+            None => return,
+        };
+        if let Err(e) = r {
+            self.log(&e.to_string()).await;
+        }
+    }
+
+    async fn unparseable(&mut self, what: &str) {
+        self.log(&format!("agent printed an unparseable line: {what}")).await;
+        let (last, skipped) = &mut self.unparseable;
+        if last.is_some_and(|t| t.elapsed() < UNPARSEABLE_EVERY) {
+            *skipped += 1;
+            return;
+        }
+        let more =
+            if *skipped > 0 { format!(" (and {skipped} more since the last report)") } else { String::new() };
+        *last = Some(Instant::now());
+        *skipped = 0;
+        self.journal(Body::Status(v1::Status {
+            attempt: Some(self.s.attempt.clone()),
+            status: v1::WorkerStatus::Unspecified as i32,
+            message: format!("agent printed an unparseable line: {what}{more}"),
+        }));
+    }
+
+    fn journal(&self, body: Body) {
+        let _ = self.ch.tx.send(Report::Journaled(body));
+    }
+
+    fn push_tail(&mut self, line: String) {
+        self.tail.push_back(line);
+        while self.tail.len() > LOG_TAIL {
+            self.tail.pop_front();
+        }
+    }
+
+    /// A sidecar note in the attempt log (and the tracing log).
+    async fn log(&mut self, msg: &str) {
+        tracing::info!(agent = %self.s.cfg.kind, "{msg}");
+        self.raw_log(&format!("[swarm-sidecar] {msg}")).await;
+    }
+
+    async fn raw_log(&mut self, line: &str) {
+        let _ = self.ch.log.write_all(format!("{line}\n").as_bytes()).await;
+    }
+
+    fn into_ran(mut self, end: End) -> Ran {
+        self.usage_done.add(&self.usage_proc);
+        Ran {
+            end,
+            exit: self.last_exit,
+            session_id: self.session.unwrap_or_default(),
+            usage: self.usage_done,
+            tail: self.tail.into_iter().collect(),
+            files: self.files.into_iter().collect(),
+            processes: self.processes,
+        }
+    }
+}
+
+/// "Bash wants to run: cargo publish", "Edit wants to change src/x.rs".
+pub fn describe(tool: &str, input: &serde_json::Value) -> String {
+    let s = |k: &str| input.get(k).and_then(serde_json::Value::as_str);
+    match (tool, s("command"), s("file_path").or_else(|| s("notebook_path")), s("url")) {
+        ("Bash", Some(c), _, _) => format!("Bash wants to run: {}", clip(c, 2000)),
+        ("Edit" | "Write" | "MultiEdit" | "NotebookEdit", _, Some(p), _) => {
+            format!("{tool} wants to change {}", clip(p, 500))
+        }
+        (_, _, Some(p), _) => format!("{tool} wants to use {}", clip(p, 500)),
+        (_, _, _, Some(u)) => format!("{tool} wants to fetch {}", clip(u, 500)),
+        _ => format!("{} wants to run with {}", clip(tool, 128), clip(&input.to_string(), 1000)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn permission_questions_name_the_tool_and_its_input() {
+        assert_eq!(
+            describe("Bash", &json!({"command": "cargo publish"})),
+            "Bash wants to run: cargo publish"
+        );
+        assert_eq!(describe("Edit", &json!({"file_path": "src/x.rs"})), "Edit wants to change src/x.rs");
+        assert_eq!(
+            describe("WebFetch", &json!({"url": "https://x.io"})),
+            "WebFetch wants to fetch https://x.io"
+        );
+        assert!(describe("mcp__gh__pr", &json!({"n": 1})).contains("{\"n\":1}"));
+    }
+}

@@ -1,0 +1,390 @@
+//! Coding agents (Claude Code, Codex) as workers, behind one trait.
+//!
+//! An [`Agent`] knows its command line, how to hand it a prompt and an
+//! answer, and how to read its machine output; it turns each stdout line
+//! into [`AgentEvent`]s. Everything else — the process, permission
+//! decisions, progress, questions, usage totals, the session file — is
+//! shared ([`driver`], [`policy`], [`session`]), so another agent is one
+//! more file implementing the trait plus a line in [`for_kind`].
+//!
+//! Agent output is hostile input: the parsers never panic, ignore unknown
+//! event types and fields, and turn a malformed line into
+//! [`AgentEvent::Unparseable`].
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+use swarm_core::Usage;
+use swarm_core::plan::{AgentKind, Otherwise, PermissionRule};
+use swarm_proto::convert::{FieldError, session_id_from_wire};
+use swarm_proto::v1;
+
+pub mod claude;
+pub mod codex;
+pub mod driver;
+pub mod policy;
+mod process;
+pub(crate) mod result;
+pub mod session;
+
+/// Longest stdout line an agent may print; a longer one is skipped (and
+/// reported) without being held in memory. Tool inputs carry whole files,
+/// so this is far above the 8 KiB cut for plain workers.
+pub const MAX_AGENT_LINE: usize = 16 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("agent.kind {0:?} is not supported (claude, codex)")]
+    UnknownKind(String),
+    #[error("permission policy: {0}")]
+    Policy(String),
+    #[error("cannot start the agent {program:?}: {source}")]
+    Spawn { program: String, source: std::io::Error },
+    #[error("writing to the agent's stdin: {0}")]
+    Stdin(std::io::Error),
+}
+
+/// The Assign's agent settings, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentConfig {
+    pub kind: AgentKind,
+    /// The executable (the kind's name when the Assign names none).
+    pub program: String,
+    pub model: Option<String>,
+    pub max_turns: u32,
+    pub max_budget_usd: f64,
+    pub allowed_tools: Vec<String>,
+    pub permission_mode: Option<String>,
+    pub append_system_prompt: Option<String>,
+    pub extra_args: Vec<String>,
+    pub allow: Vec<PermissionRule>,
+    pub deny: Vec<PermissionRule>,
+    pub otherwise: Otherwise,
+    pub resume_session: Option<String>,
+}
+
+impl AgentConfig {
+    pub fn from_wire(s: &v1::AgentSpec) -> Result<Self, FieldError> {
+        let kind = AgentKind::parse(&s.kind).ok_or_else(|| {
+            FieldError::new("agent.kind", AgentError::UnknownKind(s.kind.clone()).to_string())
+        })?;
+        let arg_ok = |a: &str| !a.contains('\0');
+        if !arg_ok(&s.path) || !s.extra_args.iter().all(|a| arg_ok(a)) || !arg_ok(&s.append_system_prompt) {
+            return Err(FieldError::new("agent", "arguments must not contain NUL"));
+        }
+        if !(s.max_budget_usd.is_finite() && s.max_budget_usd >= 0.0) {
+            return Err(FieldError::new("agent.max_budget_usd", "must be a non-negative number"));
+        }
+        let rules = |field: &str, raw: &[String]| {
+            raw.iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    PermissionRule::parse(r).map_err(|e| FieldError::new(format!("{field}[{i}]"), e))
+                })
+                .collect::<Result<Vec<_>, _>>()
+        };
+        let perms = s.permissions.clone().unwrap_or_default();
+        let otherwise = match v1::PermissionFallback::try_from(perms.otherwise) {
+            Ok(v1::PermissionFallback::Deny) => Otherwise::Deny,
+            _ => Otherwise::Ask,
+        };
+        let resume_session = match s.resume_session.as_str() {
+            "" => None,
+            id => Some(session_id_from_wire("agent.resume_session", id)?),
+        };
+        let non_empty = |v: &str| (!v.is_empty()).then(|| v.to_string());
+        Ok(AgentConfig {
+            kind,
+            program: non_empty(&s.path).unwrap_or_else(|| kind.as_str().to_string()),
+            model: non_empty(&s.model),
+            max_turns: s.max_turns,
+            max_budget_usd: s.max_budget_usd,
+            allowed_tools: s.allowed_tools.clone(),
+            permission_mode: non_empty(&s.permission_mode),
+            append_system_prompt: non_empty(&s.append_system_prompt),
+            extra_args: s.extra_args.clone(),
+            allow: rules("agent.permissions.allow", &perms.allow)?,
+            deny: rules("agent.permissions.deny", &perms.deny)?,
+            otherwise,
+            resume_session,
+        })
+    }
+}
+
+/// How an agent takes a message after its first one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FollowUp {
+    /// Written to the running process's stdin (Claude's stream-json input).
+    Stdin,
+    /// A new process resuming the session, once the previous one exited
+    /// (`codex exec resume`).
+    Resume,
+}
+
+/// What to feed a freshly started process on stdin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Opening {
+    pub input: String,
+    /// Close stdin after writing (the agent reads its prompt to EOF).
+    pub close: bool,
+}
+
+/// An operator's or policy's verdict on a permission request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Allow,
+    Deny(String),
+}
+
+/// One coding agent's machine interface.
+pub trait Agent: Send {
+    fn kind(&self) -> AgentKind;
+    /// The full argv; `resume` names the session to continue.
+    fn argv(&self, cfg: &AgentConfig, resume: Option<&str>) -> Vec<String>;
+    /// What a new process gets on stdin: the prompt (first message or answer).
+    fn opening(&self, prompt: &str) -> Opening;
+    fn follow_up(&self) -> FollowUp;
+    /// A stdin line carrying a follow-up user message ([`FollowUp::Stdin`]).
+    fn user_message(&self, text: &str) -> String;
+    /// The stdin line answering a permission request; None when the agent
+    /// has no such channel.
+    fn permission_reply(&self, request_id: &str, verdict: &Verdict, input: &Value) -> Option<String>;
+    /// The stdin line refusing a control request swarm does not support.
+    fn refuse_control(&self, request_id: &str) -> Option<String>;
+    /// Parses one stdout line (never fails: see [`AgentEvent::Unparseable`]).
+    fn parse_line(&mut self, line: &str) -> Vec<AgentEvent>;
+    /// Called when a process ended, before another is started for the same
+    /// session: per-process state (usage, turn bookkeeping) starts over.
+    fn new_process(&mut self);
+}
+
+/// The agent for a kind.
+pub fn for_kind(kind: AgentKind) -> Box<dyn Agent> {
+    match kind {
+        AgentKind::Claude => Box::new(claude::Claude::default()),
+        AgentKind::Codex => Box::new(codex::Codex::default()),
+    }
+}
+
+/// A usage limit the agent hit.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RateLimit {
+    /// When it resets, unix ms; 0 when unknown.
+    pub reset_unix_ms: u64,
+    /// e.g. "five_hour"; empty when unknown.
+    pub kind: String,
+}
+
+/// The end of one turn (Claude's `result`, Codex's `turn.completed|failed`).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TurnEnd {
+    pub ok: bool,
+    /// The result text, or the error.
+    pub text: String,
+    pub rate_limit: Option<RateLimit>,
+}
+
+/// What a line of agent output meant, in the terms the driver reports.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AgentEvent {
+    SessionStarted(String),
+    /// A tool call or item, as a Progress step ("Edit src/x.rs", "Bash: cargo test").
+    Step(String),
+    /// Files the agent changed, as it named them (absolute or relative).
+    FilesChanged(Vec<String>),
+    /// Its todo list: done of total.
+    Todo {
+        done: u32,
+        total: u32,
+    },
+    /// This process's usage so far (the parser applies the agent's own
+    /// accounting rule; the driver adds up processes).
+    Usage(Usage),
+    /// A readable line for the log tail (assistant text, warnings).
+    Note(String),
+    PermissionRequest {
+        request_id: String,
+        tool: String,
+        input: Value,
+    },
+    /// A control request swarm does not support; must be refused.
+    UnsupportedControl {
+        request_id: String,
+        subtype: String,
+    },
+    /// The agent withdrew a control request it sent.
+    ControlCancelled {
+        request_id: String,
+    },
+    /// The agent reported that a usage limit was hit (its turn will end).
+    RateLimited(RateLimit),
+    /// An error the agent reported outside a turn's end.
+    Error(String),
+    TurnEnded(TurnEnd),
+    Unparseable(String),
+}
+
+/// Short form of hostile text for logs and reports.
+pub(crate) fn clip(s: &str, max: usize) -> String {
+    let one_line: String = s.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    let cut = swarm_core::names::truncate(one_line.trim(), max);
+    if cut.len() < one_line.trim().len() { format!("{cut}…") } else { cut.to_string() }
+}
+
+pub(crate) fn now_unix_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or_default()
+}
+
+/// Recognises a usage-limit message in agent text (Claude's
+/// "Claude AI usage limit reached|<unix seconds>", "You've hit your limit
+/// · resets 3pm", Codex's "You've hit your usage limit ... try again in
+/// 2 hours", HTTP 429 errors). The reset comes from a `|<unix>` suffix or a
+/// relative "in N hours/minutes"; otherwise 0 (unknown).
+pub fn usage_limit_in_text(text: &str, now_ms: u64) -> Option<RateLimit> {
+    let lower = text.to_ascii_lowercase();
+    const MARKERS: &[&str] = &[
+        "usage limit reached",
+        "hit your limit",
+        "hit your usage limit",
+        "reached your usage limit",
+        "usage limit exceeded",
+        "rate limit exceeded",
+        "rate_limit_exceeded",
+        "too many requests",
+        "status 429",
+        "429 too many",
+        "exceeded your current quota",
+    ];
+    if !MARKERS.iter().any(|m| lower.contains(m)) {
+        return None;
+    }
+    let reset_unix_ms = pipe_reset(text).or_else(|| relative_reset(&lower, now_ms)).unwrap_or(0);
+    Some(RateLimit { reset_unix_ms, kind: String::new() })
+}
+
+/// `...|1700000000` (seconds, or ms when it is that large).
+fn pipe_reset(text: &str) -> Option<u64> {
+    let (_, tail) = text.rsplit_once('|')?;
+    let digits: String = tail.trim().chars().take_while(char::is_ascii_digit).collect();
+    let n: u64 = digits.parse().ok()?;
+    unix_to_ms(n)
+}
+
+/// Seconds or milliseconds since the epoch to milliseconds; None when implausible.
+pub(crate) fn unix_to_ms(n: u64) -> Option<u64> {
+    match n {
+        1_000_000_000..=99_999_999_999 => Some(n * 1000),
+        1_000_000_000_000..=99_999_999_999_999 => Some(n),
+        _ => None,
+    }
+}
+
+/// "try again in 2 hours 5 minutes" / "resets in 30 minutes".
+fn relative_reset(lower: &str, now_ms: u64) -> Option<u64> {
+    let at = lower.find(" in ")?;
+    let words: Vec<&str> = lower[at + 4..].split(|c: char| c.is_whitespace() || c == ',').collect();
+    let mut total_secs = 0u64;
+    let mut i = 0;
+    while i + 1 < words.len() {
+        let Ok(n) = words[i].parse::<u64>() else { break };
+        let unit = words[i + 1].trim_end_matches(['.', ';', ')']);
+        let secs = match unit {
+            u if u.starts_with("day") => 86_400,
+            u if u.starts_with("hour") || u == "h" => 3_600,
+            u if u.starts_with("min") || u == "m" => 60,
+            u if u.starts_with("sec") || u == "s" => 1,
+            _ => break,
+        };
+        total_secs = total_secs.saturating_add(n.saturating_mul(secs));
+        i += 2;
+        if words.get(i) == Some(&"and") {
+            i += 1;
+        }
+    }
+    (total_secs > 0).then(|| now_ms.saturating_add(total_secs.saturating_mul(1000)))
+}
+
+/// A Progress step for a tool call.
+pub(crate) fn step_for_tool(name: &str, input: &Value) -> String {
+    let s = |k: &str| input.get(k).and_then(Value::as_str).unwrap_or_default();
+    let step = match name {
+        "Bash" => format!("Bash: {}", s("command")),
+        "Edit" | "Write" | "MultiEdit" | "Read" => format!("{name} {}", s("file_path")),
+        "NotebookEdit" => format!("{name} {}", s("notebook_path")),
+        "Glob" | "Grep" => format!("{name} {}", s("pattern")),
+        "WebFetch" => format!("WebFetch {}", s("url")),
+        "WebSearch" => format!("WebSearch: {}", s("query")),
+        "Task" | "Agent" => format!("{name}: {}", s("description")),
+        _ => name.to_string(),
+    };
+    clip(&step, 300)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: u64 = 1_800_000_000_000;
+
+    #[test]
+    fn usage_limit_messages_and_their_reset_times() {
+        let r = usage_limit_in_text("Claude AI usage limit reached|1750000000", NOW).expect("limit");
+        assert_eq!(r.reset_unix_ms, 1_750_000_000_000);
+        let r =
+            usage_limit_in_text("You've hit your limit · resets 3pm (Europe/Berlin)", NOW).expect("limit");
+        assert_eq!(r.reset_unix_ms, 0, "an absolute clock time without a date is unknown");
+        let r = usage_limit_in_text(
+            "You've hit your usage limit. Upgrade to Pro or try again in 2 hours 5 minutes.",
+            NOW,
+        )
+        .expect("limit");
+        assert_eq!(r.reset_unix_ms, NOW + (2 * 3600 + 5 * 60) * 1000);
+        assert!(
+            usage_limit_in_text("exceeded retry limit, last status: 429 Too Many Requests", NOW).is_some()
+        );
+        assert!(usage_limit_in_text("all tests pass; no limits here", NOW).is_none());
+        assert!(
+            usage_limit_in_text("usage limit reached|garbage", NOW).is_some_and(|r| r.reset_unix_ms == 0)
+        );
+        assert!(usage_limit_in_text("usage limit reached|99", NOW).is_some_and(|r| r.reset_unix_ms == 0));
+    }
+
+    #[test]
+    fn config_from_the_wire() {
+        let spec = v1::AgentSpec {
+            kind: "claude".into(),
+            resume_session: "abc-123".into(),
+            permissions: Some(v1::PermissionPolicy {
+                allow: vec!["Bash(cargo test:*)".into()],
+                deny: vec!["Edit(secrets/**)".into()],
+                otherwise: v1::PermissionFallback::Deny as i32,
+            }),
+            ..Default::default()
+        };
+        let c = AgentConfig::from_wire(&spec).expect("valid");
+        assert_eq!(c.program, "claude");
+        assert_eq!(c.otherwise, Otherwise::Deny);
+        assert_eq!(c.resume_session.as_deref(), Some("abc-123"));
+        for bad in [
+            v1::AgentSpec { kind: "gemini".into(), ..Default::default() },
+            v1::AgentSpec { kind: "claude".into(), resume_session: "a b".into(), ..Default::default() },
+            v1::AgentSpec { kind: "claude".into(), max_budget_usd: f64::NAN, ..Default::default() },
+            v1::AgentSpec {
+                kind: "claude".into(),
+                permissions: Some(v1::PermissionPolicy { allow: vec!["Edit(".into()], ..Default::default() }),
+                ..Default::default()
+            },
+        ] {
+            assert!(AgentConfig::from_wire(&bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn steps_name_the_tool_and_its_target() {
+        let v = serde_json::json!({"command": "cargo test", "file_path": "src/a.rs"});
+        assert_eq!(step_for_tool("Bash", &v), "Bash: cargo test");
+        assert_eq!(step_for_tool("Edit", &v), "Edit src/a.rs");
+        assert_eq!(step_for_tool("Mystery", &v), "Mystery");
+        assert_eq!(step_for_tool("Bash", &serde_json::json!({"command": "a\nb\u{1b}"})), "Bash: a b");
+    }
+}

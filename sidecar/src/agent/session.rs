@@ -1,0 +1,85 @@
+//! `.swarm/agent-session.json`: which agent session did the work in this
+//! worktree, and at which commit that work ended. A later attempt resumes
+//! the session only when the worktree still holds that work (its base is
+//! that commit); `.swarm/` is never committed, so the file stays local.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::worktree::SWARM_DIR;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionRecord {
+    pub kind: String,
+    pub session_id: String,
+    /// The commit the session's work ended at (the attempt's base until a
+    /// WIP or result commit is made).
+    pub commit: String,
+}
+
+pub fn path(worktree: &Path) -> PathBuf {
+    worktree.join(SWARM_DIR).join("agent-session.json")
+}
+
+pub fn read(worktree: &Path) -> Option<SessionRecord> {
+    let bytes = std::fs::read(path(worktree)).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// Written atomically: a crash mid-write must not leave a record that names
+/// the wrong commit.
+pub fn write(worktree: &Path, r: &SessionRecord) -> std::io::Result<()> {
+    let p = path(worktree);
+    let tmp = p.with_extension("json.tmp");
+    std::fs::write(&tmp, serde_json::to_vec(r).map_err(std::io::Error::other)?)?;
+    std::fs::rename(&tmp, &p)
+}
+
+/// Why the wanted session cannot be resumed here, or Ok to resume it.
+pub fn can_resume(worktree: &Path, kind: &str, wanted: &str, base: &str) -> Result<(), String> {
+    let Some(r) = read(worktree) else {
+        return Err("this worktree has no agent-session.json (another worktree did the work)".into());
+    };
+    if r.kind != kind || r.session_id != wanted {
+        return Err(format!("this worktree's last session is {} {}, not {wanted}", r.kind, r.session_id));
+    }
+    if r.commit != base {
+        return Err(format!("the session's work ended at {}, but the attempt starts from {base}", r.commit));
+    }
+    Ok(())
+}
+
+/// Records that the session's work now ends at `commit` (after a WIP or
+/// result commit), when the file names a session.
+pub fn set_commit(worktree: &Path, commit: &str) -> std::io::Result<()> {
+    match read(worktree) {
+        Some(mut r) => {
+            r.commit = commit.to_string();
+            write(worktree, &r)
+        }
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resume_only_the_same_session_at_the_same_commit() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let wt = dir.path();
+        std::fs::create_dir_all(wt.join(SWARM_DIR)).expect("mkdir");
+        assert!(can_resume(wt, "claude", "s1", "c1").is_err());
+        write(wt, &SessionRecord { kind: "claude".into(), session_id: "s1".into(), commit: "c0".into() })
+            .expect("write");
+        assert!(can_resume(wt, "claude", "s1", "c1").expect_err("old commit").contains("c0"));
+        set_commit(wt, "c1").expect("set");
+        assert!(can_resume(wt, "claude", "s1", "c1").is_ok());
+        assert!(can_resume(wt, "claude", "s2", "c1").is_err());
+        assert!(can_resume(wt, "codex", "s1", "c1").is_err());
+        std::fs::write(path(wt), b"{garbage").expect("write");
+        assert!(can_resume(wt, "claude", "s1", "c1").is_err());
+    }
+}
