@@ -178,8 +178,10 @@ async fn describe(url: &client::Target, what: DescribeWhat) -> anyhow::Result<()
                         detail.swarm.stalled_tasks.join(", ")
                     )
                 };
+                let cost = detail.swarm.usage.text();
+                let cost = if cost.is_empty() { String::new() } else { format!("Cost:        {cost}\n") };
                 format!(
-                    "Swarm:       {}\nState:       {}\n{stalled}Base:        {}\nIntegration: {} at {}\n\n{table}",
+                    "Swarm:       {}\nState:       {}\n{stalled}Base:        {}\nIntegration: {} at {}\n{cost}\n{table}",
                     detail.swarm.id,
                     detail.swarm.state,
                     detail.swarm.base_branch,

@@ -8,7 +8,7 @@ use v1::TaskState as S;
 
 use crate::client::Client;
 use crate::exit;
-use crate::output::{duration_text, plain_table, short_commit, task_state};
+use crate::output::{UsageView, duration_text, plain_table, short_commit, task_state};
 
 /// How a run ended: counts of what the tasks came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -148,7 +148,14 @@ fn behind_failure(plan: &Plan, state: &HashMap<&str, S>, id: &str) -> bool {
 /// The summary table: task, state, attempts, time, merge commit.
 pub async fn print(client: &mut Client, plan: &Plan, outcome: &Outcome) -> anyhow::Result<()> {
     let mut table = plain_table();
-    table.set_header(vec!["TASK", "STATE", "ATTEMPTS", "TIME", "MERGE COMMIT", "REASON"]);
+    // Agents cost money: show what each task spent when any task runs one.
+    let agents = plan.tasks.iter().any(|t| t.agent.is_some());
+    let mut header = vec!["TASK", "STATE", "ATTEMPTS", "TIME", "MERGE COMMIT", "REASON"];
+    if agents {
+        header.insert(4, "COST");
+    }
+    table.set_header(header);
+    let mut total_cost = 0.0;
     for spec in &plan.tasks {
         let task_id = format!("{}/{}", plan.swarm, spec.id);
         let detail = client.get_task(v1::GetTaskRequest { task_id }).await?.into_inner();
@@ -159,16 +166,25 @@ pub async fn print(client: &mut Client, plan: &Plan, outcome: &Outcome) -> anyho
             (Some(s), Some(e)) if e > s => duration_text((e - s) as u64),
             _ => "-".into(),
         };
-        table.add_row(vec![
+        let mut row = vec![
             spec.id.to_string(),
             task_state(task.state),
             task.attempts.to_string(),
             time,
             short_commit(&task.merge_commit),
             swarm_core::names::truncate(&task.reason, 50).to_string(),
-        ]);
+        ];
+        if agents {
+            let usage = UsageView::from(task.usage.as_ref());
+            total_cost += usage.cost_usd;
+            row.insert(4, usage.cost());
+        }
+        table.add_row(row);
     }
     println!("\n{table}");
+    if agents {
+        println!("agents spent ${total_cost:.2} in all");
+    }
     let verdict = match outcome.code() {
         exit::SUCCESS => format!("all {} tasks merged", outcome.merged),
         exit::FAILURE => format!("{} merged, {} failed or cancelled", outcome.merged, outcome.failed),

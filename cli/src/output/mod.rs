@@ -12,6 +12,9 @@ use swarm_proto::v1;
 
 use crate::cli::Format;
 
+mod usage;
+pub use usage::UsageView;
+
 /// An object that can be listed as table rows.
 pub trait Row: Serialize {
     fn header() -> &'static [&'static str];
@@ -158,6 +161,7 @@ pub struct SwarmView {
     pub stalled_reason: String,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub stalled_tasks: Vec<String>,
+    pub usage: UsageView,
 }
 
 impl From<&v1::Swarm> for SwarmView {
@@ -173,13 +177,14 @@ impl From<&v1::Swarm> for SwarmView {
             created_at_unix_ms: s.created_at_unix_ms,
             stalled_reason: s.stalled_reason.clone(),
             stalled_tasks: s.stalled_tasks.clone(),
+            usage: UsageView::from(s.usage.as_ref()),
         }
     }
 }
 
 impl Row for SwarmView {
     fn header() -> &'static [&'static str] {
-        &["SWARM", "STATE", "TASKS", "PROGRESS", "INTEGRATION", "HEAD", "AGE"]
+        &["SWARM", "STATE", "TASKS", "PROGRESS", "INTEGRATION", "HEAD", "COST", "AGE"]
     }
     fn cells(&self) -> Vec<String> {
         let progress: Vec<String> =
@@ -191,6 +196,7 @@ impl Row for SwarmView {
             dash(&progress.join(",")),
             self.integration_branch.clone(),
             short_commit(&self.integration_head),
+            self.usage.cost(),
             age(self.created_at_unix_ms),
         ]
     }
@@ -213,6 +219,7 @@ pub struct TaskView {
     pub step: String,
     pub pending_question: String,
     pub updated_at_unix_ms: i64,
+    pub usage: UsageView,
 }
 
 impl From<&v1::Task> for TaskView {
@@ -232,13 +239,14 @@ impl From<&v1::Task> for TaskView {
             step: t.step.clone(),
             pending_question: t.pending_question.clone(),
             updated_at_unix_ms: t.updated_at_unix_ms,
+            usage: UsageView::from(t.usage.as_ref()),
         }
     }
 }
 
 impl Row for TaskView {
     fn header() -> &'static [&'static str] {
-        &["TASK", "STATE", "ATTEMPTS", "WORKER", "DEPS", "MERGE", "AGE", "REASON"]
+        &["TASK", "STATE", "ATTEMPTS", "WORKER", "DEPS", "MERGE", "COST", "AGE", "REASON"]
     }
     fn cells(&self) -> Vec<String> {
         vec![
@@ -248,6 +256,7 @@ impl Row for TaskView {
             dash(&self.worker),
             dash(&self.deps.join(",")),
             short_commit(&self.merge_commit),
+            self.usage.cost(),
             age(self.updated_at_unix_ms),
             dash(swarm_core::names::truncate(&self.reason, 60)),
         ]
@@ -264,6 +273,9 @@ pub struct WorkerView {
     pub attempt: String,
     pub heartbeat_age_ms: u64,
     pub last_applied_seq: u64,
+    /// The agent usage limit it shares, and until when it holds (0: none).
+    pub rate_limit_key: String,
+    pub rate_limited_until_unix_ms: i64,
 }
 
 impl From<&v1::Worker> for WorkerView {
@@ -277,13 +289,15 @@ impl From<&v1::Worker> for WorkerView {
             attempt: w.attempt.clone(),
             heartbeat_age_ms: w.heartbeat_age_ms,
             last_applied_seq: w.last_applied_seq,
+            rate_limit_key: w.rate_limit_key.clone(),
+            rate_limited_until_unix_ms: w.rate_limited_until_unix_ms,
         }
     }
 }
 
 impl Row for WorkerView {
     fn header() -> &'static [&'static str] {
-        &["WORKER", "HOST", "STATUS", "ATTEMPT", "HEARTBEAT", "LABELS"]
+        &["WORKER", "HOST", "STATUS", "ATTEMPT", "HEARTBEAT", "RATE LIMIT", "LABELS"]
     }
     fn cells(&self) -> Vec<String> {
         let status = match (self.connected, self.draining) {
@@ -298,6 +312,11 @@ impl Row for WorkerView {
             status.into(),
             dash(&self.attempt),
             duration_text(self.heartbeat_age_ms),
+            if self.rate_limited_until_unix_ms > now_ms() {
+                format!("until {}", clock(self.rate_limited_until_unix_ms))
+            } else {
+                "-".into()
+            },
             dash(&labels.join(",")),
         ]
     }
@@ -389,6 +408,11 @@ pub struct AttemptView {
     pub started_at_unix_ms: i64,
     pub ended_at_unix_ms: i64,
     pub tiers: Vec<TierView>,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub agent: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub session_id: String,
+    pub usage: UsageView,
 }
 
 #[derive(Debug, Serialize)]
@@ -428,6 +452,9 @@ impl From<&v1::Attempt> for AttemptView {
                     output_tail: t.output_tail.clone(),
                 })
                 .collect(),
+            agent: a.agent.clone(),
+            session_id: a.session_id.clone(),
+            usage: UsageView::from(a.usage.as_ref()),
         }
     }
 }
@@ -470,6 +497,7 @@ impl TaskDetailView {
             &if t.step.is_empty() { String::new() } else { format!("{}% {}", t.percent, t.step) },
         );
         field("Question", &t.pending_question);
+        field("Cost", &t.usage.text());
         field("Merge commit", &t.merge_commit);
         if !self.prompt.is_empty() {
             out.push_str("Prompt:\n");
@@ -479,8 +507,9 @@ impl TaskDetailView {
         }
         out.push_str("Attempts:\n");
         let mut table = plain_table();
-        table
-            .set_header(vec!["#", "STATE", "OUTCOME", "EXIT", "WORKER", "BASE", "RESULT", "TIME", "SUMMARY"]);
+        table.set_header(vec![
+            "#", "STATE", "OUTCOME", "EXIT", "WORKER", "BASE", "RESULT", "TIME", "COST", "SUMMARY",
+        ]);
         for a in &self.attempts {
             let time = if a.ended_at_unix_ms > a.started_at_unix_ms && a.started_at_unix_ms > 0 {
                 duration_text((a.ended_at_unix_ms - a.started_at_unix_ms) as u64)
@@ -497,10 +526,14 @@ impl TaskDetailView {
                 short_commit(&a.base_commit),
                 short_commit(&a.result_commit),
                 time,
+                a.usage.cost(),
                 dash(swarm_core::names::truncate(summary, 60)),
             ]);
         }
         out.push_str(&indent(&table.to_string()));
+        for a in self.attempts.iter().filter(|a| !a.session_id.is_empty()) {
+            out.push_str(&format!("  #{} {} session {}\n", a.number, a.agent, a.session_id));
+        }
         out.push_str("\nEvents:\n");
         for e in &self.events {
             out.push_str(&format!("  {}\n", e.line()));
