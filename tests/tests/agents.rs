@@ -15,7 +15,7 @@ use serde_json::Value;
 use swarm_proto::v1::{self, AttemptState, Outcome, TaskState};
 use swarm_tests::{
     Cluster, Gate, PlanBuilder, TaskBuilder, TempDir, TempRepo, WAIT, attempts, create_swarm, operator,
-    outcome_of, poll, state_of, stderr, stdout, swarmctl, task, tasks, try_operator, try_poll,
+    outcome_of, poll, spawn_sidecar, state_of, stderr, stdout, swarmctl, task, tasks, try_operator, try_poll,
     wait_task_state,
 };
 
@@ -158,14 +158,14 @@ async fn claude_tool_uses_are_progress_and_the_files_it_writes_merge() {
     let plan = claude_plan("tools", &fake)
         .default("model", r#""fake-model-1""#)
         .default("max_turns", "40")
-        .default("permissions", r#"{ allow = ["Edit(src/**)", "Bash(echo:*)"], otherwise = "deny" }"#)
+        .default("permissions", r#"{ allow = ["Edit(src/**)", "Bash(cp:*)"], otherwise = "deny" }"#)
         .task(agent_task(
             "t",
             &["src/**"],
             &[
                 "FAKE: write src/a.txt hello",
                 "FAKE: edit src/a.txt hello bye",
-                "FAKE: bash \"echo ran > src/b.txt\"",
+                "FAKE: bash cp src/a.txt src/b.txt",
                 "FAKE: read src/a.txt",
                 "FAKE: todo 3/4",
                 &gate_line,
@@ -197,7 +197,7 @@ async fn claude_tool_uses_are_progress_and_the_files_it_writes_merge() {
     let t = wait_task_state(&url, "tools", "t", TaskState::Merged).await;
     let tree = repo.tree(&integration("tools"));
     assert_eq!(tree.get("src/a.txt").map(String::as_str), Some("bye\n"), "{tree:?}");
-    assert_eq!(tree.get("src/b.txt").map(String::as_str), Some("ran\n"), "{tree:?}");
+    assert_eq!(tree.get("src/b.txt").map(String::as_str), Some("bye\n"), "{tree:?}");
     assert!(!tree.keys().any(|k| k.starts_with(".swarm")), "{tree:?}");
     assert_eq!(t.attempts, 1);
 
@@ -248,8 +248,8 @@ async fn permission_requests_go_to_the_operator_who_allows_one_and_denies_anothe
             "t",
             &["src/**"],
             &[
-                "FAKE: bash \"echo one > src/one.txt\"",
-                "FAKE: bash \"echo two > src/two.txt\"",
+                "FAKE: bash \"mkdir -p src && echo one > src/one.txt\"",
+                "FAKE: bash \"mkdir -p src && echo two > src/two.txt\"",
                 "FAKE: write src/done.txt done",
             ],
         ))
@@ -274,7 +274,7 @@ async fn permission_requests_go_to_the_operator_who_allows_one_and_denies_anothe
     let t = wait_task_state(&url, "perm", "t", TaskState::Merged).await;
     assert_eq!(t.attempts, 1, "answered in the running attempt");
     let tree = repo.tree(&integration("perm"));
-    assert_eq!(tree.get("src/one.txt").map(String::as_str), Some("one\n"), "{tree:?}");
+    assert_eq!(tree.get("src/one.txt").map(String::as_str), Some("one\n"), "{tree:?}\n{}", fake.dump());
     assert!(!tree.contains_key("src/two.txt"), "the denied command never ran: {tree:?}");
     assert_eq!(tree.get("src/done.txt").map(String::as_str), Some("done\n"), "{tree:?}");
 
@@ -289,8 +289,8 @@ async fn permission_requests_go_to_the_operator_who_allows_one_and_denies_anothe
     assert_eq!(
         asked,
         [
-            ("echo one > src/one.txt".to_string(), "allow".to_string()),
-            ("echo two > src/two.txt".into(), "deny".into())
+            ("mkdir -p src && echo one > src/one.txt".to_string(), "allow".to_string()),
+            ("mkdir -p src && echo two > src/two.txt".into(), "deny".into())
         ],
         "{}",
         fake.dump()
@@ -377,13 +377,15 @@ async fn a_question_is_answered_in_session() {
     let t = wait_task_state(&url, "qa", "t", TaskState::Merged).await;
     assert_eq!(t.attempts, 1);
     let tree = repo.tree(&integration("qa"));
-    assert_eq!(tree.get("src/colour.txt").map(String::as_str), Some("blue\n"), "{tree:?}");
+    // The answer reaches the agent as its next message (which may say what it answers).
+    let colour = tree.get("src/colour.txt").unwrap_or_else(|| panic!("{tree:?}"));
+    assert!(colour.contains("blue"), "{colour:?}");
     assert!(tree.contains_key("src/before.txt") && tree.contains_key("src/after.txt"), "{tree:?}");
 
     let runs = fake.runs("t");
     assert_eq!(runs.len(), 1, "the same process went on:\n{}", fake.dump());
     let session = fake.session(runs[0]["session"].as_str().unwrap());
-    assert_eq!(session["answers"]["q1"], "blue", "{session}");
+    assert!(session["answers"]["q1"].as_str().unwrap().contains("blue"), "{session}");
     assert_eq!(session["processes"].as_array().unwrap().len(), 1);
     let events = task_events(&url, "qa/t").await;
     assert!(events.iter().any(|e| e.kind == "task.question"), "{events:?}");
@@ -432,7 +434,7 @@ async fn a_rate_limit_waits_for_the_reset_and_resumes_the_same_session() {
         let mut op = operator(&url).await;
         let workers = op.list_workers(v1::ListWorkersRequest {}).await.unwrap().into_inner().workers;
         let w1 = workers.iter().find(|w| w.id == "w1").unwrap();
-        assert_eq!(w1.rate_limited_until_unix_ms, reset_ms, "{w1:?}");
+        assert!(w1.rate_limited_until_unix_ms >= reset_ms, "limited until the reset ({reset_ms}): {w1:?}");
     }
 
     let t = wait_task_state(&url, "rl", "t", TaskState::Merged).await;
@@ -506,33 +508,38 @@ async fn an_error_result_is_retried_and_then_fails_the_task() {
 }
 
 /// An agent that dies mid-stream (half a JSON line, no result) fails its
-/// attempt: by its exit code, or as SIGNALED when killed; the retry merges.
+/// attempt like any worker exiting 1; the retry merges.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_agent_that_crashes_mid_stream_fails_the_attempt_and_the_retry_merges() {
+    crash_then_merge("exits", "FAKE[attempt=1]: crash 1", Outcome::Error).await;
+}
+
+/// An agent killed by a signal before its result is SIGNALED, as any
+/// worker killed by a signal; the retry merges.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_killed_by_a_signal_is_signaled_and_the_retry_merges() {
+    crash_then_merge("killed", "FAKE[attempt=1]: crash signal", Outcome::Signaled).await;
+}
+
+async fn crash_then_merge(swarm: &str, crash: &str, outcome: Outcome) {
     let fake = Fake::new();
     let repo = TempRepo::with_files(&[]);
-    let plan = claude_plan("crash", &fake)
-        .default("permissions", r#"{ allow = ["Edit"], otherwise = "deny" }"#)
-        .task(agent_task("exits", &["exits/**"], &["FAKE: write exits/x.txt x", "FAKE[attempt=1]: crash 1"]))
-        .task(agent_task(
-            "killed",
-            &["killed/**"],
-            &["FAKE: write killed/x.txt x", "FAKE[attempt=1]: crash signal"],
-        ))
+    let plan = claude_plan(swarm, &fake)
+        .task(agent_task("t", &["src/**"], &["FAKE: write src/x.txt x", crash, "FAKE: write src/y.txt y"]))
         .build();
-    let cluster = Cluster::start(&repo, 2, &[]);
+    let cluster = Cluster::start(&repo, 1, &[]);
     let url = cluster.url();
     create_swarm(&url, &plan).await;
-
-    for (id, outcome) in [("exits", Outcome::Error), ("killed", Outcome::Signaled)] {
-        let t = wait_task_state(&url, "crash", id, TaskState::Merged).await;
-        assert_eq!(t.attempts, 2, "{id}");
-        let all = attempts(&url, &format!("crash/{id}")).await;
-        assert_eq!(outcome_of(&all[0]), outcome, "{id}: {all:?}");
-        assert_eq!(attempt_state(&all[0]), AttemptState::Failed, "{id}");
-        assert_eq!(outcome_of(&all[1]), Outcome::Success, "{id}");
-        assert_eq!(repo.file(&integration("crash"), &format!("{id}/x.txt")).as_deref(), Some("x\n"));
-    }
+    let t = wait_task_state(&url, swarm, "t", TaskState::Merged).await;
+    assert_eq!(t.attempts, 2);
+    assert_eq!(t.retries_used, 1);
+    let all = attempts(&url, &format!("{swarm}/t")).await;
+    assert_eq!(outcome_of(&all[0]), outcome, "{all:?}");
+    assert_eq!(attempt_state(&all[0]), AttemptState::Failed);
+    assert!(all[0].error.contains("before its result"), "{:?}", all[0].error);
+    assert_eq!(outcome_of(&all[1]), Outcome::Success);
+    let tree = repo.tree(&integration(swarm));
+    assert!(tree.contains_key("src/x.txt") && tree.contains_key("src/y.txt"), "{tree:?}");
 }
 
 /// Lines that are not JSON, unknown event types, unknown fields and unknown
@@ -558,22 +565,38 @@ async fn malformed_and_unknown_lines_are_skipped() {
     assert!(tree.contains_key("src/a.txt") && tree.contains_key("src/b.txt"), "{tree:?}");
 }
 
-/// An agent that runs out of turns leaves a checkpoint: its work is a WIP
-/// commit and the next attempt resumes its session from there.
+/// A sidecar that shuts down while its agent works checkpoints the work (a
+/// WIP commit); the next attempt, in the same worktree, resumes the agent's
+/// session with `--resume`, and the session goes on where it stopped.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_attempt_after_a_checkpoint_resumes_the_session() {
     let fake = Fake::new();
+    let gate = Gate::new();
+    let gate_line = format!("FAKE: gate {}", gate.path.display());
     let repo = TempRepo::with_files(&[]);
     let plan = claude_plan("ckpt", &fake)
         .task(agent_task(
             "t",
             &["src/**"],
-            &["FAKE: write src/a.txt one", "FAKE: checkpoint", "FAKE: write src/b.txt two"],
+            &["FAKE: write src/a.txt one", &gate_line, "FAKE: write src/b.txt two"],
         ))
         .build();
-    let cluster = Cluster::start(&repo, 1, &[]);
+    let mut cluster = Cluster::start(&repo, 1, &[]);
     let url = cluster.url();
     create_swarm(&url, &plan).await;
+
+    // The agent wrote a.txt and waits at the gate: stop its sidecar.
+    poll("the agent to write src/a.txt", WAIT, || async {
+        let wrote = fake
+            .events("t", "tool")
+            .iter()
+            .any(|e| e["input"]["file_path"].as_str().unwrap().ends_with("src/a.txt"));
+        wrote.then_some(())
+    })
+    .await;
+    let status = cluster.sidecars[0].terminate();
+    assert!(status.is_some_and(|s| s.success()), "the sidecar shuts down cleanly: {status:?}");
+    cluster.sidecars.push(spawn_sidecar(&url, repo.path(), "w1", &[]));
     let t = wait_task_state(&url, "ckpt", "t", TaskState::Merged).await;
 
     let all = attempts(&url, "ckpt/t").await;
@@ -589,9 +612,16 @@ async fn the_attempt_after_a_checkpoint_resumes_the_session() {
     let session = runs[0]["session"].as_str().unwrap();
     assert!(has_pair(&argv(&runs[1]), "--resume", session), "{:?}", argv(&runs[1]));
     assert_eq!(fake.session(session)["resumes"], 1);
+    assert_eq!(all[1].session_id, session);
     let tree = repo.tree(&integration("ckpt"));
     assert_eq!(tree.get("src/a.txt").map(String::as_str), Some("one\n"), "{tree:?}");
     assert_eq!(tree.get("src/b.txt").map(String::as_str), Some("two\n"), "{tree:?}");
+    let writes_of_a = fake
+        .events("t", "tool")
+        .iter()
+        .filter(|e| e["input"]["file_path"].as_str().unwrap().ends_with("src/a.txt"))
+        .count();
+    assert_eq!(writes_of_a, 1, "the resumed session did not start over:\n{}", fake.dump());
 }
 
 /// What each attempt spent is recorded on it, summed on its task, and
