@@ -729,3 +729,45 @@ async fn codex_runs_a_task_and_its_usage_is_recorded() {
     assert!(input == 500 || input == 400, "{:?}", a.usage);
     assert_eq!(usage_of(t.usage.as_ref()).0, input);
 }
+
+/// codex's usage limit (only a message saying when to try again) ends the
+/// attempt RATE_LIMITED; after the wait `codex exec resume <thread>` goes on
+/// with the same thread, and no retry is spent.
+#[tokio::test(flavor = "multi_thread")]
+async fn codex_resumes_its_thread_after_a_usage_limit() {
+    let fake = Fake::new();
+    let repo = TempRepo::with_files(&[]);
+    let plan = PlanBuilder::new("cxrl")
+        .remove_default("command")
+        .default("retries", "0")
+        .default("agent", r#""codex""#)
+        .default("agent_path", &toml_str(fake_path("fake-codex").to_str().unwrap()))
+        .default("extra_args", r#"["--sandbox", "workspace-write"]"#)
+        .default("env", &format!("{{ FAKE_AGENT_STATE = {} }}", toml_str(fake.path().to_str().unwrap())))
+        .task(agent_task(
+            "t",
+            &["src/**"],
+            &["FAKE: write src/a.txt one", "FAKE: rate-limit 2", "FAKE: write src/b.txt two"],
+        ))
+        .build();
+    let cluster = Cluster::start(&repo, 1, &[]);
+    let url = cluster.url();
+    create_swarm(&url, &plan).await;
+    let t = wait_task_state(&url, "cxrl", "t", TaskState::Merged).await;
+    assert_eq!(t.retries_used, 0);
+
+    let all = attempts(&url, "cxrl/t").await;
+    assert_eq!(all.len(), 2, "{all:?}");
+    assert_eq!(outcome_of(&all[0]), Outcome::RateLimited, "{all:?}");
+    assert_eq!(outcome_of(&all[1]), Outcome::Success, "{all:?}");
+    let runs = fake.runs("t");
+    assert_eq!(runs.len(), 2, "{}", fake.dump());
+    let thread = runs[0]["session"].as_str().unwrap();
+    assert!(has_pair(&argv(&runs[1]), "resume", thread), "{:?}", argv(&runs[1]));
+    assert_eq!(fake.session(thread)["resumes"], 1);
+    let reset_ms = fake.events("t", "rate_limited")[0]["resets_at"].as_i64().unwrap() * 1000;
+    assert!(runs[1]["time_ms"].as_i64().unwrap() >= reset_ms, "not before the reset:\n{}", fake.dump());
+    let tree = repo.tree(&integration("cxrl"));
+    assert_eq!(tree.get("src/a.txt").map(String::as_str), Some("one\n"), "{tree:?}");
+    assert_eq!(tree.get("src/b.txt").map(String::as_str), Some("two\n"), "{tree:?}");
+}
