@@ -17,17 +17,20 @@ use std::time::Duration;
 use swarm_core::Usage;
 use swarm_proto::v1;
 use swarm_proto::v1::sidecar_message::Body;
-use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use super::policy::{Decision, Policy};
+use super::policy::Policy;
 use super::process::{AgentProcess, Output};
 use super::session::{self, SessionRecord};
-use super::{Agent, AgentConfig, AgentEvent, FollowUp, RateLimit, TurnEnd, Verdict, clip};
+use super::{Agent, AgentConfig, AgentEvent, FollowUp, RateLimit, TurnEnd, clip};
 use crate::attempt::{Report, Stop};
 use crate::runner::{ExitInfo, SpawnSpec};
-use crate::status::{StatusEvent, StatusWatcher, WorkerStatus};
+use crate::status::{StatusWatcher, WorkerStatus};
+
+mod permissions;
+mod report;
+pub use permissions::describe;
 
 const LOG_TAIL: usize = 20;
 const PROGRESS_TAIL: usize = 5;
@@ -508,97 +511,6 @@ impl Driver<'_, '_> {
         }
     }
 
-    async fn on_permission(&mut self, request_id: String, tool: String, input: serde_json::Value) {
-        match self.policy.decide(&tool, &input) {
-            Decision::Allow { why } => self.reply(&request_id, &tool, &input, Verdict::Allow, &why).await,
-            Decision::Deny { why } => {
-                let v = Verdict::Deny(why.clone());
-                self.reply(&request_id, &tool, &input, v, &why).await
-            }
-            Decision::Ask => {
-                self.perm_count += 1;
-                let p = Perm { question_id: format!("perm-{}", self.perm_count), request_id, tool, input };
-                if self.asking.is_none() {
-                    self.ask(p);
-                } else {
-                    self.perm_queue.push_back(p);
-                }
-            }
-        }
-    }
-
-    fn ask(&mut self, p: Perm) {
-        self.journal(Body::Question(v1::Question {
-            attempt: Some(self.s.attempt.clone()),
-            question_id: p.question_id.clone(),
-            text: format!(
-                "{}\n\nAnswer \"allow\", or \"deny\" with an optional reason.",
-                describe(&p.tool, &p.input)
-            ),
-            category: "permission".into(),
-        }));
-        self.asking = Some(p);
-    }
-
-    async fn resolve_permission(&mut self, answer: &str) {
-        let Some(p) = self.asking.take() else { return };
-        let a = answer.trim();
-        let verdict = if a.eq_ignore_ascii_case("allow") || a.eq_ignore_ascii_case("yes") {
-            Verdict::Allow
-        } else {
-            let reason =
-                a.get(4..).filter(|_| a.to_ascii_lowercase().starts_with("deny")).unwrap_or("").trim();
-            Verdict::Deny(if reason.is_empty() {
-                "denied by the operator".into()
-            } else {
-                clip(reason, 1000)
-            })
-        };
-        let why = format!("the operator answered {}", p.question_id);
-        self.reply(&p.request_id, &p.tool, &p.input, verdict, &why).await;
-        self.last_activity = Instant::now();
-        if let Some(next) = self.perm_queue.pop_front() {
-            self.ask(next);
-        }
-    }
-
-    async fn on_cancelled(&mut self, request_id: &str) {
-        if self.asking.as_ref().is_some_and(|p| p.request_id == request_id) {
-            let p = self.asking.take();
-            self.log(&format!("the agent withdrew {}", p.map(|p| p.question_id).unwrap_or_default())).await;
-            if let Some(next) = self.perm_queue.pop_front() {
-                self.ask(next);
-            }
-        } else {
-            self.perm_queue.retain(|p| p.request_id != request_id);
-        }
-    }
-
-    async fn reply(
-        &mut self,
-        request_id: &str,
-        tool: &str,
-        input: &serde_json::Value,
-        v: Verdict,
-        why: &str,
-    ) {
-        let what = describe(tool, input);
-        let message = match &v {
-            Verdict::Allow => format!("permission allowed: {what} ({why})"),
-            Verdict::Deny(reason) => format!("permission denied: {what} ({reason})"),
-        };
-        self.log(&message).await;
-        self.journal(Body::Status(v1::Status {
-            attempt: Some(self.s.attempt.clone()),
-            status: v1::WorkerStatus::Unspecified as i32,
-            message,
-        }));
-        match self.agent.permission_reply(request_id, &v, input) {
-            Some(line) => self.write(&line).await,
-            None => self.log("this agent takes no permission replies").await,
-        }
-    }
-
     async fn on_tick(&mut self) -> Option<End> {
         self.poll_status().await;
         if self.progress_dirty && self.progress_sent.elapsed() >= PROGRESS_EVERY {
@@ -615,51 +527,6 @@ impl Driver<'_, '_> {
             return Some(End::Idle(idle));
         }
         None
-    }
-
-    async fn poll_status(&mut self) {
-        for ev in self.watcher.poll() {
-            self.last_activity = Instant::now();
-            let attempt = Some(self.s.attempt.clone());
-            match ev {
-                StatusEvent::Status { status, message } => self.journal(Body::Status(v1::Status {
-                    attempt,
-                    status: crate::attempt::wire_status(status) as i32,
-                    message,
-                })),
-                StatusEvent::Invalid { message } => self.journal(Body::Status(v1::Status {
-                    attempt,
-                    status: v1::WorkerStatus::Unspecified as i32,
-                    message,
-                })),
-                StatusEvent::Question(q) => self.journal(Body::Question(v1::Question {
-                    attempt,
-                    question_id: q.id,
-                    text: q.text,
-                    category: q.category,
-                })),
-                // The agent's own events are the progress of an agent worker.
-                StatusEvent::Progress(_) => {}
-            }
-        }
-    }
-
-    fn send_progress(&mut self) {
-        self.progress_dirty = false;
-        self.progress_sent = Instant::now();
-        let mut usage = self.usage_done;
-        usage.add(&self.usage_proc);
-        let p = v1::Progress {
-            attempt: Some(self.s.attempt.clone()),
-            percent: self.percent,
-            step: self.step.clone(),
-            files_modified: self.files.iter().cloned().collect(),
-            log_tail: self.tail.iter().rev().take(PROGRESS_TAIL).rev().cloned().collect(),
-            usage: Some(v1::Usage::from(&usage)),
-            session_id: self.session.clone().unwrap_or_default(),
-            ..Default::default()
-        };
-        let _ = self.ch.tx.send(Report::Progress(p));
     }
 
     /// Ends the current process after a usage limit: it may exit by itself
@@ -698,45 +565,6 @@ impl Driver<'_, '_> {
         }
     }
 
-    async fn unparseable(&mut self, what: &str) {
-        self.log(&format!("agent printed an unparseable line: {what}")).await;
-        let (last, skipped) = &mut self.unparseable;
-        if last.is_some_and(|t| t.elapsed() < UNPARSEABLE_EVERY) {
-            *skipped += 1;
-            return;
-        }
-        let more =
-            if *skipped > 0 { format!(" (and {skipped} more since the last report)") } else { String::new() };
-        *last = Some(Instant::now());
-        *skipped = 0;
-        self.journal(Body::Status(v1::Status {
-            attempt: Some(self.s.attempt.clone()),
-            status: v1::WorkerStatus::Unspecified as i32,
-            message: format!("agent printed an unparseable line: {what}{more}"),
-        }));
-    }
-
-    fn journal(&self, body: Body) {
-        let _ = self.ch.tx.send(Report::Journaled(body));
-    }
-
-    fn push_tail(&mut self, line: String) {
-        self.tail.push_back(line);
-        while self.tail.len() > LOG_TAIL {
-            self.tail.pop_front();
-        }
-    }
-
-    /// A sidecar note in the attempt log (and the tracing log).
-    async fn log(&mut self, msg: &str) {
-        tracing::info!(agent = %self.s.cfg.kind, "{msg}");
-        self.raw_log(&format!("[swarm-sidecar] {msg}")).await;
-    }
-
-    async fn raw_log(&mut self, line: &str) {
-        let _ = self.ch.log.write_all(format!("{line}\n").as_bytes()).await;
-    }
-
     fn into_ran(mut self, end: End) -> Ran {
         self.usage_done.add(&self.usage_proc);
         Ran {
@@ -748,39 +576,5 @@ impl Driver<'_, '_> {
             files: self.files.into_iter().collect(),
             processes: self.processes,
         }
-    }
-}
-
-/// "Bash wants to run: cargo publish", "Edit wants to change src/x.rs".
-pub fn describe(tool: &str, input: &serde_json::Value) -> String {
-    let s = |k: &str| input.get(k).and_then(serde_json::Value::as_str);
-    match (tool, s("command"), s("file_path").or_else(|| s("notebook_path")), s("url")) {
-        ("Bash", Some(c), _, _) => format!("Bash wants to run: {}", clip(c, 2000)),
-        ("Edit" | "Write" | "MultiEdit" | "NotebookEdit", _, Some(p), _) => {
-            format!("{tool} wants to change {}", clip(p, 500))
-        }
-        (_, _, Some(p), _) => format!("{tool} wants to use {}", clip(p, 500)),
-        (_, _, _, Some(u)) => format!("{tool} wants to fetch {}", clip(u, 500)),
-        _ => format!("{} wants to run with {}", clip(tool, 128), clip(&input.to_string(), 1000)),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn permission_questions_name_the_tool_and_its_input() {
-        assert_eq!(
-            describe("Bash", &json!({"command": "cargo publish"})),
-            "Bash wants to run: cargo publish"
-        );
-        assert_eq!(describe("Edit", &json!({"file_path": "src/x.rs"})), "Edit wants to change src/x.rs");
-        assert_eq!(
-            describe("WebFetch", &json!({"url": "https://x.io"})),
-            "WebFetch wants to fetch https://x.io"
-        );
-        assert!(describe("mcp__gh__pr", &json!({"n": 1})).contains("{\"n\":1}"));
     }
 }

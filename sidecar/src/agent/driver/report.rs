@@ -1,0 +1,98 @@
+//! What the driver reports: the agent's status file relayed, Progress at
+//! most every 500 ms (and at once when the session id is known), sidecar
+//! notes in the attempt log, and rate-limited notices of unparseable output.
+
+use swarm_proto::v1;
+use swarm_proto::v1::sidecar_message::Body;
+use tokio::io::AsyncWriteExt;
+use tokio::time::Instant;
+
+use super::{Driver, LOG_TAIL, PROGRESS_TAIL, UNPARSEABLE_EVERY};
+use crate::attempt::Report;
+use crate::status::StatusEvent;
+
+impl Driver<'_, '_> {
+    pub(super) async fn poll_status(&mut self) {
+        for ev in self.watcher.poll() {
+            self.last_activity = Instant::now();
+            let attempt = Some(self.s.attempt.clone());
+            match ev {
+                StatusEvent::Status { status, message } => self.journal(Body::Status(v1::Status {
+                    attempt,
+                    status: crate::attempt::wire_status(status) as i32,
+                    message,
+                })),
+                StatusEvent::Invalid { message } => self.journal(Body::Status(v1::Status {
+                    attempt,
+                    status: v1::WorkerStatus::Unspecified as i32,
+                    message,
+                })),
+                StatusEvent::Question(q) => self.journal(Body::Question(v1::Question {
+                    attempt,
+                    question_id: q.id,
+                    text: q.text,
+                    category: q.category,
+                })),
+                // The agent's own events are the progress of an agent worker.
+                StatusEvent::Progress(_) => {}
+            }
+        }
+    }
+
+    pub(super) fn send_progress(&mut self) {
+        self.progress_dirty = false;
+        self.progress_sent = Instant::now();
+        let mut usage = self.usage_done;
+        usage.add(&self.usage_proc);
+        let p = v1::Progress {
+            attempt: Some(self.s.attempt.clone()),
+            percent: self.percent,
+            step: self.step.clone(),
+            files_modified: self.files.iter().cloned().collect(),
+            log_tail: self.tail.iter().rev().take(PROGRESS_TAIL).rev().cloned().collect(),
+            usage: Some(v1::Usage::from(&usage)),
+            session_id: self.session.clone().unwrap_or_default(),
+            ..Default::default()
+        };
+        let _ = self.ch.tx.send(Report::Progress(p));
+    }
+
+    pub(super) async fn unparseable(&mut self, what: &str) {
+        self.log(&format!("agent printed an unparseable line: {what}")).await;
+        let (last, skipped) = &mut self.unparseable;
+        if last.is_some_and(|t| t.elapsed() < UNPARSEABLE_EVERY) {
+            *skipped += 1;
+            return;
+        }
+        let more =
+            if *skipped > 0 { format!(" (and {skipped} more since the last report)") } else { String::new() };
+        *last = Some(Instant::now());
+        *skipped = 0;
+        self.journal(Body::Status(v1::Status {
+            attempt: Some(self.s.attempt.clone()),
+            status: v1::WorkerStatus::Unspecified as i32,
+            message: format!("agent printed an unparseable line: {what}{more}"),
+        }));
+    }
+
+    pub(super) fn journal(&self, body: Body) {
+        let _ = self.ch.tx.send(Report::Journaled(body));
+    }
+
+    pub(super) fn push_tail(&mut self, line: String) {
+        self.tail.push_back(line);
+        while self.tail.len() > LOG_TAIL {
+            self.tail.pop_front();
+        }
+    }
+
+    /// A sidecar note in the attempt log (and the tracing log).
+    pub(super) async fn log(&mut self, msg: &str) {
+        tracing::info!(agent = %self.s.cfg.kind, "{msg}");
+        self.raw_log(&format!("[swarm-sidecar] {msg}")).await;
+    }
+
+    pub(super) async fn raw_log(&mut self, line: &str) {
+        let _ = self.ch.log.write_all(format!("{line}\n").as_bytes()).await;
+    }
+}
