@@ -7,6 +7,8 @@
 //! - [`worktree`]: the reused git2 worktree, checkouts and commits
 //! - [`status`]: `.swarm/status.json` parsing and change detection
 //! - [`attempt`]: one attempt from Assign to AttemptResult
+//! - [`agent`]: coding agents (Claude Code, Codex) as workers: one trait,
+//!   their parsers, the permission policy, the agent driver
 //! - [`verify`]: verify tiers
 //! - [`session`]: the Connect stream, replay, heartbeats, reconnects
 //! - [`orphans`], [`remote`]: leftover worktrees; packs for remote mode
@@ -53,6 +55,19 @@
 //!   `signal` is set), was stalled, or never ran.
 //! - Exit 0 runs the verify tiers, then commits (also when a blocking tier
 //!   failed: VERIFY_FAILED carries the commit for inspection).
+//! - Agent workers (`Assign.agent` set, `command` empty) run without the
+//!   supervisor, stdin piped. Their Progress carries `usage` (running
+//!   total) and `session_id` (sent as soon as it is known); permission
+//!   requests the policy leaves to the operator are Questions `perm-<n>`
+//!   with category `permission`, one at a time, answered "allow" or
+//!   "deny [reason]"; every permission decision is a Status report. An
+//!   Answer is recorded in task.md and also handed to the agent. A usage
+//!   limit is a WIP commit and RATE_LIMITED; a shutdown a WIP commit and
+//!   CHECKPOINT with the session id; a restarted sidecar holding a started
+//!   agent attempt checkpoints the worktree the same way (never "worker
+//!   lost"). `.swarm/agent-session.json` names the session and the commit
+//!   its work ended at; `agent.resume_session` is resumed only when that
+//!   commit is the Assign's base.
 //! - Drain: no new Assigns; the stream is closed and `run` returns once the
 //!   attempt's result is acked.
 

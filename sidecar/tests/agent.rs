@@ -242,3 +242,52 @@ async fn an_agent_dying_mid_turn_is_an_error() {
     assert_eq!(r.outcome, v1::Outcome::Error as i32);
     assert!(r.error.contains("cannot start"), "{}", r.error);
 }
+
+#[tokio::test]
+async fn a_blocked_status_maps_to_blocked() {
+    let repo = TempRepo::new();
+    let base = repo.commit_on_branch("main", &[("Cargo.toml", Some("[package]"))], "base");
+    let fake = script(
+        repo.path(),
+        "claude-blocked",
+        r#"read -r first
+echo '{"status":"blocked","message":"needs the db schema"}' > .swarm/status.json
+echo '{"type":"result","subtype":"success","is_error":false,"result":"stuck","session_id":"s"}'
+while read -r line; do :; done
+"#,
+    );
+    let (_, r) = run(repo.path(), assign(&base, &fake, ""), |_| None).await;
+    assert_eq!(r.outcome, v1::Outcome::Blocked as i32, "{r:?}");
+    assert_eq!(r.error, "needs the db schema");
+}
+
+#[tokio::test]
+async fn a_lost_agent_attempt_is_checkpointed_with_its_session() {
+    let repo = TempRepo::new();
+    let base = repo.commit_on_branch("main", &[("Cargo.toml", Some("[package]"))], "base");
+    let fake = script(
+        repo.path(),
+        "claude-first",
+        r#"read -r first
+echo '{"type":"system","subtype":"init","session_id":"sess-9"}'
+echo '{"type":"result","subtype":"success","is_error":false,"result":"ok","session_id":"sess-9"}'
+while read -r line; do :; done
+"#,
+    );
+    let a = assign(&base, &fake, "");
+    let (_, first) = run(repo.path(), a.clone(), |_| None).await;
+    assert_eq!(first.outcome, v1::Outcome::Success as i32);
+    // What a killed sidecar's agent left behind.
+    let wt = worktree(repo.path());
+    std::fs::create_dir_all(wt.join("src")).expect("mkdir");
+    std::fs::write(wt.join("src/half.rs"), "// half done").expect("write");
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let assignment = Assignment::try_from(&a).expect("valid");
+    swarm_sidecar::agent::result::checkpoint_lost(ctx(repo.path()), assignment, tx).await;
+    let Some(Report::Journaled(Body::Result(r))) = rx.recv().await else { panic!("a result") };
+    assert_eq!(r.outcome, v1::Outcome::Checkpoint as i32, "{r:?}");
+    assert_eq!(r.session_id, "sess-9");
+    assert!(r.files_changed.contains(&"src/half.rs".to_string()), "{r:?}");
+    let rec = swarm_sidecar::agent::session::read(&wt).expect("record");
+    assert_eq!(rec.commit, r.commit);
+}

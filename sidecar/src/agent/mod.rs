@@ -24,7 +24,7 @@ pub mod codex;
 pub mod driver;
 pub mod policy;
 mod process;
-pub(crate) mod result;
+pub mod result;
 pub mod session;
 
 /// Longest stdout line an agent may print; a longer one is skipped (and

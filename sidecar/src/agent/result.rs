@@ -52,12 +52,30 @@ pub(crate) async fn drive(
     use tokio::io::AsyncWriteExt;
     let _ = log.flush().await;
     fill_common(result, &ran);
-    let status = std::fs::read(&files.status).ok().and_then(|b| crate::status::parse(&b).ok());
-    match ran.end {
+    let blocked = std::fs::read(&files.status)
+        .ok()
+        .and_then(|b| crate::status::parse(&b).ok())
+        .filter(|s| s.status == WorkerStatus::Blocked)
+        .map(|s| s.message);
+    map_end(ctx, a, wt, env, ran.end, blocked, result).await
+}
+
+/// The result for how the run ended; `blocked` is the status file's
+/// message when the agent declared itself blocked (as exit 3 would).
+async fn map_end(
+    ctx: &Context,
+    a: &Assignment,
+    wt: &Path,
+    env: &[(String, String)],
+    end: End,
+    blocked: Option<String>,
+    result: &mut v1::AttemptResult,
+) -> Result<Option<()>, Failure> {
+    match end {
         End::Finished(t) if t.ok => {
-            if let Some(s) = status.filter(|s| s.status == WorkerStatus::Blocked) {
+            if let Some(message) = blocked {
                 result.outcome = outcome(Outcome::Blocked);
-                result.error = if s.message.is_empty() { "agent is blocked".into() } else { s.message };
+                result.error = if message.is_empty() { "agent is blocked".into() } else { message };
                 return Ok(Some(()));
             }
             succeed(ctx, a, wt, env, result, &t.text).await?;
@@ -179,7 +197,7 @@ fn note_commit(wt: &Path, commit: &str) {
 /// the old process (agents are not supervised, see `agent::process`): keep
 /// the work as a WIP commit and report CHECKPOINT with the session id, so
 /// that the next attempt resumes the conversation instead of losing it.
-pub(crate) async fn checkpoint_lost(ctx: Context, a: Assignment, tx: mpsc::UnboundedSender<Report>) {
+pub async fn checkpoint_lost(ctx: Context, a: Assignment, tx: mpsc::UnboundedSender<Report>) {
     let sink = Sink { tx };
     let mut result = v1::AttemptResult { attempt: Some(a.wire_ref()), exit_code: -1, ..Default::default() };
     if let Err(Failure::Task(e) | Failure::Infra(e)) = checkpoint_inner(&ctx, &a, &mut result).await {
