@@ -237,6 +237,11 @@ async fn an_agent_dying_mid_turn_is_an_error() {
     assert_eq!(r.error, "agent exited with code 3 before its result");
     assert_eq!(r.exit_code, 3);
 
+    let killed = script(repo.path(), "claude-killed", "read -r first\nkill -9 $$");
+    let (_, r) = run(repo.path(), assign(&base, &killed, ""), |_| None).await;
+    assert_eq!(r.outcome, v1::Outcome::Signaled as i32, "{r:?}");
+    assert_eq!(r.error, "agent killed by signal 9 before its result");
+
     let missing = repo.path().join("no-such-claude");
     let (_, r) = run(repo.path(), assign(&base, &missing, ""), |_| None).await;
     assert_eq!(r.outcome, v1::Outcome::Error as i32);

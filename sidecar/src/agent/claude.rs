@@ -11,13 +11,14 @@
 //! the same `message.id` and the same usage (text and each parallel
 //! tool_use arrive as separate lines), so live usage counts each id once,
 //! keeping the largest value seen per field (the SDK's cost-tracking notes:
-//! the last of a group is the accurate one). Each `result` carries that
-//! turn's `usage` (turns are disjoint, so results' tokens add up) and a
-//! `total_cost_usd` that is cumulative for the process (so the latest one
-//! is the process's cost, never a sum of results). When a result arrives
-//! it replaces the turn's live estimate. Across processes (a resume is a
-//! new process) each reports only its own spending, so the driver adds the
-//! processes' totals.
+//! the last of a group is the accurate one). A `result`'s `total_cost_usd`
+//! and `usage` are running totals of the process (with stream-json input
+//! one process serves every turn, and each result restates the total so
+//! far), so the latest result is the process's spending — results are never
+//! summed — and it replaces the live estimate of the turns before it;
+//! fields only grow, so a smaller number is ignored. Across processes (a
+//! resume is a new process) each reports only its own spending, so the
+//! driver adds the processes' totals.
 
 use std::collections::HashMap;
 
@@ -37,8 +38,8 @@ pub struct Claude {
     session: Option<String>,
     /// Live usage of the current turn, per API message id.
     turn: HashMap<String, Usage>,
-    /// Tokens of this process's finished turns.
-    turns_done: Usage,
+    /// Tokens of this process's latest result (running totals).
+    results: Usage,
     /// `total_cost_usd` of this process's latest result (cumulative).
     cost: f64,
     /// Edits in flight: tool_use id → the path, reported once the tool's
@@ -213,7 +214,7 @@ fn control_request(v: &Value, out: &mut Vec<AgentEvent>) {
 
 impl Claude {
     fn usage(&self) -> Usage {
-        let mut u = self.turns_done;
+        let mut u = self.results;
         for t in self.turn.values() {
             u.add(t);
         }
@@ -317,7 +318,7 @@ impl Claude {
         self.note_session(v, out);
         self.turn.clear();
         if let Some(u) = v.get("usage") {
-            self.turns_done.add(&usage_of(u));
+            self.results = max_usage(&self.results, &usage_of(u));
         }
         if let Some(c) = v.get("total_cost_usd").and_then(Value::as_f64)
             && c.is_finite()
@@ -477,7 +478,7 @@ mod tests {
     }
 
     #[test]
-    fn results_add_tokens_but_cost_is_cumulative_per_process() {
+    fn results_are_running_totals_of_their_process() {
         let r = |cost: f64, out: u64| {
             format!(
                 r#"{{"type":"result","subtype":"success","is_error":false,"result":"ok","session_id":"s","total_cost_usd":{cost},"usage":{{"input_tokens":1,"output_tokens":{out}}}}}"#
@@ -490,7 +491,11 @@ mod tests {
             .iter()
             .find_map(|e| if let AgentEvent::Usage(u) = e { Some(*u) } else { None })
             .expect("usage");
-        assert_eq!((u.input_tokens, u.output_tokens, u.cost_usd), (2, 12, 0.25));
+        assert_eq!(
+            (u.input_tokens, u.output_tokens, u.cost_usd),
+            (1, 7, 0.25),
+            "the latest result, not a sum"
+        );
         c.new_process();
         let ev = c.parse_line(&r(0.05, 1));
         let u = ev

@@ -279,10 +279,17 @@ pub(crate) fn unix_to_ms(n: u64) -> Option<u64> {
     }
 }
 
-/// "try again in 2 hours 5 minutes" / "resets in 30 minutes".
+/// "try again in 2 hours 5 minutes" / "resets in 30 minutes", rounded up
+/// to a whole second (never earlier than the agent's own reset).
 fn relative_reset(lower: &str, now_ms: u64) -> Option<u64> {
-    let at = lower.find(" in ")?;
-    let words: Vec<&str> = lower[at + 4..].split(|c: char| c.is_whitespace() || c == ',').collect();
+    let secs = lower.match_indices(" in ").find_map(|(at, _)| duration_words(&lower[at + 4..]))?;
+    let at = now_ms.saturating_add(secs.saturating_mul(1000));
+    Some(at.div_ceil(1000).saturating_mul(1000))
+}
+
+/// Seconds in "2 hours 5 minutes", "30 seconds", "1 day and 3 hours".
+fn duration_words(text: &str) -> Option<u64> {
+    let words: Vec<&str> = text.split(|c: char| c.is_whitespace() || c == ',').collect();
     let mut total_secs = 0u64;
     let mut i = 0;
     while i + 1 < words.len() {
@@ -301,7 +308,7 @@ fn relative_reset(lower: &str, now_ms: u64) -> Option<u64> {
             i += 1;
         }
     }
-    (total_secs > 0).then(|| now_ms.saturating_add(total_secs.saturating_mul(1000)))
+    (total_secs > 0).then_some(total_secs)
 }
 
 /// A Progress step for a tool call.
@@ -339,6 +346,9 @@ mod tests {
         )
         .expect("limit");
         assert_eq!(r.reset_unix_ms, NOW + (2 * 3600 + 5 * 60) * 1000);
+        let r = usage_limit_in_text("usage limit reached in your plan; try again in 3 seconds", NOW + 1)
+            .expect("limit");
+        assert_eq!(r.reset_unix_ms, NOW + 4000, "the first duration, rounded up to a second");
         assert!(
             usage_limit_in_text("exceeded retry limit, last status: 429 Too Many Requests", NOW).is_some()
         );

@@ -94,7 +94,8 @@ async fn map_end(
             result.summary = format!("agent hit its {label}; work so far is in the WIP commit");
         }
         End::Crashed(exit) => {
-            result.outcome = outcome(Outcome::Error);
+            // A signal is SIGNALED, as for any worker; any exit code is an error.
+            result.outcome = outcome(if exit.signal.is_some() { Outcome::Signaled } else { Outcome::Error });
             result.error = match (exit.code, exit.signal) {
                 (_, Some(sig)) => format!("agent killed by signal {sig} before its result"),
                 (Some(c), None) => format!("agent exited with code {c} before its result"),
