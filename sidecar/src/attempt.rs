@@ -625,7 +625,7 @@ async fn prepare_with_repairs(
                 for lock in &p.cleared_locks {
                     sink.journaled(Body::Status(v1::Status {
                         attempt: Some(a.wire_ref()),
-                        status: v1::WorkerStatus::Unspecified as i32,
+                        status: v1::WorkerStatus::Note as i32,
                         message: format!(
                             "sidecar removed a stale git lock {} (left by a crashed process)",
                             lock.display()

@@ -123,7 +123,10 @@ pub fn report(seq: u64, body: &v1::sidecar_message::Body) -> Result<Option<Repor
         Body::Status(s) => {
             needs_seq("status")?;
             let status = v1::WorkerStatus::try_from(s.status).map_err(|_| {
-                FieldError::new("status.status", "must be UNSPECIFIED, WORKING, BLOCKED, QUESTION or DONE")
+                FieldError::new(
+                    "status.status",
+                    "must be UNSPECIFIED, WORKING, BLOCKED, QUESTION, DONE or NOTE",
+                )
             })?;
             // UNSPECIFIED is how a sidecar relays a status.json it could not
             // read (the message says why).
@@ -133,6 +136,7 @@ pub fn report(seq: u64, body: &v1::sidecar_message::Body) -> Result<Option<Repor
                 v1::WorkerStatus::Blocked => "blocked",
                 v1::WorkerStatus::Question => "question",
                 v1::WorkerStatus::Done => "done",
+                v1::WorkerStatus::Note => "note",
             };
             Report::Status {
                 attempt: reported(required_attempt("status.attempt", s.attempt.as_ref())?),

@@ -94,7 +94,7 @@ impl Driver<'_, '_> {
         self.log(&message).await;
         self.journal(Body::Status(v1::Status {
             attempt: Some(self.s.attempt.clone()),
-            status: v1::WorkerStatus::Unspecified as i32,
+            status: v1::WorkerStatus::Note as i32,
             message,
         }));
         match self.agent.permission_reply(request_id, &v, input) {
