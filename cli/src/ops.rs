@@ -117,8 +117,8 @@ async fn get(url: &client::Target, what: GetWhat) -> anyhow::Result<()> {
     match what {
         GetWhat::Swarms { out } => {
             let mut c = connect(url).await?;
-            let resp = c.list_swarms(v1::ListSwarmsRequest {}).await?.into_inner();
-            let views: Vec<SwarmView> = resp.swarms.iter().map(SwarmView::from).collect();
+            let swarms = client::all_swarms(&mut c).await?;
+            let views: Vec<SwarmView> = swarms.iter().map(SwarmView::from).collect();
             print_list(&views, out.output)
         }
         GetWhat::Tasks { swarm, out } => {
@@ -127,14 +127,14 @@ async fn get(url: &client::Target, what: GetWhat) -> anyhow::Result<()> {
                 None => String::new(),
             };
             let mut c = connect(url).await?;
-            let resp = c.list_tasks(v1::ListTasksRequest { swarm_id, states: vec![] }).await?.into_inner();
-            let views: Vec<TaskView> = resp.tasks.iter().map(TaskView::from).collect();
+            let tasks = client::all_tasks(&mut c, &swarm_id).await?;
+            let views: Vec<TaskView> = tasks.iter().map(TaskView::from).collect();
             print_list(&views, out.output)
         }
         GetWhat::Workers { out } => {
             let mut c = connect(url).await?;
-            let resp = c.list_workers(v1::ListWorkersRequest {}).await?.into_inner();
-            let views: Vec<WorkerView> = resp.workers.iter().map(WorkerView::from).collect();
+            let workers = client::all_workers(&mut c).await?;
+            let views: Vec<WorkerView> = workers.iter().map(WorkerView::from).collect();
             print_list(&views, out.output)
         }
     }
@@ -153,7 +153,10 @@ async fn describe(url: &client::Target, what: DescribeWhat) -> anyhow::Result<()
             let swarm_id = client::swarm_id(&swarm)?;
             let mut c = connect(url).await?;
             let s = c.get_swarm(v1::GetSwarmRequest { swarm_id: swarm_id.clone() }).await?.into_inner();
-            let tasks = c.list_tasks(v1::ListTasksRequest { swarm_id, states: vec![] }).await?.into_inner();
+            let tasks = v1::ListTasksResponse {
+                tasks: client::all_tasks(&mut c, &swarm_id).await?,
+                ..Default::default()
+            };
             #[derive(Serialize)]
             struct SwarmDetail {
                 swarm: SwarmView,

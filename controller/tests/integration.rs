@@ -42,7 +42,7 @@ async fn conflict_setup(h: &Harness, defaults: &str) -> (Sim, v1::Assign) {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         let workers =
-            h.operator().list_workers(v1::ListWorkersRequest {}).await.expect("workers").into_inner();
+            h.operator().list_workers(v1::ListWorkersRequest::default()).await.expect("workers").into_inner();
         if workers.workers.iter().any(|w| w.id == "w1" && !w.connected) {
             break;
         }

@@ -73,7 +73,8 @@ async fn watch_resumes_across_the_replay_live_switch_without_gaps_or_duplicates(
 
 async fn store_fingerprint(h: &Harness) -> (usize, Vec<String>) {
     let events = h.events().await.len();
-    let swarms = h.operator().list_swarms(v1::ListSwarmsRequest {}).await.expect("list").into_inner().swarms;
+    let swarms =
+        h.operator().list_swarms(v1::ListSwarmsRequest::default()).await.expect("list").into_inner().swarms;
     (events, swarms.into_iter().map(|s| format!("{}:{}:{:?}", s.id, s.state, s.tasks_by_state)).collect())
 }
 
@@ -146,9 +147,13 @@ async fn bad_operator_requests_name_the_field_and_change_nothing() {
             "s/zz",
         ),
         (
-            op.list_tasks(v1::ListTasksRequest { swarm_id: "s".into(), states: vec![99] })
-                .await
-                .expect_err("12"),
+            op.list_tasks(v1::ListTasksRequest {
+                swarm_id: "s".into(),
+                states: vec![99],
+                ..Default::default()
+            })
+            .await
+            .expect_err("12"),
             Code::InvalidArgument,
             "states[0]",
         ),

@@ -64,7 +64,7 @@ async fn a_disconnected_worker_holding_an_attempt_is_not_claimed_without_its_sec
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         let workers =
-            h.operator().list_workers(v1::ListWorkersRequest {}).await.expect("workers").into_inner();
+            h.operator().list_workers(v1::ListWorkersRequest::default()).await.expect("workers").into_inner();
         if workers.workers.iter().any(|w| w.id == "w1" && !w.connected) {
             break;
         }
@@ -145,7 +145,7 @@ async fn wait_disconnected(h: &Harness, worker: &str) {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         let workers =
-            h.operator().list_workers(v1::ListWorkersRequest {}).await.expect("workers").into_inner();
+            h.operator().list_workers(v1::ListWorkersRequest::default()).await.expect("workers").into_inner();
         if workers.workers.iter().all(|w| w.id != worker || !w.connected) {
             return;
         }
@@ -299,7 +299,7 @@ async fn create_swarm_refuses_refs_another_swarm_owns_before_making_any() {
     }
     let branches = h.repo().git(&["branch", "--list", "swarm/s/mine"]);
     assert!(branches.is_empty(), "no branch was made for a refused plan");
-    let swarms = h.operator().list_swarms(v1::ListSwarmsRequest {}).await.expect("list").into_inner();
+    let swarms = h.operator().list_swarms(v1::ListSwarmsRequest::default()).await.expect("list").into_inner();
     assert_eq!(swarms.swarms.len(), 1);
 }
 
@@ -377,7 +377,7 @@ async fn workers_gone_and_idle_are_forgotten_but_their_events_stay() {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         let workers =
-            h.operator().list_workers(v1::ListWorkersRequest {}).await.expect("workers").into_inner();
+            h.operator().list_workers(v1::ListWorkersRequest::default()).await.expect("workers").into_inner();
         if workers.workers.is_empty() {
             break;
         }

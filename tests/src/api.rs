@@ -52,7 +52,7 @@ pub async fn task_report(url: &str, task_id: &str) -> String {
 
 /// The tasks of a swarm, by task id.
 pub async fn tasks(op: &mut Operator, swarm: &str) -> BTreeMap<String, v1::Task> {
-    let req = v1::ListTasksRequest { swarm_id: swarm.to_string(), states: vec![] };
+    let req = v1::ListTasksRequest { swarm_id: swarm.to_string(), page_size: 10_000, ..Default::default() };
     match op.list_tasks(req).await {
         Ok(resp) => resp.into_inner().tasks.into_iter().map(|t| (t.id.clone(), t)).collect(),
         Err(_) => BTreeMap::new(),

@@ -432,7 +432,7 @@ async fn a_rate_limit_waits_for_the_reset_and_resumes_the_same_session() {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
     if now_ms + 500 < reset_ms {
         let mut op = operator(&url).await;
-        let workers = op.list_workers(v1::ListWorkersRequest {}).await.unwrap().into_inner().workers;
+        let workers = op.list_workers(v1::ListWorkersRequest::default()).await.unwrap().into_inner().workers;
         let w1 = workers.iter().find(|w| w.id == "w1").unwrap();
         assert!(w1.rate_limited_until_unix_ms >= reset_ms, "limited until the reset ({reset_ms}): {w1:?}");
     }

@@ -259,7 +259,7 @@ async fn mtls_certs_from_certs_init_run_a_plan_and_strangers_are_refused() {
     let merged = poll("every task of mtls to be MERGED over mTLS", WAIT, || {
         let mut admin = admin.clone();
         async move {
-            let req = v1::ListTasksRequest { swarm_id: "mtls".into(), states: vec![] };
+            let req = v1::ListTasksRequest { swarm_id: "mtls".into(), ..Default::default() };
             let tasks = admin.list_tasks(req).await.ok()?.into_inner().tasks;
             let states: BTreeMap<String, i32> = tasks.iter().map(|t| (t.id.clone(), t.state)).collect();
             for t in &tasks {

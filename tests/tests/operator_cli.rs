@@ -169,7 +169,7 @@ async fn bad_plans_name_the_field_and_rule_and_create_nothing() {
         assert_eq!(err.code(), tonic::Code::InvalidArgument, "{expected}");
         assert!(err.message().contains(expected), "want {expected:?} in {}", err.message());
     }
-    let swarms = op.list_swarms(v1::ListSwarmsRequest {}).await.unwrap().into_inner().swarms;
+    let swarms = op.list_swarms(v1::ListSwarmsRequest::default()).await.unwrap().into_inner().swarms;
     assert!(swarms.is_empty(), "nothing created: {swarms:?}");
     assert!(!repo.has("swarm/bad/integration"));
 

@@ -121,7 +121,7 @@ impl Session {
         let mut client = connect(&self.target).await?;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         loop {
-            let workers = client.list_workers(v1::ListWorkersRequest {}).await?.into_inner().workers;
+            let workers = crate::client::all_workers(&mut client).await?;
             let connected = workers.iter().filter(|w| w.connected && w.id.starts_with("local-")).count();
             if connected >= count {
                 return Ok(());
@@ -212,8 +212,7 @@ async fn follow(
                 // MERGING task in the summary.
                 let swarm = client.get_swarm(v1::GetSwarmRequest { swarm_id: swarm_id.clone() }).await?.into_inner();
                 let state = v1::SwarmState::try_from(swarm.state).unwrap_or(v1::SwarmState::Unspecified);
-                let req = v1::ListTasksRequest { swarm_id: swarm_id.clone(), states: vec![] };
-                let tasks = client.list_tasks(req).await?.into_inner().tasks;
+                let tasks = crate::client::all_tasks(client, &swarm_id).await?;
                 progress.tasks(&tasks);
                 let dead = sidecars.exited();
                 if !dead.is_empty() && dead.len() == sidecars.len() {

@@ -156,16 +156,18 @@ pub async fn print(client: &mut Client, plan: &Plan, outcome: &Outcome) -> anyho
     }
     table.set_header(header);
     let mut total_cost = 0.0;
+    // One paginated list, not a call per task: the summary of a big swarm
+    // costs what it shows.
+    let mut tasks: std::collections::HashMap<String, v1::Task> =
+        crate::client::all_tasks(client, plan.swarm.as_str())
+            .await?
+            .into_iter()
+            .map(|t| (t.id.clone(), t))
+            .collect();
     for spec in &plan.tasks {
-        let task_id = format!("{}/{}", plan.swarm, spec.id);
-        let detail = client.get_task(v1::GetTaskRequest { task_id }).await?.into_inner();
-        let task = detail.task.unwrap_or_default();
-        let start = detail.attempts.iter().map(|a| a.started_at_unix_ms).filter(|t| *t > 0).min();
-        let end = detail.attempts.iter().map(|a| a.ended_at_unix_ms).max();
-        let time = match (start, end) {
-            (Some(s), Some(e)) if e > s => duration_text((e - s) as u64),
-            _ => "-".into(),
-        };
+        let task = tasks.remove(spec.id.as_str()).unwrap_or_default();
+        let (start, end) = (task.first_started_at_unix_ms, task.last_ended_at_unix_ms);
+        let time = if start > 0 && end > start { duration_text((end - start) as u64) } else { "-".into() };
         let mut row = vec![
             spec.id.to_string(),
             task_state(task.state),

@@ -352,6 +352,8 @@ pub fn task(v: TaskView) -> v1::Task {
         updated_at_unix_ms: v.updated_at,
         pending_question: v.pending_question,
         usage: Some(v1::Usage::from(&v.usage)),
+        first_started_at_unix_ms: v.first_started_at,
+        last_ended_at_unix_ms: v.last_ended_at,
     }
 }
 

@@ -14,7 +14,7 @@ use tonic::{Request, Response, Status};
 
 use super::{Shared, convert, watch};
 use crate::error::SchedError;
-use crate::scheduler::{LandTarget, OperatorOp};
+use crate::scheduler::{LandTarget, OperatorOp, Page};
 use crate::store::{Store, read_task_events};
 
 pub struct OperatorApi {
@@ -71,10 +71,16 @@ impl OperatorService for OperatorApi {
 
     async fn list_swarms(
         &self,
-        _: Request<v1::ListSwarmsRequest>,
+        request: Request<v1::ListSwarmsRequest>,
     ) -> Result<Response<v1::ListSwarmsResponse>, Status> {
-        let views = self.shared.ask(|reply| OperatorOp::ListSwarms { reply }).await?;
-        Ok(Response::new(v1::ListSwarmsResponse { swarms: views.into_iter().map(convert::swarm).collect() }))
+        let req = request.into_inner();
+        let page = Page::new(req.page_size, req.page_token)?;
+        let (views, next_page_token) =
+            self.shared.ask(|reply| OperatorOp::ListSwarms { page, reply }).await?;
+        Ok(Response::new(v1::ListSwarmsResponse {
+            swarms: views.into_iter().map(convert::swarm).collect(),
+            next_page_token,
+        }))
     }
 
     async fn list_tasks(
@@ -89,8 +95,13 @@ impl OperatorService for OperatorApi {
                 .map_err(|_| FieldError::new(format!("states[{i}]"), format!("unknown task state {raw}")))?;
             states.push(TaskState::try_from(s).map_err(|e| FieldError::new(format!("states[{i}]"), e.rule))?);
         }
-        let views = self.shared.ask(|reply| OperatorOp::ListTasks { swarm, states, reply }).await?;
-        Ok(Response::new(v1::ListTasksResponse { tasks: views.into_iter().map(convert::task).collect() }))
+        let page = Page::new(req.page_size, req.page_token)?;
+        let (views, next_page_token) =
+            self.shared.ask(|reply| OperatorOp::ListTasks { swarm, states, page, reply }).await?;
+        Ok(Response::new(v1::ListTasksResponse {
+            tasks: views.into_iter().map(convert::task).collect(),
+            next_page_token,
+        }))
     }
 
     async fn get_task(
@@ -112,11 +123,15 @@ impl OperatorService for OperatorApi {
 
     async fn list_workers(
         &self,
-        _: Request<v1::ListWorkersRequest>,
+        request: Request<v1::ListWorkersRequest>,
     ) -> Result<Response<v1::ListWorkersResponse>, Status> {
-        let views = self.shared.ask(|reply| OperatorOp::ListWorkers { reply }).await?;
+        let req = request.into_inner();
+        let page = Page::new(req.page_size, req.page_token)?;
+        let (views, next_page_token) =
+            self.shared.ask(|reply| OperatorOp::ListWorkers { page, reply }).await?;
         Ok(Response::new(v1::ListWorkersResponse {
             workers: views.into_iter().map(convert::worker).collect(),
+            next_page_token,
         }))
     }
 

@@ -10,6 +10,7 @@ use swarm_core::{Outcome, TaskKey, TaskState, Usage};
 use tokio::sync::{broadcast, oneshot};
 
 use super::model::{Session, TierOutcome};
+use super::reads::Page;
 use super::refs::LandTarget;
 use super::views::{SwarmView, TaskDetailView, TaskView, WorkerView};
 use crate::error::SchedError;
@@ -106,6 +107,22 @@ impl Report {
 
 pub type Reply<T> = oneshot::Sender<Result<T, SchedError>>;
 
+impl Command {
+    /// Whether the command only reads the model.
+    pub fn is_read(&self) -> bool {
+        matches!(
+            self,
+            Command::Operator(
+                OperatorOp::GetSwarm { .. }
+                    | OperatorOp::ListSwarms { .. }
+                    | OperatorOp::ListTasks { .. }
+                    | OperatorOp::GetTask { .. }
+                    | OperatorOp::ListWorkers { .. }
+            )
+        )
+    }
+}
+
 #[derive(Debug)]
 pub enum OperatorOp {
     /// `plan` was parsed from `plan_text` and the integration branch made
@@ -121,19 +138,23 @@ pub enum OperatorOp {
         reply: Reply<SwarmView>,
     },
     ListSwarms {
-        reply: Reply<Vec<SwarmView>>,
+        page: Page,
+        /// The page and the token of the next one (empty: the last page).
+        reply: Reply<(Vec<SwarmView>, String)>,
     },
     ListTasks {
         swarm: String,
         states: Vec<TaskState>,
-        reply: Reply<Vec<TaskView>>,
+        page: Page,
+        reply: Reply<(Vec<TaskView>, String)>,
     },
     GetTask {
         task: TaskKey,
         reply: Reply<TaskDetailView>,
     },
     ListWorkers {
-        reply: Reply<Vec<WorkerView>>,
+        page: Page,
+        reply: Reply<(Vec<WorkerView>, String)>,
     },
     CancelTask {
         task: TaskKey,

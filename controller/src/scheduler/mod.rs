@@ -14,6 +14,7 @@ mod limits;
 mod model;
 mod operator;
 pub mod outbound;
+pub mod reads;
 mod recover;
 mod refs;
 mod reports;
@@ -37,6 +38,7 @@ pub use command::{
 };
 pub use model::{AgentRecord, Attempt, Session, SwarmState, TierOutcome};
 pub use outbound::{AgentAssign, AssignSpec, AttemptHandle, CloseCode, Outbound};
+pub use reads::Page;
 pub use refs::LandTarget;
 
 use crate::integrator::{IntegratorHandle, MergeJob};
@@ -94,6 +96,19 @@ struct Effects {
     dirty_tasks: HashSet<TaskKey>,
     dirty_attempts: HashSet<(TaskKey, u32)>,
     dirty_workers: HashSet<String>,
+}
+
+impl Effects {
+    /// Nothing has changed in this turn yet: the model is what the store holds.
+    fn untouched(&self) -> bool {
+        self.batch.is_empty()
+            && self.outbound.is_empty()
+            && self.merges.is_empty()
+            && self.touched_swarms.is_empty()
+            && self.dirty_tasks.is_empty()
+            && self.dirty_attempts.is_empty()
+            && self.dirty_workers.is_empty()
+    }
 }
 
 pub struct Scheduler {
@@ -168,6 +183,9 @@ impl Scheduler {
                     Err(_) => break,
                 }
             }
+            // Reads first: before the turn's first change they are answered
+            // at once, so none waits behind more than the commit in flight.
+            pending.sort_by_key(|c| !c.is_read());
             if !self.turn(pending.drain(..))? {
                 return Ok(());
             }

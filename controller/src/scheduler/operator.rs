@@ -9,7 +9,8 @@ use swarm_core::{SwarmId, TaskKey, TaskState};
 use super::command::{OperatorOp, Reply};
 use super::model::{Notes, QuestionAnswer, Swarm, SwarmState, Task};
 use super::outbound::{AttemptHandle, Outbound};
-use super::views::{SwarmView, TaskDetailView, TaskView, WorkerView};
+use super::reads::reply_read;
+use super::views::{SwarmView, TaskView, WorkerView};
 use super::{Effects, Scheduler, assign, now_ms};
 use crate::error::SchedError;
 
@@ -48,30 +49,23 @@ impl Scheduler {
             }
             OperatorOp::GetSwarm { swarm, reply } => {
                 let r = self.swarm_view(&swarm);
-                later(fx, reply, r);
+                reply_read(fx, reply, r);
             }
-            OperatorOp::ListSwarms { reply } => {
-                let mut v: Vec<SwarmView> = self.swarms.values().map(|s| SwarmView::of(s, s.usage)).collect();
-                v.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
-                later(fx, reply, Ok(v));
+            OperatorOp::ListSwarms { page, reply } => {
+                let r = self.list_swarms(&page);
+                reply_read(fx, reply, Ok(r));
             }
-            OperatorOp::ListTasks { swarm, states, reply } => {
-                let r = self.list_tasks(&swarm, &states);
-                later(fx, reply, r);
+            OperatorOp::ListTasks { swarm, states, page, reply } => {
+                let r = self.list_tasks(&swarm, &states, &page);
+                reply_read(fx, reply, r);
             }
             OperatorOp::GetTask { task, reply } => {
                 let r = self.task_detail(&task);
-                later(fx, reply, r);
+                reply_read(fx, reply, r);
             }
-            OperatorOp::ListWorkers { reply } => {
-                let now = self.mono_ms();
-                let mut v: Vec<WorkerView> = self
-                    .workers
-                    .values()
-                    .map(|w| WorkerView::of(w, now, self.limited_until(w, now_ms())))
-                    .collect();
-                v.sort_by(|a, b| a.id.cmp(&b.id));
-                later(fx, reply, Ok(v));
+            OperatorOp::ListWorkers { page, reply } => {
+                let r = self.list_workers(&page);
+                reply_read(fx, reply, Ok(r));
             }
             OperatorOp::CancelTask { task, reason, reply } => {
                 let r = self.cancel_task(&task, &reason, fx).and_then(|_| self.task_view(&task));
@@ -120,11 +114,11 @@ impl Scheduler {
         self.swarm(id).map(|s| SwarmView::of(s, s.usage))
     }
 
-    fn task(&self, key: &TaskKey) -> Result<&Task, SchedError> {
+    pub(super) fn task(&self, key: &TaskKey) -> Result<&Task, SchedError> {
         self.tasks.get(key).ok_or_else(|| SchedError::NotFound(format!("task {key} not found")))
     }
 
-    fn holder(&self, key: &TaskKey) -> Option<&str> {
+    pub(super) fn holder(&self, key: &TaskKey) -> Option<&str> {
         let t = self.tasks.get(key)?;
         if t.state != TaskState::Running {
             return None;
@@ -134,28 +128,6 @@ impl Scheduler {
 
     pub(super) fn task_view(&self, key: &TaskKey) -> Result<TaskView, SchedError> {
         self.task(key).map(|t| TaskView::of(t, self.holder(key), &self.attempts))
-    }
-
-    fn list_tasks(&self, swarm: &str, states: &[TaskState]) -> Result<Vec<TaskView>, SchedError> {
-        let s = self.swarm(swarm)?;
-        Ok(s.tasks
-            .iter()
-            .filter_map(|k| self.tasks.get(k))
-            .filter(|t| states.is_empty() || states.contains(&t.state))
-            .map(|t| TaskView::of(t, self.holder(&t.key), &self.attempts))
-            .collect())
-    }
-
-    fn task_detail(&self, key: &TaskKey) -> Result<TaskDetailView, SchedError> {
-        let t = self.task(key)?;
-        let attempts =
-            (1..=t.attempts).filter_map(|n| self.attempts.get(&(key.clone(), n))).cloned().collect();
-        Ok(TaskDetailView {
-            task: TaskView::of(t, self.holder(key), &self.attempts),
-            prompt: t.spec.prompt.clone(),
-            attempts,
-            events: Vec::new(),
-        })
     }
 
     fn create_swarm(

@@ -68,6 +68,9 @@ pub struct TaskView {
     pub pending_question: String,
     /// What its agent attempts spent, summed.
     pub usage: Usage,
+    /// When its first attempt started and its latest ended (0: not yet).
+    pub first_started_at: i64,
+    pub last_ended_at: i64,
 }
 
 impl TaskView {
@@ -94,6 +97,8 @@ impl TaskView {
                 .map(|q| q.text.clone())
                 .unwrap_or_default(),
             usage: task_usage(task, attempts),
+            first_started_at: attempts.get(&(task.key.clone(), 1)).map(|a| a.started_at).unwrap_or(0),
+            last_ended_at: attempts.get(&(task.key.clone(), task.attempts)).map(|a| a.ended_at).unwrap_or(0),
         }
     }
 }

@@ -114,8 +114,10 @@ fn a_usage_limit_spends_no_retry_and_holds_only_agent_tasks_until_the_reset() {
     let next = assigns(&mut rig.outbound);
     assert_eq!(next.iter().map(|a| a.attempt.task.clone()).collect::<Vec<_>>(), vec![key("c")]);
     let (reply, mut rx) = oneshot::channel();
-    rig.sched.turn([Command::Operator(OperatorOp::ListWorkers { reply })]).expect("turn");
-    let workers = rx.try_recv().expect("replied").expect("workers");
+    rig.sched
+        .turn([Command::Operator(OperatorOp::ListWorkers { page: Default::default(), reply })])
+        .expect("turn");
+    let (workers, _) = rx.try_recv().expect("replied").expect("workers");
     assert_eq!(workers[0].rate_limit_key, "worker=w1");
     assert!(workers[0].rate_limited_until > now_ms(), "get workers shows the limit");
 
