@@ -9,6 +9,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::sync::Arc;
 
 use serde::Deserialize;
 
@@ -154,8 +155,10 @@ pub struct TaskSpec {
     pub files: Vec<String>,
     pub verify: Vec<VerifyTier>,
     pub retry: RetryPolicy,
-    /// Labels a worker must carry (equal values) to take this task.
-    pub labels: BTreeMap<String, String>,
+    /// Labels a worker must carry (equal values) to take this task; shared
+    /// with the defaults when the task adds none (a one-entry BTreeMap costs
+    /// half a kilobyte, times every task of a big plan).
+    pub labels: Arc<BTreeMap<String, String>>,
     pub command: Vec<String>,
     pub env: BTreeMap<String, String>,
     pub idle_timeout_secs: u32,
@@ -177,7 +180,8 @@ pub struct Plan {
     pub integration_branch: String,
     /// Where `Land` moves the integration head; defaults to the base branch.
     pub target_branch: String,
-    pub tasks: Vec<TaskSpec>,
+    /// Shared with the controller's task table rather than copied into it.
+    pub tasks: Vec<Arc<TaskSpec>>,
 }
 
 impl Plan {
@@ -195,7 +199,7 @@ impl Plan {
         validate(raw)
     }
 
-    pub fn task(&self, id: &TaskId) -> Option<&TaskSpec> {
+    pub fn task(&self, id: &TaskId) -> Option<&Arc<TaskSpec>> {
         self.tasks.iter().find(|t| &t.id == id)
     }
 }
@@ -390,6 +394,7 @@ fn validate(raw: RawPlan) -> Result<Plan, PlanError> {
         return Err(err("defaults.agent", "set command or agent, not both"));
     }
     let default_agent = agent_fields!(d);
+    let default_labels = Arc::new(d.labels.clone());
     let default_retry = RetryPolicy {
         max_retries: d.retries.unwrap_or(RetryPolicy::default().max_retries),
         initial_backoff_ms: d.backoff_initial_ms.unwrap_or(RetryPolicy::default().initial_backoff_ms),
@@ -487,8 +492,13 @@ fn validate(raw: RawPlan) -> Result<Plan, PlanError> {
         if agent.is_none() && (command.is_empty() || command[0].trim().is_empty()) {
             return Err(err(at("command"), "must not be empty"));
         }
-        let mut labels = d.labels.clone();
-        labels.extend(task.labels.clone());
+        let labels = if task.labels.is_empty() {
+            default_labels.clone()
+        } else {
+            let mut merged = d.labels.clone();
+            merged.extend(task.labels.clone());
+            Arc::new(merged)
+        };
         let mut env = d.env.clone();
         env.extend(task.env.clone());
         let mut retry = default_retry.clone();
@@ -498,7 +508,7 @@ fn validate(raw: RawPlan) -> Result<Plan, PlanError> {
             }
             retry.max_retries = r;
         }
-        tasks.push(TaskSpec {
+        tasks.push(Arc::new(TaskSpec {
             id: TaskId::new(task.id.clone()).map_err(|rule| err(at("id"), rule))?,
             title,
             prompt: task.prompt.clone(),
@@ -519,7 +529,7 @@ fn validate(raw: RawPlan) -> Result<Plan, PlanError> {
             setup: task.setup.clone().unwrap_or_else(|| d.setup.clone()),
             setup_on: task.setup_on.or(d.setup_on).unwrap_or_default(),
             agent,
-        });
+        }));
         if tasks.last().is_some_and(|t| t.idle_timeout_secs == 0) {
             return Err(err(at("idle_timeout_secs"), "must be at least 1"));
         }
@@ -603,7 +613,7 @@ fn check_tiers(path: &str, tiers: Vec<RawTier>) -> Result<Vec<VerifyTier>, PlanE
 }
 
 /// Returns one dependency cycle, first task repeated at the end.
-fn find_cycle(tasks: &[TaskSpec]) -> Option<Vec<TaskId>> {
+fn find_cycle(tasks: &[Arc<TaskSpec>]) -> Option<Vec<TaskId>> {
     #[derive(Clone, Copy, PartialEq)]
     enum Mark {
         New,

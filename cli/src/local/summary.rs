@@ -84,7 +84,7 @@ fn starved_of_labels(
 ) -> bool {
     let runnable =
         |spec: &swarm_core::plan::TaskSpec| spec.labels.iter().all(|(k, v)| labels.get(k) == Some(v));
-    if plan.tasks.iter().all(runnable) {
+    if plan.tasks.iter().all(|spec| runnable(spec)) {
         return false;
     }
     // Whether a task may still reach MERGED without the operator.

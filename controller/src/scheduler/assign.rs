@@ -26,20 +26,28 @@ impl Ownership {
     pub fn new(globs: &[String]) -> Ownership {
         let mut literals = Vec::new();
         let mut prefixes = Vec::new();
-        let mut builder = GlobSetBuilder::new();
         for g in globs {
-            let wild = g.find(['*', '?', '[', '{']);
-            match wild {
+            match g.find(['*', '?', '[', '{']) {
                 None => literals.push(g.clone()),
                 Some(at) => prefixes.push(g[..at].to_string()),
             }
-            if let Ok(glob) = globset::GlobBuilder::new(g).literal_separator(true).build() {
-                builder.add(glob);
-            } else if let Ok(glob) = Glob::new(g) {
-                builder.add(glob);
-            }
         }
-        let set = builder.build().unwrap_or_else(|_| GlobSet::empty());
+        // Only wildcard globs need a matcher (plain paths are compared as
+        // text), and a GlobSet costs about a kilobyte: most tasks of a big
+        // plan own plain paths and should not pay it.
+        let set = if prefixes.is_empty() {
+            GlobSet::empty()
+        } else {
+            let mut builder = GlobSetBuilder::new();
+            for g in globs {
+                if let Ok(glob) = globset::GlobBuilder::new(g).literal_separator(true).build() {
+                    builder.add(glob);
+                } else if let Ok(glob) = Glob::new(g) {
+                    builder.add(glob);
+                }
+            }
+            builder.build().unwrap_or_else(|_| GlobSet::empty())
+        };
         Ownership { literals, prefixes, set }
     }
 

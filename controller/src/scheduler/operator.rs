@@ -186,7 +186,7 @@ impl Scheduler {
             self.ownership.insert(key.clone(), assign::ownership_of(&spec.files));
             let task = Task {
                 key: key.clone(),
-                spec: Arc::new(spec.clone()),
+                spec: spec.clone(),
                 // Becomes READY or PENDING just below; the transition is
                 // recorded from this initial state.
                 state: TaskState::Pending,

@@ -102,7 +102,7 @@ pub fn recover(
             key.clone(),
             Task {
                 key,
-                spec: Arc::new(spec.clone()),
+                spec: spec.clone(),
                 state,
                 attempts: row.attempts,
                 retries_used: row.retries_used,
