@@ -2,8 +2,10 @@
 //!
 //! Builds a repository with 10,000 files and 1,000 commits of history (via `git fast-import`), then
 //! measures (a) `Integrator::integrate` of a 3-commit task branch into a 3-commit integration branch,
-//! (b) the git CLI sequence `merge-tree --write-tree` + `commit-tree` + `update-ref` doing the same,
-//! and (c) a merge queue of 1,000 non-conflicting task branches landed one after another.
+//! (b) the git CLI sequence `merge-tree --write-tree` + `commit-tree` + `update-ref` doing the same
+//! (interleaved rounds on the same repository, warm-up first; the ratio's min and median over rounds),
+//! and (c) a merge queue of 1,000 non-conflicting task branches landed in order, one `integrate` each
+//! and with `integrate_batch` in batches of 10 and 100 (one pack and one ref update per batch).
 //! Every loop is bounded in iterations and in time. Optional arguments: `--quick` (fewer iterations),
 //! `--dir PATH` (where to create the repository, default the system temp dir; the integrator is
 //! bound by file creation — 4 loose objects and a ref lock per merge — so compare a disk with tmpfs:
@@ -21,18 +23,23 @@ const FILES_PER_DIR: usize = 100;
 const HISTORY_COMMITS: usize = 1_000;
 const QUEUE_BRANCHES: usize = 1_000;
 
+/// Batch sizes of the merge queue passes (1: one `integrate` per branch).
+const QUEUE_BATCHES: [usize; 3] = [1, 10, 100];
+
 struct Config {
-    integrate_runs: usize,
-    cli_runs: usize,
+    /// Interleaved rounds of (a) and (b).
+    rounds: usize,
+    /// Timed runs of each side per round.
+    runs: usize,
     budget: Duration,
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let quick = std::env::args().any(|a| a == "--quick");
     let config = if quick {
-        Config { integrate_runs: 50, cli_runs: 10, budget: Duration::from_secs(10) }
+        Config { rounds: 3, runs: 10, budget: Duration::from_secs(10) }
     } else {
-        Config { integrate_runs: 300, cli_runs: 50, budget: Duration::from_secs(30) }
+        Config { rounds: 7, runs: 20, budget: Duration::from_secs(30) }
     };
     let args: Vec<String> = std::env::args().collect();
     let parent = args
@@ -74,96 +81,154 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         summary: "bench merge".into(),
     };
 
-    // (a) Integrator::integrate, ref reset between runs.
-    let mut integrate_times = Vec::new();
+    // (a) vs (b), in interleaved rounds on the same repository: each round times `runs` integrations
+    // and `runs` CLI sequences (which one goes first alternates), after one untimed warm-up of each,
+    // so both sides see the same caches and the same disk. The ratio is per round: min and median.
+    let mut rounds = Vec::new();
     let deadline = Instant::now() + config.budget;
-    for i in 0..config.integrate_runs {
-        if Instant::now() > deadline {
+    for round in 0..config.rounds {
+        if Instant::now() > deadline && rounds.len() >= 3 {
             break;
         }
-        reset("integ", &integ_head)?;
-        let t = Instant::now();
-        let report = integrator.integrate(&request(&integ_head, &task_head, format!("bench/a#{i}")))?;
-        integrate_times.push(t.elapsed());
-        assert_eq!(report.files_changed.len(), 3, "task branch changes three files");
-    }
-
-    // (b) git CLI: merge-tree, commit-tree, update-ref (CAS), ref reset between runs (not timed).
-    let mut cli_times = Vec::new();
-    let deadline = Instant::now() + config.budget;
-    for i in 0..config.cli_runs {
-        if Instant::now() > deadline {
-            break;
-        }
-        reset("integ", &integ_head)?;
-        let t = Instant::now();
-        let tree = git(repo_path, &["merge-tree", "--write-tree", "integ", "task"])?;
-        let message = format!("bench cli {i}");
-        let commit =
-            git(repo_path, &["commit-tree", &tree, "-p", &integ_head, "-p", &task_head, "-m", &message])?;
-        git(repo_path, &["update-ref", "refs/heads/integ", &commit, &integ_head])?;
-        cli_times.push(t.elapsed());
+        let ours = || -> Result<Vec<Duration>, Box<dyn std::error::Error>> {
+            let mut times = Vec::new();
+            for i in 0..=config.runs {
+                reset("integ", &integ_head)?;
+                let t = Instant::now();
+                let report =
+                    integrator.integrate(&request(&integ_head, &task_head, format!("bench/a{round}#{i}")))?;
+                if i > 0 {
+                    times.push(t.elapsed());
+                }
+                assert_eq!(report.files_changed.len(), 3, "task branch changes three files");
+            }
+            Ok(times)
+        };
+        let cli = || -> Result<Vec<Duration>, Box<dyn std::error::Error>> {
+            let mut times = Vec::new();
+            for i in 0..=config.runs {
+                reset("integ", &integ_head)?;
+                let t = Instant::now();
+                let tree = git(repo_path, &["merge-tree", "--write-tree", "integ", "task"])?;
+                let message = format!("bench cli {round}.{i}");
+                let commit = git(
+                    repo_path,
+                    &["commit-tree", &tree, "-p", &integ_head, "-p", &task_head, "-m", &message],
+                )?;
+                git(repo_path, &["update-ref", "refs/heads/integ", &commit, &integ_head])?;
+                if i > 0 {
+                    times.push(t.elapsed());
+                }
+            }
+            Ok(times)
+        };
+        let (mut a, mut b) = if round % 2 == 0 {
+            let a = ours()?;
+            (a, cli()?)
+        } else {
+            let b = cli()?;
+            (ours()?, b)
+        };
+        rounds.push((median(&mut a), median(&mut b)));
     }
     reset("integ", &integ_head)?;
+    let mut ratios: Vec<f64> = rounds.iter().map(|(a, b)| ms(*b) / ms(*a)).collect();
+    ratios.sort_by(f64::total_cmp);
+    let mut a_all: Vec<Duration> = rounds.iter().map(|r| r.0).collect();
+    let mut b_all: Vec<Duration> = rounds.iter().map(|r| r.1).collect();
 
-    // (c) Merge queue: QUEUE_BRANCHES task branches, each adding its own file, landed in order.
-    let mut current = head_of("queue")?;
-    let queue_start = Instant::now();
-    let deadline = queue_start + config.budget * 2;
-    let mut landed = 0usize;
-    for i in 0..QUEUE_BRANCHES {
-        if Instant::now() > deadline {
-            break;
+    // (c) Merge queue: QUEUE_BRANCHES task branches, each adding its own file, landed in order; one
+    // pass per batch size (1 = one `integrate` per branch), each with its own branches and queue.
+    let mut queue_rates = Vec::new();
+    for (pass, &batch) in QUEUE_BATCHES.iter().enumerate() {
+        let start = head_of(&format!("queue{pass}"))?;
+        let mut current = start.clone();
+        let tasks: Vec<String> =
+            (0..QUEUE_BRANCHES).map(|i| head_of(&format!("q{pass}/t{i}"))).collect::<Result<_, _>>()?;
+        let queue_start = Instant::now();
+        let deadline = queue_start + config.budget * 2;
+        let mut landed = 0usize;
+        for chunk in tasks.chunks(batch) {
+            if Instant::now() > deadline {
+                break;
+            }
+            let reqs: Vec<MergeRequest> = chunk
+                .iter()
+                .enumerate()
+                .map(|(k, task)| {
+                    let mut req = request(&current, task, format!("bench/q{pass}-{}#1", landed + k));
+                    req.integration_branch = format!("queue{pass}");
+                    req
+                })
+                .collect();
+            if batch == 1 {
+                current = integrator.integrate(&reqs[0])?.result;
+            } else {
+                let report = integrator.integrate_batch(&reqs)?;
+                for r in &report.results {
+                    if let Err(e) = r {
+                        return Err(format!("queue merge failed: {e}").into());
+                    }
+                }
+                current = report.head;
+            }
+            landed += chunk.len();
         }
-        let task = head_of(&format!("q/t{i}"))?;
-        let mut req = request(&current, &task, format!("bench/q{i}#1"));
-        req.integration_branch = "queue".into();
-        current = integrator.integrate(&req)?.result;
-        landed += 1;
+        let queue_time = queue_start.elapsed();
+        let tree = git2_repo.find_commit(git2::Oid::from_str(&current)?)?.tree()?;
+        let mut files = 0usize;
+        tree.walk(git2::TreeWalkMode::PreOrder, |_, e| {
+            if e.kind() == Some(git2::ObjectType::Blob) {
+                files += 1;
+            }
+            git2::TreeWalkResult::Ok
+        })?;
+        assert_eq!(files, DIRS * FILES_PER_DIR + 1 + landed, "every queued file landed");
+        queue_rates.push((batch, landed, landed as f64 / queue_time.as_secs_f64()));
     }
-    let queue_time = queue_start.elapsed();
-    let tree = git2_repo.find_commit(git2::Oid::from_str(&current)?)?.tree()?;
-    let mut files = 0usize;
-    tree.walk(git2::TreeWalkMode::PreOrder, |_, e| {
-        if e.kind() == Some(git2::ObjectType::Blob) {
-            files += 1;
-        }
-        git2::TreeWalkResult::Ok
-    })?;
-    assert_eq!(files, DIRS * FILES_PER_DIR + 1 + landed, "every queued file landed");
 
-    let integrate_median = median(&mut integrate_times);
-    let cli_median = median(&mut cli_times);
-    let rate = landed as f64 / queue_time.as_secs_f64();
     println!();
     println!("location: {}", parent.display());
     println!(
         "repository: {} files, {} commits of history (built in {:.1?})",
-        files - landed,
+        DIRS * FILES_PER_DIR + 1,
         HISTORY_COMMITS + 1,
         build_time
     );
-    println!("{:<46} {:>6} {:>12}", "measurement", "runs", "result");
-    println!("{:-<46} {:->6} {:->12}", "", "", "");
+    println!("{:<52} {:>6} {:>12}", "measurement", "runs", "result");
+    println!("{:-<52} {:->6} {:->12}", "", "", "");
     println!(
-        "{:<46} {:>6} {:>9.3} ms",
-        "(a) Integrator::integrate, median",
-        integrate_times.len(),
-        ms(integrate_median)
+        "{:<52} {:>6} {:>9.3} ms",
+        "(a) Integrator::integrate, median of round medians",
+        rounds.len() * config.runs,
+        ms(median(&mut a_all))
     );
     println!(
-        "{:<46} {:>6} {:>9.3} ms",
-        "(b) merge-tree+commit-tree+update-ref, median",
-        cli_times.len(),
-        ms(cli_median)
+        "{:<52} {:>6} {:>9.3} ms",
+        "(b) merge-tree+commit-tree+update-ref, same",
+        rounds.len() * config.runs,
+        ms(median(&mut b_all))
     );
     println!(
-        "{:<46} {:>6} {:>10.1} x",
-        "    speed-up (b)/(a) [target >= 10x]",
-        "",
-        ms(cli_median) / ms(integrate_median)
+        "{:<52} {:>6} {:>10.1} x",
+        "    speed-up (b)/(a) per round, min [target >= 10x]",
+        rounds.len(),
+        ratios.first().copied().unwrap_or_default()
     );
-    println!("{:<46} {:>6} {:>6.0} br/s", "(c) merge queue [target >= 500 br/s]", landed, rate);
+    println!(
+        "{:<52} {:>6} {:>10.1} x",
+        "    speed-up (b)/(a) per round, median",
+        rounds.len(),
+        ratios[ratios.len() / 2]
+    );
+    for (batch, landed, rate) in queue_rates {
+        println!(
+            "{:<52} {:>6} {:>6.0} br/s",
+            format!("(c) merge queue, batches of {batch} [target >= 500 br/s]"),
+            landed,
+            rate
+        );
+    }
     Ok(())
 }
 
@@ -251,10 +316,13 @@ fn build_repository(path: &Path) -> Result<(), Box<dyn std::error::Error>> {
         task = commit(&mut s, "task", Some(task), &format!("task {k}"), &f)?;
     }
     // (c): the queue's integration branch plus one branch per task, each adding its own file.
-    commit(&mut s, "queue", Some(base), "queue start", &[("QUEUE".into(), "queue\n".into())])?;
-    for i in 0..QUEUE_BRANCHES {
-        let f = vec![(format!("src/m{:03}/task{i}.txt", i % DIRS), format!("task {i}\n"))];
-        commit(&mut s, &format!("q/t{i}"), Some(base), &format!("task {i}"), &f)?;
+    for pass in 0..QUEUE_BATCHES.len() {
+        let start = vec![("QUEUE".into(), format!("queue {pass}\n"))];
+        commit(&mut s, &format!("queue{pass}"), Some(base), "queue start", &start)?;
+        for i in 0..QUEUE_BRANCHES {
+            let f = vec![(format!("src/m{:03}/task{i}.txt", i % DIRS), format!("pass {pass} task {i}\n"))];
+            commit(&mut s, &format!("q{pass}/t{i}"), Some(base), &format!("task {i}"), &f)?;
+        }
     }
     s.flush()?;
     drop(s);

@@ -37,6 +37,7 @@
 //! - [`Integrator::branch_head`], [`Integrator::ensure_branch`] (never moves an existing branch)
 //! - [`Integrator::integrate`] (`Merge`: no-ff merge commit; `Squash`: one commit with the summary;
 //!   `Rebase`: replays the task's first-parent chain) → [`MergeReport`] or [`MergeError`]
+//! - [`Integrator::integrate_batch`]: a merge queue's backlog in memory, one pack, one ref update
 //! - [`Integrator::find_landed`]: crash recovery, finds the commit with `Swarm-Attempt: <label>`
 //! - [`Integrator::changed_paths`], [`Integrator::is_ancestor`], [`Integrator::commit_exists`]
 //! - [`Integrator::fast_forward`]: lands the integration branch on a target branch, never forcing
@@ -83,8 +84,8 @@ mod worktrees;
 
 pub use error::{ConflictPath, GitError, MergeError, SideChange};
 pub use integrator::{
-    ATTEMPT_TRAILER, DEFAULT_MAX_CAS_RETRIES, FIND_LANDED_LIMIT, FastForward, Integrator, MergeReport,
-    MergeRequest,
+    ATTEMPT_TRAILER, BatchReport, DEFAULT_MAX_CAS_RETRIES, FIND_LANDED_LIMIT, FastForward, Integrator,
+    MergeReport, MergeRequest,
 };
 pub use locks::RefLock;
 pub use ownership::paths_outside;

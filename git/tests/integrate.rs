@@ -362,3 +362,83 @@ fn a_task_edit_follows_a_rename_on_the_integration_branch() {
     );
     assert_eq!(repo.file(&report.result, "old/name.txt"), None);
 }
+
+/// A batch lands what the same `integrate` calls one after another would: the same trees, the
+/// trailers, one ref update; a conflicting request is reported and skipped; every object is on disk
+/// (a fresh `git` process reads them) and `find_landed` finds each attempt.
+#[test]
+fn a_batch_lands_like_sequential_merges_and_skips_a_conflict() {
+    let f = fixture();
+    // Thirty tasks each adding their own file (enough objects to be written as one pack), and one
+    // that conflicts with the integration branch's edit of a.txt.
+    let mut tasks: Vec<String> = (0..30)
+        .map(|i| {
+            let path = format!("d{i}/f.txt");
+            f.repo.commit(Some(&f.base), &[(path.as_str(), Some("x\n"))], &format!("task {i}"))
+        })
+        .collect();
+    let conflicting = f.repo.commit(Some(&f.base), &[("a.txt", Some("a1\nX2\na3\n"))], "conflict");
+    tasks.insert(7, conflicting.clone());
+    let reqs: Vec<MergeRequest> = tasks
+        .iter()
+        .enumerate()
+        .map(|(i, t)| request(&f.head, t, MergeStrategy::Merge, &format!("demo/t{i}#1")))
+        .collect();
+
+    let integrator = Integrator::open(f.repo.path()).expect("open");
+    let batch = integrator.integrate_batch(&reqs).expect("batch");
+    assert_eq!(batch.base, f.head);
+    assert_eq!(f.repo.head(BRANCH), batch.head);
+    assert_eq!(batch.results.len(), reqs.len());
+    for (i, r) in batch.results.iter().enumerate() {
+        match r {
+            Err(MergeError::Conflict { paths, .. }) if i == 7 => assert_eq!(paths[0].path, "a.txt"),
+            Ok(report) if i != 7 => assert_eq!(report.files_changed.len(), 1, "{report:?}"),
+            other => panic!("request {i}: {other:?}"),
+        }
+    }
+
+    // The same requests one at a time, on a second branch at the same head: the same final tree.
+    let other = "swarm/demo/sequential";
+    f.repo.set_branch(other, &f.head);
+    let mut head = f.head.clone();
+    for req in &reqs {
+        let mut req = req.clone();
+        req.integration_branch = other.into();
+        req.expected_head = head.clone();
+        if let Ok(report) = integrator.integrate(&req) {
+            head = report.result;
+        }
+    }
+    let tree = |commit: &str| {
+        f.repo.git2().find_commit(git2::Oid::from_str(commit).expect("oid")).expect("commit").tree_id()
+    };
+    assert_eq!(tree(&batch.head), tree(&head));
+
+    // Everything is on disk for another process, and each landed attempt is found.
+    let out = std::process::Command::new("git")
+        .args(["fsck", "--connectivity-only", "--no-dangling"])
+        .current_dir(f.repo.path())
+        .output()
+        .expect("git fsck");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let fresh = Integrator::open(f.repo.path()).expect("reopen");
+    for i in [0usize, 6, 8, 30] {
+        let found = fresh.find_landed(BRANCH, &format!("demo/t{i}#1")).expect("find");
+        assert_eq!(found.as_deref(), batch.results[i].as_ref().ok().map(|r| r.result.as_str()));
+    }
+    assert_eq!(fresh.find_landed(BRANCH, "demo/t7#1").expect("find"), None);
+}
+
+/// A request whose expected head the batch's head does not contain is refused, not landed.
+#[test]
+fn a_batch_refuses_a_request_for_another_history() {
+    let f = fixture();
+    let stray = f.repo.commit(Some(&f.base), &[("z.txt", Some("z\n"))], "not on the branch");
+    let t = f.repo.commit(Some(&f.base), &[("y.txt", Some("y\n"))], "task");
+    let integrator = Integrator::open(f.repo.path()).expect("open");
+    let batch =
+        integrator.integrate_batch(&[request(&stray, &t, MergeStrategy::Merge, "demo/y#1")]).expect("batch");
+    assert!(matches!(batch.results[0], Err(MergeError::HeadRewound { .. })), "{:?}", batch.results[0]);
+    assert_eq!(f.repo.head(BRANCH), f.head);
+}

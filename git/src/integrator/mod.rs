@@ -11,7 +11,10 @@ use crate::graph::{Bases, CommitCache};
 use crate::pack::{open_git2, to_git2};
 use crate::{GitError, MergeError, parse_commit_id, ref_name};
 
+mod batch;
 mod strategies;
+
+pub use batch::BatchReport;
 
 /// How many times [`Integrator::integrate`] rebuilds on a fresh head when the integration ref moved.
 pub const DEFAULT_MAX_CAS_RETRIES: u32 = 8;
@@ -81,7 +84,11 @@ enum Cas {
 /// (ref compare-and-swap). It is `Send` but not `Sync`: the controller keeps one value on a
 /// dedicated blocking thread (or actor) and sends it requests.
 pub struct Integrator {
+    /// Reads from the object database, writes to memory: a merge's objects reach the disk only when
+    /// its result is about to land ([`Integrator::persist`]), loose for one merge, one pack for a batch.
     repo: gix::Repository,
+    /// The same object database, written through; never refreshed on a miss.
+    disk: gix::Repository,
     pub(crate) refs: git2::Repository,
     name: String,
     email: String,
@@ -89,8 +96,6 @@ pub struct Integrator {
     /// Reused across merges: gix's `Repository::merge_commits` rebuilds these per call, which loads the
     /// index (or, without one, builds it from HEAD's 10k-entry tree): ~3 ms of a 0.3 ms merge.
     caches: std::cell::RefCell<Caches>,
-    /// A second handle whose object writes stay in memory: scratch trees of the sparse merge.
-    scratch: gix::Repository,
     /// Parsed commits (parents, dates) for merge-base walks; see `graph.rs`.
     graph: std::cell::RefCell<CommitCache>,
     merge_options: gix::merge::tree::Options,
@@ -114,11 +119,18 @@ impl Integrator {
     /// Opens the repository at `repo_path` (a work tree or a bare repository).
     #[tracing::instrument]
     pub fn open(repo_path: &Path) -> Result<Self, GitError> {
-        let mut repo = gix::open(repo_path)
+        // Room for the packs that appear while the controller runs (merge batches, remote sidecars'
+        // uploads): gix sizes its index slots once, from the packs present at opening.
+        let slots = gix::odb::store::init::Slots::AsNeededByDiskState { multiplier: 2.0, minimum: 4096 };
+        let mut repo = gix::open_opts(repo_path, gix::open::Options::default().object_store_slots(slots))
             .map_err(|e| GitError::Open { path: repo_path.to_path_buf(), message: e.to_string() })?;
         repo.object_cache_size_if_unset(16 * 1024 * 1024);
         let refs = open_git2(repo_path)?;
-        let scratch = repo.clone().with_object_memory();
+        let mut disk = repo.clone();
+        // `disk` answers "is it there already?" for objects that are almost always new: a miss must
+        // not rescan the pack directory (a false "no" only writes a duplicate loose object).
+        disk.objects.refresh_never();
+        let repo = repo.with_object_memory();
         // Attributes (merge drivers, text conversion) are read once, as of opening.
         let caches = Caches {
             diff: repo.diff_resource_cache_for_tree_diff().map_err(GitError::gix("diff resource cache"))?,
@@ -130,9 +142,9 @@ impl Integrator {
         Ok(Integrator {
             caches: std::cell::RefCell::new(caches),
             graph: std::cell::RefCell::new(CommitCache::default()),
-            scratch,
             merge_options,
             repo,
+            disk,
             refs,
             name: "swarm".into(),
             email: "swarm@localhost".into(),
@@ -205,6 +217,8 @@ impl Integrator {
 
         let mut head = expected;
         let mut retries = 0u32;
+        // Whatever an earlier failed call left in memory.
+        self.repo.objects.reset_object_memory();
         let result = loop {
             if self.is_ancestor_id(task, head)? {
                 return Err(MergeError::AlreadyContained {
@@ -217,6 +231,7 @@ impl Integrator {
                 MergeStrategy::Merge | MergeStrategy::Squash => self.merge_onto(head, task, req)?,
                 MergeStrategy::Rebase => self.rebase_onto(head, task, req)?,
             };
+            self.persist(Some(result), false)?;
             #[cfg(test)]
             if let Some(hook) = self.before_cas.borrow_mut().as_mut() {
                 hook();
@@ -386,10 +401,13 @@ impl Integrator {
             Bases::One(base) => Ok(base == ancestor),
             Bases::None => Ok(false),
             // Ambiguous (clock skew, criss-cross): ask libgit2, which removes redundant bases.
-            Bases::Many => self
-                .refs
-                .graph_descendant_of(to_git2(descendant)?, to_git2(ancestor)?)
-                .map_err(GitError::git2("ancestry check")),
+            Bases::Many => {
+                // libgit2 reads the disk: it must see commits still in memory.
+                self.persist(None, false)?;
+                self.refs
+                    .graph_descendant_of(to_git2(descendant)?, to_git2(ancestor)?)
+                    .map_err(GitError::git2("ancestry check"))
+            }
         }
     }
 

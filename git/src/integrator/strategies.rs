@@ -156,9 +156,8 @@ impl Integrator {
         if paths.is_empty() || paths.len() > SPARSE_LIMIT {
             return Ok(None);
         }
-        let mem = &self.scratch;
-        // Drop the previous call's in-memory objects.
-        let _ = mem.objects.reset_object_memory();
+        // Scratch objects stay in memory: `persist` writes only what the result reaches.
+        let mem = &self.repo;
         let base = mem.find_tree(base_tree).map_err(GitError::gix_any("read tree"))?;
         let ours = mem.find_tree(ours_tree).map_err(GitError::gix_any("read tree"))?;
         let theirs = mem.find_tree(theirs_tree).map_err(GitError::gix_any("read tree"))?;
