@@ -7,6 +7,7 @@ use swarm_core::{AttemptState, Outcome, TaskKey, TaskState, Usage};
 
 use super::command::{Report, ReportedAttempt, ResultReport};
 use super::model::PendingQuestion;
+use super::operator::PERMISSION_CATEGORY;
 use super::outbound::{AttemptHandle, Outbound};
 use super::{Effects, Scheduler, now_ms};
 use crate::integrator::{MergeJob, MergeResult, MergeVerdict};
@@ -183,6 +184,14 @@ impl Scheduler {
             self.metrics.agent_usage(&r.usage);
         }
         self.free_worker_of(&key, number, fx);
+        // A permission request lives and dies with the agent that asked: an
+        // answer after its attempt ended would reach nobody.
+        if let Some(t) = self.tasks.get_mut(&key)
+            && t.notes.pending_question.as_ref().is_some_and(|q| q.category == PERMISSION_CATEGORY)
+        {
+            t.notes.pending_question = None;
+            fx.dirty_tasks.insert(key.clone());
+        }
         let cancel_requested = self.tasks.get(&key).is_some_and(|t| t.cancel_requested);
         let detail = if r.error.is_empty() { r.summary.clone() } else { r.error.clone() };
         match r.outcome {

@@ -231,3 +231,21 @@ fn a_permission_question_takes_allow_or_deny_and_nothing_else() {
         .expect("the answer goes to the sidecar");
     assert_eq!(sent, ("perm-1".to_string(), "deny not on a Friday".to_string()));
 }
+
+#[test]
+fn a_permission_question_ends_with_its_attempt() {
+    let mut rig = Rig::build(1, 64, "[[tasks]]\nid = \"a\"\nfiles = [\"a.txt\"]\nagent = \"claude\"\n");
+    let first = assigns(&mut rig.outbound);
+    let q = Report::Question {
+        attempt: handle(&first[0]),
+        id: "perm-1".into(),
+        text: "Bash wants to run: make".into(),
+        category: "permission".into(),
+    };
+    rig.send("w1", 1, q);
+    assert!(!rig.task_of("a").task.pending_question.is_empty());
+    let mut r = result(handle(&first[0]), Outcome::Error);
+    r.error = "agent exited with code 1 before its result".into();
+    rig.send("w1", 1, Report::Result(Box::new(r)));
+    assert_eq!(rig.task_of("a").task.pending_question, "", "nobody is left to answer it");
+}
