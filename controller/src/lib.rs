@@ -176,7 +176,10 @@ pub async fn start(config: Config) -> Result<Controller, ControllerError> {
         .register_encoded_file_descriptor_set(swarm_proto::FILE_DESCRIPTOR_SET)
         .build_v1()
         .map_err(|e| ControllerError::Thread(format!("reflection: {e}")))?;
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    // Nagle off on every accepted connection: tonic's `tcp_nodelay` only
+    // applies to listeners it binds itself, and with Nagle a small message
+    // (an Assign, an Ack) can sit out the peer's 40 ms delayed ACK.
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     let token = shutdown.clone();
     let served = supervisor.clone();
     let mut builder = tonic::transport::Server::builder();

@@ -76,7 +76,14 @@ pub struct Journal {
     unacked: Vec<(u64, v1::SidecarMessage)>,
     in_hand: Option<InHand>,
     resume_secret: String,
+    /// Entries appended since the file was last rewritten.
+    appended: usize,
 }
+
+/// Acks are appended (not fsynced) and the file is rewritten once this many
+/// entries have piled up, rather than on every ack: an ack lost to a crash
+/// only means the controller re-acks a replayed report.
+const COMPACT_AFTER: usize = 64;
 
 impl Journal {
     /// Opens (or creates) the journal and reads its state.
@@ -91,10 +98,12 @@ impl Journal {
             unacked: Vec::new(),
             in_hand: None,
             resume_secret: String::new(),
+            appended: 0,
         };
         let reader = BufReader::new(File::open(&path).map_err(io)?);
         let lines: Vec<String> = reader.lines().collect::<Result<_, _>>().map_err(io)?;
         let n = lines.len();
+        j.appended = n;
         let mut torn = false;
         for (i, line) in lines.iter().enumerate() {
             if line.trim().is_empty() {
@@ -155,12 +164,26 @@ impl Journal {
     }
 
     fn write(&mut self, entry: &Entry) -> Result<(), JournalError> {
-        let mut line = serde_json::to_string(entry)
-            .map_err(|e| JournalError::Io { path: self.path.clone(), source: std::io::Error::other(e) })?;
-        line.push('\n');
+        self.write_all(&[entry], true)
+    }
+
+    /// Appends `entries` in one write; durable when this returns if `sync`.
+    fn write_all(&mut self, entries: &[&Entry], sync: bool) -> Result<(), JournalError> {
+        let mut lines = String::new();
+        for entry in entries {
+            lines.push_str(&serde_json::to_string(entry).map_err(|e| JournalError::Io {
+                path: self.path.clone(),
+                source: std::io::Error::other(e),
+            })?);
+            lines.push('\n');
+        }
         let io = |source| JournalError::Io { path: self.path.clone(), source };
-        self.file.write_all(line.as_bytes()).map_err(io)?;
-        self.file.sync_data().map_err(io)
+        self.file.write_all(lines.as_bytes()).map_err(io)?;
+        self.appended += entries.len();
+        if sync {
+            self.file.sync_data().map_err(io)?;
+        }
+        Ok(())
     }
 
     /// Appends a state-changing report, giving it the next sequence number;
@@ -168,6 +191,24 @@ impl Journal {
     pub fn append_report(
         &mut self,
         body: v1::sidecar_message::Body,
+    ) -> Result<v1::SidecarMessage, JournalError> {
+        self.append(body, false)
+    }
+
+    /// Appends an attempt's result and releases the attempt in hand, with
+    /// one write and one fsync: the two lines are durable together (a torn
+    /// `release` is ignored on reopen, as if the crash came between them).
+    pub fn append_result(
+        &mut self,
+        body: v1::sidecar_message::Body,
+    ) -> Result<v1::SidecarMessage, JournalError> {
+        self.append(body, true)
+    }
+
+    fn append(
+        &mut self,
+        body: v1::sidecar_message::Body,
+        release: bool,
     ) -> Result<v1::SidecarMessage, JournalError> {
         let seq = self.next_seq;
         let mut msg = v1::SidecarMessage { seq, body: Some(body) };
@@ -177,7 +218,14 @@ impl Journal {
         if !cut.is_empty() {
             tracing::warn!(seq, cut = ?cut, "report trimmed to the controller's limits");
         }
-        self.write(&Entry::Report { seq, msg: hex(&msg.encode_to_vec()) })?;
+        let report = Entry::Report { seq, msg: hex(&msg.encode_to_vec()) };
+        let release = release && self.in_hand.is_some();
+        if release {
+            self.write_all(&[&report, &Entry::Release], true)?;
+            self.in_hand = None;
+        } else {
+            self.write(&report)?;
+        }
         self.next_seq += 1;
         self.unacked.push((seq, msg.clone()));
         Ok(msg)
@@ -190,11 +238,16 @@ impl Journal {
         Ok(())
     }
 
+    /// Records the worker's supervisor. Not fsynced by itself: the Started
+    /// report written right after it is, and a machine crash that loses the
+    /// line also ends the supervisor (a sidecar process crash loses nothing
+    /// written; without the line a restarted sidecar looks the supervisor
+    /// up in `/proc`).
     pub fn set_pid(&mut self, pid: u32, restarts: u32) -> Result<(), JournalError> {
         if self.in_hand.is_none() {
             return Ok(());
         }
-        self.write(&Entry::Pid { pid, restarts })?;
+        self.write_all(&[&Entry::Pid { pid, restarts }], false)?;
         if let Some(h) = &mut self.in_hand {
             h.pid = Some(pid);
             h.restarts = restarts;
@@ -212,7 +265,8 @@ impl Journal {
         Ok(())
     }
 
-    /// Records an ack and compacts the file.
+    /// Records an ack: appended without an fsync (see [`COMPACT_AFTER`]),
+    /// and the file is compacted once enough entries have piled up.
     pub fn ack(&mut self, seq: u64) -> Result<(), JournalError> {
         if seq <= self.acked {
             return Ok(());
@@ -222,7 +276,10 @@ impl Journal {
             line: 0,
             reason,
         })?;
-        self.compact()
+        if self.appended + 1 >= COMPACT_AFTER {
+            return self.compact();
+        }
+        self.write_all(&[&Entry::Ack { seq }], false)
     }
 
     /// Rewrites the journal with only what is still needed.
@@ -264,6 +321,7 @@ impl Journal {
             .append(true)
             .open(&self.path)
             .map_err(|source| JournalError::Io { path: self.path.clone(), source })?;
+        self.appended = entries.len();
         Ok(())
     }
 
@@ -452,6 +510,40 @@ mod tests {
         drop(j);
         let j = Journal::open(&path).expect("reopen");
         assert_eq!(j.unacked().iter().map(|(s, _)| *s).collect::<Vec<_>>(), vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn a_result_releases_its_attempt_in_the_same_write() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("w.journal");
+        let mut j = Journal::open(&path).expect("open");
+        j.set_in_hand(&v1::Assign { branch: "swarm/s/t".into(), ..Default::default() }).expect("assign");
+        j.set_pid(7, 0).expect("pid");
+        let result = v1::sidecar_message::Body::Result(v1::AttemptResult::default());
+        assert_eq!(j.append_result(result).expect("result").seq, 1);
+        assert!(j.in_hand().is_none());
+        drop(j);
+        let j = Journal::open(&path).expect("reopen");
+        assert!(j.in_hand().is_none(), "released with the result");
+        assert_eq!(j.unacked().len(), 1);
+    }
+
+    #[test]
+    fn acks_are_appended_and_the_file_stays_small() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("w.journal");
+        let mut j = Journal::open(&path).expect("open");
+        for n in 1..=500 {
+            assert_eq!(j.append_report(heartbeat_like(n)).expect("append").seq, n);
+            j.ack(n).expect("ack");
+        }
+        drop(j);
+        let lines = std::fs::read_to_string(&path).expect("read").lines().count();
+        assert!(lines <= COMPACT_AFTER + 2, "{lines} lines: compaction keeps the journal bounded");
+        let mut j = Journal::open(&path).expect("reopen");
+        assert!(j.unacked().is_empty());
+        assert_eq!(j.acked(), 500);
+        assert_eq!(j.append_report(heartbeat_like(0)).expect("append").seq, 501);
     }
 
     #[test]

@@ -445,13 +445,14 @@ impl Session {
                     self.count_infra_failure(r);
                 }
                 let is_result = matches!(body, Body::Result(_));
-                let msg = self.journal.append_report(body)?;
-                if is_result {
-                    self.journal.release()?;
-                    if let Some(c) = self.current.take() {
-                        tracing::info!(attempt = %c.assignment.label(), seq = msg.seq, "attempt finished");
-                        let _ = c.task.await;
-                    }
+                if !is_result {
+                    return Ok(Some(self.journal.append_report(body)?));
+                }
+                // The result and the release, with one fsync.
+                let msg = self.journal.append_result(body)?;
+                if let Some(c) = self.current.take() {
+                    tracing::info!(attempt = %c.assignment.label(), seq = msg.seq, "attempt finished");
+                    let _ = c.task.await;
                 }
                 Ok(Some(msg))
             }

@@ -1,8 +1,5 @@
-//! swarm-bench: load on a real swarm-controller process over real gRPC.
-//!
-//! ```text
-//! cargo run --release -p swarm-controller --bin swarm-bench -- [--tasks N] [--sidecars N] [--streams N]
-//! ```
+//! The durable and heartbeat benchmarks: simulated sidecars on real gRPC
+//! against a real `swarm-controller` process.
 //!
 //! 1. Baseline, same disk, same run: raw SQLite inserts (WAL, fsync) one
 //!    row per commit and in batches of 100.
@@ -11,15 +8,11 @@
 //!    going through assignment, result, merge and MERGED.
 //! 3. Heartbeats: S streams beating once a second; controller CPU and RSS
 //!    over the window, read from /proc.
-//!
-//! Every loop is bounded in count and time.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
-use clap::Parser;
+use anyhow::bail;
 use swarm_proto::v1;
 use swarm_proto::v1::operator_service_client::OperatorServiceClient;
 use swarm_proto::v1::sidecar_message::Body;
@@ -28,33 +21,49 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 
-#[derive(Parser)]
-struct Args {
+use crate::common::{channels, start_controller, temp_repo, usage};
+
+/// `swarm-bench durable` and `swarm-bench heartbeats` (and the default run).
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Tasks of the durable benchmark.
     #[arg(long, default_value_t = 20_000)]
-    tasks: usize,
+    pub tasks: usize,
+    /// Simulated sidecars of the durable benchmark.
     #[arg(long, default_value_t = 100)]
-    sidecars: usize,
+    pub sidecars: usize,
+    /// HTTP/2 connections the simulated sidecars share.
     #[arg(long, default_value_t = 10)]
-    channels: usize,
+    pub channels: usize,
+    /// Heartbeat streams.
     #[arg(long, default_value_t = 10_000)]
-    streams: usize,
+    pub streams: usize,
+    /// How long the heartbeat window lasts.
     #[arg(long, default_value_t = 10)]
-    heartbeat_secs: u64,
+    pub heartbeat_secs: u64,
 }
 
-fn git(repo: &Path, args: &[&str]) -> anyhow::Result<String> {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(repo)
-        .env("GIT_AUTHOR_NAME", "b")
-        .env("GIT_AUTHOR_EMAIL", "b@example.com")
-        .env("GIT_COMMITTER_NAME", "b")
-        .env("GIT_COMMITTER_EMAIL", "b@example.com")
-        .output()?;
-    if !out.status.success() {
-        bail!("git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+/// Which parts of the durable benchmark to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Parts {
+    All,
+    Durable,
+    Heartbeats,
+}
+
+pub async fn run(args: &Args, parts: Parts) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    if parts != Parts::Heartbeats {
+        let (single, batched) = sqlite_baseline(dir.path())?;
+        println!(
+            "sqlite baseline (same disk): {single:.0} commits/s one row each; {batched:.0} rows/s in batches of 100"
+        );
+        durable_tasks(args, &temp_repo(dir.path(), "tasks", 0)?).await?;
     }
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    if parts != Parts::Durable {
+        heartbeats(args, &temp_repo(dir.path(), "beats", 0)?).await?;
+    }
+    Ok(())
 }
 
 fn sqlite_baseline(dir: &Path) -> anyhow::Result<(f64, f64)> {
@@ -83,62 +92,6 @@ fn sqlite_baseline(dir: &Path) -> anyhow::Result<(f64, f64)> {
         rows += 100;
     }
     Ok((single_rate, rows as f64 / started.elapsed().as_secs_f64()))
-}
-
-struct ControllerProcess {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for ControllerProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_controller(repo: &Path) -> anyhow::Result<ControllerProcess> {
-    let exe = std::env::current_exe()?.with_file_name("swarm-controller");
-    if !exe.exists() {
-        bail!("{} not found: build it first (cargo build --release -p swarm-controller)", exe.display());
-    }
-    let mut child = Command::new(exe)
-        .args(["--listen", "127.0.0.1:0", "--repo"])
-        .arg(repo)
-        .args(["--heartbeat-interval-ms", "1000", "--lease-ttl-ms", "60000"])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()?;
-    let stdout = child.stdout.take().context("stdout")?;
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)?;
-    let addr = line.trim().strip_prefix("listening on ").context("no listening line")?.to_string();
-    Ok(ControllerProcess { child, addr })
-}
-
-/// (user+system CPU seconds, RSS bytes) of a process.
-fn usage(pid: u32) -> anyhow::Result<(f64, u64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let after = stat.rsplit_once(')').context("stat")?.1;
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks: f64 = fields[11].parse::<f64>()? + fields[12].parse::<f64>()?;
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let rss_kb: u64 = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    Ok((ticks / 100.0, rss_kb * 1024))
-}
-
-async fn channels(addr: &str, n: usize) -> anyhow::Result<Vec<Channel>> {
-    let mut out = Vec::with_capacity(n);
-    for _ in 0..n {
-        out.push(tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?.connect().await?);
-    }
-    Ok(out)
 }
 
 fn hello(worker: String) -> v1::SidecarMessage {
@@ -182,15 +135,16 @@ async fn noop_sidecar(channel: Channel, worker: String, deadline: Instant) -> an
 }
 
 async fn durable_tasks(args: &Args, repo: &Path) -> anyhow::Result<()> {
-    let controller = start_controller(repo)?;
-    let pid = controller.child.id();
+    let controller =
+        start_controller(repo, &["--heartbeat-interval-ms", "1000", "--lease-ttl-ms", "60000"], None)?;
+    let pid = controller.pid();
     let chans = channels(&controller.addr, args.channels).await?;
     let mut plan = String::from("name = \"bench\"\n[defaults]\ncommand = \"true\"\n");
     for i in 0..args.tasks {
         plan.push_str(&format!("[[tasks]]\nid = \"t{i}\"\nfiles = [\"f/{i}\"]\n"));
     }
     let mut op = OperatorServiceClient::new(chans[0].clone());
-    let (cpu0, _) = usage(pid)?;
+    let cpu0 = usage(pid)?.cpu_s;
     let started = Instant::now();
     let deadline = started + Duration::from_secs(300);
     op.create_swarm(v1::CreateSwarmRequest { plan_toml: plan }).await?;
@@ -210,7 +164,8 @@ async fn durable_tasks(args: &Args, repo: &Path) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let wall = started.elapsed().as_secs_f64();
-    let (cpu1, rss) = usage(pid)?;
+    let u1 = usage(pid)?;
+    let (cpu1, rss) = (u1.cpu_s, u1.rss);
     for s in sims {
         s.abort();
     }
@@ -227,8 +182,9 @@ async fn durable_tasks(args: &Args, repo: &Path) -> anyhow::Result<()> {
 }
 
 async fn heartbeats(args: &Args, repo: &Path) -> anyhow::Result<()> {
-    let controller = start_controller(repo)?;
-    let pid = controller.child.id();
+    let controller =
+        start_controller(repo, &["--heartbeat-interval-ms", "1000", "--lease-ttl-ms", "60000"], None)?;
+    let pid = controller.pid();
     // One HTTP/2 connection carries at most ~100-200 concurrent streams.
     let chans = channels(&controller.addr, args.streams.div_ceil(100)).await?;
     let window = Duration::from_secs(args.heartbeat_secs);
@@ -244,7 +200,7 @@ async fn heartbeats(args: &Args, repo: &Path) -> anyhow::Result<()> {
         keep.push(inbound);
         senders.push(tx);
     }
-    let (cpu0, _) = usage(pid)?;
+    let cpu0 = usage(pid)?.cpu_s;
     let started = Instant::now();
     let mut sent = 0u64;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -266,7 +222,8 @@ async fn heartbeats(args: &Args, repo: &Path) -> anyhow::Result<()> {
         }
     }
     let wall = started.elapsed().as_secs_f64();
-    let (cpu1, rss) = usage(pid)?;
+    let u1 = usage(pid)?;
+    let (cpu1, rss) = (u1.cpu_s, u1.rss);
     println!(
         "heartbeats: {} streams: {:.0} heartbeats/s; controller CPU {:.3} cores, RSS {} MiB",
         args.streams,
@@ -275,28 +232,5 @@ async fn heartbeats(args: &Args, repo: &Path) -> anyhow::Result<()> {
         rss >> 20
     );
     drop(keep);
-    Ok(())
-}
-
-fn temp_repo(root: &Path, name: &str) -> anyhow::Result<PathBuf> {
-    let repo = root.join(name);
-    std::fs::create_dir_all(&repo)?;
-    git(&repo, &["init", "-q", "-b", "main"])?;
-    std::fs::write(repo.join("README"), "bench\n")?;
-    git(&repo, &["add", "."])?;
-    git(&repo, &["commit", "-q", "-m", "base"])?;
-    Ok(repo)
-}
-
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
-    let dir = tempfile::tempdir()?;
-    let (single, batched) = sqlite_baseline(dir.path())?;
-    println!(
-        "sqlite baseline (same disk): {single:.0} commits/s one row each; {batched:.0} rows/s in batches of 100"
-    );
-    durable_tasks(&args, &temp_repo(dir.path(), "tasks")?).await?;
-    heartbeats(&args, &temp_repo(dir.path(), "beats")?).await?;
     Ok(())
 }
