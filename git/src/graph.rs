@@ -53,6 +53,11 @@ impl CommitCache {
         Ok(())
     }
 
+    /// Whether `id` is a commit this cache has parsed.
+    pub(crate) fn knows(&self, id: &gix::ObjectId) -> bool {
+        self.nodes.contains_key(id)
+    }
+
     fn time(&self, id: &gix::ObjectId) -> i64 {
         self.nodes.get(id).map_or(i64::MIN, |n| n.time)
     }

@@ -27,6 +27,7 @@ pub mod views;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -96,12 +97,16 @@ struct Effects {
     dirty_tasks: HashSet<TaskKey>,
     dirty_attempts: HashSet<(TaskKey, u32)>,
     dirty_workers: HashSet<String>,
+    /// An earlier turn's commit is still in flight: the model is ahead of
+    /// the store even before this turn changes anything.
+    behind_store: bool,
 }
 
 impl Effects {
     /// Nothing has changed in this turn yet: the model is what the store holds.
     fn untouched(&self) -> bool {
-        self.batch.is_empty()
+        !self.behind_store
+            && self.batch.is_empty()
             && self.outbound.is_empty()
             && self.merges.is_empty()
             && self.touched_swarms.is_empty()
@@ -109,6 +114,95 @@ impl Effects {
             && self.dirty_attempts.is_empty()
             && self.dirty_workers.is_empty()
     }
+}
+
+/// Turns queued for the committer at most; the scheduler waits beyond.
+const MAX_TURNS_IN_FLIGHT: usize = 64;
+
+impl Effects {
+    /// The rows to commit, and what leaves once they are committed.
+    fn split(self) -> (Batch, Released) {
+        let Effects { batch, outbound, replies, merges, .. } = self;
+        (batch, Released { outbound, replies, merges })
+    }
+}
+
+/// What a turn releases after its commit (with the batch's events).
+struct Released {
+    outbound: Vec<(Session, Outbound)>,
+    replies: Vec<Box<dyn FnOnce() + Send>>,
+    merges: Vec<MergeJob>,
+}
+
+/// One applied turn on its way to the store.
+struct Turn {
+    batch: Batch,
+    released: Released,
+}
+
+/// Releases turns' effects, on whichever thread committed them.
+struct Releaser {
+    events: broadcast::Sender<Arc<EventRow>>,
+    metrics: Arc<Metrics>,
+    integrator: IntegratorHandle,
+    last_committed: Arc<AtomicU64>,
+}
+
+impl Releaser {
+    fn release(&self, events: Vec<EventRow>, r: Released) {
+        for event in events {
+            self.last_committed.store(event.id, Ordering::Release);
+            // No receivers is fine: nobody is watching.
+            let _ = self.events.send(Arc::new(event));
+        }
+        for (session, message) in r.outbound {
+            outbound::deliver(&session, message, &self.metrics);
+        }
+        for reply in r.replies {
+            reply();
+        }
+        for job in r.merges {
+            self.integrator.submit(job);
+        }
+    }
+}
+
+/// The committer: every turn waiting is written in one transaction, then
+/// released in order. A failed commit ends the thread with the error and
+/// releases nothing of it or of any later turn.
+fn commit_loop(
+    mut store: Store,
+    rx: Receiver<Turn>,
+    releaser: Releaser,
+    metrics: Arc<Metrics>,
+    in_flight: Arc<AtomicUsize>,
+) -> Result<(), crate::error::ControllerError> {
+    let mut group: Vec<Turn> = Vec::with_capacity(MAX_TURNS_IN_FLIGHT);
+    while let Ok(first) = rx.recv() {
+        group.push(first);
+        while let Ok(next) = rx.try_recv() {
+            group.push(next);
+        }
+        let batches: Vec<&Batch> = group.iter().map(|t| &t.batch).filter(|b| !b.is_empty()).collect();
+        if !batches.is_empty() {
+            match store.commit_all(&batches) {
+                Ok(stats) => {
+                    metrics.batch_rows.observe(stats.rows as f64);
+                    Metrics::observe(&metrics.commit_latency, Duration::from_micros(stats.micros));
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "store commit failed; stopping the scheduler");
+                    return Err(e.into());
+                }
+            }
+        }
+        let done = group.len();
+        for turn in group.drain(..) {
+            releaser.release(turn.batch.events, turn.released);
+        }
+        in_flight.fetch_sub(done, Ordering::AcqRel);
+    }
+    Ok(())
 }
 
 pub struct Scheduler {
@@ -131,7 +225,8 @@ pub struct Scheduler {
     dependents: HashMap<TaskKey, Vec<TaskKey>>,
     next_token: u64,
     next_event_id: u64,
-    last_committed_event: u64,
+    /// The newest event whose commit is done (and which was broadcast).
+    last_committed_event: Arc<AtomicU64>,
     events: broadcast::Sender<Arc<EventRow>>,
     integrator: IntegratorHandle,
     next_session_id: u64,
@@ -169,13 +264,41 @@ impl Scheduler {
     /// The loop; returns when told to shut down or when a commit fails (the
     /// model then no longer matches the store, and only a restart, which
     /// rebuilds from the store, is safe).
+    ///
+    /// Commits are pipelined: a `store-commit` thread writes turns in order,
+    /// as many queued turns per transaction as are waiting (one fsync for
+    /// all of them), and only then releases each turn's acks, assigns,
+    /// replies, events and merge jobs, in turn order. Meanwhile this thread
+    /// applies the next turns. A turn may build on state whose commit is
+    /// still in flight, but nothing it produces leaves before a commit that
+    /// holds it and everything before it.
     pub fn run(mut self, commands: Receiver<Command>) -> Result<(), crate::error::ControllerError> {
+        let store = Store::open(self.store.path())?;
+        let releaser = self.releaser();
+        let in_flight = Arc::new(AtomicUsize::new(0));
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Turn>(MAX_TURNS_IN_FLIGHT);
+        let committer = {
+            let in_flight = in_flight.clone();
+            let metrics = self.metrics.clone();
+            std::thread::Builder::new()
+                .name("store-commit".into())
+                .spawn(move || commit_loop(store, rx, releaser, metrics, in_flight))
+                .map_err(|e| crate::error::ControllerError::Thread(e.to_string()))?
+        };
+        let stopped =
+            |tx: std::sync::mpsc::SyncSender<Turn>,
+             committer: std::thread::JoinHandle<Result<(), crate::error::ControllerError>>| {
+                drop(tx);
+                committer.join().unwrap_or_else(|_| {
+                    Err(crate::error::ControllerError::Thread("store-commit thread panicked".into()))
+                })
+            };
         let mut pending: Vec<Command> = Vec::with_capacity(MAX_BATCH);
         loop {
             match commands.recv_timeout(TICK) {
                 Ok(first) => pending.push(first),
                 Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => return Ok(()),
+                Err(RecvTimeoutError::Disconnected) => return stopped(tx, committer),
             }
             while pending.len() < MAX_BATCH {
                 match commands.try_recv() {
@@ -186,19 +309,57 @@ impl Scheduler {
             // Reads first: before the turn's first change they are answered
             // at once, so none waits behind more than the commit in flight.
             pending.sort_by_key(|c| !c.is_read());
-            if !self.turn(pending.drain(..))? {
-                return Ok(());
+            let behind = in_flight.load(Ordering::Acquire) > 0;
+            let (keep_running, fx) = self.apply_turn(pending.drain(..), behind);
+            let (batch, released) = fx.split();
+            if batch.is_empty() && !behind {
+                // Nothing to write and nothing before it to wait for.
+                self.releaser().release(Vec::new(), released);
+            } else {
+                in_flight.fetch_add(1, Ordering::AcqRel);
+                if tx.send(Turn { batch, released }).is_err() {
+                    // The committer stopped: its commit failed.
+                    return stopped(tx, committer);
+                }
+            }
+            if !keep_running {
+                return stopped(tx, committer);
             }
         }
     }
 
-    /// One turn: apply commands, expire leases, assign, commit, release.
-    /// Returns false after a Shutdown command.
+    /// One turn, committed and released before it returns: apply commands,
+    /// expire leases, assign, commit, release. Returns false after a
+    /// Shutdown command.
     pub fn turn(
         &mut self,
         commands: impl IntoIterator<Item = Command>,
     ) -> Result<bool, crate::error::ControllerError> {
-        let mut fx = Effects::default();
+        let (keep_running, fx) = self.apply_turn(commands, false);
+        let (batch, released) = fx.split();
+        if !batch.is_empty() {
+            match self.store.commit(&batch) {
+                Ok(stats) => {
+                    self.metrics.batch_rows.observe(stats.rows as f64);
+                    Metrics::observe(&self.metrics.commit_latency, Duration::from_micros(stats.micros));
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "store commit failed; stopping the scheduler");
+                    return Err(e.into());
+                }
+            }
+        }
+        self.releaser().release(batch.events, released);
+        Ok(keep_running)
+    }
+
+    /// Applies one turn to the model; returns its effects, rows included.
+    fn apply_turn(
+        &mut self,
+        commands: impl IntoIterator<Item = Command>,
+        behind_store: bool,
+    ) -> (bool, Effects) {
+        let mut fx = Effects { behind_store, ..Effects::default() };
         let mut keep_running = true;
         for cmd in commands {
             if matches!(cmd, Command::Shutdown) {
@@ -230,36 +391,15 @@ impl Scheduler {
                 fx.batch.worker(w.row());
             }
         }
-        if !fx.batch.is_empty() {
-            match self.store.commit(&fx.batch) {
-                Ok(stats) => {
-                    self.metrics.batch_rows.observe(stats.rows as f64);
-                    Metrics::observe(&self.metrics.commit_latency, Duration::from_micros(stats.micros));
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "store commit failed; stopping the scheduler");
-                    return Err(e.into());
-                }
-            }
-        }
-        self.release(fx);
-        Ok(keep_running)
+        (keep_running, fx)
     }
 
-    fn release(&mut self, fx: Effects) {
-        for event in fx.batch.events {
-            self.last_committed_event = event.id;
-            // No receivers is fine: nobody is watching.
-            let _ = self.events.send(Arc::new(event));
-        }
-        for (session, message) in fx.outbound {
-            outbound::deliver(&session, message, &self.metrics);
-        }
-        for reply in fx.replies {
-            reply();
-        }
-        for job in fx.merges {
-            self.integrator.submit(job);
+    fn releaser(&self) -> Releaser {
+        Releaser {
+            events: self.events.clone(),
+            metrics: self.metrics.clone(),
+            integrator: self.integrator.clone(),
+            last_committed: self.last_committed_event.clone(),
         }
     }
 
@@ -272,7 +412,12 @@ impl Scheduler {
             Command::Disconnected { worker, session } => self.on_disconnected(&worker, session, fx),
             Command::Operator(op) => self.on_operator(op, fx),
             Command::Subscribe { reply } => {
-                let _ = reply.send((self.last_committed_event, self.events.subscribe()));
+                // On the thread that broadcasts, after the commits before it:
+                // the subscription starts exactly after the id it is given.
+                let (last, events) = (self.last_committed_event.clone(), self.events.clone());
+                fx.replies.push(Box::new(move || {
+                    let _ = reply.send((last.load(Ordering::Acquire), events.subscribe()));
+                }));
             }
             Command::Merged(mut result) => {
                 if let Some(removed) = result.lock_removed.take() {

@@ -42,7 +42,7 @@ pub fn recover(
         dependents: HashMap::new(),
         next_token: 1,
         next_event_id: snap.last_event_id + 1,
-        last_committed_event: snap.last_event_id,
+        last_committed_event: Arc::new(std::sync::atomic::AtomicU64::new(snap.last_event_id)),
         events,
         integrator,
         next_session_id: 1,
@@ -242,7 +242,7 @@ pub fn recover(
         tasks = s.tasks.len(),
         attempts = s.attempts.len(),
         workers = s.workers.len(),
-        last_event = s.last_committed_event,
+        last_event = s.last_committed_event.load(std::sync::atomic::Ordering::Relaxed),
         "state rebuilt from the store"
     );
     Ok(s)

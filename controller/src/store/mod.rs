@@ -258,14 +258,21 @@ impl Store {
     /// Writes a batch in one transaction; on error nothing of it is written.
     #[tracing::instrument(level = "debug", skip_all, fields(rows = batch.len()))]
     pub fn commit(&mut self, batch: &Batch) -> Result<CommitStats, StoreError> {
-        let path = self.path.clone();
-        self.commit_inner(batch).map_err(|e| at_path(&path, e))
+        self.commit_all(&[batch])
     }
 
-    fn commit_inner(&mut self, batch: &Batch) -> Result<CommitStats, StoreError> {
+    /// Writes several batches (consecutive turns, oldest first) in one transaction: a row two of
+    /// them write ends as the later one wrote it. On error nothing of any of them is written.
+    #[tracing::instrument(level = "debug", skip_all, fields(batches = batches.len()))]
+    pub fn commit_all(&mut self, batches: &[&Batch]) -> Result<CommitStats, StoreError> {
+        let path = self.path.clone();
+        self.commit_inner(batches).map_err(|e| at_path(&path, e))
+    }
+
+    fn commit_inner(&mut self, batches: &[&Batch]) -> Result<CommitStats, StoreError> {
         let started = Instant::now();
         let tx = self.conn.transaction()?;
-        {
+        for batch in batches {
             let mut stmt = tx.prepare_cached(
                 "INSERT INTO swarms (id, plan, state, integration_head, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
             )?;
@@ -386,7 +393,8 @@ impl Store {
             }
         }
         tx.commit()?;
-        Ok(CommitStats { rows: batch.len(), micros: started.elapsed().as_micros() as u64 })
+        let rows = batches.iter().map(|b| b.len()).sum();
+        Ok(CommitStats { rows, micros: started.elapsed().as_micros() as u64 })
     }
 }
 

@@ -384,6 +384,11 @@ impl Integrator {
     /// Validates `id` and checks that it names an existing commit.
     fn commit_id(&self, id: &str) -> Result<gix::ObjectId, GitError> {
         let oid = parse_commit_id(id)?;
+        // A commit the merge-base cache parsed: no header read (gix maps every loose object it
+        // reads, and each unmap interrupts every CPU the controller runs on).
+        if self.graph.borrow().knows(&oid) {
+            return Ok(oid);
+        }
         match self.repo.try_find_header(oid).map_err(GitError::gix_any("read object header"))? {
             None => Err(GitError::MissingCommit { id: id.to_string() }),
             Some(h) if h.kind() != gix::object::Kind::Commit => {
