@@ -148,6 +148,9 @@ pub struct Context {
     /// The executable run as `<exe> __supervise ...` to supervise workers
     /// (the sidecar's own binary; see [`crate::supervisor`]).
     pub supervisor: PathBuf,
+    /// What changed in the worktree since its last checkout or commit,
+    /// kept across attempts (see [`crate::changes`]).
+    pub tracker: crate::changes::SharedTracker,
 }
 
 /// A worker left running (or finished) by an earlier sidecar process.
@@ -558,10 +561,11 @@ pub(crate) async fn commit(ctx: &Context, wt: &Path, message: String) -> Result<
     for n in 1..=INFRA_TRIES {
         let (wt, message, common, id) =
             (wt.to_path_buf(), message.clone(), ctx.repo.clone(), ctx.worker_id.clone());
+        let tracker = ctx.tracker.clone();
         let r = tokio::task::spawn_blocking(move || {
             let repo = git2::Repository::open(&common)?;
             crate::locks::clear_stale(repo.commondir(), &id, None)?;
-            let (oid, _) = worktree::commit_all(&wt, &message)?;
+            let oid = commit_tracked(&tracker, &wt, &message)?;
             let (_, subject) = worktree::head(&wt)?;
             Ok::<_, worktree::WorktreeError>((oid.to_string(), subject))
         })
@@ -576,6 +580,64 @@ pub(crate) async fn commit(ctx: &Context, wt: &Path, message: String) -> Result<
         tokio::time::sleep(Duration::from_millis(200 * u64::from(n))).await;
     }
     Err(Failure::Infra(format!("{last} (after {INFRA_TRIES} tries)")))
+}
+
+/// Commits what changed: only the paths the tracker saw when it can vouch
+/// for them, otherwise everything (a walk of the tree). A failure drops the
+/// tracker, so the next attempt starts from a full checkout.
+fn commit_tracked(
+    tracker: &crate::changes::SharedTracker,
+    wt: &Path,
+    message: &str,
+) -> Result<git2::Oid, worktree::WorktreeError> {
+    let mut slot = tracker.lock().unwrap_or_else(|e| e.into_inner());
+    let changed = slot.as_mut().and_then(|t| t.take());
+    let r = match &changed {
+        Some(paths) => crate::changes::commit_paths(wt, message, paths),
+        None => worktree::commit_all(wt, message),
+    };
+    if r.is_err() || changed.is_none() {
+        *slot = None;
+    }
+    r.map(|(oid, _)| oid)
+}
+
+/// Moves the worktree to the attempt's base: only the paths that differ
+/// when the tracker vouches that nothing changed since the last commit,
+/// otherwise (and after any failure of that) a full checkout, after which
+/// a new tracker starts.
+fn prepare_tracked(
+    tracker: &crate::changes::SharedTracker,
+    repo: &Path,
+    id: &str,
+    branch: &str,
+    base: &str,
+    fresh: bool,
+) -> Result<worktree::Prepared, worktree::WorktreeError> {
+    let mut slot = tracker.lock().unwrap_or_else(|e| e.into_inner());
+    if !fresh && slot.as_mut().and_then(|t| t.take()).is_some_and(|changed| changed.is_empty()) {
+        match crate::changes::move_clean(repo, id, branch, base) {
+            Ok(p) => {
+                // Its own checkout is not a change.
+                if slot.as_mut().and_then(|t| t.take()).is_some() {
+                    return Ok(p);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "moving the worktree by its changed paths failed; checking it out in full")
+            }
+        }
+    }
+    *slot = None;
+    if fresh {
+        worktree::discard(repo, id)?;
+    }
+    let p = worktree::prepare(repo, id, branch, base)?;
+    match crate::changes::Tracker::start(&p.path) {
+        Ok(t) => *slot = Some(t),
+        Err(e) => tracing::info!(error = %e, "not tracking worktree changes; every attempt walks it"),
+    }
+    Ok(p)
 }
 
 /// The worktree of an attempt being resumed (it is already prepared).
@@ -612,14 +674,13 @@ async fn prepare_with_repairs(
         let (repo, id, branch, base) =
             (ctx.repo.clone(), ctx.worker_id.clone(), a.branch.clone(), a.base_commit.clone());
         let fresh = n == INFRA_TRIES;
-        let r = tokio::task::spawn_blocking(move || {
-            if fresh {
-                worktree::discard(&repo, &id)?;
-            }
-            worktree::prepare(&repo, &id, &branch, &base)
-        })
-        .instrument(tracing::info_span!("prepare", base = %a.base_commit, branch = %a.branch, try_ = n))
-        .await;
+        let tracker = ctx.tracker.clone();
+        let r =
+            tokio::task::spawn_blocking(move || prepare_tracked(&tracker, &repo, &id, &branch, &base, fresh))
+                .instrument(
+                    tracing::info_span!("prepare", base = %a.base_commit, branch = %a.branch, try_ = n),
+                )
+                .await;
         match r {
             Ok(Ok(p)) => {
                 for lock in &p.cleared_locks {

@@ -73,6 +73,7 @@
 
 pub mod agent;
 pub mod attempt;
+pub mod changes;
 pub mod config;
 pub mod journal;
 pub mod locks;

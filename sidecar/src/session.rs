@@ -83,6 +83,8 @@ struct Session {
     infra_failures: u32,
     /// This binary, run as the workers' supervisor.
     supervisor: PathBuf,
+    /// What changed in the worktree, across attempts.
+    tracker: crate::changes::SharedTracker,
     reports_tx: mpsc::UnboundedSender<Report>,
     reports_rx: mpsc::UnboundedReceiver<Report>,
     draining: bool,
@@ -147,6 +149,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Sidecar
         held,
         infra_failures: 0,
         supervisor,
+        tracker: Default::default(),
         cfg,
         worker_id,
         repo,
@@ -590,6 +593,7 @@ impl Session {
             default_idle_timeout: self.cfg.default_idle_timeout(),
             remote: self.remote.clone(),
             supervisor: self.supervisor.clone(),
+            tracker: self.tracker.clone(),
         };
         let (stop, stop_rx) = watch::channel(None);
         let task_key = &assignment.attempt.task;

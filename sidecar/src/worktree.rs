@@ -190,7 +190,12 @@ fn discard_locked(repo: &Repository, worker_id: &str, path: &Path) -> Result<(),
 /// When another worktree has the branch checked out (a lost sidecar's),
 /// libgit2 refuses `set_head`: the worktree then works detached and
 /// `commit_all` publishes its commits to the branch.
-fn point_at_branch(repo: &Repository, wt: &Repository, branch: &str, oid: Oid) -> Result<(), WorktreeError> {
+pub(crate) fn point_at_branch(
+    repo: &Repository,
+    wt: &Repository,
+    branch: &str,
+    oid: Oid,
+) -> Result<(), WorktreeError> {
     let full = format!("refs/heads/{branch}");
     // Another process (a lost sidecar that woke up) may hold the ref's lock
     // for a moment.
@@ -221,7 +226,7 @@ fn remember_branch(worktree: &Path, branch: &str) -> Result<(), WorktreeError> {
 
 /// Points the remembered task branch at `oid` when HEAD is detached (when
 /// HEAD is on the branch, the commit already moved it).
-fn publish(repo: &Repository, oid: Oid) -> Result<(), WorktreeError> {
+pub(crate) fn publish(repo: &Repository, oid: Oid) -> Result<(), WorktreeError> {
     if !repo.head_detached()? {
         return Ok(());
     }
@@ -232,7 +237,7 @@ fn publish(repo: &Repository, oid: Oid) -> Result<(), WorktreeError> {
     Ok(())
 }
 
-fn signature(repo: &Repository) -> Result<Signature<'static>, git2::Error> {
+pub(crate) fn signature(repo: &Repository) -> Result<Signature<'static>, git2::Error> {
     repo.signature().or_else(|_| Signature::now("swarm-sidecar", "swarm-sidecar@localhost"))
 }
 

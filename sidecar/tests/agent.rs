@@ -41,6 +41,7 @@ fn ctx(repo: &Path) -> Context {
         default_idle_timeout: Some(Duration::from_secs(20)),
         remote: None,
         supervisor: PathBuf::from(env!("CARGO_BIN_EXE_swarm-sidecar")),
+        tracker: Default::default(),
     }
 }
 

@@ -36,6 +36,7 @@ fn ctx(repo: &Path, worker_id: &str) -> Context {
         default_idle_timeout: None,
         remote: None,
         supervisor: PathBuf::from(env!("CARGO_BIN_EXE_swarm-sidecar")),
+        tracker: Default::default(),
     }
 }
 

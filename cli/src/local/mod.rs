@@ -132,7 +132,9 @@ impl Session {
                     self.log_dir.display()
                 );
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            // A cheap read on loopback: a short pause lets the plan go in
+            // within milliseconds of the last sidecar's Hello.
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
 

@@ -73,7 +73,7 @@ fn worker_script(stamps: &Path) -> String {
     let s = stamps.display();
     format!(
         "printf \"%s#%s s %s\\n\" \"$SWARM_TASK_ID\" \"$SWARM_ATTEMPT\" \"$EPOCHREALTIME\" >> {s}; \
-         echo \"$SWARM_ATTEMPT\" > \"tasks/$SWARM_TASK_ID.txt\"; \
+         mkdir -p tasks && echo \"$SWARM_ATTEMPT\" > \"tasks/$SWARM_TASK_ID.txt\"; \
          printf \"%s#%s e %s\\n\" \"$SWARM_TASK_ID\" \"$SWARM_ATTEMPT\" \"$EPOCHREALTIME\" >> {s}"
     )
 }
