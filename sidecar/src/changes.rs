@@ -21,8 +21,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::ffi::OsStr;
 use std::path::{Component, Path, PathBuf};
 
+use git2::Repository;
 use git2::build::CheckoutBuilder;
-use git2::{IndexAddOption, Repository};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 use swarm_core::names::{check_branch, check_commit};
 
@@ -206,9 +206,9 @@ impl Tracker {
 }
 
 /// Commits the changed `paths` of the worktree (what [`Tracker::take`]
-/// gave): existing ones are staged with `add_all` limited to exactly those
-/// paths (ignore rules and nested repositories as usual), missing ones
-/// leave the index. The same commit `worktree::commit_all` makes, without
+/// gave): existing files are staged (an untracked one only if it is not
+/// ignored; a nested repository makes the tracker lost), missing ones leave
+/// the index. The same commit `worktree::commit_all` makes, without
 /// its walk of the tree. Returns HEAD afterwards and whether a commit was made.
 pub fn commit_paths(
     worktree: &Path,
@@ -217,10 +217,16 @@ pub fn commit_paths(
 ) -> Result<(git2::Oid, bool), WorktreeError> {
     let repo = Repository::open(worktree)?;
     let mut index = repo.index()?;
-    let mut existing = Vec::new();
     for p in paths {
         match std::fs::symlink_metadata(worktree.join(p)) {
-            Ok(_) => existing.push(p.as_path()),
+            // A directory's files are listed one by one.
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                // Untracked and ignored stays out, as with `add -A`.
+                if index.get_path(p, 0).is_some() || !repo.is_path_ignored(p)? {
+                    index.add_path(p)?;
+                }
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 if index.get_path(p, 0).is_some() {
                     index.remove_path(p)?;
@@ -229,9 +235,6 @@ pub fn commit_paths(
             }
             Err(source) => return Err(WorktreeError::Io { path: worktree.join(p), source }),
         }
-    }
-    if !existing.is_empty() {
-        index.add_all(existing, IndexAddOption::DEFAULT | IndexAddOption::DISABLE_PATHSPEC_MATCH, None)?;
     }
     let head = repo.head()?.peel_to_commit()?;
     if paths.is_empty() {
