@@ -168,8 +168,10 @@ pub struct TaskSpec {
     pub ownership: OwnershipPolicy,
     pub setup: Vec<String>,
     pub setup_on: SetupOn,
-    /// Set: a coding agent runs the task and `command` is empty.
-    pub agent: Option<AgentSpec>,
+    /// Set: a coding agent runs the task and `command` is empty. Boxed: most
+    /// tasks run a command, and the agent's settings would cost each of
+    /// them a few hundred bytes inline.
+    pub agent: Option<Box<AgentSpec>>,
 }
 
 /// A validated plan.
@@ -528,7 +530,7 @@ fn validate(raw: RawPlan) -> Result<Plan, PlanError> {
             ownership: task.ownership.or(d.ownership).unwrap_or_default(),
             setup: task.setup.clone().unwrap_or_else(|| d.setup.clone()),
             setup_on: task.setup_on.or(d.setup_on).unwrap_or_default(),
-            agent,
+            agent: agent.map(Box::new),
         }));
         if tasks.last().is_some_and(|t| t.idle_timeout_secs == 0) {
             return Err(err(at("idle_timeout_secs"), "must be at least 1"));

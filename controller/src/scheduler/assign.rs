@@ -295,7 +295,7 @@ impl Scheduler {
             setup_every_attempt: task.spec.setup_on == swarm_core::plan::SetupOn::Attempt,
             traceparent: String::new(),
             agent: task.spec.agent.as_ref().map(|spec| AgentAssign {
-                spec: spec.clone(),
+                spec: (**spec).clone(),
                 resume_session: self
                     .resumable_session(task, number)
                     .filter(|a| a.worker == attempt.worker)

@@ -100,6 +100,43 @@ pub struct Notes {
     pub files_changed: Vec<String>,
 }
 
+impl Notes {
+    const EMPTY: Notes = Notes {
+        failures: Vec::new(),
+        answers: Vec::new(),
+        pending_question: None,
+        conflict: None,
+        summary: String::new(),
+        files_changed: Vec::new(),
+    };
+}
+
+/// A task's notes, allocated on the first write: most tasks of a big swarm
+/// never fail, ask or conflict, and inline notes would cost every task
+/// ~200 bytes at rest. Reads of absent notes see empty ones.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LazyNotes(Option<Box<Notes>>);
+
+impl std::ops::Deref for LazyNotes {
+    type Target = Notes;
+    fn deref(&self) -> &Notes {
+        static EMPTY: Notes = Notes::EMPTY;
+        self.0.as_deref().unwrap_or(&EMPTY)
+    }
+}
+
+impl std::ops::DerefMut for LazyNotes {
+    fn deref_mut(&mut self) -> &mut Notes {
+        self.0.get_or_insert_with(Box::default)
+    }
+}
+
+impl From<Notes> for LazyNotes {
+    fn from(n: Notes) -> Self {
+        if n == Notes::EMPTY { LazyNotes(None) } else { LazyNotes(Some(Box::new(n))) }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct PendingQuestion {
     pub id: String,
@@ -130,7 +167,7 @@ pub struct Task {
     pub merge_commit: String,
     pub reason: String,
     pub cancel_requested: bool,
-    pub notes: Notes,
+    pub notes: LazyNotes,
     pub updated_at: i64,
     /// Live progress; not persisted (it is reported again).
     pub percent: u32,
@@ -151,7 +188,7 @@ impl Task {
             merge_commit: self.merge_commit.clone(),
             reason: self.reason.clone(),
             cancel_requested: self.cancel_requested,
-            notes: serde_json::to_string(&self.notes).unwrap_or_else(|_| "{}".into()),
+            notes: serde_json::to_string(&*self.notes).unwrap_or_else(|_| "{}".into()),
             updated_at: self.updated_at,
         }
     }

@@ -7,7 +7,7 @@ use swarm_core::plan::Plan;
 use swarm_core::{SwarmId, TaskKey, TaskState};
 
 use super::command::{OperatorOp, Reply};
-use super::model::{Notes, QuestionAnswer, Swarm, SwarmState, Task};
+use super::model::{QuestionAnswer, Swarm, SwarmState, Task};
 use super::outbound::{AttemptHandle, Outbound};
 use super::reads::reply_read;
 use super::views::{SwarmView, TaskView, WorkerView};
@@ -198,7 +198,7 @@ impl Scheduler {
                 merge_commit: String::new(),
                 reason: String::new(),
                 cancel_requested: false,
-                notes: Notes::default(),
+                notes: Default::default(),
                 updated_at: now,
                 percent: 0,
                 step: String::new(),

@@ -112,7 +112,7 @@ pub fn recover(
                 merge_commit: row.merge_commit,
                 reason: row.reason,
                 cancel_requested: row.cancel_requested,
-                notes,
+                notes: notes.into(),
                 updated_at: row.updated_at,
                 percent: 0,
                 step: String::new(),
