@@ -3,6 +3,7 @@
 //! Nothing here knows about gRPC, SQLite or git: the wire types are converted
 //! into these at the edge (`swarm-proto`), and the stores persist them.
 
+pub mod globs;
 pub mod ids;
 pub mod names;
 pub mod outcome;

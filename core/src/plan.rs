@@ -466,6 +466,8 @@ fn validate(raw: RawPlan) -> Result<Plan, PlanError> {
         for (j, glob) in task.files.iter().enumerate() {
             check_glob(glob).map_err(|rule| err(format!("tasks[{i}].files[{j}]"), rule))?;
         }
+        // Compiled as every reader of the globs will (`docs/` is `docs/**`).
+        crate::globs::OwnedGlobs::new(&task.files).map_err(|e| err(at("files"), e.to_string()))?;
         check_text(&task.prompt, MAX_PROMPT_BYTES).map_err(|rule| err(at("prompt"), rule))?;
         check_text(&task.context, MAX_PROMPT_BYTES).map_err(|rule| err(at("context"), rule))?;
         let title = task.title.clone().unwrap_or_else(|| task.id.clone());

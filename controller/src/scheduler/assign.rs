@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use globset::{Glob, GlobSet, GlobSetBuilder};
+use swarm_core::globs::OwnedGlobs;
 use swarm_core::plan::task_branch;
 use swarm_core::{AttemptState, TaskKey, TaskState};
 
@@ -12,67 +12,9 @@ use super::model::{AgentRecord, Attempt, Task};
 use super::outbound::{AgentAssign, AssignSpec, AttemptHandle, Outbound};
 use super::{Effects, Scheduler, now_ms, task_text};
 
-/// A task's owned globs, prepared for overlap checks.
-#[derive(Debug)]
-pub struct Ownership {
-    literals: Vec<String>,
-    /// The literal directory prefix of each wildcard glob (`src/api/` for
-    /// `src/api/**/*.rs`).
-    prefixes: Vec<String>,
-    set: GlobSet,
-}
-
-impl Ownership {
-    pub fn new(globs: &[String]) -> Ownership {
-        let mut literals = Vec::new();
-        let mut prefixes = Vec::new();
-        for g in globs {
-            match g.find(['*', '?', '[', '{']) {
-                None => literals.push(g.clone()),
-                Some(at) => prefixes.push(g[..at].to_string()),
-            }
-        }
-        // Only wildcard globs need a matcher (plain paths are compared as
-        // text), and a GlobSet costs about a kilobyte: most tasks of a big
-        // plan own plain paths and should not pay it.
-        let set = if prefixes.is_empty() {
-            GlobSet::empty()
-        } else {
-            let mut builder = GlobSetBuilder::new();
-            for g in globs {
-                if let Ok(glob) = globset::GlobBuilder::new(g).literal_separator(true).build() {
-                    builder.add(glob);
-                } else if let Ok(glob) = Glob::new(g) {
-                    builder.add(glob);
-                }
-            }
-            builder.build().unwrap_or_else(|_| GlobSet::empty())
-        };
-        Ownership { literals, prefixes, set }
-    }
-
-    /// Whether some path could be owned by both. Exact for literal paths;
-    /// for two wildcard globs it is conservative: their literal prefixes
-    /// must not be nested (`src/api/` and `src/db/` are disjoint,
-    /// `src/*.rs` and `src/*.md` count as overlapping). A false overlap only
-    /// serializes two tasks; a missed one would let them collide.
-    pub fn overlaps(&self, other: &Ownership) -> bool {
-        if self.prefixes.is_empty() && other.prefixes.is_empty() {
-            // Plain paths on both sides (the common case): no glob matching,
-            // which would build a match candidate per path on every check.
-            return self.literals.iter().any(|p| other.literals.contains(p));
-        }
-        if self.literals.iter().any(|p| other.set.is_match(p) || other.literals.contains(p)) {
-            return true;
-        }
-        if other.literals.iter().any(|p| self.set.is_match(p)) {
-            return true;
-        }
-        self.prefixes
-            .iter()
-            .any(|a| other.prefixes.iter().any(|b| a.starts_with(b.as_str()) || b.starts_with(a.as_str())))
-    }
-}
+/// A task's owned globs, with the one meaning the integrator and the
+/// sidecar's permission policy give them too.
+pub type Ownership = OwnedGlobs;
 
 /// The owned globs of every live attempt, indexed so that checking a task
 /// whose globs are plain paths costs a lookup per path rather than a
@@ -91,10 +33,10 @@ impl LiveOwnership {
         if self.all.contains_key(&key) {
             return;
         }
-        for p in &own.literals {
+        for p in own.literals() {
             *self.literals.entry(p.clone()).or_insert(0) += 1;
         }
-        if !own.prefixes.is_empty() {
+        if own.has_wildcards() {
             self.wild.insert(key.clone(), own.clone());
         }
         self.all.insert(key, own);
@@ -102,7 +44,7 @@ impl LiveOwnership {
 
     pub fn remove(&mut self, key: &TaskKey) {
         let Some(own) = self.all.remove(key) else { return };
-        for p in &own.literals {
+        for p in own.literals() {
             if let Some(n) = self.literals.get_mut(p) {
                 *n -= 1;
                 if *n == 0 {
@@ -115,8 +57,8 @@ impl LiveOwnership {
 
     /// Whether `own` overlaps a live attempt's globs.
     pub fn conflicts(&self, own: &Ownership) -> bool {
-        if own.prefixes.is_empty() {
-            own.literals.iter().any(|p| self.literals.contains_key(p))
+        if !own.has_wildcards() {
+            own.literals().iter().any(|p| self.literals.contains_key(p))
                 || self.wild.values().any(|o| o.overlaps(own))
         } else {
             self.all.values().any(|o| o.overlaps(own))
@@ -332,8 +274,13 @@ impl Scheduler {
     }
 }
 
+/// The plan parser has checked every glob; should one still not compile,
+/// the task is taken to own everything, which only serializes it.
 pub fn ownership_of(globs: &[String]) -> Arc<Ownership> {
-    Arc::new(Ownership::new(globs))
+    Arc::new(OwnedGlobs::new(globs).unwrap_or_else(|e| {
+        tracing::error!(error = %e, "owned globs that the plan parser let through; treating them as owning everything");
+        OwnedGlobs::everything()
+    }))
 }
 
 #[cfg(test)]
@@ -341,14 +288,7 @@ mod tests {
     use super::*;
 
     fn own(globs: &[&str]) -> Ownership {
-        Ownership::new(&globs.iter().map(|g| g.to_string()).collect::<Vec<_>>())
-    }
-
-    #[test]
-    fn disjoint_directories_do_not_overlap() {
-        assert!(!own(&["src/api/**"]).overlaps(&own(&["src/db/**"])));
-        assert!(!own(&["a.txt"]).overlaps(&own(&["b.txt"])));
-        assert!(!own(&["src/*.rs"]).overlaps(&own(&["docs/a.md"])));
+        OwnedGlobs::new(&globs.iter().map(|g| g.to_string()).collect::<Vec<_>>()).expect("globs")
     }
 
     #[test]
@@ -368,10 +308,13 @@ mod tests {
     }
 
     #[test]
-    fn shared_paths_overlap() {
-        assert!(own(&["src/**"]).overlaps(&own(&["src/api/**"])));
-        assert!(own(&["src/*.rs"]).overlaps(&own(&["src/lib.rs"])));
-        assert!(own(&["a.txt"]).overlaps(&own(&["a.txt"])));
-        assert!(own(&["**/*.rs"]).overlaps(&own(&["src/x/**"])));
+    fn a_task_owning_a_directory_and_one_owning_a_file_in_it_never_run_together() {
+        let key = |t: &str| TaskKey::parse(&format!("s/{t}")).expect("key");
+        let mut live = LiveOwnership::default();
+        live.insert(key("docs"), Arc::new(own(&["docs/"])));
+        assert!(live.conflicts(&own(&["docs/guide.md"])));
+        live.remove(&key("docs"));
+        live.insert(key("guide"), Arc::new(own(&["docs/guide.md"])));
+        assert!(live.conflicts(&own(&["docs/"])));
     }
 }

@@ -12,8 +12,9 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use globset::{GlobBuilder, GlobMatcher, GlobSet, GlobSetBuilder};
+use globset::{GlobBuilder, GlobMatcher};
 use serde_json::Value;
+use swarm_core::globs::OwnedGlobs;
 use swarm_core::plan::{Otherwise, PermissionRule};
 
 use super::{AgentConfig, AgentError, clip};
@@ -58,8 +59,7 @@ pub struct Policy {
     worktree: PathBuf,
     /// The worktree with symlinks resolved, for the escape check.
     real_worktree: Option<PathBuf>,
-    owned: GlobSet,
-    owned_text: Vec<String>,
+    owned: OwnedGlobs,
     allow: Vec<Rule>,
     deny: Vec<Rule>,
     otherwise: Otherwise,
@@ -124,16 +124,8 @@ struct Request<'a> {
 
 impl Policy {
     pub fn new(cfg: &AgentConfig, owned_globs: &[String], worktree: &Path) -> Result<Policy, AgentError> {
-        let mut b = GlobSetBuilder::new();
-        for g in owned_globs {
-            let pattern = if g.ends_with('/') { format!("{g}**") } else { g.clone() };
-            let compiled = GlobBuilder::new(&pattern)
-                .literal_separator(true)
-                .build()
-                .map_err(|e| AgentError::Policy(format!("owned glob {g:?}: {e}")))?;
-            b.add(compiled);
-        }
-        let owned = b.build().map_err(|e| AgentError::Policy(e.to_string()))?;
+        // The meaning the scheduler and the integrator give the globs too.
+        let owned = OwnedGlobs::new(owned_globs).map_err(|e| AgentError::Policy(e.to_string()))?;
         let compile = |rules: &[PermissionRule]| {
             rules
                 .iter()
@@ -144,7 +136,6 @@ impl Policy {
             worktree: worktree.to_path_buf(),
             real_worktree: worktree.canonicalize().ok(),
             owned,
-            owned_text: owned_globs.to_vec(),
             allow: compile(&cfg.allow)?,
             deny: compile(&cfg.deny)?,
             otherwise: cfg.otherwise,
@@ -189,13 +180,14 @@ impl Policy {
     }
 
     fn outside_owned(&self, req: &Request) -> Option<String> {
-        let owned = if self.owned_text.is_empty() { "none".to_string() } else { self.owned_text.join(", ") };
+        let written = self.owned.as_written();
+        let owned = if written.is_empty() { "none".to_string() } else { written.join(", ") };
         match &req.path {
             None => {
                 Some(format!("{} without a file path cannot be checked against the owned files", req.tool))
             }
             Some(Err(e)) => Some(format!("{}: {e}; this task owns {owned}", req.tool)),
-            Some(Ok(rel)) if rel == STATUS_FILE || self.owned.is_match(rel) => None,
+            Some(Ok(rel)) if rel == STATUS_FILE || self.owned.matches(rel) => None,
             Some(Ok(rel)) => Some(format!(
                 "{} of {} is outside this task's owned files ({owned})",
                 req.tool,
