@@ -30,7 +30,10 @@ pub struct Telemetry {
 /// Installs the global subscriber for `service` (`service.name`). Call from
 /// within a Tokio runtime: the gRPC exporter's channel lives on it.
 pub fn init(service: &'static str, json: bool) -> Result<Telemetry, String> {
-    install(service, json, std::io::stderr, true)
+    // Colour only for a person at a terminal: redirected to a file (local
+    // mode's sidecar logs, a service manager's journal) escape codes are noise.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    install(service, json, std::io::stderr, ansi)
 }
 
 /// Like [`init`], with logs going to `writer` (a log file: no colours).

@@ -39,6 +39,17 @@ fn run_exits_0_when_every_task_merges_and_prints_a_summary() {
     for id in ["a", "b", "c"] {
         assert_eq!(merges_of(&repo, "swarm/ok/integration", "ok", id), 1);
     }
+    // The controller's and sidecars' logs are plain text: no colour codes
+    // when they do not go to a terminal.
+    let logs = repo.path().join(".git/swarm/logs");
+    let mut read = 0;
+    for entry in std::fs::read_dir(&logs).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(!text.contains('\u{1b}'), "escape codes in {}", path.display());
+        read += 1;
+    }
+    assert!(read >= 3, "the controller's and both sidecars' logs are in {}", logs.display());
 
     // Again: the swarm exists, nothing to do, same verdict.
     let again = run(&repo, &plan);
