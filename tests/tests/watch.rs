@@ -77,3 +77,87 @@ async fn watch_since_resumes_without_gaps() {
         assert_eq!(ids(&String::from_utf8_lossy(&out.stdout)), rest, "since {cut}");
     }
 }
+
+/// A `swarmctl` follower whose stdout lines are collected on a thread.
+struct Follower {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    seen: Vec<serde_json::Value>,
+}
+
+impl Follower {
+    fn start(url: &str, args: &[&str]) -> Follower {
+        let mut child = Command::new(binary("swarmctl"))
+            .args(args)
+            .env("SWARM_CONTROLLER", url)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let (tx, lines) = std::sync::mpsc::channel::<String>();
+        let stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Follower { child, lines, seen: Vec::new() }
+    }
+
+    /// Reads until `done` holds for what was printed, or panics after 30 s.
+    fn until(&mut self, what: &str, done: impl Fn(&[serde_json::Value]) -> bool) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !done(&self.seen) {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => self.seen.push(serde_json::from_str(&line).unwrap()),
+                Err(_) => panic!("{what}: printed so far {:?}", self.ids()),
+            }
+        }
+    }
+
+    fn ids(&self) -> Vec<u64> {
+        self.seen.iter().map(|e| e["id"].as_u64().unwrap()).collect()
+    }
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn watch_and_logs_follow_across_a_controller_kill9_with_no_gap_and_no_duplicate() {
+    let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[]))]);
+    // No sidecars: the tasks wait READY, and the operator makes the events.
+    let mut controller = swarm_tests::spawn_controller(repo.path(), &[]);
+    let url = controller.url();
+    let mut watch = Follower::start(&url, &["watch", "-o", "json"]);
+    create_swarm(&url, &PlanBuilder::new("k").task(task("a")).task(task("b")).build()).await;
+    let before = events(&url, "k", 0, 1).await.len();
+    watch.until("events of the first swarm", |seen| seen.len() >= before);
+    let mut logs = Follower::start(&url, &["logs", "k/a", "-f", "-o", "json"]);
+    logs.until("the task's stored events", |seen| !seen.is_empty());
+
+    controller.restart_after_kill9();
+    let url = controller.url();
+    // Made after the restart: only a follower that reconnected sees them.
+    swarmctl(&url, &["cancel", "k/a"]);
+    create_swarm(&url, &PlanBuilder::new("l").task(task("a")).build()).await;
+
+    let all: Vec<u64> = events(&url, "", 0, before + 2).await.iter().map(|e| e.id).collect();
+    watch.until("every stored event", |seen| seen.len() >= all.len());
+    assert_eq!(watch.ids(), all, "watch printed every event once, in order, across the restart");
+    let cancelled = |seen: &[serde_json::Value]| {
+        seen.iter()
+            .any(|e| e["kind"] == "task.state" && e["message"].as_str().unwrap_or("").contains("CANCELLED"))
+    };
+    logs.until("the task's cancellation, made after the restart", cancelled);
+    let ids = logs.ids();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "logs -f printed no event twice: {ids:?}");
+    assert!(logs.seen.iter().all(|e| e["task"] == "a" && e["swarm"] == "k"), "only k/a's events");
+}
