@@ -33,7 +33,7 @@ pub async fn watch(url: &client::Target, args: WatchArgs) -> anyhow::Result<()> 
     follow(url, &swarm_id, args.since, |event| {
         print_event(&EventView::from(event), args.out.output)?;
         printed += 1;
-        Ok(!args.limit.is_some_and(|limit| printed >= limit))
+        Ok(args.limit.is_none_or(|limit| printed < limit))
     })
     .await
 }
