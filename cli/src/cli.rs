@@ -115,6 +115,14 @@ pub enum Command {
         #[command(flatten)]
         out: OutputArgs,
     },
+    /// Send a message to a RUNNING task's worker (an agent gets it as its
+    /// next message; any worker finds it in .swarm/messages/ and task.md).
+    Message {
+        task: String,
+        text: String,
+        #[command(flatten)]
+        out: OutputArgs,
+    },
     /// Stop assigning new tasks to a worker.
     Drain {
         worker: String,

@@ -69,6 +69,16 @@ pub async fn run(url: &client::Target, command: Command) -> anyhow::Result<()> {
             let resp = c.answer(v1::AnswerRequest { task_id, question_id, text }).await?.into_inner();
             print_task(resp.task, out.output)
         }
+        Command::Message { task, text, out } => {
+            let task_id = client::task_id(&task)?;
+            if text.trim().is_empty() {
+                return Err(Usage("message text must not be empty".into()).into());
+            }
+            let mut c = connect(url).await?;
+            let resp = c.send_message(v1::SendMessageRequest { task_id, text }).await?.into_inner();
+            eprintln!("message {} sent", resp.message_id);
+            print_task(resp.task, out.output)
+        }
         Command::Drain { worker, out } => {
             let mut c = connect(url).await?;
             let resp = c.drain_worker(v1::DrainWorkerRequest { worker_id: worker }).await?.into_inner();

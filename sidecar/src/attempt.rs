@@ -186,6 +186,8 @@ pub struct SwarmFiles {
     pub task: PathBuf,
     pub status: PathBuf,
     pub answers: PathBuf,
+    /// The operator's messages, one file each.
+    pub messages: PathBuf,
     pub logs: PathBuf,
     /// Where the supervisor records the worker's exit.
     pub exit: PathBuf,
@@ -198,6 +200,7 @@ impl SwarmFiles {
             task: dir.join("task.md"),
             status: dir.join("status.json"),
             answers: dir.join("answers"),
+            messages: dir.join("messages"),
             logs: dir.join("logs"),
             exit: dir.join("worker-exit.json"),
             dir,
@@ -207,18 +210,30 @@ impl SwarmFiles {
 
 /// Appends an answer to `task.md` under "Answers" and writes `answers/<id>.md`.
 pub fn record_answer(worktree: &Path, question_id: &str, text: &str) -> std::io::Result<()> {
-    check_id(question_id).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
     let files = SwarmFiles::new(worktree);
-    std::fs::create_dir_all(&files.answers)?;
-    std::fs::write(files.answers.join(format!("{question_id}.md")), text)?;
+    record_note(&files, &files.answers, "## Answers", question_id, text)
+}
+
+/// Appends an operator's message to `task.md` under "Messages from the
+/// operator" (as the controller renders earlier ones) and writes
+/// `messages/<id>.md`, where a worker that watches its files finds it.
+pub fn record_message(worktree: &Path, message_id: &str, text: &str) -> std::io::Result<()> {
+    let files = SwarmFiles::new(worktree);
+    record_note(&files, &files.messages, "## Messages from the operator", message_id, text)
+}
+
+fn record_note(files: &SwarmFiles, dir: &Path, heading: &str, id: &str, text: &str) -> std::io::Result<()> {
+    check_id(id).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(dir.join(format!("{id}.md")), text)?;
     let mut task = std::fs::read_to_string(&files.task).unwrap_or_default();
-    if !task.lines().any(|l| l.trim() == "## Answers") {
+    if !task.lines().any(|l| l.trim() == heading) {
         if !task.is_empty() && !task.ends_with('\n') {
             task.push('\n');
         }
-        task.push_str("\n## Answers\n");
+        task.push_str(&format!("\n{heading}\n"));
     }
-    task.push_str(&format!("\n### {question_id}\n\n{}\n", text.trim_end()));
+    task.push_str(&format!("\n### {id}\n\n{}\n", text.trim_end()));
     std::fs::write(&files.task, task)
 }
 
@@ -810,8 +825,11 @@ fn prepare_swarm_dir(files: &SwarmFiles, a: &Assignment) -> std::io::Result<()> 
             _ => {}
         }
     }
-    if files.answers.exists() {
-        std::fs::remove_dir_all(&files.answers)?;
+    // Earlier answers and messages are in the new task text already.
+    for dir in [&files.answers, &files.messages] {
+        if dir.exists() {
+            std::fs::remove_dir_all(dir)?;
+        }
     }
     std::fs::write(&files.task, &a.task_text)
 }

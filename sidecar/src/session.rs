@@ -502,6 +502,24 @@ impl Session {
                     tracing::warn!(attempt = ?a.attempt, "answer for an attempt not in hand");
                 }
             }
+            Some(In::Message(m)) => {
+                if let Some(cur) = &self.current
+                    && same_attempt(&cur.assignment.attempt, m.attempt.as_ref())
+                {
+                    let (wt, id, text) = (self.worktree.clone(), m.message_id.clone(), m.text.clone());
+                    if let Err(e) =
+                        tokio::task::spawn_blocking(move || attempt::record_message(&wt, &id, &text))
+                            .await
+                            .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+                    {
+                        tracing::warn!(message = %m.message_id, error = %e, "cannot record the operator's message");
+                    }
+                    let id = format!("{}{}", crate::agent::driver::MESSAGE_PREFIX, m.message_id);
+                    let _ = cur.answers.send((id, m.text.clone()));
+                } else {
+                    tracing::warn!(attempt = ?m.attempt, "message for an attempt not in hand");
+                }
+            }
             Some(In::Drain(d)) => {
                 tracing::info!(reason = %d.reason, "draining");
                 self.draining = true;

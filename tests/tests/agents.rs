@@ -771,3 +771,50 @@ async fn codex_resumes_its_thread_after_a_usage_limit() {
     assert_eq!(tree.get("src/a.txt").map(String::as_str), Some("one\n"), "{tree:?}");
     assert_eq!(tree.get("src/b.txt").map(String::as_str), Some("two\n"), "{tree:?}");
 }
+
+/// `swarmctl message` reaches a running agent: the message lands in its
+/// worktree (`.swarm/messages/`, task.md) at once, is recorded as an event,
+/// and goes to the same agent process as its next user message.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_operator_message_reaches_the_running_agent_as_its_next_message() {
+    let fake = Fake::new();
+    let repo = TempRepo::with_files(&[]);
+    let plan = claude_plan("msg", &fake)
+        .task(agent_task(
+            "t",
+            &["src/**"],
+            // The agent waits for the message's file, then goes on.
+            &["FAKE: write src/a.txt one", "FAKE: gate .swarm/messages/m1.md", "FAKE: write src/b.txt two"],
+        ))
+        .build();
+    let cluster = Cluster::start(&repo, 1, &[]);
+    let url = cluster.url();
+    create_swarm(&url, &plan).await;
+    poll("the agent's first write", WAIT, || async { (!fake.events("t", "tool").is_empty()).then_some(()) })
+        .await;
+    let out = swarmctl(&url, &["message", "msg/t", "Use blue for the button."]);
+    assert_eq!(out.status.code(), Some(0), "message: {}{}", stdout(&out), stderr(&out));
+    assert!(stderr(&out).contains("message m1 sent"), "{}", stderr(&out));
+
+    let t = wait_task_state(&url, "msg", "t", TaskState::Merged).await;
+    assert_eq!(t.attempts, 1);
+    let tree = repo.tree(&integration("msg"));
+    assert!(tree.contains_key("src/a.txt") && tree.contains_key("src/b.txt"), "{tree:?}");
+    let got: Vec<String> =
+        fake.events("t", "user_message").iter().map(|e| e["text"].as_str().unwrap().to_string()).collect();
+    assert!(
+        got.iter().any(|m| m.contains("A message from the operator (m1)") && m.contains("Use blue")),
+        "the agent's user messages: {got:?}\n{}",
+        fake.dump()
+    );
+    assert_eq!(fake.runs("t").len(), 1, "the same process took it:\n{}", fake.dump());
+    let events = task_events(&url, "msg/t").await;
+    assert!(events.iter().any(|e| e.kind == "task.message" && e.message.contains("Use blue")), "{events:?}");
+    let worktree = repo.path().join(".git/workspaces/w1/.swarm");
+    let task_md = std::fs::read_to_string(worktree.join("task.md")).unwrap();
+    assert!(task_md.contains("## Messages from the operator") && task_md.contains("Use blue"), "{task_md}");
+
+    // A task that is not running has no worker to message.
+    let out = swarmctl(&url, &["message", "msg/t", "too late"]);
+    assert_eq!(out.status.code(), Some(5), "FailedPrecondition: {}", stderr(&out));
+}

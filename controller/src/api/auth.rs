@@ -136,6 +136,7 @@ const METHODS: &[(&str, Role)] = &[
     ("/swarm.v1.OperatorService/CancelSwarm", Role::Operator),
     ("/swarm.v1.OperatorService/RetryTask", Role::Operator),
     ("/swarm.v1.OperatorService/Answer", Role::Operator),
+    ("/swarm.v1.OperatorService/SendMessage", Role::Operator),
     ("/swarm.v1.OperatorService/DrainWorker", Role::Admin),
     ("/swarm.v1.OperatorService/Land", Role::Admin),
 ];

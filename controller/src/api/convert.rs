@@ -294,6 +294,9 @@ pub fn outbound(o: Outbound) -> Result<v1::ControllerMessage, tonic::Status> {
         Outbound::Answer { attempt, question_id, text } => {
             Body::Answer(v1::Answer { attempt: Some(handle(&attempt)), question_id, text })
         }
+        Outbound::Message { attempt, message_id, text } => {
+            Body::Message(v1::OperatorMessage { attempt: Some(handle(&attempt)), message_id, text })
+        }
         Outbound::Ack { seq } => Body::Ack(v1::Ack { seq }),
         Outbound::Drain { reason } => Body::Drain(v1::Drain { reason }),
         Outbound::Close { code, message } => {

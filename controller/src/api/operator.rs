@@ -197,6 +197,21 @@ impl OperatorService for OperatorApi {
     }
 
     #[tracing::instrument(skip_all)]
+    async fn send_message(
+        &self,
+        request: Request<v1::SendMessageRequest>,
+    ) -> Result<Response<v1::SendMessageResponse>, Status> {
+        let req = request.into_inner();
+        let task = convert::task_key("task_id", &req.task_id)?;
+        if req.text.trim().is_empty() {
+            return Err(FieldError::new("text", "must not be empty").into());
+        }
+        let text = bounded("text", req.text)?;
+        let (view, message_id) = self.shared.ask(|reply| OperatorOp::SendMessage { task, text, reply }).await?;
+        Ok(Response::new(v1::SendMessageResponse { task: Some(convert::task(view)), message_id }))
+    }
+
+    #[tracing::instrument(skip_all)]
     async fn drain_worker(
         &self,
         request: Request<v1::DrainWorkerRequest>,

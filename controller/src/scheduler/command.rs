@@ -176,6 +176,12 @@ pub enum OperatorOp {
         text: String,
         reply: Reply<TaskView>,
     },
+    SendMessage {
+        task: TaskKey,
+        text: String,
+        /// The task, and the message's id.
+        reply: Reply<(TaskView, String)>,
+    },
     DrainWorker {
         worker: String,
         reply: Reply<WorkerView>,

@@ -98,6 +98,9 @@ pub struct Notes {
     pub summary: String,
     #[serde(default)]
     pub files_changed: Vec<String>,
+    /// The operator's messages to the task's workers, in order.
+    #[serde(default)]
+    pub messages: Vec<String>,
 }
 
 impl Notes {
@@ -108,6 +111,7 @@ impl Notes {
         conflict: None,
         summary: String::new(),
         files_changed: Vec::new(),
+        messages: Vec::new(),
     };
 }
 

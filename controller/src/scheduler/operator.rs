@@ -83,6 +83,10 @@ impl Scheduler {
                 let r = self.answer(&task, &question_id, &text, fx).and_then(|_| self.task_view(&task));
                 later(fx, reply, r);
             }
+            OperatorOp::SendMessage { task, text, reply } => {
+                let r = self.send_message(&task, &text, fx).and_then(|id| Ok((self.task_view(&task)?, id)));
+                later(fx, reply, r);
+            }
             OperatorOp::DrainWorker { worker, reply } => {
                 let r = self.drain(&worker, fx);
                 later(fx, reply, r);
@@ -366,6 +370,47 @@ impl Scheduler {
                 Err(SchedError::FailedPrecondition(format!("task {key} is {other} and has no open question")))
             }
         }
+    }
+
+    /// Sends the operator's message to the worker of a RUNNING task and
+    /// keeps it in the task's notes, so later attempts read it too.
+    fn send_message(&mut self, key: &TaskKey, text: &str, fx: &mut Effects) -> Result<String, SchedError> {
+        let t = self.task(key)?;
+        if t.state != TaskState::Running {
+            return Err(SchedError::FailedPrecondition(format!(
+                "task {key} is {}; messages go to a RUNNING task's worker",
+                t.state
+            )));
+        }
+        let number = t.attempts;
+        let Some(a) = self.attempts.get(&(key.clone(), number)) else {
+            return Err(SchedError::FailedPrecondition(format!("task {key} has no live attempt")));
+        };
+        let (worker, token) = (a.worker.clone(), a.token);
+        let id = match self.tasks.get_mut(key) {
+            Some(t) => {
+                t.notes.messages.push(text.to_string());
+                fx.dirty_tasks.insert(key.clone());
+                format!("m{}", t.notes.messages.len())
+            }
+            None => return Err(SchedError::NotFound(format!("task {key} not found"))),
+        };
+        let message = Outbound::Message {
+            attempt: AttemptHandle { task: key.clone(), number, token },
+            message_id: id.clone(),
+            text: text.to_string(),
+        };
+        self.send(&worker, message, fx);
+        self.task_event(
+            fx,
+            key,
+            number,
+            &worker,
+            "task.message",
+            format!("message {id} to {worker}: {}", swarm_core::names::truncate(text, 200)),
+            serde_json::json!({ "message_id": id, "text": text }),
+        );
+        Ok(id)
     }
 
     fn record_answer(&mut self, key: &TaskKey, qid: &str, question: &str, text: &str, fx: &mut Effects) {

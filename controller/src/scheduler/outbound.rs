@@ -66,6 +66,11 @@ pub enum Outbound {
         question_id: String,
         text: String,
     },
+    Message {
+        attempt: AttemptHandle,
+        message_id: String,
+        text: String,
+    },
     Ack {
         seq: u64,
     },

@@ -68,5 +68,11 @@ pub fn render(task: &Task, attempt: u32, deps: &[(String, String)]) -> String {
         }
         md.push('\n');
     }
+    if !task.notes.messages.is_empty() {
+        let _ = writeln!(md, "## Messages from the operator\n");
+        for (i, m) in task.notes.messages.iter().enumerate() {
+            let _ = writeln!(md, "### m{}\n\n{}\n", i + 1, m.trim_end());
+        }
+    }
     md
 }

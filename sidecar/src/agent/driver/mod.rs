@@ -32,6 +32,10 @@ mod permissions;
 mod report;
 pub use permissions::describe;
 
+/// Marks an operator's message on the answers channel (question ids never
+/// contain a colon).
+pub const MESSAGE_PREFIX: &str = "message:";
+
 const LOG_TAIL: usize = 20;
 const PROGRESS_TAIL: usize = 5;
 const PROGRESS_EVERY: Duration = Duration::from_millis(500);
@@ -494,6 +498,18 @@ impl Driver<'_, '_> {
     }
 
     async fn on_answer(&mut self, id: String, text: String) {
+        if let Some(message_id) = id.strip_prefix(MESSAGE_PREFIX) {
+            let message = format!("A message from the operator ({message_id}):\n\n{}", text.trim());
+            self.log(&format!("operator message {message_id} for the agent")).await;
+            // Between turns it goes now (resuming the session if the agent
+            // already let go of its stdin); during a turn, after it.
+            if self.waiting || !self.turn_open {
+                self.continue_with(message).await;
+            } else {
+                self.held_answers.push(message);
+            }
+            return;
+        }
         if self.asking.as_ref().is_some_and(|p| p.question_id == id) {
             self.resolve_permission(&text).await;
             return;
