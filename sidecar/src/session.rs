@@ -52,6 +52,15 @@ struct Current {
     answers: mpsc::UnboundedSender<(String, String)>,
 }
 
+/// What the operator sent for the attempt in hand.
+#[derive(Debug, Clone, Copy)]
+enum Note {
+    /// An answer to the worker's question.
+    Answer,
+    /// A message of the operator's own.
+    Message,
+}
+
 /// How an attempt's driver starts.
 enum Launch {
     Run,
@@ -462,6 +471,31 @@ impl Session {
         }
     }
 
+    /// Records an operator's answer or message in the attempt's worktree
+    /// (where any worker finds it) and hands it to the attempt's driver (an
+    /// agent gets it as a message).
+    async fn hand_to_attempt(&self, attempt: Option<&v1::AttemptRef>, note: Note, id: &str, text: &str) {
+        let Some(cur) = self.current.as_ref().filter(|c| same_attempt(&c.assignment.attempt, attempt)) else {
+            tracing::warn!(?attempt, id, "{note:?} for an attempt not in hand");
+            return;
+        };
+        let (wt, owned_id, owned_text) = (self.worktree.clone(), id.to_string(), text.to_string());
+        let recorded = tokio::task::spawn_blocking(move || match note {
+            Note::Answer => attempt::record_answer(&wt, &owned_id, &owned_text),
+            Note::Message => attempt::record_message(&wt, &owned_id, &owned_text),
+        })
+        .await
+        .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+        if let Err(e) = recorded {
+            tracing::warn!(id, error = %e, "cannot record the operator's {note:?}");
+        }
+        let key = match note {
+            Note::Answer => id.to_string(),
+            Note::Message => format!("{}{id}", crate::agent::driver::MESSAGE_PREFIX),
+        };
+        let _ = cur.answers.send((key, text.to_string()));
+    }
+
     /// Handles one controller message; may return a message to send.
     async fn on_message(
         &mut self,
@@ -486,39 +520,10 @@ impl Session {
                 }
             }
             Some(In::Answer(a)) => {
-                if let Some(cur) = &self.current
-                    && same_attempt(&cur.assignment.attempt, a.attempt.as_ref())
-                {
-                    let (wt, id, text) = (self.worktree.clone(), a.question_id.clone(), a.text.clone());
-                    if let Err(e) =
-                        tokio::task::spawn_blocking(move || attempt::record_answer(&wt, &id, &text))
-                            .await
-                            .unwrap_or_else(|e| Err(std::io::Error::other(e)))
-                    {
-                        tracing::warn!(question = %a.question_id, error = %e, "cannot record answer");
-                    }
-                    let _ = cur.answers.send((a.question_id.clone(), a.text.clone()));
-                } else {
-                    tracing::warn!(attempt = ?a.attempt, "answer for an attempt not in hand");
-                }
+                self.hand_to_attempt(a.attempt.as_ref(), Note::Answer, &a.question_id, &a.text).await
             }
             Some(In::Message(m)) => {
-                if let Some(cur) = &self.current
-                    && same_attempt(&cur.assignment.attempt, m.attempt.as_ref())
-                {
-                    let (wt, id, text) = (self.worktree.clone(), m.message_id.clone(), m.text.clone());
-                    if let Err(e) =
-                        tokio::task::spawn_blocking(move || attempt::record_message(&wt, &id, &text))
-                            .await
-                            .unwrap_or_else(|e| Err(std::io::Error::other(e)))
-                    {
-                        tracing::warn!(message = %m.message_id, error = %e, "cannot record the operator's message");
-                    }
-                    let id = format!("{}{}", crate::agent::driver::MESSAGE_PREFIX, m.message_id);
-                    let _ = cur.answers.send((id, m.text.clone()));
-                } else {
-                    tracing::warn!(attempt = ?m.attempt, "message for an attempt not in hand");
-                }
+                self.hand_to_attempt(m.attempt.as_ref(), Note::Message, &m.message_id, &m.text).await
             }
             Some(In::Drain(d)) => {
                 tracing::info!(reason = %d.reason, "draining");
