@@ -192,45 +192,83 @@ pub fn spawn(
     Ok((IntegratorHandle { tx, repo: repo.to_path_buf() }, handle))
 }
 
+/// The most requests taken off the queue at once; merges among them for the
+/// same integration branch land together.
+const MAX_DRAIN: usize = 256;
+/// The most merges one `integrate_batch` lands (one pack, one ref update).
+const MAX_BATCH: usize = 100;
+
 fn serve(integrator: Integrator, rx: mpsc::Receiver<Request>, reports: ReportSink) {
-    while let Ok(request) = rx.recv() {
-        match request {
-            Request::Merge(job) => {
-                let result = merge(&integrator, job);
-                if !reports(IntegratorReport::Merged(result)) {
-                    return; // the scheduler stopped
-                }
+    let mut queue: Vec<Request> = Vec::new();
+    while let Ok(first) = rx.recv() {
+        queue.push(first);
+        // Whatever queued up behind it (a backlog of merges while the last
+        // one landed) is handled in this round, in order.
+        while queue.len() < MAX_DRAIN {
+            match rx.try_recv() {
+                Ok(r) => queue.push(r),
+                Err(_) => break,
             }
-            Request::ClearStaleLocks(refs) => {
-                for owned in refs {
-                    let removed = match clear_stale_lock(&integrator, &owned, false) {
-                        Ok(removed) => removed,
-                        Err(reason) => {
-                            tracing::warn!(swarm = %owned.swarm, branch = %owned.branch, %reason, "stale lock check");
-                            None
+        }
+        let mut requests = std::mem::take(&mut queue).into_iter().peekable();
+        while let Some(request) = requests.next() {
+            let keep_going = match request {
+                Request::Merge(job) => {
+                    // A run of consecutive merges lands in batches per
+                    // integration branch; other requests keep their place.
+                    let mut jobs = vec![job];
+                    while let Some(Request::Merge(_)) = requests.peek() {
+                        if let Some(Request::Merge(job)) = requests.next() {
+                            jobs.push(job);
                         }
-                    };
-                    if let Some(removed) = removed
-                        && !reports(IntegratorReport::LockRemoved(removed))
-                    {
-                        return;
                     }
+                    merge_all(&integrator, jobs, &reports)
+                }
+                other => handle(&integrator, other, &reports),
+            };
+            if !keep_going {
+                return; // the scheduler stopped
+            }
+        }
+    }
+}
+
+/// A request other than a merge; false once nobody listens.
+fn handle(integrator: &Integrator, request: Request, reports: &ReportSink) -> bool {
+    match request {
+        Request::Merge(job) => merge_all(integrator, vec![job], reports),
+        Request::ClearStaleLocks(refs) => {
+            for owned in refs {
+                let removed = match clear_stale_lock(integrator, &owned, false) {
+                    Ok(removed) => removed,
+                    Err(reason) => {
+                        tracing::warn!(swarm = %owned.swarm, branch = %owned.branch, %reason, "stale lock check");
+                        None
+                    }
+                };
+                if let Some(removed) = removed
+                    && !reports(IntegratorReport::LockRemoved(removed))
+                {
+                    return false;
                 }
             }
-            Request::EnsureBranch { branch, from, reply } => {
-                let r = ensure_branch(&integrator, &branch, &from);
-                let _ = reply.send(r);
-            }
-            Request::FastForward { target, new_head, reply } => {
-                let r = integrator
-                    .fast_forward(&target, &new_head)
-                    .map(|ff| Landed { target: target.clone(), old: ff.old, new: ff.new })
-                    .map_err(|e| match e {
-                        MergeError::NotFastForward { .. } => SchedError::FailedPrecondition(e.to_string()),
-                        other => SchedError::FailedPrecondition(other.to_string()),
-                    });
-                let _ = reply.send(r);
-            }
+            true
+        }
+        Request::EnsureBranch { branch, from, reply } => {
+            let r = ensure_branch(integrator, &branch, &from);
+            let _ = reply.send(r);
+            true
+        }
+        Request::FastForward { target, new_head, reply } => {
+            let r = integrator
+                .fast_forward(&target, &new_head)
+                .map(|ff| Landed { target: target.clone(), old: ff.old, new: ff.new })
+                .map_err(|e| match e {
+                    MergeError::NotFastForward { .. } => SchedError::FailedPrecondition(e.to_string()),
+                    other => SchedError::FailedPrecondition(other.to_string()),
+                });
+            let _ = reply.send(r);
+            true
         }
     }
 }
@@ -245,7 +283,84 @@ fn ensure_branch(integrator: &Integrator, branch: &str, from: &str) -> Result<St
     integrator.ensure_branch(branch, &base).map_err(|e| SchedError::FailedPrecondition(e.to_string()))
 }
 
-fn merge(integrator: &Integrator, job: MergeJob) -> MergeResult {
+/// One job on its way through [`merge_all`].
+struct Pending {
+    job: MergeJob,
+    span: tracing::Span,
+    result: MergeResult,
+    /// Decided (checks refused it, it had landed, or it was merged).
+    done: bool,
+}
+
+/// Merges `jobs` (in the order the scheduler sent them) and reports one
+/// result per job, in that order. Each job's own checks come first (a
+/// landed attempt found after a restart, ownership); the rest land in
+/// batches per integration branch: one `integrate_batch` each (one pack
+/// or loose objects, one compare-and-swap), a lone job through
+/// `integrate`. Within a batch a conflicting or refused job gets its own
+/// verdict and the others still land; if the batch as a whole fails, its
+/// jobs are merged one at a time, so no job fails for another's sake.
+/// False once nobody listens.
+fn merge_all(integrator: &Integrator, jobs: Vec<MergeJob>, reports: &ReportSink) -> bool {
+    let mut pending: Vec<Pending> = jobs
+        .into_iter()
+        .map(|job| {
+            let span = merge_span(&job);
+            let result = MergeResult {
+                task: job.task.clone(),
+                attempt: job.attempt,
+                verdict: MergeVerdict::Failed { reason: String::new() },
+                ownership_warning: Vec::new(),
+                lock_removed: None,
+            };
+            Pending { job, span, result, done: false }
+        })
+        .collect();
+    for p in &mut pending {
+        let _entered = p.span.enter();
+        match precheck(integrator, &p.job, &mut p.result.ownership_warning) {
+            Ok(None) => {}
+            Ok(Some(verdict)) => {
+                p.result.verdict = verdict;
+                p.done = true;
+            }
+            Err(reason) => {
+                p.result.verdict = MergeVerdict::Failed { reason };
+                p.done = true;
+            }
+        }
+    }
+    // The jobs still to land, by integration branch (in order of first
+    // appearance; each branch's jobs in the order they came).
+    let mut branches: Vec<(String, Vec<usize>)> = Vec::new();
+    for (i, p) in pending.iter().enumerate().filter(|(_, p)| !p.done) {
+        match branches.iter_mut().find(|(b, _)| *b == p.job.integration_branch) {
+            Some((_, idx)) => idx.push(i),
+            None => branches.push((p.job.integration_branch.clone(), vec![i])),
+        }
+    }
+    let mut reported = 0usize;
+    for (_, idx) in branches {
+        for chunk in idx.chunks(MAX_BATCH) {
+            land(integrator, &mut pending, chunk);
+            // Report every result whose predecessors are all decided.
+            while reported < pending.len() && pending[reported].done {
+                if !reports(IntegratorReport::Merged(pending[reported].result.clone())) {
+                    return false;
+                }
+                reported += 1;
+            }
+        }
+    }
+    for p in &pending[reported..] {
+        if !reports(IntegratorReport::Merged(p.result.clone())) {
+            return false;
+        }
+    }
+    true
+}
+
+fn merge_span(job: &MergeJob) -> tracing::Span {
     let span = tracing::info_span!(
         "merge",
         swarm = %job.task.swarm,
@@ -257,47 +372,124 @@ fn merge(integrator: &Integrator, job: MergeJob) -> MergeResult {
     // One swarm is one trace: the merge sits under its task beside the
     // attempts.
     swarm_telemetry::join_swarm_trace(&span, job.task.swarm.as_str(), &job.task.to_string());
-    let _entered = span.enter();
-    let mut result = MergeResult {
-        task: job.task.clone(),
-        attempt: job.attempt,
-        verdict: MergeVerdict::Failed { reason: String::new() },
-        ownership_warning: Vec::new(),
-        lock_removed: None,
-    };
-    result.verdict =
-        match merge_verdict(integrator, &job, &mut result.ownership_warning, &mut result.lock_removed) {
+    span
+}
+
+/// Lands the jobs `chunk` names (all for one integration branch) and
+/// decides each.
+fn land(integrator: &Integrator, pending: &mut [Pending], chunk: &[usize]) {
+    if let [i] = chunk {
+        let p = &mut pending[*i];
+        let _entered = p.span.enter();
+        p.result.verdict = match merge_one(integrator, &p.job, &mut p.result.lock_removed) {
             Ok(v) => v,
             Err(reason) => MergeVerdict::Failed { reason },
         };
-    result
+        p.done = true;
+        return;
+    }
+    let branch = pending[chunk[0]].job.integration_branch.clone();
+    let span = tracing::info_span!("merge.batch", branch = %branch, jobs = chunk.len());
+    let entered = span.enter();
+    let head = match integrator.branch_head(&branch) {
+        Ok(Some(head)) => head,
+        Ok(None) => return fail_all(pending, chunk, &format!("integration branch {branch} does not exist")),
+        Err(e) => return fail_all(pending, chunk, &e.to_string()),
+    };
+    let requests: Vec<MergeRequest> = chunk.iter().map(|&i| request_for(&pending[i].job, &head)).collect();
+    let mut lock_removed = None;
+    let batch = match integrator.integrate_batch(&requests) {
+        Err(MergeError::RefLocked { branch, lock }) => {
+            let owned =
+                OwnedRef { swarm: pending[chunk[0]].job.task.swarm.to_string(), branch: branch.clone() };
+            match clear_stale_lock(integrator, &owned, true) {
+                Ok(Some(removed)) => {
+                    lock_removed = Some(removed);
+                    integrator.integrate_batch(&requests)
+                }
+                Ok(None) | Err(_) => Err(MergeError::RefLocked { branch, lock }),
+            }
+        }
+        other => other,
+    };
+    drop(entered);
+    match batch {
+        Ok(batch) => {
+            tracing::debug!(parent: &span, landed = batch.results.iter().filter(|r| r.is_ok()).count(),
+                head = %batch.head, retries = batch.cas_retries, "batch landed");
+            for (&i, outcome) in chunk.iter().zip(batch.results) {
+                let p = &mut pending[i];
+                let _entered = p.span.enter();
+                p.result.verdict = match verdict_of(&p.job, outcome) {
+                    Ok(v) => v,
+                    Err(reason) => MergeVerdict::Failed { reason },
+                };
+                p.done = true;
+            }
+            if let Some(removed) = lock_removed {
+                pending[chunk[0]].result.lock_removed = Some(removed);
+            }
+        }
+        Err(e) => {
+            // Nothing landed: each job on its own, so the batch's failure
+            // (a locked ref, a failed write, a gix error on one job) is
+            // only the jobs' own where it is theirs.
+            tracing::warn!(parent: &span, error = %e, "batch failed; merging its jobs one at a time");
+            for (n, &i) in chunk.iter().enumerate() {
+                let p = &mut pending[i];
+                let _entered = p.span.enter();
+                p.result.verdict = match merge_one(integrator, &p.job, &mut p.result.lock_removed) {
+                    Ok(v) => v,
+                    Err(reason) => MergeVerdict::Failed { reason },
+                };
+                if n == 0 && p.result.lock_removed.is_none() {
+                    p.result.lock_removed = lock_removed.take();
+                }
+                p.done = true;
+            }
+        }
+    }
 }
 
-fn merge_verdict(
+fn fail_all(pending: &mut [Pending], chunk: &[usize], reason: &str) {
+    for &i in chunk {
+        pending[i].result.verdict = MergeVerdict::Failed { reason: reason.to_string() };
+        pending[i].done = true;
+    }
+}
+
+fn request_for(job: &MergeJob, head: &str) -> MergeRequest {
+    MergeRequest {
+        integration_branch: job.integration_branch.clone(),
+        expected_head: head.to_string(),
+        task_commit: job.task_commit.clone(),
+        strategy: job.strategy,
+        attempt_label: job.attempt_label.clone(),
+        title: job.title.clone(),
+        summary: job.summary.clone(),
+    }
+}
+
+/// A job's own checks before it may land: `Some` decides it (it had
+/// landed before a restart, or ownership refuses it).
+fn precheck(
     integrator: &Integrator,
     job: &MergeJob,
     warnings: &mut Vec<String>,
-    lock_removed: &mut Option<LockRemoved>,
-) -> Result<MergeVerdict, String> {
-    let head_of = |branch: &str| -> Result<String, String> {
-        integrator
-            .branch_head(branch)
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| format!("integration branch {branch} does not exist"))
-    };
+) -> Result<Option<MergeVerdict>, String> {
     if job.recovering {
         // The controller may have died after moving the ref and before
         // recording it: the trailer says whether this attempt landed.
         if let Some(landed) =
             integrator.find_landed(&job.integration_branch, &job.attempt_label).map_err(|e| e.to_string())?
         {
-            let head = head_of(&job.integration_branch)?;
+            let head = head_of(integrator, &job.integration_branch)?;
             tracing::info!(merge_commit = %landed, "merge had landed before the restart");
-            return Ok(MergeVerdict::Merged {
+            return Ok(Some(MergeVerdict::Merged {
                 head,
                 merge_commit: landed,
                 report: serde_json::json!({ "strategy": job.strategy.as_str(), "recovered": true }),
-            });
+            }));
         }
     }
     let changed = integrator.changed_paths(&job.base_commit, &job.task_commit).map_err(|e| e.to_string())?;
@@ -305,24 +497,40 @@ fn merge_verdict(
     if !outside.is_empty() {
         match job.ownership {
             OwnershipPolicy::Enforce => {
-                return Ok(MergeVerdict::Refused {
+                return Ok(Some(MergeVerdict::Refused {
                     reason: format!("result touches files outside its owned globs: {}", outside.join(", ")),
-                });
+                }));
             }
             OwnershipPolicy::Warn => *warnings = outside,
         }
     }
-    let head = head_of(&job.integration_branch)?;
-    let request = MergeRequest {
-        integration_branch: job.integration_branch.clone(),
-        expected_head: head,
-        task_commit: job.task_commit.clone(),
-        strategy: job.strategy,
-        attempt_label: job.attempt_label.clone(),
-        title: job.title.clone(),
-        summary: job.summary.clone(),
-    };
-    match integrate(integrator, job, &request, lock_removed) {
+    Ok(None)
+}
+
+fn head_of(integrator: &Integrator, branch: &str) -> Result<String, String> {
+    integrator
+        .branch_head(branch)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("integration branch {branch} does not exist"))
+}
+
+/// One job that passed its checks, landed alone on the current head.
+fn merge_one(
+    integrator: &Integrator,
+    job: &MergeJob,
+    lock_removed: &mut Option<LockRemoved>,
+) -> Result<MergeVerdict, String> {
+    let head = head_of(integrator, &job.integration_branch)?;
+    let request = request_for(job, &head);
+    verdict_of(job, integrate(integrator, job, &request, lock_removed))
+}
+
+/// What the scheduler hears of one merge's outcome.
+fn verdict_of(
+    job: &MergeJob,
+    outcome: Result<swarm_git::MergeReport, MergeError>,
+) -> Result<MergeVerdict, String> {
+    match outcome {
         Ok(report) => Ok(MergeVerdict::Merged {
             head: report.result.clone(),
             merge_commit: report.result.clone(),
@@ -419,5 +627,150 @@ fn clear_stale_lock(
             tracing::warn!(lock = %path.display(), pid, "integration ref lock is held open by a live process; left alone");
             Ok(None)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use swarm_tests::TempRepo;
+
+    use super::*;
+
+    const BRANCH: &str = "swarm/s/integration";
+
+    fn job(repo: &TempRepo, base: &str, name: &str, files: &[(&str, &str)], globs: &[&str]) -> MergeJob {
+        let commit = repo.commit(Some(base), files, name);
+        MergeJob {
+            task: TaskKey::parse(&format!("s/{name}")).expect("key"),
+            attempt: 1,
+            attempt_label: format!("s/{name}#1"),
+            integration_branch: BRANCH.into(),
+            task_commit: commit,
+            base_commit: base.into(),
+            strategy: MergeStrategy::Merge,
+            ownership: OwnershipPolicy::Enforce,
+            owned_globs: globs.iter().map(|g| g.to_string()).collect(),
+            title: name.into(),
+            summary: String::new(),
+            recovering: false,
+        }
+    }
+
+    /// Runs the integrator thread's loop over `jobs`, all queued before it
+    /// starts (so they are one backlog), and returns its reports.
+    fn serve_backlog(repo: &TempRepo, jobs: &[MergeJob]) -> Vec<MergeResult> {
+        let (tx, rx) = mpsc::channel();
+        for j in jobs {
+            tx.send(Request::Merge(j.clone())).expect("send");
+        }
+        drop(tx);
+        let out = Arc::new(Mutex::new(Vec::new()));
+        let sink = out.clone();
+        let integrator = Integrator::open(repo.path()).expect("open");
+        serve(
+            integrator,
+            rx,
+            Box::new(move |r| {
+                if let IntegratorReport::Merged(m) = r {
+                    sink.lock().expect("lock").push(m);
+                }
+                true
+            }),
+        );
+        out.lock().expect("lock").clone()
+    }
+
+    fn reflog_len(repo: &TempRepo) -> usize {
+        repo.git2().reflog(&format!("refs/heads/{BRANCH}")).expect("reflog").len()
+    }
+
+    #[test]
+    fn a_backlog_lands_in_one_ref_update_with_per_job_verdicts_in_order() {
+        let repo = TempRepo::with_files(&[("shared.txt", "one\ntwo\nthree\n")]);
+        let base = repo.head("main");
+        repo.set_branch(BRANCH, &base);
+        // The integration branch moved on: it edits shared.txt.
+        let head = repo.commit(Some(&base), &[("shared.txt", "one\nTWO\nthree\n")], "integration edit");
+        repo.set_branch(BRANCH, &head);
+        let mut jobs: Vec<MergeJob> = (0..40)
+            .map(|i| {
+                let path = format!("d{i}/f.txt");
+                job(&repo, &base, &format!("t{i}"), &[(path.as_str(), "x\n")], &[&format!("d{i}/**")])
+            })
+            .collect();
+        jobs.insert(5, job(&repo, &base, "conflicts", &[("shared.txt", "one\n2\nthree\n")], &["shared.txt"]));
+        jobs.insert(9, job(&repo, &base, "trespasses", &[("d0/g.txt", "y\n")], &["elsewhere/**"]));
+        let before = reflog_len(&repo);
+
+        let results = serve_backlog(&repo, &jobs);
+        assert_eq!(results.len(), jobs.len());
+        let mut last_head = head.clone();
+        for (r, j) in results.iter().zip(&jobs) {
+            assert_eq!(r.task, j.task, "results come back in the order the jobs went in");
+            match (&r.verdict, j.task.task.as_str()) {
+                (MergeVerdict::Conflict { paths, .. }, "conflicts") => assert_eq!(paths, &["shared.txt"]),
+                (MergeVerdict::Refused { reason }, "trespasses") => {
+                    assert!(reason.contains("d0/g.txt"), "{reason}")
+                }
+                (MergeVerdict::Merged { head, merge_commit, .. }, _) => {
+                    assert_eq!(head, merge_commit);
+                    assert!(repo.parents(merge_commit).contains(&last_head), "each lands on the one before");
+                    last_head = head.clone();
+                }
+                (other, task) => panic!("{task}: {other:?}"),
+            }
+        }
+        assert_eq!(repo.head(BRANCH), last_head);
+        assert_eq!(reflog_len(&repo), before + 1, "one compare-and-swap for the whole backlog");
+        let tree = repo.tree(&last_head);
+        assert_eq!(tree.get("shared.txt").map(String::as_str), Some("one\nTWO\nthree\n"));
+        assert!((0..40).all(|i| tree.contains_key(&format!("d{i}/f.txt"))));
+
+        // A restarted controller resubmits them all: each landed attempt is
+        // found by its trailer and nothing is merged twice.
+        let fresh = Integrator::open(repo.path()).expect("open");
+        for j in &jobs {
+            let found = fresh.find_landed(BRANCH, &j.attempt_label).expect("find");
+            let landed = !matches!(j.task.task.as_str(), "conflicts" | "trespasses");
+            assert_eq!(found.is_some(), landed, "{}", j.attempt_label);
+        }
+        drop(fresh);
+        let again: Vec<MergeJob> = jobs
+            .iter()
+            .filter(|j| !matches!(j.task.task.as_str(), "conflicts" | "trespasses"))
+            .map(|j| MergeJob { recovering: true, ..j.clone() })
+            .collect();
+        for r in serve_backlog(&repo, &again) {
+            match r.verdict {
+                MergeVerdict::Merged { head, report, .. } => {
+                    assert_eq!(head, last_head);
+                    assert_eq!(report["recovered"], true);
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(repo.head(BRANCH), last_head);
+    }
+
+    #[test]
+    fn a_backlog_for_two_branches_lands_on_each() {
+        let repo = TempRepo::with_files(&[]);
+        let base = repo.head("main");
+        repo.set_branch(BRANCH, &base);
+        repo.set_branch("swarm/t/integration", &base);
+        let mut jobs = Vec::new();
+        for i in 0..6 {
+            let mut j = job(&repo, &base, &format!("t{i}"), &[(format!("f{i}").as_str(), "x\n")], &["**"]);
+            if i % 2 == 1 {
+                j.integration_branch = "swarm/t/integration".into();
+            }
+            jobs.push(j);
+        }
+        let results = serve_backlog(&repo, &jobs);
+        assert!(results.iter().all(|r| matches!(r.verdict, MergeVerdict::Merged { .. })), "{results:?}");
+        assert_eq!(repo.tree(&repo.head(BRANCH)).len(), 4); // README + f0, f2, f4
+        assert_eq!(repo.tree(&repo.head("swarm/t/integration")).len(), 4);
     }
 }
