@@ -123,6 +123,14 @@ pub enum Command {
         #[command(flatten)]
         out: OutputArgs,
     },
+    /// A progress report: the swarm, each task's branch with status,
+    /// progress and health (green/yellow/red), checklists, and the
+    /// integration queue. Markdown by default; `-o json` for scripts.
+    Report {
+        swarm: String,
+        #[command(flatten)]
+        out: OutputArgs,
+    },
     /// Stop assigning new tasks to a worker.
     Drain {
         worker: String,

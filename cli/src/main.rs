@@ -11,6 +11,7 @@ mod exit;
 mod local;
 mod ops;
 mod output;
+mod report;
 mod watch;
 
 use std::process::ExitCode;

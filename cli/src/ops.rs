@@ -79,6 +79,11 @@ pub async fn run(url: &client::Target, command: Command) -> anyhow::Result<()> {
             eprintln!("message {} sent", resp.message_id);
             print_task(resp.task, out.output)
         }
+        Command::Report { swarm, out } => {
+            let swarm_id = client::swarm_id(&swarm)?;
+            let mut c = connect(url).await?;
+            crate::report::report(&mut c, &swarm_id, out.output).await
+        }
         Command::Drain { worker, out } => {
             let mut c = connect(url).await?;
             let resp = c.drain_worker(v1::DrainWorkerRequest { worker_id: worker }).await?.into_inner();

@@ -39,6 +39,19 @@ async fn cancel_get_describe_and_logs_through_swarmctl() {
         }
     });
 
+    // The progress report, while one task merged and one runs.
+    let out = swarmctl(&url, &["report", "ops"]);
+    assert_eq!(out.status.code(), Some(0), "report: {}", stderr(&out));
+    let md = stdout(&out);
+    assert!(md.contains("- Progress: 1/2 merged"), "{md}");
+    assert!(md.contains("| slow | RUNNING |") && md.contains("green"), "{md}");
+    assert!(md.contains("## Checklists") && md.contains("## Integration queue"), "{md}");
+    let out = swarmctl(&url, &["report", "ops", "-o", "json"]);
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(report["branches"].as_array().unwrap().len(), 2, "{report}");
+    assert_eq!(report["branches"][0]["health"], "green", "{report}");
+    assert_eq!(report["branches"][0]["checklist"][3]["done"], true, "quick is merged: {report}");
+
     let out = swarmctl(&url, &["cancel", "ops/slow", "--reason", "not needed"]);
     assert_eq!(out.status.code(), Some(0), "cancel: {}", stderr(&out));
     let t = wait_task_state(&url, "ops", "slow", TaskState::Cancelled).await;
