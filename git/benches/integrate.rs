@@ -7,6 +7,7 @@
 //! and (c) a merge queue of 1,000 non-conflicting task branches landed in order, one `integrate` each
 //! and with `integrate_batch` in batches of 10 and 100 (one pack and one ref update per batch).
 //! Every loop is bounded in iterations and in time. Optional arguments: `--quick` (fewer iterations),
+//! `--no-queue` (only (a) and (b), e.g. under `perf record`),
 //! `--dir PATH` (where to create the repository, default the system temp dir; the integrator is
 //! bound by file creation — 4 loose objects and a ref lock per merge — so compare a disk with tmpfs:
 //! `cargo bench -p swarm-git --bench integrate -- --dir /dev/shm`).
@@ -71,6 +72,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
 
     let integrator = Integrator::open(repo_path)?;
+    let rss_open = rss_kib();
     let request = |expected: &str, task: &str, label: String| MergeRequest {
         integration_branch: "integ".into(),
         expected_head: expected.to_string(),
@@ -132,6 +134,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         rounds.push((median(&mut a), median(&mut b)));
     }
     reset("integ", &integ_head)?;
+    let rss_rounds = rss_kib();
     let mut ratios: Vec<f64> = rounds.iter().map(|(a, b)| ms(*b) / ms(*a)).collect();
     ratios.sort_by(f64::total_cmp);
     let mut a_all: Vec<Duration> = rounds.iter().map(|r| r.0).collect();
@@ -140,7 +143,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // (c) Merge queue: QUEUE_BRANCHES task branches, each adding its own file, landed in order; one
     // pass per batch size (1 = one `integrate` per branch), each with its own branches and queue.
     let mut queue_rates = Vec::new();
-    for (pass, &batch) in QUEUE_BATCHES.iter().enumerate() {
+    let skip_queue = std::env::args().any(|a| a == "--no-queue");
+    for (pass, &batch) in QUEUE_BATCHES.iter().enumerate().filter(|_| !skip_queue) {
         let start = head_of(&format!("queue{pass}"))?;
         let mut current = start.clone();
         let tasks: Vec<String> =
@@ -187,6 +191,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         queue_rates.push((batch, landed, landed as f64 / queue_time.as_secs_f64()));
     }
 
+    let rss_queue = rss_kib();
+
     println!();
     println!("location: {}", parent.display());
     println!(
@@ -229,7 +235,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             rate
         );
     }
+    println!(
+        "process RSS: {rss_open} KiB after opening the integrator, {rss_rounds} KiB after (a)/(b), {rss_queue} KiB after (c)"
+    );
     Ok(())
+}
+
+/// This process's resident set (`VmRSS`), 0 where `/proc` is missing.
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
 }
 
 fn ms(d: Duration) -> f64 {
