@@ -8,11 +8,12 @@
 //! exported, and [`traceparent`] returns `None`.
 
 use std::collections::HashMap;
+use std::time::SystemTime;
 
-use opentelemetry::Context;
 use opentelemetry::propagation::TextMapPropagator as _;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt as _, TraceFlags, TraceId, TraceState};
+use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
@@ -60,6 +61,11 @@ where
         }
         _ => None,
     };
+    if let Some(p) = &provider {
+        // For the spans built directly (a swarm's root, its tasks), which
+        // need the ids their children already name.
+        opentelemetry::global::set_tracer_provider(p.clone());
+    }
     let otel = provider.as_ref().map(|p| tracing_opentelemetry::layer().with_tracer(p.tracer(service)));
     let fmt = tracing_subscriber::fmt::layer().with_writer(writer).with_ansi(ansi);
     let registry = tracing_subscriber::registry().with(filter).with(otel);
@@ -134,6 +140,73 @@ pub fn join_swarm_trace(span: &tracing::Span, swarm: &str, parent_key: &str) {
         TraceState::default(),
     );
     let _ = span.set_parent(Context::new().with_remote_span_context(parent));
+}
+
+/// Exports the span that stands for a task in its swarm's trace, from its
+/// creation to its end: the parent its attempts' and merges' spans already
+/// name (by an id derived from the task's full id), and a child of the
+/// swarm's root. Called once, when the task reaches its end state; a no-op
+/// when spans are not exported.
+pub fn export_task_span(swarm: &str, task_key: &str, start: SystemTime, end: SystemTime, state: &str) {
+    let root = SpanContext::new(
+        swarm_trace_id(swarm),
+        SpanId::from_bytes(fnv1a(&root_key(swarm), FNV_OFFSET)),
+        TraceFlags::SAMPLED,
+        true,
+        TraceState::default(),
+    );
+    let attrs = vec![
+        KeyValue::new("swarm.swarm", swarm.to_string()),
+        KeyValue::new("swarm.task", task_key.to_string()),
+    ];
+    build_span(
+        format!("task {task_key}"),
+        Context::new().with_remote_span_context(root),
+        None,
+        task_key,
+        start,
+        end,
+        state,
+        attrs,
+    );
+}
+
+/// Exports the swarm's root span, from its creation to its end: the one
+/// span of the swarm's trace without a parent. Called once, when the swarm
+/// ends; a no-op when spans are not exported.
+pub fn export_swarm_span(swarm: &str, start: SystemTime, end: SystemTime, state: &str) {
+    let attrs = vec![KeyValue::new("swarm.swarm", swarm.to_string())];
+    let trace = Some(swarm_trace_id(swarm));
+    build_span(format!("swarm {swarm}"), Context::new(), trace, &root_key(swarm), start, end, state, attrs);
+}
+
+#[allow(clippy::too_many_arguments)] // one private builder behind two small public calls
+fn build_span(
+    name: String,
+    parent: Context,
+    trace_id: Option<TraceId>,
+    key: &str,
+    start: SystemTime,
+    end: SystemTime,
+    state: &str,
+    mut attrs: Vec<KeyValue>,
+) {
+    use opentelemetry::trace::{Span as _, Tracer as _};
+    let tracer = opentelemetry::global::tracer("swarm");
+    attrs.push(KeyValue::new("swarm.state", state.to_string()));
+    let mut builder = tracer.span_builder(name);
+    builder.trace_id = trace_id;
+    builder.span_id = Some(SpanId::from_bytes(fnv1a(key, FNV_OFFSET)));
+    builder.start_time = Some(start);
+    builder.attributes = Some(attrs);
+    let mut span = tracer.build_with_context(builder, &parent);
+    span.end_with_timestamp(end.max(start));
+}
+
+/// What the swarm's root span id is derived from: not a task id (those
+/// contain a `/` after the swarm id; this a `:`).
+fn root_key(swarm: &str) -> String {
+    format!("swarm:{swarm}")
 }
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;

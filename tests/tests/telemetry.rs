@@ -66,6 +66,12 @@ impl Collector {
         names
     }
 
+    /// Every span of the trace `trace` (hex), with its service.
+    fn in_trace(&self, trace: &str) -> Vec<(String, Span)> {
+        let all = self.0.lock().unwrap();
+        all.iter().filter(|(_, s)| hex(&s.trace_id) == trace).cloned().collect()
+    }
+
     /// Trace ids (hex) of every span of `service` named `name`.
     fn traces_of(&self, service: &str, name: &str) -> Vec<String> {
         let all = self.0.lock().unwrap();
@@ -223,5 +229,23 @@ async fn trace_context_crosses_processes_and_metrics_count_the_run() {
     let merges = collector.traces_of("swarm-controller", "merge");
     assert_eq!(merges.len(), 2, "{merges:?}");
     assert!(merges.iter().all(|t| *t == hex(&assign.trace_id)), "{merges:?}");
+
+    // A complete tree: every span of the finished swarm's trace names a
+    // parent that was exported too, and exactly one (the swarm's) is a root.
+    let trace = hex(&assign.trace_id);
+    let spans = collector.in_trace(&trace);
+    let ids: std::collections::HashSet<String> = spans.iter().map(|(_, s)| hex(&s.span_id)).collect();
+    let orphans: Vec<String> = spans
+        .iter()
+        .filter(|(_, s)| !s.parent_span_id.is_empty() && !ids.contains(&hex(&s.parent_span_id)))
+        .map(|(svc, s)| format!("{svc}: {} (parent {})", s.name, hex(&s.parent_span_id)))
+        .collect();
+    assert!(orphans.is_empty(), "spans whose parent was never exported: {orphans:?}");
+    let roots: Vec<&str> =
+        spans.iter().filter(|(_, s)| s.parent_span_id.is_empty()).map(|(_, s)| s.name.as_str()).collect();
+    assert_eq!(roots, [format!("swarm {SWARM}")], "one root per swarm");
+    let tasks: Vec<&str> =
+        spans.iter().map(|(_, s)| s.name.as_str()).filter(|n| n.starts_with("task ")).collect();
+    assert_eq!(tasks.len(), 2, "a span per task: {tasks:?}");
     server.abort();
 }

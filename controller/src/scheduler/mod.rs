@@ -80,6 +80,11 @@ impl Default for Timing {
 const MAX_BATCH: usize = 4096;
 const TICK: Duration = Duration::from_millis(50);
 
+/// A unix-ms stamp as a time.
+fn unix_time(ms: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)
+}
+
 pub fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
@@ -527,6 +532,18 @@ impl Scheduler {
         }
         task.state = to;
         task.reason = reason.to_string();
+        if to.is_terminal() && from != to {
+            // The task's span in the swarm's trace: the parent its attempts'
+            // and merges' spans name; it lives from the swarm's creation.
+            let created = self.swarms.get(&key.swarm).map(|s| s.created_at).unwrap_or(0);
+            swarm_telemetry::export_task_span(
+                key.swarm.as_str(),
+                &key.to_string(),
+                unix_time(created),
+                SystemTime::now(),
+                to.as_str(),
+            );
+        }
         if let Some(sw) = self.swarms.get_mut(&key.swarm) {
             sw.counts[model::state_index(from)] = sw.counts[model::state_index(from)].saturating_sub(1);
             sw.counts[model::state_index(to)] += 1;
@@ -712,6 +729,15 @@ impl Scheduler {
         }
         swarm.state = next;
         fx.batch.swarm(swarm.row());
+        if matches!(next, SwarmState::Completed | SwarmState::Failed | SwarmState::Cancelled) {
+            // The root of the swarm's trace, which its tasks' spans name.
+            swarm_telemetry::export_swarm_span(
+                id.as_str(),
+                unix_time(swarm.created_at),
+                SystemTime::now(),
+                next.as_str(),
+            );
+        }
         let _span =
             tracing::info_span!("swarm.transition", swarm = %id, from = from.as_str(), to = next.as_str())
                 .entered();
