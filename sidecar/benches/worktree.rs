@@ -14,7 +14,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use swarm_sidecar::worktree;
+use swarm_sidecar::{changes, worktree};
 
 fn git(repo: &Path, args: &[&str]) -> String {
     let out = Command::new("git").args(args).current_dir(repo).output().expect("git runs");
@@ -125,4 +125,34 @@ fn main() {
         "  next task's prepare (median)              {:>9.1} ms  (aim <= 50 ms)",
         next.as_secs_f64() * 1e3
     );
+
+    // The tracked path of an attempt (what the e2e run does per task): move
+    // by the changed paths, the worker writes one file, the tracked commit,
+    // the list of changed files.
+    let tracked = worktree::prepare(&repo, "tracked", "swarm/b/r0", &c1).expect("tracked worktree");
+    let mut tracker = changes::Tracker::start(&tracked.path).expect("tracker");
+    let (mut moves, mut commits, mut lists) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..rounds {
+        let base = if i % 2 == 0 { &c2 } else { &c1 };
+        assert_eq!(tracker.take(), Some(Default::default()), "clean before the move");
+        let t = Instant::now();
+        changes::move_clean(&repo, "tracked", &format!("swarm/b/r{}", i + 1), base).expect("move");
+        moves.push(t.elapsed());
+        assert_eq!(tracker.take().map(|s| s.is_empty()), Some(false), "the move is seen");
+        std::fs::write(tracked.path.join(format!("src/d{}/new{i}.txt", i % 100)), "new\n").expect("write");
+        let changed = tracker.take().expect("tracked");
+        let t = Instant::now();
+        let (oid, made) = changes::commit_paths(&tracked.path, "bench", &changed).expect("commit");
+        commits.push(t.elapsed());
+        assert!(made);
+        let t = Instant::now();
+        let files = worktree::files_changed(&tracked.path, base, oid).expect("files changed");
+        lists.push(t.elapsed());
+        assert_eq!(files.len(), 1);
+    }
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    println!("tracked attempts ({rounds}, medians; the e2e path):");
+    println!("  move to the next base (changed paths)      {:>9.1} ms", ms(median(moves)));
+    println!("  commit of the worker's changes             {:>9.1} ms", ms(median(commits)));
+    println!("  files changed by the commit                {:>9.1} ms", ms(median(lists)));
 }

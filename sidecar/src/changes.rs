@@ -19,6 +19,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Component, Path, PathBuf};
 
 use git2::Repository;
@@ -217,23 +218,37 @@ pub fn commit_paths(
 ) -> Result<(git2::Oid, bool), WorktreeError> {
     let repo = Repository::open(worktree)?;
     let mut index = repo.index()?;
+    // What left first, so that a file that became a directory (or the
+    // other way round) never meets its old self in the index.
+    let mut present = Vec::new();
     for p in paths {
         match std::fs::symlink_metadata(worktree.join(p)) {
-            // A directory's files are listed one by one.
-            Ok(m) if m.is_dir() => {}
-            Ok(_) => {
-                // Untracked and ignored stays out, as with `add -A`.
-                if index.get_path(p, 0).is_some() || !repo.is_path_ignored(p)? {
-                    index.add_path(p)?;
+            // A directory's files are listed one by one; a file it replaced goes.
+            Ok(m) if m.is_dir() => {
+                if index.get_path(p, 0).is_some() {
+                    index.remove_path(p)?;
                 }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Ok(_) => {
+                // The files of a directory it replaced go.
+                index.remove_dir(p, 0)?;
+                present.push(p);
+            }
+            Err(e)
+                if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory) =>
+            {
                 if index.get_path(p, 0).is_some() {
                     index.remove_path(p)?;
                 }
                 index.remove_dir(p, 0)?;
             }
             Err(source) => return Err(WorktreeError::Io { path: worktree.join(p), source }),
+        }
+    }
+    for p in present {
+        // Untracked and ignored stays out, as with `add -A`.
+        if index.get_path(p, 0).is_some() || !repo.is_path_ignored(p)? {
+            index.add_path(p)?;
         }
     }
     let head = repo.head()?.peel_to_commit()?;
@@ -280,22 +295,16 @@ pub fn move_clean(
     let target = wt.find_commit(oid)?;
     let head = wt.head()?.peel_to_commit()?;
     if head.id() != oid {
-        let diff = wt.diff_tree_to_tree(Some(&head.tree()?), Some(&target.tree()?), None)?;
-        let mut changed: Vec<PathBuf> = Vec::new();
-        for d in diff.deltas() {
-            for f in [d.old_file(), d.new_file()] {
-                if let Some(p) = f.path()
-                    && !changed.iter().any(|c| c == p)
-                {
-                    changed.push(p.to_path_buf());
-                }
-            }
-        }
-        if !changed.is_empty() {
+        let deltas = diff_trees(&wt, Some(&head.tree()?), Some(&target.tree()?))?;
+        if deltas.is_empty() {
+        } else if plain_files(&wt, &deltas)? {
+            write_files(&wt, &path, &deltas)?;
+        } else {
+            // Filters, submodules or attributes that change: libgit2's checkout.
             let mut co = CheckoutBuilder::new();
             co.force().remove_untracked(true).remove_ignored(false).disable_pathspec_match(true);
-            for p in &changed {
-                co.path(p);
+            for d in &deltas {
+                co.path(&d.path);
             }
             wt.checkout_tree(target.as_object(), Some(&mut co))?;
         }
@@ -303,6 +312,189 @@ pub fn move_clean(
     wt.set_head_detached(oid)?;
     worktree::point_at_branch(&repo, &wt, branch, oid)?;
     Ok(worktree::Prepared { path, created: false, cleared_locks })
+}
+
+/// One non-tree entry that differs between two trees: its (id, file mode)
+/// on each side, `None` where it is absent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FileDelta {
+    pub path: PathBuf,
+    pub old: Option<(git2::Oid, i32)>,
+    pub new: Option<(git2::Oid, i32)>,
+}
+
+const TREE: i32 = 0o040000;
+const BLOB: i32 = 0o100644;
+const BLOB_EXECUTABLE: i32 = 0o100755;
+const LINK: i32 = 0o120000;
+
+/// The files (blobs, links, submodules) that differ between two trees, in
+/// path order. Equal subtrees are skipped by their ids, so the cost grows
+/// with what changed, not with the tree (libgit2's tree-to-tree diff walks
+/// every entry of both).
+pub(crate) fn diff_trees(
+    repo: &Repository,
+    a: Option<&git2::Tree<'_>>,
+    b: Option<&git2::Tree<'_>>,
+) -> Result<Vec<FileDelta>, git2::Error> {
+    let mut out = Vec::new();
+    diff_into(repo, Path::new(""), a, b, &mut out)?;
+    out.sort_by(|x, y| x.path.as_os_str().as_bytes().cmp(y.path.as_os_str().as_bytes()));
+    Ok(out)
+}
+
+fn diff_into(
+    repo: &Repository,
+    dir: &Path,
+    a: Option<&git2::Tree<'_>>,
+    b: Option<&git2::Tree<'_>>,
+    out: &mut Vec<FileDelta>,
+) -> Result<(), git2::Error> {
+    type Entries = std::collections::BTreeMap<Vec<u8>, (git2::Oid, i32)>;
+    let entries = |t: Option<&git2::Tree<'_>>| -> Entries {
+        t.map(|t| t.iter().map(|e| (e.name_bytes().to_vec(), (e.id(), e.filemode()))).collect())
+            .unwrap_or_default()
+    };
+    let (ea, eb) = (entries(a), entries(b));
+    let names: BTreeSet<&Vec<u8>> = ea.keys().chain(eb.keys()).collect();
+    for name in names {
+        let (x, y) = (ea.get(name).copied(), eb.get(name).copied());
+        if x == y {
+            continue;
+        }
+        let path = dir.join(OsStr::from_bytes(name));
+        let is_tree = |e: &(git2::Oid, i32)| e.1 == TREE;
+        let (xt, yt) = (x.filter(is_tree), y.filter(is_tree));
+        if xt.is_some() || yt.is_some() {
+            let ta = xt.map(|e| repo.find_tree(e.0)).transpose()?;
+            let tb = yt.map(|e| repo.find_tree(e.0)).transpose()?;
+            diff_into(repo, &path, ta.as_ref(), tb.as_ref(), out)?;
+        }
+        let (xf, yf) = (x.filter(|e| !is_tree(e)), y.filter(|e| !is_tree(e)));
+        if xf.is_some() || yf.is_some() {
+            out.push(FileDelta { path, old: xf, new: yf });
+        }
+    }
+    Ok(())
+}
+
+/// Whether the files of `deltas` can be written as their blobs are: no
+/// attribute that converts content (filters, line endings, `ident`), no
+/// `.gitattributes` among them, no submodule, no `core.autocrlf`, links
+/// only where the repository has them. Anything else goes to libgit2.
+fn plain_files(repo: &Repository, deltas: &[FileDelta]) -> Result<bool, git2::Error> {
+    let cfg = repo.config()?.snapshot()?;
+    if let Ok(v) = cfg.get_str("core.autocrlf")
+        && !matches!(v.to_ascii_lowercase().as_str(), "false" | "no" | "off" | "0" | "")
+    {
+        return Ok(false);
+    }
+    let links = cfg.get_bool("core.symlinks").unwrap_or(true);
+    for d in deltas {
+        let mode_ok = |e: Option<(git2::Oid, i32)>| match e {
+            None => true,
+            Some((_, m)) => m == BLOB || m == BLOB_EXECUTABLE || (m == LINK && links),
+        };
+        if !mode_ok(d.old) || !mode_ok(d.new) || d.path.file_name() == Some(OsStr::new(".gitattributes")) {
+            return Ok(false);
+        }
+        for attr in ["filter", "text", "eol", "crlf", "ident", "working-tree-encoding"] {
+            if repo.get_attr_bytes(&d.path, attr, git2::AttrCheckFlags::FILE_THEN_INDEX)?.is_some() {
+                return Ok(false);
+            }
+        }
+    }
+    Ok(true)
+}
+
+/// Makes the files of `deltas` what their new side says (writes, links,
+/// removals, with directories made and emptied ones removed, as a checkout
+/// does) and updates their index entries; the rest of the index is kept.
+fn write_files(repo: &Repository, root: &Path, deltas: &[FileDelta]) -> Result<(), WorktreeError> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let fail = |p: &Path| {
+        let full = root.join(p);
+        move |source| WorktreeError::Io { path: full, source }
+    };
+    let mut index = repo.index()?;
+    for d in deltas.iter().filter(|d| d.new.is_none()) {
+        match std::fs::remove_file(root.join(&d.path)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(fail(&d.path)(e)),
+            _ => {}
+        }
+        index.remove_path(&d.path)?;
+        // Directories left empty go (ones that still hold ignored files stay).
+        let mut dir = d.path.parent();
+        while let Some(p) = dir.filter(|p| !p.as_os_str().is_empty()) {
+            if std::fs::remove_dir(root.join(p)).is_err() {
+                break;
+            }
+            dir = p.parent();
+        }
+    }
+    for d in deltas {
+        let Some((oid, mode)) = d.new else { continue };
+        let full = root.join(&d.path);
+        if let Some(parent) = full.parent() {
+            std::fs::create_dir_all(parent).map_err(fail(&d.path))?;
+        }
+        match std::fs::symlink_metadata(&full) {
+            Ok(m) if m.is_dir() => {
+                return Err(WorktreeError::Io {
+                    path: full,
+                    source: std::io::Error::other("a directory is where a file goes"),
+                });
+            }
+            Ok(_) => std::fs::remove_file(&full).map_err(fail(&d.path))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(fail(&d.path)(e)),
+        }
+        let blob = repo.find_blob(oid)?;
+        if mode == LINK {
+            std::os::unix::fs::symlink(OsStr::from_bytes(blob.content()), &full).map_err(fail(&d.path))?;
+        } else {
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(if mode == BLOB_EXECUTABLE { 0o777 } else { 0o666 })
+                .open(&full)
+                .map_err(fail(&d.path))?;
+            f.write_all(blob.content()).map_err(fail(&d.path))?;
+        }
+        // The entry is the blob's (no filters), with the stat of the file.
+        index.add(&index_entry(&full, &d.path, oid, mode)?)?;
+    }
+    index.write()?;
+    Ok(())
+}
+
+/// An index entry for the file just written at `full`.
+fn index_entry(
+    full: &Path,
+    rel: &Path,
+    oid: git2::Oid,
+    mode: i32,
+) -> Result<git2::IndexEntry, WorktreeError> {
+    use std::os::unix::fs::MetadataExt as _;
+    let m = std::fs::symlink_metadata(full)
+        .map_err(|source| WorktreeError::Io { path: full.to_path_buf(), source })?;
+    // Index stat fields are 32 bits wide; git truncates them the same way.
+    let time = |s: i64, ns: i64| git2::IndexTime::new(s as i32, ns as u32);
+    Ok(git2::IndexEntry {
+        ctime: time(m.ctime(), m.ctime_nsec()),
+        mtime: time(m.mtime(), m.mtime_nsec()),
+        dev: m.dev() as u32,
+        ino: m.ino() as u32,
+        mode: mode as u32,
+        uid: m.uid(),
+        gid: m.gid(),
+        file_size: m.size() as u32,
+        id: oid,
+        flags: 0,
+        flags_extended: 0,
+        path: rel.as_os_str().as_bytes().to_vec(),
+    })
 }
 
 #[cfg(test)]
@@ -390,6 +582,142 @@ mod tests {
         let wt = git2::Repository::open(&p.path).expect("wt");
         assert_eq!(wt.head().expect("head").peel_to_commit().expect("commit").id(), base);
         assert!(wt.statuses(None).expect("status").is_empty(), "clean after the move");
+    }
+
+    fn git_out(dir: &Path, args: &[&str], index: Option<&Path>) -> String {
+        let mut cmd = std::process::Command::new("git");
+        cmd.args(args).current_dir(dir);
+        if let Some(i) = index {
+            cmd.env("GIT_INDEX_FILE", i);
+        }
+        let out = cmd.output().expect("git");
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// The tree of what is in the worktree, hashed from scratch by git
+    /// (a fresh index: nothing of ours is trusted).
+    fn scratch_tree(wt: &Path, tmp: &Path) -> String {
+        let index = tmp.join("scratch-index");
+        let _ = std::fs::remove_file(&index);
+        git_out(wt, &["add", "-A"], Some(&index));
+        git_out(wt, &["write-tree"], Some(&index))
+    }
+
+    /// Random edits (writes, deletions, new directories, modes, links,
+    /// files turned into directories and back), each committed by the
+    /// tracked path and each base moved to by it, checked against git's
+    /// own view: the commit holds exactly what the worktree has, and a
+    /// moved worktree holds exactly the base's tree, `git status` clean.
+    #[test]
+    fn tracked_paths_match_git_on_random_edits() {
+        use rand::{Rng, SeedableRng};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let repo = dir.path().join("repo");
+        for i in 0..40 {
+            let p = repo.join(format!("d{}/e{}/f{i}.txt", i % 4, i % 3));
+            std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+            std::fs::write(p, format!("{i}\n")).expect("write");
+        }
+        std::fs::write(repo.join(".gitignore"), "*.log\n").expect("write");
+        git(&repo, &["init", "-q", "-b", "main"]);
+        git(&repo, &["add", "-A"]);
+        git(&repo, &["commit", "-q", "-m", "base"]);
+        let base = git_out(&repo, &["rev-parse", "HEAD"], None);
+        let p = worktree::prepare(&repo, "w1", "swarm/s/r0", &base).expect("prepare");
+        let wt = p.path.clone();
+        let mut t = Tracker::start(&wt).expect("tracker");
+        let mut rng = rand::rngs::StdRng::seed_from_u64(13);
+        let mut commits = vec![base.clone()];
+        for round in 0..30 {
+            // Edit at random.
+            for _ in 0..rng.random_range(1..6) {
+                let files: Vec<String> = git_out(&wt, &["ls-files"], None)
+                    .lines()
+                    .map(str::to_string)
+                    .filter(|f| !f.is_empty())
+                    .collect();
+                let pick = files[rng.random_range(0..files.len())].clone();
+                let full = wt.join(&pick);
+                if !std::fs::symlink_metadata(&full).is_ok_and(|m| !m.is_dir()) {
+                    continue; // an earlier edit of this round took it away
+                }
+                match rng.random_range(0..8) {
+                    0 => std::fs::write(&full, format!("changed {round}\n")).expect("modify"),
+                    1 => {
+                        std::fs::remove_file(&full).expect("delete");
+                    }
+                    2 => {
+                        let n = wt.join(format!("n{round}/m{}/g.txt", rng.random_range(0..3)));
+                        std::fs::create_dir_all(n.parent().expect("parent")).expect("mkdir");
+                        std::fs::write(n, "new\n").expect("add");
+                    }
+                    3 => {
+                        use std::os::unix::fs::PermissionsExt as _;
+                        if std::fs::symlink_metadata(&full).expect("stat").file_type().is_file() {
+                            let mode = if rng.random_bool(0.5) { 0o755 } else { 0o644 };
+                            std::fs::set_permissions(&full, std::fs::Permissions::from_mode(mode))
+                                .expect("chmod");
+                        }
+                    }
+                    4 => {
+                        std::fs::remove_file(&full).expect("delete");
+                        std::os::unix::fs::symlink("../somewhere", &full).expect("link");
+                    }
+                    5 => {
+                        // A file becomes a directory.
+                        std::fs::remove_file(&full).expect("delete");
+                        std::fs::create_dir_all(&full).expect("mkdir");
+                        std::fs::write(full.join("inner.txt"), "inner\n").expect("write");
+                    }
+                    6 => std::fs::write(wt.join(format!("build{round}.log")), "ignored").expect("ignored"),
+                    _ => {
+                        // A whole directory goes (a directory that becomes a file, later).
+                        let top = Path::new(&pick).components().next().expect("component");
+                        let top = wt.join(top);
+                        if top.is_dir() && rng.random_bool(0.3) {
+                            std::fs::remove_dir_all(&top).expect("rm -r");
+                            std::fs::write(&top, "now a file\n").expect("write");
+                        }
+                    }
+                }
+            }
+            let changed = t.take().expect("tracked");
+            let (oid, _) = commit_paths(&wt, &format!("round {round}"), &changed).expect("commit");
+            let head_tree = git_out(&wt, &["rev-parse", &format!("{oid}^{{tree}}")], None);
+            assert_eq!(head_tree, scratch_tree(&wt, dir.path()), "round {round}: the commit is the worktree");
+            assert_eq!(
+                git_out(&wt, &["status", "--porcelain"], None),
+                "",
+                "round {round}: status after commit"
+            );
+            let before = commits.last().expect("a commit").clone();
+            let mut listed = worktree::files_changed(&wt, &before, oid).expect("files changed");
+            listed.sort();
+            let mut want: Vec<String> =
+                git_out(&wt, &["diff", "--no-renames", "--name-only", &before, &oid.to_string()], None)
+                    .lines()
+                    .map(str::to_string)
+                    .filter(|l| !l.is_empty())
+                    .collect();
+            want.sort();
+            assert_eq!(listed, want, "round {round}: files changed");
+            commits.push(oid.to_string());
+            assert_eq!(t.take(), Some(BTreeSet::new()), "round {round}: committing changes no file");
+            // Move to an earlier commit (or stay) by the changed paths only.
+            let target = commits[rng.random_range(0..commits.len())].clone();
+            move_clean(&repo, "w1", &format!("swarm/s/r{}", round + 1), &target).expect("move");
+            let target_tree = git_out(&wt, &["rev-parse", &format!("{target}^{{tree}}")], None);
+            assert_eq!(scratch_tree(&wt, dir.path()), target_tree, "round {round}: moved to {target}");
+            assert_eq!(
+                git_out(&wt, &["status", "--porcelain"], None),
+                "",
+                "round {round}: status after move"
+            );
+            assert_eq!(git_out(&wt, &["rev-parse", "HEAD"], None), target);
+            assert!(t.take().is_some(), "round {round}: still tracked");
+            commits.push(target);
+        }
     }
 
     #[test]

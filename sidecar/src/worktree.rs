@@ -275,18 +275,9 @@ pub fn files_changed(worktree: &Path, from: &str, to: Oid) -> Result<Vec<String>
     let repo = Repository::open(worktree)?;
     let a = repo.find_commit(Oid::from_str(from)?)?.tree()?;
     let b = repo.find_commit(to)?.tree()?;
-    let diff = repo.diff_tree_to_tree(Some(&a), Some(&b), None)?;
-    let mut out = Vec::new();
-    for d in diff.deltas() {
-        for f in [d.new_file(), d.old_file()] {
-            if let Some(p) = f.path().and_then(|p| p.to_str())
-                && !out.iter().any(|x: &String| x == p)
-            {
-                out.push(p.to_string());
-            }
-        }
-    }
-    Ok(out)
+    // Only the subtrees that differ are read (see `changes::diff_trees`).
+    let deltas = crate::changes::diff_trees(&repo, Some(&a), Some(&b))?;
+    Ok(deltas.into_iter().filter_map(|d| d.path.to_str().map(str::to_string)).collect())
 }
 
 /// Whether `commit` exists in the repository.
