@@ -207,7 +207,8 @@ impl OperatorService for OperatorApi {
             return Err(FieldError::new("text", "must not be empty").into());
         }
         let text = bounded("text", req.text)?;
-        let (view, message_id) = self.shared.ask(|reply| OperatorOp::SendMessage { task, text, reply }).await?;
+        let (view, message_id) =
+            self.shared.ask(|reply| OperatorOp::SendMessage { task, text, reply }).await?;
         Ok(Response::new(v1::SendMessageResponse { task: Some(convert::task(view)), message_id }))
     }
 
