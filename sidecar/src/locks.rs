@@ -44,7 +44,16 @@ pub enum LockError {
     Remove { path: PathBuf, source: std::io::Error },
     #[error("worktree creation lock {path}: {source}")]
     Create { path: PathBuf, source: std::io::Error },
+    #[error("worktree creation lock {path} still held after {}s ({holder}); another sidecar is stuck creating its worktree", CREATION_WAIT.as_secs())]
+    CreateBusy { path: PathBuf, holder: String },
 }
+
+/// Longest wait for another sidecar's worktree creation (a creation takes
+/// well under a second; a fleet starting together queues for a few). A
+/// holder stuck longer (stopped, hung on I/O) must not block every other
+/// sidecar forever: the attempt fails as an infrastructure failure instead,
+/// which spends no retry.
+pub const CREATION_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The lock files of `worker_id`'s worktree and refs (see the module rules).
 pub fn candidates(common_dir: &Path, worker_id: &str, branch: Option<&str>) -> Vec<PathBuf> {
@@ -138,11 +147,49 @@ fn holder(path: &Path) -> Holder {
 
 /// The repository-wide lock held while a worktree is created or recreated:
 /// libgit2's `worktree add` races on `.git/worktrees/` when sidecars start
-/// together. Blocks until it is free; released on drop (or process death).
+/// together. Waits up to [`CREATION_WAIT`] for it; released on drop (or
+/// process death).
 pub fn creation_lock(workspaces: &Path) -> Result<Flock<File>, LockError> {
+    creation_lock_within(workspaces, CREATION_WAIT)
+}
+
+fn creation_lock_within(workspaces: &Path, wait: std::time::Duration) -> Result<Flock<File>, LockError> {
     let path = workspaces.join(".create.lock");
     let err = |source| LockError::Create { path: path.clone(), source };
     std::fs::create_dir_all(workspaces).map_err(err)?;
-    let f = OpenOptions::new().create(true).truncate(false).write(true).open(&path).map_err(err)?;
-    Flock::lock(f, FlockArg::LockExclusive).map_err(|(_, errno)| err(std::io::Error::from(errno)))
+    let deadline = std::time::Instant::now() + wait;
+    let mut f = OpenOptions::new().create(true).truncate(false).write(true).open(&path).map_err(err)?;
+    loop {
+        match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => return Ok(lock),
+            Err((back, nix::errno::Errno::EWOULDBLOCK)) if std::time::Instant::now() < deadline => {
+                f = back;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
+                let holder = match holder(&path) {
+                    Holder::Pid(pid) => format!("held by pid {pid}"),
+                    _ => "holder unknown".to_string(),
+                };
+                return Err(LockError::CreateBusy { path, holder });
+            }
+            Err((_, errno)) => return Err(err(std::io::Error::from(errno))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_creation_lock_held_too_long_is_an_error_naming_its_holder() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let held = creation_lock_within(dir.path(), std::time::Duration::from_millis(10)).expect("free");
+        let e = creation_lock_within(dir.path(), std::time::Duration::from_millis(200)).expect_err("busy");
+        assert!(matches!(e, LockError::CreateBusy { .. }), "{e}");
+        assert!(e.to_string().contains(&format!("pid {}", std::process::id())), "{e}");
+        drop(held);
+        creation_lock_within(dir.path(), std::time::Duration::from_millis(200)).expect("free again");
+    }
 }

@@ -122,7 +122,14 @@ async fn frozen_sidecars_late_report_is_fenced() {
     let cluster = Cluster::start(&repo, 1, FAST_LEASES);
     let url = cluster.url();
     create_swarm(&url, &PlanBuilder::new("f").task(task("t")).build()).await;
-    wait_task_state(&url, "f", "t", TaskState::Running).await;
+    // RUNNING comes with the assignment; wait for the worker itself, so w1
+    // is frozen with its worker at the gate and not while it creates its
+    // worktree.
+    poll("attempt 1's worker to start", WAIT, || {
+        let url = url.clone();
+        async move { events(&url, "f", 0, 1).await.into_iter().find(|e| e.kind == "attempt.started") }
+    })
+    .await;
 
     // Freeze w1: no heartbeats, so the lease expires and w2 takes over.
     cluster.sidecars[0].signal("STOP");
