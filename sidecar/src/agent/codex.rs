@@ -65,10 +65,9 @@ impl Agent for Codex {
     }
 
     fn parse_line(&mut self, line: &str) -> Vec<AgentEvent> {
-        let v: Value = match serde_json::from_str(line) {
-            Ok(v @ Value::Object(_)) => v,
-            Ok(_) => return vec![AgentEvent::Unparseable("not a JSON object".into())],
-            Err(e) => return vec![AgentEvent::Unparseable(e.to_string())],
+        let v = match super::json_object(line) {
+            Ok(v) => v,
+            Err(unparseable) => return vec![unparseable],
         };
         let mut out = Vec::new();
         match v.get("type").and_then(Value::as_str).unwrap_or_default() {

@@ -225,6 +225,16 @@ pub enum AgentEvent {
 }
 
 /// Short form of hostile text for logs and reports.
+/// One line of an agent's output as a JSON object, or the event saying why
+/// it is not one (every agent speaks objects, one per line).
+fn json_object(line: &str) -> Result<Value, AgentEvent> {
+    match serde_json::from_str(line) {
+        Ok(v @ Value::Object(_)) => Ok(v),
+        Ok(_) => Err(AgentEvent::Unparseable("not a JSON object".into())),
+        Err(e) => Err(AgentEvent::Unparseable(e.to_string())),
+    }
+}
+
 pub(crate) fn clip(s: &str, max: usize) -> String {
     let one_line: String = s.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
     let cut = swarm_core::names::truncate(one_line.trim(), max);
