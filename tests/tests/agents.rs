@@ -67,6 +67,12 @@ impl Fake {
         self.jsonl("events.jsonl").into_iter().filter(|e| e["task"] == task && e["event"] == what).collect()
     }
 
+    /// How many tool uses of `task` wrote a file ending in `path`.
+    fn writes_of(&self, task: &str, path: &str) -> usize {
+        let file = |e: &Value| e["input"]["file_path"].as_str().unwrap_or_default().ends_with(path);
+        self.events(task, "tool").iter().filter(|e| file(e)).count()
+    }
+
     fn session(&self, id: &str) -> Value {
         let text = std::fs::read_to_string(self.path().join("sessions").join(format!("{id}.json")))
             .unwrap_or_else(|e| panic!("session {id}: {e}"));
@@ -459,12 +465,12 @@ async fn a_rate_limit_waits_for_the_reset_and_resumes_the_same_session() {
     assert_eq!(fake.session(session)["resumes"], 1);
     assert_eq!(all[0].session_id, session);
     assert_eq!(all[1].session_id, session);
-    let writes_of_a = fake
-        .events("t", "tool")
-        .iter()
-        .filter(|e| e["input"]["file_path"].as_str().unwrap().ends_with("src/a.txt"))
-        .count();
-    assert_eq!(writes_of_a, 1, "the resumed session did not start over:\n{}", fake.dump());
+    assert_eq!(
+        fake.writes_of("t", "src/a.txt"),
+        1,
+        "the resumed session did not start over:\n{}",
+        fake.dump()
+    );
 }
 
 /// An error result fails the attempt like exit 1: retried while retries
@@ -587,11 +593,7 @@ async fn the_attempt_after_a_checkpoint_resumes_the_session() {
 
     // The agent wrote a.txt and waits at the gate: stop its sidecar.
     poll("the agent to write src/a.txt", WAIT, || async {
-        let wrote = fake
-            .events("t", "tool")
-            .iter()
-            .any(|e| e["input"]["file_path"].as_str().unwrap().ends_with("src/a.txt"));
-        wrote.then_some(())
+        (fake.writes_of("t", "src/a.txt") > 0).then_some(())
     })
     .await;
     let status = cluster.sidecars[0].terminate();
@@ -616,12 +618,12 @@ async fn the_attempt_after_a_checkpoint_resumes_the_session() {
     let tree = repo.tree(&integration("ckpt"));
     assert_eq!(tree.get("src/a.txt").map(String::as_str), Some("one\n"), "{tree:?}");
     assert_eq!(tree.get("src/b.txt").map(String::as_str), Some("two\n"), "{tree:?}");
-    let writes_of_a = fake
-        .events("t", "tool")
-        .iter()
-        .filter(|e| e["input"]["file_path"].as_str().unwrap().ends_with("src/a.txt"))
-        .count();
-    assert_eq!(writes_of_a, 1, "the resumed session did not start over:\n{}", fake.dump());
+    assert_eq!(
+        fake.writes_of("t", "src/a.txt"),
+        1,
+        "the resumed session did not start over:\n{}",
+        fake.dump()
+    );
 }
 
 /// What each attempt spent is recorded on it, summed on its task, and
