@@ -18,5 +18,7 @@ pub mod limits;
 
 #[cfg(feature = "client")]
 pub mod client;
+#[cfg(feature = "client")]
+pub mod leader;
 
 pub use convert::FieldError;
