@@ -136,13 +136,15 @@ fn main() {
         let base = if i % 2 == 0 { &c2 } else { &c1 };
         assert_eq!(tracker.take(), Some(Default::default()), "clean before the move");
         let t = Instant::now();
-        changes::move_clean(&repo, "tracked", &format!("swarm/b/r{}", i + 1), base).expect("move");
+        let wt = tracker.repo().expect("the tracker's repository");
+        changes::move_clean_in(wt, "tracked", &format!("swarm/b/r{}", i + 1), base).expect("move");
         moves.push(t.elapsed());
         assert_eq!(tracker.take().map(|s| s.is_empty()), Some(false), "the move is seen");
         std::fs::write(tracked.path.join(format!("src/d{}/new{i}.txt", i % 100)), "new\n").expect("write");
         let changed = tracker.take().expect("tracked");
         let t = Instant::now();
-        let (oid, made) = changes::commit_paths(&tracked.path, "bench", &changed).expect("commit");
+        let wt = tracker.repo().expect("the tracker's repository");
+        let (oid, made) = changes::commit_paths_in(wt, "bench", &changed).expect("commit");
         commits.push(t.elapsed());
         assert!(made);
         let t = Instant::now();

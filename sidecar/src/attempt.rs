@@ -607,9 +607,11 @@ fn commit_tracked(
 ) -> Result<git2::Oid, worktree::WorktreeError> {
     let mut slot = tracker.lock().unwrap_or_else(|e| e.into_inner());
     let changed = slot.as_mut().and_then(|t| t.take());
-    let r = match &changed {
-        Some(paths) => crate::changes::commit_paths(wt, message, paths),
-        None => worktree::commit_all(wt, message),
+    let open = slot.as_ref().and_then(|t| t.repo());
+    let r = match (&changed, open) {
+        (Some(paths), Some(repo)) => crate::changes::commit_paths_in(repo, message, paths),
+        (Some(paths), None) => crate::changes::commit_paths(wt, message, paths),
+        (None, _) => worktree::commit_all(wt, message),
     };
     if r.is_err() || changed.is_none() {
         *slot = None;
@@ -631,7 +633,11 @@ fn prepare_tracked(
 ) -> Result<worktree::Prepared, worktree::WorktreeError> {
     let mut slot = tracker.lock().unwrap_or_else(|e| e.into_inner());
     if !fresh && slot.as_mut().and_then(|t| t.take()).is_some_and(|changed| changed.is_empty()) {
-        match crate::changes::move_clean(repo, id, branch, base) {
+        let moved = match slot.as_ref().and_then(|t| t.repo()) {
+            Some(wt) => crate::changes::move_clean_in(wt, id, branch, base),
+            None => crate::changes::move_clean(repo, id, branch, base),
+        };
+        match moved {
             Ok(p) => {
                 // Its own checkout is not a change.
                 if slot.as_mut().and_then(|t| t.take()).is_some() {

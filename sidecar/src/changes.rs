@@ -57,6 +57,11 @@ pub struct Tracker {
     dirty: BTreeSet<PathBuf>,
     /// Set once the tracker can no longer vouch for its answer.
     lost: bool,
+    /// The worktree's repository, kept open between attempts so that its
+    /// index stays parsed in memory: libgit2 re-reads the index file only
+    /// when it changed on disk (a worker's own `git add`), and reading
+    /// 10,000 entries twice per attempt was a cost that grew with the tree.
+    repo: Option<Repository>,
 }
 
 impl std::fmt::Debug for Tracker {
@@ -89,6 +94,7 @@ impl Tracker {
             dirs: HashMap::new(),
             dirty: BTreeSet::new(),
             lost: false,
+            repo: Repository::open(root).ok(),
         };
         t.watch_tree(Path::new(""), false)?;
         // Whatever happened while the watches were being added is unknown.
@@ -134,6 +140,11 @@ impl Tracker {
             }
         }
         Ok(())
+    }
+
+    /// The worktree's repository, open since the tracker started.
+    pub fn repo(&self) -> Option<&Repository> {
+        self.repo.as_ref()
     }
 
     /// The paths changed since the last call (files and directories,
@@ -216,8 +227,23 @@ pub fn commit_paths(
     message: &str,
     paths: &BTreeSet<PathBuf>,
 ) -> Result<(git2::Oid, bool), WorktreeError> {
-    let repo = Repository::open(worktree)?;
+    commit_paths_in(&Repository::open(worktree)?, message, paths)
+}
+
+/// [`commit_paths`] in the worktree repository `repo` (a [`Tracker`]'s,
+/// whose index is already in memory).
+pub fn commit_paths_in(
+    repo: &Repository,
+    message: &str,
+    paths: &BTreeSet<PathBuf>,
+) -> Result<(git2::Oid, bool), WorktreeError> {
+    let worktree = repo.workdir().ok_or_else(|| WorktreeError::Invalid {
+        what: "worktree",
+        rule: "the repository has no working directory".into(),
+    })?;
     let mut index = repo.index()?;
+    // Only when the file changed since it was last read or written here.
+    index.read(false)?;
     // What left first, so that a file that became a directory (or the
     // other way round) never meets its old self in the index.
     let mut present = Vec::new();
@@ -253,7 +279,7 @@ pub fn commit_paths(
     }
     let head = repo.head()?.peel_to_commit()?;
     if paths.is_empty() {
-        worktree::publish(&repo, head.id())?;
+        worktree::publish(repo, head.id())?;
         return Ok((head.id(), false));
     }
     // The tree first: it refreshes the index's cache of tree ids, which
@@ -262,13 +288,13 @@ pub fn commit_paths(
     let tree_id = index.write_tree()?;
     index.write()?;
     if head.tree_id() == tree_id {
-        worktree::publish(&repo, head.id())?;
+        worktree::publish(repo, head.id())?;
         return Ok((head.id(), false));
     }
     let tree = repo.find_tree(tree_id)?;
-    let sig = worktree::signature(&repo)?;
+    let sig = worktree::signature(repo)?;
     let oid = repo.commit(Some("HEAD"), &sig, &sig, message, &tree, &[&head])?;
-    worktree::publish(&repo, oid)?;
+    worktree::publish(repo, oid)?;
     Ok((oid, true))
 }
 
@@ -282,23 +308,36 @@ pub fn move_clean(
     branch: &str,
     base: &str,
 ) -> Result<worktree::Prepared, WorktreeError> {
-    check_branch(branch).map_err(|rule| WorktreeError::Invalid { what: "branch", rule })?;
-    check_commit(base).map_err(|rule| WorktreeError::Invalid { what: "base commit", rule })?;
     let repo = Repository::open(repo_path)?;
     let path = worktree::worktree_path(&repo, worker_id)?;
-    let oid = git2::Oid::from_str(base)?;
-    if repo.find_commit(oid).is_err() {
-        return Err(WorktreeError::MissingBase(base.to_string()));
+    move_clean_in(&Repository::open(&path)?, worker_id, branch, base)
+}
+
+/// [`move_clean`] with the worktree's repository `wt` (a [`Tracker`]'s:
+/// its index is already in memory; refs and objects are the common ones).
+pub fn move_clean_in(
+    wt: &Repository,
+    worker_id: &str,
+    branch: &str,
+    base: &str,
+) -> Result<worktree::Prepared, WorktreeError> {
+    check_branch(branch).map_err(|rule| WorktreeError::Invalid { what: "branch", rule })?;
+    check_commit(base).map_err(|rule| WorktreeError::Invalid { what: "base commit", rule })?;
+    let path = worktree::worktree_path(wt, worker_id)?;
+    if wt.workdir().and_then(|w| w.canonicalize().ok()).as_deref() != Some(path.as_path()) {
+        return Err(WorktreeError::Escapes(path));
     }
-    let cleared_locks = crate::locks::clear_stale(repo.commondir(), worker_id, Some(branch))?;
-    let wt = Repository::open(&path)?;
-    let target = wt.find_commit(oid)?;
+    let oid = git2::Oid::from_str(base)?;
+    let Ok(target) = wt.find_commit(oid) else {
+        return Err(WorktreeError::MissingBase(base.to_string()));
+    };
+    let cleared_locks = crate::locks::clear_stale(wt.commondir(), worker_id, Some(branch))?;
     let head = wt.head()?.peel_to_commit()?;
     if head.id() != oid {
-        let deltas = diff_trees(&wt, Some(&head.tree()?), Some(&target.tree()?))?;
+        let deltas = diff_trees(wt, Some(&head.tree()?), Some(&target.tree()?))?;
         if deltas.is_empty() {
-        } else if plain_files(&wt, &deltas)? {
-            write_files(&wt, &path, &deltas)?;
+        } else if plain_files(wt, &deltas)? {
+            write_files(wt, &path, &deltas)?;
         } else {
             // Filters, submodules or attributes that change: libgit2's checkout.
             let mut co = CheckoutBuilder::new();
@@ -310,7 +349,7 @@ pub fn move_clean(
         }
     }
     wt.set_head_detached(oid)?;
-    worktree::point_at_branch(&repo, &wt, branch, oid)?;
+    worktree::point_at_branch(wt, wt, branch, oid)?;
     Ok(worktree::Prepared { path, created: false, cleared_locks })
 }
 
@@ -418,6 +457,7 @@ fn write_files(repo: &Repository, root: &Path, deltas: &[FileDelta]) -> Result<(
         move |source| WorktreeError::Io { path: full, source }
     };
     let mut index = repo.index()?;
+    index.read(false)?;
     for d in deltas.iter().filter(|d| d.new.is_none()) {
         match std::fs::remove_file(root.join(&d.path)) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(fail(&d.path)(e)),
@@ -470,7 +510,7 @@ fn write_files(repo: &Repository, root: &Path, deltas: &[FileDelta]) -> Result<(
 }
 
 /// An index entry for the file just written at `full`.
-fn index_entry(
+pub(crate) fn index_entry(
     full: &Path,
     rel: &Path,
     oid: git2::Oid,

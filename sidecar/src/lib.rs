@@ -74,6 +74,7 @@
 pub mod agent;
 pub mod attempt;
 pub mod changes;
+mod checkout;
 pub mod config;
 pub mod journal;
 pub mod locks;

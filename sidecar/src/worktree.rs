@@ -132,13 +132,21 @@ pub fn prepare(
     Ok(Prepared { path, created: false, cleared_locks })
 }
 
-/// Makes the worktree from scratch, detached at `oid`. Creation is
+/// Makes the worktree from scratch, detached at `oid`: by hand for a plain
+/// tree (see [`crate::checkout`]), by libgit2 otherwise. Creation is
 /// serialized across sidecars by the repository-wide creation lock, and
 /// whatever a crashed or raced creation left (the directory, the admin dir
 /// `.git/worktrees/<id>`) is removed first, so a retry always starts clean.
 fn create(repo: &Repository, worker_id: &str, path: &Path, oid: Oid) -> Result<PathBuf, WorktreeError> {
+    let _span = tracing::info_span!("worktree.create", worker = worker_id, base = %oid).entered();
     let _creating = crate::locks::creation_lock(&workspaces_dir(repo))?;
     discard_locked(repo, worker_id, path)?;
+    let tree = repo.find_commit(oid)?.tree()?;
+    if let Some(entries) = crate::checkout::plain_entries(repo, &tree)? {
+        let admin = crate::checkout::register(repo.commondir(), worker_id, path, oid)?;
+        crate::checkout::write_tree(repo.commondir(), path, &admin.join("index"), &entries)?;
+        return Ok(path.to_path_buf());
+    }
     // The worktree starts on a parking ref, never on the task branch:
     // `worktree add` on a branch that another worktree has checked out
     // (a lost sidecar's, after a reassignment) fails and can leave the
@@ -213,13 +221,8 @@ pub(crate) fn point_at_branch(
     if let Err(e) = wt.set_head(&full) {
         tracing::warn!(branch, error = %e.message(), "task branch is checked out elsewhere; working detached");
     }
-    remember_branch(wt.workdir().unwrap_or(wt.path()), branch)
-}
-
-/// The task branch a worktree works for, kept in its git dir so a detached
-/// worktree still knows where its commits belong.
-fn remember_branch(worktree: &Path, branch: &str) -> Result<(), WorktreeError> {
-    let wt = Repository::open(worktree)?;
+    // The task branch a worktree works for, kept in its git dir so a
+    // detached worktree still knows where its commits belong.
     let file = wt.path().join("swarm-branch");
     std::fs::write(&file, branch).map_err(io(&file))
 }
