@@ -88,6 +88,9 @@ pub enum Command {
     Logs(LogsArgs),
     /// Stream events, replaying from an event id.
     Watch(WatchArgs),
+    /// A full-screen live view: swarms, tasks, workers, questions and
+    /// events, with keys to answer, retry, cancel and drain.
+    Top(TopArgs),
     /// Cancel a task (SWARM/TASK) or a whole swarm (--swarm S).
     Cancel {
         #[arg(required_unless_present = "swarm", conflicts_with = "swarm")]
@@ -269,6 +272,19 @@ pub struct WatchArgs {
     pub limit: Option<u64>,
     #[command(flatten)]
     pub out: OutputArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    /// Only this swarm.
+    #[arg(long)]
+    pub swarm: Option<String>,
+    /// Fill the events pane with the events after this id (0: from the beginning).
+    #[arg(long, default_value_t = 0)]
+    pub since: u64,
+    /// Start with this filter, as typed after `/`: `swarm:S state:A,B words`.
+    #[arg(long)]
+    pub filter: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -12,6 +12,7 @@ mod local;
 mod ops;
 mod output;
 mod report;
+mod top;
 mod watch;
 
 use std::process::ExitCode;
@@ -71,6 +72,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Token(args) => auth::token(args).map(|()| exit::SUCCESS),
         command => match command {
             Command::Watch(args) => watch::watch(&target, args).await,
+            Command::Top(args) => top::run(&target, args).await,
             Command::Logs(args) => watch::logs(&target, args).await,
             other => ops::run(&target, other).await,
         }

@@ -120,6 +120,7 @@ pub async fn run(url: &client::Target, command: Command) -> anyhow::Result<()> {
         | Command::Certs(_)
         | Command::Token(_)
         | Command::Watch(_)
+        | Command::Top(_)
         | Command::Logs(_) => Err(anyhow::anyhow!("not an operator command")),
     }
 }

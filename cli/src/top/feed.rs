@@ -1,0 +1,186 @@
+//! What feeds the model: the Watch stream, followed across controller
+//! restarts, and the list RPCs, fetched again when events say something
+//! moved (progress is not an event, so also once a second).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt as _;
+use swarm_proto::v1;
+use tokio::sync::{Notify, mpsc};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
+
+use super::model::{Link, Snapshot};
+use crate::client::{self, Target, connect};
+use crate::exit::Failure;
+
+/// First wait before reconnecting; doubles up to [`MAX_BACKOFF`], as
+/// `swarmctl watch` does.
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// Lists are fetched at least this often, for progress and heartbeats.
+const LIST_EVERY: Duration = Duration::from_secs(1);
+/// Shortest gap between two fetches: a burst of events costs one fetch.
+const LIST_GAP: Duration = Duration::from_millis(200);
+
+pub enum Update {
+    Event(v1::Event),
+    Link(Link),
+    Snapshot(Snapshot),
+    ListError(String),
+    /// An operator action finished: what to tell the operator.
+    Done(Result<String, String>),
+}
+
+/// The two feeds, stopped by `cancel`.
+pub struct Feeds {
+    pub refresh: Arc<Notify>,
+    handles: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Feeds {
+    pub fn spawn(
+        target: Target,
+        swarm: String,
+        since: u64,
+        tx: mpsc::Sender<Update>,
+        cancel: CancellationToken,
+    ) -> Feeds {
+        let refresh = Arc::new(Notify::new());
+        let span = tracing::info_span!("top.watch", swarm = %swarm);
+        let watch = tokio::spawn(
+            follow(target.clone(), swarm.clone(), since, tx.clone(), refresh.clone(), cancel.clone())
+                .instrument(span),
+        );
+        let span = tracing::info_span!("top.lists", swarm = %swarm);
+        let lists = tokio::spawn(poll_lists(target, swarm, tx, refresh.clone(), cancel).instrument(span));
+        Feeds { refresh, handles: vec![watch, lists] }
+    }
+
+    /// Waits for both feeds to notice their cancellation.
+    pub async fn join(self) {
+        for h in self.handles {
+            let _ = h.await;
+        }
+    }
+}
+
+/// Follows Watch after `after` until cancelled or the controller refuses
+/// (a bad swarm id, no permission): reconnects with backoff and resumes
+/// after the last event passed on, so the events pane has no gap and no
+/// repeat across a restart.
+async fn follow(
+    target: Target,
+    swarm: String,
+    mut after: u64,
+    tx: mpsc::Sender<Update>,
+    refresh: Arc<Notify>,
+    cancel: CancellationToken,
+) {
+    let mut backoff = FIRST_BACKOFF;
+    loop {
+        let once = stream_once(&target, &swarm, &mut after, &tx, &refresh, &mut backoff);
+        let reason = tokio::select! {
+            () = cancel.cancelled() => return,
+            r = once => match r {
+                Ok(()) => "the controller ended the stream".to_string(),
+                Err(e) => Failure::from_error(&e).message,
+            },
+        };
+        let link = Link::Retrying { reason, in_ms: backoff.as_millis() as u64 };
+        if tx.send(Update::Link(link)).await.is_err() {
+            return;
+        }
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+async fn stream_once(
+    target: &Target,
+    swarm: &str,
+    after: &mut u64,
+    tx: &mpsc::Sender<Update>,
+    refresh: &Notify,
+    backoff: &mut Duration,
+) -> anyhow::Result<()> {
+    let mut c = connect(target).await?;
+    let req = v1::WatchRequest { after_event_id: *after, swarm_id: swarm.to_string() };
+    let mut stream = c.watch(req).await?.into_inner();
+    *backoff = FIRST_BACKOFF;
+    // A reconnect may follow a restart that changed anything: fetch afresh.
+    refresh.notify_one();
+    if tx.send(Update::Link(Link::Live)).await.is_err() {
+        return Ok(());
+    }
+    while let Some(event) = stream.next().await {
+        let event = event?;
+        if event.id <= *after {
+            continue; // never twice, whatever a server replays
+        }
+        *after = event.id;
+        refresh.notify_one();
+        if tx.send(Update::Event(event)).await.is_err() {
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+/// Fetches every swarm, task and worker when told to, or every
+/// [`LIST_EVERY`]; the next fetch waits at least [`LIST_GAP`] or twice as
+/// long as the last one took, so a big swarm is not fetched back to back.
+async fn poll_lists(
+    target: Target,
+    swarm: String,
+    tx: mpsc::Sender<Update>,
+    refresh: Arc<Notify>,
+    cancel: CancellationToken,
+) {
+    let mut client: Option<client::Client> = None;
+    loop {
+        let started = Instant::now();
+        let update = match fetch(&target, &swarm, &mut client).await {
+            Ok(snapshot) => Update::Snapshot(snapshot),
+            Err(e) => {
+                client = None;
+                Update::ListError(Failure::from_error(&e).message)
+            }
+        };
+        if tx.send(update).await.is_err() {
+            return;
+        }
+        let gap = LIST_GAP.max(started.elapsed() * 2);
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep(gap) => {}
+        }
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = refresh.notified() => {}
+            () = tokio::time::sleep(LIST_EVERY.saturating_sub(gap)) => {}
+        }
+    }
+}
+
+async fn fetch(
+    target: &Target,
+    swarm: &str,
+    client: &mut Option<client::Client>,
+) -> anyhow::Result<Snapshot> {
+    let c = match client {
+        Some(c) => c,
+        None => client.insert(connect(target).await?),
+    };
+    let mut swarms = client::all_swarms(c).await?;
+    if !swarm.is_empty() {
+        swarms.retain(|s| s.id == swarm);
+    }
+    let tasks = client::all_tasks(c, swarm).await?;
+    let workers = client::all_workers(c).await?;
+    Ok(Snapshot { swarms, tasks, workers })
+}
