@@ -20,7 +20,8 @@ Exit codes:
 #[derive(Debug, Parser)]
 #[command(name = "swarmctl", version, about, after_help = EXIT_CODES)]
 pub struct Cli {
-    /// The controller's Operator API.
+    /// The controller's Operator API; several URLs, comma-separated, for a
+    /// leader and its standbys (the one that answers as leader is used).
     #[arg(long, global = true, env = "SWARM_CONTROLLER", default_value = "http://127.0.0.1:7420")]
     pub controller: String,
     /// CA (PEM) that signed the controller's certificate; for https:// URLs.

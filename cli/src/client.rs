@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use swarm_core::{SwarmId, TaskKey};
 use swarm_proto::client::{AuthChannel, ClientAuth};
+use swarm_proto::leader::{Controllers, NOT_LEADER, standby_refusal};
 use swarm_proto::v1;
 use swarm_proto::v1::operator_service_client::OperatorServiceClient;
 
@@ -14,24 +15,79 @@ pub type Client = OperatorServiceClient<AuthChannel>;
 /// The controller to talk to and the credentials to show it.
 #[derive(Debug, Clone)]
 pub struct Target {
+    /// One URL, or several comma-separated (a leader and its standbys).
     pub url: String,
     pub auth: ClientAuth,
 }
 
-/// Connects to the controller at `target.url` (`http://` or `https://host:port`).
+/// Rounds over every URL while some controller answers as a standby (an
+/// election may be under way); unreachable controllers end it after one.
+const ROUNDS: u32 = 4;
+const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+
+/// Connects to the leading controller among `target.url`'s URLs
+/// (`http://` or `https://host:port`, comma-separated): the first that
+/// answers as leader, following the leader a standby names.
 pub async fn connect(target: &Target) -> anyhow::Result<Client> {
-    let url = &target.url;
+    let mut controllers = Controllers::parse(&target.url).map_err(|e| Usage(e.to_string()))?;
+    let mut tried: Vec<String> = Vec::new();
+    let mut backoff = FIRST_BACKOFF;
+    let mut round = 1;
+    loop {
+        let url = controllers.current();
+        let failure = match try_leader(target, &url).await? {
+            Ok(client) => return Ok(client),
+            Err(failure) => failure,
+        };
+        tracing::debug!(%url, reason = %failure.reason, "controller not usable");
+        tried.retain(|t| !t.starts_with(&format!("{url}: ")));
+        tried.push(format!("{url}: {}", failure.reason));
+        if controllers.failed(failure.leader) {
+            let any_standby = tried.iter().any(|t| t.ends_with(NOT_LEADER));
+            if round >= ROUNDS || !any_standby {
+                return Err(Unreachable(unreachable_text(&tried)).into());
+            }
+            round += 1;
+            tokio::time::sleep(backoff).await;
+            backoff *= 2;
+        }
+    }
+}
+
+/// Why one controller could not be used.
+struct NotUsable {
+    reason: String,
+    /// The leader it named.
+    leader: Option<String>,
+}
+
+/// Connects to `url` and asks it one cheap question to learn whether it
+/// leads; any answer but a standby's refusal (even a denial) means it
+/// does, and the command then meets that answer itself.
+async fn try_leader(target: &Target, url: &str) -> anyhow::Result<Result<Client, NotUsable>> {
     let endpoint = target
         .auth
         .endpoint(url)
         .map_err(|e| Usage(format!("--controller {url:?}: {e}")))?
         .connect_timeout(Duration::from_secs(5));
-    let channel = endpoint
-        .connect()
-        .await
-        .map_err(|e| Unreachable(format!("cannot reach the controller at {url}: {}", source_text(&e))))?;
+    let channel = match endpoint.connect().await {
+        Ok(channel) => channel,
+        Err(e) => return Ok(Err(NotUsable { reason: source_text(&e), leader: None })),
+    };
     let channel = target.auth.wrap(channel).map_err(|e| Usage(e.to_string()))?;
-    Ok(OperatorServiceClient::new(channel))
+    let mut client = OperatorServiceClient::new(channel);
+    let probe = client.list_swarms(v1::ListSwarmsRequest { page_size: 1, ..Default::default() }).await;
+    match probe.as_ref().err().and_then(standby_refusal) {
+        Some(leader) => Ok(Err(NotUsable { reason: NOT_LEADER.to_string(), leader })),
+        None => Ok(Ok(client)),
+    }
+}
+
+fn unreachable_text(tried: &[String]) -> String {
+    match tried {
+        [one] => format!("cannot reach the controller at {one}"),
+        many => format!("no controller answered as the leader ({})", many.join("; ")),
+    }
 }
 
 fn source_text(e: &(dyn std::error::Error + 'static)) -> String {

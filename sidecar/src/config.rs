@@ -25,7 +25,9 @@ pub enum LogFormat {
 #[derive(Debug, Clone, Parser)]
 #[command(name = "swarm-sidecar", version)]
 pub struct Config {
-    /// The controller's gRPC URL, e.g. http://127.0.0.1:7400.
+    /// The controller's gRPC URL, e.g. http://127.0.0.1:7400; several,
+    /// comma-separated, for a leader and its standbys: the sidecar connects
+    /// to the one that answers as leader, and reconnects the same way.
     #[arg(long, env = "SWARM_CONTROLLER")]
     pub controller: String,
     /// The repository whose `.git/workspaces/` holds this sidecar's worktree.

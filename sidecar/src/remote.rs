@@ -29,30 +29,44 @@ pub enum RemoteError {
 /// Pack transfer over the controller's SidecarService.
 #[derive(Debug, Clone)]
 pub struct Remote {
-    client: SidecarServiceClient<AuthChannel>,
     worker: String,
-    /// The resume secret of the current session: the controller moves packs
-    /// only for the sidecar that holds the worker id's live session.
-    secret: Arc<Mutex<String>>,
+    /// The current session: packs go to the controller that welcomed it
+    /// (with several controllers, only the leader answers), and it moves
+    /// them only for the sidecar holding the worker id's live session.
+    session: Arc<Mutex<Option<PackSession>>>,
+}
+
+#[derive(Debug, Clone)]
+struct PackSession {
+    client: SidecarServiceClient<AuthChannel>,
+    secret: String,
 }
 
 impl Remote {
-    pub fn new(client: SidecarServiceClient<AuthChannel>, worker: &str, secret: &str) -> Remote {
-        Remote { client, worker: worker.to_string(), secret: Arc::new(Mutex::new(secret.to_string())) }
+    pub fn new(worker: &str) -> Remote {
+        Remote { worker: worker.to_string(), session: Arc::new(Mutex::new(None)) }
     }
 
-    /// A new session's secret (from its Welcome).
-    pub fn set_session(&self, secret: &str) {
-        if let Ok(mut s) = self.secret.lock() {
-            *s = secret.to_string();
+    /// A new session (from its Welcome): the channel it came on and its secret.
+    pub fn set_session(&self, client: SidecarServiceClient<AuthChannel>, secret: &str) {
+        if let Ok(mut s) = self.session.lock() {
+            *s = Some(PackSession { client, secret: secret.to_string() });
         }
     }
 
+    /// The client and secret of the current session.
+    fn session(&self) -> Result<PackSession, RemoteError> {
+        self.session
+            .lock()
+            .ok()
+            .and_then(|s| s.clone())
+            .ok_or_else(|| RemoteError::Rpc(tonic::Status::unavailable("no session with the controller yet")))
+    }
+
     /// Names the caller as the controller's pack RPCs require.
-    fn request<T>(&self, message: T) -> Request<T> {
+    fn request<T>(&self, secret: &str, message: T) -> Request<T> {
         let mut request = Request::new(message);
-        let secret = self.secret.lock().map(|s| s.clone()).unwrap_or_default();
-        for (key, value) in [(WORKER_HEADER, self.worker.as_str()), (SECRET_HEADER, secret.as_str())] {
+        for (key, value) in [(WORKER_HEADER, self.worker.as_str()), (SECRET_HEADER, secret)] {
             if let Ok(v) = MetadataValue::try_from(value) {
                 request.metadata_mut().insert(key, v);
             }
@@ -74,9 +88,9 @@ impl Remote {
         if present {
             return Ok(());
         }
-        let mut client = self.client.clone();
+        let PackSession { mut client, secret } = self.session()?;
         let mut stream = client
-            .fetch_pack(self.request(v1::FetchPackRequest { want: commit.to_string(), have: haves }))
+            .fetch_pack(self.request(&secret, v1::FetchPackRequest { want: commit.to_string(), have: haves }))
             .await?
             .into_inner();
         let mut pack = Vec::new();
@@ -116,8 +130,8 @@ impl Remote {
         if chunks.is_empty() {
             chunks.push(push_chunk(true, attempt, tip, Vec::new()));
         }
-        let mut client = self.client.clone();
-        let resp = client.push_pack(self.request(tokio_stream::iter(chunks))).await?.into_inner();
+        let PackSession { mut client, secret } = self.session()?;
+        let resp = client.push_pack(self.request(&secret, tokio_stream::iter(chunks))).await?.into_inner();
         if resp.tip != tip {
             return Err(RemoteError::Git(format!("controller stored tip {:?}, expected {tip}", resp.tip)));
         }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use nix::fcntl::Flock;
 use rand::Rng;
 use swarm_proto::convert::AttemptRef;
+use swarm_proto::leader::{Controllers, standby_refusal};
 use swarm_proto::v1;
 use swarm_proto::v1::controller_message::Body as In;
 use swarm_proto::v1::sidecar_message::Body;
@@ -102,7 +103,40 @@ struct Session {
     give_up_at: Option<tokio::time::Instant>,
     shutdown: CancellationToken,
     remote: Option<crate::remote::Remote>,
+    /// The controllers to connect to, and which one is tried next.
+    controllers: Controllers,
+    /// Whether to wait before the next connection attempt: false right
+    /// after a controller that was not the leader, while others are untried.
+    back_off: bool,
     _lock: Flock<std::fs::File>,
+}
+
+/// Sidecar, stream and Welcome of a session that was opened.
+type Opened = (
+    SidecarServiceClient<swarm_proto::client::AuthChannel>,
+    mpsc::Sender<v1::SidecarMessage>,
+    tonic::Streaming<v1::ControllerMessage>,
+    v1::Welcome,
+);
+
+/// Why a session could not be opened, and the leader a standby named.
+struct NotOpened {
+    error: SidecarError,
+    leader: Option<String>,
+}
+
+impl From<SidecarError> for NotOpened {
+    fn from(error: SidecarError) -> NotOpened {
+        NotOpened { error, leader: None }
+    }
+}
+
+/// A refused stream: a standby's refusal names the leader to try.
+fn refused(status: tonic::Status) -> NotOpened {
+    match standby_refusal(&status) {
+        Some(leader) => NotOpened { error: SidecarError::Connect(status.message().to_string()), leader },
+        None => SidecarError::Connect(status.to_string()).into(),
+    }
 }
 
 /// Runs the sidecar until drained or `shutdown` is cancelled.
@@ -140,19 +174,8 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Sidecar
         tracing::info!(?orphan_ids, removed, "orphaned worktrees");
         journal.append_report(Body::Orphans(v1::OrphanReport { worktrees: orphan_ids, removed }))?;
     }
-    let remote = if cfg.remote {
-        let auth = cfg.client_auth();
-        let channel =
-            auth.endpoint(&cfg.controller).map_err(|e| SidecarError::Config(e.to_string()))?.connect_lazy();
-        let channel = auth.wrap(channel).map_err(|e| SidecarError::Config(e.to_string()))?;
-        Some(crate::remote::Remote::new(
-            SidecarServiceClient::new(channel),
-            &worker_id,
-            journal.resume_secret(),
-        ))
-    } else {
-        None
-    };
+    let controllers = Controllers::parse(&cfg.controller).map_err(|e| SidecarError::Config(e.to_string()))?;
+    let remote = cfg.remote.then(|| crate::remote::Remote::new(&worker_id));
     let (reports_tx, reports_rx) = mpsc::unbounded_channel();
     let mut s = Session {
         held,
@@ -172,6 +195,8 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Sidecar
         give_up_at: None,
         shutdown,
         remote,
+        controllers,
+        back_off: true,
         _lock: lock,
     };
     let span = tracing::info_span!("sidecar", worker = %s.worker_id);
@@ -198,6 +223,9 @@ impl Session {
             let gave_up = self.give_up_at.is_some_and(|t| t <= tokio::time::Instant::now());
             if self.shutting_down && (self.current.is_none() || gave_up) {
                 return self.finish().await;
+            }
+            if !std::mem::replace(&mut self.back_off, true) {
+                continue;
             }
             let jitter = rand::rng().random_range(0..=backoff.as_millis() as u64 / 2);
             let sleep = tokio::time::sleep(backoff + Duration::from_millis(jitter));
@@ -262,10 +290,39 @@ impl Session {
         }
     }
 
+    /// One session with the leading controller, from Hello to the end of
+    /// its stream.
     async fn connect_once(&mut self) -> Result<Ended, SidecarError> {
+        let url = self.controllers.current();
+        let span = tracing::info_span!("connect", controller = %url);
+        let (client, out, mut inbound, welcome) = match self.open(&url).instrument(span).await {
+            Ok(Some(opened)) => opened,
+            Ok(None) => return Ok(Ended::Broken(false)),
+            Err(NotOpened { error, leader }) => {
+                if let Some(leader) = &leader {
+                    tracing::info!(%url, %leader, "not the leader; trying the leader it named");
+                }
+                self.back_off = self.controllers.failed(leader);
+                return Err(error);
+            }
+        };
+        self.controllers.succeeded();
+        tracing::info!(controller = %url, session = %welcome.session_id, last_applied = welcome.last_applied_seq,
+            resumed = welcome.attempt_resumed, "connected");
+        self.journal.applied_up_to(welcome.last_applied_seq)?;
+        self.journal.set_resume_secret(&welcome.resume_secret)?;
+        if let Some(r) = &self.remote {
+            r.set_session(client, &welcome.resume_secret);
+        }
+        self.stream(out, &mut inbound, welcome).await
+    }
+
+    /// Connects to `url`, says Hello and waits for the Welcome; None when a
+    /// shutdown came first.
+    async fn open(&mut self, url: &str) -> Result<Option<Opened>, NotOpened> {
         let auth = self.cfg.client_auth();
         let endpoint = auth
-            .endpoint(&self.cfg.controller)
+            .endpoint(url)
             .map_err(|e| SidecarError::Config(e.to_string()))?
             .connect_timeout(Duration::from_secs(5))
             // Notice a half-open connection even when nothing is being sent.
@@ -276,31 +333,33 @@ impl Session {
             c = endpoint.connect() => c.map_err(|e| SidecarError::Connect(e.to_string()))?,
             _ = self.shutdown.cancelled(), if !self.shutting_down => {
                 self.begin_shutdown();
-                return Ok(Ended::Broken(false));
+                return Ok(None);
             }
         };
         let channel = auth.wrap(channel).map_err(|e| SidecarError::Config(e.to_string()))?;
         let mut client = SidecarServiceClient::new(channel);
         let (out, out_rx) = mpsc::channel::<v1::SidecarMessage>(1024);
         let _ = out.send(self.hello()).await;
-        let mut inbound = client
-            .connect(ReceiverStream::new(out_rx))
-            .await
-            .map_err(|e| SidecarError::Connect(e.to_string()))?
-            .into_inner();
+        let mut inbound = client.connect(ReceiverStream::new(out_rx)).await.map_err(refused)?.into_inner();
         let welcome = match tokio::time::timeout(WELCOME_TIMEOUT, inbound.message()).await {
             Ok(Ok(Some(v1::ControllerMessage { body: Some(In::Welcome(w)) }))) => w,
-            Ok(Ok(other)) => return Err(SidecarError::Protocol(format!("expected Welcome, got {other:?}"))),
-            Ok(Err(e)) => return Err(SidecarError::Connect(e.to_string())),
-            Err(_) => return Err(SidecarError::Protocol("no Welcome within 10 s".into())),
+            Ok(Ok(other)) => {
+                return Err(SidecarError::Protocol(format!("expected Welcome, got {other:?}")).into());
+            }
+            Ok(Err(e)) => return Err(refused(e)),
+            Err(_) => return Err(SidecarError::Protocol("no Welcome within 10 s".into()).into()),
         };
-        tracing::info!(session = %welcome.session_id, last_applied = welcome.last_applied_seq,
-            resumed = welcome.attempt_resumed, "connected");
-        self.journal.applied_up_to(welcome.last_applied_seq)?;
-        self.journal.set_resume_secret(&welcome.resume_secret)?;
-        if let Some(r) = &self.remote {
-            r.set_session(&welcome.resume_secret);
-        }
+        Ok(Some((client, out, inbound, welcome)))
+    }
+
+    /// The session's stream after the Welcome: replay, reports, heartbeats
+    /// and the controller's commands, until it breaks or the sidecar is done.
+    async fn stream(
+        &mut self,
+        out: mpsc::Sender<v1::SidecarMessage>,
+        inbound: &mut tonic::Streaming<v1::ControllerMessage>,
+        welcome: v1::Welcome,
+    ) -> Result<Ended, SidecarError> {
         self.resume(welcome.attempt_resumed).await?;
         for (_, msg) in self.journal.unacked() {
             if out.send(msg.clone()).await.is_err() {
