@@ -227,11 +227,18 @@ pub fn commit_paths(
     message: &str,
     paths: &BTreeSet<PathBuf>,
 ) -> Result<(git2::Oid, bool), WorktreeError> {
-    commit_paths_in(&Repository::open(worktree)?, message, paths)
+    let repo = Repository::open(worktree)?;
+    let made = commit_paths_in(&repo, message, paths)?;
+    repo.index()?.write()?;
+    Ok(made)
 }
 
 /// [`commit_paths`] in the worktree repository `repo` (a [`Tracker`]'s,
-/// whose index is already in memory).
+/// whose index is already in memory), leaving the index file as it was:
+/// writing 10,000 entries cost more than the rest of the commit, and the
+/// next [`move_clean_in`] writes the index anyway. Until then the file
+/// says the base; `worktree::prepare` repairs such an index should the
+/// sidecar stop in between.
 pub fn commit_paths_in(
     repo: &Repository,
     message: &str,
@@ -286,7 +293,6 @@ pub fn commit_paths_in(
     // the write then keeps, so the next commit rebuilds only the trees
     // along the paths it changes.
     let tree_id = index.write_tree()?;
-    index.write()?;
     if head.tree_id() == tree_id {
         worktree::publish(repo, head.id())?;
         return Ok((head.id(), false));
@@ -339,7 +345,9 @@ pub fn move_clean_in(
         } else if plain_files(wt, &deltas)? {
             write_files(wt, &path, &deltas)?;
         } else {
-            // Filters, submodules or attributes that change: libgit2's checkout.
+            // Filters, submodules or attributes that change: libgit2's
+            // checkout, which re-reads the index file first.
+            wt.index()?.write()?;
             let mut co = CheckoutBuilder::new();
             co.force().remove_untracked(true).remove_ignored(false).disable_pathspec_match(true);
             for d in &deltas {
@@ -348,6 +356,9 @@ pub fn move_clean_in(
             wt.checkout_tree(target.as_object(), Some(&mut co))?;
         }
     }
+    // Before the worker runs: it may read the index (`git status`), and
+    // the last commit left it to this write.
+    wt.index()?.write()?;
     wt.set_head_detached(oid)?;
     worktree::point_at_branch(wt, wt, branch, oid)?;
     Ok(worktree::Prepared { path, created: false, cleared_locks })
@@ -448,7 +459,8 @@ fn plain_files(repo: &Repository, deltas: &[FileDelta]) -> Result<bool, git2::Er
 
 /// Makes the files of `deltas` what their new side says (writes, links,
 /// removals, with directories made and emptied ones removed, as a checkout
-/// does) and updates their index entries; the rest of the index is kept.
+/// does) and updates their index entries in memory; the rest of the index
+/// is kept.
 fn write_files(repo: &Repository, root: &Path, deltas: &[FileDelta]) -> Result<(), WorktreeError> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
@@ -505,7 +517,6 @@ fn write_files(repo: &Repository, root: &Path, deltas: &[FileDelta]) -> Result<(
         // The entry is the blob's (no filters), with the stat of the file.
         index.add(&index_entry(&full, &d.path, oid, mode)?)?;
     }
-    index.write()?;
     Ok(())
 }
 

@@ -127,9 +127,43 @@ pub fn prepare(
     let mut co = CheckoutBuilder::new();
     co.force().remove_untracked(true).remove_ignored(false);
     wt.checkout_tree(commit.as_object(), Some(&mut co))?;
+    repair_index(&wt, &commit.tree()?)?;
     wt.set_head_detached(oid)?;
     point_at_branch(&repo, &wt, branch, oid)?;
     Ok(Prepared { path, created: false, cleared_locks })
+}
+
+/// Makes the index say what a forced checkout of `tree` left in the files.
+/// libgit2's checkout keeps the entry of a file that already holds the
+/// target's content even when the entry says otherwise: an index the last
+/// tracked commit had not written yet when the sidecar stopped (see
+/// `changes::commit_paths_in`), or a change the worker staged and left.
+fn repair_index(wt: &Repository, tree: &git2::Tree<'_>) -> Result<(), WorktreeError> {
+    let mut index = wt.index()?;
+    // Cheap when it agrees: the index's cache of tree ids answers.
+    if !index.has_conflicts() && index.write_tree().is_ok_and(|id| id == tree.id()) {
+        return Ok(());
+    }
+    let Some(workdir) = wt.workdir().map(Path::to_path_buf) else { return Ok(()) };
+    let diff = wt.diff_tree_to_index(Some(tree), Some(&index), None)?;
+    let paths: Vec<PathBuf> = diff
+        .deltas()
+        .filter_map(|d| d.new_file().path().or(d.old_file().path()).map(Path::to_path_buf))
+        .collect();
+    tracing::info!(entries = paths.len(), "index disagreed with the checkout; repairing its entries");
+    for p in paths {
+        let in_tree = tree.get_path(&p).is_ok();
+        match std::fs::symlink_metadata(workdir.join(&p)) {
+            Ok(m) if in_tree && !m.is_dir() => index.add_path(&p)?,
+            _ => {
+                if index.get_path(&p, 0).is_some() || index.has_conflicts() {
+                    index.remove_path(&p)?;
+                }
+            }
+        }
+    }
+    index.write()?;
+    Ok(())
 }
 
 /// Makes the worktree from scratch, detached at `oid`: by hand for a plain
