@@ -159,7 +159,9 @@ pub struct TaskSpec {
     /// with the defaults when the task adds none (a one-entry BTreeMap costs
     /// half a kilobyte, times every task of a big plan).
     pub labels: Arc<BTreeMap<String, String>>,
-    pub command: Vec<String>,
+    /// The worker's argv; shared with the defaults' when the task sets no
+    /// command of its own (one `sh -c` argv is ~140 bytes, times every task).
+    pub command: Arc<[String]>,
     pub env: BTreeMap<String, String>,
     pub idle_timeout_secs: u32,
     pub max_restarts: u32,
@@ -396,6 +398,7 @@ fn validate(raw: RawPlan) -> Result<Plan, PlanError> {
         return Err(err("defaults.agent", "set command or agent, not both"));
     }
     let default_agent = agent_fields!(d);
+    let default_command: Option<Arc<[String]>> = d.command.clone().map(|c| c.into_argv().into());
     let default_labels = Arc::new(d.labels.clone());
     let default_retry = RetryPolicy {
         max_retries: d.retries.unwrap_or(RetryPolicy::default().max_retries),
@@ -483,11 +486,11 @@ fn validate(raw: RawPlan) -> Result<Plan, PlanError> {
             return Err(err(at("agent"), "set command or agent, not both"));
         }
         // A task's own command or agent beats the other one from the defaults.
-        let (command, agent) = match (&task.command, &agent) {
-            (Some(c), _) => (c.clone().into_argv(), None),
-            (None, Some(_)) => (Vec::new(), agent),
+        let (command, agent): (Arc<[String]>, _) = match (&task.command, &agent) {
+            (Some(c), _) => (c.clone().into_argv().into(), None),
+            (None, Some(_)) => (Arc::new([]), agent),
             (None, _) => {
-                let c = d.command.clone().map(Command::into_argv).ok_or_else(|| {
+                let c = default_command.clone().ok_or_else(|| {
                     err(at("command"), "no worker command: set command or agent here or in [defaults]")
                 })?;
                 (c, None)

@@ -5,39 +5,98 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use swarm_core::globs::OwnedGlobs;
-use swarm_core::plan::task_branch;
+use swarm_core::plan::{TaskSpec, task_branch};
 use swarm_core::{AttemptState, TaskKey, TaskState};
 
 use super::model::{AgentRecord, Attempt, Task};
 use super::outbound::{AgentAssign, AssignSpec, AttemptHandle, Outbound};
 use super::{Effects, Scheduler, now_ms, task_text};
 
-/// A task's owned globs, with the one meaning the integrator and the
-/// sidecar's permission policy give them too.
-pub type Ownership = OwnedGlobs;
+/// A task's owned globs as the scheduler checks them, with the one meaning
+/// the integrator and the sidecar's permission policy give them. Globs that
+/// are all plain paths are read from the task's spec: most tasks of a big
+/// plan own a few plain paths, and compiled globs would cost each of them
+/// ~270 bytes at rest. Anything else is compiled once, at creation.
+#[derive(Debug, Clone)]
+pub enum Ownership {
+    Paths(Arc<TaskSpec>),
+    Globs(Arc<OwnedGlobs>),
+}
+
+impl Ownership {
+    /// Compiled globs for `spec` when they are not all plain paths; `None`
+    /// when its spec's paths say it all.
+    pub fn compile(spec: &TaskSpec) -> Option<Arc<OwnedGlobs>> {
+        let own = ownership_of(&spec.files);
+        let plain = !own.has_wildcards() && own.literals() == spec.files.as_slice();
+        (!plain).then_some(own)
+    }
+
+    /// The plain paths owned.
+    fn literals(&self) -> &[String] {
+        match self {
+            Ownership::Paths(spec) => &spec.files,
+            Ownership::Globs(g) => g.literals(),
+        }
+    }
+
+    fn globs(&self) -> Option<&Arc<OwnedGlobs>> {
+        match self {
+            Ownership::Globs(g) if g.has_wildcards() => Some(g),
+            _ => None,
+        }
+    }
+
+    fn matches(&self, path: &str) -> bool {
+        match self {
+            Ownership::Paths(spec) => spec.files.iter().any(|p| p == path),
+            Ownership::Globs(g) => g.matches(path),
+        }
+    }
+
+    /// As [`OwnedGlobs::overlaps`]: between plain paths and anything, exact.
+    fn overlaps(&self, other: &Ownership) -> bool {
+        match (self, other) {
+            (Ownership::Globs(a), Ownership::Globs(b)) => a.overlaps(b),
+            (Ownership::Paths(spec), o) | (o, Ownership::Paths(spec)) => {
+                spec.files.iter().any(|p| o.matches(p))
+            }
+        }
+    }
+}
+
+impl Task {
+    /// What this task owns, for the overlap checks.
+    pub fn ownership(&self) -> Ownership {
+        match &self.globs {
+            Some(g) => Ownership::Globs(g.clone()),
+            None => Ownership::Paths(self.spec.clone()),
+        }
+    }
+}
 
 /// The owned globs of every live attempt, indexed so that checking a task
 /// whose globs are plain paths costs a lookup per path rather than a
 /// comparison with every live attempt.
 #[derive(Debug, Default)]
 pub struct LiveOwnership {
-    all: HashMap<TaskKey, Arc<Ownership>>,
+    all: HashMap<TaskKey, Ownership>,
     /// Plain paths owned by live attempts, with how many own each.
     literals: HashMap<String, u32>,
     /// Live attempts that own at least one wildcard glob.
-    wild: HashMap<TaskKey, Arc<Ownership>>,
+    wild: HashMap<TaskKey, Arc<OwnedGlobs>>,
 }
 
 impl LiveOwnership {
-    pub fn insert(&mut self, key: TaskKey, own: Arc<Ownership>) {
+    pub fn insert(&mut self, key: TaskKey, own: Ownership) {
         if self.all.contains_key(&key) {
             return;
         }
         for p in own.literals() {
             *self.literals.entry(p.clone()).or_insert(0) += 1;
         }
-        if own.has_wildcards() {
-            self.wild.insert(key.clone(), own.clone());
+        if let Some(g) = own.globs() {
+            self.wild.insert(key.clone(), g.clone());
         }
         self.all.insert(key, own);
     }
@@ -57,9 +116,11 @@ impl LiveOwnership {
 
     /// Whether `own` overlaps a live attempt's globs.
     pub fn conflicts(&self, own: &Ownership) -> bool {
-        if !own.has_wildcards() {
-            own.literals().iter().any(|p| self.literals.contains_key(p))
-                || self.wild.values().any(|o| o.overlaps(own))
+        if own.globs().is_none() {
+            // A wild live attempt's plain paths are in `literals` too.
+            let paths = own.literals();
+            paths.iter().any(|p| self.literals.contains_key(p))
+                || self.wild.values().any(|o| paths.iter().any(|p| o.matches(p)))
         } else {
             self.all.values().any(|o| o.overlaps(own))
         }
@@ -141,8 +202,7 @@ impl Scheduler {
                         continue;
                     }
                 }
-                let Some(own) = self.ownership.get(key) else { continue };
-                if self.running.conflicts(own) {
+                if self.running.conflicts(&task.ownership()) {
                     continue;
                 }
                 chosen = Some(key.clone());
@@ -227,7 +287,7 @@ impl Scheduler {
             branch: task_branch(&key.swarm, key.task.as_str()),
             title: task.spec.title.clone(),
             task_text: task_text::render(task, number, &deps),
-            command: task.spec.command.clone(),
+            command: task.spec.command.to_vec(),
             env: task.spec.env.clone(),
             owned_globs: task.spec.files.clone(),
             verify: task.spec.verify.clone(),
@@ -276,7 +336,7 @@ impl Scheduler {
 
 /// The plan parser has checked every glob; should one still not compile,
 /// the task is taken to own everything, which only serializes it.
-pub fn ownership_of(globs: &[String]) -> Arc<Ownership> {
+pub fn ownership_of(globs: &[String]) -> Arc<OwnedGlobs> {
     Arc::new(OwnedGlobs::new(globs).unwrap_or_else(|e| {
         tracing::error!(error = %e, "owned globs that the plan parser let through; treating them as owning everything");
         OwnedGlobs::everything()
@@ -288,18 +348,29 @@ mod tests {
     use super::*;
 
     fn own(globs: &[&str]) -> Ownership {
-        OwnedGlobs::new(&globs.iter().map(|g| g.to_string()).collect::<Vec<_>>()).expect("globs")
+        let files: Vec<String> = globs.iter().map(|g| g.to_string()).collect();
+        let spec = swarm_core::plan::Plan::parse(&format!(
+            "name = \"s\"\n[[tasks]]\nid = \"t\"\ncommand = \"true\"\nfiles = {files:?}\n"
+        ))
+        .expect("plan")
+        .tasks[0]
+            .clone();
+        match Ownership::compile(&spec) {
+            Some(g) => Ownership::Globs(g),
+            None => Ownership::Paths(spec),
+        }
     }
 
     #[test]
     fn live_ownership_tracks_inserts_and_removals() {
         let key = |t: &str| TaskKey::parse(&format!("s/{t}")).expect("key");
         let mut live = LiveOwnership::default();
-        live.insert(key("a"), Arc::new(own(&["a.txt", "shared.txt"])));
-        live.insert(key("w"), Arc::new(own(&["src/**"])));
+        live.insert(key("a"), own(&["a.txt", "shared.txt"]));
+        live.insert(key("w"), own(&["src/**"]));
         assert!(live.conflicts(&own(&["shared.txt"])), "a plain path held by a");
         assert!(live.conflicts(&own(&["src/x.rs"])), "a plain path under w's glob");
         assert!(live.conflicts(&own(&["src/api/**"])), "a glob nested in w's");
+        assert!(live.conflicts(&own(&["*.txt"])), "a glob over a's plain paths");
         assert!(!live.conflicts(&own(&["b.txt"])));
         live.remove(&key("a"));
         assert!(!live.conflicts(&own(&["shared.txt"])), "released with a");
@@ -311,10 +382,17 @@ mod tests {
     fn a_task_owning_a_directory_and_one_owning_a_file_in_it_never_run_together() {
         let key = |t: &str| TaskKey::parse(&format!("s/{t}")).expect("key");
         let mut live = LiveOwnership::default();
-        live.insert(key("docs"), Arc::new(own(&["docs/"])));
+        live.insert(key("docs"), own(&["docs/"]));
         assert!(live.conflicts(&own(&["docs/guide.md"])));
         live.remove(&key("docs"));
-        live.insert(key("guide"), Arc::new(own(&["docs/guide.md"])));
+        live.insert(key("guide"), own(&["docs/guide.md"]));
         assert!(live.conflicts(&own(&["docs/"])));
+    }
+
+    #[test]
+    fn plain_paths_are_read_from_the_spec_and_globs_compiled() {
+        assert!(matches!(own(&["a.txt", "b/c.rs"]), Ownership::Paths(_)));
+        assert!(matches!(own(&["docs/"]), Ownership::Globs(_)), "a directory is a glob");
+        assert!(matches!(own(&["src/*.rs"]), Ownership::Globs(_)));
     }
 }

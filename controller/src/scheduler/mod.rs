@@ -45,7 +45,6 @@ pub use refs::LandTarget;
 use crate::integrator::{IntegratorHandle, MergeJob};
 use crate::metrics::Metrics;
 use crate::store::{Batch, EventRow, Store};
-use assign::Ownership;
 use model::{Attempts, Swarm, Tasks, Worker};
 
 /// Timing knobs. 15 s heartbeats and a 60 s lease: a sidecar survives three
@@ -87,6 +86,15 @@ fn unix_time(ms: i64) -> SystemTime {
 
 pub fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+/// The data of a `task.state` or `attempt.state` event.
+#[derive(serde::Serialize)]
+struct StateChange<'a> {
+    from: &'a str,
+    to: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<&'a str>,
 }
 
 /// Side effects of one turn, released after its commit.
@@ -226,7 +234,6 @@ pub struct Scheduler {
     next_ready_seq: u64,
     /// Owned globs of every task with a live attempt.
     running: assign::LiveOwnership,
-    ownership: HashMap<TaskKey, Arc<Ownership>>,
     dependents: HashMap<TaskKey, Vec<TaskKey>>,
     next_token: u64,
     next_event_id: u64,
@@ -478,7 +485,7 @@ impl Scheduler {
         worker: &str,
         kind: &str,
         message: String,
-        data: serde_json::Value,
+        data: impl serde::Serialize,
     ) -> u64 {
         let id = self.next_event_id;
         self.next_event_id += 1;
@@ -491,7 +498,9 @@ impl Scheduler {
             worker: worker.to_string(),
             kind: kind.to_string(),
             message,
-            data: data.to_string(),
+            // Straight to text: the hot events pass borrowed structs, not a
+            // `serde_json::Value` built key by key and then printed.
+            data: serde_json::to_string(&data).unwrap_or_else(|_| "{}".into()),
         });
         id
     }
@@ -506,7 +515,7 @@ impl Scheduler {
         worker: &str,
         kind: &str,
         message: String,
-        data: serde_json::Value,
+        data: impl serde::Serialize,
     ) -> u64 {
         self.event(fx, key.swarm.as_str(), key.task.as_str(), attempt, worker, kind, message, data)
     }
@@ -521,7 +530,9 @@ impl Scheduler {
         }
         let span =
             tracing::info_span!("task.transition", swarm = %key.swarm, task = %key, from = %from, to = %to);
-        swarm_telemetry::join_swarm_trace(&span, key.swarm.as_str(), &key.to_string());
+        if !span.is_disabled() {
+            swarm_telemetry::join_swarm_trace(&span, key.swarm.as_str(), &key.to_string());
+        }
         let _span = span.entered();
         if from != to {
             self.metrics.task_state(Some(from), to);
@@ -570,9 +581,7 @@ impl Scheduler {
             self.ready_seq.insert(key.clone(), seq);
         }
         if to == TaskState::Running {
-            if let Some(own) = self.ownership.get(key) {
-                self.running.insert(key.clone(), own.clone());
-            }
+            self.running.insert(key.clone(), task.ownership());
         } else {
             self.running.remove(key);
         }
@@ -585,7 +594,7 @@ impl Scheduler {
             "",
             "task.state",
             message,
-            serde_json::json!({ "from": from.as_str(), "to": to.as_str(), "reason": reason }),
+            StateChange { from: from.as_str(), to: to.as_str(), reason: Some(reason) },
         );
     }
 
@@ -617,7 +626,7 @@ impl Scheduler {
                 &worker,
                 "attempt.state",
                 format!("{} {from} -> {to}", key.attempt(number)),
-                serde_json::json!({ "from": from.as_str(), "to": to.as_str() }),
+                StateChange { from: from.as_str(), to: to.as_str(), reason: None },
             );
         }
     }

@@ -135,6 +135,19 @@ impl std::ops::DerefMut for LazyNotes {
     }
 }
 
+impl LazyNotes {
+    /// The stored form; absent notes are written without serializing the
+    /// empty ones (a task row is written on every transition).
+    pub fn to_json(&self) -> String {
+        static EMPTY_JSON: std::sync::LazyLock<String> =
+            std::sync::LazyLock::new(|| serde_json::to_string(&Notes::EMPTY).unwrap_or_else(|_| "{}".into()));
+        match &self.0 {
+            None => EMPTY_JSON.clone(),
+            Some(n) => serde_json::to_string(&**n).unwrap_or_else(|_| "{}".into()),
+        }
+    }
+}
+
 impl From<Notes> for LazyNotes {
     fn from(n: Notes) -> Self {
         if n == Notes::EMPTY { LazyNotes(None) } else { LazyNotes(Some(Box::new(n))) }
@@ -160,6 +173,9 @@ pub struct QuestionAnswer {
 pub struct Task {
     pub key: TaskKey,
     pub spec: Arc<TaskSpec>,
+    /// Its owned globs compiled, when they are not all plain paths (see
+    /// `assign::Ownership`).
+    pub globs: Option<Arc<swarm_core::globs::OwnedGlobs>>,
     pub state: TaskState,
     pub attempts: u32,
     pub retries_used: u32,
@@ -192,7 +208,7 @@ impl Task {
             merge_commit: self.merge_commit.clone(),
             reason: self.reason.clone(),
             cancel_requested: self.cancel_requested,
-            notes: serde_json::to_string(&*self.notes).unwrap_or_else(|_| "{}".into()),
+            notes: self.notes.to_json(),
             updated_at: self.updated_at,
         }
     }

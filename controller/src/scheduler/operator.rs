@@ -187,10 +187,10 @@ impl Scheduler {
             for d in &spec.deps {
                 dependents.entry(TaskKey::new(plan.swarm.clone(), d.clone())).or_default().push(key.clone());
             }
-            self.ownership.insert(key.clone(), assign::ownership_of(&spec.files));
             let task = Task {
                 key: key.clone(),
                 spec: spec.clone(),
+                globs: assign::Ownership::compile(spec),
                 // Becomes READY or PENDING just below; the transition is
                 // recorded from this initial state.
                 state: TaskState::Pending,

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
-use swarm_core::plan::Plan;
+use swarm_core::plan::{Plan, TaskSpec};
 use swarm_core::{AttemptState, Outcome, SwarmId, TaskId, TaskKey, TaskState};
 use tokio::sync::broadcast;
 
@@ -38,7 +38,6 @@ pub fn recover(
         ready_seq: HashMap::new(),
         next_ready_seq: 0,
         running: Default::default(),
-        ownership: HashMap::new(),
         dependents: HashMap::new(),
         next_token: 1,
         next_event_id: snap.last_event_id + 1,
@@ -53,7 +52,9 @@ pub fn recover(
         limits: Default::default(),
     };
 
-    let mut plans: HashMap<SwarmId, Arc<Plan>> = HashMap::new();
+    // Each task's spec under the key made from the plan's own ids, so every
+    // map shares one copy of them (and a row finds its spec in one lookup).
+    let mut specs: HashMap<TaskKey, Arc<TaskSpec>> = HashMap::new();
     for row in snap.swarms {
         let plan = Plan::parse(&row.plan).map_err(|e| corrupt("swarms", row.id.clone(), e.to_string()))?;
         let plan = Arc::new(plan);
@@ -62,15 +63,14 @@ pub fn recover(
         let tasks = plan.tasks.iter().map(|t| TaskKey::new(plan.swarm.clone(), t.id.clone())).collect();
         for spec in &plan.tasks {
             let key = TaskKey::new(plan.swarm.clone(), spec.id.clone());
+            specs.insert(key.clone(), spec.clone());
             for d in &spec.deps {
                 s.dependents
                     .entry(TaskKey::new(plan.swarm.clone(), d.clone()))
                     .or_default()
                     .push(key.clone());
             }
-            s.ownership.insert(key, assign::ownership_of(&spec.files));
         }
-        plans.insert(plan.swarm.clone(), plan.clone());
         s.swarms.insert(
             plan.swarm.clone(),
             Swarm {
@@ -91,10 +91,10 @@ pub fn recover(
     for row in snap.tasks {
         let label = format!("{}/{}", row.swarm, row.id);
         let key = key_of(&row.swarm, &row.id).ok_or_else(|| corrupt("tasks", label.clone(), "bad id"))?;
-        let spec = plans
-            .get(&key.swarm)
-            .and_then(|p| p.task(&key.task))
+        let (key, spec) = specs
+            .get_key_value(&key)
             .ok_or_else(|| corrupt("tasks", label.clone(), "task not in its swarm's plan"))?;
+        let key = key.clone();
         let state: TaskState = row.state.parse().map_err(|e: String| corrupt("tasks", label.clone(), e))?;
         let notes: Notes =
             serde_json::from_str(&row.notes).map_err(|e| corrupt("tasks", label.clone(), e.to_string()))?;
@@ -103,6 +103,7 @@ pub fn recover(
             Task {
                 key,
                 spec: spec.clone(),
+                globs: assign::Ownership::compile(spec),
                 state,
                 attempts: row.attempts,
                 retries_used: row.retries_used,
@@ -135,6 +136,7 @@ pub fn recover(
         let label = format!("{}/{}#{}", row.swarm, row.task, row.number);
         let key =
             key_of(&row.swarm, &row.task).ok_or_else(|| corrupt("attempts", label.clone(), "bad id"))?;
+        let key = specs.get_key_value(&key).map(|(k, _)| k.clone()).unwrap_or(key);
         let state: AttemptState =
             row.state.parse().map_err(|e: String| corrupt("attempts", label.clone(), e))?;
         let tiers: Vec<TierOutcome> = serde_json::from_str(&row.tiers).unwrap_or_default();
@@ -197,8 +199,8 @@ pub fn recover(
             w.attempt = Some((key.clone(), number));
         }
         s.lease_seen.insert(worker, 0);
-        if let Some(own) = s.ownership.get(&key) {
-            s.running.insert(key, own.clone());
+        if let Some(own) = s.tasks.get(&key).map(|t| t.ownership()) {
+            s.running.insert(key, own);
         }
     }
 

@@ -204,9 +204,17 @@ impl Scheduler {
                 self.set_attempt_state(&key, number, AttemptState::Succeeded, fx);
                 if let Some(t) = self.tasks.get_mut(&key) {
                     t.result_commit = commit;
-                    t.notes.summary = r.summary.clone();
-                    t.notes.files_changed = r.files_changed.clone();
-                    t.notes.conflict = None;
+                    // Written only when there is something to keep: notes
+                    // are allocated on their first write (see `LazyNotes`).
+                    if !r.summary.is_empty() || !t.notes.summary.is_empty() {
+                        t.notes.summary = r.summary.clone();
+                    }
+                    if !r.files_changed.is_empty() || !t.notes.files_changed.is_empty() {
+                        t.notes.files_changed = r.files_changed.clone();
+                    }
+                    if t.notes.conflict.is_some() {
+                        t.notes.conflict = None;
+                    }
                 }
                 self.set_state(&key, TaskState::Succeeded, &format!("attempt {number} succeeded"), fx);
                 self.start_merge(&key, number, false, fx);
@@ -430,7 +438,9 @@ impl Scheduler {
             return;
         }
         let span = tracing::info_span!("merge.result", swarm = %key.swarm, task = %key, attempt = %key.attempt(number));
-        swarm_telemetry::join_swarm_trace(&span, key.swarm.as_str(), &key.to_string());
+        if !span.is_disabled() {
+            swarm_telemetry::join_swarm_trace(&span, key.swarm.as_str(), &key.to_string());
+        }
         let _span = span.entered();
         if !result.ownership_warning.is_empty() {
             self.task_event(

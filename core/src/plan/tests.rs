@@ -30,7 +30,7 @@ fn a_good_plan_parses_with_defaults_applied() {
     assert_eq!(plan.target_branch, "main");
     let api = &plan.tasks[1];
     assert_eq!(api.deps, vec![TaskId::new("db").expect("id")]);
-    assert_eq!(api.command, vec!["sh", "-c", "sh worker.sh"]);
+    assert_eq!(api.command.to_vec(), vec!["sh", "-c", "sh worker.sh"]);
     assert_eq!(api.retry.max_retries, 2);
     assert_eq!(api.strategy, MergeStrategy::Squash);
     assert_eq!(api.on_conflict, ConflictPolicy::Return);
@@ -169,7 +169,7 @@ command = "true"
     assert_eq!(agent.permissions.otherwise, Otherwise::Deny);
     // A task's own command beats the defaults' agent.
     assert!(plan.tasks[1].agent.is_none());
-    assert_eq!(plan.tasks[1].command, vec!["sh", "-c", "true"]);
+    assert_eq!(plan.tasks[1].command.to_vec(), vec!["sh", "-c", "true"]);
 }
 
 #[test]

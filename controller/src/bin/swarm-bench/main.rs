@@ -11,6 +11,7 @@
 //!                                  # READY->exec, exec->exit, exit->MERGED, tasks/s, CPU, RSS
 //! $B startup [--sidecars K] [--files F] [--runs R]
 //!                                  # `swarmctl run`: process start -> K sidecars connected
+//! $B memory [--tasks N]            # controller RSS per task at rest, CPU at rest
 //! ```
 //!
 //! Each prints its baseline from the same run beside its figures (this kind
@@ -19,6 +20,7 @@
 mod common;
 mod durable;
 mod e2e;
+mod memory;
 mod startup;
 
 use clap::{Parser, Subcommand};
@@ -43,6 +45,8 @@ enum Cmd {
     E2e(e2e::Args),
     /// `swarmctl run` startup to K sidecars connected.
     Startup(startup::Args),
+    /// Controller RSS per task at rest after `swarmctl create`.
+    Memory(memory::Args),
 }
 
 #[tokio::main]
@@ -54,5 +58,6 @@ async fn main() -> anyhow::Result<()> {
         Some(Cmd::Heartbeats(a)) => durable::run(&a, durable::Parts::Heartbeats).await,
         Some(Cmd::E2e(a)) => e2e::run(&a).await,
         Some(Cmd::Startup(a)) => tokio::task::spawn_blocking(move || startup::run(&a)).await?,
+        Some(Cmd::Memory(a)) => tokio::task::spawn_blocking(move || memory::run(&a)).await?,
     }
 }
