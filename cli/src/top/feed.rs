@@ -180,7 +180,11 @@ async fn fetch(
     if !swarm.is_empty() {
         swarms.retain(|s| s.id == swarm);
     }
-    let tasks = client::all_tasks(c, swarm).await?;
+    // ListTasks lists one swarm at a time.
+    let mut tasks = Vec::new();
+    for s in &swarms {
+        tasks.extend(client::all_tasks(c, &s.id).await?);
+    }
     let workers = client::all_workers(c).await?;
     Ok(Snapshot { swarms, tasks, workers })
 }
