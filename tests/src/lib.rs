@@ -10,6 +10,7 @@
 use std::time::Duration;
 
 mod api;
+pub mod docker;
 mod netns;
 mod plan;
 mod poll;
