@@ -197,11 +197,21 @@ impl Ui {
             return Action::None;
         };
         match key.code {
-            KeyCode::Esc => return Action::None,
+            KeyCode::Esc => {
+                self.status = None;
+                return Action::None;
+            }
             KeyCode::Backspace => {
                 text.pop();
             }
-            KeyCode::Char(c) if !c.is_control() => text.push(c),
+            // Ctrl-U clears the line, as in a shell; other chords type nothing.
+            KeyCode::Char('u') if key.modifiers.contains(KeyModifiers::CONTROL) => text.clear(),
+            KeyCode::Char(c)
+                if !c.is_control()
+                    && !key.modifiers.intersects(KeyModifiers::CONTROL | KeyModifiers::ALT) =>
+            {
+                text.push(c)
+            }
             KeyCode::Enter => return self.submit(prompt),
             _ => {}
         }
@@ -236,5 +246,68 @@ impl Ui {
             Prompt::Confirm { op } => return Action::Run(op),
         }
         Action::None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+    use swarm_proto::v1;
+
+    use super::*;
+    use crate::top::model::Snapshot;
+
+    fn model() -> Model {
+        let mut m = Model::default();
+        let task = |id: &str, q: &str| v1::Task {
+            swarm_id: "s".into(),
+            id: id.into(),
+            state: v1::TaskState::Escalated as i32,
+            pending_question: q.into(),
+            ..Default::default()
+        };
+        m.apply_snapshot(Snapshot {
+            swarms: vec![v1::Swarm { id: "s".into(), ..Default::default() }],
+            tasks: vec![task("a", ""), task("b", "which?")],
+            workers: Vec::new(),
+        });
+        m
+    }
+
+    fn press(ui: &mut Ui, m: &Model, keys: &str) -> Vec<Op> {
+        let mut ops = Vec::new();
+        for c in keys.chars() {
+            let code = if c == '\r' { KeyCode::Enter } else { KeyCode::Char(c) };
+            if let Action::Run(op) = ui.handle_key(m, KeyEvent::new(code, KeyModifiers::NONE)) {
+                ops.push(op);
+            }
+        }
+        ops
+    }
+
+    #[test]
+    fn answering_takes_the_selected_tasks_question_and_refuses_empty_text() {
+        let m = model();
+        let mut ui = Ui::new(String::new(), Filter::default());
+        assert!(press(&mut ui, &m, "a").is_empty());
+        assert!(ui.status.as_ref().is_some_and(|s| s.error), "s/a has no question");
+        assert!(press(&mut ui, &m, "ja  \r").is_empty(), "blank text is refused");
+        assert!(matches!(ui.prompt, Some(Prompt::Answer { .. })), "and the prompt stays open");
+        let ctrl_u = KeyEvent::new(KeyCode::Char('u'), KeyModifiers::CONTROL);
+        ui.handle_key(&m, ctrl_u);
+        assert_eq!(press(&mut ui, &m, "tabs\r"), [Op::Answer { task: "s/b".into(), text: "tabs".into() }]);
+    }
+
+    #[test]
+    fn cancel_and_drain_wait_for_a_yes_and_a_bad_filter_changes_nothing() {
+        let m = model();
+        let mut ui = Ui::new(String::new(), Filter::default());
+        assert!(press(&mut ui, &m, "cn").is_empty(), "n keeps the task");
+        assert_eq!(press(&mut ui, &m, "cy"), [Op::Cancel { task: "s/a".into() }]);
+        assert_eq!(press(&mut ui, &m, "r"), [Op::Retry { task: "s/a".into() }]);
+        assert!(press(&mut ui, &m, "d").is_empty(), "no worker selected");
+        press(&mut ui, &m, "/state:nope\r");
+        assert!(ui.filter.is_empty() && matches!(ui.prompt, Some(Prompt::Filter { .. })));
+        assert!(press(&mut ui, &m, "q").is_empty() && ui.prompt.is_some(), "q is text in a prompt");
     }
 }

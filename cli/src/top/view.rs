@@ -48,7 +48,12 @@ pub fn draw(frame: &mut Frame, model: &Model, ui: &Ui, url: &str) {
         panes::draw_recent(frame, lines, model, ui);
     }
     draw_status(frame, status, ui);
-    frame.render_widget(Line::from(help_text(ui)).style(dim()), help);
+    // A prompt takes the status line; why its input was refused shows below it.
+    let refused = ui.status.as_ref().filter(|s| s.error && ui.prompt.is_some());
+    match refused {
+        Some(s) => frame.render_widget(Line::from(s.text.clone()).style(Style::new().fg(Color::Red)), help),
+        None => frame.render_widget(Line::from(help_text(ui)).style(dim()), help),
+    }
 }
 
 fn dim() -> Style {
