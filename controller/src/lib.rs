@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod scheduler;
 pub mod store;
 pub mod supervise;
+pub mod ui;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -56,6 +57,8 @@ pub struct Config {
     pub max_pack_bytes: usize,
     /// TLS and credentials; none (anonymous callers, loopback only) by default.
     pub security: Security,
+    /// Where to serve the read-only web dashboard; none by default.
+    pub ui_listen: Option<SocketAddr>,
 }
 
 impl Config {
@@ -75,6 +78,7 @@ impl Config {
             hello_timeout: api::sidecar::HELLO_TIMEOUT,
             max_pack_bytes: api::sidecar::MAX_PACK_BYTES,
             security: Security::default(),
+            ui_listen: None,
         }
     }
 
@@ -101,6 +105,7 @@ pub struct Controller {
     commands: mpsc::Sender<Command>,
     tasks: TaskTracker,
     metrics_addr: Option<SocketAddr>,
+    ui_addr: Option<SocketAddr>,
 }
 
 /// Opens the store, rebuilds state and starts serving.
@@ -109,6 +114,9 @@ pub async fn start(config: Config) -> Result<Controller, ControllerError> {
         |reason: String| ControllerError::Repository { path: config.repo.display().to_string(), reason };
     // Refuse an unsafe listener before touching the store.
     let server_auth = config.security.prepare(config.listen).map_err(ControllerError::Security)?;
+    if let Some(at) = config.ui_listen {
+        ui::check_listen(at, &config.security).map_err(ControllerError::Security)?;
+    }
     let repo = git2::Repository::open(&config.repo).map_err(|e| repo_err(e.message().to_string()))?;
     let workdir = repo.workdir().map(|p| p.to_path_buf()).unwrap_or_else(|| repo.path().to_path_buf());
     let db = config.db.clone().unwrap_or_else(|| repo.commondir().join("swarm").join("swarm.db"));
@@ -158,7 +166,16 @@ pub async fn start(config: Config) -> Result<Controller, ControllerError> {
         tasks: tasks.clone(),
         metrics,
     };
-    let auth_layer = api::auth::AuthLayer::new(Arc::new(server_auth.authenticator), shared.clone());
+    let authenticator = Arc::new(server_auth.authenticator);
+    let ui_addr = match config.ui_listen {
+        Some(at) => Some(
+            ui::serve(at, shared.clone(), authenticator.clone(), &config.security, shutdown.clone())
+                .await
+                .map_err(|source| ControllerError::Listen { addr: at.to_string(), source })?,
+        ),
+        None => None,
+    };
+    let auth_layer = api::auth::AuthLayer::new(authenticator, shared.clone());
     let sidecar = SidecarServiceServer::new(api::sidecar::SidecarApi::new(
         shared.clone(),
         config.hello_timeout,
@@ -211,6 +228,7 @@ pub async fn start(config: Config) -> Result<Controller, ControllerError> {
         commands,
         tasks,
         metrics_addr,
+        ui_addr,
     })
 }
 
@@ -230,6 +248,11 @@ impl Controller {
     /// Where `GET /metrics` is served, when `metrics_listen` was set.
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
         self.metrics_addr
+    }
+
+    /// Where the dashboard is served, when `ui_listen` was set.
+    pub fn ui_addr(&self) -> Option<SocketAddr> {
+        self.ui_addr
     }
 
     /// Completes when the controller stops on its own: a supervised thread

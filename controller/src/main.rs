@@ -51,6 +51,9 @@ struct Args {
     /// Serve Prometheus metrics at http://ADDR/metrics.
     #[arg(long, env = "SWARM_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
+    /// Serve the read-only web dashboard at http(s)://ADDR/ (see README "Dashboard").
+    #[arg(long, env = "SWARM_UI_LISTEN")]
+    ui_listen: Option<SocketAddr>,
     /// Server certificate chain (PEM): serve TLS. Needs --tls-key.
     #[arg(long, env = "SWARM_TLS_CERT", requires = "tls_key")]
     tls_cert: Option<PathBuf>,
@@ -101,6 +104,7 @@ async fn main() -> anyhow::Result<()> {
             tokens: Vec::new(),
             insecure: args.insecure,
         },
+        ui_listen: args.ui_listen,
     };
     let shutdown = CancellationToken::new();
     let signals = shutdown.clone();

@@ -1,0 +1,117 @@
+//! The dashboard's JSON reads. Each calls the Operator API's read handler
+//! in-process, so it answers from the scheduler's model exactly as
+//! `swarmctl get` and `describe` do, with the same validation and errors.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use swarm_proto::v1;
+use swarm_proto::v1::operator_service_server::OperatorService as _;
+use tonic::{Code, Request, Status};
+
+use super::{Ui, dto};
+
+/// The events a task's page shows, the latest ones.
+pub const DETAIL_EVENTS: usize = 500;
+/// Bounds the pages one list costs: at the largest page size this is far
+/// beyond any swarm the controller holds.
+const MAX_PAGES: usize = 100;
+
+/// A read's failure, as JSON `{"error": ...}` with the matching HTTP code.
+pub struct ApiError(Status);
+
+impl From<Status> for ApiError {
+    fn from(s: Status) -> ApiError {
+        ApiError(s)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let code = match self.0.code() {
+            Code::InvalidArgument | Code::OutOfRange => StatusCode::BAD_REQUEST,
+            Code::NotFound => StatusCode::NOT_FOUND,
+            Code::Unauthenticated => StatusCode::UNAUTHORIZED,
+            Code::PermissionDenied => StatusCode::FORBIDDEN,
+            Code::FailedPrecondition | Code::AlreadyExists | Code::Aborted => StatusCode::CONFLICT,
+            Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        (code, Json(serde_json::json!({ "error": self.0.message() }))).into_response()
+    }
+}
+
+type Reply<T> = Result<Json<T>, ApiError>;
+
+#[tracing::instrument(skip_all)]
+pub async fn swarms(State(ui): State<Ui>) -> Reply<Vec<dto::Swarm>> {
+    let mut out = Vec::new();
+    let mut token = String::new();
+    for _ in 0..MAX_PAGES {
+        let req = v1::ListSwarmsRequest { page_size: 0, page_token: token };
+        let page = ui.reads.list_swarms(Request::new(req)).await?.into_inner();
+        out.extend(page.swarms.into_iter().map(dto::Swarm::from));
+        token = page.next_page_token;
+        if token.is_empty() {
+            break;
+        }
+    }
+    Ok(Json(out))
+}
+
+#[derive(serde::Serialize)]
+pub struct SwarmPage {
+    swarm: dto::Swarm,
+    tasks: Vec<dto::Task>,
+}
+
+#[tracing::instrument(skip_all, fields(swarm = %swarm))]
+pub async fn swarm(State(ui): State<Ui>, Path(swarm): Path<String>) -> Reply<SwarmPage> {
+    let req = v1::GetSwarmRequest { swarm_id: swarm.clone() };
+    let view = ui.reads.get_swarm(Request::new(req)).await?.into_inner();
+    let mut tasks = Vec::new();
+    let mut token = String::new();
+    for _ in 0..MAX_PAGES {
+        let req = v1::ListTasksRequest {
+            swarm_id: swarm.clone(),
+            states: Vec::new(),
+            page_size: crate::scheduler::reads::MAX_PAGE_SIZE as u32,
+            page_token: token,
+        };
+        let page = ui.reads.list_tasks(Request::new(req)).await?.into_inner();
+        tasks.extend(page.tasks.into_iter().map(dto::Task::from));
+        token = page.next_page_token;
+        if token.is_empty() {
+            break;
+        }
+    }
+    Ok(Json(SwarmPage { swarm: view.into(), tasks }))
+}
+
+#[tracing::instrument(skip_all, fields(swarm = %swarm, task = %task))]
+pub async fn task(
+    State(ui): State<Ui>,
+    Path((swarm, task)): Path<(String, String)>,
+) -> Reply<dto::TaskDetail> {
+    let req = v1::GetTaskRequest { task_id: format!("{swarm}/{task}") };
+    let detail = ui.reads.get_task(Request::new(req)).await?.into_inner();
+    Ok(Json(dto::TaskDetail::new(detail, DETAIL_EVENTS)))
+}
+
+#[tracing::instrument(skip_all)]
+pub async fn workers(State(ui): State<Ui>) -> Reply<Vec<dto::Worker>> {
+    let mut out = Vec::new();
+    let mut token = String::new();
+    for _ in 0..MAX_PAGES {
+        let req = v1::ListWorkersRequest { page_size: 0, page_token: token };
+        let page = ui.reads.list_workers(Request::new(req)).await?.into_inner();
+        out.extend(page.workers.into_iter().map(dto::Worker::from));
+        token = page.next_page_token;
+        if token.is_empty() {
+            break;
+        }
+    }
+    Ok(Json(out))
+}

@@ -1,0 +1,70 @@
+// Routing (#/, #/swarm/S, #/task/S/T, #/workers), reads from /api, and live
+// updates: one EventSource on /api/events; any event re-reads the page shown
+// (a burst of events costs one read), and so does every (re)connection, so
+// what happened while disconnected is never missed.
+"use strict";
+
+(() => {
+  const view = document.getElementById("view");
+  const live = document.getElementById("live");
+  const REFRESH_MS = 200;
+  let timer = null;
+  let generation = 0;
+
+  function route() {
+    const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
+    if (parts[0] === "swarm" && parts[1]) return { page: "swarm", swarm: parts[1] };
+    if (parts[0] === "task" && parts[1] && parts[2]) return { page: "task", swarm: parts[1], task: parts[2] };
+    if (parts[0] === "workers") return { page: "workers" };
+    return { page: "swarms" };
+  }
+
+  async function get(path) {
+    const r = await fetch(path, { credentials: "same-origin", headers: { Accept: "application/json" } });
+    if (r.status === 401) {
+      location.href = "/login";
+      throw new Error("not logged in");
+    }
+    const body = await r.json();
+    if (!r.ok) throw new Error(body.error || `${r.status}`);
+    return body;
+  }
+
+  async function render() {
+    const mine = ++generation;
+    const r = route();
+    const enc = encodeURIComponent;
+    let node;
+    try {
+      if (r.page === "swarm") node = Views.swarm(await get(`/api/swarms/${enc(r.swarm)}`));
+      else if (r.page === "task") node = Views.task(await get(`/api/swarms/${enc(r.swarm)}/tasks/${enc(r.task)}`), r.swarm);
+      else if (r.page === "workers") node = Views.workers(await get("/api/workers"));
+      else node = Views.swarms(await get("/api/swarms"));
+    } catch (e) {
+      node = Views.error(e.message);
+    }
+    // A slower read of an older route must not replace a newer one.
+    if (mine !== generation) return;
+    const scroll = document.getElementById("dag");
+    const [left, top] = scroll ? [scroll.scrollLeft, scroll.scrollTop] : [0, 0];
+    view.replaceChildren(node);
+    const dag = document.getElementById("dag");
+    if (dag) [dag.scrollLeft, dag.scrollTop] = [left, top];
+    document.body.dataset.rendered = String(mine);
+  }
+
+  function soon() {
+    if (timer === null) timer = setTimeout(() => { timer = null; render(); }, REFRESH_MS);
+  }
+
+  function connect() {
+    const source = new EventSource("/api/events");
+    source.onopen = () => { live.dataset.live = "open"; live.textContent = "live"; soon(); };
+    source.onmessage = () => soon();
+    source.onerror = () => { live.dataset.live = "connecting"; live.textContent = "reconnecting"; };
+  }
+
+  window.addEventListener("hashchange", render);
+  render();
+  connect();
+})();

@@ -1,0 +1,153 @@
+// The pages, built as DOM nodes (text always goes in as text, never as
+// markup, so nothing a task or worker reports can inject into the page).
+"use strict";
+
+const Views = (() => {
+  function h(tag, attrs, ...kids) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v !== undefined && v !== null && v !== false) e.setAttribute(k, String(v));
+    }
+    for (const k of kids.flat(Infinity)) {
+      if (k === null || k === undefined || k === false) continue;
+      e.appendChild(typeof k === "string" || typeof k === "number" ? document.createTextNode(String(k)) : k);
+    }
+    return e;
+  }
+
+  const badge = (state) => h("span", { class: `badge ${state}`, "data-state": state }, state);
+  const when = (ms) => (ms > 0 ? new Date(ms).toLocaleString() : "—");
+  const short = (sha) => (sha ? sha.slice(0, 10) : "—");
+  const enc = encodeURIComponent;
+  const taskHref = (swarm, id) => `#/task/${enc(swarm)}/${enc(id)}`;
+  const cost = (u) => (u && u.cost_usd ? `$${u.cost_usd.toFixed(2)}` : "");
+
+  function kv(pairs) {
+    return h("dl", { class: "kv" }, pairs.filter(([, v]) => v !== "" && v !== undefined)
+      .map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
+  }
+
+  function counts(byState) {
+    return h("div", { class: "legend" },
+      Object.entries(byState).map(([s, n]) => h("span", { class: `badge ${s}` }, `${s} ${n}`)));
+  }
+
+  function swarms(list) {
+    if (!list.length) return h("div", {}, h("h1", {}, "Swarms"), h("p", { class: "muted" }, "No swarms yet: swarmctl create PLAN."));
+    return h("div", {}, h("h1", {}, "Swarms"), h("table", { id: "swarms" },
+      h("thead", {}, h("tr", {}, ["swarm", "state", "tasks", "by state", "integration", "created", "cost"].map((c) => h("th", {}, c)))),
+      h("tbody", {}, list.map((s) => h("tr", { "data-swarm": s.id },
+        h("td", {}, h("a", { href: `#/swarm/${enc(s.id)}` }, s.id)),
+        h("td", {}, badge(s.state)),
+        h("td", {}, s.task_count),
+        h("td", {}, counts(s.tasks_by_state)),
+        h("td", {}, h("code", {}, `${s.integration_branch} @ ${short(s.integration_head)}`)),
+        h("td", {}, when(s.created_at_unix_ms)),
+        h("td", {}, cost(s.usage)))))));
+  }
+
+  // Above this many tasks the graph is not drawn: the table still lists them.
+  const MAX_DRAWN = 3000;
+
+  function swarm(page) {
+    const s = page.swarm;
+    const merged = s.tasks_by_state.MERGED || 0;
+    const graph = page.tasks.length <= MAX_DRAWN
+      ? h("div", { class: "dag", id: "dag" }, SwarmDag.render(page.tasks, (t) => taskHref(s.id, t.id)))
+      : h("p", { class: "muted" }, `${page.tasks.length} tasks: too many to draw; see the table.`);
+    return h("div", { id: "swarm", "data-swarm": s.id },
+      h("h1", {}, "Swarm ", h("code", {}, s.id), " ", badge(s.state)),
+      kv([
+        ["progress", `${merged} of ${s.task_count} merged`],
+        ["base", s.base_branch], ["integration", `${s.integration_branch} @ ${short(s.integration_head)}`],
+        ["created", when(s.created_at_unix_ms)], ["cost", cost(s.usage)],
+        ["stalled", s.stalled_reason ? `${s.stalled_reason} (${s.stalled_tasks.join(", ")})` : ""],
+      ]),
+      counts(s.tasks_by_state),
+      h("h2", {}, "Task graph"), graph,
+      h("h2", {}, "Tasks"),
+      h("table", { id: "tasks" },
+        h("thead", {}, h("tr", {}, ["task", "state", "deps", "worker", "attempts", "step", "reason"].map((c) => h("th", {}, c)))),
+        h("tbody", {}, page.tasks.map((t) => h("tr", { "data-task": t.id, "data-state": t.state },
+          h("td", {}, h("a", { href: taskHref(s.id, t.id) }, t.id), t.title ? h("div", { class: "muted" }, t.title) : null),
+          h("td", {}, badge(t.state), t.state === "RUNNING" && t.percent ? ` ${t.percent}%` : ""),
+          h("td", {}, t.deps.join(", ")),
+          h("td", {}, t.worker_id),
+          h("td", {}, t.attempts),
+          h("td", {}, t.step),
+          h("td", {}, t.pending_question ? `question: ${t.pending_question}` : t.reason))))));
+  }
+
+  function tiers(list) {
+    if (!list.length) return h("p", { class: "muted" }, "No verify tiers reported.");
+    return h("table", {},
+      h("thead", {}, h("tr", {}, ["tier", "result", "exit", "time", "output (tail)"].map((c) => h("th", {}, c)))),
+      h("tbody", {}, list.map((t) => h("tr", {},
+        h("td", {}, t.name, t.blocking ? "" : h("span", { class: "muted" }, " (advisory)")),
+        h("td", { class: t.passed ? "pass" : "fail" }, t.passed ? "passed" : "failed"),
+        h("td", {}, t.exit_code), h("td", {}, `${t.duration_ms} ms`),
+        h("td", {}, t.output_tail ? h("pre", {}, t.output_tail) : "")))));
+  }
+
+  function attempt(a) {
+    return h("section", { class: "attempt", "data-attempt": a.number },
+      h("h2", {}, `Attempt ${a.number} `, badge(a.state), a.outcome ? ` ${a.outcome}` : ""),
+      kv([
+        ["worker", a.worker_id], ["started", when(a.started_at_unix_ms)], ["ended", when(a.ended_at_unix_ms)],
+        ["base", short(a.base_commit)], ["result", short(a.result_commit)], ["exit code", String(a.exit_code)],
+        ["agent", a.agent], ["cost", cost(a.usage)], ["summary", a.summary], ["error", a.error],
+      ]),
+      h("h3", {}, "Verify tiers"), tiers(a.tiers));
+  }
+
+  function events(list, omitted) {
+    return h("div", {},
+      omitted ? h("p", { class: "muted" }, `${omitted} older events not shown.`) : null,
+      h("table", { id: "events" },
+        h("thead", {}, h("tr", {}, ["#", "at", "attempt", "kind", "message"].map((c) => h("th", {}, c)))),
+        h("tbody", {}, list.map((e) => h("tr", { "data-kind": e.kind },
+          h("td", {}, e.id), h("td", {}, when(e.at_unix_ms)), h("td", {}, e.attempt || ""),
+          h("td", {}, h("code", {}, e.kind)), h("td", {}, e.message))))));
+  }
+
+  function task(d, swarmId) {
+    const t = d.task;
+    const report = d.merge_report;
+    return h("div", { id: "task", "data-task": t.id, "data-state": t.state },
+      h("p", {}, h("a", { href: `#/swarm/${enc(swarmId)}` }, `← swarm ${swarmId}`)),
+      h("h1", {}, "Task ", h("code", {}, `${swarmId}/${t.id}`), " ", badge(t.state)),
+      kv([
+        ["title", t.title], ["deps", t.deps.join(", ")], ["files", t.owned_globs.join(", ")],
+        ["worker", t.worker_id], ["attempts", `${t.attempts} (${t.retries_used} retries used)`],
+        ["merge commit", t.merge_commit], ["reason", t.reason], ["step", t.step],
+        ["question", t.pending_question], ["cost", cost(t.usage)],
+      ]),
+      h("h2", {}, "Merge report"),
+      report
+        ? h("div", { id: "merge-report" }, h("p", {}, h("code", {}, report.kind), " ", report.message),
+          report.data !== null ? h("pre", {}, JSON.stringify(report.data, null, 2)) : null)
+        : h("p", { class: "muted" }, "Not merged yet."),
+      d.attempts.slice().reverse().map(attempt),
+      h("h2", {}, "Worker log"), h("p", { class: "muted", id: "log-note" }, d.log),
+      h("h2", {}, "Events"), events(d.events, d.events_omitted),
+      h("h2", {}, "Prompt"), d.prompt ? h("pre", {}, d.prompt) : h("p", { class: "muted" }, "—"));
+  }
+
+  function workers(list) {
+    if (!list.length) return h("div", {}, h("h1", {}, "Workers"), h("p", { class: "muted" }, "No workers have connected."));
+    return h("div", {}, h("h1", {}, "Workers"), h("table", { id: "workers" },
+      h("thead", {}, h("tr", {}, ["worker", "host", "status", "attempt", "heartbeat", "labels", "rate limit"].map((c) => h("th", {}, c)))),
+      h("tbody", {}, list.map((w) => h("tr", { "data-worker": w.id },
+        h("td", {}, w.id), h("td", {}, w.host),
+        h("td", {}, w.connected ? (w.draining ? "draining" : "connected") : "gone"),
+        h("td", {}, w.attempt), h("td", {}, w.connected ? `${(w.heartbeat_age_ms / 1000).toFixed(1)} s ago` : ""),
+        h("td", {}, Object.entries(w.labels).map(([k, v]) => `${k}=${v}`).join(" ")),
+        h("td", {}, w.rate_limited_until_unix_ms > 0 ? `until ${when(w.rate_limited_until_unix_ms)}` : ""))))));
+  }
+
+  function error(message) {
+    return h("div", {}, h("h1", {}, "Error"), h("p", { class: "error" }, message));
+  }
+
+  return { swarms, swarm, task, workers, error };
+})();

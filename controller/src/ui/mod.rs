@@ -1,0 +1,126 @@
+//! The web dashboard: a read-only view of swarms, their task graphs, tasks
+//! and workers, served on `--ui-listen` beside the gRPC port.
+//!
+//! Everything it shows comes through the Operator API's reads (the same
+//! handlers `swarmctl` reaches, called in-process), and live updates come
+//! from `Watch` as server-sent events, so the dashboard can never show
+//! something an operator could not read, nor change anything. Its assets
+//! are compiled in: no build step at run time and nothing from a CDN.
+//!
+//! - [`gate`]: who may look (the operator credential, as a bearer header,
+//!   a cookie set at login, or an mTLS client certificate);
+//! - [`api`]: the JSON reads; [`events`]: the event stream;
+//! - [`assets`]: the page, its script and style; [`dto`]: the JSON shapes;
+//! - [`tls`]: HTTPS with the controller's certificate when it has one.
+
+pub mod api;
+pub mod assets;
+pub mod dto;
+pub mod events;
+pub mod gate;
+pub mod tls;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::routing::{get, post};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
+
+use crate::api::Shared;
+use crate::api::auth::{Authenticator, Security};
+use crate::api::operator::OperatorApi;
+
+/// What the dashboard's handlers share.
+#[derive(Clone)]
+pub struct Ui {
+    pub(crate) reads: Arc<OperatorApi>,
+    pub(crate) shared: Shared,
+}
+
+/// Checks `--ui-listen` against the secure-by-default rule before anything
+/// starts: the same rule as the gRPC port, since the dashboard shows what
+/// the Operator API's reads show.
+pub fn check_listen(addr: SocketAddr, security: &Security) -> Result<(), String> {
+    let protected = security.tls_cert.is_some() && security.has_credentials();
+    if addr.ip().is_loopback() || protected {
+        return Ok(());
+    }
+    if security.insecure {
+        tracing::warn!(%addr, "--insecure: serving the dashboard on a non-loopback address without TLS and credentials");
+        return Ok(());
+    }
+    Err(format!(
+        "refusing --ui-listen {addr}, which is not a loopback address, without TLS and credentials: give \
+         --tls-cert and --tls-key, plus --tokens and/or --client-ca (the dashboard then serves HTTPS with \
+         the same certificate and asks for the operator credential), or --insecure"
+    ))
+}
+
+/// Binds `addr` and serves the dashboard until `shutdown`; returns the bound
+/// address.
+pub async fn serve(
+    addr: SocketAddr,
+    shared: Shared,
+    auth: Arc<Authenticator>,
+    security: &Security,
+    shutdown: CancellationToken,
+) -> Result<SocketAddr, std::io::Error> {
+    let tls = tls::config(security).map_err(std::io::Error::other)?;
+    let gate = gate::Gate::new(auth, shared.clone(), tls.is_some(), security.client_ca.is_some());
+    let ui = Ui { reads: Arc::new(OperatorApi::new(shared.clone())), shared: shared.clone() };
+    let app = router(ui, gate);
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    let span = tracing::info_span!("ui.serve", %bound, tls = tls.is_some());
+    let token = shutdown.clone();
+    match tls {
+        Some(config) => {
+            let listener = tls::TlsListener::new(listener, config, &shared.tasks, shutdown.clone());
+            let make = app.into_make_service_with_connect_info::<tls::PeerCert>();
+            shared.tasks.spawn(
+                async move {
+                    let served = axum::serve(listener, make).with_graceful_shutdown(token.cancelled_owned());
+                    if let Err(e) = served.await {
+                        tracing::error!(error = %e, "dashboard stopped");
+                    }
+                }
+                .instrument(span),
+            );
+        }
+        None => {
+            let make = app.into_make_service_with_connect_info::<tls::PeerCert>();
+            shared.tasks.spawn(
+                async move {
+                    let served = axum::serve(listener, make).with_graceful_shutdown(token.cancelled_owned());
+                    if let Err(e) = served.await {
+                        tracing::error!(error = %e, "dashboard stopped");
+                    }
+                }
+                .instrument(span),
+            );
+        }
+    }
+    tracing::info!(%bound, "dashboard serving");
+    Ok(bound)
+}
+
+fn router(ui: Ui, gate: gate::Gate) -> Router {
+    let guarded = Router::new()
+        .route("/", get(assets::index))
+        .route("/api/swarms", get(api::swarms))
+        .route("/api/swarms/{swarm}", get(api::swarm))
+        .route("/api/swarms/{swarm}/tasks/{task}", get(api::task))
+        .route("/api/workers", get(api::workers))
+        .route("/api/events", get(events::stream))
+        .with_state(ui)
+        .layer(axum::middleware::from_fn_with_state(gate.clone(), gate::require));
+    Router::new()
+        .route("/login", get(gate::login_page).post(gate::login))
+        .route("/logout", post(gate::logout))
+        .with_state(gate)
+        .route("/assets/{file}", get(assets::file))
+        .merge(guarded)
+        .layer(axum::middleware::from_fn(assets::security_headers))
+}
