@@ -9,6 +9,7 @@ pub mod api;
 pub mod audit;
 pub mod error;
 pub mod integrator;
+pub mod leader;
 pub mod metrics;
 pub mod scheduler;
 pub mod store;
@@ -30,7 +31,7 @@ use tokio_util::task::TaskTracker;
 pub use api::auth::Security;
 pub use error::{ControllerError, SchedError};
 use scheduler::{Command, Scheduler, Timing};
-use store::Store;
+use store::{Location, Store};
 use supervise::Supervisor;
 
 use swarm_proto::limits::MAX_MESSAGE_BYTES;
@@ -110,6 +111,17 @@ pub struct Controller {
 
 /// Opens the store, rebuilds state and starts serving.
 pub async fn start(config: Config) -> Result<Controller, ControllerError> {
+    start_with(config, None, None).await
+}
+
+/// [`start`] on a listener already bound (a standby that won the lease
+/// keeps its port) and with the store at `store` (default: the SQLite file
+/// of `config.db` or the repository's).
+pub async fn start_with(
+    config: Config,
+    listener: Option<std::net::TcpListener>,
+    store: Option<Location>,
+) -> Result<Controller, ControllerError> {
     let repo_err =
         |reason: String| ControllerError::Repository { path: config.repo.display().to_string(), reason };
     // Refuse an unsafe listener before touching the store.
@@ -121,19 +133,21 @@ pub async fn start(config: Config) -> Result<Controller, ControllerError> {
     let workdir = repo.workdir().map(|p| p.to_path_buf()).unwrap_or_else(|| repo.path().to_path_buf());
     let db = config.db.clone().unwrap_or_else(|| repo.commondir().join("swarm").join("swarm.db"));
     drop(repo);
-    let store = tokio::task::spawn_blocking({
-        let db = db.clone();
-        move || Store::open(&db)
-    })
-    .await
-    .map_err(|e| ControllerError::Thread(e.to_string()))??;
+    let location = store.unwrap_or_else(|| Location::Sqlite(db.clone()));
 
     let (commands, command_rx) = mpsc::channel();
     let shutdown = CancellationToken::new();
     let supervisor = Supervisor::new(shutdown.clone());
     let (integrator, integrator_thread) =
         integrator::spawn(&workdir, scheduler::integrator_sink(commands.clone()))?;
-    let mut scheduler = Scheduler::recover(store, config.timing(), integrator.clone())?;
+    // Opened and loaded off the async threads: a blocking Postgres client
+    // may neither run nor be dropped on them.
+    let mut scheduler = tokio::task::spawn_blocking({
+        let (location, timing, integrator) = (location.clone(), config.timing(), integrator.clone());
+        move || Scheduler::recover(Store::open_at(&location)?, timing, integrator)
+    })
+    .await
+    .map_err(|e| ControllerError::Thread(e.to_string()))??;
     let metrics = Arc::new(metrics::Metrics::default());
     scheduler.set_metrics(metrics.clone());
     let started = scheduler.started();
@@ -142,9 +156,11 @@ pub async fn start(config: Config) -> Result<Controller, ControllerError> {
         integrator_thread.join().map_err(|_| ControllerError::Thread("the integrator panicked".into()))
     })?;
 
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .map_err(|source| ControllerError::Listen { addr: config.listen.to_string(), source })?;
+    let listen_err = |source| ControllerError::Listen { addr: config.listen.to_string(), source };
+    let listener = match listener {
+        Some(bound) => tokio::net::TcpListener::from_std(bound).map_err(listen_err)?,
+        None => tokio::net::TcpListener::bind(config.listen).await.map_err(listen_err)?,
+    };
     let addr = listener
         .local_addr()
         .map_err(|source| ControllerError::Listen { addr: config.listen.to_string(), source })?;
@@ -161,6 +177,7 @@ pub async fn start(config: Config) -> Result<Controller, ControllerError> {
         scheduler: commands.clone(),
         integrator,
         db_path: Arc::new(db),
+        store: Arc::new(location.clone()),
         started,
         shutdown: shutdown.clone(),
         tasks: tasks.clone(),
@@ -218,7 +235,7 @@ pub async fn start(config: Config) -> Result<Controller, ControllerError> {
             .map_err(ControllerError::from)?;
         served.check()
     });
-    tracing::info!(%addr, tls, metrics = ?metrics_addr, db = %shared_db_display(&config, &workdir), "controller serving");
+    tracing::info!(%addr, tls, metrics = ?metrics_addr, store = %location, "controller serving");
     Ok(Controller {
         addr,
         shutdown,
@@ -230,14 +247,6 @@ pub async fn start(config: Config) -> Result<Controller, ControllerError> {
         metrics_addr,
         ui_addr,
     })
-}
-
-fn shared_db_display(config: &Config, workdir: &std::path::Path) -> String {
-    config
-        .db
-        .as_ref()
-        .map(|p| p.display().to_string())
-        .unwrap_or_else(|| format!("{}/.git/swarm/swarm.db", workdir.display()))
 }
 
 impl Controller {

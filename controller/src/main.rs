@@ -25,8 +25,20 @@ struct Args {
     #[arg(long, env = "SWARM_REPO", default_value = ".")]
     repo: PathBuf,
     /// SQLite store; default <repo>/.git/swarm/swarm.db.
-    #[arg(long, env = "SWARM_DB")]
+    #[arg(long, env = "SWARM_DB", conflicts_with = "store")]
     db: Option<PathBuf>,
+    /// A PostgreSQL store (postgres://user@host:port/db) shared by several
+    /// controllers: one leads, the others stand by (see README "High availability").
+    #[arg(long, env = "SWARM_STORE")]
+    store: Option<String>,
+    /// The URL clients reach this controller at, told to them by standbys
+    /// while it leads; default http://<listen address>.
+    #[arg(long, env = "SWARM_ADVERTISE_URL", requires = "store")]
+    advertise_url: Option<String>,
+    /// How long the leader lease lasts unrenewed: the longest a dead
+    /// leader keeps a standby waiting.
+    #[arg(long, env = "SWARM_LEADER_LEASE_MS", default_value_t = 10_000, requires = "store")]
+    leader_lease_ms: u64,
     /// Heartbeat interval given to sidecars.
     #[arg(long, env = "SWARM_HEARTBEAT_INTERVAL_MS", default_value_t = 15_000)]
     heartbeat_interval_ms: u64,
@@ -112,13 +124,26 @@ async fn main() -> anyhow::Result<()> {
         wait_for_signal().await;
         signals.cancel();
     });
-    let result = swarm_controller::run(config, shutdown, |addr| {
-        // Scripts and tests read this line for the bound port.
+    // Scripts and tests read this line for the bound port.
+    let ready = |addr| {
         let mut out = std::io::stdout();
         let _ = writeln!(out, "listening on {addr}");
         let _ = out.flush();
-    })
-    .await
+    };
+    let result = match args.store {
+        Some(store_url) => {
+            if args.leader_lease_ms < 100 {
+                anyhow::bail!("--leader-lease-ms must be at least 100");
+            }
+            let ha = swarm_controller::leader::HaConfig {
+                store_url,
+                advertise_url: args.advertise_url,
+                lease_ttl: Duration::from_millis(args.leader_lease_ms),
+            };
+            swarm_controller::leader::run(config, ha, shutdown, ready).await
+        }
+        None => swarm_controller::run(config, shutdown, ready).await,
+    }
     .context("swarm-controller");
     // Export the last spans; the exporter needs the runtime, so not on it.
     let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;

@@ -14,6 +14,7 @@ pub mod docker;
 mod netns;
 mod plan;
 mod poll;
+pub mod postgres;
 mod procs;
 mod repo;
 

@@ -26,6 +26,8 @@ pub struct Shared {
     pub scheduler: mpsc::Sender<Command>,
     pub integrator: IntegratorHandle,
     pub db_path: Arc<std::path::PathBuf>,
+    /// Where Watch replays and GetTask read committed events.
+    pub store: Arc<crate::store::Location>,
     /// The scheduler's clock origin, for lease timestamps.
     pub started: Instant,
     pub shutdown: CancellationToken,

@@ -15,7 +15,7 @@ use tonic::{Request, Response, Status};
 use super::{Shared, convert, watch};
 use crate::error::SchedError;
 use crate::scheduler::{LandTarget, OperatorOp, Page};
-use crate::store::{Store, read_task_events};
+use crate::store::Reader;
 
 pub struct OperatorApi {
     shared: Shared,
@@ -110,10 +110,11 @@ impl OperatorService for OperatorApi {
     ) -> Result<Response<v1::TaskDetail>, Status> {
         let task = convert::task_key("task_id", &request.into_inner().task_id)?;
         let mut detail = self.shared.ask(|reply| OperatorOp::GetTask { task: task.clone(), reply }).await?;
-        let db = self.shared.db_path.clone();
+        let store = self.shared.store.clone();
         detail.events = tokio::task::spawn_blocking(move || -> Result<_, SchedError> {
-            let conn = Store::reader(&db).map_err(|e| SchedError::Unavailable(e.to_string()))?;
-            read_task_events(&conn, task.swarm.as_str(), task.task.as_str(), 100_000)
+            let mut reader = Reader::open(&store).map_err(|e| SchedError::Unavailable(e.to_string()))?;
+            reader
+                .read_task_events(task.swarm.as_str(), task.task.as_str(), 100_000)
                 .map_err(|e| SchedError::Unavailable(e.to_string()))
         })
         .await

@@ -17,7 +17,7 @@ use tracing::Instrument;
 
 use super::{Shared, convert};
 use crate::scheduler::Command;
-use crate::store::{EventRow, Store, read_events};
+use crate::store::{EventRow, Reader};
 
 const PAGE: usize = 1000;
 
@@ -55,12 +55,12 @@ async fn replay(
     tx: &Tx,
 ) -> Result<Option<u64>, Status> {
     loop {
-        let db = shared.db_path.clone();
+        let store = shared.store.clone();
         let sw = swarm.clone();
         let from = cursor;
         let page = tokio::task::spawn_blocking(move || -> Result<Vec<EventRow>, String> {
-            let conn = Store::reader(&db).map_err(|e| e.to_string())?;
-            read_events(&conn, from, up_to, sw.as_deref(), PAGE).map_err(|e| e.to_string())
+            let mut reader = Reader::open(&store).map_err(|e| e.to_string())?;
+            reader.read_events(from, up_to, sw.as_deref(), PAGE).map_err(|e| e.to_string())
         })
         .await
         .map_err(|e| Status::internal(e.to_string()))?
@@ -130,12 +130,9 @@ async fn pump(
 }
 
 async fn last_id(shared: &Shared) -> Result<u64, Status> {
-    let db = shared.db_path.clone();
+    let store = shared.store.clone();
     tokio::task::spawn_blocking(move || -> Result<u64, String> {
-        let conn = Store::reader(&db).map_err(|e| e.to_string())?;
-        conn.query_row("SELECT COALESCE(MAX(id), 0) FROM events", [], |r| r.get::<_, i64>(0))
-            .map(|v| v as u64)
-            .map_err(|e| e.to_string())
+        Reader::open(&store).and_then(|mut r| r.last_event_id()).map_err(|e| e.to_string())
     })
     .await
     .map_err(|e| Status::internal(e.to_string()))?

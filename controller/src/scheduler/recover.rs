@@ -19,7 +19,7 @@ fn corrupt(table: &'static str, key: String, reason: impl Into<String>) -> Contr
 }
 
 pub fn recover(
-    store: Store,
+    mut store: Store,
     timing: Timing,
     integrator: IntegratorHandle,
 ) -> Result<Scheduler, ControllerError> {

@@ -1,4 +1,83 @@
+//! The store's conformance suite: every test runs against SQLite and
+//! against a real PostgreSQL (skipped, saying why, where none is installed).
+
+use std::path::PathBuf;
+
 use super::*;
+use crate::leader::lease::{Claim, Lease};
+
+/// One backend's store, fresh for one test.
+enum Fixture {
+    Sqlite { _dir: tempfile::TempDir, path: PathBuf },
+    Postgres { url: String, epoch: i64 },
+}
+
+impl Fixture {
+    fn sqlite() -> Fixture {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("swarm.db");
+        Fixture::Sqlite { _dir: dir, path }
+    }
+
+    /// `None` where no PostgreSQL can be started (the reason is printed).
+    fn postgres(test: &str) -> Option<Fixture> {
+        let db = swarm_tests::postgres::database(test)?;
+        let mut lease =
+            Lease::connect(&db.url, "http://test", std::time::Duration::from_secs(600)).expect("lease");
+        let Claim::Won(epoch) = lease.try_acquire().expect("acquire") else {
+            panic!("a fresh lease is free")
+        };
+        Some(Fixture::Postgres { url: db.url, epoch })
+    }
+
+    fn location(&self) -> Location {
+        match self {
+            Fixture::Sqlite { path, .. } => Location::Sqlite(path.clone()),
+            Fixture::Postgres { url, epoch } => Location::Postgres { url: url.clone(), epoch: *epoch },
+        }
+    }
+
+    fn open(&self) -> Store {
+        Store::open_at(&self.location()).expect("open")
+    }
+
+    fn reader(&self) -> Reader {
+        Reader::open(&self.location()).expect("reader")
+    }
+
+    fn pg(&self) -> ::postgres::Client {
+        match self {
+            Fixture::Postgres { url, .. } => postgres::connect(url).expect("connect"),
+            Fixture::Sqlite { .. } => panic!("not a Postgres fixture"),
+        }
+    }
+}
+
+/// Runs each named test against both backends.
+macro_rules! conformance {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite_backend {
+            $(#[test] fn $name() { super::$name(super::Fixture::sqlite()) })*
+        }
+        mod postgres_backend {
+            $(#[test] fn $name() {
+                if let Some(f) = super::Fixture::postgres(stringify!($name)) { super::$name(f) }
+            })*
+        }
+    };
+}
+
+conformance!(
+    a_committed_batch_is_loaded_back,
+    reopening_after_the_writer_died_mid_batch_keeps_only_committed_batches,
+    events_are_read_in_id_order_within_bounds_and_by_swarm,
+    a_store_from_a_newer_controller_is_refused,
+    swarm_progress_is_written_without_rewriting_the_plan,
+    a_tasks_events_are_read_through_their_own_index,
+    a_forgotten_worker_is_deleted_and_a_claim_survives_reopen,
+    batches_committed_together_end_as_the_later_wrote_them,
+    text_with_nul_bytes_is_stored,
+);
 
 fn swarm(id: &str) -> SwarmRow {
     SwarmRow {
@@ -24,11 +103,8 @@ fn event(id: u64, swarm: &str) -> EventRow {
     EventRow { id, swarm: swarm.into(), kind: "task.state".into(), data: "{}".into(), ..Default::default() }
 }
 
-#[test]
-fn a_committed_batch_is_loaded_back() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("swarm.db");
-    let mut store = Store::open(&path).expect("open");
+fn a_committed_batch_is_loaded_back(f: Fixture) {
+    let mut store = f.open();
     let mut batch = Batch::default();
     batch.new_swarm(swarm("s"));
     batch.task(task("s", "a", "READY"));
@@ -52,8 +128,7 @@ fn a_committed_batch_is_loaded_back() {
     store.commit(&batch).expect("commit");
     drop(store);
 
-    let store = Store::open(&path).expect("reopen");
-    let snap = store.load().expect("load");
+    let snap = f.open().load().expect("load");
     assert_eq!(snap.swarms, vec![swarm("s")]);
     assert_eq!(snap.tasks.len(), 1);
     assert_eq!(snap.tasks[0].state, "RUNNING");
@@ -63,11 +138,8 @@ fn a_committed_batch_is_loaded_back() {
     assert_eq!(snap.last_event_id, 2);
 }
 
-#[test]
-fn reopening_after_the_writer_died_mid_batch_keeps_only_committed_batches() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("swarm.db");
-    let mut store = Store::open(&path).expect("open");
+fn reopening_after_the_writer_died_mid_batch_keeps_only_committed_batches(f: Fixture) {
+    let mut store = f.open();
     let mut first = Batch::default();
     first.new_swarm(swarm("s"));
     first.task(task("s", "a", "READY"));
@@ -75,63 +147,63 @@ fn reopening_after_the_writer_died_mid_batch_keeps_only_committed_batches() {
     store.commit(&first).expect("commit");
 
     // A second batch is half written when the writer dies: the transaction
-    // is open, rows are in the WAL, and nothing rolls it back or closes the
+    // is open, its rows written, and nothing rolls it back or closes the
     // connection (as with kill -9).
-    store
-        .conn
-        .execute_batch(
-            "BEGIN;
-             UPDATE tasks SET state = 'RUNNING' WHERE id = 'a';
-             INSERT INTO events (id, at, swarm, task, attempt, worker, kind, message, data)
-               VALUES (2, 0, 's', 'a', 1, '', 'task.state', '', '{}');",
-        )
-        .expect("partial batch");
+    let partial = "BEGIN;
+         UPDATE tasks SET state = 'RUNNING' WHERE id = 'a';
+         INSERT INTO events (id, at, swarm, task, attempt, worker, kind, message, data)
+           VALUES (2, 0, 's', 'a', 1, '', 'task.state', '', '{}');";
+    match &mut store {
+        Store::Sqlite(s) => s.conn.execute_batch(partial).expect("partial batch"),
+        Store::Postgres(_) => {
+            let mut raw = f.pg();
+            raw.batch_execute(partial).expect("partial batch");
+            std::mem::forget(raw);
+        }
+    }
     std::mem::forget(store);
 
-    let store = Store::open(&path).expect("reopen after crash");
-    let snap = store.load().expect("load");
+    let snap = f.open().load().expect("load after the crash");
     assert_eq!(snap.tasks[0].state, "READY");
     assert_eq!(snap.last_event_id, 1);
-    let reader = Store::reader(&path).expect("reader");
-    let events = read_events(&reader, 0, u64::MAX >> 1, None, 10).expect("events");
+    let events = f.reader().read_events(0, u64::MAX >> 1, None, 10).expect("events");
     assert_eq!(events.iter().map(|e| e.id).collect::<Vec<_>>(), vec![1]);
 }
 
-#[test]
-fn events_are_read_in_id_order_within_bounds_and_by_swarm() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("swarm.db");
-    let mut store = Store::open(&path).expect("open");
+fn events_are_read_in_id_order_within_bounds_and_by_swarm(f: Fixture) {
+    let mut store = f.open();
     let mut batch = Batch::default();
     for id in 1..=10 {
         batch.event(event(id, if id % 2 == 0 { "even" } else { "odd" }));
     }
     store.commit(&batch).expect("commit");
-    let reader = Store::reader(&path).expect("reader");
+    let mut reader = f.reader();
     let ids = |v: Vec<EventRow>| v.into_iter().map(|e| e.id).collect::<Vec<_>>();
-    assert_eq!(ids(read_events(&reader, 3, 7, None, 100).expect("read")), vec![4, 5, 6, 7]);
-    assert_eq!(ids(read_events(&reader, 0, 10, Some("even"), 2).expect("read")), vec![2, 4]);
+    assert_eq!(ids(reader.read_events(3, 7, None, 100).expect("read")), vec![4, 5, 6, 7]);
+    assert_eq!(ids(reader.read_events(0, 10, Some("even"), 2).expect("read")), vec![2, 4]);
+    assert_eq!(ids(reader.read_events(0, u64::MAX, None, 100).expect("read")).len(), 10, "an unbounded read");
+    assert_eq!(reader.last_event_id().expect("last id"), 10);
 }
 
-#[test]
-fn a_store_from_a_newer_controller_is_refused() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("swarm.db");
-    drop(Store::open(&path).expect("open"));
-    let conn = Connection::open(&path).expect("raw");
-    conn.pragma_update(None, "user_version", 99).expect("bump");
-    drop(conn);
-    match Store::open(&path) {
+fn a_store_from_a_newer_controller_is_refused(f: Fixture) {
+    drop(f.open());
+    match &f {
+        Fixture::Sqlite { path, .. } => {
+            let conn = rusqlite::Connection::open(path).expect("raw");
+            conn.pragma_update(None, "user_version", 99).expect("bump");
+        }
+        Fixture::Postgres { .. } => {
+            f.pg().execute("UPDATE swarm_schema SET version = 99", &[]).expect("bump");
+        }
+    }
+    match Store::open_at(&f.location()) {
         Err(StoreError::TooNew { found: 99, .. }) => {}
         other => panic!("expected TooNew, got {:?}", other.map(|_| ())),
     }
 }
 
-#[test]
-fn swarm_progress_is_written_without_rewriting_the_plan() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("swarm.db");
-    let mut store = Store::open(&path).expect("open");
+fn swarm_progress_is_written_without_rewriting_the_plan(f: Fixture) {
+    let mut store = f.open();
     let mut batch = Batch::default();
     batch.new_swarm(swarm("s"));
     store.commit(&batch).expect("create");
@@ -144,30 +216,8 @@ fn swarm_progress_is_written_without_rewriting_the_plan() {
     assert_eq!(&*snap.swarms[0].plan, "name = \"x\"");
 }
 
-#[test]
-fn a_version_1_store_is_migrated_with_its_swarms_progress() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("swarm.db");
-    {
-        let conn = Connection::open(&path).expect("raw");
-        conn.execute_batch(schema::MIGRATIONS[0]).expect("v1 schema");
-        conn.pragma_update(None, "user_version", 1).expect("v1");
-        conn.execute(
-            "INSERT INTO swarms (id, plan, state, integration_head, created_at) VALUES ('s', 'p', 'ACTIVE', 'h1', 1)",
-            [],
-        )
-        .expect("v1 row");
-    }
-    let store = Store::open(&path).expect("migrates");
-    let snap = store.load().expect("load");
-    assert_eq!((snap.swarms[0].state.as_str(), snap.swarms[0].integration_head.as_str()), ("ACTIVE", "h1"));
-}
-
-#[test]
-fn a_tasks_events_are_read_through_their_own_index() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("swarm.db");
-    let mut store = Store::open(&path).expect("open");
+fn a_tasks_events_are_read_through_their_own_index(f: Fixture) {
+    let mut store = f.open();
     let mut batch = Batch::default();
     batch.new_swarm(swarm("s"));
     for id in 1..=30u64 {
@@ -175,28 +225,32 @@ fn a_tasks_events_are_read_through_their_own_index() {
         batch.event(EventRow { task: task.into(), ..event(id, "s") });
     }
     store.commit(&batch).expect("commit");
-    let conn = Store::reader(&path).expect("reader");
-    let a = read_task_events(&conn, "s", "a", 100).expect("read");
+    let a = f.reader().read_task_events("s", "a", 100).expect("read");
     assert_eq!(
         a.iter().map(|e| e.id).collect::<Vec<_>>(),
         (1..=30).filter(|i| i % 3 == 0).collect::<Vec<_>>()
     );
     assert!(a.iter().all(|e| e.task == "a"));
-    let plan: String = conn
-        .query_row(
-            "EXPLAIN QUERY PLAN SELECT id FROM events WHERE swarm = 's' AND task = 'a' ORDER BY id",
-            [],
-            |r| r.get(3),
-        )
-        .expect("plan");
+    let query = "SELECT id FROM events WHERE swarm = 's' AND task = 'a' ORDER BY id";
+    let plan = match &f {
+        Fixture::Sqlite { path, .. } => rusqlite::Connection::open(path)
+            .expect("raw")
+            .query_row(&format!("EXPLAIN QUERY PLAN {query}"), [], |r| r.get::<_, String>(3))
+            .expect("plan"),
+        Fixture::Postgres { .. } => {
+            // Thirty rows fit a page, where a scan is cheaper: ask what
+            // the planner would use when it is not.
+            let mut raw = f.pg();
+            raw.batch_execute("SET enable_seqscan = off").expect("set");
+            let rows = raw.query(&format!("EXPLAIN {query}"), &[]).expect("plan");
+            rows.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>().join("\n")
+        }
+    };
     assert!(plan.contains("events_by_task"), "{plan}");
 }
 
-#[test]
-fn a_forgotten_worker_is_deleted_and_a_claim_survives_reopen() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("swarm.db");
-    let mut store = Store::open(&path).expect("open");
+fn a_forgotten_worker_is_deleted_and_a_claim_survives_reopen(f: Fixture) {
+    let mut store = f.open();
     let mut batch = Batch::default();
     for id in ["w1", "w2"] {
         batch.worker(WorkerRow {
@@ -211,7 +265,58 @@ fn a_forgotten_worker_is_deleted_and_a_claim_survives_reopen() {
     batch.forget_worker("w2");
     store.commit(&batch).expect("commit");
     drop(store);
-    let snap = Store::open(&path).expect("reopen").load().expect("load");
+    let snap = f.open().load().expect("load");
     assert_eq!(snap.workers.len(), 1);
     assert_eq!(snap.workers[0].resume_secret, "w1-secret");
+}
+
+fn batches_committed_together_end_as_the_later_wrote_them(f: Fixture) {
+    let mut store = f.open();
+    let mut first = Batch::default();
+    first.new_swarm(swarm("s"));
+    first.task(task("s", "a", "READY"));
+    first.worker(WorkerRow { id: "w1".into(), labels: "{}".into(), ..Default::default() });
+    first.forget_worker("w2");
+    first.event(event(1, "s"));
+    let mut second = Batch::default();
+    second.swarm(SwarmRow { state: "COMPLETED".into(), ..swarm("s") });
+    second.task(task("s", "a", "MERGED"));
+    second.forget_worker("w1");
+    second.worker(WorkerRow { id: "w2".into(), labels: "{}".into(), ..Default::default() });
+    second.event(event(2, "s"));
+    let stats = store.commit_all(&[&first, &second]).expect("commit");
+    assert_eq!(stats.rows, first.len() + second.len());
+    let snap = store.load().expect("load");
+    assert_eq!(snap.swarms[0].state, "COMPLETED");
+    assert_eq!(snap.tasks.iter().map(|t| t.state.as_str()).collect::<Vec<_>>(), vec!["MERGED"]);
+    assert_eq!(snap.workers.iter().map(|w| w.id.as_str()).collect::<Vec<_>>(), vec!["w2"]);
+    assert_eq!(snap.last_event_id, 2);
+}
+
+fn text_with_nul_bytes_is_stored(f: Fixture) {
+    let mut store = f.open();
+    let mut batch = Batch::default();
+    batch.event(EventRow { message: "before\0after".into(), ..event(1, "s") });
+    store.commit(&batch).expect("a NUL in a worker's output does not fail the commit");
+    let events = f.reader().read_events(0, 1, None, 10).expect("read");
+    assert!(events[0].message.starts_with("before") && events[0].message.ends_with("after"));
+}
+
+// SQLite only: Postgres stores start at the schema SQLite reached by then.
+#[test]
+fn a_version_1_store_is_migrated_with_its_swarms_progress() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("swarm.db");
+    {
+        let conn = rusqlite::Connection::open(&path).expect("raw");
+        conn.execute_batch(sqlite::schema::MIGRATIONS[0]).expect("v1 schema");
+        conn.pragma_update(None, "user_version", 1).expect("v1");
+        conn.execute(
+            "INSERT INTO swarms (id, plan, state, integration_head, created_at) VALUES ('s', 'p', 'ACTIVE', 'h1', 1)",
+            [],
+        )
+        .expect("v1 row");
+    }
+    let snap = Store::open(&path).expect("migrates").load().expect("load");
+    assert_eq!((snap.swarms[0].state.as_str(), snap.swarms[0].integration_head.as_str()), ("ACTIVE", "h1"));
 }

@@ -5,9 +5,9 @@ use std::path::Path;
 
 use rusqlite::Connection;
 
-use super::StoreError;
+use crate::store::StoreError;
 
-pub(super) const MIGRATIONS: &[&str] = &[
+pub(crate) const MIGRATIONS: &[&str] = &[
     // 1: the initial schema.
     "CREATE TABLE swarms (
         id TEXT PRIMARY KEY,
@@ -99,7 +99,7 @@ pub const VERSION: i64 = MIGRATIONS.len() as i64;
 pub fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
     let found: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
     if found > VERSION {
-        return Err(StoreError::TooNew { path: path.into(), found, supported: VERSION });
+        return Err(StoreError::TooNew { store: path.display().to_string(), found, supported: VERSION });
     }
     for (i, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
         let tx = conn.transaction()?;

@@ -1,17 +1,8 @@
-//! Reading the whole model back after a restart.
+//! Reading the whole model back from SQLite after a restart.
 
 use rusqlite::Connection;
 
-use super::{AttemptRow, StoreError, SwarmRow, TaskRow, WorkerRow};
-
-#[derive(Debug, Default)]
-pub struct Snapshot {
-    pub swarms: Vec<SwarmRow>,
-    pub tasks: Vec<TaskRow>,
-    pub attempts: Vec<AttemptRow>,
-    pub workers: Vec<WorkerRow>,
-    pub last_event_id: u64,
-}
+use crate::store::{AttemptRow, Snapshot, StoreError, SwarmRow, TaskRow, WorkerRow};
 
 pub fn load(conn: &Connection) -> Result<Snapshot, StoreError> {
     let mut snap = Snapshot::default();

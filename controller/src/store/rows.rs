@@ -1,0 +1,151 @@
+//! The rows the scheduler writes, and the batch one group commit writes.
+
+use std::collections::{HashMap, HashSet};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SwarmRow {
+    pub id: String,
+    /// Shared: the plan text is large and written once, so rows carry it
+    /// by reference.
+    pub plan: std::sync::Arc<str>,
+    pub state: String,
+    pub integration_head: String,
+    pub created_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TaskRow {
+    pub swarm: String,
+    pub id: String,
+    pub state: String,
+    pub attempts: u32,
+    pub retries_used: u32,
+    pub not_before: i64,
+    pub resume_commit: String,
+    pub result_commit: String,
+    pub merge_commit: String,
+    pub reason: String,
+    pub cancel_requested: bool,
+    /// JSON: earlier failures, answers, pending question, conflict.
+    pub notes: String,
+    pub updated_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct AttemptRow {
+    pub swarm: String,
+    pub task: String,
+    pub number: u32,
+    pub state: String,
+    pub worker: String,
+    pub token: u64,
+    pub base_commit: String,
+    pub result_commit: String,
+    pub outcome: String,
+    pub exit_code: i32,
+    pub summary: String,
+    pub error: String,
+    pub started_at: i64,
+    pub ended_at: i64,
+    /// JSON array of tier results.
+    pub tiers: String,
+    /// JSON: the agent, its session and usage; empty for a plain command.
+    pub agent: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct WorkerRow {
+    pub id: String,
+    pub host: String,
+    /// JSON object.
+    pub labels: String,
+    pub last_applied_seq: u64,
+    pub draining: bool,
+    pub updated_at: i64,
+    /// The secret that proves a sidecar's claim on this id (see Welcome).
+    pub resume_secret: String,
+    /// The credential this worker last connected with; empty without one.
+    pub principal: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct EventRow {
+    pub id: u64,
+    pub at: i64,
+    pub swarm: String,
+    pub task: String,
+    pub attempt: u32,
+    pub worker: String,
+    pub kind: String,
+    pub message: String,
+    pub data: String,
+}
+
+/// Everything one group commit writes. Rows of the same key collapse to
+/// the last one written in the batch.
+#[derive(Debug, Default)]
+pub struct Batch {
+    pub(super) swarms: HashMap<String, SwarmRow>,
+    /// Swarms created in this batch: their plan is written once.
+    pub(super) new_swarms: HashSet<String>,
+    pub(super) tasks: HashMap<(String, String), TaskRow>,
+    pub(super) attempts: HashMap<(String, String, u32), AttemptRow>,
+    pub(super) workers: HashMap<String, WorkerRow>,
+    pub(super) forgotten_workers: HashSet<String>,
+    pub events: Vec<EventRow>,
+}
+
+impl Batch {
+    /// A new swarm: its plan and its progress.
+    pub fn new_swarm(&mut self, row: SwarmRow) {
+        self.new_swarms.insert(row.id.clone());
+        self.swarms.insert(row.id.clone(), row);
+    }
+    /// A swarm's progress (state, integration head); the plan is not
+    /// rewritten.
+    pub fn swarm(&mut self, row: SwarmRow) {
+        self.swarms.insert(row.id.clone(), row);
+    }
+    pub fn task(&mut self, row: TaskRow) {
+        self.tasks.insert((row.swarm.clone(), row.id.clone()), row);
+    }
+    pub fn attempt(&mut self, row: AttemptRow) {
+        self.attempts.insert((row.swarm.clone(), row.task.clone(), row.number), row);
+    }
+    pub fn worker(&mut self, row: WorkerRow) {
+        self.forgotten_workers.remove(&row.id);
+        self.workers.insert(row.id.clone(), row);
+    }
+    /// Deletes a worker's row; its events stay.
+    pub fn forget_worker(&mut self, id: &str) {
+        self.workers.remove(id);
+        self.forgotten_workers.insert(id.to_string());
+    }
+    pub fn event(&mut self, row: EventRow) {
+        self.events.push(row);
+    }
+    pub fn is_empty(&self) -> bool {
+        self.swarms.is_empty()
+            && self.tasks.is_empty()
+            && self.attempts.is_empty()
+            && self.workers.is_empty()
+            && self.forgotten_workers.is_empty()
+            && self.events.is_empty()
+    }
+    /// Rows in the batch, for the batch-size metric.
+    pub fn len(&self) -> usize {
+        self.swarms.len()
+            + self.tasks.len()
+            + self.attempts.len()
+            + self.workers.len()
+            + self.forgotten_workers.len()
+            + self.events.len()
+    }
+}
+
+/// Figures from one commit, for metrics and the benchmark.
+#[derive(Debug, Clone, Copy)]
+pub struct CommitStats {
+    pub rows: usize,
+    pub micros: u64,
+}
