@@ -235,3 +235,66 @@ fn dashboard_on_a_non_loopback_address_without_tls_and_credentials_is_refused() 
     let err = stderr(&out);
     assert!(err.contains("--ui-listen 0.0.0.0:0") && err.contains("--tls-cert"), "{err}");
 }
+
+/// `curl` over HTTPS: the status code and the response headers.
+fn curl(pki: &swarm_tests::Pki, url: &str, extra: &[String]) -> (u16, String) {
+    let out = wait_output(
+        Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "-D", "-", "-w", "%{http_code}", "--cacert"])
+            .arg(pki.file("ca.pem"))
+            .args(extra)
+            .arg(url)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+        WAIT,
+    );
+    let text = stdout(&out);
+    let code = text.get(text.len().saturating_sub(3)..).and_then(|c| c.parse().ok()).unwrap_or(0);
+    (code, text.to_ascii_lowercase())
+}
+
+#[test]
+fn dashboard_over_https_takes_a_client_certificate_or_a_token() {
+    if Command::new("curl").arg("--version").output().is_err() {
+        eprintln!("skipping the HTTPS test: curl is not installed");
+        return;
+    }
+    let repo = TempRepo::with_files(&[("README.md", "tls\n")]);
+    let dir = tempfile::tempdir().unwrap();
+    let pki = swarm_tests::Pki::init(&dir.path().join("pki"));
+    let tokens = dir.path().join("tokens.toml");
+    let entry =
+        format!("[[tokens]]\nname = \"alice\"\nrole = \"operator\"\nsha256 = \"{}\"\n", sha256_hex(OPERATOR));
+    std::fs::write(&tokens, entry).unwrap();
+    let port = free_port();
+    let _controller = spawn_controller(
+        repo.path(),
+        &[
+            &format!("--tls-cert={}", pki.file("controller.pem")),
+            &format!("--tls-key={}", pki.file("controller.key")),
+            &format!("--client-ca={}", pki.file("ca.pem")),
+            &format!("--tokens={}", tokens.display()),
+            &format!("--ui-listen=127.0.0.1:{port}"),
+        ],
+    );
+    let url = format!("https://localhost:{port}/api/swarms");
+    let cert = |role: &str| {
+        vec![
+            "--cert".to_string(),
+            pki.file(&format!("{role}.pem")),
+            "--key".into(),
+            pki.file(&format!("{role}.key")),
+        ]
+    };
+    assert_eq!(curl(&pki, &url, &[]).0, 401, "no credential");
+    assert_eq!(curl(&pki, &url, &cert("operator")).0, 200, "an operator's certificate");
+    assert_eq!(curl(&pki, &url, &cert("admin")).0, 200, "an admin's certificate");
+    assert_eq!(curl(&pki, &url, &cert("sidecar")).0, 403, "a sidecar's certificate");
+    let bearer = vec!["-H".to_string(), format!("Authorization: Bearer {OPERATOR}")];
+    assert_eq!(curl(&pki, &url, &bearer).0, 200, "a token");
+    let (code, head) = curl(&pki, &format!("https://localhost:{port}/?token={OPERATOR}"), &[]);
+    assert_eq!(code, 303);
+    assert!(head.contains("httponly; samesite=strict; secure"), "over HTTPS the cookie is Secure: {head}");
+}
