@@ -74,36 +74,39 @@ pub async fn serve(
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
     let span = tracing::info_span!("ui.serve", %bound, tls = tls.is_some());
-    let token = shutdown.clone();
     match tls {
         Some(config) => {
             let listener = tls::TlsListener::new(listener, config, &shared.tasks, shutdown.clone());
-            let make = app.into_make_service_with_connect_info::<tls::PeerCert>();
-            shared.tasks.spawn(
-                async move {
-                    let served = axum::serve(listener, make).with_graceful_shutdown(token.cancelled_owned());
-                    if let Err(e) = served.await {
-                        tracing::error!(error = %e, "dashboard stopped");
-                    }
-                }
-                .instrument(span),
-            );
+            spawn_server(listener, app, &shared, shutdown, span);
         }
-        None => {
-            let make = app.into_make_service_with_connect_info::<tls::PeerCert>();
-            shared.tasks.spawn(
-                async move {
-                    let served = axum::serve(listener, make).with_graceful_shutdown(token.cancelled_owned());
-                    if let Err(e) = served.await {
-                        tracing::error!(error = %e, "dashboard stopped");
-                    }
-                }
-                .instrument(span),
-            );
-        }
+        None => spawn_server(listener, app, &shared, shutdown, span),
     }
     tracing::info!(%bound, "dashboard serving");
     Ok(bound)
+}
+
+/// Serves `app` on `listener` as a task the controller's shutdown waits for.
+fn spawn_server<L>(
+    listener: L,
+    app: Router,
+    shared: &Shared,
+    shutdown: CancellationToken,
+    span: tracing::Span,
+) where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+    for<'a> tls::PeerCert: axum::extract::connect_info::Connected<axum::serve::IncomingStream<'a, L>>,
+{
+    let make = app.into_make_service_with_connect_info::<tls::PeerCert>();
+    shared.tasks.spawn(
+        async move {
+            let served = axum::serve(listener, make).with_graceful_shutdown(shutdown.cancelled_owned());
+            if let Err(e) = served.await {
+                tracing::error!(error = %e, "dashboard stopped");
+            }
+        }
+        .instrument(span),
+    );
 }
 
 fn router(ui: Ui, gate: gate::Gate) -> Router {

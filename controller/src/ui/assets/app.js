@@ -1,13 +1,15 @@
 // Routing (#/, #/swarm/S, #/task/S/T, #/workers), reads from /api, and live
-// updates: one EventSource on /api/events; any event re-reads the page shown
-// (a burst of events costs one read), and so does every (re)connection, so
-// what happened while disconnected is never missed.
+// updates: one EventSource on /api/events; an event that concerns the page
+// shown re-reads it (a burst of events costs one read, and reads are spaced
+// by a few times what the last one took, so a large swarm is not re-read
+// faster than it can be drawn), and so does every (re)connection, so what
+// happened while disconnected is never missed.
 "use strict";
 
 (() => {
   const view = document.getElementById("view");
   const live = document.getElementById("live");
-  const REFRESH_MS = 200;
+  let gapMs = 200;
   let timer = null;
   let generation = 0;
 
@@ -31,6 +33,7 @@
   }
 
   async function render() {
+    const started = performance.now();
     const mine = ++generation;
     const r = route();
     const enc = encodeURIComponent;
@@ -51,16 +54,28 @@
     const dag = document.getElementById("dag");
     if (dag) [dag.scrollLeft, dag.scrollTop] = [left, top];
     document.body.dataset.rendered = String(mine);
+    gapMs = Math.max(200, 4 * (performance.now() - started));
   }
 
   function soon() {
-    if (timer === null) timer = setTimeout(() => { timer = null; render(); }, REFRESH_MS);
+    if (timer === null) timer = setTimeout(() => { timer = null; render(); }, gapMs);
+  }
+
+  // Whether an event can change what the page shows.
+  function concerns(data) {
+    let e;
+    try { e = JSON.parse(data); } catch { return true; }
+    const r = route();
+    if (r.page === "swarm") return e.swarm_id === r.swarm;
+    if (r.page === "task") return e.swarm_id === r.swarm && (e.task_id === r.task || e.task_id === "");
+    if (r.page === "workers") return e.worker_id !== "" || e.kind.startsWith("worker.");
+    return true;
   }
 
   function connect() {
     const source = new EventSource("/api/events");
     source.onopen = () => { live.dataset.live = "open"; live.textContent = "live"; soon(); };
-    source.onmessage = () => soon();
+    source.onmessage = (m) => { if (concerns(m.data)) soon(); };
     source.onerror = () => { live.dataset.live = "connecting"; live.textContent = "reconnecting"; };
   }
 
