@@ -4,6 +4,7 @@
 
 use swarm_proto::v1;
 use tokio::sync::mpsc;
+use tokio::task::JoinSet;
 use tracing::Instrument as _;
 
 use super::feed::Update;
@@ -30,15 +31,16 @@ impl Op {
     }
 }
 
-/// Runs `op` on its own task; the result arrives as [`Update::Done`].
-pub fn spawn(target: Target, op: Op, tx: mpsc::Sender<Update>) {
+/// Runs `op` as a task of `set`, whose owner waits for it before exiting;
+/// the result arrives as [`Update::Done`].
+pub fn spawn(set: &mut JoinSet<()>, target: Target, op: Op, tx: mpsc::Sender<Update>) {
     let span = match &op {
         Op::Answer { task, .. } | Op::Retry { task } | Op::Cancel { task } => {
             tracing::info_span!("top.action", action = %op.describe(), task = %task)
         }
         Op::Drain { worker } => tracing::info_span!("top.action", action = %op.describe(), worker = %worker),
     };
-    tokio::spawn(
+    set.spawn(
         async move {
             let what = op.describe();
             let done = match run(&target, op).await {

@@ -23,6 +23,7 @@ use crossterm::event::{Event as TermEvent, EventStream, KeyEventKind};
 use futures::StreamExt as _;
 use ratatui::DefaultTerminal;
 use tokio::sync::mpsc;
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -41,6 +42,8 @@ const IDLE_FRAME: Duration = Duration::from_secs(1);
 /// Updates applied per frame at most, so a replay of a long history still
 /// lets keys and frames through.
 const UPDATES_PER_FRAME: usize = 5_000;
+/// How long `q` waits for operator actions still in flight.
+const ACTION_GRACE: Duration = Duration::from_secs(5);
 
 pub async fn run(target: &Target, args: TopArgs) -> anyhow::Result<()> {
     let swarm = match &args.swarm {
@@ -88,57 +91,96 @@ impl Drop for Screen {
     }
 }
 
+/// The drawing loop's state: what it shows, and where updates come from.
+struct Session<'a> {
+    target: &'a Target,
+    feeds: &'a Feeds,
+    ui: Ui,
+    model: Model,
+    rx: mpsc::Receiver<Update>,
+    tx: mpsc::Sender<Update>,
+    /// Operator actions in flight, waited for before `top` exits.
+    actions: JoinSet<()>,
+}
+
 async fn screen_loop(
     mut screen: Screen,
     target: &Target,
-    mut ui: Ui,
-    mut rx: mpsc::Receiver<Update>,
+    ui: Ui,
+    rx: mpsc::Receiver<Update>,
     tx: mpsc::Sender<Update>,
     feeds: &Feeds,
 ) -> anyhow::Result<()> {
-    let mut model = Model::default();
-    let mut keys = EventStream::new();
-    let mut dirty = true;
-    let mut last_frame = Instant::now() - FRAME_EVERY;
-    loop {
-        if dirty && last_frame.elapsed() >= FRAME_EVERY {
-            model.refresh();
-            screen.terminal.draw(|f| view::draw(f, &model, &ui, &target.url))?;
-            last_frame = Instant::now();
-            dirty = false;
-        }
-        let wake = last_frame + if dirty { FRAME_EVERY } else { IDLE_FRAME };
-        tokio::select! {
-            key = keys.next() => match key {
-                Some(Ok(TermEvent::Key(k))) if k.kind != KeyEventKind::Release => {
-                    match ui.handle_key(&model, k) {
-                        Action::Quit => return Ok(()),
-                        Action::Run(op) => {
-                            ui.say(format!("{}: sending", op.describe()), false);
-                            actions::spawn(target.clone(), op, tx.clone());
-                        }
-                        Action::None => {}
-                    }
-                    dirty = true;
-                }
-                Some(Ok(_)) => dirty = true, // a resize, focus or paste: draw again
-                Some(Err(e)) => return Err(anyhow::anyhow!("reading the terminal: {e}")),
-                None => return Ok(()),
-            },
-            update = rx.recv() => {
-                let Some(update) = update else { return Ok(()) };
-                apply(&mut model, &mut ui, update, feeds);
-                for _ in 1..UPDATES_PER_FRAME {
-                    match rx.try_recv() {
-                        Ok(update) => apply(&mut model, &mut ui, update, feeds),
-                        Err(_) => break,
-                    }
-                }
-                dirty = true;
+    let mut session = Session { target, feeds, ui, model: Model::default(), rx, tx, actions: JoinSet::new() };
+    let result = session.run(&mut screen).await;
+    // An answer sent just before `q` still reaches the controller.
+    let pending = async { while session.actions.join_next().await.is_some() {} };
+    let _ = tokio::time::timeout(ACTION_GRACE, pending).await;
+    result
+}
+
+impl Session<'_> {
+    async fn run(&mut self, screen: &mut Screen) -> anyhow::Result<()> {
+        let mut keys = EventStream::new();
+        let mut dirty = true;
+        let mut last_frame = Instant::now() - FRAME_EVERY;
+        loop {
+            if dirty && last_frame.elapsed() >= FRAME_EVERY {
+                self.model.refresh();
+                screen.terminal.draw(|f| view::draw(f, &self.model, &self.ui, &self.target.url))?;
+                last_frame = Instant::now();
+                dirty = false;
             }
-            () = tokio::time::sleep_until(wake) => dirty = true,
+            let wake = last_frame + if dirty { FRAME_EVERY } else { IDLE_FRAME };
+            tokio::select! {
+                key = keys.next() => match key {
+                    Some(Ok(TermEvent::Key(k))) if k.kind != KeyEventKind::Release => {
+                        if self.key(k) == Flow::Quit {
+                            return Ok(());
+                        }
+                    }
+                    Some(Ok(_)) => {} // a resize, focus or paste: draw again
+                    Some(Err(e)) => return Err(anyhow::anyhow!("reading the terminal: {e}")),
+                    None => return Ok(()),
+                },
+                update = self.rx.recv() => {
+                    let Some(update) = update else { return Ok(()) };
+                    self.apply(update);
+                    for _ in 1..UPDATES_PER_FRAME {
+                        match self.rx.try_recv() {
+                            Ok(update) => self.apply(update),
+                            Err(_) => break,
+                        }
+                    }
+                    while self.actions.try_join_next().is_some() {}
+                }
+                () = tokio::time::sleep_until(wake) => {}
+            }
+            dirty = true;
         }
     }
+
+    fn key(&mut self, k: crossterm::event::KeyEvent) -> Flow {
+        match self.ui.handle_key(&self.model, k) {
+            Action::Quit => return Flow::Quit,
+            Action::Run(op) => {
+                self.ui.say(format!("{}: sending", op.describe()), false);
+                actions::spawn(&mut self.actions, self.target.clone(), op, self.tx.clone());
+            }
+            Action::None => {}
+        }
+        Flow::Go
+    }
+
+    fn apply(&mut self, update: Update) {
+        apply(&mut self.model, &mut self.ui, update, self.feeds);
+    }
+}
+
+#[derive(PartialEq, Eq)]
+enum Flow {
+    Go,
+    Quit,
 }
 
 fn apply(model: &mut Model, ui: &mut Ui, update: Update, feeds: &Feeds) {
