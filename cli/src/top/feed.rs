@@ -66,10 +66,11 @@ impl Feeds {
     }
 }
 
-/// Follows Watch after `after` until cancelled or the controller refuses
-/// (a bad swarm id, no permission): reconnects with backoff and resumes
-/// after the last event passed on, so the events pane has no gap and no
-/// repeat across a restart.
+/// Follows Watch after `after` until cancelled: reconnects with backoff
+/// and resumes after the last event passed on, so the events pane has no
+/// gap and no repeat across a restart. Unlike `swarmctl watch`, a refusal
+/// (no permission, an unknown swarm) does not end it: the header shows
+/// the reason while it keeps trying, and the operator quits with `q`.
 async fn follow(
     target: Target,
     swarm: String,
