@@ -135,6 +135,15 @@ async fn main() -> anyhow::Result<()> {
             if args.leader_lease_ms < 100 {
                 anyhow::bail!("--leader-lease-ms must be at least 100");
             }
+            if let Some(url) = &args.advertise_url {
+                // Standbys hand it to clients in a header, which they then dial.
+                let scheme_ok = url.starts_with("http://") || url.starts_with("https://");
+                if !scheme_ok || url.len() <= "https://".len() || !url.bytes().all(|b| b.is_ascii_graphic()) {
+                    anyhow::bail!(
+                        "--advertise-url {url:?} must be an http:// or https:// URL of printable ASCII without spaces"
+                    );
+                }
+            }
             let ha = swarm_controller::leader::HaConfig {
                 store_url,
                 advertise_url: args.advertise_url,
