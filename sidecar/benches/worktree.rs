@@ -2,7 +2,7 @@
 //! add` in the same run.
 //!
 //! ```text
-//! cargo bench -p swarm-sidecar --bench worktree [-- --files N --rounds N --dir PATH]
+//! cargo bench -p swarm-sidecar --bench worktree [-- --files N --rounds N --dir PATH --loose]
 //! ```
 //!
 //! Measures: the first worktree (`prepare` creating it) vs `git worktree
@@ -22,8 +22,9 @@ fn git(repo: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
-/// Two commits: `c1` with `files` files, `c2` changing 5 of them.
-fn build_repo(repo: &Path, files: usize) -> (String, String) {
+/// Two commits: `c1` with `files` files, `c2` changing 5 of them; packed,
+/// or with `loose` one file per object.
+fn build_repo(repo: &Path, files: usize, loose: bool) -> (String, String) {
     git(repo, &["init", "-q", "-b", "main"]);
     let mut fi = Command::new("git")
         .args(["fast-import", "--quiet"])
@@ -48,6 +49,27 @@ fn build_repo(repo: &Path, files: usize) -> (String, String) {
     }
     fi.stdin.take().expect("stdin").write_all(s.as_bytes()).expect("write stream");
     assert!(fi.wait().expect("wait").success());
+    if loose {
+        // As `git add` leaves them (the e2e bench's repository): one file per object.
+        let packs = repo.join(".git/objects/pack");
+        for e in std::fs::read_dir(&packs).expect("packs") {
+            let p = e.expect("entry").path();
+            if p.extension().is_some_and(|x| x == "pack") {
+                let moved = repo.join("fast-import.pack");
+                std::fs::rename(&p, &moved).expect("move pack");
+                std::fs::remove_file(p.with_extension("idx")).expect("remove idx");
+                let pack = std::fs::File::open(&moved).expect("open pack");
+                let ok = Command::new("git")
+                    .args(["unpack-objects", "-q"])
+                    .current_dir(repo)
+                    .stdin(pack)
+                    .status()
+                    .expect("unpack-objects");
+                assert!(ok.success());
+                std::fs::remove_file(&moved).expect("remove pack");
+            }
+        }
+    }
     (git(repo, &["rev-parse", "main~1"]), git(repo, &["rev-parse", "main"]))
 }
 
@@ -73,7 +95,8 @@ fn main() {
     };
     let repo = root.path().join("repo");
     std::fs::create_dir_all(&repo).expect("mkdir");
-    let (c1, c2) = build_repo(&repo, files);
+    let loose = args.iter().any(|a| a == "--loose");
+    let (c1, c2) = build_repo(&repo, files, loose);
 
     // First worktrees, alternating which goes first so neither always pays
     // for a cold page cache; medians of three each.
@@ -114,7 +137,8 @@ fn main() {
         moves.push(t.elapsed());
     }
     let next = median(moves);
-    println!("worktree bench: {files} files, bases 5 files apart, {rounds} moves");
+    let objects = if loose { "loose objects" } else { "packed" };
+    println!("worktree bench: {files} files ({objects}), bases 5 files apart, {rounds} moves");
     println!("  git worktree add (CLI, median of 3)        {:>9.1} ms", cli_add.as_secs_f64() * 1e3);
     println!(
         "  first prepare (new worktree, median of 3)  {:>9.1} ms  ({:.2}x the CLI)",
