@@ -138,12 +138,18 @@ async fn get(url: &client::Target, what: GetWhat) -> anyhow::Result<()> {
             print_list(&views, out.output)
         }
         GetWhat::Tasks { swarm, out } => {
-            let swarm_id = match swarm {
-                Some(s) => client::swarm_id(&s)?,
-                None => String::new(),
-            };
+            let swarm_id = swarm.as_deref().map(client::swarm_id).transpose()?;
             let mut c = connect(url).await?;
-            let tasks = client::all_tasks(&mut c, &swarm_id).await?;
+            // ListTasks answers for one swarm, so "all" is every swarm's
+            // tasks in turn, in the order ListSwarms gives.
+            let swarm_ids = match swarm_id {
+                Some(id) => vec![id],
+                None => client::all_swarms(&mut c).await?.into_iter().map(|s| s.id).collect(),
+            };
+            let mut tasks = Vec::new();
+            for id in &swarm_ids {
+                tasks.extend(client::all_tasks(&mut c, id).await?);
+            }
             let views: Vec<TaskView> = tasks.iter().map(TaskView::from).collect();
             print_list(&views, out.output)
         }

@@ -82,6 +82,13 @@ async fn cancel_get_describe_and_logs_through_swarmctl() {
     assert!(states.contains(&("ops/quick".into(), "MERGED".into())), "{states:?}");
     assert!(states.contains(&("ops/slow".into(), "CANCELLED".into())), "{states:?}");
 
+    // Without --swarm: every swarm's tasks.
+    let out = swarmctl(&url, &["get", "tasks", "-o", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ids: Vec<&str> = json.as_array().unwrap().iter().map(|t| t["id"].as_str().unwrap()).collect();
+    assert!(ids.contains(&"ops/quick") && ids.contains(&"ops/slow"), "{ids:?}");
+
     let out = swarmctl(&url, &["get", "swarms"]);
     assert_eq!(out.status.code(), Some(0));
     assert!(stdout(&out).contains("SWARM") && stdout(&out).contains("ops"), "{}", stdout(&out));
