@@ -11,6 +11,7 @@ pub mod error;
 pub mod integrator;
 pub mod leader;
 pub mod metrics;
+pub mod probes;
 pub mod scheduler;
 pub mod store;
 pub mod supervise;

@@ -63,6 +63,10 @@ struct Args {
     /// Serve Prometheus metrics at http://ADDR/metrics.
     #[arg(long, env = "SWARM_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
+    /// Serve plaintext grpc.health.v1 at ADDR for orchestrators' probes
+    /// (service "" is liveness, "swarm.v1.OperatorService" readiness).
+    #[arg(long, env = "SWARM_HEALTH_LISTEN")]
+    health_listen: Option<SocketAddr>,
     /// Serve the read-only web dashboard at http(s)://ADDR/ (see README "Dashboard").
     #[arg(long, env = "SWARM_UI_LISTEN")]
     ui_listen: Option<SocketAddr>,
@@ -124,6 +128,10 @@ async fn main() -> anyhow::Result<()> {
         wait_for_signal().await;
         signals.cancel();
     });
+    let readiness = match args.health_listen {
+        Some(addr) => swarm_controller::probes::serve(addr, shutdown.clone()).await?.1,
+        None => swarm_controller::probes::Readiness::detached(),
+    };
     // Scripts and tests read this line for the bound port.
     let ready = |addr| {
         let mut out = std::io::stdout();
@@ -148,10 +156,17 @@ async fn main() -> anyhow::Result<()> {
                 store_url,
                 advertise_url: args.advertise_url,
                 lease_ttl: Duration::from_millis(args.leader_lease_ms),
+                readiness,
             };
             swarm_controller::leader::run(config, ha, shutdown, ready).await
         }
-        None => swarm_controller::run(config, shutdown, ready).await,
+        None => {
+            let serving = |addr| {
+                ready(addr);
+                readiness.set(true);
+            };
+            swarm_controller::run(config, shutdown, serving).await
+        }
     }
     .context("swarm-controller");
     // Export the last spans; the exporter needs the runtime, so not on it.

@@ -131,12 +131,12 @@ fn validator_catches_a_dangling_secret_and_a_wrong_probe_port() {
     let rendered = render(&repo_root().join("deploy/kubernetes/overlays/sqlite")).unwrap();
     let broken = rendered
         .replace("secretName: swarm-sidecar-tls", "secretName: swarm-sidecar-missing")
-        .replace("path: /metrics\n            port: metrics", "path: /metrics\n            port: metricz");
+        .replace("port: 7422\n            service:", "port: 7423\n            service:");
     assert_ne!(broken, rendered, "the test edits the rendering");
     let (ok, report) = validate(&broken);
     assert!(!ok, "broken references are refused:\n{report}");
     assert!(report.contains("Secret 'swarm-sidecar-missing' does not exist"), "{report}");
-    assert!(report.contains("readinessProbe port 'metricz'"), "{report}");
+    assert!(report.contains("readinessProbe port 7423"), "{report}");
     let (ok, report) = validate(&rendered.replace("kind: PodDisruptionBudget", "kind: PodDisruptionBudge"));
     assert!(!ok, "an unknown kind fails the schema check:\n{report}");
 }

@@ -38,6 +38,8 @@ pub struct HaConfig {
     /// How long a lease lasts without renewal: the longest a dead leader
     /// blocks a standby.
     pub lease_ttl: Duration,
+    /// Ready only while leading: orchestrators route to the leader.
+    pub readiness: crate::probes::Readiness,
 }
 
 /// Runs until `shutdown` (then releases the lease) or until this
@@ -68,7 +70,10 @@ pub async fn run(
     let location = Location::Postgres { url: ha.store_url.clone(), epoch };
     let controller = crate::start_with(config, Some(listener), Some(location)).await?;
     tracing::info!(epoch, %advertise, "leading");
-    lead(controller, lease, epoch, ha.lease_ttl, shutdown).await
+    ha.readiness.set(true);
+    let led = lead(controller, lease, epoch, ha.lease_ttl, shutdown).await;
+    ha.readiness.set(false);
+    led
 }
 
 /// Polls the lease until this controller wins it (`Some`) or `shutdown`.
