@@ -299,3 +299,19 @@ pub fn stdout(out: &Output) -> String {
 pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
+
+/// A token's SHA-256 hex, as a tokens file holds it (what `swarmctl token
+/// create` prints), computed by `sha256sum` so the tests do not reuse the
+/// implementation they check.
+pub fn sha256_hex(token: &str) -> String {
+    use std::io::Write as _;
+    let mut child =
+        Command::new("sha256sum").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("sha256sum");
+    child.stdin.take().expect("stdin").write_all(token.as_bytes()).expect("writing to sha256sum");
+    let out = child.wait_with_output().expect("sha256sum");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .expect("sha256sum printed a hash")
+        .to_string()
+}

@@ -13,8 +13,8 @@ use swarm_proto::v1;
 use swarm_proto::v1::operator_service_client::OperatorServiceClient;
 use swarm_proto::v1::sidecar_service_client::SidecarServiceClient;
 use swarm_tests::{
-    PlanBuilder, TempRepo, WAIT, binary, poll, spawn_controller, spawn_sidecar, stderr, task, wait_output,
-    worker_script,
+    PlanBuilder, TempRepo, WAIT, binary, poll, sha256_hex, spawn_controller, spawn_sidecar, stderr, task,
+    wait_output, worker_script,
 };
 use tonic::Code;
 
@@ -23,17 +23,6 @@ type Op = OperatorServiceClient<AuthChannel>;
 const SIDE: &str = "side-secret";
 const OPER: &str = "oper-secret";
 const ADMIN: &str = "admin-secret";
-
-/// The tokens file holds plain SHA-256 hex (what `swarmctl token create`
-/// prints), so an independent implementation computes it here.
-fn sha256_hex(token: &str) -> String {
-    use std::io::Write as _;
-    let mut child =
-        Command::new("sha256sum").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("sha256sum");
-    child.stdin.take().unwrap().write_all(token.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    String::from_utf8(out.stdout).unwrap().split_whitespace().next().unwrap().to_string()
-}
 
 fn tokens_file(dir: &Path) -> std::path::PathBuf {
     let text = format!(

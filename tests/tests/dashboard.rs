@@ -13,8 +13,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use swarm_tests::{
-    PlanBuilder, TempRepo, WAIT, binary, spawn_controller, spawn_sidecar, stderr, stdout, swarmctl, task,
-    wait_output, worker_script,
+    PlanBuilder, TempRepo, WAIT, binary, sha256_hex, spawn_controller, spawn_sidecar, stderr, stdout,
+    swarmctl, task, wait_output, worker_script,
 };
 
 /// A port free a moment ago, for a flag that needs one before the start.
@@ -141,14 +141,6 @@ fn dashboard_draws_the_task_graph_and_follows_merges_without_a_reload() {
 
 const OPERATOR: &str = "swarm_operator_secret";
 const SIDECAR: &str = "swarm_sidecar_secret";
-
-fn sha256_hex(token: &str) -> String {
-    let mut child =
-        Command::new("sha256sum").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("sha256sum");
-    child.stdin.take().unwrap().write_all(token.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    String::from_utf8(out.stdout).unwrap().split_whitespace().next().unwrap().to_string()
-}
 
 #[test]
 fn dashboard_refuses_callers_without_the_operator_credential() {
