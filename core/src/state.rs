@@ -50,6 +50,10 @@ state_enum!(
         Blocked = "BLOCKED",
         Escalated = "ESCALATED",
         Cancelled = "CANCELLED",
+        // REVIEW: succeeded, waits for its reviewer's or the operator's
+        // decision. REJECTED: refused by review; it ends there, its branch kept.
+        Review = "REVIEW",
+        Rejected = "REJECTED",
     }
 );
 
@@ -72,7 +76,7 @@ state_enum!(
 impl TaskState {
     /// No transition leaves these without an operator.
     pub fn is_terminal(self) -> bool {
-        matches!(self, TaskState::Merged | TaskState::Failed | TaskState::Cancelled)
+        matches!(self, TaskState::Merged | TaskState::Failed | TaskState::Cancelled | TaskState::Rejected)
     }
 }
 

@@ -110,6 +110,8 @@ impl From<TaskState> for v1::TaskState {
             TaskState::Blocked => v1::TaskState::Blocked,
             TaskState::Escalated => v1::TaskState::Escalated,
             TaskState::Cancelled => v1::TaskState::Cancelled,
+            TaskState::Review => v1::TaskState::Review,
+            TaskState::Rejected => v1::TaskState::Rejected,
         }
     }
 }
@@ -131,6 +133,8 @@ impl TryFrom<v1::TaskState> for TaskState {
             v1::TaskState::Blocked => TaskState::Blocked,
             v1::TaskState::Escalated => TaskState::Escalated,
             v1::TaskState::Cancelled => TaskState::Cancelled,
+            v1::TaskState::Review => TaskState::Review,
+            v1::TaskState::Rejected => TaskState::Rejected,
         })
     }
 }
