@@ -17,7 +17,9 @@ use crate::ids::{SwarmId, TaskId};
 use crate::names::{check_branch, check_glob, check_id, check_text};
 
 pub mod agent;
+pub mod review;
 pub use agent::{AgentKind, AgentSpec, Otherwise, PermissionPolicy, PermissionRule};
+pub use review::ReviewSpec;
 
 /// Largest plan we accept: bounds memory and work for input from a user or
 /// the network.
@@ -174,6 +176,9 @@ pub struct TaskSpec {
     /// tasks run a command, and the agent's settings would cost each of
     /// them a few hundred bytes inline.
     pub agent: Option<Box<AgentSpec>>,
+    /// Set: a succeeded result waits in REVIEW for this reviewer (or the
+    /// operator) before the merge path; shared with the defaults'.
+    pub review: Option<Arc<ReviewSpec>>,
 }
 
 /// A validated plan.
@@ -260,6 +265,7 @@ struct RawDefaults {
     append_system_prompt: Option<String>,
     extra_args: Option<Vec<String>>,
     permissions: Option<agent::RawPermissions>,
+    review: Option<review::RawReview>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -301,6 +307,8 @@ struct RawTask {
     append_system_prompt: Option<String>,
     extra_args: Option<Vec<String>>,
     permissions: Option<agent::RawPermissions>,
+    /// Overrides the defaults' review; `"none"` opts out of it.
+    review: Option<review::RawReview>,
 }
 
 /// The agent fields of `[defaults]` and `[[tasks]]` (serde cannot flatten
@@ -415,6 +423,11 @@ fn validate(raw: RawPlan) -> Result<Plan, PlanError> {
     if default_retry.initial_backoff_ms > default_retry.max_backoff_ms {
         return Err(err("defaults.backoff_initial_ms", "must not exceed defaults.backoff_max_ms"));
     }
+
+    let default_review = match &d.review {
+        Some(r) => review::parse("defaults.review", r)?.map(Arc::new),
+        None => None,
+    };
 
     let mut index: HashMap<&str, usize> = HashMap::new();
     for (i, task) in raw.tasks.iter().enumerate() {
@@ -536,6 +549,10 @@ fn validate(raw: RawPlan) -> Result<Plan, PlanError> {
             setup: task.setup.clone().unwrap_or_else(|| d.setup.clone()),
             setup_on: task.setup_on.or(d.setup_on).unwrap_or_default(),
             agent: agent.map(Box::new),
+            review: match &task.review {
+                Some(r) => review::parse(&at("review"), r)?.map(Arc::new),
+                None => default_review.clone(),
+            },
         }));
         if tasks.last().is_some_and(|t| t.idle_timeout_secs == 0) {
             return Err(err(at("idle_timeout_secs"), "must be at least 1"));
