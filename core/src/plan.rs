@@ -18,8 +18,10 @@ use crate::names::{check_branch, check_glob, check_id, check_text};
 
 pub mod agent;
 pub mod review;
+pub mod subplan;
 pub use agent::{AgentKind, AgentSpec, Otherwise, PermissionPolicy, PermissionRule};
 pub use review::ReviewSpec;
+pub use subplan::{DEFAULT_MAX_DEPTH, MAX_DEPTH_LIMIT, swarm_namespace};
 
 /// Largest plan we accept: bounds memory and work for input from a user or
 /// the network.
@@ -176,6 +178,9 @@ pub struct TaskSpec {
     /// tasks run a command, and the agent's settings would cost each of
     /// them a few hundred bytes inline.
     pub agent: Option<Box<AgentSpec>>,
+    /// Set: the task runs this plan as a child swarm (`<swarm>/<task>`)
+    /// instead of a worker, and `command` is empty.
+    pub subplan: Option<Arc<Plan>>,
     /// Set: a succeeded result waits in REVIEW for this reviewer (or the
     /// operator) before the merge path; shared with the defaults'.
     pub review: Option<Arc<ReviewSpec>>,
@@ -191,6 +196,8 @@ pub struct Plan {
     pub target_branch: String,
     /// Shared with the controller's task table rather than copied into it.
     pub tasks: Vec<Arc<TaskSpec>>,
+    /// How deep sub-plans may nest below the root plan.
+    pub max_depth: u32,
 }
 
 impl Plan {
@@ -228,13 +235,14 @@ struct RawPlan {
     base_branch: Option<String>,
     integration_branch: Option<String>,
     target_branch: Option<String>,
+    max_depth: Option<u32>,
     #[serde(default)]
     defaults: RawDefaults,
     #[serde(default)]
     tasks: Vec<RawTask>,
 }
 
-#[derive(Debug, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawDefaults {
     command: Option<Command>,
@@ -268,7 +276,7 @@ struct RawDefaults {
     review: Option<review::RawReview>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawTask {
     id: String,
@@ -307,6 +315,13 @@ struct RawTask {
     append_system_prompt: Option<String>,
     extra_args: Option<Vec<String>>,
     permissions: Option<agent::RawPermissions>,
+    /// A sub-plan file, relative to this plan's file: swarmctl inlines it
+    /// as `subplan` before it submits the plan.
+    plan: Option<String>,
+    /// An inline sub-plan whose tasks share this plan's defaults.
+    subtasks: Option<Vec<RawTask>>,
+    /// A sub-plan with defaults of its own (an inlined `plan` file).
+    subplan: Option<subplan::RawSubPlan>,
     /// Overrides the defaults' review; `"none"` opts out of it.
     review: Option<review::RawReview>,
 }
@@ -370,6 +385,8 @@ fn default_tier_timeout() -> u32 {
 const RESERVED_ENV_PREFIX: &str = "SWARM_";
 
 fn validate(raw: RawPlan) -> Result<Plan, PlanError> {
+    // A plan names a root swarm; nested ids are given to child swarms only.
+    check_id(&raw.name).map_err(|rule| err("name", rule))?;
     let swarm = SwarmId::new(raw.name.clone()).map_err(|rule| err("name", rule))?;
     let base_branch = raw.base_branch.unwrap_or_else(|| "main".to_string());
     check_branch(&base_branch).map_err(|rule| err("base_branch", rule))?;
@@ -392,11 +409,22 @@ fn validate(raw: RawPlan) -> Result<Plan, PlanError> {
         ));
     }
 
-    let d = raw.defaults;
-    if raw.tasks.is_empty() {
+    let max_depth = raw.max_depth.unwrap_or(DEFAULT_MAX_DEPTH);
+    if max_depth > MAX_DEPTH_LIMIT {
+        return Err(err("max_depth", format!("must be at most {MAX_DEPTH_LIMIT}")));
+    }
+    let frame = subplan::Frame { swarm, base_branch, integration_branch, target_branch, depth: 0, max_depth };
+    validate_body(frame, &raw.defaults, &raw.tasks)
+}
+
+/// Validates the defaults and tasks of the plan `frame` names: the root
+/// plan or, recursively, a sub-plan.
+fn validate_body(frame: subplan::Frame, d: &RawDefaults, raw_tasks: &[RawTask]) -> Result<Plan, PlanError> {
+    let subplan::Frame { swarm, base_branch, integration_branch, target_branch, .. } = frame.clone();
+    if raw_tasks.is_empty() {
         return Err(err("tasks", "a plan needs at least one task"));
     }
-    if raw.tasks.len() > MAX_TASKS {
+    if raw_tasks.len() > MAX_TASKS {
         return Err(err("tasks", format!("at most {MAX_TASKS} tasks")));
     }
     check_labels("defaults.labels", &d.labels)?;
@@ -430,7 +458,7 @@ fn validate(raw: RawPlan) -> Result<Plan, PlanError> {
     };
 
     let mut index: HashMap<&str, usize> = HashMap::new();
-    for (i, task) in raw.tasks.iter().enumerate() {
+    for (i, task) in raw_tasks.iter().enumerate() {
         check_id(&task.id).map_err(|rule| err(format!("tasks[{i}].id"), rule))?;
         if let Some(first) = index.insert(&task.id, i) {
             return Err(err(
@@ -442,7 +470,7 @@ fn validate(raw: RawPlan) -> Result<Plan, PlanError> {
 
     // Task branches are `swarm/<swarm>/<task>`: none may be, or be a path
     // prefix of, a branch the swarm already uses (git refs cannot nest).
-    for (i, task) in raw.tasks.iter().enumerate() {
+    for (i, task) in raw_tasks.iter().enumerate() {
         let branch = task_branch(&swarm, &task.id);
         for (field, other) in [
             ("base_branch", &base_branch),
@@ -459,9 +487,10 @@ fn validate(raw: RawPlan) -> Result<Plan, PlanError> {
         }
     }
 
-    let mut tasks = Vec::with_capacity(raw.tasks.len());
-    for (i, task) in raw.tasks.iter().enumerate() {
+    let mut tasks = Vec::with_capacity(raw_tasks.len());
+    for (i, task) in raw_tasks.iter().enumerate() {
         let at = |field: &str| format!("tasks[{i}].{field}");
+        let sub = subplan::child(&frame, i, task, d)?;
         let mut deps = Vec::with_capacity(task.deps.len());
         for (j, dep) in task.deps.iter().enumerate() {
             if !index.contains_key(dep.as_str()) {
@@ -500,6 +529,8 @@ fn validate(raw: RawPlan) -> Result<Plan, PlanError> {
         }
         // A task's own command or agent beats the other one from the defaults.
         let (command, agent): (Arc<[String]>, _) = match (&task.command, &agent) {
+            // A sub-swarm runs no worker of its own.
+            _ if sub.is_some() => (Arc::new([]), None),
             (Some(c), _) => (c.clone().into_argv().into(), None),
             (None, Some(_)) => (Arc::new([]), agent),
             (None, _) => {
@@ -509,7 +540,7 @@ fn validate(raw: RawPlan) -> Result<Plan, PlanError> {
                 (c, None)
             }
         };
-        if agent.is_none() && (command.is_empty() || command[0].trim().is_empty()) {
+        if sub.is_none() && agent.is_none() && (command.is_empty() || command[0].trim().is_empty()) {
             return Err(err(at("command"), "must not be empty"));
         }
         let labels = if task.labels.is_empty() {
@@ -536,7 +567,8 @@ fn validate(raw: RawPlan) -> Result<Plan, PlanError> {
             acceptance: task.acceptance.clone(),
             deps,
             files: task.files.clone(),
-            verify,
+            // Its child swarm's tasks verify their own work.
+            verify: if sub.is_some() { Vec::new() } else { verify },
             retry,
             labels,
             command,
@@ -549,6 +581,7 @@ fn validate(raw: RawPlan) -> Result<Plan, PlanError> {
             setup: task.setup.clone().unwrap_or_else(|| d.setup.clone()),
             setup_on: task.setup_on.or(d.setup_on).unwrap_or_default(),
             agent: agent.map(Box::new),
+            subplan: sub,
             review: match &task.review {
                 Some(r) => review::parse(&at("review"), r)?.map(Arc::new),
                 None => default_review.clone(),
@@ -565,12 +598,13 @@ fn validate(raw: RawPlan) -> Result<Plan, PlanError> {
         return Err(err(format!("tasks[{first}].deps"), format!("dependency cycle: {}", names.join(" -> "))));
     }
 
-    Ok(Plan { swarm, base_branch, integration_branch, target_branch, tasks })
+    Ok(Plan { swarm, base_branch, integration_branch, target_branch, tasks, max_depth: frame.max_depth })
 }
 
-/// The branch a task's attempts work on.
+/// The branch a task's attempts work on (for a task with a sub-plan, its
+/// child swarm's integration branch).
 pub fn task_branch(swarm: &SwarmId, task: &str) -> String {
-    format!("swarm/{swarm}/{task}")
+    format!("{}{task}", swarm_namespace(swarm))
 }
 
 fn check_labels(path: &str, labels: &BTreeMap<String, String>) -> Result<(), PlanError> {

@@ -1,0 +1,148 @@
+//! Sub-plans: a task that carries its own plan runs it as a child swarm.
+//!
+//! The child of task `auth` in swarm `app` is swarm `app/auth`. Its base is
+//! the parent's integration branch (its head when the task starts), and its
+//! integration branch is the task's own branch, so the child's result is
+//! what the parent merges for the task. A task's sub-plan is either inline
+//! (`[[tasks.subtasks]]`, sharing the enclosing plan's defaults) or a
+//! `subplan` table with defaults of its own, which is what swarmctl makes
+//! of `plan = "sub/auth.toml"` (the controller receives plan text, never
+//! files).
+//!
+//! Branches: git refs cannot nest (`swarm/app/auth` and
+//! `swarm/app/auth/login` cannot both exist), so the child's task branches
+//! live under `swarm/app/auth.sub/`; a task id never contains a `.`, so that
+//! namespace collides with no task branch of the parent.
+
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+use super::{Plan, PlanError, RawDefaults, RawTask, err, task_branch, validate_body};
+use crate::ids::{SwarmId, TaskId};
+
+/// How deep sub-plans may nest below the root plan unless the plan says
+/// otherwise (`max_depth`).
+pub const DEFAULT_MAX_DEPTH: u32 = 4;
+/// The most a plan may ask for: every level adds a component to the child
+/// swarm's id and its branches (at most 200 characters).
+pub const MAX_DEPTH_LIMIT: u32 = 8;
+
+/// The suffix that turns a task id into the namespace of its child swarm's
+/// branches.
+const CHILD_SUFFIX: &str = ".sub";
+
+/// A sub-plan with its own defaults: what a `plan = "..."` file becomes.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSubPlan {
+    /// The sub-plan file's own name, if it has one; the child swarm is
+    /// named by its task all the same.
+    #[allow(dead_code)]
+    name: Option<String>,
+    /// Replaces the enclosing plan's defaults when given.
+    defaults: Option<RawDefaults>,
+    #[serde(default)]
+    tasks: Vec<RawTask>,
+}
+
+/// Where a plan body sits: its swarm, branches and nesting depth.
+#[derive(Debug, Clone)]
+pub(super) struct Frame {
+    pub swarm: SwarmId,
+    pub base_branch: String,
+    pub integration_branch: String,
+    pub target_branch: String,
+    pub depth: u32,
+    pub max_depth: u32,
+}
+
+/// The prefix of a swarm's task branches: `swarm/app/` for a root swarm,
+/// `swarm/app/auth.sub/` for the child swarm of task `auth`.
+pub fn swarm_namespace(swarm: &SwarmId) -> String {
+    let mut ns = format!("swarm/{}/", swarm.root());
+    for task in swarm.path_from_root() {
+        ns.push_str(task);
+        ns.push_str(CHILD_SUFFIX);
+        ns.push('/');
+    }
+    ns
+}
+
+/// Validates task `i`'s sub-plan, if it has one, as the child swarm's plan.
+pub(super) fn child(
+    frame: &Frame,
+    i: usize,
+    task: &RawTask,
+    defaults: &RawDefaults,
+) -> Result<Option<Arc<Plan>>, PlanError> {
+    let at = |field: &str| format!("tasks[{i}].{field}");
+    if task.plan.is_some() {
+        return Err(err(
+            at("plan"),
+            "a sub-plan file is read by swarmctl, which inlines it as `subplan`; submit this plan with \
+             swarmctl create or run",
+        ));
+    }
+    let (field, body_defaults, tasks) = match (&task.subtasks, &task.subplan) {
+        (None, None) => return Ok(None),
+        (Some(_), Some(_)) => return Err(err(at("subplan"), "set subtasks or subplan, not both")),
+        (Some(tasks), None) => ("subtasks", defaults, tasks),
+        (None, Some(sub)) => ("subplan", sub.defaults.as_ref().unwrap_or(defaults), &sub.tasks),
+    };
+    if task.command.is_some() {
+        return Err(err(at("command"), format!("a task with a sub-plan ({field}) runs no command")));
+    }
+    if task.agent.is_some() {
+        return Err(err(at("agent"), format!("a task with a sub-plan ({field}) runs no agent")));
+    }
+    if frame.depth + 1 > frame.max_depth {
+        return Err(err(
+            at(field),
+            format!(
+                "sub-plans nest at most {} deep (max_depth); this one would be level {}",
+                frame.max_depth,
+                frame.depth + 1
+            ),
+        ));
+    }
+    let id = TaskId::new(task.id.clone()).map_err(|rule| err(at("id"), rule))?;
+    let integration_branch = task_branch(&frame.swarm, id.as_str());
+    let child = Frame {
+        swarm: frame.swarm.child(&id),
+        base_branch: frame.integration_branch.clone(),
+        integration_branch,
+        // A child swarm is never landed: its parent merges its result.
+        target_branch: frame.integration_branch.clone(),
+        depth: frame.depth + 1,
+        max_depth: frame.max_depth,
+    };
+    let prefix = |path: String| match field {
+        // `tasks[0].command` of the inline sub-plan is `tasks[i].subtasks[0].command`.
+        "subtasks" if path.starts_with("tasks") => format!("tasks[{i}].sub{path}"),
+        _ if path.is_empty() => at(field),
+        _ => format!("tasks[{i}].{field}.{path}"),
+    };
+    let plan = validate_body(child, body_defaults, tasks).map_err(|e| err(prefix(e.path), e.rule))?;
+    Ok(Some(Arc::new(plan)))
+}
+
+impl Plan {
+    /// The plan of `swarm`, this plan's swarm or one of its descendants.
+    pub fn descendant(self: &Arc<Plan>, swarm: &SwarmId) -> Option<Arc<Plan>> {
+        if !self.swarm.contains(swarm.as_str()) {
+            return None;
+        }
+        let skip = self.swarm.depth();
+        let mut plan = self.clone();
+        for task in swarm.path_from_root().skip(skip) {
+            let next = plan.tasks.iter().find(|t| t.id.as_str() == task)?.subplan.clone()?;
+            plan = next;
+        }
+        Some(plan)
+    }
+}
+
+#[cfg(test)]
+#[path = "subplan_tests.rs"]
+mod tests;
