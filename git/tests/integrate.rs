@@ -232,6 +232,26 @@ fn already_contained_task_commits_are_reported() {
 }
 
 #[test]
+fn commits_once_verified_keep_their_answers_and_others_are_still_checked() {
+    let f = fixture();
+    let integrator = Integrator::open(f.repo.path()).expect("open");
+    // The same base again and again, as a swarm of no-op results sends it: each call answers the same.
+    for _ in 0..3 {
+        let err = integrator
+            .integrate(&request(&f.head, &f.base, MergeStrategy::Merge, "demo/e#1"))
+            .expect_err("contained");
+        assert!(matches!(err, MergeError::AlreadyContained { .. }), "{err}");
+        assert_eq!(integrator.changed_paths(&f.base, &f.base).expect("same commit"), Vec::<String>::new());
+    }
+    // Remembering commits found present must not let anything else pass as one.
+    let missing = "0123456789abcdef0123456789abcdef01234567";
+    let err = integrator.changed_paths(&f.base, missing).expect_err("missing");
+    assert!(matches!(err, GitError::MissingCommit { .. }), "{err}");
+    let tree = f.repo.tree_id(&f.base);
+    assert!(matches!(integrator.is_ancestor(&f.base, &tree), Err(GitError::NotACommit { .. })));
+}
+
+#[test]
 fn bad_input_is_an_error_naming_it() {
     let f = fixture();
     let integrator = Integrator::open(f.repo.path()).expect("open");

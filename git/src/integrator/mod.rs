@@ -24,6 +24,8 @@ pub const FIND_LANDED_LIMIT: usize = 10_000;
 pub const ATTEMPT_TRAILER: &str = "Swarm-Attempt";
 /// Commits on a task's first-parent chain replayed at most by the rebase strategy.
 const MAX_REBASE_COMMITS: usize = 10_000;
+/// Commit ids remembered as present (~40 B each); past this the set starts over.
+const MAX_KNOWN_COMMITS: usize = 100_000;
 
 /// One request to land a task's result commit on the integration branch.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,6 +100,10 @@ pub struct Integrator {
     caches: std::cell::RefCell<Caches>,
     /// Parsed commits (parents, dates) for merge-base walks; see `graph.rs`.
     graph: std::cell::RefCell<CommitCache>,
+    /// Ids already found to name commits. Objects never change, and a header read bypasses gix's
+    /// object cache: without this every merge re-opened and re-mapped the same loose base commit
+    /// (twice for the ownership check, twice for the merge).
+    commits: std::cell::RefCell<gix::hashtable::HashSet<gix::ObjectId>>,
     merge_options: gix::merge::tree::Options,
     #[cfg(test)]
     pub(crate) before_cas: std::cell::RefCell<Option<Box<dyn FnMut() + Send>>>,
@@ -142,6 +148,7 @@ impl Integrator {
         Ok(Integrator {
             caches: std::cell::RefCell::new(caches),
             graph: std::cell::RefCell::new(CommitCache::default()),
+            commits: Default::default(),
             merge_options,
             repo,
             disk,
@@ -386,7 +393,7 @@ impl Integrator {
         let oid = parse_commit_id(id)?;
         // A commit the merge-base cache parsed: no header read (gix maps every loose object it
         // reads, and each unmap interrupts every CPU the controller runs on).
-        if self.graph.borrow().knows(&oid) {
+        if self.graph.borrow().knows(&oid) || self.commits.borrow().contains(&oid) {
             return Ok(oid);
         }
         match self.repo.try_find_header(oid).map_err(GitError::gix_any("read object header"))? {
@@ -394,7 +401,14 @@ impl Integrator {
             Some(h) if h.kind() != gix::object::Kind::Commit => {
                 Err(GitError::NotACommit { id: id.to_string(), kind: h.kind().to_string() })
             }
-            Some(_) => Ok(oid),
+            Some(_) => {
+                let mut commits = self.commits.borrow_mut();
+                if commits.len() >= MAX_KNOWN_COMMITS {
+                    commits.clear();
+                }
+                commits.insert(oid);
+                Ok(oid)
+            }
         }
     }
 
