@@ -158,7 +158,7 @@ fn state_rank(s: v1::TaskState) -> u8 {
         S::Unspecified | S::Pending => 0,
         S::Ready | S::Cancelled | S::Failed => 1,
         S::Running | S::Blocked | S::Escalated => 2,
-        S::Succeeded | S::Merging | S::Conflict => 3,
+        S::Succeeded | S::Merging | S::Conflict | S::Review | S::Rejected => 3,
         S::Merged => 4,
     }
 }

@@ -54,6 +54,9 @@ pub struct Assignment {
     /// Set: a coding agent is the worker (and `command` is empty).
     pub agent: Option<AgentConfig>,
     pub owned_globs: Vec<String>,
+    /// Set: a reviewer attempt (see [`crate::review`]), with the reviewed
+    /// task's own base for the diff in its task text.
+    pub review: Option<String>,
     /// The message as received, kept for the journal and for equality.
     pub wire: v1::Assign,
 }
@@ -79,7 +82,12 @@ impl TryFrom<&v1::Assign> for Assignment {
         if let Some((k, _)) = env.iter().find(|(k, _)| k.is_empty() || k.contains('=') || k.contains('\0')) {
             return Err(FieldError::new("env", format!("bad variable name {k:?}")));
         }
+        let review = a.review.as_ref().map(|r| r.diff_base.clone());
+        if let Some(base) = review.as_deref().filter(|b| !b.is_empty()) {
+            check_commit(base).map_err(|r| FieldError::new("review.diff_base", r))?;
+        }
         Ok(Assignment {
+            review,
             attempt,
             base_commit: a.base_commit.clone(),
             branch: a.branch.clone(),
@@ -343,6 +351,16 @@ async fn drive(
     if adopted.is_none() {
         prepare_swarm_dir(&files, a)
             .map_err(|e| Failure::Infra(format!("writing {}: {e}", files.dir.display())))?;
+        if let Some(base) = &a.review {
+            // The reviewer's text carries the diff, which only the worktree has.
+            let text = crate::review::task_text(&wt, &a.task_text, base).await;
+            let stale = files.dir.join(crate::review::REVIEW_FILE);
+            let written = match std::fs::remove_file(&stale) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+                _ => std::fs::write(&files.task, text),
+            };
+            written.map_err(|e| Failure::Infra(format!("writing {}: {e}", files.task.display())))?;
+        }
     }
     let env = worker_env(ctx, a, &files);
     if adopted.is_none() && (created || a.setup_every_attempt) {
@@ -516,6 +534,9 @@ async fn drive(
     let mapped = exit.outcome();
     result.outcome = outcome(mapped);
     match mapped {
+        Outcome::Success if a.review.is_some() => {
+            crate::review::conclude(&wt, &status_message, result).map_err(Failure::Infra)?;
+        }
         Outcome::Success => {
             let (tiers, ok) = verify::run_tiers(&a.verify, &wt, &env).await;
             result.tiers = tiers;

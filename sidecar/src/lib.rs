@@ -80,6 +80,7 @@ pub mod journal;
 pub mod locks;
 pub mod orphans;
 pub mod remote;
+pub mod review;
 pub mod runner;
 pub mod session;
 pub mod status;

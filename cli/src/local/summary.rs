@@ -96,7 +96,9 @@ fn starved_of_labels(
             S::Running | S::Succeeded | S::Merging | S::Unspecified => true,
             S::Conflict => spec.on_conflict == ConflictPolicy::Return,
             S::Escalated => answer_due(id),
-            S::Merged | S::Failed | S::Blocked | S::Cancelled => false,
+            // A reviewer attempt decides on its own; the operator's review does not.
+            S::Review => spec.review.as_deref().is_some_and(swarm_core::plan::ReviewSpec::has_reviewer),
+            S::Merged | S::Failed | S::Blocked | S::Cancelled | S::Rejected => false,
         };
         moving.insert(id, m);
     }

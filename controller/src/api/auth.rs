@@ -135,6 +135,7 @@ const METHODS: &[(&str, Role)] = &[
     ("/swarm.v1.OperatorService/CancelTask", Role::Operator),
     ("/swarm.v1.OperatorService/CancelSwarm", Role::Operator),
     ("/swarm.v1.OperatorService/RetryTask", Role::Operator),
+    ("/swarm.v1.OperatorService/ReviewTask", Role::Operator),
     ("/swarm.v1.OperatorService/Answer", Role::Operator),
     ("/swarm.v1.OperatorService/SendMessage", Role::Operator),
     ("/swarm.v1.OperatorService/DrainWorker", Role::Admin),

@@ -193,6 +193,7 @@ pub fn report(seq: u64, body: &v1::sidecar_message::Body) -> Result<Option<Repor
                 session_id: session_id_from_wire("result.session_id", &r.session_id)?,
                 rate_limit_reset_ms: r.rate_limit_reset_unix_ms,
                 rate_limit_kind: text("result.rate_limit_kind", &r.rate_limit_kind, MAX_CATEGORY)?,
+                review: review_verdict(r.review.as_ref())?,
             }))
         }
         Body::Orphans(o) => {
@@ -209,6 +210,17 @@ fn handle(h: &AttemptHandle) -> v1::AttemptRef {
         attempt: h.number,
         fencing_token: h.token,
     }
+}
+
+/// A reviewer attempt's decision, bounded like any text from a sidecar
+/// (the scheduler decides what it means).
+fn review_verdict(v: Option<&v1::ReviewVerdict>) -> Result<Option<crate::scheduler::ReviewVerdict>, FieldError> {
+    let Some(v) = v else { return Ok(None) };
+    Ok(Some(crate::scheduler::ReviewVerdict {
+        decision: text("result.review.decision", &v.decision, MAX_CATEGORY)?,
+        message: text("result.review.message", &v.message, MAX_TEXT)?,
+        error: text("result.review.error", &v.error, MAX_TEXT)?,
+    }))
 }
 
 fn assign(a: &AssignSpec) -> v1::Assign {
@@ -237,6 +249,7 @@ fn assign(a: &AssignSpec) -> v1::Assign {
         setup: a.setup.clone(),
         setup_every_attempt: a.setup_every_attempt,
         agent: a.agent.as_ref().map(agent_spec),
+        review: a.review_diff_base.as_ref().map(|base| v1::ReviewAssign { diff_base: base.clone() }),
     }
 }
 
@@ -357,6 +370,7 @@ pub fn task(v: TaskView) -> v1::Task {
         usage: Some(v1::Usage::from(&v.usage)),
         first_started_at_unix_ms: v.first_started_at,
         last_ended_at_unix_ms: v.last_ended_at,
+        recommendation: v.recommendation.to_string(),
     }
 }
 
@@ -398,6 +412,30 @@ pub fn task_detail(v: TaskDetailView) -> v1::TaskDetail {
         prompt: v.prompt,
         attempts: v.attempts.into_iter().map(attempt).collect(),
         events: v.events.into_iter().map(event).collect(),
+        branch_report: Some(branch_report(v.branch_report)),
+    }
+}
+
+fn branch_report(r: crate::scheduler::views::BranchReportView) -> v1::BranchReport {
+    v1::BranchReport {
+        branch: r.branch,
+        recommendation: r.recommendation.to_string(),
+        reason: r.reason,
+        commit: r.commit,
+        base_commit: r.base_commit,
+        files_changed: r.files_changed,
+        reviewer: r.reviewer,
+        reviews: r
+            .reviews
+            .into_iter()
+            .map(|x| v1::ReviewRecord {
+                decision: x.decision.as_str().to_string(),
+                message: x.message,
+                by: x.by,
+                commit: x.commit,
+                at_unix_ms: x.at,
+            })
+            .collect(),
     }
 }
 

@@ -27,8 +27,9 @@ impl OperatorApi {
     }
 }
 
+/// A swarm id: a root swarm's, or a child swarm's (`app/auth`).
 fn swarm_id(field: &str, id: &str) -> Result<String, Status> {
-    swarm_core::names::check_id(id).map_err(|rule| FieldError::new(field, rule))?;
+    swarm_core::SwarmId::new(id).map_err(|rule| FieldError::new(field, rule))?;
     Ok(id.to_string())
 }
 
@@ -175,6 +176,26 @@ impl OperatorService for OperatorApi {
         let task = convert::task_key("task_id", &request.into_inner().task_id)?;
         let view = self.shared.ask(|reply| OperatorOp::RetryTask { task, reply }).await?;
         Ok(Response::new(v1::RetryTaskResponse { task: Some(convert::task(view)) }))
+    }
+
+    #[tracing::instrument(skip_all, fields(task = %request.get_ref().task_id))]
+    async fn review_task(
+        &self,
+        request: Request<v1::ReviewTaskRequest>,
+    ) -> Result<Response<v1::ReviewTaskResponse>, Status> {
+        let req = request.into_inner();
+        let task = convert::task_key("task_id", &req.task_id)?;
+        let decision = req.decision.trim().to_string();
+        if !matches!(decision.as_str(), "approve" | "request-changes" | "reject") {
+            return Err(FieldError::new(
+                "decision",
+                format!("must be approve, request-changes or reject, not {:?}", req.decision),
+            )
+            .into());
+        }
+        let message = bounded("message", req.message)?;
+        let view = self.shared.ask(|reply| OperatorOp::ReviewTask { task, decision, message, reply }).await?;
+        Ok(Response::new(v1::ReviewTaskResponse { task: Some(convert::task(view)) }))
     }
 
     #[tracing::instrument(skip_all)]

@@ -272,6 +272,9 @@ impl Scheduler {
     /// The Assign message for an existing attempt (also re-sent when its
     /// sidecar reconnects without it).
     pub(super) fn assign_spec(&self, key: &TaskKey, number: u32) -> Option<AssignSpec> {
+        if self.is_reviewer(key, number) {
+            return self.review_assign_spec(key, number);
+        }
         let task = self.tasks.get(key)?;
         let attempt = self.attempts.get(&(key.clone(), number))?;
         let deps: Vec<(String, String)> = task
@@ -304,6 +307,7 @@ impl Scheduler {
                     .map(|a| a.agent.session_id.clone())
                     .unwrap_or_default(),
             }),
+            review_diff_base: None,
         })
     }
 

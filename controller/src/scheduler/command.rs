@@ -57,6 +57,18 @@ pub struct ResultReport {
     /// RATE_LIMITED: when the limit resets (unix ms; 0 unknown) and its kind.
     pub rate_limit_reset_ms: u64,
     pub rate_limit_kind: String,
+    /// A reviewer attempt's decision, as its reviewer left it.
+    pub review: Option<ReviewVerdict>,
+}
+
+/// What a reviewer attempt decided (validated by the scheduler, which
+/// knows the reviewed commit).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ReviewVerdict {
+    pub decision: String,
+    pub message: String,
+    /// Why the sidecar could not read the decision; empty when it could.
+    pub error: String,
 }
 
 #[derive(Debug, Clone)]
@@ -168,6 +180,13 @@ pub enum OperatorOp {
     },
     RetryTask {
         task: TaskKey,
+        reply: Reply<TaskView>,
+    },
+    /// The operator's decision on a task in REVIEW.
+    ReviewTask {
+        task: TaskKey,
+        decision: String,
+        message: String,
         reply: Reply<TaskView>,
     },
     Answer {

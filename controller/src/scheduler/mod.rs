@@ -18,6 +18,7 @@ pub mod reads;
 mod recover;
 mod refs;
 mod reports;
+mod review;
 mod sessions;
 pub mod stall;
 mod task_text;
@@ -37,6 +38,7 @@ use tokio::sync::broadcast;
 pub use command::{
     Command, HelloInfo, OperatorOp, PackClaim, Report, ReportedAttempt, ResultReport, integrator_sink,
 };
+pub use command::ReviewVerdict;
 pub use model::{AgentRecord, Attempt, Session, SwarmState, TierOutcome};
 pub use outbound::{AgentAssign, AssignSpec, AttemptHandle, CloseCode, Outbound};
 pub use reads::Page;
@@ -251,6 +253,8 @@ pub struct Scheduler {
     scan: assign::ScanMemo,
     /// Agent usage limits holding agent tasks back.
     limits: limits::RateLimits,
+    /// Tasks in REVIEW waiting for a reviewer attempt.
+    reviews: review::ReviewQueue,
 }
 
 impl Scheduler {
@@ -382,6 +386,7 @@ impl Scheduler {
         }
         self.tick(&mut fx);
         self.schedule(&mut fx);
+        self.schedule_reviews(&mut fx);
         if !fx.touched_swarms.is_empty() {
             for swarm in std::mem::take(&mut fx.touched_swarms) {
                 self.refresh_swarm(&swarm, &mut fx);
@@ -690,6 +695,9 @@ impl Scheduler {
 
     fn lose_attempt(&mut self, worker: &str, key: &TaskKey, number: u32, fx: &mut Effects) {
         let _span = tracing::warn_span!("lease.expired", task = %key, attempt = number, worker).entered();
+        if self.lose_reviewer(worker, key, number, fx) {
+            return;
+        }
         self.set_attempt_state(key, number, AttemptState::Lost, fx);
         self.free_worker_of(key, number, fx);
         let grace = self.timing.lost_grace.as_millis() as i64;

@@ -101,6 +101,9 @@ pub struct Notes {
     /// The operator's messages to the task's workers, in order.
     #[serde(default)]
     pub messages: Vec<String>,
+    /// The review gate's record; boxed, since most tasks have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub review: Option<Box<super::review::ReviewNotes>>,
 }
 
 impl Notes {
@@ -112,6 +115,7 @@ impl Notes {
         summary: String::new(),
         files_changed: Vec::new(),
         messages: Vec::new(),
+        review: None,
     };
 }
 

@@ -79,6 +79,10 @@ impl Scheduler {
                 let r = self.retry_task(&task, fx).and_then(|_| self.task_view(&task));
                 later(fx, reply, r);
             }
+            OperatorOp::ReviewTask { task, decision, message, reply } => {
+                let r = self.operator_review(&task, &decision, &message, fx).and_then(|_| self.task_view(&task));
+                later(fx, reply, r);
+            }
             OperatorOp::Answer { task, question_id, text, reply } => {
                 let r = self.answer(&task, &question_id, &text, fx).and_then(|_| self.task_view(&task));
                 later(fx, reply, r);
@@ -299,6 +303,7 @@ impl Scheduler {
             | TaskState::Blocked
             | TaskState::Escalated
             | TaskState::Conflict
+            | TaskState::Rejected
             | TaskState::Cancelled => {
                 if let Some(t) = self.tasks.get_mut(key) {
                     t.retries_used = 0;
@@ -315,7 +320,7 @@ impl Scheduler {
                 Ok(())
             }
             other => Err(SchedError::FailedPrecondition(format!(
-                "task {key} is {other}; only FAILED, BLOCKED, ESCALATED, CONFLICT or CANCELLED tasks can be retried"
+                "task {key} is {other}; only FAILED, BLOCKED, ESCALATED, CONFLICT, REJECTED or CANCELLED tasks can be retried"
             ))),
         }
     }

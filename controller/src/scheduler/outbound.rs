@@ -34,6 +34,9 @@ pub struct AssignSpec {
     pub setup_every_attempt: bool,
     pub traceparent: String,
     pub agent: Option<AgentAssign>,
+    /// Set: a reviewer attempt, with the reviewed task's own base (for the
+    /// diff the sidecar adds to its task text).
+    pub review_diff_base: Option<String>,
 }
 
 /// The agent an attempt runs, and the session it may continue.

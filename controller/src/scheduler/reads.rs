@@ -157,6 +157,7 @@ impl Scheduler {
             prompt: t.spec.prompt.clone(),
             attempts,
             events: Vec::new(),
+            branch_report: super::review::branch_report(t, &self.attempts),
         })
     }
 }

@@ -49,6 +49,7 @@ pub fn recover(
         audit: Default::default(),
         last_sweep_ms: 0,
         scan: super::assign::ScanMemo::new(),
+        reviews: Default::default(),
         limits: Default::default(),
     };
 
@@ -227,6 +228,7 @@ pub fn recover(
             _ => {}
         }
     }
+    s.requeue_reviews();
     // A controller killed while moving an integration ref leaves its lock
     // behind; clear those first (the integrator handles requests in order).
     let owned = s

@@ -183,6 +183,11 @@ impl Scheduler {
             self.record_agent(&key, number, Some(r.usage), &r.session_id, fx);
             self.metrics.agent_usage(&r.usage);
         }
+        if self.is_reviewer(&key, number) {
+            self.free_worker_of(&key, number, fx);
+            self.on_review_result(&key, number, &r, fx);
+            return;
+        }
         self.free_worker_of(&key, number, fx);
         // A permission request lives and dies with the agent that asked: an
         // answer after its attempt ended would reach nobody.
@@ -217,7 +222,7 @@ impl Scheduler {
                     }
                 }
                 self.set_state(&key, TaskState::Succeeded, &format!("attempt {number} succeeded"), fx);
-                self.start_merge(&key, number, false, fx);
+                self.after_success(&key, number, fx);
             }
             Outcome::Error | Outcome::VerifyFailed | Outcome::Signaled | Outcome::Stalled => {
                 self.set_attempt_state(&key, number, AttemptState::Failed, fx);

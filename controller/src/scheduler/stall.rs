@@ -21,8 +21,9 @@ pub struct Stall {
 }
 
 /// States in which a task still moves on its own.
-const MOVING: [TaskState; 4] =
-    [TaskState::Ready, TaskState::Running, TaskState::Succeeded, TaskState::Merging];
+/// REVIEW counts as moving: a reviewer attempt or the operator decides it.
+const MOVING: [TaskState; 5] =
+    [TaskState::Ready, TaskState::Running, TaskState::Succeeded, TaskState::Merging, TaskState::Review];
 
 /// States in which a task waits for the operator.
 const NEEDS_OPERATOR: [TaskState; 5] =

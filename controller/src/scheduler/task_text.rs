@@ -47,6 +47,7 @@ pub fn render(task: &Task, attempt: u32, deps: &[(String, String)]) -> String {
     if let Some(conflict) = &task.notes.conflict {
         let _ = writeln!(md, "## Merge conflict to resolve\n\n{}\n", conflict.trim_end());
     }
+    super::review::render_requested(task, &mut md);
     if !task.resume_commit.is_empty() {
         let _ = writeln!(
             md,

@@ -154,6 +154,7 @@ impl Rig {
             session_id: String::new(),
             rate_limit_reset_ms: 0,
             rate_limit_kind: String::new(),
+            review: None,
         };
         let cmd = Command::Report {
             worker: "w1".into(),

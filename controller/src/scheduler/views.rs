@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use swarm_core::{TaskState, Usage};
 
+pub use super::review::BranchReport as BranchReportView;
 use super::model::{Attempt, Attempts, Swarm, SwarmState, Task, Worker};
 use crate::store::EventRow;
 
@@ -71,6 +72,8 @@ pub struct TaskView {
     /// When its first attempt started and its latest ended (0: not yet).
     pub first_started_at: i64,
     pub last_ended_at: i64,
+    /// Its branch report's merge recommendation (empty while it works).
+    pub recommendation: &'static str,
 }
 
 impl TaskView {
@@ -99,6 +102,7 @@ impl TaskView {
             usage: task_usage(task, attempts),
             first_started_at: attempts.get(&(task.key.clone(), 1)).map(|a| a.started_at).unwrap_or(0),
             last_ended_at: attempts.get(&(task.key.clone(), task.attempts)).map(|a| a.ended_at).unwrap_or(0),
+            recommendation: super::review::recommendation(task),
         }
     }
 }
@@ -122,6 +126,7 @@ pub struct TaskDetailView {
     /// Filled in by the API from the store (the scheduler keeps no event
     /// history in memory).
     pub events: Vec<EventRow>,
+    pub branch_report: BranchReportView,
 }
 
 #[derive(Debug, Clone)]

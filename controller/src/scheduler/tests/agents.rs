@@ -52,6 +52,7 @@ fn result(attempt: ReportedAttempt, outcome: Outcome) -> ResultReport {
         session_id: String::new(),
         rate_limit_reset_ms: 0,
         rate_limit_kind: String::new(),
+        review: None,
     }
 }
 

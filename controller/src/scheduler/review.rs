@@ -1,0 +1,701 @@
+//! The review gate. A task whose plan asks for review goes from SUCCEEDED
+//! to REVIEW instead of the merge path. A reviewer attempt (a command or
+//! an agent, on any idle sidecar, in a worktree at the result) or the
+//! operator decides: approve → the merge path, request changes → a new
+//! attempt from its result with the review in its task text, reject →
+//! REJECTED (terminal, its branch kept; dependents never run).
+//!
+//! A decision only ever applies to the commit that was reviewed: the
+//! commit is recorded when the task enters REVIEW, and a reviewer attempt
+//! that reports any other commit decides nothing.
+
+use std::collections::BTreeSet;
+use std::fmt::Write;
+
+use serde::{Deserialize, Serialize};
+use swarm_core::plan::{ReviewSpec, task_branch};
+use swarm_core::{AttemptState, Outcome, TaskKey, TaskState};
+
+use super::command::ResultReport;
+use super::model::{AgentRecord, Attempt, Task};
+use super::outbound::{AgentAssign, AssignSpec, AttemptHandle, Outbound};
+use super::{Effects, Scheduler, now_ms};
+use crate::error::SchedError;
+
+/// Pause before a reviewer attempt that failed for the sidecar's reasons
+/// (not the reviewer's) is tried again.
+const INFRA_BACKOFF_MS: i64 = 2_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    Approve,
+    RequestChanges,
+    Reject,
+}
+
+impl Decision {
+    /// The operator writes `request-changes`, a reviewer's file
+    /// `request_changes`; both are accepted everywhere.
+    pub fn parse(word: &str) -> Option<Decision> {
+        match word.trim().to_ascii_lowercase().as_str() {
+            "approve" | "approved" => Some(Decision::Approve),
+            "request-changes" | "request_changes" | "changes_requested" => Some(Decision::RequestChanges),
+            "reject" | "rejected" => Some(Decision::Reject),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Approve => "approve",
+            Decision::RequestChanges => "request_changes",
+            Decision::Reject => "reject",
+        }
+    }
+}
+
+/// One decision, kept in the task's history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReviewRecord {
+    pub decision: Decision,
+    #[serde(default)]
+    pub message: String,
+    /// `operator`, or the reviewer attempt's label.
+    pub by: String,
+    pub commit: String,
+    pub at: i64,
+}
+
+/// What the controller remembers of a task's reviews (stored with its
+/// notes, so a task in REVIEW survives a restart).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReviewNotes {
+    /// The commit under review; decisions apply to it alone.
+    #[serde(default)]
+    pub commit: String,
+    /// The attempt that made it.
+    #[serde(default)]
+    pub attempt: u32,
+    /// The live reviewer attempt's number; 0 when none runs.
+    #[serde(default)]
+    pub reviewer: u32,
+    /// Reviewer attempts of this commit that failed (crash, timeout, no
+    /// decision): spent from the task's retries, like any attempt's.
+    #[serde(default)]
+    pub reviewer_failures: u32,
+    /// Changes requested of the next attempt, cleared by its success.
+    #[serde(default)]
+    pub requested: Vec<String>,
+    #[serde(default)]
+    pub history: Vec<ReviewRecord>,
+}
+
+/// Tasks in REVIEW waiting for a reviewer attempt to be assigned.
+#[derive(Debug, Default)]
+pub struct ReviewQueue {
+    waiting: BTreeSet<TaskKey>,
+}
+
+/// A task's branch report: what its branch holds and whether to merge it.
+#[derive(Debug, Clone, Default)]
+pub struct BranchReport {
+    pub branch: String,
+    pub recommendation: &'static str,
+    pub reason: String,
+    pub commit: String,
+    pub base_commit: String,
+    pub files_changed: Vec<String>,
+    pub reviewer: String,
+    pub reviews: Vec<ReviewRecord>,
+}
+
+/// The merge recommendation of a task whose work is done: `ready` (its
+/// result passed every gate), `needs_review` or `blocked`; empty while it
+/// still works.
+pub fn recommendation(task: &Task) -> &'static str {
+    match task.state {
+        TaskState::Succeeded | TaskState::Merging | TaskState::Merged => "ready",
+        TaskState::Review => "needs_review",
+        TaskState::Rejected
+        | TaskState::Failed
+        | TaskState::Conflict
+        | TaskState::Cancelled
+        | TaskState::Blocked
+        | TaskState::Escalated => "blocked",
+        TaskState::Pending | TaskState::Ready | TaskState::Running => "",
+    }
+}
+
+pub fn branch_report(task: &Task, attempts: &super::model::Attempts) -> BranchReport {
+    let review = task.notes.review.as_deref();
+    let number = review.map(|r| r.attempt).filter(|n| *n > 0).unwrap_or(task.attempts);
+    let made_by = attempts.get(&(task.key.clone(), number));
+    let reviewer = task.spec.review.as_deref().map(|r| r.kind().to_string()).unwrap_or_default();
+    let recommendation = recommendation(task);
+    let last = review.and_then(|r| r.history.last());
+    let reason = match (task.state, last) {
+        (TaskState::Review, _) => {
+            format!("waiting for review by {}", if reviewer.is_empty() { "the operator" } else { &reviewer })
+        }
+        (TaskState::Rejected, Some(r)) => format!("rejected by {}: {}", r.by, first_line(&r.message)),
+        (TaskState::Succeeded | TaskState::Merging | TaskState::Merged, Some(r))
+            if r.decision == Decision::Approve =>
+        {
+            format!("approved by {}", r.by)
+        }
+        (TaskState::Succeeded | TaskState::Merging | TaskState::Merged, _) => {
+            "its own verification passed".into()
+        }
+        _ => task.reason.clone(),
+    };
+    BranchReport {
+        branch: task_branch(&task.key.swarm, task.key.task.as_str()),
+        recommendation,
+        reason,
+        commit: review
+            .map(|r| r.commit.clone())
+            .filter(|c| !c.is_empty())
+            .unwrap_or_else(|| task.result_commit.clone()),
+        base_commit: made_by.map(|a| a.base_commit.clone()).unwrap_or_default(),
+        files_changed: task.notes.files_changed.clone(),
+        reviewer,
+        reviews: review.map(|r| r.history.clone()).unwrap_or_default(),
+    }
+}
+
+/// The section of a task's own text that carries requested changes.
+pub fn render_requested(task: &Task, md: &mut String) {
+    let Some(review) = task.notes.review.as_deref() else { return };
+    if review.requested.is_empty() {
+        return;
+    }
+    let _ = writeln!(md, "## Review: changes requested\n");
+    let _ = writeln!(
+        md,
+        "A reviewer asked for changes to the result `{}` of an earlier attempt (still in the repository: `git show` it); this attempt starts from the integration head.\n",
+        review.commit
+    );
+    for (i, m) in review.requested.iter().enumerate() {
+        let _ = writeln!(md, "### r{}\n\n{}\n", i + 1, m.trim_end());
+    }
+}
+
+/// The reviewer's `.swarm/task.md`: its instructions, the task, and how to
+/// decide. The sidecar appends the diff against the task's base.
+fn render_review(task: &Task, review: &ReviewNotes, spec: &ReviewSpec, number: u32) -> String {
+    let t = &task.spec;
+    let mut md = String::new();
+    let _ = writeln!(md, "# Review: {}\n", t.title);
+    let _ = writeln!(
+        md,
+        "Reviewer attempt {number} of task `{}`: review the result `{}` of attempt {}.\n",
+        task.key, review.commit, review.attempt
+    );
+    if let ReviewSpec::Agent { prompt, .. } = spec {
+        let _ = writeln!(md, "## What to check\n\n{}\n", prompt.trim_end());
+    }
+    let _ = writeln!(md, "## The task\n");
+    if !t.prompt.is_empty() {
+        let _ = writeln!(md, "{}\n", t.prompt.trim_end());
+    }
+    if !t.acceptance.is_empty() {
+        let _ = writeln!(md, "Acceptance criteria:\n");
+        for a in &t.acceptance {
+            let _ = writeln!(md, "- {a}");
+        }
+        md.push('\n');
+    }
+    let _ = writeln!(
+        md,
+        "Owned files: {}\n",
+        t.files.iter().map(|g| format!("`{g}`")).collect::<Vec<_>>().join(", ")
+    );
+    if !review.history.is_empty() {
+        let _ = writeln!(md, "## Earlier reviews\n");
+        for r in &review.history {
+            let _ = writeln!(
+                md,
+                "- {} by {} of `{}`: {}",
+                r.decision.as_str(),
+                r.by,
+                short(&r.commit),
+                first_line(&r.message)
+            );
+        }
+        md.push('\n');
+    }
+    let _ = writeln!(
+        md,
+        "## Your decision\n\nWrite `.swarm/review.json`: `{{\"decision\": \"approve\" | \"request_changes\" | \"reject\", \"message\": \"...\"}}` and exit 0. Changes you make to the worktree are discarded.\n"
+    );
+    md
+}
+
+impl Scheduler {
+    /// A task's attempt succeeded: the merge path, or REVIEW when its plan
+    /// asks for one. This is where a succeeded result is ready to merge.
+    pub(super) fn after_success(&mut self, key: &TaskKey, number: u32, fx: &mut Effects) {
+        let Some(t) = self.tasks.get_mut(key) else { return };
+        let Some(spec) = t.spec.review.clone() else {
+            self.start_merge(key, number, false, fx);
+            return;
+        };
+        let review = t.notes.review.get_or_insert_with(Box::default);
+        review.commit = t.result_commit.clone();
+        review.attempt = number;
+        review.reviewer = 0;
+        review.reviewer_failures = 0;
+        review.requested.clear();
+        fx.dirty_tasks.insert(key.clone());
+        let who =
+            if spec.has_reviewer() { format!("a {} reviewer", spec.kind()) } else { "the operator".into() };
+        self.set_state(key, TaskState::Review, &format!("attempt {number} waits for review by {who}"), fx);
+        if spec.has_reviewer() {
+            self.reviews.waiting.insert(key.clone());
+        }
+        self.report_branch(key, fx);
+    }
+
+    /// Records the branch report as an event (the Watch and the audit log
+    /// see each recommendation change).
+    fn report_branch(&mut self, key: &TaskKey, fx: &mut Effects) {
+        let Some(t) = self.tasks.get(key) else { return };
+        let r = branch_report(t, &self.attempts);
+        let data = serde_json::json!({
+            "branch": r.branch,
+            "recommendation": r.recommendation,
+            "reason": r.reason,
+            "commit": r.commit,
+            "base_commit": r.base_commit,
+            "files_changed": r.files_changed,
+            "reviewer": r.reviewer,
+            "reviews": r.reviews,
+        });
+        let number = t.attempts;
+        self.task_event(
+            fx,
+            key,
+            number,
+            "",
+            "task.branch_report",
+            format!("{}: {} ({})", r.branch, r.recommendation, r.reason),
+            data,
+        );
+    }
+
+    /// Whether `key#number` is the task's live reviewer attempt.
+    pub(super) fn is_reviewer(&self, key: &TaskKey, number: u32) -> bool {
+        number > 0
+            && self
+                .tasks
+                .get(key)
+                .and_then(|t| t.notes.review.as_deref())
+                .is_some_and(|r| r.reviewer == number)
+    }
+
+    /// Gives tasks waiting for a reviewer to idle sidecars (any: a review
+    /// needs no labels of the task's).
+    pub(super) fn schedule_reviews(&mut self, fx: &mut Effects) {
+        if self.reviews.waiting.is_empty() {
+            return;
+        }
+        let now = now_ms();
+        let waiting: Vec<TaskKey> = self.reviews.waiting.iter().cloned().collect();
+        for key in waiting {
+            let Some(t) = self.tasks.get(&key) else {
+                self.reviews.waiting.remove(&key);
+                continue;
+            };
+            let live = t.notes.review.as_deref().is_some_and(|r| r.reviewer != 0);
+            if t.state != TaskState::Review
+                || live
+                || !t.spec.review.as_deref().is_some_and(ReviewSpec::has_reviewer)
+            {
+                self.reviews.waiting.remove(&key);
+                continue;
+            }
+            if t.not_before > now {
+                continue;
+            }
+            let agent = matches!(t.spec.review.as_deref(), Some(ReviewSpec::Agent { .. }));
+            let mut idle: Vec<&str> = self
+                .workers
+                .values()
+                .filter(|w| w.is_idle() && !(agent && self.limited_until(w, now).is_some()))
+                .map(|w| w.id.as_str())
+                .collect();
+            idle.sort_unstable();
+            let Some(worker) = idle.first().map(|w| w.to_string()) else { return };
+            self.reviews.waiting.remove(&key);
+            self.assign_reviewer(&worker, &key, fx);
+        }
+    }
+
+    fn assign_reviewer(&mut self, worker_id: &str, key: &TaskKey, fx: &mut Effects) {
+        let token = self.next_token;
+        self.next_token += 1;
+        let Some(task) = self.tasks.get_mut(key) else { return };
+        let Some(review) = task.notes.review.as_deref_mut() else { return };
+        task.attempts += 1;
+        let number = task.attempts;
+        review.reviewer = number;
+        let commit = review.commit.clone();
+        let kind = match task.spec.review.as_deref() {
+            Some(ReviewSpec::Agent { spec, .. }) => spec.kind.as_str().to_string(),
+            _ => String::new(),
+        };
+        fx.dirty_tasks.insert(key.clone());
+        let _span = tracing::info_span!("review.assign", swarm = %key.swarm, task = %key, attempt = %key.attempt(number), worker = worker_id)
+            .entered();
+        let attempt = Attempt {
+            task: key.clone(),
+            number,
+            state: AttemptState::Assigned,
+            worker: worker_id.to_string(),
+            token,
+            base_commit: commit.clone(),
+            result_commit: String::new(),
+            outcome: None,
+            exit_code: 0,
+            summary: String::new(),
+            error: String::new(),
+            started_at: now_ms(),
+            ended_at: 0,
+            tiers: Vec::new(),
+            agent: AgentRecord { kind, ..Default::default() },
+        };
+        fx.dirty_attempts.insert((key.clone(), number));
+        self.attempts.insert((key.clone(), number), attempt);
+        if let Some(w) = self.workers.get_mut(worker_id) {
+            w.attempt = Some((key.clone(), number));
+            w.updated_at = now_ms();
+            fx.dirty_workers.insert(w.id.clone());
+        }
+        self.lease_seen.insert(worker_id.to_string(), self.mono_ms());
+        self.task_event(
+            fx,
+            key,
+            number,
+            worker_id,
+            "review.assigned",
+            format!("reviewer attempt {} of {} on {worker_id}", key.attempt(number), short(&commit)),
+            serde_json::json!({ "commit": commit }),
+        );
+        if let Some(spec) = self.review_assign_spec(key, number) {
+            self.send(worker_id, Outbound::Assign(Box::new(spec)), fx);
+        }
+    }
+
+    /// The Assign of a reviewer attempt; `None` when `number` is not one.
+    pub(super) fn review_assign_spec(&self, key: &TaskKey, number: u32) -> Option<AssignSpec> {
+        if !self.is_reviewer(key, number) {
+            return None;
+        }
+        let task = self.tasks.get(key)?;
+        let review = task.notes.review.as_deref()?;
+        let spec = task.spec.review.as_deref()?;
+        let attempt = self.attempts.get(&(key.clone(), number))?;
+        let diff_base = self.attempts.get(&(key.clone(), review.attempt)).map(|a| a.base_commit.clone());
+        let (command, agent) = match spec {
+            ReviewSpec::Command(argv) => (argv.clone(), None),
+            ReviewSpec::Agent { spec, .. } => {
+                (Vec::new(), Some(AgentAssign { spec: (**spec).clone(), resume_session: String::new() }))
+            }
+            ReviewSpec::Operator => return None,
+        };
+        Some(AssignSpec {
+            attempt: AttemptHandle { task: key.clone(), number, token: attempt.token },
+            base_commit: review.commit.clone(),
+            branch: task_branch(&key.swarm, key.task.as_str()),
+            title: format!("Review: {}", task.spec.title),
+            task_text: render_review(task, review, spec, number),
+            command,
+            env: task.spec.env.clone(),
+            owned_globs: task.spec.files.clone(),
+            verify: Vec::new(),
+            idle_timeout_secs: task.spec.idle_timeout_secs,
+            max_restarts: task.spec.max_restarts,
+            setup: task.spec.setup.clone(),
+            setup_every_attempt: task.spec.setup_on == swarm_core::plan::SetupOn::Attempt,
+            traceparent: String::new(),
+            agent,
+            review_diff_base: Some(diff_base.unwrap_or_default()),
+        })
+    }
+
+    /// A reviewer attempt's result. Only a success that names the reviewed
+    /// commit and carries a readable decision decides; a crash, a timeout
+    /// or a missing decision is retried like any failed attempt.
+    pub(super) fn on_review_result(
+        &mut self,
+        key: &TaskKey,
+        number: u32,
+        r: &ResultReport,
+        fx: &mut Effects,
+    ) {
+        let _span = tracing::info_span!("review.result", swarm = %key.swarm, task = %key, attempt = %key.attempt(number), outcome = %r.outcome)
+            .entered();
+        let Some(t) = self.tasks.get_mut(key) else { return };
+        let cancel = t.cancel_requested;
+        let Some(review) = t.notes.review.as_deref_mut() else { return };
+        review.reviewer = 0;
+        let reviewed = review.commit.clone();
+        fx.dirty_tasks.insert(key.clone());
+        if cancel {
+            self.set_attempt_state(key, number, AttemptState::Cancelled, fx);
+            self.set_state(key, TaskState::Cancelled, "cancelled by the operator", fx);
+            return;
+        }
+        let detail = if r.error.is_empty() { r.summary.clone() } else { r.error.clone() };
+        match r.outcome {
+            Outcome::Success => {
+                let verdict = r.review.clone().unwrap_or_default();
+                let decision = Decision::parse(&verdict.decision);
+                let commit = r.commit.clone().unwrap_or_default();
+                let why = if commit != reviewed {
+                    Some(format!(
+                        "reported commit {:?}, not the reviewed {}",
+                        short(&commit),
+                        short(&reviewed)
+                    ))
+                } else if !verdict.error.is_empty() {
+                    Some(format!("unreadable decision: {}", verdict.error))
+                } else if decision.is_none() {
+                    Some(format!(
+                        "no decision (write .swarm/review.json with approve, request_changes or reject; got {:?})",
+                        verdict.decision
+                    ))
+                } else {
+                    None
+                };
+                match (why, decision) {
+                    (None, Some(decision)) => {
+                        self.set_attempt_state(key, number, AttemptState::Succeeded, fx);
+                        let by = key.attempt(number).to_string();
+                        self.decide(key, decision, &verdict.message, &by, fx);
+                    }
+                    (why, _) => {
+                        self.set_attempt_state(key, number, AttemptState::Failed, fx);
+                        let why = why.unwrap_or_else(|| "no decision".into());
+                        self.reviewer_failed(key, number, &format!("reviewer {why}"), fx);
+                    }
+                }
+            }
+            Outcome::Interrupted
+            | Outcome::Cancelled
+            | Outcome::InfraFailed
+            | Outcome::Checkpoint
+            | Outcome::RateLimited => {
+                // Not the review's fault: again, without spending a retry.
+                let state = if r.outcome == Outcome::InfraFailed {
+                    AttemptState::Failed
+                } else {
+                    AttemptState::Cancelled
+                };
+                self.set_attempt_state(key, number, state, fx);
+                if let Some(t) = self.tasks.get_mut(key) {
+                    t.not_before = now_ms() + INFRA_BACKOFF_MS;
+                }
+                self.requeue_review(
+                    key,
+                    &format!("reviewer attempt {number} stopped ({}); again", r.outcome),
+                    fx,
+                );
+            }
+            _ => {
+                self.set_attempt_state(key, number, AttemptState::Failed, fx);
+                let why = match r.outcome {
+                    Outcome::Signaled => format!("reviewer killed by signal {}", r.signal.unwrap_or(0)),
+                    Outcome::Stalled => "reviewer stalled past its restarts".to_string(),
+                    _ => format!("reviewer exit {}", r.exit_code),
+                };
+                let why = if detail.is_empty() { why } else { format!("{why}: {}", first_line(&detail)) };
+                self.reviewer_failed(key, number, &why, fx);
+            }
+        }
+    }
+
+    fn requeue_review(&mut self, key: &TaskKey, why: &str, fx: &mut Effects) {
+        self.reviews.waiting.insert(key.clone());
+        let number = self.tasks.get(key).map(|t| t.attempts).unwrap_or(0);
+        self.task_event(fx, key, number, "", "review.requeued", why.to_string(), serde_json::json!({}));
+    }
+
+    /// A reviewer attempt failed: again after the backoff while the task's
+    /// retries last, then FAILED.
+    fn reviewer_failed(&mut self, key: &TaskKey, number: u32, why: &str, fx: &mut Effects) {
+        let Some(t) = self.tasks.get_mut(key) else { return };
+        t.notes.failures.push(format!("attempt {number}: {why}"));
+        let Some(review) = t.notes.review.as_deref_mut() else { return };
+        review.reviewer_failures += 1;
+        if review.reviewer_failures <= t.spec.retry.max_retries {
+            let n = review.reviewer_failures;
+            t.not_before = now_ms() + t.spec.retry.backoff_ms(n) as i64;
+            let max = t.spec.retry.max_retries;
+            self.requeue_review(key, &format!("reviewer retry {n}/{max} after {why}"), fx);
+        } else {
+            let max = t.spec.retry.max_retries;
+            self.set_state(key, TaskState::Failed, &format!("{why} (reviewer retries exhausted: {max})"), fx);
+            self.report_branch(key, fx);
+        }
+    }
+
+    /// A reviewer attempt's lease expired: its worker is gone; the review
+    /// is assigned again after the grace. True when `number` was one.
+    pub(super) fn lose_reviewer(
+        &mut self,
+        worker: &str,
+        key: &TaskKey,
+        number: u32,
+        fx: &mut Effects,
+    ) -> bool {
+        if !self.is_reviewer(key, number) {
+            return false;
+        }
+        self.set_attempt_state(key, number, AttemptState::Lost, fx);
+        self.free_worker_of(key, number, fx);
+        let grace = self.timing.lost_grace.as_millis() as i64;
+        if let Some(t) = self.tasks.get_mut(key) {
+            t.not_before = now_ms() + grace;
+            if let Some(r) = t.notes.review.as_deref_mut() {
+                r.reviewer = 0;
+            }
+            fx.dirty_tasks.insert(key.clone());
+        }
+        self.requeue_review(
+            key,
+            &format!("reviewer attempt {number} lost: worker {worker} lease expired"),
+            fx,
+        );
+        true
+    }
+
+    /// After a restart: tasks in REVIEW whose reviewer is not running wait
+    /// for one again (a live reviewer attempt goes back to its worker).
+    pub(super) fn requeue_reviews(&mut self) {
+        for t in self.tasks.values() {
+            let waits = t.state == TaskState::Review
+                && t.spec.review.as_deref().is_some_and(ReviewSpec::has_reviewer)
+                && t.notes.review.as_deref().is_none_or(|r| {
+                    r.reviewer == 0
+                        || !self.attempts.get(&(t.key.clone(), r.reviewer)).is_some_and(|a| a.state.is_live())
+                });
+            if waits {
+                self.reviews.waiting.insert(t.key.clone());
+            }
+        }
+        // A reviewer recorded as running whose attempt is no longer live
+        // (the store holds its end) is not running.
+        let stale: Vec<TaskKey> = self.reviews.waiting.iter().cloned().collect();
+        for key in stale {
+            if let Some(r) = self.tasks.get_mut(&key).and_then(|t| t.notes.review.as_deref_mut()) {
+                r.reviewer = 0;
+            }
+        }
+    }
+
+    /// The operator's decision on a task in REVIEW. Checked before anything
+    /// changes: a bad word or a task not in REVIEW changes nothing.
+    pub(super) fn operator_review(
+        &mut self,
+        key: &TaskKey,
+        word: &str,
+        message: &str,
+        fx: &mut Effects,
+    ) -> Result<(), SchedError> {
+        let decision = Decision::parse(word).ok_or_else(|| SchedError::InvalidArgument {
+            field: "decision".into(),
+            rule: format!("must be approve, request-changes or reject, not {word:?}"),
+        })?;
+        let t = self.task(key)?;
+        if t.state != TaskState::Review {
+            return Err(SchedError::FailedPrecondition(format!(
+                "task {key} is {}; only a task in REVIEW can be reviewed",
+                t.state
+            )));
+        }
+        let _span = tracing::info_span!("review.operator", swarm = %key.swarm, task = %key, decision = decision.as_str())
+            .entered();
+        // The operator's word settles it: a reviewer still at work is stopped.
+        let live = t.notes.review.as_deref().map(|r| r.reviewer).filter(|n| *n > 0);
+        if let Some(number) = live {
+            self.send_cancel(key, number, "the operator reviewed the task", fx);
+            self.set_attempt_state(key, number, AttemptState::Cancelled, fx);
+            self.free_worker_of(key, number, fx);
+            if let Some(r) = self.tasks.get_mut(key).and_then(|t| t.notes.review.as_deref_mut()) {
+                r.reviewer = 0;
+            }
+        }
+        self.reviews.waiting.remove(key);
+        self.decide(key, decision, message, "operator", fx);
+        Ok(())
+    }
+
+    /// Applies a decision on the reviewed commit.
+    fn decide(&mut self, key: &TaskKey, decision: Decision, message: &str, by: &str, fx: &mut Effects) {
+        let Some(t) = self.tasks.get_mut(key) else { return };
+        let Some(review) = t.notes.review.as_deref_mut() else { return };
+        let commit = review.commit.clone();
+        let reviewed_attempt = review.attempt;
+        review.history.push(ReviewRecord {
+            decision,
+            message: message.to_string(),
+            by: by.to_string(),
+            commit: commit.clone(),
+            at: now_ms(),
+        });
+        if decision == Decision::RequestChanges {
+            review.requested.push(if message.trim().is_empty() {
+                "(no message)".into()
+            } else {
+                message.to_string()
+            });
+        }
+        fx.dirty_tasks.insert(key.clone());
+        let number = t.attempts;
+        self.task_event(
+            fx,
+            key,
+            number,
+            "",
+            "task.reviewed",
+            format!("{} by {by} of {}: {}", decision.as_str(), short(&commit), first_line(message)),
+            serde_json::json!({ "decision": decision.as_str(), "message": message, "by": by, "commit": commit }),
+        );
+        match decision {
+            Decision::Approve => {
+                self.set_state(key, TaskState::Succeeded, &format!("approved by {by}"), fx);
+                self.report_branch(key, fx);
+                self.start_merge(key, reviewed_attempt, false, fx);
+            }
+            Decision::RequestChanges => {
+                // Like a conflict returned to its owner: a new attempt from
+                // the integration head (so the merge sees one base), which
+                // spends no retry; its task text names the reviewed commit.
+                if let Some(t) = self.tasks.get_mut(key) {
+                    t.resume_commit.clear();
+                    t.not_before = 0;
+                }
+                self.make_ready(key, &format!("changes requested by {by}"), fx);
+            }
+            Decision::Reject => {
+                let why = if message.trim().is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", first_line(message))
+                };
+                self.set_state(key, TaskState::Rejected, &format!("rejected by {by}{why}"), fx);
+                self.report_branch(key, fx);
+            }
+        }
+    }
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or("")
+}
+
+fn short(id: &str) -> &str {
+    id.get(..12).unwrap_or(id)
+}
