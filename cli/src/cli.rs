@@ -103,9 +103,21 @@ pub enum Command {
         #[command(flatten)]
         out: OutputArgs,
     },
-    /// Start a new attempt of a FAILED, BLOCKED, CONFLICT or CANCELLED task.
+    /// Start a new attempt of a FAILED, BLOCKED, CONFLICT, REJECTED or CANCELLED task.
     Retry {
         task: String,
+        #[command(flatten)]
+        out: OutputArgs,
+    },
+    /// Decide on a task in REVIEW: approve (it merges), request-changes (a
+    /// new attempt with the message in its task text) or reject (REJECTED,
+    /// its branch kept).
+    Review {
+        task: String,
+        /// approve, request-changes or reject.
+        decision: String,
+        /// Why; the rest of the line.
+        message: Vec<String>,
         #[command(flatten)]
         out: OutputArgs,
     },
@@ -253,9 +265,17 @@ pub struct DemoArgs {
 pub struct LogsArgs {
     /// SWARM/TASK
     pub task: String,
-    /// Keep following new events.
+    /// Keep following new events (with --worker-output: the worker's output
+    /// until the attempt ends).
     #[arg(long, short = 'f')]
     pub follow: bool,
+    /// Show what the attempt's worker wrote (its last MiB), fetched from the
+    /// sidecar that ran it, instead of the task's events.
+    #[arg(long, short = 'w')]
+    pub worker_output: bool,
+    /// With --worker-output: this attempt (default: the latest).
+    #[arg(long, requires = "worker_output", value_parser = clap::value_parser!(u32).range(1..))]
+    pub attempt: Option<u32>,
     #[command(flatten)]
     pub out: OutputArgs,
 }

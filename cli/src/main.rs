@@ -3,6 +3,7 @@
 //! `main` parses the command line, runs one command and maps whatever it
 //! came to onto an exit code that scripts can trust (see [`exit`]).
 
+mod attempt_log;
 mod auth;
 mod cli;
 mod client;
@@ -12,6 +13,7 @@ mod local;
 mod ops;
 mod output;
 mod report;
+mod review;
 mod top;
 mod watch;
 

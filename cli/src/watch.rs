@@ -38,8 +38,12 @@ pub async fn watch(url: &client::Target, args: WatchArgs) -> anyhow::Result<()> 
     .await
 }
 
-/// Prints a task's events; with `-f`, keeps following new ones.
+/// Prints a task's events (or, with `--worker-output`, its worker's
+/// output); with `-f`, keeps following new ones.
 pub async fn logs(url: &client::Target, args: LogsArgs) -> anyhow::Result<()> {
+    if args.worker_output {
+        return crate::attempt_log::print(url, &args).await;
+    }
     let task_id = client::task_id(&args.task)?;
     let key = TaskKey::parse(&task_id).map_err(Usage)?;
     let events = task_events(url, &task_id).await?;

@@ -183,6 +183,7 @@ pub async fn start_with(
         shutdown: shutdown.clone(),
         tasks: tasks.clone(),
         metrics,
+        logs: Arc::default(),
     };
     let authenticator = Arc::new(server_auth.authenticator);
     let ui_addr = match config.ui_listen {

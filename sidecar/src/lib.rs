@@ -75,6 +75,7 @@ pub mod agent;
 pub mod attempt;
 pub mod changes;
 mod checkout;
+pub mod log_serve;
 pub mod config;
 pub mod journal;
 pub mod locks;

@@ -584,6 +584,7 @@ impl Session {
             Some(In::Message(m)) => {
                 self.hand_to_attempt(m.attempt.as_ref(), Note::Message, &m.message_id, &m.text).await
             }
+            Some(In::LogRequest(r)) => return Ok(Some(crate::log_serve::answer(&self.worktree, r).await)),
             Some(In::Drain(d)) => {
                 tracing::info!(reason = %d.reason, "draining");
                 self.draining = true;

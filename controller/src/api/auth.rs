@@ -138,6 +138,7 @@ const METHODS: &[(&str, Role)] = &[
     ("/swarm.v1.OperatorService/ReviewTask", Role::Operator),
     ("/swarm.v1.OperatorService/Answer", Role::Operator),
     ("/swarm.v1.OperatorService/SendMessage", Role::Operator),
+    ("/swarm.v1.OperatorService/ReadAttemptLog", Role::Operator),
     ("/swarm.v1.OperatorService/DrainWorker", Role::Admin),
     ("/swarm.v1.OperatorService/Land", Role::Admin),
 ];

@@ -99,7 +99,8 @@ pub fn report(seq: u64, body: &v1::sidecar_message::Body) -> Result<Option<Repor
     };
     Ok(Some(match body {
         Body::Hello(_) => return Err(FieldError::new("hello", "sent twice on one stream")),
-        Body::Heartbeat(_) | Body::Ack(_) => return Ok(None),
+        // Log chunks answer an operator's read; the stream reader routes them.
+        Body::Heartbeat(_) | Body::Ack(_) | Body::LogChunk(_) => return Ok(None),
         Body::Started(s) => {
             needs_seq("started")?;
             Report::Started {

@@ -4,6 +4,7 @@
 
 pub mod auth;
 pub mod convert;
+pub mod logs;
 pub mod operator;
 pub mod sidecar;
 pub mod watch;
@@ -34,6 +35,8 @@ pub struct Shared {
     /// Owns every per-stream task, so shutdown can wait for them.
     pub tasks: TaskTracker,
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Reaches each connected sidecar for its attempts' logs.
+    pub logs: Arc<logs::LogRelay>,
 }
 
 impl Shared {

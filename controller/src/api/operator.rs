@@ -36,6 +36,15 @@ fn swarm_id(field: &str, id: &str) -> Result<String, Status> {
 #[tonic::async_trait]
 impl OperatorService for OperatorApi {
     type WatchStream = Pin<Box<dyn Stream<Item = Result<v1::Event, Status>> + Send>>;
+    type ReadAttemptLogStream = super::logs::LogStream;
+
+    #[tracing::instrument(skip_all)]
+    async fn read_attempt_log(
+        &self,
+        request: Request<v1::ReadAttemptLogRequest>,
+    ) -> Result<Response<Self::ReadAttemptLogStream>, Status> {
+        Ok(Response::new(super::logs::read_attempt_log(&self.shared, request.into_inner()).await?))
+    }
 
     #[tracing::instrument(skip_all)]
     async fn create_swarm(

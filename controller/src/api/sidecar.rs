@@ -79,6 +79,7 @@ impl SidecarService for SidecarApi {
         let span = tracing::info_span!("sidecar.session", worker = %worker, session = session_id);
         let (tx, rx) = mpsc::channel::<Outbound>(OUTBOUND_QUEUE);
         let (err_tx, err_rx) = mpsc::channel::<Status>(1);
+        let (log_tx, log_rx) = mpsc::channel(super::logs::REQUEST_QUEUE);
         let last_seen = Arc::new(AtomicU64::new(self.shared.mono_ms()));
         let closed = self.shared.shutdown.child_token();
         let session = Session { id: session_id, tx, last_seen: last_seen.clone(), closed: closed.clone() };
@@ -87,7 +88,8 @@ impl SidecarService for SidecarApi {
         let shared = self.shared.clone();
         let reader = read_reports(shared, inbound, worker, session_id, last_seen, err_tx, closed.clone());
         self.shared.tasks.spawn(reader.instrument(span));
-        Ok(Response::new(Box::pin(responses(worker_span, rx, err_rx, closed, self.shared.shutdown.clone()))))
+        let out = Outgoing { worker: worker_span, session: session_id, rx, err_rx, logs: (log_tx, log_rx) };
+        Ok(Response::new(Box::pin(responses(out, self.shared.clone(), closed))))
     }
 
     async fn fetch_pack(
@@ -257,10 +259,18 @@ async fn read_reports(
         let now = shared.mono_ms();
         let previous = last_seen.swap(now, Ordering::Relaxed);
         shared.metrics.heartbeat_lag.observe(now.saturating_sub(previous) as f64 / 1000.0);
-        let Some(body) = &message.body else {
+        let Some(body) = message.body else {
             let _ = errors.try_send(Status::invalid_argument("body: is required"));
             break;
         };
+        let body = match body {
+            v1::sidecar_message::Body::LogChunk(chunk) => {
+                shared.logs.deliver(&worker, chunk);
+                continue;
+            }
+            body => body,
+        };
+        let body = &body;
         match convert::report(message.seq, body) {
             Ok(None) => {}
             Ok(Some(report)) => {
@@ -276,32 +286,52 @@ async fn read_reports(
             }
         }
     }
+    shared.logs.unregister(&worker, session);
     let _ = shared.send(Command::Disconnected { worker, session });
 }
 
-/// The response stream: the scheduler's messages, ended by an error from
-/// the reader, by the scheduler dropping or closing the session, or by
-/// shutdown (`closed` is a child of the shutdown token).
-fn responses(
+/// What flows down one sidecar's stream: the scheduler's messages, an
+/// error from the reader, and the operators' log requests.
+struct Outgoing {
     worker: String,
+    session: u64,
     rx: mpsc::Receiver<Outbound>,
     err_rx: mpsc::Receiver<Status>,
+    logs: (mpsc::Sender<v1::ControllerMessage>, mpsc::Receiver<v1::ControllerMessage>),
+}
+
+/// The response stream: the scheduler's messages and log requests, ended
+/// by an error from the reader, by the scheduler dropping or closing the
+/// session, or by shutdown (`closed` is a child of the shutdown token).
+/// The stream takes log requests once the scheduler's Welcome went down it:
+/// only then is it the worker's.
+fn responses(
+    out: Outgoing,
+    shared: Shared,
     closed: tokio_util::sync::CancellationToken,
-    shutdown: tokio_util::sync::CancellationToken,
 ) -> impl Stream<Item = Result<v1::ControllerMessage, Status>> + Send {
-    futures::stream::unfold(Some((worker, rx, err_rx, closed, shutdown)), |state| async move {
-        let (worker, mut rx, mut err_rx, closed, shutdown) = state?;
-        tokio::select! {
+    futures::stream::unfold(Some((out, shared, closed)), |state| async move {
+        let (mut out, shared, closed) = state?;
+        let shutdown = shared.shutdown.clone();
+        let next = tokio::select! {
             biased;
-            _ = shutdown.cancelled() => Some((Err(Status::unavailable("controller shutting down")), None)),
-            _ = closed.cancelled() => {
-                Some((Err(Status::resource_exhausted("outbound queue full; reconnect")), None))
-            }
-            Some(status) = err_rx.recv() => Some((Err(status), None)),
-            m = rx.recv() => m.map(|m| match convert::outbound(traced(m, &worker)) {
-                Ok(m) => (Ok(m), Some((worker, rx, err_rx, closed, shutdown))),
-                Err(status) => (Err(status), None),
-            }),
+            _ = shutdown.cancelled() => Err(Status::unavailable("controller shutting down")),
+            _ = closed.cancelled() => Err(Status::resource_exhausted("outbound queue full; reconnect")),
+            Some(status) = out.err_rx.recv() => Err(status),
+            m = out.rx.recv() => match m {
+                None => return None,
+                Some(m) => {
+                    if matches!(m, Outbound::Welcome { .. }) {
+                        shared.logs.register(&out.worker, out.session, out.logs.0.clone());
+                    }
+                    convert::outbound(traced(m, &out.worker))
+                }
+            },
+            Some(request) = out.logs.1.recv() => Ok(request),
+        };
+        match next {
+            Ok(m) => Some((Ok(m), Some((out, shared, closed)))),
+            Err(status) => Some((Err(status), None)),
         }
     })
 }
