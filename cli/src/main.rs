@@ -13,7 +13,6 @@ mod local;
 mod ops;
 mod output;
 mod report;
-mod review;
 mod top;
 mod watch;
 
