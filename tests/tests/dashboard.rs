@@ -73,7 +73,9 @@ fn dashboard_draws_the_task_graph_and_follows_merges_without_a_reload() {
             return;
         }
     };
-    let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[])), ("README.md", "dash\n")]);
+    let talk = "echo 'worker d says hello'; echo d > d.txt";
+    let repo =
+        TempRepo::with_files(&[("worker.sh", &worker_script(&[("d", talk)])), ("README.md", "dash\n")]);
     let port = free_port();
     let controller = spawn_controller(repo.path(), &[&format!("--ui-listen=127.0.0.1:{port}")]);
     let url = controller.url();
@@ -116,7 +118,8 @@ fn dashboard_draws_the_task_graph_and_follows_merges_without_a_reload() {
     assert_eq!(browser.eval("window.stillTheSamePage === true"), true, "the page was reloaded");
     browser.screenshot(&artifacts().join("dashboard-swarm.png"));
 
-    // The task's page: its attempt, merge report, and why no log.
+    // The task's page: its attempt, merge report, and the end of its worker
+    // log, read from the sidecar that ran it.
     browser.eval("location.hash = '#/task/dash/d'");
     browser.wait_for(
         "task d's page",
@@ -127,7 +130,9 @@ fn dashboard_draws_the_task_graph_and_follows_merges_without_a_reload() {
     assert!(text.contains("Attempt 1"), "attempt shown:\n{text}");
     assert!(browser.eval("!!document.querySelector('#merge-report')") == true, "merge report:\n{text}");
     assert!(browser.eval("!!document.querySelector('#events tr[data-kind=\"task.merged\"]')") == true);
-    assert!(text.contains(".swarm/logs/"), "says where the worker log is:\n{text}");
+    let log = browser.eval("document.getElementById('worker-log')?.innerText ?? ''");
+    assert_eq!(log, "worker d says hello\n", "the worker log's tail:\n{text}");
+    assert!(text.contains("attempt 1 on w"), "names the attempt and its sidecar:\n{text}");
     browser.screenshot(&artifacts().join("dashboard-task.png"));
 
     browser.eval("location.hash = '#/workers'");

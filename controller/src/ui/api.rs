@@ -14,6 +14,8 @@ use super::{Ui, dto};
 
 /// The events a task's page shows, the latest ones.
 pub const DETAIL_EVENTS: usize = 500;
+/// How much of the worker log's end a task's page shows.
+pub const LOG_TAIL_BYTES: u64 = 16 << 10;
 /// Bounds the pages one list costs: at the largest page size this is far
 /// beyond any swarm the controller holds.
 const MAX_PAGES: usize = 100;
@@ -97,7 +99,18 @@ pub async fn task(
 ) -> Reply<dto::TaskDetail> {
     let req = v1::GetTaskRequest { task_id: format!("{swarm}/{task}") };
     let detail = ui.reads.get_task(Request::new(req)).await?.into_inner();
-    Ok(Json(dto::TaskDetail::new(detail, DETAIL_EVENTS)))
+    let attempted = detail.attempts.len();
+    let mut page = dto::TaskDetail::new(detail, DETAIL_EVENTS);
+    if attempted == 0 {
+        page.log = "No attempt yet.".into();
+        return Ok(Json(page));
+    }
+    // A sidecar that is gone or slow costs this page its log, not the page.
+    match crate::api::logs::tail(&ui.shared, format!("{swarm}/{task}"), LOG_TAIL_BYTES).await {
+        Ok(tail) => page.log_tail = Some(tail.into()),
+        Err(status) => page.log = status.message().to_string(),
+    }
+    Ok(Json(page))
 }
 
 #[tracing::instrument(skip_all)]

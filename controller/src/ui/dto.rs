@@ -218,10 +218,27 @@ impl From<v1::Event> for Event {
     }
 }
 
-/// Why the dashboard shows no worker log: the controller never holds it.
-pub const LOG_UNAVAILABLE: &str = "The worker's log stays on the worker's machine, in its worktree at \
-     .swarm/logs/<task>-<attempt>.log; the controller does not receive it. The verify tiers' output \
-     tails above are what the sidecar reported.";
+/// The end of the latest attempt's worker log, read from its sidecar.
+#[derive(Debug, Serialize)]
+pub struct LogTail {
+    pub attempt: u32,
+    pub worker: String,
+    /// Bytes of the log before the tail, not shown.
+    pub skipped: u64,
+    /// The tail as text (a byte that is not UTF-8 shows as U+FFFD).
+    pub text: String,
+}
+
+impl From<crate::api::logs::Tail> for LogTail {
+    fn from(t: crate::api::logs::Tail) -> LogTail {
+        LogTail {
+            attempt: t.attempt,
+            worker: t.worker,
+            skipped: t.skipped,
+            text: String::from_utf8_lossy(&t.data).into_owned(),
+        }
+    }
+}
 
 #[derive(Debug, Serialize)]
 pub struct TaskDetail {
@@ -234,7 +251,9 @@ pub struct TaskDetail {
     pub events_omitted: usize,
     /// The `task.merged` or `task.conflict` event's report, the latest one.
     pub merge_report: Option<Event>,
-    pub log: &'static str,
+    /// The worker log's tail; when it cannot be read, `log` says why.
+    pub log_tail: Option<LogTail>,
+    pub log: String,
 }
 
 impl TaskDetail {
@@ -254,7 +273,8 @@ impl TaskDetail {
             events: events.drain(omitted..).map(Event::from).collect(),
             events_omitted: omitted,
             merge_report,
-            log: LOG_UNAVAILABLE,
+            log_tail: None,
+            log: String::new(),
         }
     }
 }

@@ -110,6 +110,16 @@ const Views = (() => {
           h("td", {}, h("code", {}, e.kind)), h("td", {}, e.message))))));
   }
 
+  // The end of the latest attempt's worker output, read from its sidecar.
+  function workerLog(d) {
+    const t = d.log_tail;
+    if (!t) return h("p", { class: "muted", id: "log-note" }, d.log);
+    return h("div", {},
+      h("p", { class: "muted" }, `attempt ${t.attempt} on ${t.worker}`,
+        t.skipped ? `, its last ${t.text.length} characters (${t.skipped} bytes before them not shown)` : ""),
+      h("pre", { id: "worker-log", "data-attempt": t.attempt }, t.text || "(empty)"));
+  }
+
   function task(d, swarmId) {
     const t = d.task;
     const report = d.merge_report;
@@ -128,7 +138,7 @@ const Views = (() => {
           report.data !== null ? h("pre", {}, JSON.stringify(report.data, null, 2)) : null)
         : h("p", { class: "muted" }, "Not merged yet."),
       d.attempts.slice().reverse().map(attempt),
-      h("h2", {}, "Worker log"), h("p", { class: "muted", id: "log-note" }, d.log),
+      h("h2", {}, "Worker log"), workerLog(d),
       h("h2", {}, "Events"), events(d.events, d.events_omitted),
       h("h2", {}, "Prompt"), d.prompt ? h("pre", {}, d.prompt) : h("p", { class: "muted" }, "—"));
   }
