@@ -159,6 +159,9 @@ pub struct Context {
     /// What changed in the worktree since its last checkout or commit,
     /// kept across attempts (see [`crate::changes`]).
     pub tracker: crate::changes::SharedTracker,
+    /// A supervisor started ahead of the next worker, kept across attempts
+    /// (see [`crate::supervisor::StandbySlot`]).
+    pub standby: crate::supervisor::StandbySlot,
 }
 
 /// A worker left running (or finished) by an earlier sidecar process.
@@ -324,6 +327,8 @@ async fn run_or_resume(
         }
     }
     sink.journaled(Body::Result(result));
+    // While the sidecar waits for its next Assign, not on that Assign's path.
+    ctx.standby.refill(&ctx.supervisor);
 }
 
 fn outcome(o: Outcome) -> i32 {
@@ -409,7 +414,10 @@ async fn drive(
                 w
             }
             None => {
-                let w = Supervised::spawn(&ctx.supervisor, &spec, &files.exit, &log_path)
+                let w = ctx
+                    .standby
+                    .start(&ctx.supervisor, &spec, &files.exit, &log_path)
+                    .await
                     .map_err(|e| Failure::Infra(format!("starting the worker's supervisor: {e}")))?;
                 tracing::info!(parent: &run_span, attempt = %label, supervisor = w.pid(), restarts, "worker started");
                 let _ = sink.tx.send(Report::Pid { pid: w.pid(), restarts });

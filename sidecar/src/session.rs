@@ -95,6 +95,8 @@ struct Session {
     supervisor: PathBuf,
     /// What changed in the worktree, across attempts.
     tracker: crate::changes::SharedTracker,
+    /// The next worker's supervisor, started while idle.
+    standby: crate::supervisor::StandbySlot,
     reports_tx: mpsc::UnboundedSender<Report>,
     reports_rx: mpsc::UnboundedReceiver<Report>,
     draining: bool,
@@ -182,6 +184,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Sidecar
         infra_failures: 0,
         supervisor,
         tracker: Default::default(),
+        standby: Default::default(),
         cfg,
         worker_id,
         repo,
@@ -677,6 +680,7 @@ impl Session {
             remote: self.remote.clone(),
             supervisor: self.supervisor.clone(),
             tracker: self.tracker.clone(),
+            standby: self.standby.clone(),
         };
         let (stop, stop_rx) = watch::channel(None);
         let task_key = &assignment.attempt.task;

@@ -10,6 +10,12 @@
 //! still that supervisor (not a reused pid), follows the log and the exit
 //! file, and reports the result once.
 //!
+//! Between attempts the sidecar keeps one supervisor started ahead of time,
+//! `<exe> __supervise <exit-file> --standby`, which reads the next worker's
+//! command (log file, working directory, argv, environment) from its stdin
+//! ([`StandbySlot`]): the Assign then waits only for the worker's own exec,
+//! not for this binary to be executed, loaded and started.
+//!
 //! Signals sent to the group (SIGINT → SIGTERM → SIGKILL) reach the worker
 //! and everything it started. The supervisor catches SIGINT, SIGTERM and
 //! SIGHUP (a caught signal is reset to its default in the exec'd worker) so
@@ -31,6 +37,8 @@ use crate::runner::{ExitInfo, MAX_LINE, SpawnError, SpawnSpec};
 
 /// The hidden first argument that selects supervisor mode.
 pub const ARG: &str = "__supervise";
+/// In place of the log file: a standby that reads its command from stdin.
+const STANDBY_ARG: &str = "--standby";
 /// How often the log and a re-adopted supervisor are looked at.
 const POLL: Duration = Duration::from_millis(100);
 
@@ -51,15 +59,48 @@ pub fn main_if_requested() -> Option<i32> {
     if args.get(1).is_none_or(|a| a != ARG) {
         return None;
     }
+    const USAGE: &str = "<exit-file> <log-file> -- <command...> | <exit-file> --standby";
     // argv: exe __supervise <exit-file> <log-file> -- cmd...
+    //   or: exe __supervise <exit-file> --standby (the command comes on stdin)
+    let standby = args.len() == 4 && args[3] == STANDBY_ARG;
     let (Some(exit_file), Some(log), Some(sep)) = (args.get(2), args.get(3), args.get(4)) else {
-        eprintln!("usage: {ARG} <exit-file> <log-file> -- <command...>");
-        return Some(2);
+        if !standby {
+            eprintln!("usage: {ARG} {USAGE}");
+            return Some(2);
+        }
+        return run_standby(Path::new(&args[2]));
     };
     if sep != "--" || args.len() < 6 {
-        eprintln!("usage: {ARG} <exit-file> <log-file> -- <command...>");
+        eprintln!("usage: {ARG} {USAGE}");
         return Some(2);
     }
+    let command = Command { log: PathBuf::from(log), argv: args[5..].to_vec(), cwd: None, env: Vec::new() };
+    supervise_to_end(Path::new(exit_file), command)
+}
+
+/// A standby supervisor: waits for its command on stdin; a sidecar that
+/// ends (or drops it) without sending one closes the pipe, and it leaves
+/// without an exit file, as nothing ran.
+fn run_standby(exit_file: &Path) -> Option<i32> {
+    use std::io::Read as _;
+    let mut raw = Vec::new();
+    if let Err(e) = std::io::stdin().take(MAX_COMMAND as u64 + 1).read_to_end(&mut raw) {
+        eprintln!("supervisor: reading the command: {e}");
+        return Some(1);
+    }
+    if raw.is_empty() {
+        return Some(0);
+    }
+    match Command::decode(&raw) {
+        Ok(command) => supervise_to_end(exit_file, command),
+        Err(e) => {
+            let record = ExitRecord { code: None, signal: None, spawn_error: Some(e) };
+            Some(if write_exit(exit_file, &record).is_ok() { 0 } else { 1 })
+        }
+    }
+}
+
+fn supervise_to_end(exit_file: &Path, command: Command) -> Option<i32> {
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -67,8 +108,8 @@ pub fn main_if_requested() -> Option<i32> {
             return Some(1);
         }
     };
-    let record = runtime.block_on(supervise(Path::new(log), &args[5..]));
-    match write_exit(Path::new(exit_file), &record) {
+    let record = runtime.block_on(supervise(&command));
+    match write_exit(exit_file, &record) {
         Ok(()) => Some(0),
         Err(e) => {
             eprintln!("supervisor: writing {}: {e}", Path::new(exit_file).display());
@@ -77,7 +118,75 @@ pub fn main_if_requested() -> Option<i32> {
     }
 }
 
-async fn supervise(log: &Path, argv: &[OsString]) -> ExitRecord {
+/// What a supervisor runs: from its arguments, or (a standby) from stdin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Command {
+    log: PathBuf,
+    argv: Vec<OsString>,
+    /// Set for a standby: it was started before the worktree was known.
+    cwd: Option<PathBuf>,
+    /// Set for a standby: added to the environment it started with.
+    env: Vec<(OsString, OsString)>,
+}
+
+/// Largest command a standby accepts (argv and environment included).
+const MAX_COMMAND: usize = 4 << 20;
+
+/// The wire form of a standby's command: NUL-separated fields, so that
+/// any path, argument or variable passes unchanged. `log NUL cwd NUL argc
+/// NUL args... NUL (key NUL value NUL)*`.
+impl Command {
+    fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut field = |b: &[u8]| {
+            out.extend_from_slice(b);
+            out.push(0);
+        };
+        field(self.log.as_os_str().as_encoded_bytes());
+        field(self.cwd.as_deref().unwrap_or(Path::new("")).as_os_str().as_encoded_bytes());
+        field(self.argv.len().to_string().as_bytes());
+        for a in &self.argv {
+            field(a.as_encoded_bytes());
+        }
+        for (k, v) in &self.env {
+            field(k.as_encoded_bytes());
+            field(v.as_encoded_bytes());
+        }
+        out
+    }
+
+    fn decode(raw: &[u8]) -> Result<Command, String> {
+        use std::os::unix::ffi::OsStrExt as _;
+        if raw.len() > MAX_COMMAND {
+            return Err(format!("standby command: longer than {MAX_COMMAND} bytes"));
+        }
+        let body = raw.strip_suffix(&[0]).ok_or("standby command: must end with NUL")?;
+        let mut fields = body.split(|b| *b == 0).map(|f| std::ffi::OsStr::from_bytes(f).to_os_string());
+        let mut next = |what: &str| fields.next().ok_or(format!("standby command: no {what}"));
+        let log = PathBuf::from(next("log file")?);
+        let cwd = Some(PathBuf::from(next("working directory")?)).filter(|c| !c.as_os_str().is_empty());
+        let argc: usize = next("argument count")?
+            .to_str()
+            .and_then(|n| n.parse().ok())
+            .ok_or("standby command: argument count must be a number")?;
+        if argc == 0 || log.as_os_str().is_empty() {
+            return Err("standby command: log file and command must not be empty".into());
+        }
+        let argv = (0..argc).map(|_| next("argument")).collect::<Result<Vec<_>, _>>()?;
+        let mut env = Vec::new();
+        while let Ok(k) = next("") {
+            let v = next("value of an environment variable")?;
+            if k.is_empty() || k.as_bytes().contains(&b'=') {
+                return Err(format!("standby command: bad variable name {k:?}"));
+            }
+            env.push((k, v));
+        }
+        Ok(Command { log, argv, cwd, env })
+    }
+}
+
+async fn supervise(command: &Command) -> ExitRecord {
+    let (log, argv) = (command.log.as_path(), command.argv.as_slice());
     use tokio::signal::unix::{SignalKind, signal};
     // Caught, not ignored: the group's stop signals are for the worker.
     let _caught: Vec<_> = [SignalKind::interrupt(), SignalKind::terminate(), SignalKind::hangup()]
@@ -95,6 +204,10 @@ async fn supervise(log: &Path, argv: &[OsString]) -> ExitRecord {
     };
     let mut cmd = tokio::process::Command::new(&argv[0]);
     cmd.args(&argv[1..]).stdin(Stdio::null()).stdout(out).stderr(err);
+    if let Some(cwd) = &command.cwd {
+        cmd.current_dir(cwd);
+    }
+    cmd.envs(command.env.iter().map(|(k, v)| (k, v)));
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => return spawn_error(format!("cannot start {:?}: {e}", argv[0].to_string_lossy())),
@@ -356,6 +469,141 @@ fn to_line(mut raw: Vec<u8>) -> String {
     String::from_utf8_lossy(&raw).into_owned()
 }
 
+/// A supervisor started ahead of its worker, waiting for the command on
+/// its stdin. Starting the supervisor (executing this large binary,
+/// loading it, starting its runtime) took a few milliseconds, more on a
+/// busy machine, between an Assign and the worker's first instruction;
+/// a standby made while the sidecar is idle leaves only the worker's own
+/// exec on that path. It is the same supervisor afterwards (its command
+/// line names the same exit file, so a restarted sidecar adopts it).
+struct Standby {
+    child: tokio::process::Child,
+    exit_file: PathBuf,
+}
+
+impl Standby {
+    fn spawn(exe: &Path, exit_file: &Path) -> Result<Standby, SpawnError> {
+        let mut cmd = tokio::process::Command::new(exe);
+        cmd.arg(ARG)
+            .arg(exit_file)
+            .arg(STANDBY_ARG)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            // As `Supervised::spawn`: its own group, no kill on drop (its
+            // stdin closing ends it while it waits).
+            .process_group(0);
+        let child =
+            cmd.spawn().map_err(|source| SpawnError::Spawn { program: exe.display().to_string(), source })?;
+        Ok(Standby { child, exit_file: exit_file.to_path_buf() })
+    }
+
+    /// Hands it `spec`; an error leaves nothing running (the caller starts
+    /// a new supervisor instead).
+    async fn start(mut self, spec: &SpawnSpec, log: &Path) -> std::io::Result<Supervised> {
+        use tokio::io::AsyncWriteExt as _;
+        if self.child.try_wait()?.is_some() {
+            return Err(std::io::Error::other("the standby supervisor has exited"));
+        }
+        match std::fs::remove_file(&self.exit_file) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        let offset = std::fs::metadata(log).map(|m| m.len()).unwrap_or(0);
+        let command = Command {
+            log: log.to_path_buf(),
+            argv: spec.argv.iter().map(OsString::from).collect(),
+            cwd: Some(spec.cwd.clone()),
+            env: spec.env.iter().map(|(k, v)| (OsString::from(k), OsString::from(v))).collect(),
+        };
+        let mut stdin = self.child.stdin.take().ok_or_else(|| std::io::Error::other("no stdin"))?;
+        // Closing stdin is what tells it the command is complete.
+        stdin.write_all(&command.encode()).await?;
+        drop(stdin);
+        let pid =
+            self.child.id().ok_or_else(|| std::io::Error::other("the standby supervisor has exited"))?;
+        Ok(Supervised::new(pid, Some(self.child), &self.exit_file, log, offset))
+    }
+}
+
+/// A sidecar's standby supervisor, kept across attempts: taken by the next
+/// worker start, made again once an attempt is over.
+#[derive(Clone, Default)]
+pub struct StandbySlot(std::sync::Arc<std::sync::Mutex<SlotState>>);
+
+#[derive(Default)]
+struct SlotState {
+    ready: Option<Standby>,
+    /// The exit file of the last start: the worktree's, for the next one.
+    exit_file: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for StandbySlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = self.lock();
+        f.debug_struct("StandbySlot")
+            .field("ready", &s.ready.as_ref().and_then(|r| r.child.id()))
+            .field("exit_file", &s.exit_file)
+            .finish()
+    }
+}
+
+impl StandbySlot {
+    fn lock(&self) -> std::sync::MutexGuard<'_, SlotState> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts `spec` under the standby supervisor when one waits for this
+    /// exit file, otherwise under a new supervisor (`exe __supervise ...`).
+    pub async fn start(
+        &self,
+        exe: &Path,
+        spec: &SpawnSpec,
+        exit_file: &Path,
+        log: &Path,
+    ) -> Result<Supervised, SpawnError> {
+        let ready = {
+            let mut s = self.lock();
+            s.exit_file = Some(exit_file.to_path_buf());
+            s.ready.take()
+        };
+        if let Some(standby) = ready.filter(|r| r.exit_file == exit_file) {
+            if spec.argv.is_empty() {
+                return Err(SpawnError::EmptyCommand);
+            }
+            match standby.start(spec, log).await {
+                Ok(w) => return Ok(w),
+                Err(e) => {
+                    tracing::info!(error = %e, "the standby supervisor could not take the worker; starting another")
+                }
+            }
+        }
+        Supervised::spawn(exe, spec, exit_file, log)
+    }
+
+    /// Makes the next standby (for the exit file of the last start) unless
+    /// one is waiting; a failure only means the next start makes its own.
+    pub fn refill(&self, exe: &Path) {
+        let mut s = self.lock();
+        if s.ready.as_mut().is_some_and(|r| matches!(r.child.try_wait(), Ok(None))) {
+            return;
+        }
+        let Some(exit_file) = s.exit_file.clone() else { return };
+        match Standby::spawn(exe, &exit_file) {
+            Ok(r) => s.ready = Some(r),
+            Err(e) => {
+                s.ready = None;
+                tracing::info!(error = %e, "no standby supervisor; the next worker starts its own");
+            }
+        }
+    }
+
+    /// The standby's pid, when one is waiting.
+    pub fn ready_pid(&self) -> Option<u32> {
+        self.lock().ready.as_ref().and_then(|r| r.child.id())
+    }
+}
+
 /// Finds a live supervisor writing `exit_file` by looking through `/proc`:
 /// for a worker whose pid did not reach the journal before a crash.
 pub fn find_supervisor(exit_file: &Path) -> Option<u32> {
@@ -363,4 +611,39 @@ pub fn find_supervisor(exit_file: &Path) -> Option<u32> {
     dir.flatten()
         .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()))
         .find(|pid| is_supervisor(*pid, exit_file))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_standby_command_survives_its_wire_form() {
+        let c = Command {
+            log: PathBuf::from("/w/.swarm/logs/t-1.log"),
+            argv: vec!["bash".into(), "-c".into(), "echo 'a b'; true".into(), String::new().into()],
+            cwd: Some(PathBuf::from("/w/work tree")),
+            env: vec![("A".into(), "1=2".into()), ("EMPTY".into(), "".into())],
+        };
+        assert_eq!(Command::decode(&c.encode()), Ok(c.clone()));
+        let bare = Command { cwd: None, env: Vec::new(), ..c };
+        assert_eq!(Command::decode(&bare.encode()), Ok(bare));
+    }
+
+    #[test]
+    fn a_malformed_standby_command_is_refused_naming_the_field() {
+        let cases: [(&[u8], &str); 6] = [
+            (b"log\0/w\0", "argument count"),
+            (b"log\0/w\0x\0sh\0", "argument count must be a number"),
+            (b"log\0/w\x002\0sh\0", "no argument"),
+            (b"\0/w\x001\0sh\0", "must not be empty"),
+            (b"log\0/w\x001\0sh\0K\0", "value of an environment variable"),
+            (b"log\0/w\x001\0sh\0K=V\0v\0", "bad variable name"),
+        ];
+        for (raw, want) in cases {
+            let err = Command::decode(raw).expect_err("refused");
+            assert!(err.contains(want), "{raw:?}: {err}");
+        }
+        assert!(Command::decode(b"log\0/w\x001\0sh").expect_err("no NUL").contains("must end with NUL"));
+    }
 }

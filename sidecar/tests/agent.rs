@@ -42,6 +42,7 @@ fn ctx(repo: &Path) -> Context {
         remote: None,
         supervisor: PathBuf::from(env!("CARGO_BIN_EXE_swarm-sidecar")),
         tracker: Default::default(),
+        standby: Default::default(),
     }
 }
 

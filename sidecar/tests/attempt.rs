@@ -37,6 +37,7 @@ fn ctx(repo: &Path, worker_id: &str) -> Context {
         remote: None,
         supervisor: PathBuf::from(env!("CARGO_BIN_EXE_swarm-sidecar")),
         tracker: Default::default(),
+        standby: Default::default(),
     }
 }
 
