@@ -86,6 +86,8 @@ pub enum IntegratorReport {
     Merged(MergeResult),
     /// Removed while clearing the controller's refs at start.
     LockRemoved(LockRemoved),
+    /// A merge queue's speculation or landing.
+    Queue(crate::merge_queue::QueueReport),
 }
 
 /// Where the integrator sends its reports; false once nobody listens (the
@@ -101,6 +103,7 @@ pub struct Landed {
 
 enum Request {
     Merge(MergeJob),
+    Queue(crate::merge_queue::QueueRequest),
     ClearStaleLocks(Vec<OwnedRef>),
     EnsureBranch { branch: String, from: String, reply: oneshot::Sender<Result<String, SchedError>> },
     FastForward { target: String, new_head: String, reply: oneshot::Sender<Result<Landed, SchedError>> },
@@ -133,6 +136,13 @@ impl IntegratorHandle {
     /// Removes stale locks of `refs` (at start: a controller killed while
     /// moving one left its lock behind); each removal is reported as
     /// [`IntegratorReport::LockRemoved`].
+    /// A merge queue's request; its report comes back through the sink.
+    pub fn queue(&self, request: crate::merge_queue::QueueRequest) {
+        if self.tx.send(Request::Queue(request)).is_err() {
+            tracing::error!("integrator thread is gone; merge queue request dropped (the queue is rebuilt on restart)");
+        }
+    }
+
     pub fn clear_stale_locks(&self, refs: Vec<OwnedRef>) {
         if !refs.is_empty() && self.tx.send(Request::ClearStaleLocks(refs)).is_err() {
             tracing::error!("integrator thread is gone; stale locks not cleared");
@@ -237,6 +247,7 @@ fn serve(integrator: Integrator, rx: mpsc::Receiver<Request>, reports: ReportSin
 fn handle(integrator: &Integrator, request: Request, reports: &ReportSink) -> bool {
     match request {
         Request::Merge(job) => merge_all(integrator, vec![job], reports),
+        Request::Queue(r) => reports(IntegratorReport::Queue(crate::merge_queue::handle(integrator, r))),
         Request::ClearStaleLocks(refs) => {
             for owned in refs {
                 let removed = match clear_stale_lock(integrator, &owned, false) {
@@ -472,7 +483,7 @@ fn request_for(job: &MergeJob, head: &str) -> MergeRequest {
 
 /// A job's own checks before it may land: `Some` decides it (it had
 /// landed before a restart, or ownership refuses it).
-fn precheck(
+pub(crate) fn precheck(
     integrator: &Integrator,
     job: &MergeJob,
     warnings: &mut Vec<String>,
@@ -526,7 +537,7 @@ fn merge_one(
 }
 
 /// What the scheduler hears of one merge's outcome.
-fn verdict_of(
+pub(crate) fn verdict_of(
     job: &MergeJob,
     outcome: Result<swarm_git::MergeReport, MergeError>,
 ) -> Result<MergeVerdict, String> {

@@ -10,6 +10,7 @@ pub mod audit;
 pub mod error;
 pub mod integrator;
 pub mod leader;
+pub mod merge_queue;
 pub mod metrics;
 pub mod probes;
 pub mod scheduler;

@@ -43,6 +43,10 @@ pub struct Metrics {
     /// Usage limits (accounts or workers) currently holding agent tasks back.
     pub rate_limits_active: Gauge,
     pub rate_limited_attempts: Counter,
+    /// Merge queue verifications sent to sidecars (retries included).
+    pub merge_queue_verifications: Counter,
+    /// Tasks in the merge queue's latest batch or bisection half.
+    pub merge_queue_batch_size: Gauge,
 }
 
 impl Default for Metrics {
@@ -67,6 +71,8 @@ impl Default for Metrics {
             agent_cost_usd: Counter::default(),
             rate_limits_active: Gauge::default(),
             rate_limited_attempts: Counter::default(),
+            merge_queue_verifications: Counter::default(),
+            merge_queue_batch_size: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register("tasks", "Tasks by state", m.tasks.clone());
@@ -117,6 +123,16 @@ impl Default for Metrics {
             "rate_limited_attempts",
             "Agent attempts that ended on a usage limit",
             m.rate_limited_attempts.clone(),
+        );
+        registry.register(
+            "merge_queue_verifications",
+            "Merged trees sent to a sidecar for integration verify",
+            m.merge_queue_verifications.clone(),
+        );
+        registry.register(
+            "merge_queue_batch_size",
+            "Tasks verified together in the merge queue's latest verification",
+            m.merge_queue_batch_size.clone(),
         );
         Metrics { registry, ..m }
     }

@@ -17,6 +17,7 @@ use crate::ids::{SwarmId, TaskId};
 use crate::names::{check_branch, check_glob, check_id, check_text};
 
 pub mod agent;
+pub mod integration;
 pub mod review;
 pub mod subplan;
 pub use agent::{AgentKind, AgentSpec, Otherwise, PermissionPolicy, PermissionRule};
@@ -198,6 +199,9 @@ pub struct Plan {
     pub tasks: Vec<Arc<TaskSpec>>,
     /// How deep sub-plans may nest below the root plan.
     pub max_depth: u32,
+    /// Set: results go through a merge queue that verifies the merged
+    /// tree before the integration ref moves (root plans only).
+    pub integration: Option<Arc<integration::IntegrationVerify>>,
 }
 
 impl Plan {
@@ -236,6 +240,8 @@ struct RawPlan {
     integration_branch: Option<String>,
     target_branch: Option<String>,
     max_depth: Option<u32>,
+    integration_verify: Option<Vec<RawTier>>,
+    merge_queue: Option<integration::RawMergeQueue>,
     #[serde(default)]
     defaults: RawDefaults,
     #[serde(default)]
@@ -414,7 +420,9 @@ fn validate(raw: RawPlan) -> Result<Plan, PlanError> {
         return Err(err("max_depth", format!("must be at most {MAX_DEPTH_LIMIT}")));
     }
     let frame = subplan::Frame { swarm, base_branch, integration_branch, target_branch, depth: 0, max_depth };
-    validate_body(frame, &raw.defaults, &raw.tasks)
+    let integration = integration::validate(raw.integration_verify, raw.merge_queue)?;
+    let plan = validate_body(frame, &raw.defaults, &raw.tasks)?;
+    Ok(Plan { integration: integration.map(Arc::new), ..plan })
 }
 
 /// Validates the defaults and tasks of the plan `frame` names: the root
@@ -598,7 +606,15 @@ fn validate_body(frame: subplan::Frame, d: &RawDefaults, raw_tasks: &[RawTask]) 
         return Err(err(format!("tasks[{first}].deps"), format!("dependency cycle: {}", names.join(" -> "))));
     }
 
-    Ok(Plan { swarm, base_branch, integration_branch, target_branch, tasks, max_depth: frame.max_depth })
+    Ok(Plan {
+        swarm,
+        base_branch,
+        integration_branch,
+        target_branch,
+        tasks,
+        max_depth: frame.max_depth,
+        integration: None,
+    })
 }
 
 /// The branch a task's attempts work on (for a task with a sub-plan, its

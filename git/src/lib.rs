@@ -85,7 +85,7 @@ mod worktrees;
 pub use error::{ConflictPath, GitError, MergeError, SideChange};
 pub use integrator::{
     ATTEMPT_TRAILER, BatchReport, DEFAULT_MAX_CAS_RETRIES, FIND_LANDED_LIMIT, FastForward, Integrator,
-    MergeReport, MergeRequest,
+    MergeReport, MergeRequest, Speculation,
 };
 pub use locks::RefLock;
 pub use ownership::paths_outside;

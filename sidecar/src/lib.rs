@@ -87,6 +87,7 @@ pub mod session;
 pub mod status;
 pub mod supervisor;
 pub mod verify;
+pub mod verify_job;
 pub mod worktree;
 
 pub use config::Config;

@@ -99,6 +99,10 @@ struct Session {
     standby: crate::supervisor::StandbySlot,
     reports_tx: mpsc::UnboundedSender<Report>,
     reports_rx: mpsc::UnboundedReceiver<Report>,
+    /// Merge queue verdicts (`verify_job`), sent unjournaled: a lost one is
+    /// verified again by the controller.
+    verified_tx: mpsc::UnboundedSender<v1::SidecarMessage>,
+    verified_rx: mpsc::UnboundedReceiver<v1::SidecarMessage>,
     draining: bool,
     shutting_down: bool,
     /// After a shutdown request, give up waiting for acks at this point.
@@ -179,6 +183,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Sidecar
     let controllers = Controllers::parse(&cfg.controller).map_err(|e| SidecarError::Config(e.to_string()))?;
     let remote = cfg.remote.then(|| crate::remote::Remote::new(&worker_id));
     let (reports_tx, reports_rx) = mpsc::unbounded_channel();
+    let (verified_tx, verified_rx) = mpsc::unbounded_channel();
     let mut s = Session {
         held,
         infra_failures: 0,
@@ -193,6 +198,8 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Sidecar
         current: None,
         reports_tx,
         reports_rx,
+        verified_tx,
+        verified_rx,
         draining: false,
         shutting_down: false,
         give_up_at: None,
@@ -407,6 +414,11 @@ impl Session {
                         return Ok(Ended::Broken(true));
                     }
                 }
+                Some(msg) = self.verified_rx.recv() => {
+                    if out.send(msg).await.is_err() {
+                        return Ok(Ended::Broken(true));
+                    }
+                }
                 _ = &mut beat => {
                     let now = std::time::SystemTime::now()
                         .duration_since(std::time::UNIX_EPOCH)
@@ -588,6 +600,14 @@ impl Session {
                 self.hand_to_attempt(m.attempt.as_ref(), Note::Message, &m.message_id, &m.text).await
             }
             Some(In::LogRequest(r)) => return Ok(Some(crate::log_serve::answer(&self.worktree, r).await)),
+            Some(In::VerifyMerge(v)) => {
+                let (repo, worker, remote, tx) =
+                    (self.repo.clone(), self.worker_id.clone(), self.remote.clone(), self.verified_tx.clone());
+                // Off the session loop: heartbeats go on while the tiers run.
+                tokio::spawn(async move {
+                    let _ = tx.send(crate::verify_job::run(repo, worker, remote, v).await);
+                });
+            }
             Some(In::Drain(d)) => {
                 tracing::info!(reason = %d.reason, "draining");
                 self.draining = true;

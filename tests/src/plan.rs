@@ -31,6 +31,8 @@ pub struct PlanBuilder {
     name: String,
     defaults: Vec<String>,
     tasks: Vec<TaskBuilder>,
+    /// Top-level tables after the tasks (`[[integration_verify]]`, ...).
+    tables: Vec<String>,
 }
 
 pub struct TaskBuilder {
@@ -50,7 +52,14 @@ impl PlanBuilder {
                 "idle_timeout_secs = 60".into(),
             ],
             tasks: Vec::new(),
+            tables: Vec::new(),
         }
+    }
+
+    /// Appends top-level TOML tables (written after the tasks).
+    pub fn tables(mut self, toml: &str) -> PlanBuilder {
+        self.tables.push(toml.to_string());
+        self
     }
 
     /// Adds (or replaces) a `[defaults]` line, e.g. `("retries", "0")`.
@@ -82,6 +91,9 @@ impl PlanBuilder {
             for l in &t.lines {
                 let _ = writeln!(s, "{l}");
             }
+        }
+        for t in &self.tables {
+            let _ = write!(s, "\n{t}\n");
         }
         s
     }

@@ -15,7 +15,7 @@ use swarm_proto::v1;
 use crate::scheduler::views::{SwarmView, TaskDetailView, TaskView, WorkerView};
 use crate::scheduler::{
     AssignSpec, AttemptHandle, CloseCode, HelloInfo, Outbound, Report, ReportedAttempt, ResultReport,
-    TierOutcome,
+    TierOutcome, VerifiedReport,
 };
 use crate::store::EventRow;
 
@@ -197,20 +197,12 @@ pub fn report(seq: u64, body: &v1::sidecar_message::Body) -> Result<Option<Repor
                 review: review_verdict(r.review.as_ref())?,
             }))
         }
+        Body::MergeVerified(v) => merge_verified(v)?,
         Body::Orphans(o) => {
             needs_seq("orphans")?;
             Report::Orphans { worktrees: lines("orphans.worktrees", &o.worktrees)?, removed: o.removed }
         }
     }))
-}
-
-fn handle(h: &AttemptHandle) -> v1::AttemptRef {
-    v1::AttemptRef {
-        swarm_id: h.task.swarm.to_string(),
-        task_id: h.task.task.to_string(),
-        attempt: h.number,
-        fencing_token: h.token,
-    }
 }
 
 /// A reviewer attempt's decision, bounded like any text from a sidecar
@@ -222,6 +214,48 @@ fn review_verdict(v: Option<&v1::ReviewVerdict>) -> Result<Option<crate::schedul
         message: text("result.review.message", &v.message, MAX_TEXT)?,
         error: text("result.review.error", &v.error, MAX_TEXT)?,
     }))
+}
+
+/// A merge queue verification's verdict (unsequenced: a lost one is run
+/// again rather than replayed).
+fn merge_verified(v: &v1::MergeVerified) -> Result<Report, FieldError> {
+    if v.job_id == 0 {
+        return Err(FieldError::new("merge_verified.job_id", "must be at least 1"));
+    }
+    if v.tiers.len() > 32 {
+        return Err(FieldError::new("merge_verified.tiers", "at most 32 tiers"));
+    }
+    let mut tiers = Vec::with_capacity(v.tiers.len());
+    for (i, t) in v.tiers.iter().enumerate() {
+        tiers.push(TierOutcome {
+            name: text(&format!("merge_verified.tiers[{i}].name"), &t.name, MAX_TIER_NAME)?,
+            passed: t.passed,
+            blocking: t.blocking,
+            exit_code: t.exit_code,
+            duration_ms: t.duration_ms,
+            output_tail: text(&format!("merge_verified.tiers[{i}].output_tail"), &t.output_tail, MAX_TEXT)?,
+        });
+    }
+    Ok(Report::MergeVerified(Box::new(VerifiedReport {
+        job: v.job_id,
+        commit: swarm_proto::convert::required_commit("merge_verified.commit", &v.commit)?,
+        passed: v.passed && v.error.is_empty(),
+        tiers,
+        error: text("merge_verified.error", &v.error, MAX_TEXT)?,
+    })))
+}
+
+fn verify_tier(t: &swarm_core::plan::VerifyTier) -> v1::VerifyTier {
+    v1::VerifyTier { name: t.name.clone(), command: t.command.clone(), blocking: t.blocking, timeout_secs: t.timeout_secs }
+}
+
+fn handle(h: &AttemptHandle) -> v1::AttemptRef {
+    v1::AttemptRef {
+        swarm_id: h.task.swarm.to_string(),
+        task_id: h.task.task.to_string(),
+        attempt: h.number,
+        fencing_token: h.token,
+    }
 }
 
 fn assign(a: &AssignSpec) -> v1::Assign {
@@ -313,6 +347,14 @@ pub fn outbound(o: Outbound) -> Result<v1::ControllerMessage, tonic::Status> {
         }
         Outbound::Ack { seq } => Body::Ack(v1::Ack { seq }),
         Outbound::Drain { reason } => Body::Drain(v1::Drain { reason }),
+        Outbound::VerifyMerge(v) => Body::VerifyMerge(v1::VerifyMerge {
+            job_id: v.job,
+            swarm_id: v.swarm,
+            commit: v.commit,
+            tiers: v.tiers.iter().map(verify_tier).collect(),
+            traceparent: String::new(),
+            attempts: v.attempts,
+        }),
         Outbound::Close { code, message } => {
             return Err(match code {
                 CloseCode::AlreadyExists => tonic::Status::already_exists(message),

@@ -98,6 +98,8 @@ pub enum Report {
         category: String,
     },
     Result(Box<ResultReport>),
+    /// A merge queue verification's verdict (not journaled: seq 0).
+    MergeVerified(Box<super::merge_queue::VerifiedReport>),
     Orphans {
         worktrees: Vec<String>,
         removed: bool,
@@ -112,7 +114,7 @@ impl Report {
             | Report::Status { attempt, .. }
             | Report::Question { attempt, .. } => Some(attempt),
             Report::Result(r) => Some(&r.attempt),
-            Report::Orphans { .. } => None,
+            Report::Orphans { .. } | Report::MergeVerified(_) => None,
         }
     }
 }
@@ -257,6 +259,8 @@ pub enum Command {
     },
     /// A stale integration-ref lock removed at start.
     LockRemoved(LockRemoved),
+    /// A merge queue's speculation or landing, from the integrator.
+    Queue(crate::merge_queue::QueueReport),
     /// A call refused at the edge, for the (rate-limited) audit log.
     Denied {
         client: String,
@@ -282,6 +286,7 @@ pub fn integrator_sink(commands: std::sync::mpsc::Sender<Command>) -> ReportSink
         let cmd = match report {
             IntegratorReport::Merged(result) => Command::Merged(result),
             IntegratorReport::LockRemoved(removed) => Command::LockRemoved(removed),
+            IntegratorReport::Queue(report) => Command::Queue(report),
         };
         commands.send(cmd).is_ok()
     })

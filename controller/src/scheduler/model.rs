@@ -340,6 +340,8 @@ pub struct Worker {
     pub resume_secret: String,
     /// The credential the worker last connected with; empty without one.
     pub principal: String,
+    /// The merge queue job it is verifying; it takes no attempt meanwhile.
+    pub verifying: Option<u64>,
 }
 
 impl Worker {
@@ -357,7 +359,7 @@ impl Worker {
     }
 
     pub fn is_idle(&self) -> bool {
-        self.session.is_some() && !self.draining && self.attempt.is_none()
+        self.session.is_some() && !self.draining && self.attempt.is_none() && self.verifying.is_none()
     }
 
     /// A worker may take a task when it carries every label the task asks

@@ -80,11 +80,24 @@ pub enum Outbound {
     Drain {
         reason: String,
     },
+    /// Verify a merge queue's speculative merge.
+    VerifyMerge(Box<VerifyMergeSpec>),
     /// Ends the session's stream with an error status; nothing follows it.
     Close {
         code: CloseCode,
         message: String,
     },
+}
+
+/// A merge queue's merged commit for a sidecar to verify.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VerifyMergeSpec {
+    pub job: u64,
+    pub swarm: String,
+    pub commit: String,
+    pub tiers: Vec<VerifyTier>,
+    /// `<swarm>/<task>#<n>` of every task merged in it.
+    pub attempts: Vec<String>,
 }
 
 /// Why the scheduler ends a session, as the gRPC status the sidecar sees.

@@ -49,6 +49,7 @@ pub fn recover(
         audit: Default::default(),
         last_sweep_ms: 0,
         scan: super::assign::ScanMemo::new(),
+        merge_queues: Default::default(),
         reviews: Default::default(),
         limits: Default::default(),
     };
@@ -183,6 +184,7 @@ pub fn recover(
                 updated_at: row.updated_at,
                 resume_secret: row.resume_secret,
                 principal: row.principal,
+                verifying: None,
             },
         );
     }
@@ -219,6 +221,7 @@ pub fn recover(
                 s.ready.insert((seq, key.clone()));
                 s.ready_seq.insert(key, seq);
             }
+            TaskState::Merging | TaskState::Succeeded if s.queues_merges(&key.swarm) => s.requeue_recovered(&key),
             TaskState::Merging | TaskState::Succeeded => {
                 let number = t.attempts;
                 if let Some(job) = s.merge_job(&key, number, true) {

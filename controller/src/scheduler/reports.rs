@@ -88,6 +88,7 @@ impl Scheduler {
 
     fn apply(&mut self, worker_id: &str, report: Report, fx: &mut Effects) {
         match report {
+            Report::MergeVerified(r) => self.on_merge_verified(worker_id, *r, fx),
             Report::Started { attempt, pid, restarts } => {
                 if self.attempts.get(&(attempt.task.clone(), attempt.number)).map(|a| a.state)
                     == Some(AttemptState::Assigned)
@@ -409,7 +410,12 @@ impl Scheduler {
     }
 
     /// SUCCEEDED → MERGING, and the job goes to the integrator after commit.
+    /// The one way in for a task ready to merge: a swarm with
+    /// `integration_verify` queues it for a verified batch instead.
     pub(super) fn start_merge(&mut self, key: &TaskKey, number: u32, recovering: bool, fx: &mut Effects) {
+        if self.queues_merges(&key.swarm) {
+            return self.enqueue_merge(key, number, fx);
+        }
         let Some(job) = self.merge_job(key, number, recovering) else { return };
         self.set_state(key, TaskState::Merging, &format!("merging attempt {number}"), fx);
         fx.merges.push(job);
@@ -558,6 +564,7 @@ fn report_kind(r: &Report) -> &'static str {
         Report::Question { .. } => "question",
         Report::Result(_) => "result",
         Report::Orphans { .. } => "orphans",
+        Report::MergeVerified(_) => "merge_verified",
     }
 }
 

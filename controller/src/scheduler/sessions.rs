@@ -47,6 +47,7 @@ impl Scheduler {
             updated_at: now,
             resume_secret: String::new(),
             principal: String::new(),
+            verifying: None,
         });
         // The secret a sidecar proved stays valid, so a Welcome lost with
         // its stream does not lock the sidecar out; any other claim gets a

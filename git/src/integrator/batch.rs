@@ -112,7 +112,7 @@ impl Integrator {
     }
 
     /// One request of a batch on `head`: the checks of `integrate`, then the strategy.
-    fn land_on(
+    pub(super) fn land_on(
         &self,
         head: gix::ObjectId,
         req: &MergeRequest,

@@ -12,9 +12,11 @@ use crate::pack::{open_git2, to_git2};
 use crate::{GitError, MergeError, parse_commit_id, ref_name};
 
 mod batch;
+mod speculative;
 mod strategies;
 
 pub use batch::BatchReport;
+pub use speculative::Speculation;
 
 /// How many times [`Integrator::integrate`] rebuilds on a fresh head when the integration ref moved.
 pub const DEFAULT_MAX_CAS_RETRIES: u32 = 8;

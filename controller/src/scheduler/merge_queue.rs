@@ -1,0 +1,536 @@
+//! The merge queue of swarms whose plan has `integration_verify`: succeeded
+//! tasks wait in MERGING while batches of them are merged speculatively by
+//! the integrator, verified on a sidecar, and landed with one
+//! compare-and-swap per passing batch. The decisions (batches, bisection,
+//! culprits, batch size) are `bisect.rs`'s; this module carries them out.
+//!
+//! Nothing here is stored: a restarted controller puts every MERGING task
+//! of such a swarm back in the queue (marked recovering, so the integrator
+//! first looks for a landing that happened before the crash), and a batch
+//! that was being verified is verified again.
+
+use std::collections::{HashMap, HashSet};
+
+use swarm_core::plan::integration::IntegrationVerify;
+use swarm_core::{SwarmId, TaskKey, TaskState};
+
+use super::bisect::{Decision, MergeQueue};
+use super::model::TierOutcome;
+use super::{Effects, Outbound, Scheduler};
+use crate::integrator::{MergeResult, MergeVerdict};
+use crate::merge_queue::{Chained, QueueReport, QueueRequest};
+
+/// A failed speculation (a missing branch, a failed write) is tried again
+/// after this, not in a hot loop.
+const RETRY_MS: u64 = 1_000;
+/// Most characters of failing tier output carried into a culprit's task text.
+const MAX_FAILURE_TEXT: usize = 8_000;
+
+/// What the queue of one swarm is doing.
+#[derive(Debug, Default)]
+pub(super) enum Stage {
+    #[default]
+    Idle,
+    /// The integrator is merging the items under verification.
+    Speculating { job: u64 },
+    /// `head` (the items merged onto `base`) waits for a verifier or its
+    /// verdict; `worker` is the verifier and its session.
+    Verifying { job: u64, base: String, head: String, chained: Vec<Chained>, worker: Option<(String, u64)> },
+    /// The verified `head` is landing; the culprit found in the same
+    /// verdict is handed back once it has (so it starts from the new head).
+    Landing { job: u64, chained: Vec<Chained>, culprit: Option<TaskKey> },
+}
+
+/// A verification's result from a sidecar.
+#[derive(Debug, Clone)]
+pub struct VerifiedReport {
+    pub job: u64,
+    pub commit: String,
+    pub passed: bool,
+    pub tiers: Vec<TierOutcome>,
+    /// The sidecar could not verify (checkout, fetch): not the tree's fault.
+    pub error: String,
+}
+
+#[derive(Debug)]
+pub(super) struct SwarmQueue {
+    queue: MergeQueue<TaskKey>,
+    stage: Stage,
+    /// Put back after a restart: the integrator first looks for a landing.
+    recovering: HashSet<TaskKey>,
+    /// The failing tiers' output of the last failed verification: the
+    /// culprit it leads to gets it in its task text.
+    last_failure: String,
+    retry_at: u64,
+}
+
+/// Every swarm's queue, and the job ids they share.
+#[derive(Debug, Default)]
+pub(super) struct Queues {
+    by_swarm: HashMap<SwarmId, SwarmQueue>,
+    next_job: u64,
+}
+
+impl Scheduler {
+    fn integration_of(&self, swarm: &SwarmId) -> Option<std::sync::Arc<IntegrationVerify>> {
+        self.swarms.get(swarm).and_then(|s| s.plan.integration.clone())
+    }
+
+    /// Whether a swarm's succeeded tasks go through the merge queue.
+    pub(super) fn queues_merges(&self, swarm: &SwarmId) -> bool {
+        self.integration_of(swarm).is_some()
+    }
+
+    fn swarm_queue(&mut self, swarm: &SwarmId) -> Option<&mut SwarmQueue> {
+        let max = self.integration_of(swarm)?.max_batch as usize;
+        Some(self.merge_queues.by_swarm.entry(swarm.clone()).or_insert_with(|| SwarmQueue {
+            queue: MergeQueue::new(max),
+            stage: Stage::Idle,
+            recovering: HashSet::new(),
+            last_failure: String::new(),
+            retry_at: 0,
+        }))
+    }
+
+    /// A succeeded task of a queued swarm enters the queue (MERGING); the
+    /// next tick starts a batch if none is under way.
+    pub(super) fn enqueue_merge(&mut self, key: &TaskKey, number: u32, fx: &mut Effects) {
+        let Some(q) = self.swarm_queue(&key.swarm) else { return };
+        q.queue.push(key.clone());
+        let waiting = q.queue.waiting().count();
+        self.set_state(
+            key,
+            TaskState::Merging,
+            &format!("attempt {number} queued for integration verify"),
+            fx,
+        );
+        self.task_event(
+            fx,
+            key,
+            number,
+            "",
+            "merge_queue.queued",
+            format!("queued for integration verify ({waiting} waiting)"),
+            serde_json::json!({ "waiting": waiting }),
+        );
+    }
+
+    /// After a restart: back in the queue without an event (the store
+    /// already says MERGING), marked so a landed merge is found first.
+    pub(super) fn requeue_recovered(&mut self, key: &TaskKey) {
+        if let Some(q) = self.swarm_queue(&key.swarm) {
+            q.queue.push(key.clone());
+            q.recovering.insert(key.clone());
+        }
+    }
+
+    /// Each turn: start batches, find verifiers, notice lost ones.
+    pub(super) fn tick_merge_queues(&mut self, fx: &mut Effects) {
+        if self.merge_queues.by_swarm.is_empty() {
+            return;
+        }
+        let now = self.mono_ms();
+        let swarms: Vec<SwarmId> = self.merge_queues.by_swarm.keys().cloned().collect();
+        for swarm in swarms {
+            let free = self.has_verifier(&swarm);
+            let Some(q) = self.merge_queues.by_swarm.get_mut(&swarm) else { continue };
+            match &mut q.stage {
+                // A batch is formed when a verifier is free to take it, so
+                // everything that queued up meanwhile is verified together.
+                Stage::Idle if q.retry_at <= now && !q.queue.is_empty() && free => {
+                    self.start_batch(&swarm, fx)
+                }
+                Stage::Verifying { worker: Some((id, session)), job, .. } => {
+                    let w = self.workers.get(id.as_str());
+                    if w.and_then(|w| w.session.as_ref()).map(|s| s.id) != Some(*session) {
+                        let (id, job) = (id.clone(), *job);
+                        if let Stage::Verifying { worker, .. } = &mut q.stage {
+                            *worker = None;
+                        }
+                        if let Some(w) = self.workers.get_mut(&id)
+                            && w.verifying == Some(job)
+                        {
+                            w.verifying = None;
+                        }
+                        self.event(
+                            fx,
+                            swarm.as_str(),
+                            "",
+                            0,
+                            &id,
+                            "merge_queue.verifier_lost",
+                            format!("verifier {id} lost; verifying elsewhere"),
+                            serde_json::json!({ "job": job }),
+                        );
+                        self.dispatch_verify(&swarm, fx);
+                    }
+                }
+                Stage::Verifying { worker: None, .. } => self.dispatch_verify(&swarm, fx),
+                _ => {}
+            }
+        }
+    }
+
+    /// Sends the items under verification (a fresh batch or the next half
+    /// of a bisection) to the integrator to be merged in memory.
+    fn start_batch(&mut self, swarm: &SwarmId, fx: &mut Effects) {
+        let Some(q) = self.merge_queues.by_swarm.get_mut(swarm) else { return };
+        let Some(items) = q.queue.next().map(<[TaskKey]>::to_vec) else { return };
+        let bisecting = q.queue.is_bisecting();
+        let size = q.queue.batch_size();
+        let recovering = q.recovering.clone();
+        let mut jobs = Vec::with_capacity(items.len());
+        let mut gone = Vec::new();
+        for key in &items {
+            let number = self.tasks.get(key).map(|t| t.attempts).unwrap_or(0);
+            let still_merging = self.tasks.get(key).is_some_and(|t| t.state == TaskState::Merging);
+            match self.merge_job(key, number, recovering.contains(key)) {
+                Some(job) if still_merging => jobs.push(job),
+                _ => gone.push(key.clone()),
+            }
+        }
+        if !gone.is_empty() {
+            // Cancelled or otherwise decided meanwhile: the batch changes,
+            // so it is formed afresh next tick.
+            if let Some(q) = self.merge_queues.by_swarm.get_mut(swarm) {
+                for key in &gone {
+                    q.queue.remove(key);
+                    q.recovering.remove(key);
+                }
+            }
+            return;
+        }
+        self.merge_queues.next_job += 1;
+        let job = self.merge_queues.next_job;
+        let Some(branch) = self.swarms.get(swarm).map(|s| s.plan.integration_branch.clone()) else { return };
+        let tasks: Vec<String> = items.iter().map(|k| k.task.to_string()).collect();
+        let (kind, what) =
+            if bisecting { ("merge_queue.bisect", "bisecting") } else { ("merge_queue.batch", "batch") };
+        let _span =
+            tracing::info_span!("merge_queue.batch", swarm = %swarm, job, tasks = items.len(), bisecting)
+                .entered();
+        self.metrics.merge_queue_batch_size.set(items.len() as i64);
+        self.event(
+            fx,
+            swarm.as_str(),
+            "",
+            0,
+            "",
+            kind,
+            format!("{what} of {}: {}", items.len(), tasks.join(", ")),
+            serde_json::json!({ "job": job, "tasks": tasks, "batch_size": size }),
+        );
+        if let Some(q) = self.merge_queues.by_swarm.get_mut(swarm) {
+            q.stage = Stage::Speculating { job };
+        }
+        self.integrator.queue(QueueRequest::Speculate { swarm: swarm.clone(), job, branch, jobs });
+    }
+
+    fn has_verifier(&self, swarm: &SwarmId) -> bool {
+        let Some(iv) = self.integration_of(swarm) else { return false };
+        self.workers.values().any(|w| w.is_idle() && w.satisfies(&iv.labels))
+    }
+
+    /// Picks an idle sidecar with the plan's verifier labels and sends it
+    /// the merged commit; without one, the next tick tries again.
+    fn dispatch_verify(&mut self, swarm: &SwarmId, fx: &mut Effects) {
+        let Some(iv) = self.integration_of(swarm) else { return };
+        let Some(Stage::Verifying { job, head, chained, worker: None, .. }) =
+            self.merge_queues.by_swarm.get(swarm).map(|q| &q.stage)
+        else {
+            return;
+        };
+        let (job, head) = (*job, head.clone());
+        let attempts: Vec<String> = chained.iter().map(|c| c.task.attempt(c.attempt).to_string()).collect();
+        let mut idle: Vec<&str> = self
+            .workers
+            .values()
+            .filter(|w| w.is_idle() && w.satisfies(&iv.labels))
+            .map(|w| w.id.as_str())
+            .collect();
+        idle.sort();
+        let Some(worker) = idle.first().map(|w| w.to_string()) else { return };
+        let Some(session) = self.workers.get(&worker).and_then(|w| w.session.as_ref()).map(|s| s.id) else {
+            return;
+        };
+        if let Some(w) = self.workers.get_mut(&worker) {
+            w.verifying = Some(job);
+        }
+        if let Some(Stage::Verifying { worker: w, .. }) =
+            self.merge_queues.by_swarm.get_mut(swarm).map(|q| &mut q.stage)
+        {
+            *w = Some((worker.clone(), session));
+        }
+        let _span =
+            tracing::info_span!("merge_queue.verify", swarm = %swarm, job, worker = %worker).entered();
+        self.metrics.merge_queue_verifications.inc();
+        self.event(
+            fx,
+            swarm.as_str(),
+            "",
+            0,
+            &worker,
+            "merge_queue.verifying",
+            format!("verifying {} on {worker}", &head[..head.len().min(12)]),
+            serde_json::json!({ "job": job, "commit": head, "attempts": attempts }),
+        );
+        let message = Outbound::VerifyMerge(Box::new(super::outbound::VerifyMergeSpec {
+            job,
+            swarm: swarm.to_string(),
+            commit: head,
+            tiers: iv.tiers.clone(),
+            attempts,
+        }));
+        self.send(&worker, message, fx);
+    }
+
+    /// The integrator's answer to a speculation or a landing.
+    pub(super) fn on_queue_report(&mut self, report: QueueReport, fx: &mut Effects) {
+        match report {
+            QueueReport::Speculated { swarm, job, base, head, chained, decided, error } => {
+                let now = self.mono_ms();
+                let Some(q) = self.merge_queues.by_swarm.get_mut(&swarm) else { return };
+                if !matches!(q.stage, Stage::Speculating { job: j } if j == job) {
+                    return;
+                }
+                q.stage = Stage::Idle;
+                for r in &decided {
+                    q.queue.remove(&r.task);
+                    q.recovering.remove(&r.task);
+                }
+                if let Some(error) = error {
+                    q.retry_at = now + RETRY_MS;
+                    self.event(
+                        fx,
+                        swarm.as_str(),
+                        "",
+                        0,
+                        "",
+                        "merge_queue.error",
+                        format!("speculative merge failed: {error}"),
+                        serde_json::json!({ "job": job }),
+                    );
+                }
+                // Conflicts, refusals and merges found landed are decided as
+                // on the direct path; the rest form a new batch next tick.
+                let changed = !decided.is_empty();
+                for r in decided {
+                    self.on_merged(r, fx);
+                }
+                if changed || chained.is_empty() {
+                    return;
+                }
+                if let Some(q) = self.merge_queues.by_swarm.get_mut(&swarm) {
+                    q.stage = Stage::Verifying { job, base, head, chained, worker: None };
+                }
+                self.dispatch_verify(&swarm, fx);
+            }
+            QueueReport::Advanced { swarm, job, head, error } => {
+                let now = self.mono_ms();
+                let Some(q) = self.merge_queues.by_swarm.get_mut(&swarm) else { return };
+                let Stage::Landing { job: j, .. } = &q.stage else { return };
+                if *j != job {
+                    return;
+                }
+                let Stage::Landing { chained, culprit, .. } = std::mem::take(&mut q.stage) else { return };
+                if let Some(error) = error {
+                    // The ref moved or is locked: verify these again on the
+                    // head as it is now.
+                    q.queue.requeue_front(chained.iter().map(|c| c.task.clone()).collect());
+                    q.retry_at = now + RETRY_MS;
+                    self.event(
+                        fx,
+                        swarm.as_str(),
+                        "",
+                        0,
+                        "",
+                        "merge_queue.error",
+                        format!("verified batch did not land: {error}"),
+                        serde_json::json!({ "job": job }),
+                    );
+                } else {
+                    let tasks: Vec<String> = chained.iter().map(|c| c.task.task.to_string()).collect();
+                    self.event(
+                        fx,
+                        swarm.as_str(),
+                        "",
+                        0,
+                        "",
+                        "merge_queue.landed",
+                        format!("landed {} verified: {}", chained.len(), tasks.join(", ")),
+                        serde_json::json!({ "job": job, "head": head, "tasks": tasks }),
+                    );
+                    for c in chained {
+                        if let Some(q) = self.merge_queues.by_swarm.get_mut(&swarm) {
+                            q.recovering.remove(&c.task);
+                        }
+                        let report = serde_json::json!({ "verified": true, "result": c.merge_commit, "files_changed": c.files_changed, "job": job });
+                        self.on_merged(
+                            MergeResult {
+                                task: c.task,
+                                attempt: c.attempt,
+                                verdict: MergeVerdict::Merged {
+                                    head: head.clone(),
+                                    merge_commit: c.merge_commit,
+                                    report,
+                                },
+                                ownership_warning: Vec::new(),
+                                lock_removed: None,
+                            },
+                            fx,
+                        );
+                    }
+                }
+                if let Some(key) = culprit {
+                    self.return_culprit(&key, fx);
+                }
+            }
+        }
+    }
+
+    /// A sidecar's verdict on a speculative merge.
+    pub(super) fn on_merge_verified(&mut self, worker_id: &str, r: VerifiedReport, fx: &mut Effects) {
+        if let Some(w) = self.workers.get_mut(worker_id)
+            && w.verifying == Some(r.job)
+        {
+            w.verifying = None;
+            self.scan.changed();
+        }
+        let found = self.merge_queues.by_swarm.iter().find_map(|(swarm, q)| match &q.stage {
+            Stage::Verifying { job, head, worker: Some((w, _)), .. }
+                if *job == r.job && w == worker_id && *head == r.commit =>
+            {
+                Some(swarm.clone())
+            }
+            _ => None,
+        });
+        let Some(swarm) = found else { return }; // late or unknown: the verdict is not wanted
+        let _span = tracing::info_span!("merge_queue.verdict", swarm = %swarm, job = r.job, worker = worker_id, passed = r.passed).entered();
+        if !r.error.is_empty() {
+            if let Some(Stage::Verifying { worker, .. }) =
+                self.merge_queues.by_swarm.get_mut(&swarm).map(|q| &mut q.stage)
+            {
+                *worker = None;
+            }
+            self.event(
+                fx,
+                swarm.as_str(),
+                "",
+                0,
+                worker_id,
+                "merge_queue.verifier_error",
+                format!("{worker_id} could not verify: {}", r.error),
+                serde_json::json!({ "job": r.job }),
+            );
+            return; // the next tick sends it to a verifier again
+        }
+        let Some(q) = self.merge_queues.by_swarm.get_mut(&swarm) else { return };
+        let Stage::Verifying { base, head, chained, .. } = std::mem::take(&mut q.stage) else { return };
+        let tasks: Vec<String> = chained.iter().map(|c| c.task.task.to_string()).collect();
+        if !r.passed {
+            q.last_failure = failure_text(&r.tiers);
+        }
+        let decisions = q.queue.verdict(r.passed);
+        let size = q.queue.batch_size();
+        let (kind, what) =
+            if r.passed { ("merge_queue.passed", "passed") } else { ("merge_queue.failed", "failed") };
+        self.event(
+            fx,
+            swarm.as_str(),
+            "",
+            0,
+            worker_id,
+            kind,
+            format!("integration verify {what} for {}", tasks.join(", ")),
+            serde_json::json!({ "job": r.job, "commit": head, "tasks": tasks, "next_batch_size": size,
+                "tiers": r.tiers.iter().map(|t| serde_json::json!({ "name": t.name, "passed": t.passed, "exit_code": t.exit_code })).collect::<Vec<_>>() }),
+        );
+        let mut land = None;
+        let mut culprit = None;
+        for d in decisions {
+            match d {
+                Decision::Land(items) => land = Some(items),
+                Decision::Culprit(key) => culprit = Some(key),
+            }
+        }
+        match land {
+            Some(items) => {
+                let Some(branch) = self.swarms.get(&swarm).map(|s| s.plan.integration_branch.clone()) else {
+                    return;
+                };
+                debug_assert_eq!(items.len(), chained.len());
+                let count = chained.len();
+                if let Some(q) = self.merge_queues.by_swarm.get_mut(&swarm) {
+                    q.stage = Stage::Landing { job: r.job, chained, culprit };
+                }
+                self.integrator.queue(QueueRequest::Advance { swarm, job: r.job, branch, base, head, count });
+            }
+            None => {
+                if let Some(key) = culprit {
+                    self.return_culprit(&key, fx);
+                }
+            }
+        }
+    }
+
+    /// The culprit of a failed verification goes back to its owner, with
+    /// the failing tiers' output, as a conflict does.
+    fn return_culprit(&mut self, key: &TaskKey, fx: &mut Effects) {
+        let failure = self.merge_queues.by_swarm.get_mut(&key.swarm).map(|q| {
+            q.recovering.remove(key);
+            q.last_failure.clone()
+        });
+        let Some(t) = self.tasks.get(key) else { return };
+        if t.state != TaskState::Merging {
+            return;
+        }
+        let number = t.attempts;
+        let (commit, branch) = (
+            t.result_commit.clone(),
+            self.swarms.get(&key.swarm).map(|s| s.plan.integration_branch.clone()).unwrap_or_default(),
+        );
+        let failure = failure.unwrap_or_default();
+        let description = format!(
+            "Your previous result (commit {commit}) passed its own verification, but the integration \
+             branch {branch} with it merged fails the plan's integration verify, and bisection found \
+             your change to be the cause (another task's change may have landed first, e.g. a rename).\n\
+             This attempt starts from the new integration head; make your change work with it.\n\n\
+             Failing integration verify output:\n\n```\n{failure}\n```\n"
+        );
+        let _span = tracing::info_span!("merge_queue.culprit", swarm = %key.swarm, task = %key, attempt = %key.attempt(number)).entered();
+        self.task_event(
+            fx,
+            key,
+            number,
+            "",
+            "merge_queue.culprit",
+            "integration verify fails with this task's change".to_string(),
+            serde_json::json!({ "commit": commit, "output": failure }),
+        );
+        if let Some(t) = self.tasks.get_mut(key) {
+            t.notes.conflict = Some(description);
+            t.resume_commit.clear();
+            fx.dirty_tasks.insert(key.clone());
+        }
+        // Unlike a textual conflict, a culprit spends a retry: a change that
+        // keeps breaking the merged tree must not loop through the queue
+        // forever.
+        self.fail_or_retry(key, number, "integration verify failed with this change", fx);
+    }
+}
+
+/// The failing blocking tiers' output, bounded.
+fn failure_text(tiers: &[TierOutcome]) -> String {
+    let mut out = String::new();
+    for t in tiers.iter().filter(|t| !t.passed) {
+        out.push_str(&format!("[{}] exit {}\n{}\n", t.name, t.exit_code, t.output_tail.trim_end()));
+    }
+    if out.len() > MAX_FAILURE_TEXT {
+        let mut cut = MAX_FAILURE_TEXT;
+        while !out.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        out.truncate(cut);
+    }
+    out
+}

@@ -1,0 +1,93 @@
+//! Verifying a merge queue's merged commit (`VerifyMerge`): the controller
+//! merged a batch of task results in memory and asks an idle sidecar to run
+//! the plan's `integration_verify` tiers on that tree before the
+//! integration branch moves.
+//!
+//! The tree is written to a scratch directory of its own, not the
+//! sidecar's worktree: the worktree keeps its task branch and warm build
+//! state, and the merged commit belongs to no branch. The scratch directory
+//! lives under `.git/workspaces/` like the worktrees, is named by the
+//! worker id (one verification per sidecar at a time) and is removed after.
+
+use std::path::{Path, PathBuf};
+
+use swarm_proto::v1;
+use tracing::Instrument as _;
+
+use crate::verify::{Tier, run_tiers};
+
+/// Runs one verification and returns the message that answers it.
+pub async fn run(
+    repo: PathBuf,
+    worker_id: String,
+    remote: Option<crate::remote::Remote>,
+    job: v1::VerifyMerge,
+) -> v1::SidecarMessage {
+    let span = tracing::info_span!("merge_queue.verify", swarm = %job.swarm_id, job = job.job_id, commit = %job.commit, attempts = ?job.attempts);
+    let verdict = verify(&repo, &worker_id, remote.as_ref(), &job).instrument(span).await;
+    let body = match verdict {
+        Ok((tiers, passed)) => {
+            v1::MergeVerified { job_id: job.job_id, commit: job.commit, passed, tiers, error: String::new() }
+        }
+        Err(error) => {
+            tracing::warn!(%error, "could not verify the merged commit");
+            v1::MergeVerified {
+                job_id: job.job_id,
+                commit: job.commit,
+                passed: false,
+                tiers: Vec::new(),
+                error,
+            }
+        }
+    };
+    v1::SidecarMessage { seq: 0, body: Some(v1::sidecar_message::Body::MergeVerified(body)) }
+}
+
+async fn verify(
+    repo: &Path,
+    worker_id: &str,
+    remote: Option<&crate::remote::Remote>,
+    job: &v1::VerifyMerge,
+) -> Result<(Vec<v1::TierResult>, bool), String> {
+    swarm_core::names::check_commit(&job.commit).map_err(|rule| format!("commit: {rule}"))?;
+    if let Some(remote) = remote {
+        remote.ensure_commit(repo, &job.commit).await.map_err(|e| format!("fetch {}: {e}", job.commit))?;
+    }
+    let dir = scratch_dir(repo, worker_id)?;
+    let (r, d, c) = (repo.to_path_buf(), dir.clone(), job.commit.clone());
+    tokio::task::spawn_blocking(move || write_tree(&r, &d, &c))
+        .await
+        .map_err(|e| format!("checkout thread: {e}"))??;
+    let tiers: Vec<Tier> = job.tiers.iter().map(Tier::from).collect();
+    let env = vec![
+        ("SWARM_SWARM_ID".to_string(), job.swarm_id.clone()),
+        ("SWARM_VERIFY_COMMIT".to_string(), job.commit.clone()),
+        ("SWARM_WORKER_ID".to_string(), worker_id.to_string()),
+    ];
+    let result = run_tiers(&tiers, &dir, &env).await;
+    if let Err(e) = std::fs::remove_dir_all(&dir) {
+        tracing::warn!(dir = %dir.display(), error = %e, "could not remove the verification's scratch directory");
+    }
+    Ok(result)
+}
+
+/// `.git/workspaces/.verify-<worker>`, emptied.
+fn scratch_dir(repo: &Path, worker_id: &str) -> Result<PathBuf, String> {
+    let git = git2::Repository::open(repo).map_err(|e| format!("open repository: {e}"))?;
+    let dir = git.commondir().join("workspaces").join(format!(".verify-{worker_id}"));
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).map_err(|e| format!("clear {}: {e}", dir.display()))?;
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+    Ok(dir)
+}
+
+/// Writes `commit`'s tree into `dir` (no index, no ref, no worktree entry).
+fn write_tree(repo: &Path, dir: &Path, commit: &str) -> Result<(), String> {
+    let git = git2::Repository::open(repo).map_err(|e| format!("open repository: {e}"))?;
+    let oid = git2::Oid::from_str(commit).map_err(|e| format!("commit id: {e}"))?;
+    let commit = git.find_commit(oid).map_err(|e| format!("find commit {commit}: {e}"))?;
+    let mut opts = git2::build::CheckoutBuilder::new();
+    opts.target_dir(dir).force().recreate_missing(true).update_index(false);
+    git.checkout_tree(commit.as_object(), Some(&mut opts)).map_err(|e| format!("write the merged tree: {e}"))
+}

@@ -1,0 +1,171 @@
+//! The merge queue verifies merged trees: real controller, real sidecars
+//! (workers labelled `role=work`, a verifier labelled `role=verify`), real
+//! git. Integration verify commands append the commit they saw to a file
+//! outside the repository, so the verifications counted are the ones that
+//! really ran.
+#![allow(clippy::unwrap_used)] // tests: a panic is the report
+
+use std::path::Path;
+
+use swarm_proto::v1;
+use swarm_tests::{
+    Gate, PlanBuilder, TempRepo, create_swarm, events, spawn_controller, spawn_sidecar, task,
+    wait_all_merged, wait_task_state, worker_script,
+};
+
+/// Work sidecars `w1`.. and the queue's plan lines.
+fn queue_plan(name: &str, verify: &str, max_batch: u32) -> PlanBuilder {
+    PlanBuilder::new(name).default("labels", r#"{ role = "work" }"#).default("retries", "3").tables(&format!(
+        "[[integration_verify]]\nname = \"integration\"\ncommand = '''{verify}'''\n\n\
+             [merge_queue]\nmax_batch = {max_batch}\nlabels = {{ role = \"verify\" }}\n"
+    ))
+}
+
+fn lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path).unwrap_or_default().lines().map(str::to_string).collect()
+}
+
+fn kinds<'a>(evs: &'a [v1::Event], kind: &str) -> Vec<&'a v1::Event> {
+    evs.iter().filter(|e| e.kind == kind).collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_semantic_conflict_is_caught_bisected_to_the_caller_and_fixed_on_its_next_attempt() {
+    let out = tempfile::tempdir().unwrap();
+    let count = out.path().join("verifications");
+    let gate = Gate::new();
+    // `rename` renames old_name to new_name; `caller` adds a call of
+    // old_name, unless its task text says the integration verify failed
+    // (then it calls the new name). Each passes its own verify.
+    let caller = format!(
+        "{wait}\ncp \"$SWARM_TASK_FILE\" '{out}/caller-task-'\"$SWARM_ATTEMPT\".md\n\
+         if grep -q 'Failing integration verify output' \"$SWARM_TASK_FILE\"; then\n\
+         printf 'new_name\\n' > caller.sh\nelse\nprintf 'old_name\\n' > caller.sh\nfi",
+        wait = gate.wait_sh(),
+        out = out.path().display()
+    );
+    let script =
+        worker_script(&[("rename", "printf 'new_name() { echo hi; }\\n' > lib.sh"), ("caller", &caller)]);
+    let repo = TempRepo::with_files(&[("worker.sh", &script), ("lib.sh", "old_name() { echo hi; }\n")]);
+    // The rename alone passes (no caller yet); the caller alone passes (the
+    // old name still exists); both together do not.
+    let verify = format!(
+        "echo \"$SWARM_VERIFY_COMMIT\" >> '{}'; . ./lib.sh; if [ -f caller.sh ]; then . ./caller.sh; fi",
+        count.display()
+    );
+    let plan = queue_plan("sem", &verify, 8)
+        .task(
+            task("rename")
+                .files(&["lib.sh"])
+                .set("verify", r#"[{ name = "own", command = "sh -n lib.sh" }]"#),
+        )
+        .task(
+            task("caller")
+                .files(&["caller.sh"])
+                .set("verify", r#"[{ name = "own", command = "test -s caller.sh" }]"#),
+        )
+        .build();
+    let controller = spawn_controller(repo.path(), &[]);
+    let url = controller.url();
+    let _w: Vec<_> =
+        ["w1", "w2"].iter().map(|w| spawn_sidecar(&url, repo.path(), w, &["--label", "role=work"])).collect();
+    create_swarm(&url, &plan).await;
+
+    // Both results wait in the queue before a verifier exists: one batch.
+    wait_task_state(&url, "sem", "rename", v1::TaskState::Merging).await;
+    gate.open();
+    wait_task_state(&url, "sem", "caller", v1::TaskState::Merging).await;
+    let _v = spawn_sidecar(&url, repo.path(), "v1", &["--label", "role=verify"]);
+
+    let tasks = wait_all_merged(&url, "sem").await;
+    assert_eq!(tasks["rename"].attempts, 1, "the rename landed on its first attempt");
+    assert_eq!(tasks["caller"].attempts, 2, "the caller was handed back once");
+
+    let evs = events(&url, "sem", 0, 1).await;
+    let culprits = kinds(&evs, "merge_queue.culprit");
+    assert_eq!(culprits.len(), 1, "one culprit: {culprits:?}");
+    assert!(culprits[0].task_id.ends_with("caller"), "the caller is the culprit: {:?}", culprits[0]);
+    // The batch of both failed, the rename alone passed and landed, and
+    // the caller was then the culprit without a verification of its own.
+    let batches = kinds(&evs, "merge_queue.batch");
+    assert!(batches[0].message.contains("rename") && batches[0].message.contains("caller"), "{batches:?}");
+    assert_eq!(kinds(&evs, "merge_queue.failed").len(), 1);
+
+    // The second attempt's task text held the failing tier's output.
+    let text = std::fs::read_to_string(out.path().join("caller-task-2.md")).unwrap();
+    assert!(text.contains("Failing integration verify output"), "{text}");
+    assert!(text.contains("old_name"), "the failing output names the missing function: {text}");
+    let first = std::fs::read_to_string(out.path().join("caller-task-1.md")).unwrap();
+    assert!(!first.contains("Failing integration verify output"));
+
+    // The integration head holds both changes, and its tree passes.
+    assert_eq!(repo.file("swarm/sem/integration", "lib.sh").unwrap(), "new_name() { echo hi; }\n");
+    assert_eq!(repo.file("swarm/sem/integration", "caller.sh").unwrap(), "new_name\n");
+    // Verifications: the batch, the rename alone, then the fixed caller.
+    let ran = lines(&count);
+    assert_eq!(ran.len(), 3, "{ran:?}");
+    assert_eq!(
+        ran.last().unwrap(),
+        &repo.head("swarm/sem/integration"),
+        "the landed head is what was verified"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_of_8_with_one_culprit_costs_at_most_four_verifications() {
+    let out = tempfile::tempdir().unwrap();
+    let count = out.path().join("verifications");
+    // t5 writes "bad" on its first attempt: its own verify passes, the
+    // integration verify (no file says bad) does not.
+    let script = worker_script(&[(
+        "t5",
+        "if [ \"$SWARM_ATTEMPT\" = 1 ]; then echo bad > t5.txt; else echo good > t5.txt; fi",
+    )]);
+    let repo = TempRepo::with_files(&[("worker.sh", &script)]);
+    let verify = format!("echo \"$SWARM_VERIFY_COMMIT\" >> '{}'; ! grep -l bad *.txt", count.display());
+    let mut plan = queue_plan("eight", &verify, 8);
+    for i in 1..=8 {
+        plan = plan.task(task(&format!("t{i}")));
+    }
+    let controller = spawn_controller(repo.path(), &[]);
+    let url = controller.url();
+    let _w: Vec<_> =
+        ["w1", "w2"].iter().map(|w| spawn_sidecar(&url, repo.path(), w, &["--label", "role=work"])).collect();
+    create_swarm(&url, &plan.build()).await;
+    for i in 1..=8 {
+        wait_task_state(&url, "eight", &format!("t{i}"), v1::TaskState::Merging).await;
+    }
+    let _v = spawn_sidecar(&url, repo.path(), "v1", &["--label", "role=verify"]);
+    let tasks = wait_all_merged(&url, "eight").await;
+    assert_eq!(tasks["t5"].attempts, 2);
+    for i in [1, 2, 3, 4, 6, 7, 8] {
+        assert_eq!(tasks[&format!("t{i}")].attempts, 1, "t{i} was not handed back");
+    }
+
+    let evs = events(&url, "eight", 0, 1).await;
+    let culprit = evs.iter().position(|e| e.kind == "merge_queue.culprit").expect("a culprit event");
+    assert!(evs[culprit].task_id.ends_with("t5"), "{:?}", evs[culprit]);
+    assert_eq!(kinds(&evs, "merge_queue.culprit").len(), 1);
+    let first_batch = kinds(&evs, "merge_queue.batch")[0];
+    assert!(first_batch.message.starts_with("batch of 8"), "{first_batch:?}");
+    // The verifications before the culprit was named: at most ⌈log2 8⌉ + 1,
+    // each one a run of the verify command on that commit.
+    let before: Vec<String> = evs[..culprit]
+        .iter()
+        .filter(|e| e.kind == "merge_queue.verifying")
+        .map(|e| {
+            serde_json::from_str::<serde_json::Value>(&e.data).unwrap()["commit"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert!(before.len() <= 4, "{} verifications to find the culprit", before.len());
+    let ran = lines(&count);
+    assert_eq!(&ran[..before.len()], &before[..], "the verify command ran once per verification");
+    // Everything landed with its own merge, the fixed t5 included.
+    assert_eq!(repo.file("swarm/eight/integration", "t5.txt").unwrap(), "good\n");
+    let tree = repo.tree("swarm/eight/integration");
+    assert_eq!(tree.keys().filter(|p| p.ends_with(".txt")).count(), 8, "{tree:?}");
+    assert!(!tree.iter().any(|(p, v)| p.ends_with(".txt") && v.contains("bad")), "{tree:?}");
+}
