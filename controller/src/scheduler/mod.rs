@@ -9,8 +9,6 @@
 //! ever sees a state the store does not hold.
 
 mod assign;
-mod bisect;
-mod merge_queue;
 pub mod command;
 mod limits;
 mod model;
@@ -41,7 +39,6 @@ pub use command::{
     Command, HelloInfo, OperatorOp, PackClaim, Report, ReportedAttempt, ResultReport, integrator_sink,
 };
 pub use command::ReviewVerdict;
-pub use merge_queue::VerifiedReport;
 pub use model::{AgentRecord, Attempt, Session, SwarmState, TierOutcome};
 pub use outbound::{AgentAssign, AssignSpec, AttemptHandle, CloseCode, Outbound};
 pub use reads::Page;
@@ -188,6 +185,11 @@ impl Releaser {
 /// The committer: every turn waiting is written in one transaction, then
 /// released in order. A failed commit ends the thread with the error and
 /// releases nothing of it or of any later turn.
+///
+/// Releases run on a `store-release` thread, group by group in commit
+/// order: the next group's commit starts while the last one's events,
+/// acks and assigns go out, since the committer is the pipeline's busiest
+/// stage under load.
 fn commit_loop(
     mut store: Store,
     rx: Receiver<Turn>,
@@ -195,9 +197,36 @@ fn commit_loop(
     metrics: Arc<Metrics>,
     in_flight: Arc<AtomicUsize>,
 ) -> Result<(), crate::error::ControllerError> {
-    let mut group: Vec<Turn> = Vec::with_capacity(MAX_TURNS_IN_FLIGHT);
+    let (committed, to_release) = std::sync::mpsc::sync_channel::<Vec<Turn>>(MAX_TURNS_IN_FLIGHT);
+    let release = std::thread::Builder::new()
+        .name("store-release".into())
+        .spawn(move || {
+            for group in to_release {
+                let done = group.len();
+                for turn in group {
+                    releaser.release(turn.batch.events, turn.released);
+                }
+                in_flight.fetch_sub(done, Ordering::AcqRel);
+            }
+        })
+        .map_err(|e| crate::error::ControllerError::Thread(e.to_string()))?;
+    let result = commit_groups(&mut store, &rx, &committed, &metrics);
+    // Whatever was committed is still released before the loop ends.
+    drop(committed);
+    if release.join().is_err() {
+        return Err(crate::error::ControllerError::Thread("store-release thread panicked".into()));
+    }
+    result
+}
+
+fn commit_groups(
+    store: &mut Store,
+    rx: &Receiver<Turn>,
+    committed: &std::sync::mpsc::SyncSender<Vec<Turn>>,
+    metrics: &Metrics,
+) -> Result<(), crate::error::ControllerError> {
     while let Ok(first) = rx.recv() {
-        group.push(first);
+        let mut group = vec![first];
         while let Ok(next) = rx.try_recv() {
             group.push(next);
         }
@@ -214,11 +243,9 @@ fn commit_loop(
                 }
             }
         }
-        let done = group.len();
-        for turn in group.drain(..) {
-            releaser.release(turn.batch.events, turn.released);
+        if committed.send(group).is_err() {
+            return Err(crate::error::ControllerError::Thread("store-release thread stopped".into()));
         }
-        in_flight.fetch_sub(done, Ordering::AcqRel);
     }
     Ok(())
 }
@@ -258,8 +285,6 @@ pub struct Scheduler {
     limits: limits::RateLimits,
     /// Tasks in REVIEW waiting for a reviewer attempt.
     reviews: review::ReviewQueue,
-    /// Merge queues of swarms that verify their merged tree.
-    merge_queues: merge_queue::Queues,
 }
 
 impl Scheduler {
@@ -448,7 +473,6 @@ impl Scheduler {
                 self.on_merged(result, fx)
             }
             Command::LockRemoved(removed) => self.on_lock_removed(removed, fx),
-            Command::Queue(report) => self.on_queue_report(report, fx),
             Command::Denied { client, message } => {
                 self.audited(fx, &client, "auth.denied", None, message, serde_json::json!({}));
             }
@@ -695,7 +719,6 @@ impl Scheduler {
         }
         self.sweep_registry(fx);
         self.lift_rate_limits(fx);
-        self.tick_merge_queues(fx);
         let connected = self.workers.values().filter(|w| w.session.is_some()).count();
         self.metrics.workers_connected.set(connected as i64);
     }

@@ -90,24 +90,36 @@ impl SqliteStore {
         self.commit_inner(batches).map_err(|e| at_path(&path, e))
     }
 
+    // Table by table across the turns, each statement prepared once per commit (a statement cache
+    // lookup hashes the whole SQL text). Rows of one table keep the turns' order, so a later turn's
+    // row still wins; tables go parents first (swarms, tasks, attempts) for the foreign keys.
     fn commit_inner(&mut self, batches: &[&Batch]) -> Result<CommitStats, StoreError> {
         let started = Instant::now();
         let tx = self.conn.transaction()?;
-        for batch in batches {
+        {
             let mut stmt = tx.prepare_cached(
                 "INSERT INTO swarms (id, plan, state, integration_head, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
             )?;
-            for id in &batch.new_swarms {
-                if let Some(r) = batch.swarms.get(id) {
-                    stmt.execute(params![r.id, &*r.plan, r.state, r.integration_head, r.created_at])?;
+            for batch in batches {
+                for id in &batch.new_swarms {
+                    if let Some(r) = batch.swarms.get(id) {
+                        stmt.execute(params![r.id, &*r.plan, r.state, r.integration_head, r.created_at])?;
+                    }
                 }
             }
+            // Every turn rewrites the progress of the swarms it touched: only the last turn's
+            // version of each is written.
             let mut stmt = tx.prepare_cached(
                 "INSERT INTO swarm_progress (swarm, state, integration_head) VALUES (?1, ?2, ?3)
                  ON CONFLICT(swarm) DO UPDATE SET state = excluded.state, integration_head = excluded.integration_head",
             )?;
-            for r in batch.swarms.values() {
-                stmt.execute(params![r.id, r.state, r.integration_head])?;
+            for (i, batch) in batches.iter().enumerate() {
+                for r in batch.swarms.values() {
+                    if batches[i + 1..].iter().any(|later| later.swarms.contains_key(&r.id)) {
+                        continue;
+                    }
+                    stmt.execute(params![r.id, r.state, r.integration_head])?;
+                }
             }
             let mut stmt = tx.prepare_cached(
                 // An upsert updates the row in place; REPLACE would delete
@@ -122,7 +134,7 @@ impl SqliteStore {
                    cancel_requested = excluded.cancel_requested, notes = excluded.notes,
                    updated_at = excluded.updated_at",
             )?;
-            for r in batch.tasks.values() {
+            for r in batches.iter().flat_map(|b| b.tasks.values()) {
                 stmt.execute(params![
                     r.swarm,
                     r.id,
@@ -150,7 +162,7 @@ impl SqliteStore {
                    started_at = excluded.started_at, ended_at = excluded.ended_at, tiers = excluded.tiers,
                    agent = excluded.agent",
             )?;
-            for r in batch.attempts.values() {
+            for r in batches.iter().flat_map(|b| b.attempts.values()) {
                 stmt.execute(params![
                     r.swarm,
                     r.task,
@@ -170,7 +182,7 @@ impl SqliteStore {
                     r.agent
                 ])?;
             }
-            let mut stmt = tx.prepare_cached(
+            let mut upsert = tx.prepare_cached(
                 "INSERT INTO workers (id, host, labels, last_applied_seq, draining, updated_at,
                    resume_secret, principal)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
@@ -179,27 +191,30 @@ impl SqliteStore {
                    updated_at = excluded.updated_at, resume_secret = excluded.resume_secret,
                    principal = excluded.principal",
             )?;
-            for r in batch.workers.values() {
-                stmt.execute(params![
-                    r.id,
-                    r.host,
-                    r.labels,
-                    r.last_applied_seq as i64,
-                    r.draining,
-                    r.updated_at,
-                    r.resume_secret,
-                    r.principal
-                ])?;
-            }
-            let mut stmt = tx.prepare_cached("DELETE FROM workers WHERE id = ?1")?;
-            for id in &batch.forgotten_workers {
-                stmt.execute(params![id])?;
+            let mut forget = tx.prepare_cached("DELETE FROM workers WHERE id = ?1")?;
+            // Turn by turn: a worker forgotten in one turn may come back in the next.
+            for batch in batches {
+                for r in batch.workers.values() {
+                    upsert.execute(params![
+                        r.id,
+                        r.host,
+                        r.labels,
+                        r.last_applied_seq as i64,
+                        r.draining,
+                        r.updated_at,
+                        r.resume_secret,
+                        r.principal
+                    ])?;
+                }
+                for id in &batch.forgotten_workers {
+                    forget.execute(params![id])?;
+                }
             }
             let mut stmt = tx.prepare_cached(
                 "INSERT INTO events (id, at, swarm, task, attempt, worker, kind, message, data)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             )?;
-            for e in &batch.events {
+            for e in batches.iter().flat_map(|b| &b.events) {
                 stmt.execute(params![
                     e.id as i64,
                     e.at,
@@ -230,7 +245,8 @@ pub fn read_events(
 ) -> Result<Vec<EventRow>, StoreError> {
     let mut stmt = conn.prepare_cached(
         "SELECT id, at, swarm, task, attempt, worker, kind, message, data FROM events
-         WHERE id > ?1 AND id <= ?2 AND (?3 IS NULL OR swarm = ?3) ORDER BY id LIMIT ?4",
+         WHERE id > ?1 AND id <= ?2 AND (?3 IS NULL OR swarm = ?3 OR substr(swarm, 1, length(?3) + 1) = ?3 || '/')
+         ORDER BY id LIMIT ?4",
     )?;
     let rows = stmt.query_map(
         params![clamp(after), clamp(up_to), swarm, limit.min(i64::MAX as usize) as i64],
