@@ -321,7 +321,7 @@ async fn pump(
             _ = tokio::time::sleep(FOLLOW_POLL) => {}
         }
         polls += 1;
-        if polls % LIVE_CHECK_EVERY == 0 {
+        if polls.is_multiple_of(LIVE_CHECK_EVERY) {
             // An ended attempt gets one more read (below) for what its
             // worker wrote last, then the stream ends.
             match find_attempt(&shared, &target.task, target.wire.attempt).await {
