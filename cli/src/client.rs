@@ -117,6 +117,8 @@ pub fn swarm_id(raw: &str) -> anyhow::Result<String> {
 pub fn read_plan(path: &std::path::Path) -> anyhow::Result<(String, swarm_core::plan::Plan)> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| Usage(format!("cannot read plan {}: {e}", path.display())))?;
+    // Sub-plan files are read here: the controller gets plan text only.
+    let text = crate::subplan::inline(&text, path).map_err(|e| Usage(format!("{}: {e}", path.display())))?;
     let plan = swarm_core::plan::Plan::parse(&text).map_err(|e| Usage(format!("{}: {e}", path.display())))?;
     Ok((text, plan))
 }

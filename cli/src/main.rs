@@ -13,6 +13,7 @@ mod local;
 mod ops;
 mod output;
 mod report;
+mod subplan;
 mod top;
 mod watch;
 

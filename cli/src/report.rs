@@ -1,7 +1,8 @@
 //! `swarmctl report SWARM`: a progress report for people (markdown) and
 //! scripts (`-o json`): the swarm at the root, one branch per task with its
 //! status, progress and health, a checklist per task, and the integration
-//! queue.
+//! queue. A task that runs a sub-plan is reported with its child swarm's
+//! report nested under it (`children`), down to the deepest level.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -35,6 +36,10 @@ pub struct Report {
     pub branches: Vec<Branch>,
     /// Tasks that succeeded and wait to land, oldest first.
     pub integration_queue: Vec<String>,
+    /// The child swarms of this swarm's sub-plan tasks (`app/auth` for task
+    /// `auth` of `app`), each with its own report.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<Report>,
 }
 
 #[derive(Debug, Serialize)]
@@ -79,9 +84,27 @@ impl Health {
 
 pub async fn report(c: &mut Client, swarm_id: &str, format: Format) -> anyhow::Result<()> {
     let swarm = c.get_swarm(v1::GetSwarmRequest { swarm_id: swarm_id.to_string() }).await?.into_inner();
-    let tasks = client::all_tasks(c, swarm_id).await?;
     let workers = client::all_workers(c).await?;
-    let report = build(&swarm, &tasks, &workers, now_ms());
+    let now = now_ms();
+    // The swarm and its descendants, deepest first, so that each child's
+    // report is finished before it is nested in its parent's.
+    let prefix = format!("{swarm_id}/");
+    let mut swarms: Vec<v1::Swarm> =
+        client::all_swarms(c).await?.into_iter().filter(|s| s.id.starts_with(&prefix)).collect();
+    swarms.sort_by_key(|s| std::cmp::Reverse(s.id.matches('/').count()));
+    let mut done: Vec<Report> = Vec::new();
+    for s in swarms.iter().chain(std::iter::once(&swarm)) {
+        let tasks = client::all_tasks(c, &s.id).await?;
+        let mut report = build(s, &tasks, &workers, now);
+        let (mine, rest): (Vec<Report>, Vec<Report>) = done
+            .into_iter()
+            .partition(|r| r.swarm.rsplit_once('/').is_some_and(|(parent, _)| parent == s.id));
+        report.children = mine;
+        report.children.sort_by(|a, b| a.swarm.cmp(&b.swarm));
+        done = rest;
+        done.push(report);
+    }
+    let report = done.pop().ok_or_else(|| anyhow::anyhow!("no report for swarm {swarm_id}"))?;
     print_value(&report, format, || markdown(&report))
 }
 
@@ -115,6 +138,7 @@ pub fn build(swarm: &v1::Swarm, tasks: &[v1::Task], workers: &[v1::Worker], now:
         usage: UsageView::from(swarm.usage.as_ref()),
         branches,
         integration_queue: queue.iter().map(|t| t.id.clone()).collect(),
+        children: Vec::new(),
     }
 }
 
@@ -138,7 +162,7 @@ fn branch(swarm: &v1::Swarm, t: &v1::Task, workers: &HashMap<&str, &v1::Worker>,
     ];
     Branch {
         task: t.id.clone(),
-        branch: format!("swarm/{}/{}", swarm.id, t.id),
+        branch: branch_name(&swarm.id, &t.id),
         state: task_state(t.state),
         health,
         health_reason,
@@ -147,6 +171,14 @@ fn branch(swarm: &v1::Swarm, t: &v1::Task, workers: &HashMap<&str, &v1::Worker>,
         worker: t.worker_id.clone(),
         attempts: t.attempts,
         checklist,
+    }
+}
+
+/// The task's branch (a child swarm's tasks' lie under their parent's).
+fn branch_name(swarm: &str, task: &str) -> String {
+    match swarm_core::SwarmId::new(swarm) {
+        Ok(id) => swarm_core::plan::task_branch(&id, task),
+        Err(_) => format!("swarm/{swarm}/{task}"),
     }
 }
 
@@ -229,6 +261,14 @@ fn markdown(r: &Report) -> String {
     }
     for (i, t) in r.integration_queue.iter().enumerate() {
         let _ = writeln!(md, "{}. {t}", i + 1);
+    }
+    for child in &r.children {
+        // One heading level deeper per level of nesting.
+        let _ = writeln!(md, "\n---\n");
+        for line in markdown(child).lines() {
+            let deeper = if line.starts_with('#') { "#" } else { "" };
+            let _ = writeln!(md, "{deeper}{line}");
+        }
     }
     md
 }

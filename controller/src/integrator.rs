@@ -139,7 +139,9 @@ impl IntegratorHandle {
     /// A merge queue's request; its report comes back through the sink.
     pub fn queue(&self, request: crate::merge_queue::QueueRequest) {
         if self.tx.send(Request::Queue(request)).is_err() {
-            tracing::error!("integrator thread is gone; merge queue request dropped (the queue is rebuilt on restart)");
+            tracing::error!(
+                "integrator thread is gone; merge queue request dropped (the queue is rebuilt on restart)"
+            );
         }
     }
 
@@ -155,6 +157,18 @@ impl IntegratorHandle {
         let (reply, rx) = oneshot::channel();
         self.call(Request::EnsureBranch { branch: branch.into(), from: from.into(), reply })?;
         rx.await.map_err(|_| gone())?
+    }
+
+    /// `ensure_branch` for the scheduler thread, which must not wait: it
+    /// polls the returned receiver.
+    pub fn ensure_branch_later(
+        &self,
+        branch: &str,
+        from: &str,
+    ) -> Result<oneshot::Receiver<Result<String, SchedError>>, SchedError> {
+        let (reply, rx) = oneshot::channel();
+        self.call(Request::EnsureBranch { branch: branch.into(), from: from.into(), reply })?;
+        Ok(rx)
     }
 
     /// Moves `target` to `new_head` only as a fast-forward.

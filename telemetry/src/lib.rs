@@ -177,7 +177,21 @@ pub fn export_task_span(swarm: &str, task_key: &str, start: SystemTime, end: Sys
 pub fn export_swarm_span(swarm: &str, start: SystemTime, end: SystemTime, state: &str) {
     let attrs = vec![KeyValue::new("swarm.swarm", swarm.to_string())];
     let trace = Some(swarm_trace_id(swarm));
-    build_span(format!("swarm {swarm}"), Context::new(), trace, &root_key(swarm), start, end, state, attrs);
+    // A child swarm (`app/auth`) is a child of its parent task's span, whose
+    // id is derived from the same text (the task `app/auth`).
+    let parent = if swarm.contains('/') {
+        let task = SpanContext::new(
+            swarm_trace_id(swarm),
+            SpanId::from_bytes(fnv1a(swarm, FNV_OFFSET)),
+            TraceFlags::SAMPLED,
+            true,
+            TraceState::default(),
+        );
+        Context::new().with_remote_span_context(task)
+    } else {
+        Context::new()
+    };
+    build_span(format!("swarm {swarm}"), parent, trace, &root_key(swarm), start, end, state, attrs);
 }
 
 #[allow(clippy::too_many_arguments)] // one private builder behind two small public calls
@@ -211,7 +225,10 @@ fn root_key(swarm: &str) -> String {
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 
+/// One trace per root swarm: a child swarm (`app/auth`) is part of its
+/// root's (`app`).
 fn swarm_trace_id(swarm: &str) -> TraceId {
+    let swarm = swarm.split('/').next().unwrap_or(swarm);
     let [hi, lo] = [fnv1a(swarm, FNV_OFFSET), fnv1a(swarm, FNV_OFFSET.rotate_left(32))];
     TraceId::from_bytes(std::array::from_fn(|i| if i < 8 { hi[i] } else { lo[i - 8] }))
 }
@@ -225,6 +242,12 @@ fn fnv1a(s: &str, offset: u64) -> [u8; 8] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_child_swarm_shares_its_roots_trace() {
+        assert_eq!(swarm_trace_id("app/auth/login"), swarm_trace_id("app"));
+        assert_ne!(swarm_trace_id("app"), swarm_trace_id("other"));
+    }
 
     #[test]
     fn swarm_trace_is_stable_and_valid_without_export() {

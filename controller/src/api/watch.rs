@@ -106,7 +106,8 @@ async fn pump(
                     continue;
                 }
                 cursor = e.id;
-                if swarm.as_deref().is_some_and(|s| s != e.swarm) {
+                // A swarm's events include its child swarms' (`app/auth`).
+                if swarm.as_deref().is_some_and(|s| !in_swarm(s, &e.swarm)) {
                     continue;
                 }
                 if tx.send(Ok(convert::event((*e).clone()))).await.is_err() {
@@ -137,4 +138,9 @@ async fn last_id(shared: &Shared) -> Result<u64, Status> {
     .await
     .map_err(|e| Status::internal(e.to_string()))?
     .map_err(Status::unavailable)
+}
+
+/// Is `event_swarm` the swarm `watched` or one of its child swarms?
+fn in_swarm(watched: &str, event_swarm: &str) -> bool {
+    event_swarm == watched || event_swarm.strip_prefix(watched).is_some_and(|rest| rest.starts_with('/'))
 }

@@ -21,6 +21,7 @@ mod reports;
 mod review;
 mod sessions;
 pub mod stall;
+pub mod subswarm;
 mod task_text;
 #[cfg(test)]
 mod tests;
@@ -35,10 +36,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use swarm_core::{AttemptState, SwarmId, TaskKey, TaskState};
 use tokio::sync::broadcast;
 
+pub use command::ReviewVerdict;
 pub use command::{
     Command, HelloInfo, OperatorOp, PackClaim, Report, ReportedAttempt, ResultReport, integrator_sink,
 };
-pub use command::ReviewVerdict;
 pub use model::{AgentRecord, Attempt, Session, SwarmState, TierOutcome};
 pub use outbound::{AgentAssign, AssignSpec, AttemptHandle, CloseCode, Outbound};
 pub use reads::Page;
@@ -283,6 +284,8 @@ pub struct Scheduler {
     scan: assign::ScanMemo,
     /// Agent usage limits holding agent tasks back.
     limits: limits::RateLimits,
+    /// Sub-swarm tasks whose child swarm is being started.
+    subswarms: subswarm::SubSwarms,
     /// Tasks in REVIEW waiting for a reviewer attempt.
     reviews: review::ReviewQueue,
 }
@@ -418,8 +421,13 @@ impl Scheduler {
         self.schedule(&mut fx);
         self.schedule_reviews(&mut fx);
         if !fx.touched_swarms.is_empty() {
-            for swarm in std::mem::take(&mut fx.touched_swarms) {
-                self.refresh_swarm(&swarm, &mut fx);
+            // A child swarm's end moves its parent task, which touches the
+            // parent swarm: refresh until nothing more moves.
+            while !fx.touched_swarms.is_empty() {
+                for swarm in std::mem::take(&mut fx.touched_swarms) {
+                    self.refresh_swarm(&swarm, &mut fx);
+                    self.after_swarm_refresh(&swarm, &mut fx);
+                }
             }
             self.count_stalled();
         }
@@ -620,6 +628,7 @@ impl Scheduler {
         } else {
             self.running.remove(key);
         }
+        self.subswarm_transition(key, to);
         let message =
             if reason.is_empty() { format!("{from} -> {to}") } else { format!("{from} -> {to}: {reason}") };
         self.task_event(
@@ -719,6 +728,7 @@ impl Scheduler {
         }
         self.sweep_registry(fx);
         self.lift_rate_limits(fx);
+        self.tick_subswarms(fx);
         let connected = self.workers.values().filter(|w| w.session.is_some()).count();
         self.metrics.workers_connected.set(connected as i64);
     }

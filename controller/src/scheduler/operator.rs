@@ -80,7 +80,8 @@ impl Scheduler {
                 later(fx, reply, r);
             }
             OperatorOp::ReviewTask { task, decision, message, reply } => {
-                let r = self.operator_review(&task, &decision, &message, fx).and_then(|_| self.task_view(&task));
+                let r =
+                    self.operator_review(&task, &decision, &message, fx).and_then(|_| self.task_view(&task));
                 later(fx, reply, r);
             }
             OperatorOp::Answer { task, question_id, text, reply } => {
@@ -146,6 +147,12 @@ impl Scheduler {
         fx: &mut Effects,
     ) -> Result<(SwarmView, bool), SchedError> {
         self.check_plan_refs(&plan)?;
+        if plan.swarm.parent().is_some() {
+            return Err(SchedError::InvalidArgument {
+                field: "plan.name".into(),
+                rule: "a nested swarm id is only given to a task's child swarm".into(),
+            });
+        }
         if let Some(existing) = self.swarms.get(&plan.swarm) {
             if *existing.plan_text == *plan_text {
                 return Ok((SwarmView::of(existing, existing.usage), false));
@@ -155,12 +162,27 @@ impl Scheduler {
                 plan.swarm.as_str()
             )));
         }
+        let id = plan.swarm.clone();
+        self.insert_swarm(plan_text.into(), plan, head, fx);
+        let view = self.swarm_view(id.as_str())?;
+        Ok((view, true))
+    }
+
+    /// Adds a swarm on its integration branch at `head` and makes its
+    /// first tasks READY: a swarm the operator created, or a task's child.
+    pub(super) fn insert_swarm(
+        &mut self,
+        plan_text: Arc<str>,
+        plan: Arc<Plan>,
+        head: &str,
+        fx: &mut Effects,
+    ) {
         let _span =
             tracing::info_span!("swarm.create", swarm = %plan.swarm, tasks = plan.tasks.len()).entered();
         let now = now_ms();
         let swarm = Swarm {
             id: plan.swarm.clone(),
-            plan_text: plan_text.into(),
+            plan_text,
             plan: plan.clone(),
             state: SwarmState::Active,
             integration_head: head.to_string(),
@@ -222,8 +244,6 @@ impl Scheduler {
                 self.make_ready(&key, "no dependencies", fx);
             }
         }
-        let view = self.swarm_view(plan.swarm.as_str())?;
-        Ok((view, true))
     }
 
     fn cancel_task(&mut self, key: &TaskKey, reason: &str, fx: &mut Effects) -> Result<(), SchedError> {
@@ -253,6 +273,7 @@ impl Scheduler {
                     serde_json::json!({}),
                 );
                 self.send_cancel(key, number, reason, fx);
+                self.cancel_child(key, reason, fx);
                 Ok(())
             }
             _ => {
@@ -265,7 +286,12 @@ impl Scheduler {
         }
     }
 
-    fn cancel_swarm(&mut self, id: &str, reason: &str, fx: &mut Effects) -> Result<u32, SchedError> {
+    pub(super) fn cancel_swarm(
+        &mut self,
+        id: &str,
+        reason: &str,
+        fx: &mut Effects,
+    ) -> Result<u32, SchedError> {
         let keys = self.swarm(id)?.tasks.clone();
         let mut n = 0;
         for key in keys {
@@ -296,7 +322,7 @@ impl Scheduler {
         Ok(n)
     }
 
-    fn retry_task(&mut self, key: &TaskKey, fx: &mut Effects) -> Result<(), SchedError> {
+    pub(super) fn retry_task(&mut self, key: &TaskKey, fx: &mut Effects) -> Result<(), SchedError> {
         let t = self.task(key)?;
         match t.state {
             TaskState::Failed

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
-use swarm_core::plan::{Plan, TaskSpec};
+use swarm_core::plan::TaskSpec;
 use swarm_core::{AttemptState, Outcome, SwarmId, TaskId, TaskKey, TaskState};
 use tokio::sync::broadcast;
 
@@ -52,14 +52,15 @@ pub fn recover(
         merge_queues: Default::default(),
         reviews: Default::default(),
         limits: Default::default(),
+        subswarms: Default::default(),
     };
 
     // Each task's spec under the key made from the plan's own ids, so every
     // map shares one copy of them (and a row finds its spec in one lookup).
     let mut specs: HashMap<TaskKey, Arc<TaskSpec>> = HashMap::new();
     for row in snap.swarms {
-        let plan = Plan::parse(&row.plan).map_err(|e| corrupt("swarms", row.id.clone(), e.to_string()))?;
-        let plan = Arc::new(plan);
+        let plan = super::subswarm::stored_plan(&row.id, &row.plan)
+            .map_err(|e| corrupt("swarms", row.id.clone(), e.to_string()))?;
         let state =
             SwarmState::parse(&row.state).ok_or_else(|| corrupt("swarms", row.id.clone(), "bad state"))?;
         let tasks = plan.tasks.iter().map(|t| TaskKey::new(plan.swarm.clone(), t.id.clone())).collect();
@@ -221,7 +222,9 @@ pub fn recover(
                 s.ready.insert((seq, key.clone()));
                 s.ready_seq.insert(key, seq);
             }
-            TaskState::Merging | TaskState::Succeeded if s.queues_merges(&key.swarm) => s.requeue_recovered(&key),
+            TaskState::Merging | TaskState::Succeeded if s.queues_merges(&key.swarm) => {
+                s.requeue_recovered(&key)
+            }
             TaskState::Merging | TaskState::Succeeded => {
                 let number = t.attempts;
                 if let Some(job) = s.merge_job(&key, number, true) {
@@ -232,6 +235,7 @@ pub fn recover(
         }
     }
     s.requeue_reviews();
+    s.recover_subswarms();
     // A controller killed while moving an integration ref leaves its lock
     // behind; clear those first (the integrator handles requests in order).
     let owned = s

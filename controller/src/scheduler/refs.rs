@@ -13,9 +13,10 @@ use super::model::Swarm;
 use super::{Effects, Scheduler};
 use crate::error::SchedError;
 
-/// The prefix of a swarm's task branches.
+/// The prefix of a swarm's task branches (a child swarm's lie under
+/// `swarm/<root>/<task>.sub/`, inside its root's).
 fn namespace(swarm: &SwarmId) -> String {
-    format!("swarm/{swarm}/")
+    swarm_core::plan::swarm_namespace(swarm)
 }
 
 fn owns(swarm: &Swarm, branch: &str) -> bool {

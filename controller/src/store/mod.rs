@@ -155,7 +155,8 @@ impl Reader {
     }
 
     /// Events with ids in `(after, up_to]`, at most `limit`, optionally of
-    /// one swarm, in id order.
+    /// one swarm and its child swarms (`app/auth` is a child of `app`), in
+    /// id order.
     pub fn read_events(
         &mut self,
         after: u64,

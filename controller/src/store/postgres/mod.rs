@@ -143,7 +143,8 @@ pub fn read_events(
     let rows = client.query(
         &format!(
             "SELECT {EVENT_COLUMNS} FROM events
-             WHERE id > $1 AND id <= $2 AND ($3::text IS NULL OR swarm = $3) ORDER BY id LIMIT $4"
+             WHERE id > $1 AND id <= $2 AND ($3::text IS NULL OR swarm = $3 OR starts_with(swarm, $3 || '/'))
+             ORDER BY id LIMIT $4"
         ),
         &[&clamp(after), &clamp(up_to), &swarm, &(limit.min(i64::MAX as usize) as i64)],
     )?;

@@ -1,0 +1,323 @@
+//! Sub-swarms: a task with its own plan runs it as a child swarm.
+//!
+//! When such a task becomes READY it is not offered to a sidecar. Instead
+//! the integrator creates the task's branch at the parent's integration
+//! head (the child's integration branch, so the child's merges land on the
+//! task's branch), and the child swarm `<swarm>/<task>` is created on it and
+//! scheduled like any other swarm, on the same fleet. The parent task is
+//! RUNNING meanwhile, with an attempt of its own (no worker) whose base is
+//! that head. When the child completes, its integration head is the
+//! attempt's result and goes through the parent's merge path; when a child
+//! task fails for good, or the child is cancelled, the parent task fails
+//! (or is cancelled) naming the child's tasks. Cancel and retry of the
+//! parent task reach the child. The hierarchy lives in the ids (`app/auth`
+//! is the child of task `auth` of swarm `app`), so recovery after a restart
+//! needs nothing stored beyond the swarms themselves.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use swarm_core::plan::{Plan, PlanError};
+use swarm_core::{AttemptState, SwarmId, TaskKey, TaskState};
+use tokio::sync::oneshot;
+
+use super::model::{Attempt, SwarmState};
+use super::{Effects, Scheduler, now_ms};
+use crate::error::SchedError;
+
+/// The branch of a starting child swarm, on its way from the integrator.
+type BranchReply = oneshot::Receiver<Result<String, SchedError>>;
+
+/// Sub-swarm tasks between READY and their child swarm's creation.
+#[derive(Default)]
+pub struct SubSwarms {
+    /// READY sub-swarm tasks, started at the next tick.
+    to_start: Vec<TaskKey>,
+    /// Tasks whose child's branch the integrator is making: (attempt, reply).
+    branching: HashMap<TaskKey, (u32, BranchReply)>,
+}
+
+/// The worker field of a sub-swarm task's attempts: no sidecar holds them.
+const NO_WORKER: &str = "";
+
+/// A stored swarm's plan: a child swarm stores its root's plan text (the
+/// only text the operator gave) and takes its own plan out of it.
+pub fn stored_plan(id: &str, text: &str) -> Result<Arc<Plan>, PlanError> {
+    let root = Arc::new(Plan::parse(text)?);
+    let swarm = SwarmId::new(id).map_err(|rule| PlanError { path: "id".into(), rule })?;
+    root.descendant(&swarm).ok_or_else(|| PlanError {
+        path: "id".into(),
+        rule: format!("swarm {id:?} is not its root plan's swarm or one of its sub-plans"),
+    })
+}
+
+impl Scheduler {
+    fn is_subswarm_task(&self, key: &TaskKey) -> bool {
+        self.tasks.get(key).is_some_and(|t| t.spec.subplan.is_some())
+    }
+
+    /// Called by `set_state` after each transition: a READY sub-swarm task
+    /// leaves the ready queue (no sidecar runs it) to be started at the
+    /// next tick, and a RUNNING one holds no ownership (its child's tasks
+    /// own the files, and must not be held off by their own parent).
+    pub(super) fn subswarm_transition(&mut self, key: &TaskKey, to: TaskState) {
+        if !self.is_subswarm_task(key) {
+            return;
+        }
+        match to {
+            TaskState::Ready => {
+                if let Some(seq) = self.ready_seq.remove(key) {
+                    self.ready.remove(&(seq, key.clone()));
+                }
+                if !self.subswarms.to_start.contains(key) {
+                    self.subswarms.to_start.push(key.clone());
+                }
+            }
+            TaskState::Running => self.running.remove(key),
+            _ => {}
+        }
+    }
+
+    /// After recovery: sub-swarm tasks leave the ready queue and the
+    /// ownership set as `subswarm_transition` would have them, and a
+    /// RUNNING one whose child was never created asks for it again.
+    pub(super) fn recover_subswarms(&mut self) {
+        let keys: Vec<(TaskKey, TaskState)> = self
+            .tasks
+            .values()
+            .filter(|t| t.spec.subplan.is_some())
+            .map(|t| (t.key.clone(), t.state))
+            .collect();
+        self.lease_seen.remove(NO_WORKER);
+        for (key, state) in keys {
+            self.subswarm_transition(&key, state);
+            let child = key.swarm.child(&key.task);
+            if state == TaskState::Running && !self.swarms.contains_key(&child) {
+                self.request_branch(&key, self.tasks.get(&key).map(|t| t.attempts).unwrap_or(0));
+            }
+        }
+    }
+
+    /// Starts the READY sub-swarm tasks and creates the children whose
+    /// branches are ready; called every tick.
+    pub(super) fn tick_subswarms(&mut self, fx: &mut Effects) {
+        for key in std::mem::take(&mut self.subswarms.to_start) {
+            if self.tasks.get(&key).is_some_and(|t| t.state == TaskState::Ready) {
+                self.start_subswarm(&key, fx);
+            }
+        }
+        if self.subswarms.branching.is_empty() {
+            return;
+        }
+        let mut done = Vec::new();
+        for (key, (number, rx)) in &mut self.subswarms.branching {
+            match rx.try_recv() {
+                Ok(result) => done.push((key.clone(), *number, result)),
+                Err(oneshot::error::TryRecvError::Empty) => {}
+                Err(oneshot::error::TryRecvError::Closed) => done.push((
+                    key.clone(),
+                    *number,
+                    Err(SchedError::Unavailable("integrator stopped".into())),
+                )),
+            }
+        }
+        for (key, number, result) in done {
+            self.subswarms.branching.remove(&key);
+            match result {
+                Ok(head) => self.create_child(&key, number, &head, fx),
+                Err(e) => {
+                    let why = format!("could not create the child swarm's branch: {e}");
+                    self.set_attempt_state(&key, number, AttemptState::Failed, fx);
+                    self.fail_or_retry(&key, number, &why, fx);
+                }
+            }
+        }
+    }
+
+    /// A new attempt for a READY sub-swarm task: a child that already
+    /// exists (a retry) has its failed and cancelled tasks retried; a new
+    /// one needs its branch first.
+    fn start_subswarm(&mut self, key: &TaskKey, fx: &mut Effects) {
+        let child = key.swarm.child(&key.task);
+        let base = self.swarms.get(&key.swarm).map(|s| s.integration_head.clone()).unwrap_or_default();
+        let Some(task) = self.tasks.get_mut(key) else { return };
+        task.attempts += 1;
+        let number = task.attempts;
+        let span = tracing::info_span!("subswarm.start", swarm = %key.swarm, task = %key, attempt = %key.attempt(number), child = %child);
+        let _span = span.entered();
+        let token = self.next_token;
+        self.next_token += 1;
+        self.attempts.insert(
+            (key.clone(), number),
+            Attempt {
+                task: key.clone(),
+                number,
+                state: AttemptState::Running,
+                worker: NO_WORKER.to_string(),
+                token,
+                base_commit: base,
+                result_commit: String::new(),
+                outcome: None,
+                exit_code: 0,
+                summary: String::new(),
+                error: String::new(),
+                started_at: now_ms(),
+                ended_at: 0,
+                tiers: Vec::new(),
+                agent: Default::default(),
+            },
+        );
+        fx.dirty_attempts.insert((key.clone(), number));
+        self.set_state(key, TaskState::Running, &format!("sub-swarm {child} (attempt {number})"), fx);
+        if self.swarms.contains_key(&child) {
+            self.resume_child(&child, fx);
+        } else {
+            self.request_branch(key, number);
+        }
+    }
+
+    fn request_branch(&mut self, key: &TaskKey, number: u32) {
+        let Some(parent) = self.swarms.get(&key.swarm) else { return };
+        let child = key.swarm.child(&key.task);
+        let Some(plan) = parent.plan.descendant(&child) else { return };
+        match self.integrator.ensure_branch_later(&plan.integration_branch, &parent.plan.integration_branch) {
+            Ok(rx) => {
+                self.subswarms.branching.insert(key.clone(), (number, rx));
+            }
+            Err(e) => tracing::error!(task = %key, error = %e, "child swarm's branch not requested"),
+        }
+    }
+
+    /// The child swarm of `key`, on its branch at `head`.
+    fn create_child(&mut self, key: &TaskKey, number: u32, head: &str, fx: &mut Effects) {
+        let child = key.swarm.child(&key.task);
+        let Some(parent) = self.swarms.get(&key.swarm) else { return };
+        let Some(plan) = parent.plan.descendant(&child) else { return };
+        // A child stores its root's plan text; `stored_plan` finds it again.
+        let root = SwarmId::new(key.swarm.root()).ok();
+        let Some(text) = root.and_then(|r| self.swarms.get(&r)).map(|s| s.plan_text.clone()) else { return };
+        if let Some(a) = self.attempts.get_mut(&(key.clone(), number)) {
+            a.base_commit = head.to_string();
+            fx.dirty_attempts.insert((key.clone(), number));
+        }
+        let _span = tracing::info_span!("subswarm.create", swarm = %key.swarm, task = %key, attempt = %key.attempt(number), child = %child).entered();
+        self.task_event(
+            fx,
+            key,
+            number,
+            "",
+            "task.subswarm",
+            format!("child swarm {child} created at {head}"),
+            serde_json::json!({ "child": child.as_str(), "head": head, "tasks": plan.tasks.len() }),
+        );
+        self.insert_swarm(text, plan, head, fx);
+    }
+
+    /// A retried parent: its child's failed and cancelled tasks get new
+    /// attempts.
+    fn resume_child(&mut self, child: &SwarmId, fx: &mut Effects) {
+        let keys = self.swarms.get(child).map(|s| s.tasks.clone()).unwrap_or_default();
+        for k in keys {
+            let state = self.tasks.get(&k).map(|t| t.state);
+            if matches!(state, Some(TaskState::Failed | TaskState::Cancelled)) {
+                if let Err(e) = self.retry_task(&k, fx) {
+                    tracing::warn!(task = %k, error = %e, "child task not retried");
+                }
+            }
+        }
+        if let Some(s) = self.swarms.get_mut(child)
+            && s.state != SwarmState::Active
+        {
+            s.state = SwarmState::Active;
+            fx.batch.swarm(s.row());
+        }
+        fx.touched_swarms.insert(child.clone());
+    }
+
+    /// Cancelling a RUNNING sub-swarm task cancels its child swarm; the
+    /// task is CANCELLED once the child has stopped.
+    pub(super) fn cancel_child(&mut self, key: &TaskKey, reason: &str, fx: &mut Effects) {
+        let child = key.swarm.child(&key.task);
+        if self.subswarms.branching.remove(key).is_some() {
+            // Nothing runs yet: the task stops here.
+            let number = self.tasks.get(key).map(|t| t.attempts).unwrap_or(0);
+            self.set_attempt_state(key, number, AttemptState::Cancelled, fx);
+            self.set_state(key, TaskState::Cancelled, reason, fx);
+            return;
+        }
+        if self
+            .swarms
+            .get(&child)
+            .is_some_and(|s| matches!(s.state, SwarmState::Active | SwarmState::Stalled))
+            && let Err(e) = self.cancel_swarm(child.as_str(), reason, fx)
+        {
+            tracing::warn!(child = %child, error = %e, "child swarm not cancelled");
+        }
+        fx.touched_swarms.insert(child);
+    }
+
+    /// After a swarm's state is refreshed: a child swarm's progress shows on
+    /// its parent task, and its end decides the parent task's attempt.
+    pub(super) fn after_swarm_refresh(&mut self, id: &SwarmId, fx: &mut Effects) {
+        let Some(parent) = id.parent() else { return };
+        let Some(child) = self.swarms.get(id) else { return };
+        let total = child.tasks.len() as u32;
+        let merged = child.counts[super::model::state_index(TaskState::Merged)];
+        let state = child.state;
+        let head = child.integration_head.clone();
+        let Some(task) = self.tasks.get_mut(&parent) else { return };
+        if task.state != TaskState::Running {
+            return;
+        }
+        task.percent = if total == 0 { 0 } else { merged * 100 / total };
+        task.step = format!("sub-swarm {id}: {merged}/{total} merged, {}", state.as_str());
+        let number = task.attempts;
+        let cancel_requested = task.cancel_requested;
+        let failed = self.failed_children(id);
+        let _span = tracing::info_span!("subswarm.result", swarm = %parent.swarm, task = %parent, attempt = %parent.attempt(number), child = %id).entered();
+        match state {
+            SwarmState::Completed => {
+                if let Some(a) = self.attempts.get_mut(&(parent.clone(), number)) {
+                    a.result_commit = head.clone();
+                    a.summary = format!("sub-swarm {id} completed");
+                }
+                if let Some(t) = self.tasks.get_mut(&parent) {
+                    t.result_commit = head.clone();
+                    t.notes.summary = format!("sub-swarm {id}: {total} tasks merged");
+                }
+                self.set_attempt_state(&parent, number, AttemptState::Succeeded, fx);
+                self.set_state(&parent, TaskState::Succeeded, &format!("sub-swarm {id} completed"), fx);
+                self.start_merge(&parent, number, false, fx);
+            }
+            _ if cancel_requested && matches!(state, SwarmState::Cancelled | SwarmState::Failed) => {
+                self.set_attempt_state(&parent, number, AttemptState::Cancelled, fx);
+                self.set_state(&parent, TaskState::Cancelled, &format!("sub-swarm {id} cancelled"), fx);
+            }
+            SwarmState::Cancelled | SwarmState::Failed | SwarmState::Stalled if !failed.is_empty() => {
+                let why = format!("sub-swarm {id} failed: {}", failed.join(", "));
+                if let Some(a) = self.attempts.get_mut(&(parent.clone(), number)) {
+                    a.error = why.clone();
+                }
+                self.set_attempt_state(&parent, number, AttemptState::Failed, fx);
+                if let Some(t) = self.tasks.get_mut(&parent) {
+                    t.notes.failures.push(format!("attempt {number}: {why}"));
+                }
+                // The child already spent its own tasks' retries.
+                self.set_state(&parent, TaskState::Failed, &why, fx);
+            }
+            _ => {}
+        }
+    }
+
+    /// The child's tasks that ended FAILED or CANCELLED, with their reasons.
+    fn failed_children(&self, id: &SwarmId) -> Vec<String> {
+        let Some(child) = self.swarms.get(id) else { return Vec::new() };
+        child
+            .tasks
+            .iter()
+            .filter_map(|k| self.tasks.get(k))
+            .filter(|t| matches!(t.state, TaskState::Failed | TaskState::Cancelled))
+            .map(|t| format!("{} {} ({})", t.key, t.state, t.reason))
+            .collect()
+    }
+}
