@@ -157,6 +157,26 @@ pub async fn all_tasks(c: &mut Client, swarm_id: &str) -> anyhow::Result<Vec<v1:
     .await
 }
 
+/// A swarm's tasks in these states only, a page at a time.
+pub async fn tasks_in_states(
+    c: &mut Client,
+    swarm_id: &str,
+    states: &[v1::TaskState],
+) -> anyhow::Result<Vec<v1::Task>> {
+    let states: Vec<i32> = states.iter().map(|s| *s as i32).collect();
+    all_pages(|page_token| {
+        let req = v1::ListTasksRequest {
+            swarm_id: swarm_id.to_string(),
+            states: states.clone(),
+            page_token,
+            ..Default::default()
+        };
+        let mut c = c.clone();
+        async move { c.list_tasks(req).await.map(|r| r.into_inner()).map(|r| (r.tasks, r.next_page_token)) }
+    })
+    .await
+}
+
 pub async fn all_swarms(c: &mut Client) -> anyhow::Result<Vec<v1::Swarm>> {
     all_pages(|page_token| {
         let req = v1::ListSwarmsRequest { page_token, ..Default::default() };

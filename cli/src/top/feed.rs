@@ -1,8 +1,15 @@
 //! What feeds the model: the Watch stream, followed across controller
-//! restarts, and the list RPCs, fetched again when events say something
-//! moved (progress is not an event, so also once a second).
+//! restarts, and the list RPCs. Every task is listed only at the start,
+//! after a reconnect, when a swarm appears, and every [`FULL_EVERY`] as a
+//! resync; in between, events move the tasks, and when events arrive (and
+//! once a second, since progress is not an event) a delta fetches the
+//! swarms, the workers and only the RUNNING tasks. A viewer of a
+//! 10,000-task swarm so costs the controller a list of what runs, not of
+//! every task, each second.
 
+use std::collections::HashSet;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
@@ -11,7 +18,7 @@ use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
-use super::model::{Link, Snapshot};
+use super::model::{Delta, Link, Snapshot};
 use crate::client::{self, Target, connect};
 use crate::exit::Failure;
 
@@ -23,11 +30,15 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 const LIST_EVERY: Duration = Duration::from_secs(1);
 /// Shortest gap between two fetches: a burst of events costs one fetch.
 const LIST_GAP: Duration = Duration::from_millis(200);
+/// Every task is listed again at least this often, for what changes
+/// without a `task.state` event (attempts, merge commits, a missed event).
+const FULL_EVERY: Duration = Duration::from_secs(15);
 
 pub enum Update {
     Event(v1::Event),
     Link(Link),
     Snapshot(Snapshot),
+    Delta(Delta),
     ListError(String),
     /// An operator action finished: what to tell the operator.
     Done(Result<String, String>),
@@ -35,8 +46,16 @@ pub enum Update {
 
 /// The two feeds, stopped by `cancel`.
 pub struct Feeds {
-    pub refresh: Arc<Notify>,
+    wake: Arc<Wake>,
     handles: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// What the Watch feed tells the list feed.
+#[derive(Default)]
+struct Wake {
+    refresh: Notify,
+    /// The next fetch lists every task (set on every (re)connection).
+    full: AtomicBool,
 }
 
 impl Feeds {
@@ -47,15 +66,20 @@ impl Feeds {
         tx: mpsc::Sender<Update>,
         cancel: CancellationToken,
     ) -> Feeds {
-        let refresh = Arc::new(Notify::new());
+        let wake = Arc::new(Wake::default());
         let span = tracing::info_span!("top.watch", swarm = %swarm);
         let watch = tokio::spawn(
-            follow(target.clone(), swarm.clone(), since, tx.clone(), refresh.clone(), cancel.clone())
+            follow(target.clone(), swarm.clone(), since, tx.clone(), wake.clone(), cancel.clone())
                 .instrument(span),
         );
         let span = tracing::info_span!("top.lists", swarm = %swarm);
-        let lists = tokio::spawn(poll_lists(target, swarm, tx, refresh.clone(), cancel).instrument(span));
-        Feeds { refresh, handles: vec![watch, lists] }
+        let lists = tokio::spawn(poll_lists(target, swarm, tx, wake.clone(), cancel).instrument(span));
+        Feeds { wake, handles: vec![watch, lists] }
+    }
+
+    /// Asks for a fetch now (after an operator action).
+    pub fn refresh(&self) {
+        self.wake.refresh.notify_one();
     }
 
     /// Waits for both feeds to notice their cancellation.
@@ -76,12 +100,12 @@ async fn follow(
     swarm: String,
     mut after: u64,
     tx: mpsc::Sender<Update>,
-    refresh: Arc<Notify>,
+    wake: Arc<Wake>,
     cancel: CancellationToken,
 ) {
     let mut backoff = FIRST_BACKOFF;
     loop {
-        let once = stream_once(&target, &swarm, &mut after, &tx, &refresh, &mut backoff);
+        let once = stream_once(&target, &swarm, &mut after, &tx, &wake, &mut backoff);
         let reason = tokio::select! {
             () = cancel.cancelled() => return,
             r = once => match r {
@@ -106,15 +130,16 @@ async fn stream_once(
     swarm: &str,
     after: &mut u64,
     tx: &mpsc::Sender<Update>,
-    refresh: &Notify,
+    wake: &Wake,
     backoff: &mut Duration,
 ) -> anyhow::Result<()> {
     let mut c = connect(target).await?;
     let req = v1::WatchRequest { after_event_id: *after, swarm_id: swarm.to_string() };
     let mut stream = c.watch(req).await?.into_inner();
     *backoff = FIRST_BACKOFF;
-    // A reconnect may follow a restart that changed anything: fetch afresh.
-    refresh.notify_one();
+    // A reconnect may follow a restart that changed anything: list afresh.
+    wake.full.store(true, Ordering::Relaxed);
+    wake.refresh.notify_one();
     if tx.send(Update::Link(Link::Live)).await.is_err() {
         return Ok(());
     }
@@ -124,7 +149,7 @@ async fn stream_once(
             continue; // never twice, whatever a server replays
         }
         *after = event.id;
-        refresh.notify_one();
+        wake.refresh.notify_one();
         if tx.send(Update::Event(event)).await.is_err() {
             return Ok(());
         }
@@ -132,23 +157,30 @@ async fn stream_once(
     Ok(())
 }
 
-/// Fetches every swarm, task and worker when told to, or every
-/// [`LIST_EVERY`]; the next fetch waits at least [`LIST_GAP`] or twice as
-/// long as the last one took, so a big swarm is not fetched back to back.
+/// Fetches when told to, or every [`LIST_EVERY`]: every task when a full
+/// list is due, else a delta; the next fetch waits at least [`LIST_GAP`]
+/// or twice as long as the last one took, so a big swarm is not fetched
+/// back to back.
 async fn poll_lists(
     target: Target,
     swarm: String,
     tx: mpsc::Sender<Update>,
-    refresh: Arc<Notify>,
+    wake: Arc<Wake>,
     cancel: CancellationToken,
 ) {
     let mut client: Option<client::Client> = None;
+    // The swarms the last full list had, and when it was made.
+    let mut listed: Option<(HashSet<String>, Instant)> = None;
     loop {
         let started = Instant::now();
-        let update = match fetch(&target, &swarm, &mut client).await {
-            Ok(snapshot) => Update::Snapshot(snapshot),
+        let full = wake.full.swap(false, Ordering::Relaxed)
+            || listed.as_ref().is_none_or(|(_, at)| at.elapsed() >= FULL_EVERY);
+        let update = match fetch(&target, &swarm, &mut client, full, &mut listed).await {
+            Ok(update) => update,
             Err(e) => {
                 client = None;
+                // Whatever was missed meanwhile, the next list has.
+                listed = None;
                 Update::ListError(Failure::from_error(&e).message)
             }
         };
@@ -162,17 +194,21 @@ async fn poll_lists(
         }
         tokio::select! {
             () = cancel.cancelled() => return,
-            () = refresh.notified() => {}
+            () = wake.refresh.notified() => {}
             () = tokio::time::sleep(LIST_EVERY.saturating_sub(gap)) => {}
         }
     }
 }
 
+/// One fetch: a snapshot of everything when `full`, or when a swarm the
+/// last one did not have appears (its tasks are unknown); else a delta.
 async fn fetch(
     target: &Target,
     swarm: &str,
     client: &mut Option<client::Client>,
-) -> anyhow::Result<Snapshot> {
+    full: bool,
+    listed: &mut Option<(HashSet<String>, Instant)>,
+) -> anyhow::Result<Update> {
     let c = match client {
         Some(c) => c,
         None => client.insert(connect(target).await?),
@@ -181,11 +217,21 @@ async fn fetch(
     if !swarm.is_empty() {
         swarms.retain(|s| s.id == swarm);
     }
+    let known = listed.as_ref().map(|(ids, _)| ids);
+    let new_swarm = known.is_none_or(|ids| swarms.iter().any(|s| !ids.contains(&s.id)));
     // ListTasks lists one swarm at a time.
     let mut tasks = Vec::new();
+    if full || new_swarm {
+        for s in &swarms {
+            tasks.extend(client::all_tasks(c, &s.id).await?);
+        }
+        let workers = client::all_workers(c).await?;
+        *listed = Some((swarms.iter().map(|s| s.id.clone()).collect(), Instant::now()));
+        return Ok(Update::Snapshot(Snapshot { swarms, tasks, workers }));
+    }
     for s in &swarms {
-        tasks.extend(client::all_tasks(c, &s.id).await?);
+        tasks.extend(client::tasks_in_states(c, &s.id, &[v1::TaskState::Running]).await?);
     }
     let workers = client::all_workers(c).await?;
-    Ok(Snapshot { swarms, tasks, workers })
+    Ok(Update::Delta(Delta { swarms, running: tasks, workers }))
 }

@@ -188,6 +188,7 @@ fn apply(model: &mut Model, ui: &mut Ui, update: Update, feeds: &Feeds) {
         Update::Event(e) => model.apply_event(e),
         Update::Link(link) => model.link = link,
         Update::Snapshot(s) => model.apply_snapshot(s),
+        Update::Delta(d) => model.apply_delta(d),
         Update::ListError(e) => model.list_error = Some(e),
         Update::Done(result) => {
             match result {
@@ -195,7 +196,7 @@ fn apply(model: &mut Model, ui: &mut Ui, update: Update, feeds: &Feeds) {
                 Err(text) => ui.say(text, true),
             }
             // Show what the action changed without waiting for the poll.
-            feeds.refresh.notify_one();
+            feeds.refresh();
         }
     }
 }

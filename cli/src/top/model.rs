@@ -20,6 +20,17 @@ pub struct Snapshot {
     pub workers: Vec<v1::Worker>,
 }
 
+/// A cheap fetch between two snapshots: the swarms (with their counts by
+/// state), the workers, and only the RUNNING tasks, whose progress, step
+/// and cost move without an event. Its size grows with the fleet, not with
+/// the swarm.
+#[derive(Debug, Default)]
+pub struct Delta {
+    pub swarms: Vec<v1::Swarm>,
+    pub running: Vec<v1::Task>,
+    pub workers: Vec<v1::Worker>,
+}
+
 /// The Watch stream's state, shown in the header.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Link {
@@ -95,6 +106,26 @@ impl Model {
         self.loaded = true;
         self.list_error = None;
         self.graph_stale = true;
+    }
+
+    /// Takes a delta's fresh fields. A task's state and reason stay as the
+    /// events left them: a delta fetched just before an event arrives must
+    /// not turn the task back, and no later delta lists it again once
+    /// it stopped running. Tasks the model does not know wait for the next
+    /// snapshot.
+    pub fn apply_delta(&mut self, d: Delta) {
+        self.swarms = d.swarms;
+        for fresh in d.running {
+            if let Some(&i) = self.index.get(&key(&fresh.swarm_id, &fresh.id)) {
+                let t = &mut self.tasks[i];
+                let (state, reason, question) =
+                    (t.state, std::mem::take(&mut t.reason), std::mem::take(&mut t.pending_question));
+                *t = v1::Task { state, reason, pending_question: question, ..fresh };
+            }
+        }
+        self.workers = d.workers;
+        self.workers_at = Instant::now();
+        self.list_error = None;
     }
 
     /// Applies what an event says at once, so the screen moves with the
@@ -291,6 +322,31 @@ mod tests {
         m.apply_event(event(9, "b", "task.answered", serde_json::json!({})));
         assert!(m.question_rows(&Filter::default()).is_empty());
         assert_eq!(m.last_event, 9);
+    }
+
+    #[test]
+    fn a_delta_moves_progress_but_not_a_state_an_event_set() {
+        let mut m = loaded();
+        m.apply_event(event(7, "a", "task.state", serde_json::json!({"to": "RUNNING"})));
+        // Fetched before the task merged, arriving after the event said so.
+        m.apply_event(event(8, "a", "task.state", serde_json::json!({"to": "MERGED", "reason": "merged"})));
+        let running = |id: &str, percent| v1::Task {
+            swarm_id: "s".into(),
+            id: id.into(),
+            state: v1::TaskState::Running as i32,
+            percent,
+            step: "testing".into(),
+            ..Default::default()
+        };
+        let swarms = vec![v1::Swarm { id: "s".into(), task_count: 2, ..Default::default() }];
+        let workers = vec![v1::Worker { id: "w1".into(), ..Default::default() }];
+        m.apply_delta(Delta { swarms, running: vec![running("a", 40), running("new", 10)], workers });
+        let a = &m.tasks[0];
+        assert_eq!((a.state, a.reason.as_str()), (v1::TaskState::Merged as i32, "merged"));
+        assert_eq!((a.percent, a.step.as_str()), (40, "testing"));
+        assert_eq!(m.tasks.len(), 2, "an unknown task waits for the next snapshot");
+        assert_eq!(m.tasks[1].percent, 0, "b was not in the delta");
+        assert_eq!((m.swarms[0].task_count, m.workers.len()), (2, 1));
     }
 
     #[test]
