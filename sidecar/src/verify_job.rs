@@ -6,8 +6,9 @@
 //! The tree is written to a scratch directory of its own, not the
 //! sidecar's worktree: the worktree keeps its task branch and warm build
 //! state, and the merged commit belongs to no branch. The scratch directory
-//! lives under `.git/workspaces/` like the worktrees, is named by the
-//! worker id (one verification per sidecar at a time) and is removed after.
+//! lives under `.git/workspaces/` like the worktrees, is named by the worker
+//! id and the job (a controller restarted mid-verification may send the
+//! batch again while the first run still goes on) and is removed after.
 
 use std::path::{Path, PathBuf};
 
@@ -53,7 +54,7 @@ async fn verify(
     if let Some(remote) = remote {
         remote.ensure_commit(repo, &job.commit).await.map_err(|e| format!("fetch {}: {e}", job.commit))?;
     }
-    let dir = scratch_dir(repo, worker_id)?;
+    let dir = scratch_dir(repo, worker_id, job.job_id)?;
     let (r, d, c) = (repo.to_path_buf(), dir.clone(), job.commit.clone());
     tokio::task::spawn_blocking(move || write_tree(&r, &d, &c))
         .await
@@ -71,10 +72,10 @@ async fn verify(
     Ok(result)
 }
 
-/// `.git/workspaces/.verify-<worker>`, emptied.
-fn scratch_dir(repo: &Path, worker_id: &str) -> Result<PathBuf, String> {
+/// `.git/workspaces/.verify-<worker>-<job>`, emptied.
+fn scratch_dir(repo: &Path, worker_id: &str, job: u64) -> Result<PathBuf, String> {
     let git = git2::Repository::open(repo).map_err(|e| format!("open repository: {e}"))?;
-    let dir = git.commondir().join("workspaces").join(format!(".verify-{worker_id}"));
+    let dir = git.commondir().join("workspaces").join(format!(".verify-{worker_id}-{job}"));
     if dir.exists() {
         std::fs::remove_dir_all(&dir).map_err(|e| format!("clear {}: {e}", dir.display()))?;
     }

@@ -169,3 +169,77 @@ async fn a_batch_of_8_with_one_culprit_costs_at_most_four_verifications() {
     assert_eq!(tree.keys().filter(|p| p.ends_with(".txt")).count(), 8, "{tree:?}");
     assert!(!tree.iter().any(|(p, v)| p.ends_with(".txt") && v.contains("bad")), "{tree:?}");
 }
+
+/// A plan of two independent tasks whose integration verify records each
+/// run and waits for `gate` (so a verification is in flight when the test
+/// kills something).
+fn gated_plan(name: &str, count: &Path, gate: &Gate) -> String {
+    let verify = format!("echo \"$SWARM_VERIFY_COMMIT\" >> '{}'; {}", count.display(), gate.wait_sh());
+    queue_plan(name, &verify, 8).task(task("a")).task(task("b")).build()
+}
+
+async fn wait_lines(path: &Path, n: usize) {
+    swarm_tests::poll(&format!("{n} verifications to start"), std::time::Duration::from_secs(60), || async {
+        (lines(path).len() >= n).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_controller_killed_mid_verification_verifies_the_batch_again_and_lands_it_once() {
+    let out = tempfile::tempdir().unwrap();
+    let count = out.path().join("verifications");
+    let gate = Gate::new();
+    let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[]))]);
+    let mut controller = spawn_controller(repo.path(), swarm_tests::FAST_LEASES);
+    let url = controller.url();
+    let _w = spawn_sidecar(&url, repo.path(), "w1", &["--label", "role=work"]);
+    create_swarm(&url, &gated_plan("crash", &count, &gate)).await;
+    wait_task_state(&url, "crash", "a", v1::TaskState::Merging).await;
+    wait_task_state(&url, "crash", "b", v1::TaskState::Merging).await;
+    let _v = spawn_sidecar(&url, repo.path(), "v1", &["--label", "role=verify"]);
+    wait_lines(&count, 1).await;
+
+    controller.restart_after_kill9();
+    // The restarted controller rebuilds the queue from the MERGING tasks and
+    // verifies the batch again (the first run's verdict went nowhere).
+    wait_lines(&count, 2).await;
+    gate.open();
+    wait_all_merged(&url, "crash").await;
+    for id in ["a", "b"] {
+        assert_eq!(
+            swarm_tests::merges_of(&repo, "swarm/crash/integration", "crash", id),
+            1,
+            "merges of {id}"
+        );
+    }
+    let ran = lines(&count);
+    assert_eq!(ran.last().unwrap(), &repo.head("swarm/crash/integration"), "the landed head was verified");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_verifier_lost_mid_verification_is_replaced_and_the_batch_verified_elsewhere() {
+    let out = tempfile::tempdir().unwrap();
+    let count = out.path().join("verifications");
+    let gate = Gate::new();
+    let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[]))]);
+    let controller = spawn_controller(repo.path(), swarm_tests::FAST_LEASES);
+    let url = controller.url();
+    let _w = spawn_sidecar(&url, repo.path(), "w1", &["--label", "role=work"]);
+    create_swarm(&url, &gated_plan("lost", &count, &gate)).await;
+    wait_task_state(&url, "lost", "a", v1::TaskState::Merging).await;
+    wait_task_state(&url, "lost", "b", v1::TaskState::Merging).await;
+    let mut v1 = spawn_sidecar(&url, repo.path(), "v1", &["--label", "role=verify"]);
+    wait_lines(&count, 1).await;
+    v1.kill9();
+    let _v2 = spawn_sidecar(&url, repo.path(), "v2", &["--label", "role=verify"]);
+    wait_lines(&count, 2).await;
+    gate.open();
+    wait_all_merged(&url, "lost").await;
+    let evs = events(&url, "lost", 0, 1).await;
+    assert_eq!(kinds(&evs, "merge_queue.verifier_lost").len(), 1, "{evs:?}");
+    let verifiers: Vec<&str> =
+        kinds(&evs, "merge_queue.verifying").iter().map(|e| e.worker_id.as_str()).collect();
+    assert_eq!(verifiers, vec!["v1", "v2"]);
+    assert_eq!(lines(&count).last().unwrap(), &repo.head("swarm/lost/integration"));
+}

@@ -76,7 +76,7 @@ pub(super) fn validate(
 mod tests {
     use crate::plan::Plan;
 
-    const TASKS: &str = "[[tasks]]\nid = \"a\"\ncommand = \"true\"\n";
+    const TASKS: &str = "[[tasks]]\nid = \"a\"\ncommand = \"true\"\nfiles = [\"a.txt\"]\n";
 
     fn parse(head: &str) -> Result<Plan, crate::plan::PlanError> {
         Plan::parse(&format!("name = \"s\"\n{TASKS}\n{head}"))
