@@ -205,7 +205,7 @@ mod tests {
         assert_eq!(app.parent(), None);
         assert_eq!((app.depth(), child.depth(), child.root()), (0, 1, "app"));
         assert!(app.contains("app/auth/x") && app.contains("app") && !app.contains("apple"));
-        let deep = vec!["a"; MAX_SWARM_ID_COMPONENTS + 1].join("/");
+        let deep = ["a"; MAX_SWARM_ID_COMPONENTS + 1].join("/");
         assert!(SwarmId::new(deep).is_err());
     }
 }

@@ -247,3 +247,54 @@ files = ["auth/**"]
     .await;
     assert_eq!(swarm.id, "stop/auth");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_controller_restart_keeps_the_hierarchy_and_merges_each_level_once() {
+    let gate = Gate::new();
+    let script = worker_script(&[
+        ("slow", &format!("{}; mkdir -p auth && echo slow > auth/slow.txt", gate.wait_sh())),
+        ("later", "cat auth/slow.txt > auth/later.txt"),
+    ]);
+    let repo = TempRepo::with_files(&[("worker.sh", &script)]);
+    let text = plan(
+        "keep",
+        r#"
+[[tasks]]
+id = "auth"
+files = ["auth/**"]
+
+  [[tasks.subtasks]]
+  id = "slow"
+  files = ["auth/slow.txt"]
+
+  [[tasks.subtasks]]
+  id = "later"
+  deps = ["slow"]
+  files = ["auth/later.txt"]
+
+[[tasks]]
+id = "api"
+deps = ["auth"]
+files = ["api.txt"]
+"#,
+    );
+    let mut cluster = Cluster::start(&repo, 1, &[]);
+    let url = cluster.url();
+    create_swarm(&url, &text).await;
+    wait_task_state(&url, "keep/auth", "slow", v1::TaskState::Running).await;
+
+    cluster.controller.restart_after_kill9();
+    gate.open();
+
+    let root = wait_all_merged(&url, "keep").await;
+    wait_all_merged(&url, "keep/auth").await;
+    // The child kept running across the restart: one attempt of the parent.
+    assert_eq!(root["auth"].attempts, 1);
+    let tree = repo.tree("swarm/keep/integration");
+    assert_eq!(tree["auth/slow.txt"], "slow\n");
+    assert_eq!(tree["auth/later.txt"], "slow\n");
+    assert_eq!(tree["api.txt"], "api\n");
+    assert_eq!(merges_of(&repo, "swarm/keep/integration", "keep", "auth"), 1);
+    assert_eq!(merges_of(&repo, "swarm/keep/auth", "keep/auth", "slow"), 1);
+    assert_eq!(merges_of(&repo, "swarm/keep/auth", "keep/auth", "later"), 1);
+}

@@ -140,6 +140,17 @@ impl Scheduler {
     fn start_subswarm(&mut self, key: &TaskKey, fx: &mut Effects) {
         let child = key.swarm.child(&key.task);
         let base = self.swarms.get(&key.swarm).map(|s| s.integration_head.clone()).unwrap_or_default();
+        if self.swarms.get(&child).is_some_and(|s| s.state == SwarmState::Completed) {
+            // Its result was refused or conflicted: merging the same head
+            // again would meet the same answer, over and over.
+            let why = format!(
+                "sub-swarm {child} completed, but its result did not merge ({}); a completed child is not \
+                 run again",
+                self.tasks.get(key).map(|t| t.reason.as_str()).unwrap_or_default()
+            );
+            self.set_state(key, TaskState::Failed, &why, fx);
+            return;
+        }
         let Some(task) = self.tasks.get_mut(key) else { return };
         task.attempts += 1;
         let number = task.attempts;
@@ -219,10 +230,10 @@ impl Scheduler {
         let keys = self.swarms.get(child).map(|s| s.tasks.clone()).unwrap_or_default();
         for k in keys {
             let state = self.tasks.get(&k).map(|t| t.state);
-            if matches!(state, Some(TaskState::Failed | TaskState::Cancelled)) {
-                if let Err(e) = self.retry_task(&k, fx) {
-                    tracing::warn!(task = %k, error = %e, "child task not retried");
-                }
+            if matches!(state, Some(TaskState::Failed | TaskState::Cancelled))
+                && let Err(e) = self.retry_task(&k, fx)
+            {
+                tracing::warn!(task = %k, error = %e, "child task not retried");
             }
         }
         if let Some(s) = self.swarms.get_mut(child)
@@ -269,7 +280,7 @@ impl Scheduler {
         if task.state != TaskState::Running {
             return;
         }
-        task.percent = if total == 0 { 0 } else { merged * 100 / total };
+        task.percent = (merged * 100).checked_div(total).unwrap_or(0);
         task.step = format!("sub-swarm {id}: {merged}/{total} merged, {}", state.as_str());
         let number = task.attempts;
         let cancel_requested = task.cancel_requested;
