@@ -7,7 +7,8 @@
 //! scheduled like any other swarm, on the same fleet. The parent task is
 //! RUNNING meanwhile, with an attempt of its own (no worker) whose base is
 //! that head. When the child completes, its integration head is the
-//! attempt's result and goes through the parent's merge path; when a child
+//! attempt's result and goes where every succeeded result goes
+//! (`after_success`: review if asked for, then the merge path); when a child
 //! task fails for good, or the child is cancelled, the parent task fails
 //! (or is cancelled) naming the child's tasks. Cancel and retry of the
 //! parent task reach the child. The hierarchy lives in the ids (`app/auth`
@@ -298,7 +299,9 @@ impl Scheduler {
                 }
                 self.set_attempt_state(&parent, number, AttemptState::Succeeded, fx);
                 self.set_state(&parent, TaskState::Succeeded, &format!("sub-swarm {id} completed"), fx);
-                self.start_merge(&parent, number, false, fx);
+                // The way every succeeded result goes: review, if the plan
+                // asks for one, then the merge path.
+                self.after_success(&parent, number, fx);
             }
             _ if cancel_requested && matches!(state, SwarmState::Cancelled | SwarmState::Failed) => {
                 self.set_attempt_state(&parent, number, AttemptState::Cancelled, fx);
