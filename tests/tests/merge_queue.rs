@@ -229,9 +229,17 @@ async fn a_verifier_lost_mid_verification_is_replaced_and_the_batch_verified_els
     create_swarm(&url, &gated_plan("lost", &count, &gate)).await;
     wait_task_state(&url, "lost", "a", v1::TaskState::Merging).await;
     wait_task_state(&url, "lost", "b", v1::TaskState::Merging).await;
-    let mut v1 = spawn_sidecar(&url, repo.path(), "v1", &["--label", "role=verify"]);
+    let mut verifier = spawn_sidecar(&url, repo.path(), "v1", &["--label", "role=verify"]);
     wait_lines(&count, 1).await;
-    v1.kill9();
+    // What the operator sees of the queue: MERGING, verifying on v1.
+    let mut op = swarm_tests::operator(&url).await;
+    let listed = swarm_tests::tasks(&mut op, "lost").await;
+    for id in ["a", "b"] {
+        let t = &listed[id];
+        assert_eq!(swarm_tests::state_of(t), v1::TaskState::Merging);
+        assert!(t.reason.contains("integration verify") && t.reason.contains("on v1"), "{}", t.reason);
+    }
+    verifier.kill9();
     let _v2 = spawn_sidecar(&url, repo.path(), "v2", &["--label", "role=verify"]);
     wait_lines(&count, 2).await;
     gate.open();

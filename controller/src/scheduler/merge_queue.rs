@@ -242,6 +242,7 @@ impl Scheduler {
         };
         let (job, head) = (*job, head.clone());
         let attempts: Vec<String> = chained.iter().map(|c| c.task.attempt(c.attempt).to_string()).collect();
+        let keys: Vec<TaskKey> = chained.iter().map(|c| c.task.clone()).collect();
         let mut idle: Vec<&str> = self
             .workers
             .values()
@@ -264,6 +265,15 @@ impl Scheduler {
         let _span =
             tracing::info_span!("merge_queue.verify", swarm = %swarm, job, worker = %worker).entered();
         self.metrics.merge_queue_verifications.inc();
+        // The reason is what `get tasks` and the report show of the queue.
+        let reason = format!(
+            "integration verify: {} task(s) merged at {} on {worker}",
+            keys.len(),
+            &head[..head.len().min(12)]
+        );
+        for key in &keys {
+            self.set_state(key, TaskState::Merging, &reason, fx);
+        }
         self.event(
             fx,
             swarm.as_str(),
