@@ -103,9 +103,21 @@ pub enum Command {
         #[command(flatten)]
         out: OutputArgs,
     },
-    /// Start a new attempt of a FAILED, BLOCKED, CONFLICT or CANCELLED task.
+    /// Start a new attempt of a FAILED, BLOCKED, CONFLICT, REJECTED or CANCELLED task.
     Retry {
         task: String,
+        #[command(flatten)]
+        out: OutputArgs,
+    },
+    /// Decide on a task in REVIEW: approve (it merges), request-changes (a
+    /// new attempt with the message in its task text) or reject (REJECTED,
+    /// its branch kept).
+    Review {
+        task: String,
+        /// approve, request-changes or reject.
+        decision: String,
+        /// Why; the rest of the line.
+        message: Vec<String>,
         #[command(flatten)]
         out: OutputArgs,
     },

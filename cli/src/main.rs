@@ -14,6 +14,7 @@ mod ops;
 mod output;
 mod report;
 mod subplan;
+mod review;
 mod top;
 mod watch;
 

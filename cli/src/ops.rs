@@ -59,6 +59,9 @@ pub async fn run(url: &client::Target, command: Command) -> anyhow::Result<()> {
             let resp = c.retry_task(v1::RetryTaskRequest { task_id }).await?.into_inner();
             print_task(resp.task, out.output)
         }
+        Command::Review { task, decision, message, out } => {
+            crate::review::run(url, &task, &decision, &message, out.output).await
+        }
         Command::Answer { task, text, question, out } => {
             let task_id = client::task_id(&task)?;
             if text.trim().is_empty() {

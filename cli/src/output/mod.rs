@@ -220,6 +220,8 @@ pub struct TaskView {
     pub pending_question: String,
     pub updated_at_unix_ms: i64,
     pub usage: UsageView,
+    /// The branch report's merge recommendation once the work is done.
+    pub recommendation: String,
 }
 
 impl From<&v1::Task> for TaskView {
@@ -240,6 +242,7 @@ impl From<&v1::Task> for TaskView {
             pending_question: t.pending_question.clone(),
             updated_at_unix_ms: t.updated_at_unix_ms,
             usage: UsageView::from(t.usage.as_ref()),
+            recommendation: t.recommendation.clone(),
         }
     }
 }
@@ -465,6 +468,7 @@ pub struct TaskDetailView {
     pub prompt: String,
     pub attempts: Vec<AttemptView>,
     pub events: Vec<EventView>,
+    pub branch_report: Option<crate::review::BranchReportView>,
 }
 
 impl From<&v1::TaskDetail> for TaskDetailView {
@@ -474,6 +478,7 @@ impl From<&v1::TaskDetail> for TaskDetailView {
             prompt: d.prompt.clone(),
             attempts: d.attempts.iter().map(AttemptView::from).collect(),
             events: d.events.iter().map(EventView::from).collect(),
+            branch_report: d.branch_report.as_ref().map(crate::review::BranchReportView::from),
         }
     }
 }
@@ -533,6 +538,9 @@ impl TaskDetailView {
         out.push_str(&indent(&table.to_string()));
         for a in self.attempts.iter().filter(|a| !a.session_id.is_empty()) {
             out.push_str(&format!("  #{} {} session {}\n", a.number, a.agent, a.session_id));
+        }
+        if let Some(r) = &self.branch_report {
+            out.push_str(&r.text());
         }
         out.push_str("\nEvents:\n");
         for e in &self.events {
