@@ -125,7 +125,7 @@ async fn stream_once(
 
 /// Whether waiting and reconnecting can fix `e`: the controller being
 /// unreachable or the connection breaking, not a refusal.
-fn retryable(e: &anyhow::Error) -> bool {
+pub(crate) fn retryable(e: &anyhow::Error) -> bool {
     if e.downcast_ref::<Unreachable>().is_some() {
         return true;
     }

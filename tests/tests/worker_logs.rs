@@ -22,7 +22,7 @@ async fn worker_output_comes_from_a_remote_sidecar_and_follows_the_attempt() {
         gate.wait_sh()
     );
     let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[("talk", &talk)]))]);
-    let controller = spawn_controller(repo.path(), &[]);
+    let mut controller = spawn_controller(repo.path(), &[]);
     let url = controller.url();
     let clones = tempfile::tempdir().unwrap();
     let clone = clones.path().join("far");
@@ -43,8 +43,9 @@ async fn worker_output_comes_from_a_remote_sidecar_and_follows_the_attempt() {
     .await;
     assert!(far_log.is_file() && !near_log.exists(), "{} / {}", far_log.display(), near_log.display());
 
-    // -f prints what there is, then what the worker writes next, and ends
-    // when the attempt does.
+    // -f prints what there is, then what the worker writes next, across a
+    // kill -9 of the controller (resuming at the next byte), and ends when
+    // the attempt does.
     let mut follower = Command::new(binary("swarmctl"))
         .args(["logs", "lg/talk", "--worker-output", "-f"])
         .env("SWARM_CONTROLLER", &url)
@@ -55,11 +56,13 @@ async fn worker_output_comes_from_a_remote_sidecar_and_follows_the_attempt() {
     let mut first = [0u8; 22];
     follower.stdout.as_mut().unwrap().read_exact(&mut first).unwrap();
     assert_eq!(&first, b"hello from the worker\n");
+    controller.restart_after_kill9();
     gate.open();
     wait_task_state(&url, "lg", "talk", TaskState::Merged).await;
     let out = wait_output(follower, Duration::from_secs(30));
     assert_eq!(out.status.code(), Some(0), "logs -f: {}", stderr(&out));
     assert_eq!(stdout(&out), "after the gate\n", "-f prints each byte once, after the first read");
+    assert!(stderr(&out).contains("reconnecting"), "the follower lost the controller: {}", stderr(&out));
 
     // JSON names the attempt and the sidecar it came from.
     let out = swarmctl(&url, &["logs", "lg/talk", "--worker-output", "--attempt", "1", "-o", "json"]);

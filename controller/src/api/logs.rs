@@ -223,13 +223,17 @@ pub async fn read_attempt_log(shared: &Shared, req: v1::ReadAttemptLogRequest) -
         worker = %target.worker, follow = req.follow);
     // The first piece is read before the call answers, so a missing log or
     // sidecar is the call's status rather than a broken stream.
-    let first = shared
-        .logs
-        .read(&target.worker, &target.wire, Range { offset: 0, tail_bytes: tail })
-        .instrument(span.clone())
-        .await?;
+    let range = match req.offset {
+        Some(offset) => Range { offset, tail_bytes: 0 },
+        None => Range { offset: 0, tail_bytes: tail },
+    };
+    let first = shared.logs.read(&target.worker, &target.wire, range).instrument(span.clone()).await?;
     let (tx, rx) = mpsc::channel(4);
-    let pump = pump(shared.clone(), target, first, req.follow, tx);
+    // Without `follow`, the read ends where the log ended at the first
+    // piece, and sends at most `tail` bytes from where it started.
+    let end = (!req.follow).then(|| first.size.min(first.offset.saturating_add(tail)));
+    let skipped = if req.offset.is_some() { 0 } else { first.offset };
+    let pump = pump(shared.clone(), target, (first, skipped), end, tx);
     shared.tasks.spawn(pump.instrument(span));
     Ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)))
 }
@@ -257,72 +261,71 @@ async fn find_attempt(shared: &Shared, task: &swarm_core::TaskKey, number: u32) 
     Ok(Target { task: task.clone(), wire, worker: a.worker.clone(), live: a.state.is_live() })
 }
 
-/// Sends the log piece by piece to the caller until it has what there was
-/// at the first read or, when following, until the attempt has ended and
-/// its output is all sent. Ends early when the caller goes away.
+/// Sends the log piece by piece to the caller until `end` or, when
+/// following (`end` None), until the attempt has ended and its output is
+/// all sent. Ends early when the caller goes away.
 async fn pump(
     shared: Shared,
     mut target: Target,
-    first: v1::LogChunk,
-    follow: bool,
+    (first, skipped): (v1::LogChunk, u64),
+    end: Option<u64>,
     tx: mpsc::Sender<Result<v1::AttemptLogChunk, Status>>,
 ) {
-    let end_at_start = first.size;
-    let mut offset = first.offset + first.data.len() as u64;
-    let out = v1::AttemptLogChunk {
-        attempt: target.wire.attempt,
-        worker_id: target.worker.clone(),
-        offset: first.offset,
-        skipped: first.offset,
-        data: first.data,
+    let (attempt, worker) = (target.wire.attempt, target.worker.clone());
+    let chunk = |offset: u64, mut data: Vec<u8>, skipped: u64| {
+        if let Some(end) = end {
+            data.truncate(usize::try_from(end.saturating_sub(offset)).unwrap_or(usize::MAX));
+        }
+        v1::AttemptLogChunk { attempt, worker_id: worker.clone(), offset, skipped, data }
     };
+    let out = chunk(first.offset, first.data, skipped);
+    let mut offset = out.offset + out.data.len() as u64;
     if tx.send(Ok(out)).await.is_err() {
         return;
     }
     let mut polls = 0u32;
     loop {
-        if !follow && offset >= end_at_start {
+        if end.is_some_and(|end| offset >= end) {
             return;
         }
-        let chunk =
-            match shared.logs.read(&target.worker, &target.wire, Range { offset, tail_bytes: 0 }).await {
-                Ok(c) => c,
-                Err(e) => {
-                    let _ = tx.send(Err(e.into())).await;
-                    return;
-                }
-            };
-        if chunk.offset < offset {
+        let read = match shared.logs.read(&target.worker, &target.wire, Range { offset, tail_bytes: 0 }).await
+        {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = tx.send(Err(e.into())).await;
+                return;
+            }
+        };
+        if read.offset < offset {
             // The file shrank (rewritten by a restart of the attempt's
             // worker): say so rather than send bytes twice.
             let _ = tx.send(Err(Status::aborted("the log was truncated while being read"))).await;
             return;
         }
-        if !chunk.data.is_empty() {
-            offset = chunk.offset + chunk.data.len() as u64;
-            let out = v1::AttemptLogChunk {
-                attempt: target.wire.attempt,
-                worker_id: target.worker.clone(),
-                offset: chunk.offset,
-                skipped: 0,
-                data: chunk.data,
-            };
+        if !read.data.is_empty() {
+            let out = chunk(read.offset, read.data, 0);
+            offset = out.offset + out.data.len() as u64;
             if tx.send(Ok(out)).await.is_err() {
                 return;
             }
             continue;
         }
-        if !follow || !target.live {
+        if end.is_some() || !target.live {
             return;
         }
         tokio::select! {
             _ = tx.closed() => return,
-            _ = shared.shutdown.cancelled() => return,
+            _ = shared.shutdown.cancelled() => {
+                // Not a clean end, which the follower would take for the
+                // attempt's: it resumes from its offset after a reconnect.
+                let _ = tx.send(Err(Status::unavailable("controller shutting down"))).await;
+                return;
+            }
             _ = tokio::time::sleep(FOLLOW_POLL) => {}
         }
         polls += 1;
         if polls.is_multiple_of(LIVE_CHECK_EVERY) {
-            // An ended attempt gets one more read (below) for what its
+            // An ended attempt gets one more read (above) for what its
             // worker wrote last, then the stream ends.
             match find_attempt(&shared, &target.task, target.wire.attempt).await {
                 Ok(now) => target.live = now.live,
@@ -347,7 +350,8 @@ pub struct Tail {
 
 pub async fn tail(shared: &Shared, task_id: String, bytes: u64) -> Result<Tail, Status> {
     use futures::StreamExt as _;
-    let req = v1::ReadAttemptLogRequest { task_id, attempt: 0, follow: false, tail_bytes: bytes };
+    let req =
+        v1::ReadAttemptLogRequest { task_id, attempt: 0, follow: false, tail_bytes: bytes, offset: None };
     let mut stream = read_attempt_log(shared, req).await?;
     let mut out = Tail { attempt: 0, worker: String::new(), skipped: 0, data: Vec::new() };
     while let Some(chunk) = stream.next().await {
