@@ -121,6 +121,9 @@ impl Assignment {
 }
 
 /// What the driver hands to the session.
+// A handful per attempt pass through the channel, and nearly all are
+// `Journaled`: boxing that variant would add an allocation to each.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Report {
     /// A state-changing report: journaled, then sent with a sequence number.
