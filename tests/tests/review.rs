@@ -102,9 +102,9 @@ async fn a_command_reviewer_approves_requests_changes_and_rejects() {
     // The branch report is an event too.
     let events = swarm_tests::events(&url, "rev", 0, 1).await;
     assert!(
-        events
-            .iter()
-            .any(|e| e.kind == "task.branch_report" && e.task_id.ends_with("bad") && e.message.contains("blocked")),
+        events.iter().any(|e| e.kind == "task.branch_report"
+            && e.task_id.ends_with("bad")
+            && e.message.contains("blocked")),
         "no branch report event for bad"
     );
 

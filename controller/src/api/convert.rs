@@ -207,7 +207,9 @@ pub fn report(seq: u64, body: &v1::sidecar_message::Body) -> Result<Option<Repor
 
 /// A reviewer attempt's decision, bounded like any text from a sidecar
 /// (the scheduler decides what it means).
-fn review_verdict(v: Option<&v1::ReviewVerdict>) -> Result<Option<crate::scheduler::ReviewVerdict>, FieldError> {
+fn review_verdict(
+    v: Option<&v1::ReviewVerdict>,
+) -> Result<Option<crate::scheduler::ReviewVerdict>, FieldError> {
     let Some(v) = v else { return Ok(None) };
     Ok(Some(crate::scheduler::ReviewVerdict {
         decision: text("result.review.decision", &v.decision, MAX_CATEGORY)?,

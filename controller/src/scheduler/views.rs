@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 
 use swarm_core::{TaskState, Usage};
 
-pub use super::review::BranchReport as BranchReportView;
 use super::model::{Attempt, Attempts, Swarm, SwarmState, Task, Worker};
+pub use super::review::BranchReport as BranchReportView;
 use crate::store::EventRow;
 
 #[derive(Debug, Clone)]
