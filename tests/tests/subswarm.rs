@@ -230,7 +230,15 @@ files = ["auth/**"]
     create_swarm(&url, &text).await;
     wait_task_state(&url, "stop/auth", "slow", v1::TaskState::Running).await;
     let mut op = operator(&url).await;
-    assert_eq!(tasks(&mut op, "stop").await["auth"].state(), v1::TaskState::Running);
+    // The parent task is RUNNING with its child's progress as its step.
+    let auth = poll("auth to show its child's progress", std::time::Duration::from_secs(30), || async {
+        let mut op = operator(&url).await;
+        let auth = tasks(&mut op, "stop").await.remove("auth")?;
+        auth.step.starts_with("sub-swarm stop/auth: 0/2 merged").then_some(auth)
+    })
+    .await;
+    assert_eq!(auth.state(), v1::TaskState::Running);
+    assert_eq!(auth.attempts, 1);
 
     op.cancel_swarm(v1::CancelSwarmRequest { swarm_id: "stop".into(), reason: "enough".into() })
         .await
