@@ -117,16 +117,19 @@ async fn a_batch_of_8_with_one_culprit_costs_at_most_four_verifications() {
     let count = out.path().join("verifications");
     // t5 writes "bad" on its first attempt: its own verify passes, the
     // integration verify (no file says bad) does not.
-    let script = worker_script(&[(
-        "t5",
-        "if [ \"$SWARM_ATTEMPT\" = 1 ]; then echo bad > t5.txt; else echo good > t5.txt; fi",
-    )]);
+    // `after` depends on t5: it must start from a head holding t5's landed,
+    // verified result, so its first attempt finds t5.txt saying good.
+    let script = worker_script(&[
+        ("t5", "if [ \"$SWARM_ATTEMPT\" = 1 ]; then echo bad > t5.txt; else echo good > t5.txt; fi"),
+        ("after", "test \"$(cat t5.txt)\" = good; echo after > after.txt"),
+    ]);
     let repo = TempRepo::with_files(&[("worker.sh", &script)]);
     let verify = format!("echo \"$SWARM_VERIFY_COMMIT\" >> '{}'; ! grep -l bad *.txt", count.display());
     let mut plan = queue_plan("eight", &verify, 8);
     for i in 1..=8 {
         plan = plan.task(task(&format!("t{i}")));
     }
+    plan = plan.task(task("after").deps(&["t5"]));
     let controller = spawn_controller(repo.path(), &[]);
     let url = controller.url();
     let _w: Vec<_> =
@@ -138,6 +141,7 @@ async fn a_batch_of_8_with_one_culprit_costs_at_most_four_verifications() {
     let _v = spawn_sidecar(&url, repo.path(), "v1", &["--label", "role=verify"]);
     let tasks = wait_all_merged(&url, "eight").await;
     assert_eq!(tasks["t5"].attempts, 2);
+    assert_eq!(tasks["after"].attempts, 1, "the dependent started only after t5 landed verified");
     for i in [1, 2, 3, 4, 6, 7, 8] {
         assert_eq!(tasks[&format!("t{i}")].attempts, 1, "t{i} was not handed back");
     }
@@ -166,7 +170,7 @@ async fn a_batch_of_8_with_one_culprit_costs_at_most_four_verifications() {
     // Everything landed with its own merge, the fixed t5 included.
     assert_eq!(repo.file("swarm/eight/integration", "t5.txt").unwrap(), "good\n");
     let tree = repo.tree("swarm/eight/integration");
-    assert_eq!(tree.keys().filter(|p| p.ends_with(".txt")).count(), 8, "{tree:?}");
+    assert_eq!(tree.keys().filter(|p| p.ends_with(".txt")).count(), 9, "{tree:?}");
     assert!(!tree.iter().any(|(p, v)| p.ends_with(".txt") && v.contains("bad")), "{tree:?}");
 }
 
