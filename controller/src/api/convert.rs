@@ -248,7 +248,12 @@ fn merge_verified(v: &v1::MergeVerified) -> Result<Report, FieldError> {
 }
 
 fn verify_tier(t: &swarm_core::plan::VerifyTier) -> v1::VerifyTier {
-    v1::VerifyTier { name: t.name.clone(), command: t.command.clone(), blocking: t.blocking, timeout_secs: t.timeout_secs }
+    v1::VerifyTier {
+        name: t.name.clone(),
+        command: t.command.clone(),
+        blocking: t.blocking,
+        timeout_secs: t.timeout_secs,
+    }
 }
 
 fn handle(h: &AttemptHandle) -> v1::AttemptRef {
@@ -510,5 +515,48 @@ pub fn event(e: EventRow) -> v1::Event {
         kind: e.kind,
         message: e.message,
         data: e.data,
+    }
+}
+
+#[cfg(test)]
+mod merge_verified_tests {
+    use super::*;
+
+    fn verified(job_id: u64, commit: &str) -> v1::sidecar_message::Body {
+        v1::sidecar_message::Body::MergeVerified(v1::MergeVerified {
+            job_id,
+            commit: commit.into(),
+            passed: true,
+            tiers: vec![v1::TierResult { name: "build".into(), passed: true, ..Default::default() }],
+            error: String::new(),
+        })
+    }
+
+    #[test]
+    fn a_merge_verdict_needs_no_sequence_and_bad_fields_are_named() {
+        let commit = "a".repeat(40);
+        match report(0, &verified(3, &commit)) {
+            Ok(Some(Report::MergeVerified(r))) => {
+                assert_eq!((r.job, r.passed, r.tiers.len()), (3, true, 1));
+                assert_eq!(r.commit, commit);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        let e = report(0, &verified(0, &commit)).expect_err("job 0");
+        assert_eq!(e.field, "merge_verified.job_id");
+        let e = report(0, &verified(3, "not-a-commit")).expect_err("bad commit");
+        assert_eq!(e.field, "merge_verified.commit");
+    }
+
+    #[test]
+    fn a_verifier_error_never_counts_as_a_pass() {
+        let mut body = verified(1, &"b".repeat(40));
+        if let v1::sidecar_message::Body::MergeVerified(v) = &mut body {
+            v.error = "checkout failed".into();
+        }
+        match report(0, &body) {
+            Ok(Some(Report::MergeVerified(r))) => assert!(!r.passed && r.error == "checkout failed"),
+            other => panic!("unexpected {other:?}"),
+        }
     }
 }
