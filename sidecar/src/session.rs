@@ -601,8 +601,12 @@ impl Session {
             }
             Some(In::LogRequest(r)) => return Ok(Some(crate::log_serve::answer(&self.worktree, r).await)),
             Some(In::VerifyMerge(v)) => {
-                let (repo, worker, remote, tx) =
-                    (self.repo.clone(), self.worker_id.clone(), self.remote.clone(), self.verified_tx.clone());
+                let (repo, worker, remote, tx) = (
+                    self.repo.clone(),
+                    self.worker_id.clone(),
+                    self.remote.clone(),
+                    self.verified_tx.clone(),
+                );
                 // Off the session loop: heartbeats go on while the tiers run.
                 tokio::spawn(async move {
                     let _ = tx.send(crate::verify_job::run(repo, worker, remote, v).await);

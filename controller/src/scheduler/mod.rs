@@ -9,8 +9,10 @@
 //! ever sees a state the store does not hold.
 
 mod assign;
+mod bisect;
 pub mod command;
 mod limits;
+mod merge_queue;
 mod model;
 mod operator;
 pub mod outbound;
@@ -40,6 +42,7 @@ pub use command::ReviewVerdict;
 pub use command::{
     Command, HelloInfo, OperatorOp, PackClaim, Report, ReportedAttempt, ResultReport, integrator_sink,
 };
+pub use merge_queue::VerifiedReport;
 pub use model::{AgentRecord, Attempt, Session, SwarmState, TierOutcome};
 pub use outbound::{AgentAssign, AssignSpec, AttemptHandle, CloseCode, Outbound};
 pub use reads::Page;
@@ -286,6 +289,8 @@ pub struct Scheduler {
     limits: limits::RateLimits,
     /// Sub-swarm tasks whose child swarm is being started.
     subswarms: subswarm::SubSwarms,
+    /// Merge queues of swarms that verify their merged tree.
+    merge_queues: merge_queue::Queues,
     /// Tasks in REVIEW waiting for a reviewer attempt.
     reviews: review::ReviewQueue,
 }
@@ -481,6 +486,7 @@ impl Scheduler {
                 self.on_merged(result, fx)
             }
             Command::LockRemoved(removed) => self.on_lock_removed(removed, fx),
+            Command::Queue(report) => self.on_queue_report(report, fx),
             Command::Denied { client, message } => {
                 self.audited(fx, &client, "auth.denied", None, message, serde_json::json!({}));
             }
@@ -729,6 +735,7 @@ impl Scheduler {
         self.sweep_registry(fx);
         self.lift_rate_limits(fx);
         self.tick_subswarms(fx);
+        self.tick_merge_queues(fx);
         let connected = self.workers.values().filter(|w| w.session.is_some()).count();
         self.metrics.workers_connected.set(connected as i64);
     }

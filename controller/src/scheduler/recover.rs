@@ -49,10 +49,10 @@ pub fn recover(
         audit: Default::default(),
         last_sweep_ms: 0,
         scan: super::assign::ScanMemo::new(),
-        merge_queues: Default::default(),
-        reviews: Default::default(),
         limits: Default::default(),
         subswarms: Default::default(),
+        merge_queues: Default::default(),
+        reviews: Default::default(),
     };
 
     // Each task's spec under the key made from the plan's own ids, so every
