@@ -55,6 +55,10 @@ pub struct Branch {
     pub step: String,
     pub worker: String,
     pub attempts: u32,
+    /// The branch report's merge recommendation (ready, needs_review,
+    /// blocked); absent while the task works.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub recommendation: String,
     pub checklist: Vec<Check>,
 }
 
@@ -146,7 +150,8 @@ fn branch(swarm: &v1::Swarm, t: &v1::Task, workers: &HashMap<&str, &v1::Worker>,
     use v1::TaskState as S;
     let state = S::try_from(t.state).unwrap_or(S::Unspecified);
     let (health, health_reason) = match state {
-        S::Failed | S::Conflict | S::Blocked | S::Escalated => (Health::Red, t.reason.clone()),
+        S::Failed | S::Conflict | S::Blocked | S::Escalated | S::Rejected => (Health::Red, t.reason.clone()),
+        S::Review => (Health::Yellow, t.reason.clone()),
         S::Running => running_health(t, workers, now),
         _ if t.retries_used > 0 && state != S::Merged => {
             (Health::Yellow, format!("{} retries used", t.retries_used))
@@ -170,6 +175,7 @@ fn branch(swarm: &v1::Swarm, t: &v1::Task, workers: &HashMap<&str, &v1::Worker>,
         step: t.step.clone(),
         worker: t.worker_id.clone(),
         attempts: t.attempts,
+        recommendation: t.recommendation.clone(),
         checklist,
     }
 }
@@ -230,8 +236,8 @@ fn markdown(r: &Report) -> String {
         let _ = writeln!(md, "- Cost: {cost}");
     }
     let _ = writeln!(md, "\n## Branches\n");
-    let _ = writeln!(md, "| task | state | progress | health | worker | attempts |");
-    let _ = writeln!(md, "| --- | --- | --- | --- | --- | --- |");
+    let _ = writeln!(md, "| task | state | progress | health | worker | attempts | merge |");
+    let _ = writeln!(md, "| --- | --- | --- | --- | --- | --- | --- |");
     for b in &r.branches {
         let progress =
             if b.step.is_empty() { format!("{}%", b.percent) } else { format!("{}% {}", b.percent, b.step) };
@@ -243,8 +249,14 @@ fn markdown(r: &Report) -> String {
         let worker = if b.worker.is_empty() { "-" } else { &b.worker };
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {} | {} |",
-            b.task, b.state, progress, health, worker, b.attempts
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            b.task,
+            b.state,
+            progress,
+            health,
+            worker,
+            b.attempts,
+            if b.recommendation.is_empty() { "-" } else { &b.recommendation }
         );
     }
     let _ = writeln!(md, "\n## Checklists\n");

@@ -184,6 +184,10 @@ async fn the_operator_approves_requests_changes_and_rejects_through_swarmctl() {
     assert_eq!(json["branch_report"]["recommendation"], "blocked", "{json}");
     assert_eq!(json["branch_report"]["reviews"][0]["decision"], "reject", "{json}");
     assert_eq!(json["task"]["state"], "REJECTED", "{json}");
+    let out = swarmctl(&url, &["report", "op"]);
+    let md = stdout(&out);
+    assert!(md.contains("| c | REJECTED |") && md.contains("| blocked |"), "{md}");
+    assert!(md.contains("| a | MERGED |") && md.contains("| ready |"), "{md}");
 }
 
 /// Waits until `id` is in `state` with at least `attempts` attempts.

@@ -255,7 +255,7 @@ fn urgency(state: i32) -> u8 {
     use v1::TaskState as S;
     match S::try_from(state) {
         Ok(S::Running) => 0,
-        Ok(S::Escalated | S::Blocked | S::Conflict | S::Failed) => 1,
+        Ok(S::Escalated | S::Blocked | S::Conflict | S::Failed | S::Review | S::Rejected) => 1,
         Ok(S::Succeeded | S::Merging) => 2,
         Ok(S::Ready) => 3,
         Ok(S::Pending) => 4,

@@ -168,8 +168,8 @@ pub fn state_style(state: i32) -> Style {
     match S::try_from(state) {
         Ok(S::Running | S::Merging | S::Succeeded) => Style::new().fg(Color::Cyan),
         Ok(S::Merged) => Style::new().fg(Color::Green),
-        Ok(S::Failed | S::Conflict) => Style::new().fg(Color::Red),
-        Ok(S::Blocked | S::Escalated) => Style::new().fg(Color::Yellow),
+        Ok(S::Failed | S::Conflict | S::Rejected) => Style::new().fg(Color::Red),
+        Ok(S::Blocked | S::Escalated | S::Review) => Style::new().fg(Color::Yellow),
         _ => Style::new(),
     }
 }

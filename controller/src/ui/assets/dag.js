@@ -12,6 +12,7 @@ const SwarmDag = (() => {
     PENDING: "#c9c9cf", READY: "#8ab4f8", RUNNING: "#4285f4", SUCCEEDED: "#81c995",
     MERGING: "#34a853", MERGED: "#188038", CONFLICT: "#f29900", FAILED: "#d93025",
     BLOCKED: "#a142f4", ESCALATED: "#e37400", CANCELLED: "#80868b", UNKNOWN: "#5f6368",
+    REVIEW: "#fbbc04", REJECTED: "#a50e0e",
   };
 
   // A dependency may be written with its swarm ("s/a") or without ("a").
