@@ -13,8 +13,8 @@ mod local;
 mod ops;
 mod output;
 mod report;
-mod subplan;
 mod review;
+mod subplan;
 mod top;
 mod watch;
 
