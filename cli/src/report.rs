@@ -36,6 +36,11 @@ pub struct Report {
     pub branches: Vec<Branch>,
     /// Tasks that succeeded and wait to land, oldest first.
     pub integration_queue: Vec<String>,
+    /// What each queued task is doing, in the same order (its state's
+    /// reason: queued for integration verify, or verifying on which
+    /// sidecar).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub integration_status: Vec<String>,
     /// The child swarms of this swarm's sub-plan tasks (`app/auth` for task
     /// `auth` of `app`), each with its own report.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -142,6 +147,7 @@ pub fn build(swarm: &v1::Swarm, tasks: &[v1::Task], workers: &[v1::Worker], now:
         usage: UsageView::from(swarm.usage.as_ref()),
         branches,
         integration_queue: queue.iter().map(|t| t.id.clone()).collect(),
+        integration_status: queue.iter().map(|t| t.reason.clone()).collect(),
         children: Vec::new(),
     }
 }
@@ -272,7 +278,11 @@ fn markdown(r: &Report) -> String {
         let _ = writeln!(md, "(empty)");
     }
     for (i, t) in r.integration_queue.iter().enumerate() {
-        let _ = writeln!(md, "{}. {t}", i + 1);
+        match r.integration_status.get(i).filter(|s| !s.is_empty()) {
+            Some(status) => writeln!(md, "{}. {t}: {status}", i + 1),
+            None => writeln!(md, "{}. {t}", i + 1),
+        }
+        .ok();
     }
     for child in &r.children {
         // One heading level deeper per level of nesting.

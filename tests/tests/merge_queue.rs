@@ -243,6 +243,12 @@ async fn a_verifier_lost_mid_verification_is_replaced_and_the_batch_verified_els
         assert_eq!(swarm_tests::state_of(t), v1::TaskState::Merging);
         assert!(t.reason.contains("integration verify") && t.reason.contains("on v1"), "{}", t.reason);
     }
+    let report = swarm_tests::stdout(&swarm_tests::swarmctl(&url, &["report", "lost"]));
+    let queue = report.split("## Integration queue").nth(1).unwrap_or_default();
+    assert!(
+        queue.contains(". a: integration verify") && queue.contains(". b: integration verify"),
+        "{report}"
+    );
     verifier.kill9();
     let _v2 = spawn_sidecar(&url, repo.path(), "v2", &["--label", "role=verify"]);
     wait_lines(&count, 2).await;
