@@ -202,3 +202,30 @@ async fn poll_state(url: &str, id: &str, state: TaskState, attempts: u32) -> v1:
     )
     .await
 }
+
+/// An agent reviewer (fake-claude speaking Claude Code's stream-json): its
+/// instructions come first in its task text, and the decision file it
+/// writes (the one file its permissions allow) decides.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_reviewer_decides_with_its_decision_file() {
+    let fake = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fake-agents").join("fake-claude");
+    let state = swarm_tests::TempDir::new().unwrap();
+    let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[]))]);
+    let review = format!(
+        "{{ agent = \"claude\", agent_path = {:?}, prompt = '''FAKE: write .swarm/review.json '{{\"decision\":\"reject\",\"message\":\"rename it\"}}' ''' }}",
+        fake.to_str().unwrap()
+    );
+    let plan = PlanBuilder::new("ag")
+        .default("env", &format!("{{ FAKE_AGENT_STATE = {:?} }}", state.path().to_str().unwrap()))
+        .task(task("x").set("review", &review))
+        .build();
+    let cluster = Cluster::start(&repo, 1, &[]);
+    let url = cluster.url();
+    create_swarm(&url, &plan).await;
+    let x = wait_task_state(&url, "ag", "x", TaskState::Rejected).await;
+    assert!(x.reason.contains("rename it"), "{}", x.reason);
+    let d = detail(&url, "ag/x").await;
+    assert_eq!(reviews(&d), vec![("reject".to_string(), "ag/x#2".to_string())]);
+    assert_eq!(d.branch_report.unwrap().reviewer, "claude");
+    assert_eq!(d.attempts[1].agent, "claude", "the reviewer attempt ran the agent");
+}

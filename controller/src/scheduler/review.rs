@@ -412,7 +412,11 @@ impl Scheduler {
             task_text: render_review(task, review, spec, number),
             command,
             env: task.spec.env.clone(),
-            owned_globs: task.spec.files.clone(),
+            // An agent reviewer may write its decision and nothing else.
+            owned_globs: match spec {
+                ReviewSpec::Agent { .. } => vec![swarm_core::plan::review::DECISION_FILE.to_string()],
+                _ => task.spec.files.clone(),
+            },
             verify: Vec::new(),
             idle_timeout_secs: task.spec.idle_timeout_secs,
             max_restarts: task.spec.max_restarts,

@@ -11,6 +11,9 @@ use super::agent::{AgentKind, AgentSpec, PermissionPolicy};
 use super::{Command, MAX_PROMPT_BYTES, PlanError, err};
 use crate::names::check_text;
 
+/// Where a reviewer leaves its decision, relative to its worktree.
+pub const DECISION_FILE: &str = ".swarm/review.json";
+
 /// Who reviews a task's succeeded result before it goes to the merge path.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ReviewSpec {
@@ -129,10 +132,14 @@ pub(super) fn parse(at: &str, raw: &RawReview) -> Result<Option<ReviewSpec>, Pla
                 permission_mode: None,
                 append_system_prompt: None,
                 extra_args: Vec::new(),
-                // A reviewer reads; what it may not decide it is refused.
+                // A reviewer reads and writes its decision, nothing else.
                 permissions: PermissionPolicy {
+                    allow: vec![super::agent::PermissionRule {
+                        tool: "Write".into(),
+                        specifier: Some(DECISION_FILE.into()),
+                    }],
+                    deny: Vec::new(),
                     otherwise: super::agent::Otherwise::Deny,
-                    ..Default::default()
                 },
             };
             Ok(Some(ReviewSpec::Agent { spec: Box::new(spec), prompt }))
