@@ -83,7 +83,8 @@ async fn worker_that_finished_while_its_sidecar_was_dead_is_reported_once() {
     poll("the worker to finish without its sidecar", WAIT, || async { (!pid_alive(pid)).then_some(()) })
         .await;
     let exit_file = repo.path().join(".git/workspaces/w1/.swarm/worker-exit.json");
-    assert!(exit_file.exists(), "the supervisor recorded the exit");
+    // The supervisor writes it (and syncs it) just after the worker's death.
+    poll("the supervisor to record the exit", WAIT, || async { exit_file.exists().then_some(()) }).await;
     let _w1 = spawn_sidecar(&url, repo.path(), "w1", &[]);
     assert_ran_once_and_merged(&url, &repo, "rf", marks.path(), pid).await;
 }
