@@ -280,6 +280,7 @@ impl Scheduler {
                 if let Some(t) = self.tasks.get_mut(key) {
                     t.cancel_requested = true;
                 }
+                self.stop_reviewer(key, reason, fx);
                 self.set_state(key, TaskState::Cancelled, reason, fx);
                 Ok(())
             }

@@ -622,18 +622,24 @@ impl Scheduler {
         let _span = tracing::info_span!("review.operator", swarm = %key.swarm, task = %key, decision = decision.as_str())
             .entered();
         // The operator's word settles it: a reviewer still at work is stopped.
-        let live = t.notes.review.as_deref().map(|r| r.reviewer).filter(|n| *n > 0);
-        if let Some(number) = live {
-            self.send_cancel(key, number, "the operator reviewed the task", fx);
-            self.set_attempt_state(key, number, AttemptState::Cancelled, fx);
-            self.free_worker_of(key, number, fx);
-            if let Some(r) = self.tasks.get_mut(key).and_then(|t| t.notes.review.as_deref_mut()) {
-                r.reviewer = 0;
-            }
-        }
-        self.reviews.waiting.remove(key);
+        self.stop_reviewer(key, "the operator reviewed the task", fx);
         self.decide(key, decision, message, "operator", fx);
         Ok(())
+    }
+
+    /// Stops a task's reviewer attempt, if one runs or waits: the operator
+    /// decided, or cancelled the task. Its late result is fenced.
+    pub(super) fn stop_reviewer(&mut self, key: &TaskKey, reason: &str, fx: &mut Effects) {
+        self.reviews.waiting.remove(key);
+        let live = self.tasks.get(key).and_then(|t| t.notes.review.as_deref()).map(|r| r.reviewer);
+        let Some(number) = live.filter(|n| *n > 0) else { return };
+        self.send_cancel(key, number, reason, fx);
+        self.set_attempt_state(key, number, AttemptState::Cancelled, fx);
+        self.free_worker_of(key, number, fx);
+        if let Some(r) = self.tasks.get_mut(key).and_then(|t| t.notes.review.as_deref_mut()) {
+            r.reviewer = 0;
+        }
+        fx.dirty_tasks.insert(key.clone());
     }
 
     /// Applies a decision on the reviewed commit.

@@ -64,3 +64,27 @@ fn a_reviewer_approving_another_commit_than_the_reviewed_one_decides_nothing() {
     assert_eq!(d.branch_report.reviews.len(), 1);
     assert_eq!(d.branch_report.reviews[0].commit, reviewed);
 }
+
+#[test]
+fn cancelling_a_task_in_review_stops_its_reviewer() {
+    let mut rig =
+        Rig::build(1, 64, "[[tasks]]\nid = \"a\"\nfiles = [\"a.txt\"]\nreview = { command = \"true\" }\n");
+    let work = rig.take_assign().expect("assigned");
+    rig.report(work, Outcome::Success);
+    let review = rig.take_assign().expect("a reviewer attempt");
+    assert!(rig.op(|reply| OperatorOp::CancelTask { task: Rig::key(), reason: "no".into(), reply }));
+    let d = rig.detail();
+    assert_eq!(d.task.state, TaskState::Cancelled);
+    assert_eq!(d.attempts[1].state, AttemptState::Cancelled, "the reviewer attempt");
+    let mut cancelled = false;
+    while let Ok(m) = rig.outbound.try_recv() {
+        cancelled |= matches!(m, Outbound::Cancel { ref attempt, .. } if attempt.number == review.number);
+    }
+    assert!(cancelled, "a Cancel went to the reviewer's sidecar");
+    // Its late verdict is fenced: nothing changes.
+    let reviewed = d.branch_report.commit.clone();
+    reviewer_result(&mut rig, review, &reviewed, "approve");
+    let d = rig.detail();
+    assert_eq!(d.task.state, TaskState::Cancelled);
+    assert!(d.branch_report.reviews.is_empty());
+}
