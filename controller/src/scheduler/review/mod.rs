@@ -10,17 +10,20 @@
 //! that reports any other commit decides nothing.
 
 use std::collections::BTreeSet;
-use std::fmt::Write;
 
 use serde::{Deserialize, Serialize};
 use swarm_core::plan::{ReviewSpec, task_branch};
 use swarm_core::{AttemptState, Outcome, TaskKey, TaskState};
 
 use super::command::ResultReport;
-use super::model::{AgentRecord, Attempt, Task};
+use super::model::{AgentRecord, Attempt};
 use super::outbound::{AgentAssign, AssignSpec, AttemptHandle, Outbound};
 use super::{Effects, Scheduler, now_ms};
 use crate::error::SchedError;
+
+mod report;
+pub use report::{BranchReport, branch_report, recommendation, render_requested};
+use report::{first_line, render_review, short};
 
 /// Pause before a reviewer attempt that failed for the sidecar's reasons
 /// (not the reviewer's) is tried again.
@@ -95,141 +98,6 @@ pub struct ReviewNotes {
 #[derive(Debug, Default)]
 pub struct ReviewQueue {
     waiting: BTreeSet<TaskKey>,
-}
-
-/// A task's branch report: what its branch holds and whether to merge it.
-#[derive(Debug, Clone, Default)]
-pub struct BranchReport {
-    pub branch: String,
-    pub recommendation: &'static str,
-    pub reason: String,
-    pub commit: String,
-    pub base_commit: String,
-    pub files_changed: Vec<String>,
-    pub reviewer: String,
-    pub reviews: Vec<ReviewRecord>,
-}
-
-/// The merge recommendation of a task whose work is done: `ready` (its
-/// result passed every gate), `needs_review` or `blocked`; empty while it
-/// still works.
-pub fn recommendation(task: &Task) -> &'static str {
-    match task.state {
-        TaskState::Succeeded | TaskState::Merging | TaskState::Merged => "ready",
-        TaskState::Review => "needs_review",
-        TaskState::Rejected
-        | TaskState::Failed
-        | TaskState::Conflict
-        | TaskState::Cancelled
-        | TaskState::Blocked
-        | TaskState::Escalated => "blocked",
-        TaskState::Pending | TaskState::Ready | TaskState::Running => "",
-    }
-}
-
-pub fn branch_report(task: &Task, attempts: &super::model::Attempts) -> BranchReport {
-    let review = task.notes.review.as_deref();
-    let number = review.map(|r| r.attempt).filter(|n| *n > 0).unwrap_or(task.attempts);
-    let made_by = attempts.get(&(task.key.clone(), number));
-    let reviewer = task.spec.review.as_deref().map(|r| r.kind().to_string()).unwrap_or_default();
-    let recommendation = recommendation(task);
-    let last = review.and_then(|r| r.history.last());
-    let reason = match (task.state, last) {
-        (TaskState::Review, _) => {
-            format!("waiting for review by {}", if reviewer.is_empty() { "the operator" } else { &reviewer })
-        }
-        (TaskState::Rejected, Some(r)) => format!("rejected by {}: {}", r.by, first_line(&r.message)),
-        (TaskState::Succeeded | TaskState::Merging | TaskState::Merged, Some(r))
-            if r.decision == Decision::Approve =>
-        {
-            format!("approved by {}", r.by)
-        }
-        (TaskState::Succeeded | TaskState::Merging | TaskState::Merged, _) => {
-            "its own verification passed".into()
-        }
-        _ => task.reason.clone(),
-    };
-    BranchReport {
-        branch: task_branch(&task.key.swarm, task.key.task.as_str()),
-        recommendation,
-        reason,
-        commit: review
-            .map(|r| r.commit.clone())
-            .filter(|c| !c.is_empty())
-            .unwrap_or_else(|| task.result_commit.clone()),
-        base_commit: made_by.map(|a| a.base_commit.clone()).unwrap_or_default(),
-        files_changed: task.notes.files_changed.clone(),
-        reviewer,
-        reviews: review.map(|r| r.history.clone()).unwrap_or_default(),
-    }
-}
-
-/// The section of a task's own text that carries requested changes.
-pub fn render_requested(task: &Task, md: &mut String) {
-    let Some(review) = task.notes.review.as_deref() else { return };
-    if review.requested.is_empty() {
-        return;
-    }
-    let _ = writeln!(md, "## Review: changes requested\n");
-    let _ = writeln!(
-        md,
-        "A reviewer asked for changes to the result `{}` of an earlier attempt (still in the repository: `git show` it); this attempt starts from the integration head.\n",
-        review.commit
-    );
-    for (i, m) in review.requested.iter().enumerate() {
-        let _ = writeln!(md, "### r{}\n\n{}\n", i + 1, m.trim_end());
-    }
-}
-
-/// The reviewer's `.swarm/task.md`: its instructions, the task, and how to
-/// decide. The sidecar appends the diff against the task's base.
-fn render_review(task: &Task, review: &ReviewNotes, spec: &ReviewSpec, number: u32) -> String {
-    let t = &task.spec;
-    let mut md = String::new();
-    let _ = writeln!(md, "# Review: {}\n", t.title);
-    let _ = writeln!(
-        md,
-        "Reviewer attempt {number} of task `{}`: review the result `{}` of attempt {}.\n",
-        task.key, review.commit, review.attempt
-    );
-    if let ReviewSpec::Agent { prompt, .. } = spec {
-        let _ = writeln!(md, "## What to check\n\n{}\n", prompt.trim_end());
-    }
-    let _ = writeln!(md, "## The task\n");
-    if !t.prompt.is_empty() {
-        let _ = writeln!(md, "{}\n", t.prompt.trim_end());
-    }
-    if !t.acceptance.is_empty() {
-        let _ = writeln!(md, "Acceptance criteria:\n");
-        for a in &t.acceptance {
-            let _ = writeln!(md, "- {a}");
-        }
-        md.push('\n');
-    }
-    let _ = writeln!(
-        md,
-        "Owned files: {}\n",
-        t.files.iter().map(|g| format!("`{g}`")).collect::<Vec<_>>().join(", ")
-    );
-    if !review.history.is_empty() {
-        let _ = writeln!(md, "## Earlier reviews\n");
-        for r in &review.history {
-            let _ = writeln!(
-                md,
-                "- {} by {} of `{}`: {}",
-                r.decision.as_str(),
-                r.by,
-                short(&r.commit),
-                first_line(&r.message)
-            );
-        }
-        md.push('\n');
-    }
-    let _ = writeln!(
-        md,
-        "## Your decision\n\nWrite `.swarm/review.json`: `{{\"decision\": \"approve\" | \"request_changes\" | \"reject\", \"message\": \"...\"}}` and exit 0. Changes you make to the worktree are discarded.\n"
-    );
-    md
 }
 
 impl Scheduler {
@@ -700,12 +568,4 @@ impl Scheduler {
             }
         }
     }
-}
-
-fn first_line(s: &str) -> &str {
-    s.lines().next().unwrap_or("")
-}
-
-fn short(id: &str) -> &str {
-    id.get(..12).unwrap_or(id)
 }
