@@ -235,26 +235,18 @@ impl Scheduler {
         };
         let _span = tracing::info_span!("assign", swarm = %key.swarm, task = %key, attempt = %key.attempt(number), worker = worker_id)
             .entered();
-        let attempt = Attempt {
-            task: key.clone(),
+        let attempt = Attempt::begin(
+            key.clone(),
             number,
-            state: AttemptState::Assigned,
-            worker: worker_id.to_string(),
+            AttemptState::Assigned,
+            worker_id.to_string(),
             token,
-            base_commit: base,
-            result_commit: String::new(),
-            outcome: None,
-            exit_code: 0,
-            summary: String::new(),
-            error: String::new(),
-            started_at: now_ms(),
-            ended_at: 0,
-            tiers: Vec::new(),
-            agent: AgentRecord {
+            base,
+            AgentRecord {
                 kind: task.spec.agent.as_ref().map(|a| a.kind.as_str().to_string()).unwrap_or_default(),
                 ..Default::default()
             },
-        };
+        );
         fx.dirty_attempts.insert((attempt.task.clone(), attempt.number));
         self.attempts.insert((key.clone(), number), attempt);
         if let Some(w) = self.workers.get_mut(worker_id) {

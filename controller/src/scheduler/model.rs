@@ -9,6 +9,7 @@ use swarm_core::plan::{Plan, TaskSpec};
 use swarm_core::{AttemptState, Outcome, SwarmId, TaskKey, TaskState, Usage};
 use tokio::sync::mpsc;
 
+use super::now_ms;
 use super::outbound::Outbound;
 use crate::store::{AttemptRow, SwarmRow, TaskRow, WorkerRow};
 
@@ -279,6 +280,35 @@ impl AgentRecord {
 }
 
 impl Attempt {
+    /// A new attempt starting now from `base_commit`: nothing reported yet.
+    pub fn begin(
+        task: TaskKey,
+        number: u32,
+        state: AttemptState,
+        worker: String,
+        token: u64,
+        base_commit: String,
+        agent: AgentRecord,
+    ) -> Attempt {
+        Attempt {
+            task,
+            number,
+            state,
+            worker,
+            token,
+            base_commit,
+            result_commit: String::new(),
+            outcome: None,
+            exit_code: 0,
+            summary: String::new(),
+            error: String::new(),
+            started_at: now_ms(),
+            ended_at: 0,
+            tiers: Vec::new(),
+            agent,
+        }
+    }
+
     pub fn row(&self) -> AttemptRow {
         AttemptRow {
             swarm: self.task.swarm.to_string(),

@@ -23,7 +23,7 @@ use swarm_core::{AttemptState, SwarmId, TaskKey, TaskState};
 use tokio::sync::oneshot;
 
 use super::model::{Attempt, SwarmState};
-use super::{Effects, Scheduler, now_ms};
+use super::{Effects, Scheduler};
 use crate::error::SchedError;
 
 /// The branch of a starting child swarm, on its way from the integrator.
@@ -161,23 +161,15 @@ impl Scheduler {
         self.next_token += 1;
         self.attempts.insert(
             (key.clone(), number),
-            Attempt {
-                task: key.clone(),
+            Attempt::begin(
+                key.clone(),
                 number,
-                state: AttemptState::Running,
-                worker: NO_WORKER.to_string(),
+                AttemptState::Running,
+                NO_WORKER.to_string(),
                 token,
-                base_commit: base,
-                result_commit: String::new(),
-                outcome: None,
-                exit_code: 0,
-                summary: String::new(),
-                error: String::new(),
-                started_at: now_ms(),
-                ended_at: 0,
-                tiers: Vec::new(),
-                agent: Default::default(),
-            },
+                base,
+                Default::default(),
+            ),
         );
         fx.dirty_attempts.insert((key.clone(), number));
         self.set_state(key, TaskState::Running, &format!("sub-swarm {child} (attempt {number})"), fx);

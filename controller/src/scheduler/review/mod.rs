@@ -216,23 +216,15 @@ impl Scheduler {
         fx.dirty_tasks.insert(key.clone());
         let _span = tracing::info_span!("review.assign", swarm = %key.swarm, task = %key, attempt = %key.attempt(number), worker = worker_id)
             .entered();
-        let attempt = Attempt {
-            task: key.clone(),
+        let attempt = Attempt::begin(
+            key.clone(),
             number,
-            state: AttemptState::Assigned,
-            worker: worker_id.to_string(),
+            AttemptState::Assigned,
+            worker_id.to_string(),
             token,
-            base_commit: commit.clone(),
-            result_commit: String::new(),
-            outcome: None,
-            exit_code: 0,
-            summary: String::new(),
-            error: String::new(),
-            started_at: now_ms(),
-            ended_at: 0,
-            tiers: Vec::new(),
-            agent: AgentRecord { kind, ..Default::default() },
-        };
+            commit.clone(),
+            AgentRecord { kind, ..Default::default() },
+        );
         fx.dirty_attempts.insert((key.clone(), number));
         self.attempts.insert((key.clone(), number), attempt);
         if let Some(w) = self.workers.get_mut(worker_id) {
