@@ -45,7 +45,9 @@ fn unknown_flag_is_a_usage_error_not_clap_exit_2() {
 
 #[test]
 fn malformed_task_id_is_refused_before_any_rpc() {
-    for bad in ["nope", "a/B", "a/b/c", "/x"] {
+    // `a/b/c` is well formed (task c of the child swarm a/b); an empty
+    // level is not.
+    for bad in ["nope", "a/B", "a//c", "a/b/", "/x"] {
         let out = swarmctl(NOWHERE, &["retry", bad]);
         assert_eq!(out.status.code(), Some(3), "{bad}: {}", stderr(&out));
         assert!(stderr(&out).starts_with("error: task "), "{bad}: {}", stderr(&out));
