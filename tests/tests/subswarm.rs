@@ -289,7 +289,15 @@ files = ["api.txt"]
     let mut cluster = Cluster::start(&repo, 1, &[]);
     let url = cluster.url();
     create_swarm(&url, &text).await;
-    wait_task_state(&url, "keep/auth", "slow", v1::TaskState::Running).await;
+    // RUNNING comes with the assignment; wait for the worker itself, so the
+    // kill lands while it runs and not before the sidecar has its Welcome
+    // (without the resume secret it carries, the restarted controller keeps
+    // the sidecar out until the attempt's lease expires).
+    poll("the child task's worker to start", std::time::Duration::from_secs(30), || {
+        let url = url.clone();
+        async move { events(&url, "keep/auth", 0, 1).await.into_iter().find(|e| e.kind == "attempt.started") }
+    })
+    .await;
 
     cluster.controller.restart_after_kill9();
     gate.open();
