@@ -156,40 +156,48 @@ impl Integrator {
     pub(super) fn persist(&self, tip: Option<gix::ObjectId>, pack: bool) -> Result<(), GitError> {
         let Some(memory) = self.repo.objects.reset_object_memory() else { return Ok(()) };
         let hash = self.repo.object_hash();
+        let roots: Vec<gix::ObjectId> = match tip {
+            Some(tip) => vec![tip],
+            None => memory.keys().copied().collect(),
+        };
+        // Children before parents: the walk trusts an object found on disk
+        // to be complete there, so a parent must never reach the disk before
+        // what it names (a kill between two loose writes would otherwise
+        // leave a tree whose subtrees the next persist skips for good).
         let mut new = Vec::new();
-        match tip {
-            None => new.extend(memory.iter().filter(|(id, _)| !self.disk.has_object(*id))),
-            Some(tip) => {
-                let mut seen = gix::hashtable::HashSet::default();
-                let mut stack = vec![tip];
-                while let Some(id) = stack.pop() {
-                    if !seen.insert(id) {
-                        continue;
-                    }
-                    // Not in memory, or already on disk: complete there, with everything it reaches.
-                    let Some(entry) = memory.get_key_value(&id) else { continue };
-                    if self.disk.has_object(id) {
-                        continue;
-                    }
-                    let (_, (kind, data)) = entry;
-                    match kind {
-                        gix::object::Kind::Commit => {
-                            let mut commit = gix::objs::CommitRefIter::from_bytes(data, hash);
-                            stack.push(commit.tree_id().map_err(GitError::gix_any("decode commit"))?);
-                            stack.extend(commit.parent_ids());
-                        }
-                        gix::object::Kind::Tree => {
-                            for e in gix::objs::TreeRefIter::from_bytes(data, hash) {
-                                let e = e.map_err(GitError::gix_any("decode tree"))?;
-                                if !e.mode.is_commit() {
-                                    stack.push(e.oid.to_owned());
-                                }
-                            }
-                        }
-                        _ => {}
-                    }
+        let mut seen = gix::hashtable::HashSet::default();
+        let mut stack: Vec<(gix::ObjectId, bool)> = roots.into_iter().map(|id| (id, false)).collect();
+        while let Some((id, children_done)) = stack.pop() {
+            if children_done {
+                if let Some(entry) = memory.get_key_value(&id) {
                     new.push(entry);
                 }
+                continue;
+            }
+            if !seen.insert(id) {
+                continue;
+            }
+            // Not in memory, or already on disk: complete there, with everything it reaches.
+            let Some((_, (kind, data))) = memory.get_key_value(&id) else { continue };
+            if self.disk.has_object(id) {
+                continue;
+            }
+            stack.push((id, true));
+            match kind {
+                gix::object::Kind::Commit => {
+                    let mut commit = gix::objs::CommitRefIter::from_bytes(data, hash);
+                    stack.push((commit.tree_id().map_err(GitError::gix_any("decode commit"))?, false));
+                    stack.extend(commit.parent_ids().map(|p| (p, false)));
+                }
+                gix::object::Kind::Tree => {
+                    for e in gix::objs::TreeRefIter::from_bytes(data, hash) {
+                        let e = e.map_err(GitError::gix_any("decode tree"))?;
+                        if !e.mode.is_commit() {
+                            stack.push((e.oid.to_owned(), false));
+                        }
+                    }
+                }
+                _ => {}
             }
         }
         if new.is_empty() {
