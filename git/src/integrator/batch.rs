@@ -52,29 +52,7 @@ impl Integrator {
         let name = ref_name(&branch)?;
         let mut retries = 0u32;
         loop {
-            self.repo.objects.reset_object_memory();
-            let start =
-                self.head_of(&branch)?.ok_or_else(|| GitError::MissingBranch { branch: branch.clone() })?;
-            let mut head = start;
-            let mut results = Vec::with_capacity(reqs.len());
-            for req in reqs {
-                let started = Instant::now();
-                match self.land_on(head, req, &branch) {
-                    Ok(result) => {
-                        let files_changed = self.changed_paths_ids(head, result)?;
-                        results.push(Ok(MergeReport {
-                            strategy: req.strategy,
-                            base: head.to_string(),
-                            result: result.to_string(),
-                            files_changed,
-                            duration: started.elapsed(),
-                            cas_retries: retries,
-                        }));
-                        head = result;
-                    }
-                    Err(e) => results.push(Err(e)),
-                }
-            }
+            let (start, head, results) = self.chain(&branch, reqs, retries)?;
             if head == start {
                 return Ok(BatchReport {
                     base: start.to_string(),
@@ -109,6 +87,41 @@ impl Integrator {
                 }
             }
         }
+    }
+
+    /// Merges `reqs` in order onto `branch`'s head, each onto the result of the ones before it, in
+    /// memory (nothing persisted, no ref moved): the branch's head, the last result, and each
+    /// request's report or error. Shared by the batch and the merge queue's speculation.
+    pub(super) fn chain(
+        &self,
+        branch: &str,
+        reqs: &[MergeRequest],
+        cas_retries: u32,
+    ) -> Result<Chain, MergeError> {
+        self.repo.objects.reset_object_memory();
+        let start =
+            self.head_of(branch)?.ok_or_else(|| GitError::MissingBranch { branch: branch.to_string() })?;
+        let mut head = start;
+        let mut results = Vec::with_capacity(reqs.len());
+        for req in reqs {
+            let started = Instant::now();
+            match self.land_on(head, req, branch) {
+                Ok(result) => {
+                    let files_changed = self.changed_paths_ids(head, result)?;
+                    results.push(Ok(MergeReport {
+                        strategy: req.strategy,
+                        base: head.to_string(),
+                        result: result.to_string(),
+                        files_changed,
+                        duration: started.elapsed(),
+                        cas_retries,
+                    }));
+                    head = result;
+                }
+                Err(e) => results.push(Err(e)),
+            }
+        }
+        Ok((start, head, results))
     }
 
     /// One request of a batch on `head`: the checks of `integrate`, then the strategy.
@@ -220,6 +233,10 @@ impl Integrator {
         Ok(())
     }
 }
+
+/// A chain of merges in memory: the branch's head it started from, its last result, and each
+/// request's report or error.
+pub(super) type Chain = (gix::ObjectId, gix::ObjectId, Vec<Result<MergeReport, MergeError>>);
 
 /// A version-2 pack of whole (undeltified) objects.
 fn pack_of(objects: &[(&gix::ObjectId, &(gix::object::Kind, Vec<u8>))]) -> Result<Vec<u8>, GitError> {

@@ -25,29 +25,7 @@ impl Integrator {
     /// move. Each request's `expected_head` must be contained in the head.
     #[tracing::instrument(skip_all, fields(branch, requests = reqs.len()))]
     pub fn speculate(&self, branch: &str, reqs: &[MergeRequest]) -> Result<Speculation, MergeError> {
-        self.repo.objects.reset_object_memory();
-        let start =
-            self.head_of(branch)?.ok_or_else(|| GitError::MissingBranch { branch: branch.to_string() })?;
-        let mut head = start;
-        let mut results = Vec::with_capacity(reqs.len());
-        for req in reqs {
-            let started = std::time::Instant::now();
-            match self.land_on(head, req, branch) {
-                Ok(result) => {
-                    let files_changed = self.changed_paths_ids(head, result)?;
-                    results.push(Ok(MergeReport {
-                        strategy: req.strategy,
-                        base: head.to_string(),
-                        result: result.to_string(),
-                        files_changed,
-                        duration: started.elapsed(),
-                        cas_retries: 0,
-                    }));
-                    head = result;
-                }
-                Err(e) => results.push(Err(e)),
-            }
-        }
+        let (start, head, results) = self.chain(branch, reqs, 0)?;
         // Written now: a sidecar checks the commit out before the ref moves.
         self.persist(Some(head), true)?;
         Ok(Speculation { base: start.to_string(), head: head.to_string(), results })
