@@ -639,9 +639,9 @@ fn commit_tracked(
 ) -> Result<git2::Oid, worktree::WorktreeError> {
     let mut slot = tracker.lock().unwrap_or_else(|e| e.into_inner());
     let changed = slot.as_mut().and_then(|t| t.take());
-    let open = slot.as_ref().and_then(|t| t.repo());
+    let open = slot.as_mut().and_then(|t| t.repo_and_memo());
     let r = match (&changed, open) {
-        (Some(paths), Some(repo)) => crate::changes::commit_paths_in(repo, message, paths),
+        (Some(paths), Some((repo, memo))) => crate::changes::commit_paths_in(repo, memo, message, paths),
         (Some(paths), None) => crate::changes::commit_paths(wt, message, paths),
         (None, _) => worktree::commit_all(wt, message),
     };
@@ -665,8 +665,8 @@ fn prepare_tracked(
 ) -> Result<worktree::Prepared, worktree::WorktreeError> {
     let mut slot = tracker.lock().unwrap_or_else(|e| e.into_inner());
     if !fresh && slot.as_mut().and_then(|t| t.take()).is_some_and(|changed| changed.is_empty()) {
-        let moved = match slot.as_ref().and_then(|t| t.repo()) {
-            Some(wt) => crate::changes::move_clean_in(wt, id, branch, base),
+        let moved = match slot.as_mut().and_then(|t| t.repo_and_memo()) {
+            Some((wt, memo)) => crate::changes::move_clean_in(wt, memo, id, branch, base),
             None => crate::changes::move_clean(repo, id, branch, base),
         };
         match moved {

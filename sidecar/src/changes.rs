@@ -27,6 +27,7 @@ use git2::build::CheckoutBuilder;
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 use swarm_core::names::{check_branch, check_commit};
 
+use crate::tracked_index::{self, IndexMemo};
 use crate::worktree::{self, SWARM_DIR, WorktreeError};
 
 /// Most directories watched; a larger tree is walked instead.
@@ -62,6 +63,8 @@ pub struct Tracker {
     /// when it changed on disk (a worker's own `git add`), and reading
     /// 10,000 entries twice per attempt was a cost that grew with the tree.
     repo: Option<Repository>,
+    /// What the sidecar knows of that index's file.
+    memo: IndexMemo,
 }
 
 impl std::fmt::Debug for Tracker {
@@ -95,6 +98,7 @@ impl Tracker {
             dirty: BTreeSet::new(),
             lost: false,
             repo: Repository::open(root).ok(),
+            memo: IndexMemo::default(),
         };
         t.watch_tree(Path::new(""), false)?;
         // Whatever happened while the watches were being added is unknown.
@@ -145,6 +149,11 @@ impl Tracker {
     /// The worktree's repository, open since the tracker started.
     pub fn repo(&self) -> Option<&Repository> {
         self.repo.as_ref()
+    }
+
+    /// The worktree's repository and what is known of its index file.
+    pub fn repo_and_memo(&mut self) -> Option<(&Repository, &mut IndexMemo)> {
+        self.repo.as_ref().map(|r| (r, &mut self.memo))
     }
 
     /// The paths changed since the last call (files and directories,
@@ -228,7 +237,7 @@ pub fn commit_paths(
     paths: &BTreeSet<PathBuf>,
 ) -> Result<(git2::Oid, bool), WorktreeError> {
     let repo = Repository::open(worktree)?;
-    let made = commit_paths_in(&repo, message, paths)?;
+    let made = commit_paths_in(&repo, &IndexMemo::default(), message, paths)?;
     repo.index()?.write()?;
     Ok(made)
 }
@@ -241,6 +250,7 @@ pub fn commit_paths(
 /// sidecar stop in between.
 pub fn commit_paths_in(
     repo: &Repository,
+    memo: &IndexMemo,
     message: &str,
     paths: &BTreeSet<PathBuf>,
 ) -> Result<(git2::Oid, bool), WorktreeError> {
@@ -250,7 +260,7 @@ pub fn commit_paths_in(
     })?;
     let mut index = repo.index()?;
     // Only when the file changed since it was last read or written here.
-    index.read(false)?;
+    tracked_index::read(&mut index, memo)?;
     // What left first, so that a file that became a directory (or the
     // other way round) never meets its old self in the index.
     let mut present = Vec::new();
@@ -316,13 +326,14 @@ pub fn move_clean(
 ) -> Result<worktree::Prepared, WorktreeError> {
     let repo = Repository::open(repo_path)?;
     let path = worktree::worktree_path(&repo, worker_id)?;
-    move_clean_in(&Repository::open(&path)?, worker_id, branch, base)
+    move_clean_in(&Repository::open(&path)?, &mut IndexMemo::default(), worker_id, branch, base)
 }
 
 /// [`move_clean`] with the worktree's repository `wt` (a [`Tracker`]'s:
 /// its index is already in memory; refs and objects are the common ones).
 pub fn move_clean_in(
     wt: &Repository,
+    memo: &mut IndexMemo,
     worker_id: &str,
     branch: &str,
     base: &str,
@@ -343,7 +354,7 @@ pub fn move_clean_in(
         let deltas = diff_trees(wt, Some(&head.tree()?), Some(&target.tree()?))?;
         if deltas.is_empty() {
         } else if plain_files(wt, &deltas)? {
-            write_files(wt, &path, &deltas)?;
+            write_files(wt, memo, &path, &deltas)?;
         } else {
             // Filters, submodules or attributes that change: libgit2's
             // checkout, which re-reads the index file first.
@@ -358,7 +369,7 @@ pub fn move_clean_in(
     }
     // Before the worker runs: it may read the index (`git status`), and
     // the last commit left it to this write.
-    wt.index()?.write()?;
+    tracked_index::write(wt, memo, &target.tree()?)?;
     wt.set_head_detached(oid)?;
     worktree::point_at_branch(wt, wt, branch, oid)?;
     Ok(worktree::Prepared { path, created: false, cleared_locks })
@@ -461,7 +472,12 @@ fn plain_files(repo: &Repository, deltas: &[FileDelta]) -> Result<bool, git2::Er
 /// removals, with directories made and emptied ones removed, as a checkout
 /// does) and updates their index entries in memory; the rest of the index
 /// is kept.
-fn write_files(repo: &Repository, root: &Path, deltas: &[FileDelta]) -> Result<(), WorktreeError> {
+fn write_files(
+    repo: &Repository,
+    memo: &IndexMemo,
+    root: &Path,
+    deltas: &[FileDelta],
+) -> Result<(), WorktreeError> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
     let fail = |p: &Path| {
@@ -469,7 +485,7 @@ fn write_files(repo: &Repository, root: &Path, deltas: &[FileDelta]) -> Result<(
         move |source| WorktreeError::Io { path: full, source }
     };
     let mut index = repo.index()?;
-    index.read(false)?;
+    tracked_index::read(&mut index, memo)?;
     for d in deltas.iter().filter(|d| d.new.is_none()) {
         match std::fs::remove_file(root.join(&d.path)) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(fail(&d.path)(e)),

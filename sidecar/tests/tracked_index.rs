@@ -28,8 +28,8 @@ fn a_full_prepare_repairs_an_index_the_tracked_commit_left_unwritten() {
     std::fs::create_dir_all(p.path.join("new")).expect("mkdir");
     std::fs::write(p.path.join("new/d.txt"), "d").expect("add");
     let changed = tracker.take().expect("tracked");
-    let wt = tracker.repo().expect("the tracker's repository");
-    let (oid, made) = changes::commit_paths_in(wt, "t1", &changed).expect("commit");
+    let (wt, memo) = tracker.repo_and_memo().expect("the tracker's repository");
+    let (oid, made) = changes::commit_paths_in(wt, memo, "t1", &changed).expect("commit");
     assert!(made);
     // The sidecar stops here: the index file still says the base.
     drop(tracker);
