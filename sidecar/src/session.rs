@@ -384,7 +384,10 @@ impl Session {
         let next_beat = || {
             interval + Duration::from_millis(if jitter > 0 { rand::rng().random_range(0..jitter) } else { 0 })
         };
-        let beat = tokio::time::sleep(next_beat());
+        // The first beat goes at once: until the controller hears from a
+        // sidecar after its Welcome (whose secret is journaled by now), it
+        // gives it no work.
+        let beat = tokio::time::sleep(Duration::ZERO);
         tokio::pin!(beat);
         loop {
             if (self.draining || self.shutting_down)

@@ -5,10 +5,12 @@
 
 use std::collections::BTreeMap;
 
+use swarm_proto::v1;
 use swarm_proto::v1::TaskState;
+use swarm_proto::v1::sidecar_service_client::SidecarServiceClient;
 use swarm_tests::{
-    Cluster, FAST_LEASES, Gate, PlanBuilder, TempRepo, WAIT, create_swarm, events, merges_of, pid_alive,
-    poll, spawn_sidecar, task, wait_all_merged, wait_task_state, worker_script,
+    Cluster, FAST_LEASES, Gate, PlanBuilder, TempRepo, WAIT, attempts, create_swarm, events, merges_of,
+    pid_alive, poll, spawn_controller, spawn_sidecar, task, wait_all_merged, wait_task_state, worker_script,
 };
 
 fn dag_plan(name: &str) -> String {
@@ -154,4 +156,45 @@ async fn frozen_sidecars_late_report_is_fenced() {
     assert_eq!(t.merge_commit, merged.merge_commit, "the fenced report changed nothing");
     assert_eq!(merges_of(&repo, "swarm/f/integration", "f", "t"), 1);
     assert_eq!(repo.tree("swarm/f/integration")["t.txt"], "attempt 2\n");
+}
+
+/// Says Hello as `worker` without a resume secret and reads the Welcome,
+/// then drops the stream without keeping the secret: to the controller,
+/// exactly a sidecar whose first Welcome was lost on the way.
+async fn hello_and_lose_the_welcome(url: &str, worker: &str) {
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let hello =
+        v1::Hello { worker_id: worker.into(), capacity: 1, shares_repository: true, ..Default::default() };
+    tx.send(v1::SidecarMessage { seq: 0, body: Some(v1::sidecar_message::Body::Hello(hello)) })
+        .await
+        .unwrap();
+    let channel = tonic::transport::Endpoint::from_shared(url.to_string()).unwrap().connect().await.unwrap();
+    let mut client = SidecarServiceClient::new(channel);
+    let mut inbound =
+        client.connect(tokio_stream::wrappers::ReceiverStream::new(rx)).await.unwrap().into_inner();
+    let first = tokio::time::timeout(WAIT, inbound.message()).await.unwrap().unwrap().unwrap();
+    assert!(matches!(first.body, Some(v1::controller_message::Body::Welcome(_))), "{first:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sidecar_whose_first_welcome_was_lost_is_not_locked_out_after_a_controller_crash() {
+    let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[("t", "echo t > t.txt")]))]);
+    // A lease no wait here outlasts: nothing may hinge on its expiry.
+    let mut controller = spawn_controller(repo.path(), &["--lease-ttl-ms=600000"]);
+    let url = controller.url();
+    create_swarm(&url, &PlanBuilder::new("l").task(task("t")).build()).await;
+    // w1's first Welcome is committed (with its resume secret) and lost;
+    // then the controller dies.
+    hello_and_lose_the_welcome(&url, "w1").await;
+    controller.restart_after_kill9();
+
+    // The real sidecar w1, which never had a secret, is let in at once
+    // and runs the task.
+    let _w1 = spawn_sidecar(&url, repo.path(), "w1", &[]);
+    let merged = wait_task_state(&url, "l", "t", TaskState::Merged).await;
+    assert_eq!(merged.attempts, 1, "no attempt went to the sidecar that lost its Welcome");
+    assert_eq!(attempts(&url, "l/t").await[0].worker_id, "w1");
+    assert_eq!(repo.tree("swarm/l/integration")["t.txt"], "t\n");
+    let evs = events(&url, "", 0, 1).await;
+    assert!(!evs.iter().any(|e| e.kind == "hello.refused"), "w1 was never refused: {evs:?}");
 }

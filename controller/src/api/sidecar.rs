@@ -224,7 +224,8 @@ fn principal(extensions: &tonic::Extensions) -> Option<String> {
 }
 
 /// Reads a sidecar's stream until it ends, turning each message into a
-/// scheduler command. Heartbeats only renew the lease clock.
+/// scheduler command. Heartbeats only renew the lease clock (the first
+/// message also tells the scheduler the sidecar has its Welcome).
 async fn read_reports(
     shared: Shared,
     mut inbound: Streaming<v1::SidecarMessage>,
@@ -234,6 +235,8 @@ async fn read_reports(
     errors: mpsc::Sender<Status>,
     closed: tokio_util::sync::CancellationToken,
 ) {
+    // A sidecar sends nothing after its Hello until it has the Welcome.
+    let mut heard = false;
     loop {
         let message = tokio::select! {
             // Shutdown, or the scheduler closed the session.
@@ -259,6 +262,12 @@ async fn read_reports(
         let now = shared.mono_ms();
         let previous = last_seen.swap(now, Ordering::Relaxed);
         shared.metrics.heartbeat_lag.observe(now.saturating_sub(previous) as f64 / 1000.0);
+        if !heard {
+            heard = true;
+            if shared.send(Command::Heard { worker: worker.clone(), session }).is_err() {
+                break;
+            }
+        }
         let Some(body) = message.body else {
             let _ = errors.try_send(Status::invalid_argument("body: is required"));
             break;

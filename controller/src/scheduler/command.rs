@@ -243,6 +243,12 @@ pub enum Command {
         worker: String,
         session: u64,
     },
+    /// The first message of a session after its Hello: the sidecar has
+    /// its Welcome.
+    Heard {
+        worker: String,
+        session: u64,
+    },
     Operator(OperatorOp),
     /// Registers a Watch: replies with the id of the last committed event
     /// and a receiver of every later one.

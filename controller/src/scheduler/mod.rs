@@ -470,6 +470,7 @@ impl Scheduler {
                 self.on_report(&worker, session, seq, report, fx)
             }
             Command::Disconnected { worker, session } => self.on_disconnected(&worker, session, fx),
+            Command::Heard { worker, session } => self.on_heard(&worker, session),
             Command::Operator(op) => self.on_operator(op, fx),
             Command::Subscribe { reply } => {
                 // On the thread that broadcasts, after the commits before it:

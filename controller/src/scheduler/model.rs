@@ -372,6 +372,13 @@ pub struct Worker {
     pub principal: String,
     /// The merge queue job it is verifying; it takes no attempt meanwhile.
     pub verifying: Option<u64>,
+    /// Whether the sidecar of its session is known to hold
+    /// `resume_secret`: it presented it (or the worker's credential) in its
+    /// Hello, or spoke after its Welcome. Until then it is given no work, so
+    /// a Welcome lost with its stream or a controller crash never leaves an
+    /// attempt with a worker that cannot prove its claim. In memory only:
+    /// after a restart every sidecar says Hello again.
+    pub holds_secret: bool,
 }
 
 impl Worker {
@@ -389,7 +396,11 @@ impl Worker {
     }
 
     pub fn is_idle(&self) -> bool {
-        self.session.is_some() && !self.draining && self.attempt.is_none() && self.verifying.is_none()
+        self.session.is_some()
+            && self.holds_secret
+            && !self.draining
+            && self.attempt.is_none()
+            && self.verifying.is_none()
     }
 
     /// A worker may take a task when it carries every label the task asks

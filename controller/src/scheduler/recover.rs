@@ -186,6 +186,7 @@ pub fn recover(
                 resume_secret: row.resume_secret,
                 principal: row.principal,
                 verifying: None,
+                holds_secret: false,
             },
         );
     }

@@ -28,13 +28,24 @@ impl Scheduler {
     pub(super) fn on_hello(&mut self, hello: HelloInfo, session: Session, fx: &mut Effects) {
         let _span =
             tracing::info_span!("sidecar.hello", worker = %hello.worker_id, session = session.id).entered();
-        if let Err(reason) = self.may_claim(&hello) {
-            tracing::warn!(%reason, "hello refused");
-            self.metrics.refused_hellos.inc();
-            self.audited(fx, &hello.worker_id, "hello.refused", None, reason.clone(), serde_json::json!({}));
-            fx.outbound.push((session, Outbound::Close { code: CloseCode::AlreadyExists, message: reason }));
-            return;
-        }
+        let proven = match self.may_claim(&hello) {
+            Ok(proven) => proven,
+            Err(reason) => {
+                tracing::warn!(%reason, "hello refused");
+                self.metrics.refused_hellos.inc();
+                self.audited(
+                    fx,
+                    &hello.worker_id,
+                    "hello.refused",
+                    None,
+                    reason.clone(),
+                    serde_json::json!({}),
+                );
+                fx.outbound
+                    .push((session, Outbound::Close { code: CloseCode::AlreadyExists, message: reason }));
+                return;
+            }
+        };
         let now = now_ms();
         let worker = self.workers.entry(hello.worker_id.clone()).or_insert_with(|| Worker {
             id: hello.worker_id.clone(),
@@ -48,6 +59,7 @@ impl Scheduler {
             resume_secret: String::new(),
             principal: String::new(),
             verifying: None,
+            holds_secret: false,
         });
         // The secret a sidecar proved stays valid, so a Welcome lost with
         // its stream does not lock the sidecar out; any other claim gets a
@@ -55,6 +67,9 @@ impl Scheduler {
         if worker.resume_secret.is_empty() || !secrets_match(&hello.resume_secret, &worker.resume_secret) {
             worker.resume_secret = new_secret();
         }
+        // A sidecar that proved nothing may never receive the Welcome that
+        // carries its new secret; it gets work once it speaks after it.
+        worker.holds_secret = proven;
         if let Some(p) = &hello.principal {
             worker.principal = p.clone();
         }
@@ -125,16 +140,21 @@ impl Scheduler {
         );
     }
 
-    /// Whether this Hello may claim its worker id. A known id with a live
-    /// session or an attempt in hand belongs to the sidecar that can prove
-    /// it: by its resume secret, or by the same credential. An idle,
-    /// disconnected id may be claimed afresh (a sidecar whose journal was
-    /// lost must be able to come back).
-    fn may_claim(&self, hello: &HelloInfo) -> Result<(), String> {
-        let Some(w) = self.workers.get(&hello.worker_id) else { return Ok(()) };
-        let same_identity = hello.principal.as_deref().is_some_and(|p| !p.is_empty() && p == w.principal);
-        if same_identity || secrets_match(&hello.resume_secret, &w.resume_secret) {
-            return Ok(());
+    /// Whether this Hello may claim its worker id, and whether it proved
+    /// the claim. A known id with a live session or an attempt in hand
+    /// belongs to the sidecar that can prove it: by its resume secret, or
+    /// by the same credential. An idle, disconnected id may be claimed
+    /// afresh (a sidecar whose journal was lost must be able to come back).
+    /// No attempt is ever given to a claim not yet proven (`holds_secret`),
+    /// so a sidecar that lost its first Welcome finds its id idle.
+    fn may_claim(&self, hello: &HelloInfo) -> Result<bool, String> {
+        let same_identity =
+            |w: &Worker| hello.principal.as_deref().is_some_and(|p| !p.is_empty() && p == w.principal);
+        let Some(w) = self.workers.get(&hello.worker_id) else {
+            return Ok(hello.principal.as_deref().is_some_and(|p| !p.is_empty()));
+        };
+        if same_identity(w) || secrets_match(&hello.resume_secret, &w.resume_secret) {
+            return Ok(true);
         }
         let id = &w.id;
         if w.session.is_some() {
@@ -150,7 +170,19 @@ impl Scheduler {
                 key.attempt(*number)
             ));
         }
-        Ok(())
+        Ok(hello.principal.as_deref().is_some_and(|p| !p.is_empty()))
+    }
+
+    /// The sidecar of `session` spoke after its Welcome, so it keeps the
+    /// Welcome's resume secret (a sidecar journals it before it sends
+    /// anything else): from now on it may be given work.
+    pub(super) fn on_heard(&mut self, worker_id: &str, session: u64) {
+        let Some(w) = self.workers.get_mut(worker_id) else { return };
+        if w.holds_secret || w.session.as_ref().map(|s| s.id) != Some(session) {
+            return;
+        }
+        w.holds_secret = true;
+        self.scan.changed();
     }
 
     /// A sidecar came back holding an attempt that is no longer current.

@@ -103,7 +103,8 @@ impl Rig {
             resume_secret: String::new(),
             principal: None,
         };
-        sched.turn([Command::Hello { hello, session }]).expect("turn");
+        let heard = Command::Heard { worker: "w1".into(), session: 1 };
+        sched.turn([Command::Hello { hello, session }, heard]).expect("turn");
         Rig { _dir: dir, sched, merged, outbound, seq: 0, base, repo, closed }
     }
 
@@ -387,10 +388,65 @@ fn an_idle_worker_that_can_take_nothing_is_not_rescanned_until_something_changes
         resume_secret: String::new(),
         principal: None,
     };
-    rig.sched.turn([Command::Hello { hello, session }]).expect("turn");
+    let heard = Command::Heard { worker: "w2".into(), session: 2 };
+    rig.sched.turn([Command::Hello { hello, session }, heard]).expect("turn");
     let mut assigned = false;
     while let Ok(m) = outbound.try_recv() {
         assigned |= matches!(m, Outbound::Assign(_));
     }
     assert!(assigned, "w2 gets a task at once");
+}
+
+/// Connects `worker` on a fresh session without a resume secret; returns
+/// what was queued for it by that turn, and its queue.
+fn hello_without_secret(
+    rig: &mut Rig,
+    worker: &str,
+    id: u64,
+    heard: bool,
+) -> (Vec<Outbound>, tmpsc::Receiver<Outbound>) {
+    let (tx, mut outbound) = tmpsc::channel(64);
+    let closed = tokio_util::sync::CancellationToken::new();
+    let session = Session { id, tx, last_seen: Arc::new(AtomicU64::new(u64::MAX / 2)), closed };
+    let hello = HelloInfo {
+        worker_id: worker.into(),
+        labels: Default::default(),
+        host: "h".into(),
+        last_acked_seq: 0,
+        attempt_in_hand: None,
+        resume_secret: String::new(),
+        principal: None,
+    };
+    let mut commands = vec![Command::Hello { hello, session }];
+    if heard {
+        commands.push(Command::Heard { worker: worker.into(), session: id });
+    }
+    rig.sched.turn(commands).expect("turn");
+    (std::iter::from_fn(|| outbound.try_recv().ok()).collect(), outbound)
+}
+
+#[test]
+fn work_waits_until_the_sidecar_speaks_after_its_welcome_so_a_lost_welcome_locks_nothing_out() {
+    let mut rig =
+        Rig::build(0, 64, "[[tasks]]\nid = \"a\"\nfiles = [\"a\"]\n[[tasks]]\nid = \"b\"\nfiles = [\"b\"]\n");
+    assert!(rig.take_assign().is_some(), "w1, heard, took a task");
+    // w2's Welcome never reaches it (its stream broke, or the controller
+    // died): it is given nothing meanwhile.
+    let (sent, _queue) = hello_without_secret(&mut rig, "w2", 2, false);
+    assert!(matches!(sent.as_slice(), [Outbound::Welcome { .. }]), "only the Welcome: {sent:?}");
+    rig.sched.turn([Command::Disconnected { worker: "w2".into(), session: 2 }]).expect("turn");
+    // So the sidecar, which has no secret, may claim its id again at once,
+    // and gets work once it speaks after the Welcome.
+    let (sent, mut outbound) = hello_without_secret(&mut rig, "w2", 3, false);
+    assert!(matches!(sent.as_slice(), [Outbound::Welcome { .. }]), "claimed afresh: {sent:?}");
+    rig.sched.turn([Command::Heard { worker: "w2".into(), session: 3 }]).expect("turn");
+    assert!(matches!(outbound.try_recv(), Ok(Outbound::Assign(_))), "w2 gets a task once heard");
+    // A worker given work was heard, so the fencing guarantee stands: a
+    // Hello without its secret cannot take the id while it holds the task.
+    rig.sched.turn([Command::Disconnected { worker: "w2".into(), session: 3 }]).expect("turn");
+    let (sent, _queue) = hello_without_secret(&mut rig, "w2", 4, true);
+    assert!(
+        matches!(sent.as_slice(), [Outbound::Close { code: super::outbound::CloseCode::AlreadyExists, .. }]),
+        "an impostor is refused: {sent:?}"
+    );
 }

@@ -214,8 +214,9 @@ impl Sim {
         };
         let beat = tx.clone();
         let heartbeats = tokio::spawn(async move {
+            // The first beat at once, as a sidecar does once it has its
+            // Welcome: only then is it given work.
             loop {
-                tokio::time::sleep(Duration::from_millis(100)).await;
                 let m = v1::SidecarMessage {
                     seq: 0,
                     body: Some(v1::sidecar_message::Body::Heartbeat(v1::Heartbeat { sent_at_unix_ms: 0 })),
@@ -223,6 +224,7 @@ impl Sim {
                 if beat.send(m).await.is_err() {
                     return;
                 }
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
         });
         Ok(Sim {

@@ -122,6 +122,12 @@ async fn noop_sidecar(channel: Channel, worker: String, deadline: Instant) -> an
             Ok(Ok(Some(m))) => m,
             Ok(_) => break,
         };
+        if let Some(v1::controller_message::Body::Welcome(_)) = m.body {
+            // As a real sidecar does: the controller gives work only to a
+            // sidecar it heard from after the Welcome.
+            let beat = Body::Heartbeat(v1::Heartbeat { sent_at_unix_ms: 0 });
+            tx.send(v1::SidecarMessage { seq: 0, body: Some(beat) }).await?;
+        }
         if let Some(v1::controller_message::Body::Assign(a)) = m.body {
             seq += 1;
             let result = v1::AttemptResult {

@@ -80,7 +80,8 @@ impl Rig {
             resume_secret: String::new(),
             principal: None,
         };
-        self.sched.turn([Command::Hello { hello, session }]).expect("turn");
+        let heard = Command::Heard { worker: worker.into(), session: id };
+        self.sched.turn([Command::Hello { hello, session }, heard]).expect("turn");
         rx
     }
 
