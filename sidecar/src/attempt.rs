@@ -222,6 +222,21 @@ impl SwarmFiles {
     }
 }
 
+impl SwarmFiles {
+    /// The attempt's worker log: `<swarm>.<task>-<n>.log`, with the `/` of a
+    /// nested swarm id written as `.` (no id component has one), so swarms
+    /// sharing a task id in one worktree keep their logs apart.
+    pub fn log_of(&self, attempt: &AttemptRef) -> PathBuf {
+        let swarm = attempt.task.swarm.as_str().replace('/', ".");
+        self.logs.join(format!("{swarm}.{}-{}.log", attempt.task.task, attempt.number))
+    }
+
+    /// Where a sidecar before the swarm id was in the name wrote the log.
+    pub fn unqualified_log_of(&self, attempt: &AttemptRef) -> PathBuf {
+        self.logs.join(format!("{}-{}.log", attempt.task.task, attempt.number))
+    }
+}
+
 /// Appends an answer to `task.md` under "Answers" and writes `answers/<id>.md`.
 pub fn record_answer(worktree: &Path, question_id: &str, text: &str) -> std::io::Result<()> {
     let files = SwarmFiles::new(worktree);
@@ -389,7 +404,7 @@ async fn drive(
             }
         }
     }
-    let log_path = files.logs.join(format!("{}-{}.log", a.attempt.task.task, a.attempt.number));
+    let log_path = files.log_of(&a.attempt);
     let mut log = tokio::fs::OpenOptions::new()
         .create(true)
         .append(true)

@@ -96,8 +96,10 @@ fn read(worktree: &Path, request: &v1::LogRequest) -> Result<v1::LogChunk, Serve
 }
 
 /// The attempt's log file, named as the attempt driver names it; the ids
-/// were checked against the id pattern (no `/`, no `.`), and the
-/// directories on the way must be real directories, not links.
+/// were checked against the id pattern (no `.`, and no `/` but between a
+/// nested swarm's components, which the name spells as `.`), and the
+/// directories on the way must be real directories, not links. A log
+/// written before names carried the swarm id is found under its old name.
 fn log_path(worktree: &Path, attempt: &AttemptRef) -> Result<PathBuf, ServeError> {
     let files = SwarmFiles::new(worktree);
     for dir in [&files.dir, &files.logs] {
@@ -110,7 +112,11 @@ fn log_path(worktree: &Path, attempt: &AttemptRef) -> Result<PathBuf, ServeError
             Err(source) => return Err(ServeError::Io { path: dir.clone(), source }),
         }
     }
-    Ok(files.logs.join(format!("{}-{}.log", attempt.task.task, attempt.number)))
+    let path = files.log_of(attempt);
+    let old = files.unqualified_log_of(attempt);
+    let missing =
+        |p: &Path| matches!(std::fs::symlink_metadata(p), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
+    Ok(if missing(&path) && !missing(&old) { old } else { path })
 }
 
 fn read_at(file: &mut File, start: u64, want: usize) -> std::io::Result<Vec<u8>> {
@@ -125,10 +131,14 @@ mod tests {
     use super::*;
 
     fn request(task: &str, tail: u64, offset: u64) -> v1::LogRequest {
+        request_in("s", task, tail, offset)
+    }
+
+    fn request_in(swarm: &str, task: &str, tail: u64, offset: u64) -> v1::LogRequest {
         v1::LogRequest {
             request_id: 7,
             attempt: Some(v1::AttemptRef {
-                swarm_id: "s".into(),
+                swarm_id: swarm.into(),
                 task_id: task.into(),
                 attempt: 1,
                 fencing_token: 1,
@@ -151,7 +161,7 @@ mod tests {
         let wt = tempfile::tempdir().expect("tempdir");
         let logs = SwarmFiles::new(wt.path()).logs;
         std::fs::create_dir_all(&logs).expect("mkdir");
-        std::fs::write(logs.join("api-1.log"), b"hello world\n").expect("write");
+        std::fs::write(logs.join("s.api-1.log"), b"hello world\n").expect("write");
         let c = chunk(answer(wt.path(), request("api", 0, 6)).await);
         assert_eq!((c.request_id, c.offset, c.size, c.data.as_slice()), (7, 6, 12, &b"world\n"[..]));
         let c = chunk(answer(wt.path(), request("api", 3, 0)).await);
@@ -172,10 +182,30 @@ mod tests {
         }
         let secret = wt.path().join("secret");
         std::fs::write(&secret, b"secret").expect("write");
-        std::os::unix::fs::symlink(&secret, logs.join("link-1.log")).expect("symlink");
+        std::os::unix::fs::symlink(&secret, logs.join("s.link-1.log")).expect("symlink");
         let c = chunk(answer(wt.path(), request("link", 0, 0)).await);
         assert!(c.error.contains("symbolic link") && c.data.is_empty(), "{}", c.error);
         let c = chunk(answer(wt.path(), request("gone", 0, 0)).await);
         assert!(c.not_found && c.error.contains("no log for attempt s/gone#1"), "{}", c.error);
+    }
+
+    #[tokio::test]
+    async fn swarms_sharing_a_task_id_have_their_own_logs_and_an_old_log_is_still_found() {
+        let wt = tempfile::tempdir().expect("tempdir");
+        let files = SwarmFiles::new(wt.path());
+        std::fs::create_dir_all(&files.logs).expect("mkdir");
+        for swarm in ["app", "app/auth", "app-auth"] {
+            let wire = request_in(swarm, "api", 0, 0).attempt.expect("attempt");
+            let attempt = AttemptRef::try_from(&wire).expect("attempt");
+            std::fs::write(files.log_of(&attempt), swarm).expect("write");
+        }
+        for swarm in ["app", "app/auth", "app-auth"] {
+            let c = chunk(answer(wt.path(), request_in(swarm, "api", 0, 0)).await);
+            assert_eq!(c.data, swarm.as_bytes(), "{swarm}: {}", c.error);
+        }
+        // Written under the name without the swarm, by an older sidecar.
+        std::fs::write(files.logs.join("old-1.log"), b"old\n").expect("write");
+        let c = chunk(answer(wt.path(), request_in("app", "old", 0, 0)).await);
+        assert_eq!(c.data, b"old\n", "{}", c.error);
     }
 }

@@ -34,8 +34,8 @@ async fn worker_output_comes_from_a_remote_sidecar_and_follows_the_attempt() {
 
     // The log is in the remote sidecar's worktree and nowhere under the
     // controller's repository.
-    let far_log = clone.join(".git/workspaces/far-1/.swarm/logs/talk-1.log");
-    let near_log = repo.path().join(".git/workspaces/far-1/.swarm/logs/talk-1.log");
+    let far_log = clone.join(".git/workspaces/far-1/.swarm/logs/lg.talk-1.log");
+    let near_log = repo.path().join(".git/workspaces/far-1/.swarm/logs/lg.talk-1.log");
     poll("the remote worker's first line", Duration::from_secs(30), || async {
         let out = swarmctl(&url, &["logs", "lg/talk", "--worker-output"]);
         (out.status.success() && stdout(&out) == "hello from the worker\n").then_some(())
