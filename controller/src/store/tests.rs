@@ -319,4 +319,13 @@ fn a_version_1_store_is_migrated_with_its_swarms_progress() {
     }
     let snap = Store::open(&path).expect("migrates").load().expect("load");
     assert_eq!((snap.swarms[0].state.as_str(), snap.swarms[0].integration_head.as_str()), ("ACTIVE", "h1"));
+    let indexes: Vec<String> = rusqlite::Connection::open(&path)
+        .expect("raw")
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'events'")
+        .expect("prepare")
+        .query_map([], |r| r.get(0))
+        .expect("query")
+        .collect::<Result<_, _>>()
+        .expect("rows");
+    assert_eq!(indexes, vec!["events_by_task".to_string()], "events_by_swarm is dropped");
 }

@@ -92,6 +92,11 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     // 5: agent attempts keep their agent, session and usage (JSON), so a
     // restarted controller still resumes sessions and sums costs.
     "ALTER TABLE attempts ADD COLUMN agent TEXT NOT NULL DEFAULT '';",
+    // 6: no query reads events through (swarm, id): a swarm's events are
+    // read by id range (a prefix match on the swarm cannot use it) and a
+    // task's through events_by_task, whose (swarm, task, id) also serves
+    // any lookup by swarm. Every event insert paid for it.
+    "DROP INDEX events_by_swarm;",
 ];
 
 pub const VERSION: i64 = MIGRATIONS.len() as i64;
