@@ -12,10 +12,13 @@
 //! All functions here block; call them from a blocking thread.
 
 use std::ffi::OsStr;
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 
 use git2::{Oid, Repository};
+use nix::fcntl::{AtFlags, OFlag};
+use nix::sys::stat::Mode;
 
 use crate::worktree::WorktreeError;
 
@@ -59,33 +62,48 @@ pub(crate) fn plain_entries(
     }
     let links = cfg.get_bool("core.symlinks").unwrap_or(true);
     let mut entries = Vec::new();
-    let mut plain = true;
-    let walked = tree.walk(git2::TreeWalkMode::PreOrder, |dir, e| {
-        let name = e.name_bytes();
-        if !safe_component(name) || name == b".gitattributes" {
-            plain = false;
-            return git2::TreeWalkResult::Abort;
-        }
-        let mode = e.filemode();
-        if e.kind() == Some(git2::ObjectType::Tree) {
-            return git2::TreeWalkResult::Ok;
-        }
-        if !(mode == BLOB || mode == BLOB_EXECUTABLE || (mode == LINK && links)) {
-            plain = false;
-            return git2::TreeWalkResult::Abort;
-        }
-        let mut path = dir.as_bytes().to_vec();
-        path.extend_from_slice(name);
-        entries.push(Entry { path, oid: e.id(), mode });
-        git2::TreeWalkResult::Ok
-    });
-    // An abort is an error to libgit2; here it only means "not plain".
-    if !plain {
+    if !walk(repo, tree, &mut Vec::new(), links, &mut entries)? {
         return Ok(None);
     }
-    walked?;
     entries.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(Some(entries))
+}
+
+/// Adds the files of `tree` (at `prefix`) to `out`; false when one is not
+/// plain. By hand rather than `Tree::walk`, which hands its callback the
+/// directory as UTF-8 and fails on any other name, where git takes bytes.
+fn walk(
+    repo: &Repository,
+    tree: &git2::Tree<'_>,
+    prefix: &mut Vec<u8>,
+    links: bool,
+    out: &mut Vec<Entry>,
+) -> Result<bool, WorktreeError> {
+    for e in tree.iter() {
+        let name = e.name_bytes();
+        if !safe_component(name) || name == b".gitattributes" {
+            return Ok(false);
+        }
+        let mode = e.filemode();
+        let len = prefix.len();
+        prefix.extend_from_slice(name);
+        if e.kind() == Some(git2::ObjectType::Tree) {
+            prefix.push(b'/');
+            let sub = repo.find_tree(e.id())?;
+            let plain = walk(repo, &sub, prefix, links, out)?;
+            prefix.truncate(len);
+            if !plain {
+                return Ok(false);
+            }
+            continue;
+        }
+        if !(mode == BLOB || mode == BLOB_EXECUTABLE || (mode == LINK && links)) {
+            return Ok(false);
+        }
+        out.push(Entry { path: prefix.clone(), oid: e.id(), mode });
+        prefix.truncate(len);
+    }
+    Ok(true)
 }
 
 /// A name git checks out: not empty, `.`, `..`, `.git` in any case, and no
@@ -187,32 +205,96 @@ pub(crate) fn write_tree(
     Ok(())
 }
 
+/// The directory a share of the files is being written into, open so that
+/// each file is created and stat'ed by its name alone: a path from the
+/// root would be walked again by the kernel for every file (twice, with
+/// the stat), which cost more CPU than writing the file.
+struct Dir<'a> {
+    path: &'a [u8],
+    fd: OwnedFd,
+}
+
+impl Dir<'_> {
+    fn open<'a>(root: &Path, path: &'a [u8]) -> Result<Dir<'a>, WorktreeError> {
+        let full = root.join(OsStr::from_bytes(path));
+        // `O_NOFOLLOW`: the directories were just made here; a link in
+        // their place is not where the files belong.
+        let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let fd = nix::fcntl::openat(nix::fcntl::AT_FDCWD, &full, flags, Mode::empty())
+            .map_err(|e| WorktreeError::Io { path: full, source: e.into() })?;
+        Ok(Dir { path, fd })
+    }
+}
+
 /// Writes one share of the files, each thread with its own handle on the
 /// object store; returns their index entries.
 fn write_files(common: &Path, root: &Path, part: &[Entry]) -> Result<Vec<git2::IndexEntry>, WorktreeError> {
     use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
     let repo = Repository::open(common)?;
     let odb = repo.odb()?;
     let mut out = Vec::with_capacity(part.len());
+    let mut dir: Option<Dir<'_>> = None;
     for e in part {
-        let full = root.join(OsStr::from_bytes(&e.path));
+        let (parent, name) = match e.path.iter().rposition(|&b| b == b'/') {
+            Some(slash) => (&e.path[..slash], &e.path[slash + 1..]),
+            None => (&e.path[..0], &e.path[..]),
+        };
+        let d = match dir.take() {
+            Some(d) if d.path == parent => d,
+            _ => Dir::open(root, parent)?,
+        };
+        let name = OsStr::from_bytes(name);
+        let full = || root.join(OsStr::from_bytes(&e.path));
+        let failed = |source: nix::Error| WorktreeError::Io { path: full(), source: source.into() };
         let blob = odb.read(e.oid)?;
-        if e.mode == LINK {
-            std::os::unix::fs::symlink(OsStr::from_bytes(blob.data()), &full).map_err(io(&full))?;
+        let stat = if e.mode == LINK {
+            nix::unistd::symlinkat(OsStr::from_bytes(blob.data()), &d.fd, name).map_err(failed)?;
+            Stat::from(nix::sys::stat::fstatat(&d.fd, name, AtFlags::AT_SYMLINK_NOFOLLOW).map_err(failed)?)
         } else {
-            // `create_new`: never through a link or over a file already there.
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(if e.mode == BLOB_EXECUTABLE { 0o777 } else { 0o666 })
-                .open(&full)
-                .map_err(io(&full))?;
-            f.write_all(blob.data()).map_err(io(&full))?;
-        }
-        out.push(crate::changes::index_entry(&full, Path::new(OsStr::from_bytes(&e.path)), e.oid, e.mode)?);
+            // `O_EXCL`: never through a link or over a file already there.
+            let flags =
+                OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+            let mode = Mode::from_bits_truncate(if e.mode == BLOB_EXECUTABLE { 0o777 } else { 0o666 });
+            let mut f = std::fs::File::from(nix::fcntl::openat(&d.fd, name, flags, mode).map_err(failed)?);
+            f.write_all(blob.data()).map_err(|source| WorktreeError::Io { path: full(), source })?;
+            // The stat of the open file, as git takes it: no lookup by name.
+            Stat::from(nix::sys::stat::fstat(&f).map_err(failed)?)
+        };
+        out.push(stat.entry(&e.path, e.oid, e.mode));
+        dir = Some(d);
     }
     Ok(out)
+}
+
+/// The stat fields an index entry keeps.
+struct Stat(nix::sys::stat::FileStat);
+
+impl From<nix::sys::stat::FileStat> for Stat {
+    fn from(s: nix::sys::stat::FileStat) -> Stat {
+        Stat(s)
+    }
+}
+
+impl Stat {
+    fn entry(&self, path: &[u8], oid: Oid, mode: i32) -> git2::IndexEntry {
+        let s = &self.0;
+        // Index stat fields are 32 bits wide; git truncates them the same way.
+        let time = |secs: i64, ns: i64| git2::IndexTime::new(secs as i32, ns as u32);
+        git2::IndexEntry {
+            ctime: time(s.st_ctime, s.st_ctime_nsec),
+            mtime: time(s.st_mtime, s.st_mtime_nsec),
+            dev: s.st_dev as u32,
+            ino: s.st_ino as u32,
+            mode: mode as u32,
+            uid: s.st_uid,
+            gid: s.st_gid,
+            file_size: s.st_size as u32,
+            id: oid,
+            flags: 0,
+            flags_extended: 0,
+            path: path.to_vec(),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -237,15 +319,15 @@ mod tests {
     }
 
     /// Every file under `root` but `.git`: (path, mode, content or link target).
-    fn listing(root: &Path) -> Vec<(String, u32, Vec<u8>)> {
+    fn listing(root: &Path) -> Vec<(Vec<u8>, u32, Vec<u8>)> {
         let mut out = Vec::new();
         let mut stack = vec![root.to_path_buf()];
         while let Some(dir) = stack.pop() {
             for e in std::fs::read_dir(&dir).expect("read_dir") {
                 let e = e.expect("entry");
                 let p = e.path();
-                let rel = p.strip_prefix(root).expect("under root").to_string_lossy().into_owned();
-                if rel == ".git" {
+                let rel = p.strip_prefix(root).expect("under root").as_os_str().as_bytes().to_vec();
+                if rel == b".git" {
                     continue;
                 }
                 let m = std::fs::symlink_metadata(&p).expect("stat");
@@ -282,6 +364,12 @@ mod tests {
             .expect("chmod");
         std::os::unix::fs::symlink("../a/b/c.txt", repo.join("bin/link")).expect("link");
         std::fs::write(repo.join("empty"), "").expect("write");
+        // Names are bytes to git: a directory and a file whose names are
+        // not UTF-8 come out byte for byte.
+        let odd = repo.join(OsStr::from_bytes(b"caf\xe9"));
+        std::fs::create_dir_all(&odd).expect("mkdir");
+        std::fs::write(odd.join(OsStr::from_bytes(b"\xff.txt")), "odd\n").expect("write");
+        std::os::unix::fs::symlink(OsStr::from_bytes(b"\xff.txt"), odd.join("link")).expect("link");
         git(&repo, &["init", "-q", "-b", "main"]);
         git(&repo, &["add", "-A"]);
         git(&repo, &["commit", "-q", "-m", "base"]);
