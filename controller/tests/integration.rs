@@ -94,8 +94,10 @@ async fn a_result_outside_the_owned_globs_is_refused_or_warned() {
     h.create(&plan("retries = 0", "[[tasks]]\nid = \"a\"\nfiles = [\"a/**\"]\n[[tasks]]\nid = \"w\"\nfiles = [\"w/**\"]\nownership = \"warn\"\n")).await;
     let mut s1 = h.sidecar("w1").await;
     let mut s2 = h.sidecar("w2").await;
-    for sc in [&mut s1, &mut s2] {
-        let t = sc.assign().await;
+    // Both tasks are handed out before either result: a sidecar that
+    // finished first could otherwise take the other task too.
+    let (t1, t2) = (s1.assign().await, s2.assign().await);
+    for (sc, t) in [(&mut s1, t1), (&mut s2, t2)] {
         let id = attempt_ref(&t).task_id.clone();
         let c = h.repo().commit(
             Some(&t.base_commit),

@@ -212,19 +212,22 @@ impl Sim {
         let Some(v1::controller_message::Body::Welcome(welcome)) = first.body else {
             panic!("expected welcome, got {first:?}")
         };
+        let heartbeat = || v1::SidecarMessage {
+            seq: 0,
+            body: Some(v1::sidecar_message::Body::Heartbeat(v1::Heartbeat { sent_at_unix_ms: 0 })),
+        };
+        // The first beat before this returns, as a sidecar sends one at once
+        // when it has its Welcome: only then is it given work, and a test
+        // that connects two sidecars expects both to be eligible before it
+        // goes on (else the first may finish and take the second's task).
+        tx.send(heartbeat()).await.expect("first heartbeat");
         let beat = tx.clone();
         let heartbeats = tokio::spawn(async move {
-            // The first beat at once, as a sidecar does once it has its
-            // Welcome: only then is it given work.
             loop {
-                let m = v1::SidecarMessage {
-                    seq: 0,
-                    body: Some(v1::sidecar_message::Body::Heartbeat(v1::Heartbeat { sent_at_unix_ms: 0 })),
-                };
-                if beat.send(m).await.is_err() {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                if beat.send(heartbeat()).await.is_err() {
                     return;
                 }
-                tokio::time::sleep(Duration::from_millis(100)).await;
             }
         });
         Ok(Sim {
