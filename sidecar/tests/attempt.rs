@@ -135,7 +135,7 @@ echo working
     let branch = git.find_branch("swarm/s/api", git2::BranchType::Local).expect("branch");
     assert_eq!(branch.get().target().expect("target").to_string(), r.commit);
     assert!(matches!(run.journaled()[0], Body::Started(s) if s.restarts == 0 && s.pid > 0));
-    let log = repo.path().join(".git/workspaces/w1/.swarm/logs/api-1.log");
+    let log = repo.path().join(".git/workspaces/w1/.swarm/logs/s.api-1.log");
     assert!(std::fs::read_to_string(log).expect("log").contains("working"));
 }
 
