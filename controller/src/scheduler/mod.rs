@@ -327,8 +327,7 @@ impl Scheduler {
     /// still in flight, but nothing it produces leaves before a commit that
     /// holds it and everything before it.
     pub fn run(mut self, commands: Receiver<Command>) -> Result<(), crate::error::ControllerError> {
-        let mut store = self.store.reopen()?;
-        store.checkpoint_in_background()?;
+        let store = self.store.reopen()?;
         let releaser = self.releaser();
         let in_flight = Arc::new(AtomicUsize::new(0));
         let (tx, rx) = std::sync::mpsc::sync_channel::<Turn>(MAX_TURNS_IN_FLIGHT);

@@ -116,15 +116,6 @@ impl Store {
         Store::open_at(&self.location())
     }
 
-    /// Moves WAL checkpoints off the committing thread (SQLite; a no-op on
-    /// PostgreSQL, which checkpoints on its own).
-    pub fn checkpoint_in_background(&mut self) -> Result<(), StoreError> {
-        match self {
-            Store::Sqlite(s) => s.checkpoint_in_background(),
-            Store::Postgres(_) => Ok(()),
-        }
-    }
-
     pub fn load(&mut self) -> Result<Snapshot, StoreError> {
         match self {
             Store::Sqlite(s) => s.load(),

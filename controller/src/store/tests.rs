@@ -329,38 +329,3 @@ fn a_version_1_store_is_migrated_with_its_swarms_progress() {
         .expect("rows");
     assert_eq!(indexes, vec!["events_by_task".to_string()], "events_by_swarm is dropped");
 }
-
-// SQLite only: PostgreSQL checkpoints in its own server process.
-#[test]
-fn a_background_checkpoint_copies_commits_into_the_database_file_while_the_store_is_open() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("swarm.db");
-    let mut store = Store::open(&path).expect("open");
-    store.checkpoint_in_background().expect("checkpointer");
-    let mut batch = Batch::default();
-    batch.new_swarm(swarm("s"));
-    batch.task(task("s", "a", "READY"));
-    store.commit(&batch).expect("commit");
-    // The database file alone, WAL ignored: what a checkpoint has copied.
-    let uri = format!("file:{}?immutable=1", path.display());
-    let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_URI;
-    let in_file = || -> i64 {
-        rusqlite::Connection::open_with_flags(&uri, flags)
-            .and_then(|c| c.query_row("SELECT COUNT(*) FROM tasks WHERE id = 'a'", [], |r| r.get(0)))
-            .unwrap_or(0)
-    };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while in_file() == 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no checkpoint copied the commit into {}",
-            path.display()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let mut batch = Batch::default();
-    batch.task(task("s", "a", "MERGED"));
-    store.commit(&batch).expect("a commit after the checkpoint");
-    let snap = store.load().expect("load");
-    assert_eq!(snap.tasks.iter().map(|t| t.state.as_str()).collect::<Vec<_>>(), vec!["MERGED"]);
-}

@@ -1,7 +1,6 @@
 //! The embedded backend: one SQLite file (WAL), for `swarmctl run`, the
 //! demo and a single controller.
 
-mod checkpoint;
 mod load;
 pub(super) mod schema;
 
@@ -34,8 +33,6 @@ fn at_path(path: &Path, e: StoreError) -> StoreError {
 pub struct SqliteStore {
     pub(super) conn: Connection,
     path: PathBuf,
-    /// Background checkpoints, on the committing store only.
-    checkpointer: Option<checkpoint::Checkpointer>,
 }
 
 impl SqliteStore {
@@ -61,22 +58,13 @@ impl SqliteStore {
         // load, checkpoints were a sixth of the writer's time.
         conn.pragma_update(None, "wal_autocheckpoint", 10_000)?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
-        let mut store = SqliteStore { conn, path: path.into(), checkpointer: None };
+        let mut store = SqliteStore { conn, path: path.into() };
         schema::migrate(&mut store.conn, &store.path)?;
         Ok(store)
     }
 
     pub fn path(&self) -> &Path {
         &self.path
-    }
-
-    /// Checkpoints the WAL on a thread of its own from now on, so this
-    /// store's commits seldom wait for one (see [`checkpoint`]).
-    pub fn checkpoint_in_background(&mut self) -> Result<(), StoreError> {
-        if self.checkpointer.is_none() {
-            self.checkpointer = Some(checkpoint::Checkpointer::start(&self.path)?);
-        }
-        Ok(())
     }
 
     /// Opens a read-only connection for Watch replays and the like.
@@ -241,9 +229,6 @@ impl SqliteStore {
             }
         }
         tx.commit()?;
-        if let Some(checkpointer) = &self.checkpointer {
-            checkpointer.committed();
-        }
         let rows = batches.iter().map(|b| b.len()).sum();
         Ok(CommitStats { rows, micros: started.elapsed().as_micros() as u64 })
     }
