@@ -70,6 +70,25 @@ fn build_repo(repo: &Path) -> (String, String) {
     (git(repo, &["rev-parse", "main~1"]), git(repo, &["rev-parse", "main"]))
 }
 
+/// The test repository under `dir`, and worker w1's worktree at its first
+/// commit with the sidecar's tracker started on it.
+struct Setup {
+    repo: PathBuf,
+    c1: String,
+    c2: String,
+    worktree: worktree::Prepared,
+    tracker: changes::Tracker,
+}
+
+fn setup(dir: &Path) -> Setup {
+    let repo = dir.join("repo");
+    std::fs::create_dir_all(&repo).expect("mkdir");
+    let (c1, c2) = build_repo(&repo);
+    let worktree = worktree::prepare(&repo, "w1", "swarm/s/t1", &c1).expect("prepare");
+    let tracker = changes::Tracker::start(&worktree.path).expect("tracker");
+    Setup { repo, c1, c2, worktree, tracker }
+}
+
 fn loose_object(repo: &Path, id: &str) -> PathBuf {
     repo.join(".git/objects").join(&id[..2]).join(&id[2..])
 }
@@ -77,11 +96,7 @@ fn loose_object(repo: &Path, id: &str) -> PathBuf {
 #[test]
 fn the_index_written_after_a_move_is_clean_for_every_reader_with_a_cache_tree_git_trusts() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let repo = tmp.path().join("repo");
-    std::fs::create_dir_all(&repo).expect("mkdir");
-    let (c1, c2) = build_repo(&repo);
-    let p = worktree::prepare(&repo, "w1", "swarm/s/t1", &c1).expect("prepare");
-    let mut tracker = changes::Tracker::start(&p.path).expect("tracker");
+    let Setup { repo, c2, worktree: p, mut tracker, .. } = setup(tmp.path());
     assert_eq!(tracker.take(), Some(Default::default()));
     let (wt, memo) = tracker.repo_and_memo().expect("the tracker's repository");
     changes::move_clean_in(wt, memo, "w1", "swarm/s/t2", &c2).expect("move");
@@ -149,11 +164,7 @@ fn the_index_written_after_a_move_is_clean_for_every_reader_with_a_cache_tree_gi
 #[test]
 fn moves_keep_the_cache_tree_right_and_a_rewritten_index_is_read_again() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let repo = tmp.path().join("repo");
-    std::fs::create_dir_all(&repo).expect("mkdir");
-    let (c1, c2) = build_repo(&repo);
-    let p = worktree::prepare(&repo, "w1", "swarm/s/t1", &c1).expect("prepare");
-    let mut tracker = changes::Tracker::start(&p.path).expect("tracker");
+    let Setup { repo, c1, c2, worktree: p, mut tracker } = setup(tmp.path());
     let wt = p.path.clone();
     let index_path = PathBuf::from(git(&wt, &["rev-parse", "--path-format=absolute", "--git-path", "index"]));
     let odb = gix::open(&repo).expect("gix opens").objects;
