@@ -1,6 +1,7 @@
 //! The review gate with real processes: a command reviewer attempt and the
 //! operator (through swarmctl) each approve, request changes and reject;
-//! a task in REVIEW survives a controller restart.
+//! a task in REVIEW survives a controller restart; a swarm waiting only on
+//! the operator's reviews is STALLED.
 #![allow(clippy::unwrap_used)] // tests: a panic is the report
 
 use swarm_proto::v1::{self, TaskState};
@@ -30,6 +31,24 @@ exit 0
 
 /// `fixme` writes what its task text asks for once a review asked for it.
 const FIXME: &str = r#"if grep -q 'please write fixed' "$SWARM_TASK_FILE"; then echo fixed > fixme.txt; else echo first > fixme.txt; fi"#;
+
+async fn swarm(url: &str, id: &str) -> v1::Swarm {
+    let mut op = operator(url).await;
+    op.get_swarm(v1::GetSwarmRequest { swarm_id: id.into() }).await.unwrap().into_inner()
+}
+
+/// The swarm's state once it is `state`, or its last state after a while.
+async fn swarm_in_state(url: &str, id: &str, state: v1::SwarmState) -> v1::Swarm {
+    let mut s = swarm(url, id).await;
+    for _ in 0..200 {
+        if s.state == state as i32 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        s = swarm(url, id).await;
+    }
+    s
+}
 
 async fn detail(url: &str, id: &str) -> v1::TaskDetail {
     let mut op = operator(url).await;
@@ -150,14 +169,26 @@ async fn the_operator_approves_requests_changes_and_rejects_through_swarmctl() {
     assert_eq!(e.code(), tonic::Code::InvalidArgument);
     assert_eq!(detail(&url, "op/a").await.task.unwrap().state, TaskState::Review as i32);
 
-    // REVIEW is stored: it survives a controller restart.
+    // Nothing moves without the operator: the swarm is STALLED, and says why.
+    let s = swarm_in_state(&url, "op", v1::SwarmState::Stalled).await;
+    assert_eq!(s.state, v1::SwarmState::Stalled as i32, "{s:?}");
+    assert!(s.stalled_reason.contains("3 REVIEW by the operator"), "{s:?}");
+    assert_eq!(s.stalled_tasks, vec!["a", "b", "c"]);
+
+    // REVIEW is stored: it survives a controller restart, and so does the stall.
     cluster.controller.restart_after_kill9();
     let url = cluster.url();
     wait_task_state(&url, "op", "a", TaskState::Review).await;
+    let s = swarm(&url, "op").await;
+    assert_eq!(s.state, v1::SwarmState::Stalled as i32, "{s:?}");
+    assert_eq!(s.stalled_tasks, vec!["a", "b", "c"]);
 
     let out = swarmctl(&url, &["review", "op/a", "approve", "ship", "it"]);
     assert_eq!(out.status.code(), Some(0), "approve: {}", stderr(&out));
     wait_task_state(&url, "op", "a", TaskState::Merged).await;
+    // b and c still wait on the operator once a has merged.
+    let s = swarm_in_state(&url, "op", v1::SwarmState::Stalled).await;
+    assert_eq!(s.stalled_tasks, vec!["b", "c"], "{s:?}");
     let out = swarmctl(&url, &["review", "op/a", "approve"]);
     assert_eq!(out.status.code(), Some(5), "FAILED_PRECONDITION: {}", stderr(&out));
     assert!(stderr(&out).contains("REVIEW"), "{}", stderr(&out));

@@ -203,6 +203,64 @@ deps = ["auth"]
     assert_eq!(tree["after.txt"], "after\n");
 }
 
+/// The swarm once it is STALLED.
+async fn stalled(url: &str, id: &str) -> v1::Swarm {
+    let op = operator(url).await;
+    poll("the swarm to be STALLED", std::time::Duration::from_secs(30), || {
+        let mut op = op.clone();
+        let id = id.to_string();
+        async move {
+            let s = op.get_swarm(v1::GetSwarmRequest { swarm_id: id }).await.ok()?.into_inner();
+            (s.state == v1::SwarmState::Stalled as i32).then_some(s)
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_child_swarm_waiting_on_the_operator_stalls_its_parent_until_the_operator_acts() {
+    let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[]))]);
+    let text = plan(
+        "wait",
+        r#"
+[[tasks]]
+id = "auth"
+files = ["auth/**"]
+
+  [[tasks.subtasks]]
+  id = "login"
+  files = ["auth/login.txt"]
+  review = "operator"
+  command = ["sh", "-c", "mkdir -p auth && echo login > auth/login.txt"]
+"#,
+    );
+    let cluster = Cluster::start(&repo, 1, &[]);
+    let url = cluster.url();
+    create_swarm(&url, &text).await;
+    wait_task_state(&url, "wait/auth", "login", v1::TaskState::Review).await;
+
+    let mut op = operator(&url).await;
+    let child = stalled(&url, "wait/auth").await;
+    assert_eq!(child.stalled_tasks, vec!["login"], "{child:?}");
+    let parent = stalled(&url, "wait").await;
+    assert_eq!(parent.stalled_tasks, vec!["auth"], "{parent:?}");
+    assert!(parent.stalled_reason.contains("1 sub-swarm STALLED"), "{parent:?}");
+    assert_eq!(tasks(&mut op, "wait").await["auth"].state(), v1::TaskState::Running);
+
+    // The operator's decision in the child moves both again.
+    op.review_task(v1::ReviewTaskRequest {
+        task_id: "wait/auth/login".into(),
+        decision: "approve".into(),
+        message: String::new(),
+    })
+    .await
+    .unwrap();
+    wait_all_merged(&url, "wait").await;
+    let parent = op.get_swarm(v1::GetSwarmRequest { swarm_id: "wait".into() }).await.unwrap().into_inner();
+    assert_eq!(parent.state, v1::SwarmState::Completed as i32, "{parent:?}");
+    assert_eq!(repo.tree("swarm/wait/integration")["auth/login.txt"], "login\n");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn cancelling_the_parent_swarm_cancels_its_child_swarm() {
     let gate = Gate::new();

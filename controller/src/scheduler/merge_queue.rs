@@ -290,6 +290,7 @@ impl Scheduler {
             commit: head,
             tiers: iv.tiers.clone(),
             attempts,
+            traceparent: String::new(),
         }));
         self.send(&worker, message, fx);
     }

@@ -608,6 +608,12 @@ impl Scheduler {
         if let Some(sw) = self.swarms.get_mut(&key.swarm) {
             sw.counts[model::state_index(from)] = sw.counts[model::state_index(from)].saturating_sub(1);
             sw.counts[model::state_index(to)] += 1;
+            // Any transition ends a wait on the operator; entering a review
+            // that has no reviewer starts one.
+            sw.waits_on_operator.remove(key);
+            if model::in_operator_review(to, &task.spec) {
+                sw.waits_on_operator.insert(key.clone());
+            }
         }
         task.updated_at = now_ms();
         if to != TaskState::Running {
@@ -780,7 +786,7 @@ impl Scheduler {
             SwarmState::Completed
         } else if terminal == total {
             SwarmState::Failed
-        } else if stall::nothing_moves(&swarm.counts) {
+        } else if stall::nothing_moves(&swarm.counts, swarm.waits_on_operator.len()) {
             SwarmState::Stalled
         } else {
             SwarmState::Active

@@ -1,6 +1,6 @@
 //! The scheduler's in-memory model and its mapping to store rows.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
@@ -62,9 +62,20 @@ pub struct Swarm {
     pub counts: [u32; TaskState::ALL.len()],
     /// Why it is STALLED (derived, not stored: rebuilt on recovery).
     pub stall: Option<super::stall::Stall>,
+    /// Tasks whose state counts as moving but which only the operator can
+    /// move: REVIEW by the operator, and RUNNING sub-swarm tasks whose
+    /// child is STALLED. Kept by each transition, so that deciding a stall
+    /// still needs no walk of the swarm (rebuilt on recovery).
+    pub waits_on_operator: BTreeSet<TaskKey>,
     /// What its agent attempts spent, kept as their sum so that reading it
     /// does not walk the swarm (rebuilt from the attempts on recovery).
     pub usage: Usage,
+}
+
+/// Whether a task in `state` waits for the operator's review (no reviewer
+/// attempt will decide it).
+pub fn in_operator_review(state: TaskState, spec: &TaskSpec) -> bool {
+    state == TaskState::Review && spec.review.as_deref().is_some_and(|r| !r.has_reviewer())
 }
 
 pub fn state_index(s: TaskState) -> usize {

@@ -194,6 +194,7 @@ impl Scheduler {
                 c
             },
             stall: None,
+            waits_on_operator: Default::default(),
             usage: Default::default(),
         };
         fx.batch.new_swarm(swarm.row());

@@ -98,6 +98,9 @@ pub struct VerifyMergeSpec {
     pub tiers: Vec<VerifyTier>,
     /// `<swarm>/<task>#<n>` of every task merged in it.
     pub attempts: Vec<String>,
+    /// Set as it leaves for the sidecar (see `api::sidecar`), like an
+    /// Assign's.
+    pub traceparent: String,
 }
 
 /// Why the scheduler ends a session, as the gRPC status the sidecar sees.

@@ -86,6 +86,7 @@ pub fn recover(
                 created_at: row.created_at,
                 tasks,
                 stall: None,
+                waits_on_operator: Default::default(),
                 usage: Default::default(),
             },
         );
@@ -127,6 +128,23 @@ pub fn recover(
     for t in s.tasks.values() {
         if let Some(sw) = s.swarms.get_mut(&t.key.swarm) {
             sw.counts[super::model::state_index(t.state)] += 1;
+            if super::model::in_operator_review(t.state, &t.spec) {
+                sw.waits_on_operator.insert(t.key.clone());
+            }
+        }
+    }
+    // A RUNNING sub-swarm task whose child is STALLED waits on the operator
+    // as its child does.
+    let stalled_children: Vec<TaskKey> = s
+        .swarms
+        .values()
+        .filter(|sw| sw.state == SwarmState::Stalled)
+        .filter_map(|sw| sw.id.parent())
+        .filter(|parent| s.tasks.get(parent).is_some_and(|t| t.state == TaskState::Running))
+        .collect();
+    for parent in stalled_children {
+        if let Some(sw) = s.swarms.get_mut(&parent.swarm) {
+            sw.waits_on_operator.insert(parent);
         }
     }
     for sw in s.swarms.values_mut() {

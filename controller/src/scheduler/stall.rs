@@ -1,11 +1,14 @@
 //! STALLED: a swarm in which nothing can move without the operator.
 //!
 //! Decided from the per-swarm state counts (no task walk): a swarm that is
-//! not finished and has no task READY, RUNNING, SUCCEEDED or MERGING cannot
-//! move, since a PENDING task only waits for its dependencies. What is left
-//! is FAILED or CANCELLED tasks and their dependents, or tasks waiting on
-//! the operator (BLOCKED, ESCALATED, CONFLICT held). Only describing a stall
-//! (its reason and tasks) walks the swarm's tasks, when it is stalled.
+//! not finished and has no task READY, RUNNING, SUCCEEDED, MERGING or REVIEW
+//! cannot move, since a PENDING task only waits for its dependencies. What
+//! is left is FAILED or CANCELLED tasks and their dependents, or tasks
+//! waiting on the operator (BLOCKED, ESCALATED, CONFLICT held). A task in a
+//! moving state that only the operator can move (REVIEW by the operator, a
+//! sub-swarm task whose child is STALLED) is kept in the swarm's
+//! `waits_on_operator` set and does not count as moving. Only describing a
+//! stall (its reason and tasks) walks the swarm's tasks, when it is stalled.
 
 use swarm_core::TaskState;
 
@@ -20,8 +23,8 @@ pub struct Stall {
     pub tasks: Vec<String>,
 }
 
-/// States in which a task still moves on its own.
-/// REVIEW counts as moving: a reviewer attempt or the operator decides it.
+/// States in which a task may still move on its own: a reviewer attempt
+/// decides a REVIEW, a child swarm moves a RUNNING sub-swarm task.
 const MOVING: [TaskState; 5] =
     [TaskState::Ready, TaskState::Running, TaskState::Succeeded, TaskState::Merging, TaskState::Review];
 
@@ -29,9 +32,11 @@ const MOVING: [TaskState; 5] =
 const NEEDS_OPERATOR: [TaskState; 5] =
     [TaskState::Failed, TaskState::Cancelled, TaskState::Blocked, TaskState::Escalated, TaskState::Conflict];
 
-/// True when no task can move: none is moving and not all are finished.
-pub fn nothing_moves(counts: &[u32; TaskState::ALL.len()]) -> bool {
+/// True when no task can move: none is moving (beyond the `waits_on_operator`
+/// tasks of a moving state) and not all are finished.
+pub fn nothing_moves(counts: &[u32; TaskState::ALL.len()], waits_on_operator: usize) -> bool {
     let moving: u32 = MOVING.iter().map(|s| counts[state_index(*s)]).sum();
+    let moving = moving.saturating_sub(u32::try_from(waits_on_operator).unwrap_or(u32::MAX));
     let unfinished: u32 =
         TaskState::ALL.iter().filter(|s| !s.is_terminal()).map(|s| counts[state_index(*s)]).sum();
     moving == 0 && unfinished > 0
@@ -41,7 +46,10 @@ pub fn describe(swarm: &Swarm, tasks: &Tasks) -> Stall {
     let stuck: Vec<String> = swarm
         .tasks
         .iter()
-        .filter(|k| tasks.get(*k).is_some_and(|t| NEEDS_OPERATOR.contains(&t.state)))
+        .filter(|k| {
+            swarm.waits_on_operator.contains(*k)
+                || tasks.get(*k).is_some_and(|t| NEEDS_OPERATOR.contains(&t.state))
+        })
         .map(|k| k.task.to_string())
         .collect();
     let mut parts: Vec<String> = NEEDS_OPERATOR
@@ -49,6 +57,17 @@ pub fn describe(swarm: &Swarm, tasks: &Tasks) -> Stall {
         .filter(|s| swarm.counts[state_index(**s)] > 0)
         .map(|s| format!("{} {}", swarm.counts[state_index(*s)], s.as_str()))
         .collect();
+    let waiting = |state: TaskState| {
+        swarm.waits_on_operator.iter().filter(|k| tasks.get(*k).is_some_and(|t| t.state == state)).count()
+    };
+    match waiting(TaskState::Review) {
+        0 => {}
+        n => parts.push(format!("{n} REVIEW by the operator")),
+    }
+    match waiting(TaskState::Running) {
+        0 => {}
+        n => parts.push(format!("{n} sub-swarm STALLED")),
+    }
     if parts.is_empty() {
         parts.push("no task needs the operator".into());
     }
@@ -72,17 +91,43 @@ mod tests {
         c
     }
 
+    fn nothing_moves_without(counts: &[u32; TaskState::ALL.len()]) -> bool {
+        nothing_moves(counts, 0)
+    }
+
+    #[test]
+    fn tasks_waiting_on_the_operator_do_not_count_as_moving() {
+        use TaskState::*;
+        assert!(
+            nothing_moves(&counts(&[(Review, 1), (Pending, 2)]), 1),
+            "the one REVIEW waits on the operator"
+        );
+        assert!(!nothing_moves(&counts(&[(Review, 2), (Pending, 2)]), 1), "one REVIEW has a reviewer");
+        assert!(
+            nothing_moves(&counts(&[(Running, 1), (Merged, 3)]), 1),
+            "a sub-swarm task whose child stalled"
+        );
+        assert!(!nothing_moves(&counts(&[(Running, 2)]), 1), "the other one runs");
+        assert!(!nothing_moves(&counts(&[(Merged, 2)]), 0), "finished, not stalled");
+    }
+
     #[test]
     fn a_swarm_stalls_only_when_nothing_moves_and_it_is_not_finished() {
         use TaskState::*;
-        assert!(nothing_moves(&counts(&[(Failed, 1), (Pending, 3), (Merged, 2)])));
-        assert!(nothing_moves(&counts(&[(Blocked, 1), (Merged, 2)])));
-        assert!(nothing_moves(&counts(&[(Escalated, 1)])));
-        assert!(nothing_moves(&counts(&[(Conflict, 1), (Pending, 1)])));
-        assert!(!nothing_moves(&counts(&[(Failed, 1), (Running, 1), (Pending, 3)])), "one still runs");
-        assert!(!nothing_moves(&counts(&[(Blocked, 1), (Ready, 1)])), "one is ready");
-        assert!(!nothing_moves(&counts(&[(Escalated, 1), (Merging, 1)])), "one is merging");
-        assert!(!nothing_moves(&counts(&[(Merged, 3)])), "finished, not stalled");
-        assert!(!nothing_moves(&counts(&[(Failed, 2), (Merged, 1)])), "all terminal: FAILED, not stalled");
+        assert!(nothing_moves_without(&counts(&[(Failed, 1), (Pending, 3), (Merged, 2)])));
+        assert!(nothing_moves_without(&counts(&[(Blocked, 1), (Merged, 2)])));
+        assert!(nothing_moves_without(&counts(&[(Escalated, 1)])));
+        assert!(nothing_moves_without(&counts(&[(Conflict, 1), (Pending, 1)])));
+        assert!(
+            !nothing_moves_without(&counts(&[(Failed, 1), (Running, 1), (Pending, 3)])),
+            "one still runs"
+        );
+        assert!(!nothing_moves_without(&counts(&[(Blocked, 1), (Ready, 1)])), "one is ready");
+        assert!(!nothing_moves_without(&counts(&[(Escalated, 1), (Merging, 1)])), "one is merging");
+        assert!(!nothing_moves_without(&counts(&[(Merged, 3)])), "finished, not stalled");
+        assert!(
+            !nothing_moves_without(&counts(&[(Failed, 2), (Merged, 1)])),
+            "all terminal: FAILED, not stalled"
+        );
     }
 }

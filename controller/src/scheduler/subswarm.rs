@@ -274,6 +274,18 @@ impl Scheduler {
             return;
         }
         task.percent = (merged * 100).checked_div(total).unwrap_or(0);
+        // A STALLED child waits on the operator, and so does its parent task:
+        // the parent swarm is refreshed when that starts or ends.
+        if let Some(parent_swarm) = self.swarms.get_mut(&parent.swarm) {
+            let changed = if state == SwarmState::Stalled {
+                parent_swarm.waits_on_operator.insert(parent.clone())
+            } else {
+                parent_swarm.waits_on_operator.remove(&parent)
+            };
+            if changed {
+                fx.touched_swarms.insert(parent.swarm.clone());
+            }
+        }
         task.step = format!("sub-swarm {id}: {merged}/{total} merged, {}", state.as_str());
         let number = task.attempts;
         let cancel_requested = task.cancel_requested;
