@@ -25,6 +25,8 @@ pub async fn run(
     job: v1::VerifyMerge,
 ) -> v1::SidecarMessage {
     let span = tracing::info_span!("merge_queue.verify", swarm = %job.swarm_id, job = job.job_id, commit = %job.commit, attempts = ?job.attempts);
+    // A child of the controller's dispatch span, in the swarm's trace.
+    swarm_telemetry::set_parent(&span, &job.traceparent);
     let verdict = verify(&repo, &worker_id, remote.as_ref(), &job).instrument(span).await;
     let body = match verdict {
         Ok((tiers, passed)) => {

@@ -129,6 +129,13 @@ pub fn continue_swarm_trace(span: &tracing::Span, swarm: &str, parent_key: &str,
     })
 }
 
+/// [`continue_swarm_trace`] for work of the swarm as a whole (a merge
+/// queue's verification of several tasks): `span` becomes a child of the
+/// swarm's root span.
+pub fn continue_swarm_root_trace(span: &tracing::Span, swarm: &str, span_key: &str) -> String {
+    continue_swarm_trace(span, swarm, &root_key(swarm), span_key)
+}
+
 /// Puts `span` (not yet entered) into the swarm's trace as a child of the
 /// span id derived from `parent_key`; a no-op when spans are not exported.
 pub fn join_swarm_trace(span: &tracing::Span, swarm: &str, parent_key: &str) {

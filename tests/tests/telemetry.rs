@@ -249,3 +249,55 @@ async fn trace_context_crosses_processes_and_metrics_count_the_run() {
     assert_eq!(tasks.len(), 2, "a span per task: {tasks:?}");
     server.abort();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_merge_queue_verification_joins_its_swarms_trace() {
+    let collector = Collector::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let otlp = format!("http://{}", listener.local_addr().unwrap());
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(TraceServiceServer::new(collector.clone()))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[]))]);
+    let plan = PlanBuilder::new("mq")
+        .tables("[[integration_verify]]\nname = \"integration\"\ncommand = 'test -s one.txt'\n")
+        .task(task("one"))
+        .build();
+    let env = [("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.as_str()), ("OTEL_BSP_SCHEDULE_DELAY", "200")];
+    let mut controller = spawn_controller_env(repo.path(), &[], &env);
+    let url = controller.url();
+    let mut sidecar = spawn_sidecar_env(&url, repo.path(), "w1", &[], &env);
+    create_swarm(&url, &plan).await;
+    wait_all_merged(&url, "mq").await;
+    sidecar.terminate();
+    controller.proc.terminate();
+
+    let one_of = |service: &'static str, name: &'static str| {
+        let collector = collector.clone();
+        move || {
+            let all = collector.0.lock().unwrap();
+            let found = all.iter().find(|(svc, s)| svc == service && s.name == name).map(|(_, s)| s.clone());
+            async move { found }
+        }
+    };
+    let dispatch = poll(
+        "the controller's verify dispatch span",
+        WAIT,
+        one_of("swarm-controller", "merge_queue.verify_dispatch"),
+    )
+    .await;
+    let verify = poll("the sidecar's verify span", WAIT, one_of("swarm-sidecar", "merge_queue.verify")).await;
+    let assign = poll("the attempt's assign span", WAIT, one_of("swarm-controller", "attempt.assign")).await;
+    assert_eq!(hex(&dispatch.trace_id), hex(&assign.trace_id), "the swarm's one trace");
+    assert_eq!(hex(&verify.trace_id), hex(&dispatch.trace_id), "one trace across the processes");
+    assert_eq!(
+        hex(&verify.parent_span_id),
+        hex(&dispatch.span_id),
+        "the sidecar's verification is the child"
+    );
+    let root = poll("the swarm's root span", WAIT, one_of("swarm-controller", "swarm mq")).await;
+    assert_eq!(hex(&dispatch.parent_span_id), hex(&root.span_id), "under the swarm's root");
+    server.abort();
+}

@@ -359,7 +359,7 @@ pub fn outbound(o: Outbound) -> Result<v1::ControllerMessage, tonic::Status> {
             swarm_id: v.swarm,
             commit: v.commit,
             tiers: v.tiers.iter().map(verify_tier).collect(),
-            traceparent: String::new(),
+            traceparent: v.traceparent,
             attempts: v.attempts,
         }),
         Outbound::Close { code, message } => {

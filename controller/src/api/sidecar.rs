@@ -347,17 +347,26 @@ fn responses(
 
 /// Gives an Assign its trace context: an `attempt.assign` span in the
 /// swarm's trace (one trace per swarm, the task as the parent), whose
-/// `traceparent` the sidecar continues and hands to the worker.
+/// `traceparent` the sidecar continues and hands to the worker. A merge
+/// queue's verification joins the same trace under the swarm's root, since
+/// it covers several tasks.
 fn traced(mut m: Outbound, worker: &str) -> Outbound {
-    if let Outbound::Assign(a) = &mut m
-        && a.traceparent.is_empty()
-    {
-        let task = &a.attempt.task;
-        let label = task.attempt(a.attempt.number).to_string();
-        let span = tracing::info_span!("attempt.assign", swarm = %task.swarm, task = %task, attempt = %label,
-            worker, token = a.attempt.token, branch = %a.branch);
-        a.traceparent =
-            swarm_telemetry::continue_swarm_trace(&span, task.swarm.as_str(), &task.to_string(), &label);
+    match &mut m {
+        Outbound::Assign(a) if a.traceparent.is_empty() => {
+            let task = &a.attempt.task;
+            let label = task.attempt(a.attempt.number).to_string();
+            let span = tracing::info_span!("attempt.assign", swarm = %task.swarm, task = %task, attempt = %label,
+                worker, token = a.attempt.token, branch = %a.branch);
+            a.traceparent =
+                swarm_telemetry::continue_swarm_trace(&span, task.swarm.as_str(), &task.to_string(), &label);
+        }
+        Outbound::VerifyMerge(v) if v.traceparent.is_empty() => {
+            let span = tracing::info_span!("merge_queue.verify_dispatch", swarm = %v.swarm, job = v.job,
+                commit = %v.commit, worker, tasks = v.attempts.len());
+            let key = format!("{}:verify:{}", v.swarm, v.job);
+            v.traceparent = swarm_telemetry::continue_swarm_root_trace(&span, &v.swarm, &key);
+        }
+        _ => {}
     }
     m
 }
