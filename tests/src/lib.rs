@@ -12,6 +12,7 @@ use std::time::Duration;
 mod api;
 pub mod docker;
 mod netns;
+pub mod otlp;
 mod plan;
 mod poll;
 pub mod postgres;

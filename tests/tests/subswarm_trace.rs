@@ -4,59 +4,16 @@
 //! exporting over OTLP/gRPC to an in-process receiver).
 #![allow(clippy::unwrap_used)] // tests: a panic is the report
 
-use std::sync::{Arc, Mutex};
-
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
-    TraceService, TraceServiceServer,
-};
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
-use opentelemetry_proto::tonic::trace::v1::Span;
+use swarm_tests::otlp::{hex, receive};
 use swarm_tests::{
     PlanBuilder, TempRepo, WAIT, create_swarm, poll, spawn_controller_env, spawn_sidecar_env, task,
     wait_all_merged, worker_script,
 };
 
-#[derive(Clone, Default)]
-struct Collector(Arc<Mutex<Vec<Span>>>);
-
-#[tonic::async_trait]
-impl TraceService for Collector {
-    async fn export(
-        &self,
-        request: tonic::Request<ExportTraceServiceRequest>,
-    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        let mut all = self.0.lock().unwrap();
-        for rs in request.into_inner().resource_spans {
-            for ss in rs.scope_spans {
-                all.extend(ss.spans);
-            }
-        }
-        Ok(tonic::Response::new(ExportTraceServiceResponse { partial_success: None }))
-    }
-}
-
-impl Collector {
-    fn named(&self, name: &str) -> Option<Span> {
-        self.0.lock().unwrap().iter().find(|s| s.name == name).cloned()
-    }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_child_swarms_root_span_nests_under_its_parent_tasks_span() {
-    let collector = Collector::default();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let otlp = format!("http://{}", listener.local_addr().unwrap());
-    let server = tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(TraceServiceServer::new(collector.clone()))
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
-    );
+    let receiver = receive().await;
+    let (collector, otlp) = (&receiver.collector, &receiver.endpoint);
     let repo = TempRepo::with_files(&[(
         "worker.sh",
         &worker_script(&[("login", "mkdir -p auth && echo in > auth/login.txt")]),
@@ -91,17 +48,8 @@ async fn a_child_swarms_root_span_nests_under_its_parent_tasks_span() {
 
     // A complete tree: every span of the trace names an exported parent,
     // and the root swarm's span is the only root.
-    let spans: Vec<Span> =
-        collector.0.lock().unwrap().iter().filter(|s| hex(&s.trace_id) == trace).cloned().collect();
-    let ids: std::collections::HashSet<String> = spans.iter().map(|s| hex(&s.span_id)).collect();
-    let orphans: Vec<String> = spans
-        .iter()
-        .filter(|s| !s.parent_span_id.is_empty() && !ids.contains(&hex(&s.parent_span_id)))
-        .map(|s| s.name.clone())
-        .collect();
+    let orphans = collector.orphans(&trace);
     assert!(orphans.is_empty(), "spans whose parent was never exported: {orphans:?}");
-    let roots: Vec<&str> =
-        spans.iter().filter(|s| s.parent_span_id.is_empty()).map(|s| s.name.as_str()).collect();
+    let roots = collector.roots(&trace);
     assert_eq!(roots, ["swarm tr"]);
-    server.abort();
 }

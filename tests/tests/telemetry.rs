@@ -5,16 +5,8 @@
 #![allow(clippy::unwrap_used)] // tests: a panic is the report
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
 
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
-    TraceService, TraceServiceServer,
-};
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
-use opentelemetry_proto::tonic::common::v1::any_value::Value;
-use opentelemetry_proto::tonic::trace::v1::Span;
+use swarm_tests::otlp::{attr, hex, receive};
 use swarm_tests::{
     Gate, PlanBuilder, TempRepo, WAIT, create_swarm, poll, spawn_controller_env, spawn_sidecar_env, task,
     wait_all_merged, worker_script,
@@ -22,75 +14,6 @@ use swarm_tests::{
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 const SWARM: &str = "tel";
-
-/// Every span received, with its process's `service.name`.
-#[derive(Clone, Default)]
-struct Collector(Arc<Mutex<Vec<(String, Span)>>>);
-
-#[tonic::async_trait]
-impl TraceService for Collector {
-    async fn export(
-        &self,
-        request: tonic::Request<ExportTraceServiceRequest>,
-    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        let mut all = self.0.lock().unwrap();
-        for rs in request.into_inner().resource_spans {
-            let service = rs.resource.as_ref().and_then(|r| attr(&r.attributes, "service.name"));
-            for ss in rs.scope_spans {
-                for span in ss.spans {
-                    all.push((service.clone().unwrap_or_default(), span));
-                }
-            }
-        }
-        Ok(tonic::Response::new(ExportTraceServiceResponse { partial_success: None }))
-    }
-}
-
-fn attr(attrs: &[opentelemetry_proto::tonic::common::v1::KeyValue], key: &str) -> Option<String> {
-    attrs.iter().find(|kv| kv.key == key).and_then(|kv| match kv.value.as_ref()?.value.as_ref()? {
-        Value::StringValue(s) => Some(s.clone()),
-        other => Some(format!("{other:?}")),
-    })
-}
-
-impl Collector {
-    /// Names of the spans of `service` whose parent is `parent`.
-    fn children(&self, service: &str, parent: &Span) -> Vec<String> {
-        let all = self.0.lock().unwrap();
-        let mut names: Vec<String> = all
-            .iter()
-            .filter(|(svc, s)| svc == service && s.parent_span_id == parent.span_id)
-            .map(|(_, s)| s.name.clone())
-            .collect();
-        names.sort();
-        names
-    }
-
-    /// Every span of the trace `trace` (hex), with its service.
-    fn in_trace(&self, trace: &str) -> Vec<(String, Span)> {
-        let all = self.0.lock().unwrap();
-        all.iter().filter(|(_, s)| hex(&s.trace_id) == trace).cloned().collect()
-    }
-
-    /// Trace ids (hex) of every span of `service` named `name`.
-    fn traces_of(&self, service: &str, name: &str) -> Vec<String> {
-        let all = self.0.lock().unwrap();
-        all.iter()
-            .filter(|(svc, s)| svc == service && s.name == name)
-            .map(|(_, s)| hex(&s.trace_id))
-            .collect()
-    }
-
-    /// The span `name` of `service` whose `attempt` attribute is `attempt`.
-    fn find(&self, service: &str, name: &str, attempt: &str) -> Option<Span> {
-        let all = self.0.lock().unwrap();
-        all.iter()
-            .find(|(svc, s)| {
-                svc == service && s.name == name && attr(&s.attributes, "attempt").as_deref() == Some(attempt)
-            })
-            .map(|(_, s)| s.clone())
-    }
-}
 
 async fn scrape(addr: &str) -> String {
     let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -114,20 +37,10 @@ fn sample(text: &str, name: &str) -> f64 {
     samples(text).get(name).copied().unwrap_or_else(|| panic!("no sample {name} in:\n{text}"))
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn trace_context_crosses_processes_and_metrics_count_the_run() {
-    let collector = Collector::default();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let otlp = format!("http://{}", listener.local_addr().unwrap());
-    let server = tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(TraceServiceServer::new(collector.clone()))
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
-    );
+    let receiver = receive().await;
+    let (collector, otlp) = (&receiver.collector, &receiver.endpoint);
     let metrics_addr = {
         let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         probe.local_addr().unwrap().to_string()
@@ -233,33 +146,20 @@ async fn trace_context_crosses_processes_and_metrics_count_the_run() {
     // A complete tree: every span of the finished swarm's trace names a
     // parent that was exported too, and exactly one (the swarm's) is a root.
     let trace = hex(&assign.trace_id);
-    let spans = collector.in_trace(&trace);
-    let ids: std::collections::HashSet<String> = spans.iter().map(|(_, s)| hex(&s.span_id)).collect();
-    let orphans: Vec<String> = spans
-        .iter()
-        .filter(|(_, s)| !s.parent_span_id.is_empty() && !ids.contains(&hex(&s.parent_span_id)))
-        .map(|(svc, s)| format!("{svc}: {} (parent {})", s.name, hex(&s.parent_span_id)))
-        .collect();
+    let orphans = collector.orphans(&trace);
     assert!(orphans.is_empty(), "spans whose parent was never exported: {orphans:?}");
-    let roots: Vec<&str> =
-        spans.iter().filter(|(_, s)| s.parent_span_id.is_empty()).map(|(_, s)| s.name.as_str()).collect();
+    let roots = collector.roots(&trace);
     assert_eq!(roots, [format!("swarm {SWARM}")], "one root per swarm");
+    let spans = collector.in_trace(&trace);
     let tasks: Vec<&str> =
         spans.iter().map(|(_, s)| s.name.as_str()).filter(|n| n.starts_with("task ")).collect();
     assert_eq!(tasks.len(), 2, "a span per task: {tasks:?}");
-    server.abort();
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_merge_queue_verification_joins_its_swarms_trace() {
-    let collector = Collector::default();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let otlp = format!("http://{}", listener.local_addr().unwrap());
-    let server = tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(TraceServiceServer::new(collector.clone()))
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
-    );
+    let receiver = receive().await;
+    let (collector, otlp) = (&receiver.collector, &receiver.endpoint);
     let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[]))]);
     let plan = PlanBuilder::new("mq")
         .tables("[[integration_verify]]\nname = \"integration\"\ncommand = 'test -s one.txt'\n")
@@ -274,22 +174,17 @@ async fn a_merge_queue_verification_joins_its_swarms_trace() {
     sidecar.terminate();
     controller.proc.terminate();
 
-    let one_of = |service: &'static str, name: &'static str| {
+    let span = |service: &'static str, name: &'static str| {
         let collector = collector.clone();
         move || {
-            let all = collector.0.lock().unwrap();
-            let found = all.iter().find(|(svc, s)| svc == service && s.name == name).map(|(_, s)| s.clone());
+            let found = collector.of(service, name);
             async move { found }
         }
     };
-    let dispatch = poll(
-        "the controller's verify dispatch span",
-        WAIT,
-        one_of("swarm-controller", "merge_queue.verify_dispatch"),
-    )
-    .await;
-    let verify = poll("the sidecar's verify span", WAIT, one_of("swarm-sidecar", "merge_queue.verify")).await;
-    let assign = poll("the attempt's assign span", WAIT, one_of("swarm-controller", "attempt.assign")).await;
+    let dispatch =
+        poll("the verify dispatch span", WAIT, span("swarm-controller", "merge_queue.verify_dispatch")).await;
+    let verify = poll("the sidecar's verify span", WAIT, span("swarm-sidecar", "merge_queue.verify")).await;
+    let assign = poll("the attempt's assign span", WAIT, span("swarm-controller", "attempt.assign")).await;
     assert_eq!(hex(&dispatch.trace_id), hex(&assign.trace_id), "the swarm's one trace");
     assert_eq!(hex(&verify.trace_id), hex(&dispatch.trace_id), "one trace across the processes");
     assert_eq!(
@@ -297,7 +192,6 @@ async fn a_merge_queue_verification_joins_its_swarms_trace() {
         hex(&dispatch.span_id),
         "the sidecar's verification is the child"
     );
-    let root = poll("the swarm's root span", WAIT, one_of("swarm-controller", "swarm mq")).await;
+    let root = poll("the swarm's root span", WAIT, span("swarm-controller", "swarm mq")).await;
     assert_eq!(hex(&dispatch.parent_span_id), hex(&root.span_id), "under the swarm's root");
-    server.abort();
 }
