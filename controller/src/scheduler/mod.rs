@@ -608,9 +608,12 @@ impl Scheduler {
         if let Some(sw) = self.swarms.get_mut(&key.swarm) {
             sw.counts[model::state_index(from)] = sw.counts[model::state_index(from)].saturating_sub(1);
             sw.counts[model::state_index(to)] += 1;
-            // Any transition ends a wait on the operator; entering a review
-            // that has no reviewer starts one.
-            sw.waits_on_operator.remove(key);
+            // Leaving a state ends a wait on the operator (a new reason in
+            // the same state does not: a sub-swarm task's child is still
+            // STALLED); entering a review that has no reviewer starts one.
+            if from != to {
+                sw.waits_on_operator.remove(key);
+            }
             if model::in_operator_review(to, &task.spec) {
                 sw.waits_on_operator.insert(key.clone());
             }
