@@ -9,12 +9,14 @@
 //! add`; and moving an existing worktree to the next task's branch when the
 //! bases differ by a few files (median over the rounds). Bounded in count.
 
-use std::io::Write as _;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use swarm_sidecar::{changes, worktree};
+
+#[path = "../tests/support/fast_import.rs"]
+mod fast_import;
 
 fn git(repo: &Path, args: &[&str]) -> String {
     let out = Command::new("git").args(args).current_dir(repo).output().expect("git runs");
@@ -26,12 +28,6 @@ fn git(repo: &Path, args: &[&str]) -> String {
 /// or with `loose` one file per object.
 fn build_repo(repo: &Path, files: usize, loose: bool) -> (String, String) {
     git(repo, &["init", "-q", "-b", "main"]);
-    let mut fi = Command::new("git")
-        .args(["fast-import", "--quiet"])
-        .current_dir(repo)
-        .stdin(Stdio::piped())
-        .spawn()
-        .expect("fast-import");
     let mut s = String::new();
     for (mark, n, msg) in [(0usize, files, "one"), (1, 5, "two")] {
         s.push_str(&format!(
@@ -47,28 +43,10 @@ fn build_repo(repo: &Path, files: usize, loose: bool) -> (String, String) {
             s.push_str(&format!("M 100644 inline src/d{}/f{i}.txt\ndata {}\n{body}\n", i % 100, body.len()));
         }
     }
-    fi.stdin.take().expect("stdin").write_all(s.as_bytes()).expect("write stream");
-    assert!(fi.wait().expect("wait").success());
+    fast_import::import(repo, &s);
     if loose {
         // As `git add` leaves them (the e2e bench's repository): one file per object.
-        let packs = repo.join(".git/objects/pack");
-        for e in std::fs::read_dir(&packs).expect("packs") {
-            let p = e.expect("entry").path();
-            if p.extension().is_some_and(|x| x == "pack") {
-                let moved = repo.join("fast-import.pack");
-                std::fs::rename(&p, &moved).expect("move pack");
-                std::fs::remove_file(p.with_extension("idx")).expect("remove idx");
-                let pack = std::fs::File::open(&moved).expect("open pack");
-                let ok = Command::new("git")
-                    .args(["unpack-objects", "-q"])
-                    .current_dir(repo)
-                    .stdin(pack)
-                    .status()
-                    .expect("unpack-objects");
-                assert!(ok.success());
-                std::fs::remove_file(&moved).expect("remove pack");
-            }
-        }
+        fast_import::unpack_to_loose(repo);
     }
     (git(repo, &["rev-parse", "main~1"]), git(repo, &["rev-parse", "main"]))
 }

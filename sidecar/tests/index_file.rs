@@ -2,11 +2,13 @@
 //! as clean by git, libgit2 and gix, with a cache of tree ids that git
 //! trusts, and still right after a file changed.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use swarm_sidecar::{changes, index_file, worktree};
+
+#[path = "support/fast_import.rs"]
+mod fast_import;
 
 const FILES: usize = 10_000;
 
@@ -42,31 +44,8 @@ fn build_repo(repo: &Path) -> (String, String) {
             s.push_str(&format!("M 100644 inline src/d{}/f{i}.txt\ndata {}\n{body}\n", i % 100, body.len()));
         }
     }
-    let mut fi = Command::new("git")
-        .args(["fast-import", "--quiet"])
-        .current_dir(repo)
-        .stdin(Stdio::piped())
-        .spawn()
-        .expect("fast-import");
-    fi.stdin.take().expect("stdin").write_all(s.as_bytes()).expect("stream");
-    assert!(fi.wait().expect("wait").success());
-    let packs = repo.join(".git/objects/pack");
-    for e in std::fs::read_dir(&packs).expect("packs") {
-        let p = e.expect("entry").path();
-        if p.extension().is_some_and(|x| x == "pack") {
-            let moved = repo.join("fast-import.pack");
-            std::fs::rename(&p, &moved).expect("move pack");
-            std::fs::remove_file(p.with_extension("idx")).expect("remove idx");
-            let pack = std::fs::File::open(&moved).expect("open pack");
-            let ok = Command::new("git")
-                .args(["unpack-objects", "-q"])
-                .current_dir(repo)
-                .stdin(pack)
-                .status()
-                .expect("unpack-objects");
-            assert!(ok.success());
-        }
-    }
+    fast_import::import(repo, &s);
+    fast_import::unpack_to_loose(repo);
     (git(repo, &["rev-parse", "main~1"]), git(repo, &["rev-parse", "main"]))
 }
 
