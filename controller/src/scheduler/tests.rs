@@ -22,6 +22,19 @@ use super::{Scheduler, Timing};
 use crate::integrator;
 use crate::store::Store;
 
+/// The Hello of a sidecar with no labels, nothing in hand and no secret yet.
+fn fresh_hello(worker: &str) -> HelloInfo {
+    HelloInfo {
+        worker_id: worker.into(),
+        labels: Default::default(),
+        host: "h".into(),
+        last_acked_seq: 0,
+        attempt_in_hand: None,
+        resume_secret: String::new(),
+        principal: None,
+    }
+}
+
 struct Rig {
     _dir: tempfile::TempDir,
     sched: Scheduler,
@@ -94,15 +107,7 @@ impl Rig {
         let closed = tokio_util::sync::CancellationToken::new();
         let session =
             Session { id: 1, tx, last_seen: Arc::new(AtomicU64::new(u64::MAX / 2)), closed: closed.clone() };
-        let hello = HelloInfo {
-            worker_id: "w1".into(),
-            labels: Default::default(),
-            host: "h".into(),
-            last_acked_seq: 0,
-            attempt_in_hand: None,
-            resume_secret: String::new(),
-            principal: None,
-        };
+        let hello = fresh_hello("w1");
         let heard = Command::Heard { worker: "w1".into(), session: 1 };
         sched.turn([Command::Hello { hello, session }, heard]).expect("turn");
         Rig { _dir: dir, sched, merged, outbound, seq: 0, base, repo, closed }
@@ -408,15 +413,7 @@ fn hello_without_secret(
     let (tx, mut outbound) = tmpsc::channel(64);
     let closed = tokio_util::sync::CancellationToken::new();
     let session = Session { id, tx, last_seen: Arc::new(AtomicU64::new(u64::MAX / 2)), closed };
-    let hello = HelloInfo {
-        worker_id: worker.into(),
-        labels: Default::default(),
-        host: "h".into(),
-        last_acked_seq: 0,
-        attempt_in_hand: None,
-        resume_secret: String::new(),
-        principal: None,
-    };
+    let hello = fresh_hello(worker);
     let mut commands = vec![Command::Hello { hello, session }];
     if heard {
         commands.push(Command::Heard { worker: worker.into(), session: id });
