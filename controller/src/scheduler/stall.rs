@@ -57,16 +57,17 @@ pub fn describe(swarm: &Swarm, tasks: &Tasks) -> Stall {
         .filter(|s| swarm.counts[state_index(**s)] > 0)
         .map(|s| format!("{} {}", swarm.counts[state_index(*s)], s.as_str()))
         .collect();
-    let waiting = |state: TaskState| {
-        swarm.waits_on_operator.iter().filter(|k| tasks.get(*k).is_some_and(|t| t.state == state)).count()
-    };
-    match waiting(TaskState::Review) {
-        0 => {}
-        n => parts.push(format!("{n} REVIEW by the operator")),
-    }
-    match waiting(TaskState::Running) {
-        0 => {}
-        n => parts.push(format!("{n} sub-swarm STALLED")),
+    for (state, what) in
+        [(TaskState::Review, "REVIEW by the operator"), (TaskState::Running, "sub-swarm STALLED")]
+    {
+        let n = swarm
+            .waits_on_operator
+            .iter()
+            .filter(|k| tasks.get(*k).is_some_and(|t| t.state == state))
+            .count();
+        if n > 0 {
+            parts.push(format!("{n} {what}"));
+        }
     }
     if parts.is_empty() {
         parts.push("no task needs the operator".into());
@@ -91,10 +92,6 @@ mod tests {
         c
     }
 
-    fn nothing_moves_without(counts: &[u32; TaskState::ALL.len()]) -> bool {
-        nothing_moves(counts, 0)
-    }
-
     #[test]
     fn tasks_waiting_on_the_operator_do_not_count_as_moving() {
         use TaskState::*;
@@ -114,20 +111,14 @@ mod tests {
     #[test]
     fn a_swarm_stalls_only_when_nothing_moves_and_it_is_not_finished() {
         use TaskState::*;
-        assert!(nothing_moves_without(&counts(&[(Failed, 1), (Pending, 3), (Merged, 2)])));
-        assert!(nothing_moves_without(&counts(&[(Blocked, 1), (Merged, 2)])));
-        assert!(nothing_moves_without(&counts(&[(Escalated, 1)])));
-        assert!(nothing_moves_without(&counts(&[(Conflict, 1), (Pending, 1)])));
-        assert!(
-            !nothing_moves_without(&counts(&[(Failed, 1), (Running, 1), (Pending, 3)])),
-            "one still runs"
-        );
-        assert!(!nothing_moves_without(&counts(&[(Blocked, 1), (Ready, 1)])), "one is ready");
-        assert!(!nothing_moves_without(&counts(&[(Escalated, 1), (Merging, 1)])), "one is merging");
-        assert!(!nothing_moves_without(&counts(&[(Merged, 3)])), "finished, not stalled");
-        assert!(
-            !nothing_moves_without(&counts(&[(Failed, 2), (Merged, 1)])),
-            "all terminal: FAILED, not stalled"
-        );
+        assert!(nothing_moves(&counts(&[(Failed, 1), (Pending, 3), (Merged, 2)]), 0));
+        assert!(nothing_moves(&counts(&[(Blocked, 1), (Merged, 2)]), 0));
+        assert!(nothing_moves(&counts(&[(Escalated, 1)]), 0));
+        assert!(nothing_moves(&counts(&[(Conflict, 1), (Pending, 1)]), 0));
+        assert!(!nothing_moves(&counts(&[(Failed, 1), (Running, 1), (Pending, 3)]), 0), "one still runs");
+        assert!(!nothing_moves(&counts(&[(Blocked, 1), (Ready, 1)]), 0), "one is ready");
+        assert!(!nothing_moves(&counts(&[(Escalated, 1), (Merging, 1)]), 0), "one is merging");
+        assert!(!nothing_moves(&counts(&[(Merged, 3)]), 0), "finished, not stalled");
+        assert!(!nothing_moves(&counts(&[(Failed, 2), (Merged, 1)]), 0), "all terminal: FAILED, not stalled");
     }
 }
