@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use swarm_core::TaskKey;
 use swarm_core::plan::{MergeStrategy, OwnershipPolicy};
-use swarm_git::{Integrator, MergeError, MergeRequest, RefLock};
+use swarm_git::{Integrator, MergeError, MergeRequest, RefLock, RefRepair};
 use tokio::sync::oneshot;
 
 use crate::error::{ControllerError, SchedError};
@@ -86,6 +86,9 @@ pub enum IntegratorReport {
     Merged(MergeResult),
     /// Removed while clearing the controller's refs at start.
     LockRemoved(LockRemoved),
+    /// An integration ref found behind the store's head at start (or
+    /// unreadable), put back there.
+    RefRepaired(RefRepaired),
     /// A merge queue's speculation or landing.
     Queue(crate::merge_queue::QueueReport),
 }
@@ -93,6 +96,18 @@ pub enum IntegratorReport {
 /// Where the integrator sends its reports; false once nobody listens (the
 /// thread then ends).
 pub type ReportSink = Box<dyn Fn(IntegratorReport) -> bool + Send>;
+
+/// An integration ref that was behind the store's head at start, or held
+/// no commit id (what a power loss can leave of a ref moved by exchange),
+/// put back at the head the store recorded (for the audit log).
+#[derive(Debug, Clone)]
+pub struct RefRepaired {
+    pub swarm: String,
+    pub branch: String,
+    /// What the ref file held, lossily.
+    pub found: String,
+    pub head: String,
+}
 
 #[derive(Debug, Clone)]
 pub struct Landed {
@@ -104,7 +119,7 @@ pub struct Landed {
 enum Request {
     Merge(MergeJob),
     Queue(crate::merge_queue::QueueRequest),
-    ClearStaleLocks(Vec<OwnedRef>),
+    RestoreRefs(Vec<RecordedRef>),
     EnsureBranch { branch: String, from: String, reply: oneshot::Sender<Result<String, SchedError>> },
     FastForward { target: String, new_head: String, reply: oneshot::Sender<Result<Landed, SchedError>> },
 }
@@ -114,6 +129,13 @@ enum Request {
 pub struct OwnedRef {
     pub swarm: String,
     pub branch: String,
+}
+
+/// An owned ref and the head the store last recorded for it.
+#[derive(Debug, Clone)]
+pub struct RecordedRef {
+    pub owned: OwnedRef,
+    pub head: String,
 }
 
 #[derive(Clone)]
@@ -133,9 +155,6 @@ impl IntegratorHandle {
         }
     }
 
-    /// Removes stale locks of `refs` (at start: a controller killed while
-    /// moving one left its lock behind); each removal is reported as
-    /// [`IntegratorReport::LockRemoved`].
     /// A merge queue's request; its report comes back through the sink.
     pub fn queue(&self, request: crate::merge_queue::QueueRequest) {
         if self.tx.send(Request::Queue(request)).is_err() {
@@ -145,9 +164,14 @@ impl IntegratorHandle {
         }
     }
 
-    pub fn clear_stale_locks(&self, refs: Vec<OwnedRef>) {
-        if !refs.is_empty() && self.tx.send(Request::ClearStaleLocks(refs)).is_err() {
-            tracing::error!("integrator thread is gone; stale locks not cleared");
+    /// At start, makes `refs` movable again: removes the stale lock a
+    /// controller killed while moving one left behind
+    /// ([`IntegratorReport::LockRemoved`]), and puts back at the store's
+    /// head a ref that a power loss left empty or behind it
+    /// ([`IntegratorReport::RefRepaired`]).
+    pub fn restore_refs(&self, refs: Vec<RecordedRef>) {
+        if !refs.is_empty() && self.tx.send(Request::RestoreRefs(refs)).is_err() {
+            tracing::error!("integrator thread is gone; integration refs not restored");
         }
     }
 
@@ -262,23 +286,7 @@ fn handle(integrator: &Integrator, request: Request, reports: &ReportSink) -> bo
     match request {
         Request::Merge(job) => merge_all(integrator, vec![job], reports),
         Request::Queue(r) => reports(IntegratorReport::Queue(crate::merge_queue::handle(integrator, r))),
-        Request::ClearStaleLocks(refs) => {
-            for owned in refs {
-                let removed = match clear_stale_lock(integrator, &owned, false) {
-                    Ok(removed) => removed,
-                    Err(reason) => {
-                        tracing::warn!(swarm = %owned.swarm, branch = %owned.branch, %reason, "stale lock check");
-                        None
-                    }
-                };
-                if let Some(removed) = removed
-                    && !reports(IntegratorReport::LockRemoved(removed))
-                {
-                    return false;
-                }
-            }
-            true
-        }
+        Request::RestoreRefs(refs) => refs.iter().all(|r| restore_ref(integrator, r, reports)),
         Request::EnsureBranch { branch, from, reply } => {
             let r = ensure_branch(integrator, &branch, &from);
             let _ = reply.send(r);
@@ -610,6 +618,39 @@ fn integrate(
             }
         }
         other => other,
+    }
+}
+
+/// Clears `recorded`'s stale lock, then repairs the ref if a power loss
+/// undid its last moves;
+/// false once nobody listens.
+fn restore_ref(integrator: &Integrator, recorded: &RecordedRef, reports: &ReportSink) -> bool {
+    let RecordedRef { owned, head } = recorded;
+    let removed = clear_stale_lock(integrator, owned, false).unwrap_or_else(|reason| {
+        tracing::warn!(swarm = %owned.swarm, branch = %owned.branch, %reason, "stale lock check");
+        None
+    });
+    if let Some(removed) = removed
+        && !reports(IntegratorReport::LockRemoved(removed))
+    {
+        return false;
+    }
+    let span =
+        tracing::info_span!("integration.repair", swarm = %owned.swarm, branch = %owned.branch, head = %head);
+    let _entered = span.enter();
+    match integrator.repair_ref(&owned.branch, head) {
+        Ok(RefRepair::Intact) => true,
+        Ok(RefRepair::Repaired { found }) => reports(IntegratorReport::RefRepaired(RefRepaired {
+            swarm: owned.swarm.clone(),
+            branch: owned.branch.clone(),
+            found,
+            head: head.clone(),
+        })),
+        // The merges on this ref then fail with git's own reason, which names the ref.
+        Err(e) => {
+            tracing::error!(error = %e, "integration ref could not be checked against (or put back at) the store's head");
+            true
+        }
     }
 }
 

@@ -4,9 +4,9 @@
 //!
 //! [`Integrator`] lands a task's result commit on the swarm's integration branch without a work tree:
 //! the tree merge runs in memory with gix (merge-ort-like, ~0.3 ms on a 10k-file repository), the
-//! commit is written to the object database and the branch moves by compare-and-swap (git2). One
-//! `Integrator` owns its repository handles and is `Send` but not `Sync`; the controller keeps it on a
-//! dedicated blocking thread.
+//! commit is written to the object database and the branch moves by compare-and-swap (by exchange of
+//! a recycled lock file, `loose_ref.rs`). One `Integrator` owns its repository handles and is `Send`
+//! but not `Sync`; the controller keeps it on a dedicated blocking thread.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -41,6 +41,8 @@
 //! - [`Integrator::find_landed`]: crash recovery, finds the commit with `Swarm-Attempt: <label>`
 //! - [`Integrator::changed_paths`], [`Integrator::is_ancestor`], [`Integrator::commit_exists`]
 //! - [`Integrator::fast_forward`]: lands the integration branch on a target branch, never forcing
+//! - [`Integrator::repair_ref`]: after a power loss, puts an integration ref left empty back at the
+//!   head the caller recorded (integration refs are committed by exchange, see `loose_ref.rs`)
 //! - [`Integrator::remove_stale_ref_lock`]: removes a `<ref>.lock` left by a killed process (the
 //!   caller decides which refs it owns); a lock is reported as [`MergeError::RefLocked`]
 //! - [`paths_outside`]: ownership globs
@@ -56,7 +58,8 @@
 //!   grafted onto the integration tree (merge-ort's "trivial directory resolution"); deletions and
 //!   any conflict take the full gix merge. The differential test checks both paths against git.
 //! - The cost of a merge on a real disk is dominated by file creation (one loose object per new
-//!   commit/tree, one ref lock): `cargo bench -p swarm-git --bench integrate -- --dir /dev/shm`
+//!   commit/tree; the ref's lock file is recycled, not created):
+//!   `cargo bench -p swarm-git --bench integrate -- --dir /dev/shm`
 //!   shows the CPU side.
 //!
 //! # Differences from `git merge`
@@ -78,6 +81,7 @@ mod error;
 mod graph;
 mod integrator;
 mod locks;
+mod loose_ref;
 mod ownership;
 mod pack;
 mod worktrees;
@@ -88,6 +92,7 @@ pub use integrator::{
     MergeReport, MergeRequest, Speculation,
 };
 pub use locks::RefLock;
+pub use loose_ref::RefRepair;
 pub use ownership::paths_outside;
 pub use pack::{build_pack, receive_pack, receive_pack_file};
 pub use swarm_core::plan::MergeStrategy;

@@ -1,6 +1,6 @@
 //! Crash safety of the controller: a stale integration-ref lock left by a
-//! killed controller, a store that runs out of disk, a swarm that cannot
-//! move (STALLED).
+//! killed controller, an integration ref a power loss left empty, a store
+//! that runs out of disk, a swarm that cannot move (STALLED).
 #![allow(clippy::unwrap_used)] // tests: a panic is the report
 
 use std::path::{Path, PathBuf};
@@ -76,6 +76,50 @@ async fn a_stale_integration_lock_left_by_a_killed_controller_is_removed_and_eve
     assert_eq!(failed, 0, "no task ever FAILED");
     let log = cluster.controller.proc.log();
     assert!(log.contains("removed a stale lock on the integration ref"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_integration_ref_left_empty_by_a_power_loss_is_put_back_at_the_stores_head_and_every_task_merges()
+{
+    let gate = Gate::new();
+    let hold = format!("{}; echo \"$SWARM_TASK_ID\" > \"$SWARM_TASK_ID.txt\"", gate.wait_sh());
+    let script = worker_script(&[("b", &hold), ("c", &hold)]);
+    let repo = TempRepo::with_files(&[("worker.sh", &script)]);
+    let mut cluster = Cluster::start(&repo, 2, &[]);
+    let url = cluster.url();
+    create_swarm(&url, &dag_plan("p")).await;
+    for merged in ["a", "e"] {
+        wait_task_state(&url, "p", merged, TaskState::Merged).await;
+    }
+    wait_task_state(&url, "p", "b", TaskState::Running).await;
+    wait_task_state(&url, "p", "c", TaskState::Running).await;
+    let recorded = repo.head("swarm/p/integration");
+
+    // The ref is moved by exchange, whose new data a power loss can lose
+    // (a kill -9 cannot: the page cache survives it); ext4 then shows an
+    // empty file. The store's fsynced record of the head survives.
+    cluster.controller.proc.kill9();
+    let ref_file = repo.path().join(".git/refs/heads/swarm/p/integration");
+    std::fs::write(&ref_file, "").unwrap();
+    cluster.controller.restart_after_kill9();
+
+    poll("the integration ref to be put back", WAIT, || async {
+        std::fs::read_to_string(&ref_file).ok().filter(|s| s.trim() == recorded).map(|_| ())
+    })
+    .await;
+    gate.open();
+    wait_all_merged(&url, "p").await;
+    let all = events(&url, "p", 0, 1).await;
+    let repaired: Vec<&v1::Event> = all.iter().filter(|e| e.kind == "integration.ref_repaired").collect();
+    assert_eq!(repaired.len(), 1, "the repair is in the audit log: {repaired:?}");
+    assert!(repaired[0].message.contains(&recorded), "{repaired:?}");
+    assert_eq!(all.iter().filter(|e| e.message.contains("-> FAILED")).count(), 0, "no task ever FAILED");
+    let tree = repo.git(&["ls-tree", "--name-only", "swarm/p/integration"]);
+    for task in ["a", "b", "c", "d", "e"] {
+        assert!(tree.lines().any(|l| l == format!("{task}.txt")), "{task}.txt landed: {tree}");
+    }
+    let fsck = repo.git(&["fsck", "--no-dangling"]);
+    assert!(!fsck.contains("error"), "{fsck}");
 }
 
 /// A tmpfs of `size` at `dir`, unmounted on drop.

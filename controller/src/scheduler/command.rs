@@ -14,7 +14,7 @@ use super::reads::Page;
 use super::refs::LandTarget;
 use super::views::{SwarmView, TaskDetailView, TaskView, WorkerView};
 use crate::error::SchedError;
-use crate::integrator::{IntegratorReport, LockRemoved, MergeResult, ReportSink};
+use crate::integrator::{IntegratorReport, LockRemoved, MergeResult, RefRepaired, ReportSink};
 use crate::store::EventRow;
 
 /// An attempt as a sidecar names it in a report.
@@ -265,6 +265,7 @@ pub enum Command {
     },
     /// A stale integration-ref lock removed at start.
     LockRemoved(LockRemoved),
+    RefRepaired(RefRepaired),
     /// A merge queue's speculation or landing, from the integrator.
     Queue(crate::merge_queue::QueueReport),
     /// A call refused at the edge, for the (rate-limited) audit log.
@@ -292,6 +293,7 @@ pub fn integrator_sink(commands: std::sync::mpsc::Sender<Command>) -> ReportSink
         let cmd = match report {
             IntegratorReport::Merged(result) => Command::Merged(result),
             IntegratorReport::LockRemoved(removed) => Command::LockRemoved(removed),
+            IntegratorReport::RefRepaired(repaired) => Command::RefRepaired(repaired),
             IntegratorReport::Queue(report) => Command::Queue(report),
         };
         commands.send(cmd).is_ok()

@@ -487,6 +487,7 @@ impl Scheduler {
                 self.on_merged(result, fx)
             }
             Command::LockRemoved(removed) => self.on_lock_removed(removed, fx),
+            Command::RefRepaired(repaired) => self.on_ref_repaired(repaired, fx),
             Command::Queue(report) => self.on_queue_report(report, fx),
             Command::Denied { client, message } => {
                 self.audited(fx, &client, "auth.denied", None, message, serde_json::json!({}));
@@ -511,6 +512,24 @@ impl Scheduler {
             "integration.lock_removed",
             format!("removed stale lock {} on {} ({} ms old)", removed.path, removed.branch, removed.age_ms),
             serde_json::json!({ "branch": removed.branch, "path": removed.path, "age_ms": removed.age_ms }),
+        );
+    }
+
+    /// Records, in the swarm's audit log, that its integration ref was
+    /// behind the recorded head at start, or unreadable, and was put back.
+    fn on_ref_repaired(&mut self, repaired: crate::integrator::RefRepaired, fx: &mut Effects) {
+        self.event(
+            fx,
+            &repaired.swarm,
+            "",
+            0,
+            "",
+            "integration.ref_repaired",
+            format!(
+                "integration ref {} held {:?}, behind the recorded head or no commit id (a power loss?); put back at the recorded head {}",
+                repaired.branch, repaired.found, repaired.head
+            ),
+            serde_json::json!({ "branch": repaired.branch, "found": repaired.found, "head": repaired.head }),
         );
     }
 

@@ -11,7 +11,7 @@ use tokio::sync::broadcast;
 use super::model::{Attempt, Notes, Swarm, SwarmState, Task, TierOutcome, Worker};
 use super::{Effects, Scheduler, Timing, assign};
 use crate::error::ControllerError;
-use crate::integrator::{IntegratorHandle, OwnedRef};
+use crate::integrator::{IntegratorHandle, OwnedRef, RecordedRef};
 use crate::store::{Store, StoreError};
 
 fn corrupt(table: &'static str, key: String, reason: impl Into<String>) -> ControllerError {
@@ -256,14 +256,18 @@ pub fn recover(
     s.requeue_reviews();
     s.recover_subswarms();
     // A controller killed while moving an integration ref leaves its lock
-    // behind; clear those first (the integrator handles requests in order).
+    // behind, and a power loss can leave the ref empty; restore those first
+    // (the integrator handles requests in order).
     let owned = s
         .swarms
         .values()
         .filter(|sw| matches!(sw.state, SwarmState::Active | SwarmState::Stalled))
-        .map(|sw| OwnedRef { swarm: sw.id.to_string(), branch: sw.plan.integration_branch.clone() })
+        .map(|sw| RecordedRef {
+            owned: OwnedRef { swarm: sw.id.to_string(), branch: sw.plan.integration_branch.clone() },
+            head: sw.integration_head.clone(),
+        })
         .collect();
-    s.integrator.clear_stale_locks(owned);
+    s.integrator.restore_refs(owned);
     for job in fx.merges {
         s.integrator.submit(job);
     }

@@ -12,7 +12,7 @@ use std::time::Instant;
 use gix::objs::Write as _;
 use swarm_core::plan::MergeStrategy;
 
-use super::{Cas, Integrator, MergeReport, MergeRequest, check_label};
+use super::{Cas, Integrator, MergeReport, MergeRequest, RefWrite, check_label};
 use crate::{GitError, MergeError, ref_name};
 
 /// Fewer new objects than this (a batch of ~15 merges) are written loose: a pack per small batch
@@ -62,7 +62,13 @@ impl Integrator {
                 });
             }
             self.persist(Some(head), true)?;
-            match self.compare_and_swap(&name, start, head, &format!("{} merges", results.len()))? {
+            match self.compare_and_swap(
+                &name,
+                start,
+                head,
+                &format!("{} merges", results.len()),
+                RefWrite::Exchange,
+            )? {
                 None => {
                     tracing::info!(landed = results.iter().filter(|r| r.is_ok()).count(), head = %head, "batch integrated");
                     return Ok(BatchReport {

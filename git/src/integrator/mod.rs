@@ -8,6 +8,7 @@ use gix::bstr::{BStr, ByteSlice};
 use swarm_core::plan::MergeStrategy;
 
 use crate::graph::{Bases, CommitCache};
+use crate::loose_ref::Exchange;
 use crate::pack::{open_git2, to_git2};
 use crate::{GitError, MergeError, parse_commit_id, ref_name};
 
@@ -75,6 +76,15 @@ struct Caches {
     merge: gix::merge::blob::Platform,
 }
 
+/// How [`Integrator::compare_and_swap`] commits a ref.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RefWrite {
+    /// An integration ref, whose head the caller records and can restore ([`Integrator::repair_ref`]).
+    Exchange,
+    /// Any other ref (a target branch): git's own rename, which ext4 flushes first.
+    Replace,
+}
+
 enum Cas {
     Moved,
     MovedTo(gix::ObjectId),
@@ -94,9 +104,11 @@ pub struct Integrator {
     /// The same object database, written through; never refreshed on a miss.
     disk: gix::Repository,
     pub(crate) refs: git2::Repository,
-    name: String,
-    email: String,
+    pub(crate) name: String,
+    pub(crate) email: String,
     max_cas_retries: u32,
+    /// Which refs [`Integrator::exchange_ref`] starts a reflog for.
+    pub(crate) reflog: crate::loose_ref::ReflogPolicy,
     /// Reused across merges: gix's `Repository::merge_commits` rebuilds these per call, which loads the
     /// index (or, without one, builds it from HEAD's 10k-entry tree): ~3 ms of a 0.3 ms merge.
     caches: std::cell::RefCell<Caches>,
@@ -134,6 +146,7 @@ impl Integrator {
             .map_err(|e| GitError::Open { path: repo_path.to_path_buf(), message: e.to_string() })?;
         repo.object_cache_size_if_unset(16 * 1024 * 1024);
         let refs = open_git2(repo_path)?;
+        let reflog = crate::loose_ref::ReflogPolicy::of(&refs);
         let mut disk = repo.clone();
         // `disk` answers "is it there already?" for objects that are almost always new: a miss must
         // not rescan the pack directory (a false "no" only writes a duplicate loose object).
@@ -158,6 +171,7 @@ impl Integrator {
             name: "swarm".into(),
             email: "swarm@localhost".into(),
             max_cas_retries: DEFAULT_MAX_CAS_RETRIES,
+            reflog,
             #[cfg(test)]
             before_cas: std::cell::RefCell::new(None),
         })
@@ -212,6 +226,10 @@ impl Integrator {
     /// replays each commit of the task's first-parent chain since it left the integration history.
     /// Every commit made carries the trailer `Swarm-Attempt: <req.attempt_label>`.
     /// Nothing is written to refs on error; conflicts name every conflicting path.
+    ///
+    /// The ref is committed by exchange, not by git's flushing rename: after a power loss (not a
+    /// crash) it may be an empty file, which [`Integrator::repair_ref`] puts back at the head the
+    /// caller recorded. Record each landed head durably.
     #[tracing::instrument(skip(self, req), fields(
         branch = %req.integration_branch, attempt = %req.attempt_label, strategy = ?req.strategy,
         task_commit = %req.task_commit,
@@ -245,18 +263,19 @@ impl Integrator {
             if let Some(hook) = self.before_cas.borrow_mut().as_mut() {
                 hook();
             }
-            let moved = match self.compare_and_swap(&name, head, result, &req.attempt_label)? {
-                None => break result,
-                Some(Cas::MovedTo(found)) => found,
-                Some(Cas::Moved) => {
-                    return Err(MergeError::Git(GitError::MissingBranch {
-                        branch: req.integration_branch.clone(),
-                    }));
-                }
-                Some(Cas::Locked(lock)) => {
-                    return Err(MergeError::RefLocked { branch: req.integration_branch.clone(), lock });
-                }
-            };
+            let moved =
+                match self.compare_and_swap(&name, head, result, &req.attempt_label, RefWrite::Exchange)? {
+                    None => break result,
+                    Some(Cas::MovedTo(found)) => found,
+                    Some(Cas::Moved) => {
+                        return Err(MergeError::Git(GitError::MissingBranch {
+                            branch: req.integration_branch.clone(),
+                        }));
+                    }
+                    Some(Cas::Locked(lock)) => {
+                        return Err(MergeError::RefLocked { branch: req.integration_branch.clone(), lock });
+                    }
+                };
             if retries >= self.max_cas_retries {
                 return Err(MergeError::CasFailed {
                     branch: req.integration_branch.clone(),
@@ -342,7 +361,7 @@ impl Integrator {
                 new: new.to_string(),
             });
         }
-        match self.compare_and_swap(&name, current, new, "fast-forward")? {
+        match self.compare_and_swap(&name, current, new, "fast-forward", RefWrite::Replace)? {
             None => Ok(FastForward { old: current.to_string(), new: new.to_string() }),
             Some(Cas::MovedTo(found)) => Err(MergeError::CasFailed {
                 branch: target.to_string(),
@@ -391,7 +410,7 @@ impl Integrator {
     }
 
     /// Validates `id` and checks that it names an existing commit.
-    fn commit_id(&self, id: &str) -> Result<gix::ObjectId, GitError> {
+    pub(crate) fn commit_id(&self, id: &str) -> Result<gix::ObjectId, GitError> {
         let oid = parse_commit_id(id)?;
         // A commit the merge-base cache parsed: no header read (gix maps every loose object it
         // reads, and each unmap interrupts every CPU the controller runs on).
@@ -414,7 +433,11 @@ impl Integrator {
         }
     }
 
-    fn is_ancestor_id(&self, ancestor: gix::ObjectId, descendant: gix::ObjectId) -> Result<bool, GitError> {
+    pub(crate) fn is_ancestor_id(
+        &self,
+        ancestor: gix::ObjectId,
+        descendant: gix::ObjectId,
+    ) -> Result<bool, GitError> {
         if ancestor == descendant {
             return Ok(true);
         }
@@ -548,15 +571,25 @@ impl Integrator {
     }
 
     /// Moves `name` from `old` to `new`. `Ok(None)` on success; `Ok(Some(..))` if the ref no longer
-    /// points at `old` (or vanished).
+    /// points at `old` (or vanished). `RefWrite::Exchange` is for refs the caller can put back after a
+    /// power loss (see `loose_ref.rs`); every other ref is committed by libgit2's rename.
     fn compare_and_swap(
         &self,
         name: &str,
         old: gix::ObjectId,
         new: gix::ObjectId,
         why: &str,
+        write: RefWrite,
     ) -> Result<Option<Cas>, GitError> {
         let message = format!("swarm: {why}");
+        if write == RefWrite::Exchange {
+            match self.exchange_ref(name, old, new, &message)? {
+                Exchange::Moved => return Ok(None),
+                Exchange::Found(found) => return Ok(Some(Cas::MovedTo(found))),
+                Exchange::Locked(lock) => return Ok(Some(Cas::Locked(lock))),
+                Exchange::NotLoose => {}
+            }
+        }
         let lock = self.refs.commondir().join(format!("{name}.lock"));
         match self.refs.reference_matching(name, to_git2(new)?, true, to_git2(old)?, &message) {
             Ok(_) => Ok(None),

@@ -3,7 +3,7 @@
 //! moved, so that the merged commit can be checked out and verified first;
 //! then one compare-and-swap lands exactly the commit that was verified.
 
-use super::{Cas, Integrator, MergeReport, MergeRequest};
+use super::{Cas, Integrator, MergeReport, MergeRequest, RefWrite};
 use crate::{GitError, MergeError, ref_name};
 
 /// The outcome of [`Integrator::speculate`].
@@ -33,7 +33,9 @@ impl Integrator {
 
     /// Moves `branch` from `expected` to `new` by one compare-and-swap;
     /// `new` must contain `expected`. Nothing is retried: a moved ref means
-    /// the speculation was built on a stale head and must be redone.
+    /// the speculation was built on a stale head and must be redone. `branch` is an integration
+    /// branch: like [`Integrator::integrate`], this commits the ref by exchange, which a power loss
+    /// can undo ([`Integrator::repair_ref`]).
     #[tracing::instrument(skip(self))]
     pub fn advance(&self, branch: &str, expected: &str, new: &str, why: &str) -> Result<(), MergeError> {
         let name = ref_name(branch)?;
@@ -46,7 +48,7 @@ impl Integrator {
                 new: new.to_string(),
             });
         }
-        match self.compare_and_swap(&name, old, to, why)? {
+        match self.compare_and_swap(&name, old, to, why, RefWrite::Exchange)? {
             None => Ok(()),
             Some(Cas::Locked(lock)) => Err(MergeError::RefLocked { branch: branch.to_string(), lock }),
             Some(Cas::Moved) => Err(GitError::MissingBranch { branch: branch.to_string() }.into()),
