@@ -82,6 +82,7 @@ mod graph;
 mod integrator;
 mod locks;
 mod loose_ref;
+mod object_files;
 mod ownership;
 mod pack;
 mod worktrees;

@@ -315,7 +315,7 @@ fn exchange(from: &Path, to: &Path) -> Result<bool, GitError> {
 
 /// Renames `from` to `to` unless `to` exists (`AlreadyExists`); false where the OS cannot.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn rename_no_replace(from: &Path, to: &Path) -> std::io::Result<bool> {
+pub(crate) fn rename_no_replace(from: &Path, to: &Path) -> std::io::Result<bool> {
     use nix::errno::Errno;
     use nix::fcntl::{AT_FDCWD, RenameFlags, renameat2};
     match renameat2(AT_FDCWD, from, AT_FDCWD, to, RenameFlags::RENAME_NOREPLACE) {
@@ -326,7 +326,7 @@ fn rename_no_replace(from: &Path, to: &Path) -> std::io::Result<bool> {
 }
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn rename_no_replace(_from: &Path, _to: &Path) -> std::io::Result<bool> {
+pub(crate) fn rename_no_replace(_from: &Path, _to: &Path) -> std::io::Result<bool> {
     Ok(false)
 }
 

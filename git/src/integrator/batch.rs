@@ -224,6 +224,11 @@ impl Integrator {
         }
         if !pack || new.len() < PACK_MIN_OBJECTS {
             for (id, (kind, data)) in new {
+                if let Some(files) = &self.object_files
+                    && files.write(id, *kind, data)?
+                {
+                    continue;
+                }
                 let written =
                     self.disk.objects.write_buf(*kind, data).map_err(GitError::gix_any("write object"))?;
                 debug_assert_eq!(written, *id);

@@ -103,6 +103,8 @@ pub struct Integrator {
     repo: gix::Repository,
     /// The same object database, written through; never refreshed on a miss.
     disk: gix::Repository,
+    /// Files created ahead of time for loose objects (`None`: gix creates them).
+    pub(crate) object_files: Option<crate::object_files::ObjectFiles>,
     pub(crate) refs: git2::Repository,
     pub(crate) name: String,
     pub(crate) email: String,
@@ -147,6 +149,7 @@ impl Integrator {
         repo.object_cache_size_if_unset(16 * 1024 * 1024);
         let refs = open_git2(repo_path)?;
         let reflog = crate::loose_ref::ReflogPolicy::of(&refs);
+        let object_files = crate::object_files::ObjectFiles::start(refs.commondir());
         let mut disk = repo.clone();
         // `disk` answers "is it there already?" for objects that are almost always new: a miss must
         // not rescan the pack directory (a false "no" only writes a duplicate loose object).
@@ -167,6 +170,7 @@ impl Integrator {
             merge_options,
             repo,
             disk,
+            object_files,
             refs,
             name: "swarm".into(),
             email: "swarm@localhost".into(),
