@@ -85,6 +85,7 @@ mod loose_ref;
 mod object_files;
 mod ownership;
 mod pack;
+mod swap_file;
 mod worktrees;
 
 pub use error::{ConflictPath, GitError, MergeError, SideChange};

@@ -84,13 +84,13 @@ impl ObjectFiles {
         drop(file);
         let hex = id.to_hex().to_string();
         let target = self.objects.join(&hex[..2]).join(&hex[2..]);
-        let mut installed = crate::loose_ref::rename_no_replace(&path, &target);
+        let mut installed = crate::swap_file::rename_no_replace(&path, &target);
         if matches!(&installed, Err(e) if e.kind() == ErrorKind::NotFound) {
             // The thread makes every fan-out directory at start, but `git prune` removes empty ones.
             if let Some(dir) = target.parent() {
                 std::fs::create_dir_all(dir).map_err(GitError::io("create object directory"))?;
             }
-            installed = crate::loose_ref::rename_no_replace(&path, &target);
+            installed = crate::swap_file::rename_no_replace(&path, &target);
         }
         match installed {
             Ok(true) => {}
