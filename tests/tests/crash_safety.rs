@@ -30,6 +30,26 @@ fn plant_lock(repo: &TempRepo, branch: &str) -> PathBuf {
     lock
 }
 
+/// A two-sidecar cluster running [`dag_plan`], whose tasks b and c wait
+/// for `gate`.
+struct Held {
+    gate: Gate,
+    repo: TempRepo,
+    cluster: Cluster,
+    url: String,
+}
+
+async fn dag_held_at_b_and_c(swarm: &str) -> Held {
+    let gate = Gate::new();
+    let hold = format!("{}; echo \"$SWARM_TASK_ID\" > \"$SWARM_TASK_ID.txt\"", gate.wait_sh());
+    let script = worker_script(&[("b", &hold), ("c", &hold)]);
+    let repo = TempRepo::with_files(&[("worker.sh", &script)]);
+    let cluster = Cluster::start(&repo, 2, &[]);
+    let url = cluster.url();
+    create_swarm(&url, &dag_plan(swarm)).await;
+    Held { gate, repo, cluster, url }
+}
+
 fn backdate(path: &Path) {
     let ok = Command::new("touch").args(["-d", "1 minute ago"]).arg(path).status().unwrap();
     assert!(ok.success(), "touch -d");
@@ -37,13 +57,7 @@ fn backdate(path: &Path) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stale_integration_lock_left_by_a_killed_controller_is_removed_and_every_task_merges() {
-    let gate = Gate::new();
-    let hold = format!("{}; echo \"$SWARM_TASK_ID\" > \"$SWARM_TASK_ID.txt\"", gate.wait_sh());
-    let script = worker_script(&[("b", &hold), ("c", &hold)]);
-    let repo = TempRepo::with_files(&[("worker.sh", &script)]);
-    let mut cluster = Cluster::start(&repo, 2, &[]);
-    let url = cluster.url();
-    create_swarm(&url, &dag_plan("r")).await;
+    let Held { gate, repo, mut cluster, url } = dag_held_at_b_and_c("r").await;
     wait_task_state(&url, "r", "b", TaskState::Running).await;
     wait_task_state(&url, "r", "c", TaskState::Running).await;
 
@@ -81,13 +95,7 @@ async fn a_stale_integration_lock_left_by_a_killed_controller_is_removed_and_eve
 #[tokio::test(flavor = "multi_thread")]
 async fn an_integration_ref_left_empty_by_a_power_loss_is_put_back_at_the_stores_head_and_every_task_merges()
 {
-    let gate = Gate::new();
-    let hold = format!("{}; echo \"$SWARM_TASK_ID\" > \"$SWARM_TASK_ID.txt\"", gate.wait_sh());
-    let script = worker_script(&[("b", &hold), ("c", &hold)]);
-    let repo = TempRepo::with_files(&[("worker.sh", &script)]);
-    let mut cluster = Cluster::start(&repo, 2, &[]);
-    let url = cluster.url();
-    create_swarm(&url, &dag_plan("p")).await;
+    let Held { gate, repo, mut cluster, url } = dag_held_at_b_and_c("p").await;
     for merged in ["a", "e"] {
         wait_task_state(&url, "p", merged, TaskState::Merged).await;
     }
