@@ -107,7 +107,8 @@ impl Integrator {
 
     /// One spare per ref, so that what a power loss can bring back in a ref's file is only ever an
     /// older value of that same ref (see [`Integrator::repair_ref`]). Outside `refs/`, where git
-    /// would read it as a ref.
+    /// would read it as a ref, and not under `.git/swarm/`, which may be another file system (an
+    /// exchange needs the same one).
     fn spare_path(&self, name: &str) -> PathBuf {
         self.refs.commondir().join("swarm-ref-spares").join(name)
     }

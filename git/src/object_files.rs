@@ -20,6 +20,8 @@ use crate::error::GitError;
 /// Files kept ready: as many as a merge batch writes loose (below `PACK_MIN_OBJECTS` it is not
 /// packed).
 const READY: usize = 64;
+/// Not under `.git/swarm/` with the controller's store and logs: that directory may be another
+/// file system (a volume, a tmpfs), and a ready file must be renamed into `objects/`.
 const POOL_DIR: &str = "swarm-object-files";
 
 static INSTANCES: AtomicU64 = AtomicU64::new(0);
