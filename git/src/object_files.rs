@@ -3,10 +3,11 @@
 //! Creating a file on ext4 costs an inode allocation, ~200 µs when the file system has freed inodes
 //! recently, and a merge writes one loose object (its commit) or a few. A thread makes the 256
 //! fan-out directories of `objects/` once and keeps a few empty files ready in
-//! `<git dir>/swarm-object-files/<pid>-<n>/`, so a merge only opens one, writes the compressed object
-//! into it and renames it into `objects/` (no-replace: an object already there is kept). With none ready (or on an OS without `renameat2`) the object is
-//! written by gix as before. What a killed process leaves in its directory is removed by the next
-//! `Integrator` that finds the process gone.
+//! `<git dir>/swarm-object-files/<pid>-<n>@<host>/`, so a merge only opens one, writes the
+//! compressed object into it and renames it into `objects/` (no-replace: an object already there is
+//! kept). With none ready (or on an OS without `renameat2`) the object is written by gix as before.
+//! What a killed process leaves in its directory is removed by the next `Integrator` on the same
+//! host that finds the process gone.
 
 use std::fs::OpenOptions;
 use std::io::{ErrorKind, Write};
@@ -39,7 +40,7 @@ impl ObjectFiles {
         let root = common_dir.join(POOL_DIR);
         remove_abandoned(&root);
         let n = INSTANCES.fetch_add(1, Ordering::Relaxed);
-        let dir = root.join(format!("{}-{n}", std::process::id()));
+        let dir = root.join(format!("{}-{n}@{}", std::process::id(), host()));
         if let Err(e) = std::fs::create_dir_all(&dir) {
             tracing::debug!(dir = %dir.display(), error = %e, "no ready object files");
             return None;
@@ -136,20 +137,32 @@ fn keep_ready(dir: &Path, objects: &Path, tx: &SyncSender<PathBuf>) {
     }
 }
 
-/// Removes the directories of processes that are gone (`/proc/<pid>`; without `/proc`, none).
+/// Removes the directories of this host's processes that are gone (`/proc/<pid>`; without
+/// `/proc`, none). Controllers on other hosts (or in other containers) may share the repository
+/// on a volume; their pids mean nothing here, so their directories are theirs to clean.
 fn remove_abandoned(root: &Path) {
     if !Path::new("/proc/self").exists() {
         return;
     }
     let Ok(entries) = std::fs::read_dir(root) else { return };
+    let here = host();
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let Some(pid) = name.to_str().and_then(|n| n.split('-').next()).and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if !Path::new(&format!("/proc/{pid}")).exists() {
+        let Some((pid, host)) = name.to_str().and_then(|n| n.split_once('@')) else { continue };
+        let Some(pid) = pid.split('-').next().and_then(|p| p.parse::<u32>().ok()) else { continue };
+        if host == here && !Path::new(&format!("/proc/{pid}")).exists() {
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }
+}
+
+/// This host's name, as a file name's part (anything but `[A-Za-z0-9.-]` becomes `_`).
+fn host() -> String {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let name: String = name
+        .trim()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '_' })
+        .collect();
+    if name.is_empty() { "localhost".into() } else { name }
 }

@@ -59,20 +59,26 @@ fn merge_commits_written_through_ready_files_are_git_objects_and_the_files_go_wi
 }
 
 #[test]
-fn files_left_by_a_killed_process_are_removed_by_the_next_integrator() {
+fn files_left_by_a_killed_process_are_removed_by_the_next_integrator_on_its_host() {
     let repo = TempRepo::new();
     let base = repo.commit(None, &[("a.txt", Some("a\n"))], "base");
     repo.set_branch(BRANCH, &base);
     let mut child = std::process::Command::new("true").spawn().expect("spawn");
     let dead = child.id();
     child.wait().expect("wait");
-    let abandoned = pool_root(&repo).join(format!("{dead}-0"));
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname");
+    let host = host.trim();
+    let abandoned = pool_root(&repo).join(format!("{dead}-0@{host}"));
     std::fs::create_dir_all(&abandoned).expect("mkdir");
     std::fs::write(abandoned.join("7"), "").expect("file");
-    let live = pool_root(&repo).join(format!("{}-999", std::process::id()));
+    let live = pool_root(&repo).join(format!("{}-999@{host}", std::process::id()));
     std::fs::create_dir_all(&live).expect("mkdir");
+    // Another host's process: its pid means nothing here.
+    let elsewhere = pool_root(&repo).join(format!("{dead}-0@another-host"));
+    std::fs::create_dir_all(&elsewhere).expect("mkdir");
 
     let _integrator = Integrator::open(repo.path()).expect("open");
     assert!(!abandoned.exists(), "the dead process's files are gone");
     assert!(live.exists(), "a live process's files are left alone");
+    assert!(elsewhere.exists(), "another host's files are left to it");
 }
