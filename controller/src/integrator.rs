@@ -622,8 +622,7 @@ fn integrate(
 }
 
 /// Clears `recorded`'s stale lock, then repairs the ref if a power loss
-/// undid its last moves;
-/// false once nobody listens.
+/// undid its last moves; false once nobody listens.
 fn restore_ref(integrator: &Integrator, recorded: &RecordedRef, reports: &ReportSink) -> bool {
     let RecordedRef { owned, head } = recorded;
     let removed = clear_stale_lock(integrator, owned, false).unwrap_or_else(|reason| {

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::error::GitError;
-use crate::swap_file::SwapLock;
+use crate::swap_file::{SwapLock, lock_path};
 use crate::{Integrator, ref_name};
 
 /// Which refs get a reflog entry when none exists yet: `core.logAllRefUpdates`, read as libgit2
@@ -125,7 +125,7 @@ impl Integrator {
         let path = self.loose_ref_path(name);
         let mut lock = match SwapLock::take(&path, self.spare_path(name)) {
             Ok(Some(lock)) => lock,
-            Ok(None) => return Ok(Exchange::Locked(PathBuf::from(format!("{}.lock", path.display())))),
+            Ok(None) => return Ok(Exchange::Locked(lock_path(&path))),
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Exchange::NotLoose),
             Err(source) => return Err(GitError::Io { op: "create ref lock", source }),
         };

@@ -46,15 +46,16 @@ impl ObjectFiles {
             return None;
         }
         let (tx, ready) = sync_channel(READY);
-        let (thread_dir, objects) = (dir.clone(), common_dir.join("objects"));
+        let objects = common_dir.join("objects");
+        let (thread_dir, thread_objects) = (dir.clone(), objects.clone());
         let spawned = std::thread::Builder::new()
             .name("swarm-object-files".into())
-            .spawn(move || keep_ready(&thread_dir, &objects, &tx));
+            .spawn(move || keep_ready(&thread_dir, &thread_objects, &tx));
         if spawned.is_err() {
             let _ = std::fs::remove_dir_all(&dir);
             return None;
         }
-        Some(ObjectFiles { ready, objects: common_dir.join("objects"), dir })
+        Some(ObjectFiles { ready, objects, dir })
     }
 
     /// Writes the loose object `id` (`kind`, `data`) through a ready file. `Ok(false)`: no file was

@@ -38,9 +38,7 @@ impl SwapLock {
     /// Takes `<path>.lock`, recycling `spare` if it exists. `Ok(None)`: the lock exists (someone is
     /// writing the file, or died doing so). `Err(NotFound)`: `path`'s directory is missing.
     pub(crate) fn take(path: &Path, spare: PathBuf) -> std::io::Result<Option<SwapLock>> {
-        let mut lock = path.as_os_str().to_owned();
-        lock.push(".lock");
-        let lock = PathBuf::from(lock);
+        let lock = lock_path(path);
         match rename_no_replace(&spare, &lock) {
             Ok(true) => {
                 let mut held = SwapLock { lock, spare, file: None, ours: true };
@@ -128,6 +126,13 @@ impl Drop for SwapLock {
             tracing::warn!(lock = %self.lock.display(), error = %e, "could not release a lock file");
         }
     }
+}
+
+/// `<path>.lock`, the name git locks `path` with.
+pub(crate) fn lock_path(path: &Path) -> PathBuf {
+    let mut lock = path.as_os_str().to_owned();
+    lock.push(".lock");
+    PathBuf::from(lock)
 }
 
 /// Swaps `from` and `to`; false where they cannot be exchanged (the OS or the file system cannot,

@@ -265,6 +265,8 @@ pub enum Command {
     },
     /// A stale integration-ref lock removed at start.
     LockRemoved(LockRemoved),
+    /// An integration ref a power loss undid, put back at the store's head
+    /// at start.
     RefRepaired(RefRepaired),
     /// A merge queue's speculation or landing, from the integrator.
     Queue(crate::merge_queue::QueueReport),

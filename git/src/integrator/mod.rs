@@ -232,8 +232,8 @@ impl Integrator {
     /// Nothing is written to refs on error; conflicts name every conflicting path.
     ///
     /// The ref is committed by exchange, not by git's flushing rename: after a power loss (not a
-    /// crash) it may be an empty file, which [`Integrator::repair_ref`] puts back at the head the
-    /// caller recorded. Record each landed head durably.
+    /// crash) it may come back empty or at an older head, which [`Integrator::repair_ref`] puts back
+    /// at the head the caller recorded. Record each landed head durably.
     #[tracing::instrument(skip(self, req), fields(
         branch = %req.integration_branch, attempt = %req.attempt_label, strategy = ?req.strategy,
         task_commit = %req.task_commit,
