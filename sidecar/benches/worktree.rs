@@ -2,14 +2,22 @@
 //! add` in the same run.
 //!
 //! ```text
-//! cargo bench -p swarm-sidecar --bench worktree [-- --files N --rounds N --dir PATH --loose]
+//! cargo bench -p swarm-sidecar --bench worktree [-- --files N --rounds N --dir PATH --loose --shared-fs]
 //! ```
 //!
 //! Measures: the first worktree (`prepare` creating it) vs `git worktree
 //! add`; and moving an existing worktree to the next task's branch when the
 //! bases differ by a few files (median over the rounds). Bounded in count.
+//!
+//! Each first worktree, ours and the CLI's, is made in a copy of the
+//! repository on an ext4 file system made for that one round and side
+//! (a loop device; needs root, and says so when it falls back). On a
+//! shared disk the figure is decided by the file system's history: ext4's
+//! inode allocator skips inodes freed in the last minute, and every bench
+//! run frees 100,000 of them, so the same two programs measured 0.3× to
+//! 2.2× of each other between runs. `--shared-fs` measures there anyway.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -54,6 +62,52 @@ fn build_repo(repo: &Path, files: usize, loose: bool) -> (String, String) {
 /// First worktrees of each side, alternated.
 const FIRST_ROUNDS: usize = 5;
 
+/// An ext4 file system made and mounted for one measurement, with a copy of
+/// the bench's repository on it; unmounted and deleted when dropped.
+struct FreshFs {
+    image: PathBuf,
+    mount: PathBuf,
+}
+
+impl FreshFs {
+    /// `None` (with the reason printed once by the caller) when this
+    /// machine cannot make one: not root, no loop device, no mkfs.ext4.
+    fn make(under: &Path, name: &str, repo: &Path) -> Result<FreshFs, String> {
+        let image = under.join(format!("{name}.img"));
+        let mount = under.join(name);
+        std::fs::create_dir_all(&mount).map_err(|e| e.to_string())?;
+        let run = |cmd: &mut Command| -> Result<(), String> {
+            let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+            if out.status.success() {
+                Ok(())
+            } else {
+                Err(format!("{cmd:?}: {}", String::from_utf8_lossy(&out.stderr).trim()))
+            }
+        };
+        let file = std::fs::File::create(&image).map_err(|e| e.to_string())?;
+        file.set_len(FRESH_FS_BYTES).map_err(|e| e.to_string())?;
+        run(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&image))?;
+        run(Command::new("mount").args(["-o", "loop"]).arg(&image).arg(&mount))?;
+        let fs = FreshFs { image, mount };
+        run(Command::new("cp").arg("-a").arg(repo).arg(fs.repo()))?;
+        Ok(fs)
+    }
+
+    fn repo(&self) -> PathBuf {
+        self.mount.join("repo")
+    }
+}
+
+impl Drop for FreshFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.mount).status();
+        let _ = std::fs::remove_file(&self.image);
+    }
+}
+
+/// Room for the repository and one worktree of 10,000 small files.
+const FRESH_FS_BYTES: u64 = 1 << 30;
+
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -85,31 +139,40 @@ fn main() {
     // writeback made the same command 0.4 s in one round and 1.2 s in the
     // next). Ratios are per round, ours over the CLI's of the same round.
     let settle = || assert!(Command::new("sync").status().expect("sync runs").success());
+    let fresh = !args.iter().any(|a| a == "--shared-fs")
+        && match FreshFs::make(root.path(), "probe", &repo) {
+            Ok(_) => true,
+            Err(e) => {
+                println!("(first worktrees on the shared disk: no fresh file system could be made: {e})");
+                false
+            }
+        };
+    let first = |cli: bool, round: usize| {
+        let name = format!("{}{round}", if cli { "cli" } else { "first" });
+        let fs = fresh.then(|| FreshFs::make(root.path(), &name, &repo).expect("fresh file system"));
+        let (repo, dir) = match &fs {
+            Some(fs) => (fs.repo(), fs.mount.join("cli-wt")),
+            None => (repo.clone(), root.path().join(format!("cli-wt{round}"))),
+        };
+        settle();
+        let t = Instant::now();
+        if cli {
+            git(&repo, &["worktree", "add", "-q", "--detach", dir.to_str().expect("utf8"), &c1]);
+        } else {
+            let p = worktree::prepare(&repo, &name, &format!("swarm/b/{name}"), &c1).expect("first prepare");
+            assert!(p.created);
+        }
+        t.elapsed()
+    };
     let mut cli_adds = Vec::new();
     let mut firsts = Vec::new();
     for round in 0..FIRST_ROUNDS {
-        let cli = |round: usize| {
-            let dir = root.path().join(format!("cli-wt{round}"));
-            settle();
-            let t = Instant::now();
-            git(&repo, &["worktree", "add", "-q", "--detach", dir.to_str().expect("utf8"), &c1]);
-            t.elapsed()
-        };
-        let ours = |round: usize| {
-            settle();
-            let t = Instant::now();
-            let p = worktree::prepare(&repo, &format!("first{round}"), &format!("swarm/b/first{round}"), &c1)
-                .expect("first prepare");
-            let took = t.elapsed();
-            assert!(p.created);
-            took
-        };
         if round % 2 == 0 {
-            cli_adds.push(cli(round));
-            firsts.push(ours(round));
+            cli_adds.push(first(true, round));
+            firsts.push(first(false, round));
         } else {
-            firsts.push(ours(round));
-            cli_adds.push(cli(round));
+            firsts.push(first(false, round));
+            cli_adds.push(first(true, round));
         }
     }
     let rounds_ms: Vec<String> = firsts
@@ -133,7 +196,8 @@ fn main() {
     }
     let next = median(moves);
     let objects = if loose { "loose objects" } else { "packed" };
-    println!("worktree bench: {files} files ({objects}), bases 5 files apart, {rounds} moves");
+    let place = if fresh { "each on a fresh ext4" } else { "on the shared disk" };
+    println!("worktree bench: {files} files ({objects}), bases 5 files apart, {rounds} moves; first worktrees {place}");
     println!(
         "  git worktree add (CLI, median of {FIRST_ROUNDS})        {:>9.1} ms",
         cli_add.as_secs_f64() * 1e3
