@@ -197,7 +197,9 @@ fn main() {
     let next = median(moves);
     let objects = if loose { "loose objects" } else { "packed" };
     let place = if fresh { "each on a fresh ext4" } else { "on the shared disk" };
-    println!("worktree bench: {files} files ({objects}), bases 5 files apart, {rounds} moves; first worktrees {place}");
+    println!(
+        "worktree bench: {files} files ({objects}), bases 5 files apart, {rounds} moves; first worktrees {place}"
+    );
     println!(
         "  git worktree add (CLI, median of {FIRST_ROUNDS})        {:>9.1} ms",
         cli_add.as_secs_f64() * 1e3

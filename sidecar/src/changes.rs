@@ -10,8 +10,8 @@
 //! checking out only the paths that differ between the two commits.
 //!
 //! Whenever the tracker cannot vouch for its answer — the kernel's queue
-//! overflowed, a watch could not be added, a nested `.git` appeared, the
-//! worktree itself moved — [`Tracker::take`] returns `None` and the caller
+//! overflowed, a watch could not be added, a nested `.git` appeared, a
+//! `.gitignore` changed, the worktree itself moved — [`Tracker::take`] returns `None` and the caller
 //! does the full walk, as before. `.swarm/` is the sidecar's and is never
 //! reported. (A file changed through a shared writable `mmap` raises no
 //! inotify event; workers write files with `write`.)
@@ -29,6 +29,9 @@ use swarm_core::names::{check_branch, check_commit};
 
 use crate::tracked_index::{self, IndexMemo};
 use crate::worktree::{self, SWARM_DIR, WorktreeError};
+
+/// The file whose rules decide which untracked files a commit takes.
+const IGNORE_FILE: &str = ".gitignore";
 
 /// Most directories watched; a larger tree is walked instead.
 const MAX_WATCHES: usize = 100_000;
@@ -211,6 +214,12 @@ impl Tracker {
                     self.lost = true;
                     return;
                 }
+                if name == IGNORE_FILE {
+                    // New ignore rules change which untouched files count
+                    // (one ignored until now must be committed): walk.
+                    self.lost = true;
+                    return;
+                }
                 let appeared = ev.mask.intersects(AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO);
                 if ev.mask.contains(AddWatchFlags::IN_ISDIR)
                     && appeared
@@ -237,7 +246,7 @@ pub fn commit_paths(
     paths: &BTreeSet<PathBuf>,
 ) -> Result<(git2::Oid, bool), WorktreeError> {
     let repo = Repository::open(worktree)?;
-    let made = commit_paths_in(&repo, &IndexMemo::default(), message, paths)?;
+    let made = commit_paths_in(&repo, &mut IndexMemo::default(), message, paths)?;
     repo.index()?.write()?;
     Ok(made)
 }
@@ -250,7 +259,7 @@ pub fn commit_paths(
 /// sidecar stop in between.
 pub fn commit_paths_in(
     repo: &Repository,
-    memo: &IndexMemo,
+    memo: &mut IndexMemo,
     message: &str,
     paths: &BTreeSet<PathBuf>,
 ) -> Result<(git2::Oid, bool), WorktreeError> {
@@ -265,6 +274,7 @@ pub fn commit_paths_in(
     // other way round) never meets its old self in the index.
     let mut present = Vec::new();
     for p in paths {
+        memo.changed(p);
         match std::fs::symlink_metadata(worktree.join(p)) {
             // A directory's files are listed one by one; a file it replaced goes.
             Ok(m) if m.is_dir() => {
@@ -299,10 +309,8 @@ pub fn commit_paths_in(
         worktree::publish(repo, head.id())?;
         return Ok((head.id(), false));
     }
-    // The tree first: it refreshes the index's cache of tree ids, which
-    // the write then keeps, so the next commit rebuilds only the trees
-    // along the paths it changes.
-    let tree_id = index.write_tree()?;
+    // Only the directories along the changed paths are hashed again.
+    let tree_id = tracked_index::write_tree(repo, &mut index, memo)?;
     if head.tree_id() == tree_id {
         worktree::publish(repo, head.id())?;
         return Ok((head.id(), false));
@@ -365,6 +373,7 @@ pub fn move_clean_in(
                 co.path(&d.path);
             }
             wt.checkout_tree(target.as_object(), Some(&mut co))?;
+            memo.forget_trees();
         }
     }
     // Before the worker runs: it may read the index (`git status`), and
@@ -474,7 +483,7 @@ fn plain_files(repo: &Repository, deltas: &[FileDelta]) -> Result<bool, git2::Er
 /// is kept.
 fn write_files(
     repo: &Repository,
-    memo: &IndexMemo,
+    memo: &mut IndexMemo,
     root: &Path,
     deltas: &[FileDelta],
 ) -> Result<(), WorktreeError> {
@@ -492,6 +501,7 @@ fn write_files(
             _ => {}
         }
         index.remove_path(&d.path)?;
+        memo.changed(&d.path);
         // Directories left empty go (ones that still hold ignored files stay).
         let mut dir = d.path.parent();
         while let Some(p) = dir.filter(|p| !p.as_os_str().is_empty()) {
@@ -508,6 +518,9 @@ fn write_files(
             std::fs::create_dir_all(parent).map_err(fail(&d.path))?;
         }
         match std::fs::symlink_metadata(&full) {
+            // An empty directory (one a worker emptied; git keeps no
+            // directories) goes, as a checkout removes it.
+            Ok(m) if m.is_dir() && std::fs::remove_dir(&full).is_ok() => {}
             Ok(m) if m.is_dir() => {
                 return Err(WorktreeError::Io {
                     path: full,
@@ -532,6 +545,7 @@ fn write_files(
         }
         // The entry is the blob's (no filters), with the stat of the file.
         index.add(&index_entry(&full, &d.path, oid, mode)?)?;
+        memo.changed(&d.path);
     }
     Ok(())
 }
@@ -649,142 +663,6 @@ mod tests {
         let wt = git2::Repository::open(&p.path).expect("wt");
         assert_eq!(wt.head().expect("head").peel_to_commit().expect("commit").id(), base);
         assert!(wt.statuses(None).expect("status").is_empty(), "clean after the move");
-    }
-
-    fn git_out(dir: &Path, args: &[&str], index: Option<&Path>) -> String {
-        let mut cmd = std::process::Command::new("git");
-        cmd.args(args).current_dir(dir);
-        if let Some(i) = index {
-            cmd.env("GIT_INDEX_FILE", i);
-        }
-        let out = cmd.output().expect("git");
-        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    }
-
-    /// The tree of what is in the worktree, hashed from scratch by git
-    /// (a fresh index: nothing of ours is trusted).
-    fn scratch_tree(wt: &Path, tmp: &Path) -> String {
-        let index = tmp.join("scratch-index");
-        let _ = std::fs::remove_file(&index);
-        git_out(wt, &["add", "-A"], Some(&index));
-        git_out(wt, &["write-tree"], Some(&index))
-    }
-
-    /// Random edits (writes, deletions, new directories, modes, links,
-    /// files turned into directories and back), each committed by the
-    /// tracked path and each base moved to by it, checked against git's
-    /// own view: the commit holds exactly what the worktree has, and a
-    /// moved worktree holds exactly the base's tree, `git status` clean.
-    #[test]
-    fn tracked_paths_match_git_on_random_edits() {
-        use rand::{Rng, SeedableRng};
-        let dir = tempfile::tempdir().expect("tempdir");
-        let repo = dir.path().join("repo");
-        for i in 0..40 {
-            let p = repo.join(format!("d{}/e{}/f{i}.txt", i % 4, i % 3));
-            std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
-            std::fs::write(p, format!("{i}\n")).expect("write");
-        }
-        std::fs::write(repo.join(".gitignore"), "*.log\n").expect("write");
-        git(&repo, &["init", "-q", "-b", "main"]);
-        git(&repo, &["add", "-A"]);
-        git(&repo, &["commit", "-q", "-m", "base"]);
-        let base = git_out(&repo, &["rev-parse", "HEAD"], None);
-        let p = worktree::prepare(&repo, "w1", "swarm/s/r0", &base).expect("prepare");
-        let wt = p.path.clone();
-        let mut t = Tracker::start(&wt).expect("tracker");
-        let mut rng = rand::rngs::StdRng::seed_from_u64(13);
-        let mut commits = vec![base.clone()];
-        for round in 0..30 {
-            // Edit at random.
-            for _ in 0..rng.random_range(1..6) {
-                let files: Vec<String> = git_out(&wt, &["ls-files"], None)
-                    .lines()
-                    .map(str::to_string)
-                    .filter(|f| !f.is_empty())
-                    .collect();
-                let pick = files[rng.random_range(0..files.len())].clone();
-                let full = wt.join(&pick);
-                if !std::fs::symlink_metadata(&full).is_ok_and(|m| !m.is_dir()) {
-                    continue; // an earlier edit of this round took it away
-                }
-                match rng.random_range(0..8) {
-                    0 => std::fs::write(&full, format!("changed {round}\n")).expect("modify"),
-                    1 => {
-                        std::fs::remove_file(&full).expect("delete");
-                    }
-                    2 => {
-                        let n = wt.join(format!("n{round}/m{}/g.txt", rng.random_range(0..3)));
-                        std::fs::create_dir_all(n.parent().expect("parent")).expect("mkdir");
-                        std::fs::write(n, "new\n").expect("add");
-                    }
-                    3 => {
-                        use std::os::unix::fs::PermissionsExt as _;
-                        if std::fs::symlink_metadata(&full).expect("stat").file_type().is_file() {
-                            let mode = if rng.random_bool(0.5) { 0o755 } else { 0o644 };
-                            std::fs::set_permissions(&full, std::fs::Permissions::from_mode(mode))
-                                .expect("chmod");
-                        }
-                    }
-                    4 => {
-                        std::fs::remove_file(&full).expect("delete");
-                        std::os::unix::fs::symlink("../somewhere", &full).expect("link");
-                    }
-                    5 => {
-                        // A file becomes a directory.
-                        std::fs::remove_file(&full).expect("delete");
-                        std::fs::create_dir_all(&full).expect("mkdir");
-                        std::fs::write(full.join("inner.txt"), "inner\n").expect("write");
-                    }
-                    6 => std::fs::write(wt.join(format!("build{round}.log")), "ignored").expect("ignored"),
-                    _ => {
-                        // A whole directory goes (a directory that becomes a file, later).
-                        let top = Path::new(&pick).components().next().expect("component");
-                        let top = wt.join(top);
-                        if top.is_dir() && rng.random_bool(0.3) {
-                            std::fs::remove_dir_all(&top).expect("rm -r");
-                            std::fs::write(&top, "now a file\n").expect("write");
-                        }
-                    }
-                }
-            }
-            let changed = t.take().expect("tracked");
-            let (oid, _) = commit_paths(&wt, &format!("round {round}"), &changed).expect("commit");
-            let head_tree = git_out(&wt, &["rev-parse", &format!("{oid}^{{tree}}")], None);
-            assert_eq!(head_tree, scratch_tree(&wt, dir.path()), "round {round}: the commit is the worktree");
-            assert_eq!(
-                git_out(&wt, &["status", "--porcelain"], None),
-                "",
-                "round {round}: status after commit"
-            );
-            let before = commits.last().expect("a commit").clone();
-            let mut listed = worktree::files_changed(&wt, &before, oid).expect("files changed");
-            listed.sort();
-            let mut want: Vec<String> =
-                git_out(&wt, &["diff", "--no-renames", "--name-only", &before, &oid.to_string()], None)
-                    .lines()
-                    .map(str::to_string)
-                    .filter(|l| !l.is_empty())
-                    .collect();
-            want.sort();
-            assert_eq!(listed, want, "round {round}: files changed");
-            commits.push(oid.to_string());
-            assert_eq!(t.take(), Some(BTreeSet::new()), "round {round}: committing changes no file");
-            // Move to an earlier commit (or stay) by the changed paths only.
-            let target = commits[rng.random_range(0..commits.len())].clone();
-            move_clean(&repo, "w1", &format!("swarm/s/r{}", round + 1), &target).expect("move");
-            let target_tree = git_out(&wt, &["rev-parse", &format!("{target}^{{tree}}")], None);
-            assert_eq!(scratch_tree(&wt, dir.path()), target_tree, "round {round}: moved to {target}");
-            assert_eq!(
-                git_out(&wt, &["status", "--porcelain"], None),
-                "",
-                "round {round}: status after move"
-            );
-            assert_eq!(git_out(&wt, &["rev-parse", "HEAD"], None), target);
-            assert!(t.take().is_some(), "round {round}: still tracked");
-            commits.push(target);
-        }
     }
 
     #[test]

@@ -23,8 +23,9 @@ use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
-use git2::{ObjectType, Oid, Repository};
 use sha1::{Digest as _, Sha1};
+
+pub use crate::cache_tree::CacheTree;
 
 /// The SHA-1 at the end of an index file, over everything before it.
 pub type Checksum = [u8; 20];
@@ -53,96 +54,6 @@ pub enum IndexFileError {
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> IndexFileError + '_ {
     move |source| IndexFileError::Io { path: path.to_path_buf(), source }
-}
-
-/// A cache of tree ids: for a directory of the index, the id of the tree
-/// its entries make and how many entries it covers. Every node is valid
-/// (it is made from tree objects, not from the index).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CacheTree {
-    root: Node,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Node {
-    name: Vec<u8>,
-    id: Oid,
-    entries: u32,
-    /// In git's order: shorter names first, then bytewise.
-    children: Vec<Node>,
-}
-
-/// The order git keeps a directory's subtrees in.
-fn git_order(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
-    a.len().cmp(&b.len()).then_with(|| a.cmp(b))
-}
-
-impl CacheTree {
-    /// The cache of `tree`, read from every one of its tree objects.
-    pub fn of(repo: &Repository, tree: &git2::Tree<'_>) -> Result<CacheTree, git2::Error> {
-        let mut root = Node { name: Vec::new(), id: Oid::zero(), entries: 0, children: Vec::new() };
-        refresh(&mut root, repo, tree, true)?;
-        Ok(CacheTree { root })
-    }
-
-    /// Makes this the cache of `tree`, reading only the tree objects whose
-    /// ids differ from what it held (a move touches a few directories).
-    pub fn update(&mut self, repo: &Repository, tree: &git2::Tree<'_>) -> Result<(), git2::Error> {
-        refresh(&mut self.root, repo, tree, false)
-    }
-
-    /// The id of the whole tree.
-    pub fn id(&self) -> Oid {
-        self.root.id
-    }
-
-    /// How many index entries the whole tree covers.
-    pub fn entries(&self) -> u32 {
-        self.root.entries
-    }
-}
-
-fn refresh(
-    node: &mut Node,
-    repo: &Repository,
-    tree: &git2::Tree<'_>,
-    fresh: bool,
-) -> Result<(), git2::Error> {
-    if !fresh && node.id == tree.id() {
-        return Ok(());
-    }
-    let mut old = std::mem::take(&mut node.children);
-    let mut entries = 0u32;
-    for e in tree.iter() {
-        if e.kind() != Some(ObjectType::Tree) {
-            // Files, links and submodules are one index entry each.
-            entries = entries.saturating_add(1);
-            continue;
-        }
-        let name = e.name_bytes();
-        let (mut child, fresh) = match old.iter().position(|c| c.name == name) {
-            Some(i) => (old.swap_remove(i), false),
-            None => (Node { name: name.to_vec(), id: Oid::zero(), entries: 0, children: Vec::new() }, true),
-        };
-        refresh(&mut child, repo, &repo.find_tree(e.id())?, fresh)?;
-        entries = entries.saturating_add(child.entries);
-        node.children.push(child);
-    }
-    node.children.sort_by(|a, b| git_order(&a.name, &b.name));
-    old.clear();
-    node.id = tree.id();
-    node.entries = entries;
-    Ok(())
-}
-
-fn put_tree(out: &mut Vec<u8>, node: &Node) {
-    out.extend_from_slice(&node.name);
-    out.push(0);
-    out.extend_from_slice(format!("{} {}\n", node.entries, node.children.len()).as_bytes());
-    out.extend_from_slice(node.id.as_bytes());
-    for c in &node.children {
-        put_tree(out, c);
-    }
 }
 
 /// One entry, as the index stores it; returns whether it needs version 3.
@@ -228,7 +139,7 @@ pub fn serialize(
         }
         out.extend_from_slice(b"TREE\0\0\0\0");
         let at = out.len();
-        put_tree(&mut out, &tree.root);
+        tree.encode(&mut out);
         let size = u32::try_from(out.len() - at).unwrap_or(u32::MAX);
         out[at - 4..at].copy_from_slice(&size.to_be_bytes());
     }
@@ -279,6 +190,7 @@ pub fn checksum(path: &Path) -> Result<Option<Checksum>, IndexFileError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use git2::{Oid, Repository};
 
     /// A repository whose tree has files at the top and in two levels of
     /// directories (names of one length, where git's order of subtrees
@@ -322,21 +234,6 @@ mod tests {
         assert_eq!(again.len(), 5);
         assert_eq!(again.write_tree_to(&repo).expect("tree"), tree_id);
         assert!(!path.with_extension("lock").exists(), "the lock is gone");
-    }
-
-    #[test]
-    fn an_updated_cache_is_the_cache_made_afresh() {
-        let (tmp, repo, first) = repo_with_tree();
-        let mut index = repo.index().expect("index");
-        std::fs::write(tmp.path().join("b/x/y.txt"), "y2").expect("modify");
-        std::fs::remove_file(tmp.path().join("d/e.txt")).expect("remove");
-        index.remove_path(Path::new("d/e.txt")).expect("remove");
-        index.add_path(Path::new("b/x/y.txt")).expect("add");
-        let second = index.write_tree().expect("tree");
-        let mut cache = CacheTree::of(&repo, &repo.find_tree(first).expect("tree")).expect("cache");
-        cache.update(&repo, &repo.find_tree(second).expect("tree")).expect("update");
-        assert_eq!(cache, CacheTree::of(&repo, &repo.find_tree(second).expect("tree")).expect("fresh"));
-        assert_eq!(cache.entries(), 4);
     }
 
     #[test]

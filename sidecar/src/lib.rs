@@ -73,6 +73,7 @@
 
 pub mod agent;
 pub mod attempt;
+pub mod cache_tree;
 pub mod changes;
 mod checkout;
 pub mod config;

@@ -8,20 +8,54 @@
 //! wrote, nobody rewrote it and the entries in memory are current (or
 //! ahead of it by the commit the sidecar made since, which a re-read
 //! would undo).
+//!
+//! Beside the entries it keeps the ids of the trees they make
+//! ([`CacheTree`]): every change the sidecar makes to the entries names
+//! its path ([`IndexMemo::changed`]), so a move or a commit hashes only
+//! the directories that changed, not all 10,000 entries.
 
-use git2::Repository;
+use std::os::unix::ffi::OsStrExt as _;
+use std::path::Path;
 
-use crate::index_file::{self, CacheTree, Checksum, IndexFileError};
+use git2::{Oid, Repository};
+
+use crate::cache_tree::{CacheTree, Trees};
+use crate::index_file::{self, Checksum, IndexFileError};
 use crate::worktree::WorktreeError;
 
-/// What the sidecar knows of its worktree's index file beyond libgit2.
+/// What the sidecar knows of its worktree's index beyond libgit2.
 #[derive(Debug, Default)]
 pub struct IndexMemo {
-    /// The cache of tree ids of the last index written here, kept to be
-    /// updated by the directories the next move changes.
+    /// The ids of the trees the in-memory index makes, but for the
+    /// directories changed since ([`IndexMemo::changed`]); `None` when the
+    /// index changed without saying where (read again from its file,
+    /// checked out by libgit2), until a full hash makes it again.
     tree: Option<CacheTree>,
     /// The checksum of the last index written here.
     written: Option<Checksum>,
+    /// How many times the whole index was hashed (libgit2's `write_tree`).
+    full_hashes: u64,
+}
+
+impl IndexMemo {
+    /// The in-memory index changed at `path` (a file, or a directory whose
+    /// entries went).
+    pub fn changed(&mut self, path: &Path) {
+        if let Some(tree) = &mut self.tree {
+            tree.invalidate(path.as_os_str().as_bytes());
+        }
+    }
+
+    /// The in-memory index changed where nobody said.
+    pub fn forget_trees(&mut self) {
+        self.tree = None;
+    }
+
+    /// How many times the whole index was hashed since this memo began;
+    /// every other tree came from the directories that changed.
+    pub fn full_hashes(&self) -> u64 {
+        self.full_hashes
+    }
 }
 
 fn worktree_error(e: IndexFileError) -> WorktreeError {
@@ -34,20 +68,50 @@ fn worktree_error(e: IndexFileError) -> WorktreeError {
 
 /// Brings libgit2's `index` up to the file when someone else (a worker's
 /// `git add`, libgit2 itself) rewrote it since [`write`].
-pub fn read(index: &mut git2::Index, memo: &IndexMemo) -> Result<(), WorktreeError> {
+pub fn read(index: &mut git2::Index, memo: &mut IndexMemo) -> Result<(), WorktreeError> {
     if let (Some(ours), Some(path)) = (memo.written, index.path())
         && index_file::checksum(path).map_err(worktree_error)? == Some(ours)
     {
         return Ok(());
     }
     index.read(false)?;
+    memo.forget_trees();
+    // From here on the file is what the entries in memory came from (or
+    // fell behind them by a commit): only a later rewrite is news.
+    memo.written = match index.path() {
+        Some(path) => index_file::checksum(path).map_err(worktree_error)?,
+        None => None,
+    };
     Ok(())
+}
+
+/// The tree the in-memory index makes, written to the object store (a
+/// commit's): only the changed directories hashed again while the memo
+/// knows the rest, otherwise libgit2's full `write_tree`, after which the
+/// memo knows every directory.
+pub fn write_tree(
+    repo: &Repository,
+    index: &mut git2::Index,
+    memo: &mut IndexMemo,
+) -> Result<Oid, WorktreeError> {
+    if let Some(tree) = &mut memo.tree {
+        match tree.rebuild(repo, index, Trees::Write) {
+            Ok(id) => return Ok(id),
+            Err(e) => {
+                tracing::warn!(error = %e, "hashing the changed directories failed; libgit2 hashes the index")
+            }
+        }
+    }
+    memo.forget_trees();
+    memo.full_hashes += 1;
+    let id = index.write_tree()?;
+    memo.tree = Some(CacheTree::of(repo, &repo.find_tree(id)?)?);
+    Ok(id)
 }
 
 /// Writes the worktree's index, which a move just made `target`'s: with
 /// our writer and a valid cache of tree ids when the entries in memory
-/// make exactly `target` (libgit2 hashes only the directories the move
-/// invalidated), otherwise with libgit2's.
+/// make exactly `target`, otherwise with libgit2's.
 ///
 /// The entries' stat data is what the sidecar's own checkout or commit
 /// recorded, with nothing written since (the tracker vouches for that), so
@@ -59,7 +123,7 @@ pub fn write(wt: &Repository, memo: &mut IndexMemo, target: &git2::Tree<'_>) -> 
         Ok(sum) => memo.written = Some(sum),
         Err(e) => {
             tracing::warn!(error = %e, "writing the index ourselves failed; libgit2 writes it");
-            *memo = IndexMemo::default();
+            *memo = IndexMemo { full_hashes: memo.full_hashes, ..IndexMemo::default() };
             index.write()?;
         }
     }
@@ -72,6 +136,33 @@ fn write_ours(
     memo: &mut IndexMemo,
     target: &git2::Tree<'_>,
 ) -> Result<Checksum, IndexFileError> {
+    // The changed directories hashed again make the target's root: every
+    // tree below matches it too, since each id covers its subtrees.
+    let tree = match memo.tree.take().map(|mut t| (t.rebuild(wt, index, Trees::Hash), t)) {
+        Some((Ok(id), tree)) if id == target.id() => tree,
+        Some((made, _)) => {
+            tracing::debug!(made = ?made.map(|id| id.to_string()), target = %target.id(),
+                "the changed directories do not make the target; hashing the whole index");
+            memo.full_hashes += 1;
+            verified(wt, index, target)?
+        }
+        None => {
+            memo.full_hashes += 1;
+            verified(wt, index, target)?
+        }
+    };
+    let path = index.path().ok_or_else(|| git2::Error::from_str("the index has no file"))?.to_path_buf();
+    let sum = index_file::write(&path, index.iter(), Some(&tree))?;
+    memo.tree = Some(tree);
+    Ok(sum)
+}
+
+/// The cache of `target` after libgit2 checked that the whole index makes it.
+fn verified(
+    wt: &Repository,
+    index: &mut git2::Index,
+    target: &git2::Tree<'_>,
+) -> Result<CacheTree, IndexFileError> {
     if index.has_conflicts() {
         return Err(git2::Error::from_str("the index has conflicts").into());
     }
@@ -80,15 +171,5 @@ fn write_ours(
         let msg = format!("the index makes tree {made}, not the target's {}", target.id());
         return Err(git2::Error::from_str(&msg).into());
     }
-    let tree = match memo.tree.take() {
-        Some(mut t) => {
-            t.update(wt, target)?;
-            t
-        }
-        None => CacheTree::of(wt, target)?,
-    };
-    let path = index.path().ok_or_else(|| git2::Error::from_str("the index has no file"))?.to_path_buf();
-    let sum = index_file::write(&path, index.iter(), Some(&tree))?;
-    memo.tree = Some(tree);
-    Ok(sum)
+    Ok(CacheTree::of(wt, target)?)
 }
