@@ -22,6 +22,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use swarm_sidecar::{changes, worktree};
+use swarm_tests::fresh_fs::FreshFs;
 
 #[path = "../tests/support/fast_import.rs"]
 mod fast_import;
@@ -62,47 +63,15 @@ fn build_repo(repo: &Path, files: usize, loose: bool) -> (String, String) {
 /// First worktrees of each side, alternated.
 const FIRST_ROUNDS: usize = 5;
 
-/// An ext4 file system made and mounted for one measurement, with a copy of
-/// the bench's repository on it; unmounted and deleted when dropped.
-struct FreshFs {
-    image: PathBuf,
-    mount: PathBuf,
-}
-
-impl FreshFs {
-    /// `None` (with the reason printed once by the caller) when this
-    /// machine cannot make one: not root, no loop device, no mkfs.ext4.
-    fn make(under: &Path, name: &str, repo: &Path) -> Result<FreshFs, String> {
-        let image = under.join(format!("{name}.img"));
-        let mount = under.join(name);
-        std::fs::create_dir_all(&mount).map_err(|e| e.to_string())?;
-        let run = |cmd: &mut Command| -> Result<(), String> {
-            let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
-            if out.status.success() {
-                Ok(())
-            } else {
-                Err(format!("{cmd:?}: {}", String::from_utf8_lossy(&out.stderr).trim()))
-            }
-        };
-        let file = std::fs::File::create(&image).map_err(|e| e.to_string())?;
-        file.set_len(FRESH_FS_BYTES).map_err(|e| e.to_string())?;
-        run(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&image))?;
-        run(Command::new("mount").args(["-o", "loop"]).arg(&image).arg(&mount))?;
-        let fs = FreshFs { image, mount };
-        run(Command::new("cp").arg("-a").arg(repo).arg(fs.repo()))?;
-        Ok(fs)
+/// A fresh file system with a copy of the bench's repository on it.
+fn fresh_copy(under: &Path, name: &str, repo: &Path) -> Result<(FreshFs, PathBuf), String> {
+    let fs = FreshFs::make(under, name, FRESH_FS_BYTES)?;
+    let copy = fs.path().join("repo");
+    let ok = Command::new("cp").arg("-a").arg(repo).arg(&copy).status().map_err(|e| e.to_string())?;
+    if !ok.success() {
+        return Err(format!("copying {} failed", repo.display()));
     }
-
-    fn repo(&self) -> PathBuf {
-        self.mount.join("repo")
-    }
-}
-
-impl Drop for FreshFs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.mount).status();
-        let _ = std::fs::remove_file(&self.image);
-    }
+    Ok((fs, copy))
 }
 
 /// Room for the repository and one worktree of 10,000 small files.
@@ -140,7 +109,7 @@ fn main() {
     // next). Ratios are per round, ours over the CLI's of the same round.
     let settle = || assert!(Command::new("sync").status().expect("sync runs").success());
     let fresh = !args.iter().any(|a| a == "--shared-fs")
-        && match FreshFs::make(root.path(), "probe", &repo) {
+        && match fresh_copy(root.path(), "probe", &repo) {
             Ok(_) => true,
             Err(e) => {
                 println!("(first worktrees on the shared disk: no fresh file system could be made: {e})");
@@ -149,9 +118,9 @@ fn main() {
         };
     let first = |cli: bool, round: usize| {
         let name = format!("{}{round}", if cli { "cli" } else { "first" });
-        let fs = fresh.then(|| FreshFs::make(root.path(), &name, &repo).expect("fresh file system"));
+        let fs = fresh.then(|| fresh_copy(root.path(), &name, &repo).expect("fresh file system"));
         let (repo, dir) = match &fs {
-            Some(fs) => (fs.repo(), fs.mount.join("cli-wt")),
+            Some((fs, copy)) => (copy.clone(), fs.path().join("cli-wt")),
             None => (repo.clone(), root.path().join(format!("cli-wt{round}"))),
         };
         settle();

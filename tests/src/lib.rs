@@ -11,6 +11,7 @@ use std::time::Duration;
 
 mod api;
 pub mod docker;
+pub mod fresh_fs;
 mod netns;
 pub mod otlp;
 mod plan;

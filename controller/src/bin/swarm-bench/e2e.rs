@@ -62,7 +62,15 @@ pub struct Args {
     /// Keep the temporary directory (repository, logs, stamps) and print it.
     #[arg(long)]
     pub keep: bool,
+    /// Run where the temporary directory is, not on an ext4 made for this
+    /// run (which needs root and a loop device).
+    #[arg(long)]
+    pub shared_fs: bool,
 }
+
+/// Room for a 10,000-file repository with its loose objects and a few
+/// worktrees of it (ext4 makes an inode per 16 KiB).
+const FRESH_FS_BYTES: u64 = 2 << 30;
 
 fn unix_ms() -> f64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64() * 1e3).unwrap_or(0.0)
@@ -154,7 +162,22 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
         bail!("--tasks and --sidecars must be at least 1");
     }
     let tmp = tempfile::tempdir()?;
-    let dir = tmp.path().to_path_buf();
+    // Every run deletes tens of thousands of files, and ext4 then creates
+    // files slowly for a minute (its inode allocator skips freed inodes):
+    // on a shared disk one run measures the last one's clean-up. A file
+    // system made for this run starts each from the same state.
+    let fs = if args.shared_fs {
+        None
+    } else {
+        match crate::fresh_fs::FreshFs::make(tmp.path(), "fs", FRESH_FS_BYTES) {
+            Ok(fs) => Some(fs),
+            Err(e) => {
+                println!("(on the shared disk: no fresh file system could be made: {e})");
+                None
+            }
+        }
+    };
+    let dir = fs.as_ref().map_or_else(|| tmp.path().to_path_buf(), |fs| fs.path().to_path_buf());
     let made = Instant::now();
     let repo = temp_repo(&dir, "repo", args.files)?;
     let repo_secs = made.elapsed().as_secs_f64();
@@ -237,8 +260,12 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
 
     let report = analyze(&events, &std::fs::read_to_string(&stamps).unwrap_or_default(), created_at);
     println!(
-        "e2e: {} tasks ({:?}), {} sidecars, repository of {} files (made in {repo_secs:.1} s)",
-        args.tasks, args.shape, args.sidecars, args.files
+        "e2e: {} tasks ({:?}), {} sidecars, repository of {} files (made in {repo_secs:.1} s), {}",
+        args.tasks,
+        args.shape,
+        args.sidecars,
+        args.files,
+        if fs.is_some() { "on an ext4 made for this run" } else { "on the shared disk" }
     );
     println!("  baseline (same run): worker script spawned directly {}", spawn_base.line());
     println!("  baseline (same run): fdatasync of an append          {}", sync_base.line());
@@ -267,8 +294,11 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
         u1.hwm >> 20
     );
     if args.keep {
+        // Left mounted, to be read; `umount` it when done.
+        std::mem::forget(fs);
         let kept = tmp.keep();
-        println!("  kept {}", kept.display());
+        println!("  kept {}", dir.display());
+        println!("  (under {})", kept.display());
     }
     if end_state != "COMPLETED" {
         bail!("the swarm did not complete ({merged}/{} merged)", args.tasks);

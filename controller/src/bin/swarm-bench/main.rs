@@ -6,7 +6,7 @@
 //! $B [--tasks N] [--sidecars N] [--channels N] [--streams N]   # sqlite baseline, durable, heartbeats
 //! $B durable [--tasks N] [--sidecars N] [--channels N]         # sqlite baseline and durable tasks/s
 //! $B heartbeats [--streams N] [--heartbeat-secs S]             # heartbeat streams: controller CPU, RSS
-//! $B e2e --tasks N --sidecars K [--files F] [--shape chains|flat] [--keep]
+//! $B e2e --tasks N --sidecars K [--files F] [--shape chains|flat] [--keep] [--shared-fs]
 //!                                  # real controller + K real sidecars + real worktrees:
 //!                                  # READY->exec, exec->exit, exit->MERGED, tasks/s, CPU, RSS
 //! $B startup [--sidecars K] [--files F] [--runs R]
@@ -20,6 +20,9 @@
 mod common;
 mod durable;
 mod e2e;
+// Shared with the worktree bench; std only (see the file).
+#[path = "../../../../tests/src/fresh_fs.rs"]
+mod fresh_fs;
 mod memory;
 mod startup;
 
