@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 use sha1::{Digest as _, Sha1};
 
 pub use crate::cache_tree::CacheTree;
+pub use crate::index_entries::Encoded;
 
 /// The SHA-1 at the end of an index file, over everything before it.
 pub type Checksum = [u8; 20];
@@ -57,7 +58,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> IndexFileError + '_ {
 }
 
 /// One entry, as the index stores it; returns whether it needs version 3.
-fn put_entry(out: &mut Vec<u8>, e: &git2::IndexEntry) -> Result<bool, IndexFileError> {
+pub(crate) fn put_entry(out: &mut Vec<u8>, e: &git2::IndexEntry) -> Result<bool, IndexFileError> {
     let bad = |rule| IndexFileError::Entry { path: String::from_utf8_lossy(&e.path).into_owned(), rule };
     if e.path.is_empty() || e.path.contains(&0) || e.path.starts_with(b"/") || e.path.ends_with(b"/") {
         return Err(bad("a path is relative, not empty, with no NUL byte and no trailing '/'"));
@@ -94,7 +95,7 @@ fn put_entry(out: &mut Vec<u8>, e: &git2::IndexEntry) -> Result<bool, IndexFileE
     Ok(extended != 0)
 }
 
-fn stage(e: &git2::IndexEntry) -> u16 {
+pub(crate) fn stage(e: &git2::IndexEntry) -> u16 {
     (e.flags >> 12) & 3
 }
 
@@ -105,68 +106,59 @@ pub fn serialize(
     entries: impl IntoIterator<Item = git2::IndexEntry>,
     tree: Option<&CacheTree>,
 ) -> Result<Vec<u8>, IndexFileError> {
-    let mut out = Vec::with_capacity(1 << 20);
-    out.extend_from_slice(SIGNATURE);
-    out.extend_from_slice(&[0; 8]); // version and count, set below
-    let (mut count, mut v3) = (0u32, false);
-    let mut prev: Option<git2::IndexEntry> = None;
-    for e in entries {
-        if let Some(p) = &prev
-            && (p.path.as_slice(), stage(p)) >= (e.path.as_slice(), stage(&e))
-        {
-            let path = String::from_utf8_lossy(&e.path).into_owned();
-            return Err(IndexFileError::Entry {
-                path,
-                rule: "entries are sorted by path and stage, once each",
-            });
-        }
-        if tree.is_some() && stage(&e) != 0 {
-            let path = String::from_utf8_lossy(&e.path).into_owned();
-            return Err(IndexFileError::Entry {
-                path,
-                rule: "a conflicted index has no valid cache of tree ids",
-            });
-        }
-        v3 |= put_entry(&mut out, &e)?;
-        count += 1;
-        prev = Some(e);
-    }
-    out[4..8].copy_from_slice(&(if v3 { 3u32 } else { 2 }).to_be_bytes());
-    out[8..12].copy_from_slice(&count.to_be_bytes());
+    let encoded = Encoded::of(entries, tree.is_some())?;
+    let (head, tail) = frame(&encoded, tree)?;
+    Ok([head.as_slice(), &encoded.bytes, &tail].concat())
+}
+
+/// What goes before the entries (signature, version, count) and after
+/// them (the `TREE` extension, the checksum of everything).
+fn frame(encoded: &Encoded, tree: Option<&CacheTree>) -> Result<(Vec<u8>, Vec<u8>), IndexFileError> {
+    let count = u32::try_from(encoded.len()).map_err(|_| IndexFileError::Entry {
+        path: String::new(),
+        rule: "an index holds fewer than 2^32 entries",
+    })?;
+    let mut head = Vec::with_capacity(12);
+    head.extend_from_slice(SIGNATURE);
+    head.extend_from_slice(&(if encoded.v3 { 3u32 } else { 2 }).to_be_bytes());
+    head.extend_from_slice(&count.to_be_bytes());
+    let mut tail = Vec::new();
     if let Some(tree) = tree {
         if tree.entries() != count {
             return Err(IndexFileError::TreeMismatch { tree: tree.entries(), entries: count });
         }
-        out.extend_from_slice(b"TREE\0\0\0\0");
-        let at = out.len();
-        tree.encode(&mut out);
-        let size = u32::try_from(out.len() - at).unwrap_or(u32::MAX);
-        out[at - 4..at].copy_from_slice(&size.to_be_bytes());
+        tail.extend_from_slice(b"TREE\0\0\0\0");
+        tree.encode(&mut tail);
+        let size = u32::try_from(tail.len() - 8).unwrap_or(u32::MAX);
+        tail[4..8].copy_from_slice(&size.to_be_bytes());
     }
-    let sum = Sha1::digest(&out);
-    out.extend_from_slice(&sum);
-    Ok(out)
+    let mut sha = Sha1::new();
+    sha.update(&head);
+    sha.update(&encoded.bytes);
+    sha.update(&tail);
+    tail.extend_from_slice(&sha.finalize());
+    Ok((head, tail))
 }
 
-/// Writes the index file `path` (see [`serialize`]) through `path.lock`,
-/// as git does; returns its checksum.
-pub fn write(
-    path: &Path,
-    entries: impl IntoIterator<Item = git2::IndexEntry>,
-    tree: Option<&CacheTree>,
-) -> Result<Checksum, IndexFileError> {
-    let bytes = serialize(entries, tree)?;
+/// Writes the index file `path` of `encoded` entries (and `tree`, see
+/// [`serialize`]) through `path.lock`, as git does; returns its checksum.
+pub fn write(path: &Path, encoded: &Encoded, tree: Option<&CacheTree>) -> Result<Checksum, IndexFileError> {
+    let (head, tail) = frame(encoded, tree)?;
     let mut lock = path.as_os_str().to_owned();
     lock.push(".lock");
     let lock = PathBuf::from(lock);
     let mut f = OpenOptions::new().write(true).create_new(true).mode(0o666).open(&lock).map_err(io(&lock))?;
-    let written = f.write_all(&bytes).and_then(|()| std::fs::rename(&lock, path));
+    let written = f
+        .write_all(&head)
+        .and_then(|()| f.write_all(&encoded.bytes))
+        .and_then(|()| f.write_all(&tail))
+        .and_then(|()| std::fs::rename(&lock, path));
     if let Err(e) = written {
         let _ = std::fs::remove_file(&lock);
         return Err(io(path)(e));
     }
     let mut sum = [0; 20];
-    sum.copy_from_slice(&bytes[bytes.len() - 20..]);
+    sum.copy_from_slice(&tail[tail.len() - 20..]);
     Ok(sum)
 }
 
@@ -228,7 +220,8 @@ mod tests {
         assert_eq!(ours, theirs);
         // And libgit2 reads ours back to the same entries and tree.
         let path = index.path().expect("path").to_path_buf();
-        let sum = write(&path, index.iter(), Some(&cache)).expect("write");
+        let sum =
+            write(&path, &Encoded::of(index.iter(), true).expect("encode"), Some(&cache)).expect("write");
         assert_eq!(checksum(&path).expect("checksum"), Some(sum));
         let mut again = git2::Index::open(&path).expect("libgit2 reads ours");
         assert_eq!(again.len(), 5);
@@ -259,7 +252,8 @@ mod tests {
         let before = std::fs::read(&path).expect("read");
         let lock = path.with_extension("lock");
         std::fs::write(&lock, "held").expect("lock");
-        let err = write(&path, index.iter(), Some(&cache)).expect_err("locked");
+        let encoded = Encoded::of(index.iter(), true).expect("encode");
+        let err = write(&path, &encoded, Some(&cache)).expect_err("locked");
         assert!(matches!(err, IndexFileError::Io { .. }), "{err}");
         assert_eq!(std::fs::read(&path).expect("read"), before);
         assert_eq!(std::fs::read(&lock).expect("read"), b"held");

@@ -77,6 +77,7 @@ pub mod cache_tree;
 pub mod changes;
 mod checkout;
 pub mod config;
+pub mod index_entries;
 pub mod index_file;
 pub mod journal;
 pub mod locks;

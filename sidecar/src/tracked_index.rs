@@ -14,13 +14,14 @@
 //! its path ([`IndexMemo::changed`]), so a move or a commit hashes only
 //! the directories that changed, not all 10,000 entries.
 
+use std::collections::BTreeSet;
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::Path;
 
 use git2::{Oid, Repository};
 
 use crate::cache_tree::{CacheTree, Trees};
-use crate::index_file::{self, Checksum, IndexFileError};
+use crate::index_file::{self, Checksum, Encoded, IndexFileError};
 use crate::worktree::WorktreeError;
 
 /// What the sidecar knows of its worktree's index beyond libgit2.
@@ -33,6 +34,10 @@ pub struct IndexMemo {
     tree: Option<CacheTree>,
     /// The checksum of the last index written here.
     written: Option<Checksum>,
+    /// The entries of the last index written here, and the paths changed
+    /// in memory since: the next write encodes only those paths' entries.
+    entries: Option<Encoded>,
+    changed: BTreeSet<Vec<u8>>,
     /// How many times the whole index was hashed (libgit2's `write_tree`).
     full_hashes: u64,
 }
@@ -41,14 +46,20 @@ impl IndexMemo {
     /// The in-memory index changed at `path` (a file, or a directory whose
     /// entries went).
     pub fn changed(&mut self, path: &Path) {
+        let path = path.as_os_str().as_bytes();
         if let Some(tree) = &mut self.tree {
-            tree.invalidate(path.as_os_str().as_bytes());
+            tree.invalidate(path);
+        }
+        if self.entries.is_some() {
+            self.changed.insert(path.to_vec());
         }
     }
 
     /// The in-memory index changed where nobody said.
     pub fn forget_trees(&mut self) {
         self.tree = None;
+        self.entries = None;
+        self.changed.clear();
     }
 
     /// How many times the whole index was hashed since this memo began;
@@ -141,6 +152,9 @@ fn write_ours(
     let tree = match memo.tree.take().map(|mut t| (t.rebuild(wt, index, Trees::Hash), t)) {
         Some((Ok(id), tree)) if id == target.id() => tree,
         Some((made, _)) => {
+            // The bookkeeping of changed paths missed something: trust
+            // none of it.
+            memo.entries = None;
             tracing::debug!(made = ?made.map(|id| id.to_string()), target = %target.id(),
                 "the changed directories do not make the target; hashing the whole index");
             memo.full_hashes += 1;
@@ -148,12 +162,22 @@ fn write_ours(
         }
         None => {
             memo.full_hashes += 1;
+            memo.entries = None;
             verified(wt, index, target)?
         }
     };
     let path = index.path().ok_or_else(|| git2::Error::from_str("the index has no file"))?.to_path_buf();
-    let sum = index_file::write(&path, index.iter(), Some(&tree))?;
+    let encoded = match memo.entries.take() {
+        Some(last) => last.splice(index, &memo.changed, true).or_else(|e| {
+            tracing::debug!(error = %e, "the changed paths do not account for the index; encoding every entry");
+            Encoded::of(index.iter(), true)
+        })?,
+        None => Encoded::of(index.iter(), true)?,
+    };
+    let sum = index_file::write(&path, &encoded, Some(&tree))?;
     memo.tree = Some(tree);
+    memo.entries = Some(encoded);
+    memo.changed.clear();
     Ok(sum)
 }
 
