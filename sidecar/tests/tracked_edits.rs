@@ -9,7 +9,7 @@
 //! the tracker's repository whose index and tree ids stay in memory
 //! between attempts and are brought up to date by the paths that changed.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use rand::{Rng, SeedableRng};
 use swarm_sidecar::{changes, index_file, worktree};
@@ -31,6 +31,26 @@ fn git(dir: &Path, args: &[&str], index: Option<&Path>) -> String {
     let out = cmd.output().expect("git");
     assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A repository at `<root>/repo` whose one commit holds `files`; returns
+/// its path and the commit.
+fn repo_with(root: &Path, files: &[(String, String)]) -> (PathBuf, String) {
+    let repo = root.join("repo");
+    for (path, body) in files {
+        let full = repo.join(path);
+        std::fs::create_dir_all(full.parent().expect("parent")).expect("mkdir");
+        std::fs::write(full, body).expect("write");
+    }
+    git(&repo, &["init", "-q", "-b", "main"], None);
+    git(&repo, &["add", "-A"], None);
+    git(&repo, &["commit", "-q", "-m", "base"], None);
+    let base = git(&repo, &["rev-parse", "HEAD"], None);
+    (repo, base)
+}
+
+fn files(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter().map(|(p, b)| (p.to_string(), b.to_string())).collect()
 }
 
 /// The tree of what is in the worktree, hashed from scratch by git (a
@@ -105,17 +125,10 @@ enum Handles {
 
 fn random_edits_match_git(handles: Handles, seed: u64) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let repo = dir.path().join("repo");
-    for i in 0..40 {
-        let p = repo.join(format!("d{}/e{}/f{i}.txt", i % 4, i % 3));
-        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
-        std::fs::write(p, format!("{i}\n")).expect("write");
-    }
-    std::fs::write(repo.join(".gitignore"), "*.log\n").expect("write");
-    git(&repo, &["init", "-q", "-b", "main"], None);
-    git(&repo, &["add", "-A"], None);
-    git(&repo, &["commit", "-q", "-m", "base"], None);
-    let base = git(&repo, &["rev-parse", "HEAD"], None);
+    let mut list: Vec<(String, String)> =
+        (0..40).map(|i| (format!("d{}/e{}/f{i}.txt", i % 4, i % 3), format!("{i}\n"))).collect();
+    list.push((".gitignore".into(), "*.log\n".into()));
+    let (repo, base) = repo_with(dir.path(), &list);
     let p = worktree::prepare(&repo, "w1", "swarm/s/r0", &base).expect("prepare");
     let wt = p.path.clone();
     let mut t = changes::Tracker::start(&wt).expect("tracker");
@@ -218,14 +231,7 @@ fn tracked_paths_match_git_on_random_edits_with_the_trackers_index_in_memory() {
 #[test]
 fn an_index_a_worker_rewrote_is_read_again_and_hashed_in_full() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let repo = dir.path().join("repo");
-    std::fs::create_dir_all(repo.join("src")).expect("mkdir");
-    std::fs::write(repo.join("src/a.txt"), "a\n").expect("write");
-    std::fs::write(repo.join("b.txt"), "b\n").expect("write");
-    git(&repo, &["init", "-q", "-b", "main"], None);
-    git(&repo, &["add", "-A"], None);
-    git(&repo, &["commit", "-q", "-m", "base"], None);
-    let base = git(&repo, &["rev-parse", "HEAD"], None);
+    let (repo, base) = repo_with(dir.path(), &files(&[("src/a.txt", "a\n"), ("b.txt", "b\n")]));
     let p = worktree::prepare(&repo, "w1", "swarm/s/t0", &base).expect("prepare");
     let mut t = changes::Tracker::start(&p.path).expect("tracker");
     let (r, memo) = t.repo_and_memo().expect("repository");
@@ -247,14 +253,7 @@ fn an_index_a_worker_rewrote_is_read_again_and_hashed_in_full() {
 #[test]
 fn a_changed_gitignore_makes_the_tracker_walk() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let repo = dir.path().join("repo");
-    std::fs::create_dir_all(&repo).expect("mkdir");
-    std::fs::write(repo.join(".gitignore"), "*.log\n").expect("write");
-    std::fs::write(repo.join("a.txt"), "a\n").expect("write");
-    git(&repo, &["init", "-q", "-b", "main"], None);
-    git(&repo, &["add", "-A"], None);
-    git(&repo, &["commit", "-q", "-m", "base"], None);
-    let base = git(&repo, &["rev-parse", "HEAD"], None);
+    let (repo, base) = repo_with(dir.path(), &files(&[(".gitignore", "*.log\n"), ("a.txt", "a\n")]));
     let p = worktree::prepare(&repo, "w1", "swarm/s/t0", &base).expect("prepare");
     std::fs::write(p.path.join("build.log"), "kept out\n").expect("ignored");
     let mut t = changes::Tracker::start(&p.path).expect("tracker");
