@@ -32,9 +32,9 @@ pub struct Encoded {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Span {
-    start: u32,
-    path_at: u32,
-    path_len: u32,
+    start: usize,
+    path_at: usize,
+    path_len: usize,
 }
 
 fn out_of_order(path: &[u8]) -> IndexFileError {
@@ -76,12 +76,12 @@ impl Encoded {
 
     fn path(&self, i: usize) -> &[u8] {
         let s = self.spans[i];
-        &self.bytes[s.path_at as usize..(s.path_at + s.path_len) as usize]
+        &self.bytes[s.path_at..s.path_at + s.path_len]
     }
 
     fn entry_bytes(&self, i: usize) -> &[u8] {
-        let start = self.spans[i].start as usize;
-        let end = self.spans.get(i + 1).map_or(self.bytes.len(), |s| s.start as usize);
+        let start = self.spans[i].start;
+        let end = self.spans.get(i + 1).map_or(self.bytes.len(), |s| s.start);
         &self.bytes[start..end]
     }
 
@@ -101,7 +101,7 @@ impl Encoded {
     fn push_copy(&mut self, from: &Encoded, i: usize) {
         let start = self.bytes.len();
         self.bytes.extend_from_slice(from.entry_bytes(i));
-        self.v3 |= self.push_span(start, from.spans[i].path_len as usize);
+        self.v3 |= self.push_span(start, from.spans[i].path_len);
     }
 
     /// Records the entry just encoded at `start`; returns whether it has
@@ -109,12 +109,7 @@ impl Encoded {
     fn push_span(&mut self, start: usize, path_len: usize) -> bool {
         let flags = u16::from_be_bytes([self.bytes[start + FIXED - 2], self.bytes[start + FIXED - 1]]);
         let extended = if flags & FLAG_EXTENDED != 0 { 2 } else { 0 };
-        // Offsets fit: an index is far below 4 GiB, and `put_entry` caps it.
-        self.spans.push(Span {
-            start: start as u32,
-            path_at: (start + FIXED + extended) as u32,
-            path_len: path_len as u32,
-        });
+        self.spans.push(Span { start, path_at: start + FIXED + extended, path_len });
         extended != 0
     }
 
