@@ -8,7 +8,8 @@
 //! and with `integrate_batch` in batches of 10 and 100 (one pack and one ref update per batch).
 //! Every loop is bounded in iterations and in time. Optional arguments: `--quick` (fewer iterations),
 //! `--no-queue` (only (a) and (b), e.g. under `perf record`),
-//! `--dir PATH` (where to create the repository, default the system temp dir; the integrator is
+//! `--shared-fs` (in the system temp dir rather than on an ext4 made for the run),
+//! `--dir PATH` (where to create the repository, default an ext4 made for the run; the integrator is
 //! bound by file creation — 4 loose objects and a ref lock per merge — so compare a disk with tmpfs:
 //! `cargo bench -p swarm-git --bench integrate -- --dir /dev/shm`).
 
@@ -18,6 +19,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use swarm_git::{Integrator, MergeRequest, MergeStrategy};
+use swarm_tests::fresh_fs::FreshFs;
 
 const DIRS: usize = 100;
 const FILES_PER_DIR: usize = 100;
@@ -49,7 +51,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .and_then(|i| args.get(i + 1))
         .map(std::path::PathBuf::from)
         .unwrap_or_else(std::env::temp_dir);
-    let dir = tempfile::tempdir_in(&parent)?;
+    let scratch = tempfile::tempdir_in(&parent)?;
+    // On a shared disk the figure is the disk's history: every merge creates
+    // files, and ext4 creates them slowly for a minute after many were
+    // deleted (a test run, the last bench's clean-up), which made min ratios
+    // of 6.4x and 13.3x minutes apart with one binary. Both sides run on a
+    // file system made for this run unless `--dir` or `--shared-fs` says
+    // where (or this machine cannot mount one: no root, no loop device).
+    let fresh = if args.iter().any(|a| a == "--dir" || a == "--shared-fs") {
+        None
+    } else {
+        match FreshFs::make(scratch.path(), "fs", 2 << 30) {
+            Ok(fs) => Some(fs),
+            Err(e) => {
+                println!("(on the shared disk: no fresh file system could be made: {e})");
+                None
+            }
+        }
+    };
+    let dir = match &fresh {
+        Some(fs) => tempfile::tempdir_in(fs.path())?,
+        None => tempfile::tempdir_in(scratch.path())?,
+    };
     let repo_path = dir.path();
 
     let started = Instant::now();
@@ -199,7 +222,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let rss_queue = rss_kib();
 
     println!();
-    println!("location: {}", parent.display());
+    match &fresh {
+        Some(_) => println!("location: an ext4 made for this run"),
+        None => println!("location: {}", parent.display()),
+    }
     println!(
         "repository: {} files, {} commits of history (built in {:.1?})",
         DIRS * FILES_PER_DIR + 1,
