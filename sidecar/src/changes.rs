@@ -373,7 +373,7 @@ pub fn move_clean_in(
                 co.path(&d.path);
             }
             wt.checkout_tree(target.as_object(), Some(&mut co))?;
-            memo.forget_trees();
+            memo.forget();
         }
     }
     // Before the worker runs: it may read the index (`git status`), and

@@ -12,7 +12,9 @@
 //! Beside the entries it keeps the ids of the trees they make
 //! ([`CacheTree`]): every change the sidecar makes to the entries names
 //! its path ([`IndexMemo::changed`]), so a move or a commit hashes only
-//! the directories that changed, not all 10,000 entries.
+//! the directories that changed, not all 10,000 entries; and the last
+//! index it wrote, encoded ([`Encoded`]), so the next write encodes only
+//! the entries of those paths.
 
 use std::collections::BTreeSet;
 use std::os::unix::ffi::OsStrExt as _;
@@ -55,8 +57,9 @@ impl IndexMemo {
         }
     }
 
-    /// The in-memory index changed where nobody said.
-    pub fn forget_trees(&mut self) {
+    /// The in-memory index changed where nobody said: nothing kept here
+    /// describes it any more.
+    pub fn forget(&mut self) {
         self.tree = None;
         self.entries = None;
         self.changed.clear();
@@ -86,7 +89,7 @@ pub fn read(index: &mut git2::Index, memo: &mut IndexMemo) -> Result<(), Worktre
         return Ok(());
     }
     index.read(false)?;
-    memo.forget_trees();
+    memo.forget();
     // From here on the file is what the entries in memory came from (or
     // fell behind them by a commit): only a later rewrite is news.
     memo.written = match index.path() {
@@ -113,7 +116,7 @@ pub fn write_tree(
             }
         }
     }
-    memo.forget_trees();
+    memo.forget();
     memo.full_hashes += 1;
     let id = index.write_tree()?;
     memo.tree = Some(CacheTree::of(repo, &repo.find_tree(id)?)?);
