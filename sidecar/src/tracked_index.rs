@@ -154,18 +154,15 @@ fn write_ours(
     // tree below matches it too, since each id covers its subtrees.
     let tree = match memo.tree.take().map(|mut t| (t.rebuild(wt, index, Trees::Hash), t)) {
         Some((Ok(id), tree)) if id == target.id() => tree,
-        Some((made, _)) => {
-            // The bookkeeping of changed paths missed something: trust
-            // none of it.
+        known => {
+            if let Some((made, _)) = known {
+                tracing::debug!(made = ?made.map(|id| id.to_string()), target = %target.id(),
+                    "the changed directories do not make the target; hashing the whole index");
+            }
+            // Without a cache, or with one that missed a change, none of
+            // the bookkeeping of changed paths is trusted.
             memo.entries = None;
-            tracing::debug!(made = ?made.map(|id| id.to_string()), target = %target.id(),
-                "the changed directories do not make the target; hashing the whole index");
             memo.full_hashes += 1;
-            verified(wt, index, target)?
-        }
-        None => {
-            memo.full_hashes += 1;
-            memo.entries = None;
             verified(wt, index, target)?
         }
     };

@@ -68,32 +68,23 @@ pub async fn run(args: &Args, parts: Parts) -> anyhow::Result<()> {
     Ok(())
 }
 
+const BASELINE_TABLE: &str = "CREATE TABLE t (id INTEGER PRIMARY KEY, a TEXT, b TEXT)";
+const BASELINE_INSERT: &str = "INSERT INTO t (a, b) VALUES ('swarm/task', 'RUNNING')";
+
 fn sqlite_baseline(dir: &Path) -> anyhow::Result<(f64, f64)> {
     let conn = rusqlite::Connection::open(dir.join("baseline.db"))?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
-    conn.execute_batch("CREATE TABLE t (id INTEGER PRIMARY KEY, a TEXT, b TEXT)")?;
+    conn.execute_batch(BASELINE_TABLE)?;
     let started = Instant::now();
     let mut single = 0u64;
     while single < 2_000 && started.elapsed() < Duration::from_secs(5) {
-        conn.execute("INSERT INTO t (a, b) VALUES ('swarm/task', 'RUNNING')", [])?;
+        conn.execute(BASELINE_INSERT, [])?;
         single += 1;
     }
     let single_rate = single as f64 / started.elapsed().as_secs_f64();
-    let started = Instant::now();
-    let mut rows = 0u64;
-    while rows < 200_000 && started.elapsed() < Duration::from_secs(5) {
-        let tx = conn.unchecked_transaction()?;
-        {
-            let mut stmt = tx.prepare_cached("INSERT INTO t (a, b) VALUES ('swarm/task', 'RUNNING')")?;
-            for _ in 0..100 {
-                stmt.execute([])?;
-            }
-        }
-        tx.commit()?;
-        rows += 100;
-    }
-    Ok((single_rate, rows as f64 / started.elapsed().as_secs_f64()))
+    let batched = batched_inserts(&conn, 100, 200_000, Duration::from_secs(5))?;
+    Ok((single_rate, batched))
 }
 
 /// The same inserts into an in-memory database: what this machine's CPU
@@ -101,19 +92,29 @@ fn sqlite_baseline(dir: &Path) -> anyhow::Result<(f64, f64)> {
 /// runs on different days compare through this figure, not the disk's.
 fn sqlite_cpu_baseline() -> anyhow::Result<f64> {
     let conn = rusqlite::Connection::open_in_memory()?;
-    conn.execute_batch("CREATE TABLE t (id INTEGER PRIMARY KEY, a TEXT, b TEXT)")?;
+    conn.execute_batch(BASELINE_TABLE)?;
+    batched_inserts(&conn, 1_000, 1_000_000, Duration::from_secs(3))
+}
+
+/// Rows/s inserting `batch` rows per transaction, bounded in rows and time.
+fn batched_inserts(
+    conn: &rusqlite::Connection,
+    batch: u64,
+    max_rows: u64,
+    budget: Duration,
+) -> anyhow::Result<f64> {
     let started = Instant::now();
     let mut rows = 0u64;
-    while rows < 1_000_000 && started.elapsed() < Duration::from_secs(3) {
+    while rows < max_rows && started.elapsed() < budget {
         let tx = conn.unchecked_transaction()?;
         {
-            let mut stmt = tx.prepare_cached("INSERT INTO t (a, b) VALUES ('swarm/task', 'RUNNING')")?;
-            for _ in 0..1_000 {
+            let mut stmt = tx.prepare_cached(BASELINE_INSERT)?;
+            for _ in 0..batch {
                 stmt.execute([])?;
             }
         }
         tx.commit()?;
-        rows += 1_000;
+        rows += batch;
     }
     Ok(rows as f64 / started.elapsed().as_secs_f64())
 }
