@@ -29,6 +29,7 @@ pub struct Metrics {
     pub merge_duration: Histogram,
     pub batch_rows: Histogram,
     pub commit_latency: Histogram,
+    pub sync_latency: Histogram,
     pub retries: Counter,
     pub fenced_reports: Counter,
     pub refused_hellos: Counter,
@@ -61,6 +62,7 @@ impl Default for Metrics {
             merge_duration: secs(),
             batch_rows: Histogram::new(exponential_buckets(1.0, 2.0, 14)),
             commit_latency: secs(),
+            sync_latency: secs(),
             retries: Counter::default(),
             fenced_reports: Counter::default(),
             refused_hellos: Counter::default(),
@@ -90,6 +92,11 @@ impl Default for Metrics {
         registry.register("merge_duration_seconds", "Integrator merge time", m.merge_duration.clone());
         registry.register("store_batch_rows", "Rows per group commit", m.batch_rows.clone());
         registry.register("store_commit_seconds", "Group commit latency", m.commit_latency.clone());
+        registry.register(
+            "store_sync_seconds",
+            "WAL sync latency, one per group of commits released together (SQLite only)",
+            m.sync_latency.clone(),
+        );
         registry.register("retries", "Automatic retries after a failed attempt", m.retries.clone());
         registry.register("fenced_reports", "Stale reports fenced", m.fenced_reports.clone());
         registry.register(

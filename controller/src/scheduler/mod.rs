@@ -16,6 +16,7 @@ mod merge_queue;
 mod model;
 mod operator;
 pub mod outbound;
+mod pipeline;
 pub mod reads;
 mod recover;
 mod refs;
@@ -31,7 +32,7 @@ pub mod views;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -52,6 +53,7 @@ use crate::integrator::{IntegratorHandle, MergeJob};
 use crate::metrics::Metrics;
 use crate::store::{Batch, EventRow, Store};
 use model::{Attempts, Swarm, Tasks, Worker};
+use pipeline::{Pipeline, Released, Releaser, Turn};
 
 /// Timing knobs. 15 s heartbeats and a 60 s lease: a sidecar survives three
 /// lost heartbeats before its attempt is taken away.
@@ -135,123 +137,12 @@ impl Effects {
     }
 }
 
-/// Turns queued for the committer at most; the scheduler waits beyond.
-const MAX_TURNS_IN_FLIGHT: usize = 64;
-
 impl Effects {
     /// The rows to commit, and what leaves once they are committed.
     fn split(self) -> (Batch, Released) {
         let Effects { batch, outbound, replies, merges, .. } = self;
         (batch, Released { outbound, replies, merges })
     }
-}
-
-/// What a turn releases after its commit (with the batch's events).
-struct Released {
-    outbound: Vec<(Session, Outbound)>,
-    replies: Vec<Box<dyn FnOnce() + Send>>,
-    merges: Vec<MergeJob>,
-}
-
-/// One applied turn on its way to the store.
-struct Turn {
-    batch: Batch,
-    released: Released,
-}
-
-/// Releases turns' effects, on whichever thread committed them.
-struct Releaser {
-    events: broadcast::Sender<Arc<EventRow>>,
-    metrics: Arc<Metrics>,
-    integrator: IntegratorHandle,
-    last_committed: Arc<AtomicU64>,
-}
-
-impl Releaser {
-    fn release(&self, events: Vec<EventRow>, r: Released) {
-        for event in events {
-            self.last_committed.store(event.id, Ordering::Release);
-            // No receivers is fine: nobody is watching.
-            let _ = self.events.send(Arc::new(event));
-        }
-        for (session, message) in r.outbound {
-            outbound::deliver(&session, message, &self.metrics);
-        }
-        for reply in r.replies {
-            reply();
-        }
-        for job in r.merges {
-            self.integrator.submit(job);
-        }
-    }
-}
-
-/// The committer: every turn waiting is written in one transaction, then
-/// released in order. A failed commit ends the thread with the error and
-/// releases nothing of it or of any later turn.
-///
-/// Releases run on a `store-release` thread, group by group in commit
-/// order: the next group's commit starts while the last one's events,
-/// acks and assigns go out, since the committer is the pipeline's busiest
-/// stage under load.
-fn commit_loop(
-    mut store: Store,
-    rx: Receiver<Turn>,
-    releaser: Releaser,
-    metrics: Arc<Metrics>,
-    in_flight: Arc<AtomicUsize>,
-) -> Result<(), crate::error::ControllerError> {
-    let (committed, to_release) = std::sync::mpsc::sync_channel::<Vec<Turn>>(MAX_TURNS_IN_FLIGHT);
-    let release = std::thread::Builder::new()
-        .name("store-release".into())
-        .spawn(move || {
-            for group in to_release {
-                let done = group.len();
-                for turn in group {
-                    releaser.release(turn.batch.events, turn.released);
-                }
-                in_flight.fetch_sub(done, Ordering::AcqRel);
-            }
-        })
-        .map_err(|e| crate::error::ControllerError::Thread(e.to_string()))?;
-    let result = commit_groups(&mut store, &rx, &committed, &metrics);
-    // Whatever was committed is still released before the loop ends.
-    drop(committed);
-    if release.join().is_err() {
-        return Err(crate::error::ControllerError::Thread("store-release thread panicked".into()));
-    }
-    result
-}
-
-fn commit_groups(
-    store: &mut Store,
-    rx: &Receiver<Turn>,
-    committed: &std::sync::mpsc::SyncSender<Vec<Turn>>,
-    metrics: &Metrics,
-) -> Result<(), crate::error::ControllerError> {
-    while let Ok(first) = rx.recv() {
-        let mut group = vec![first];
-        while let Ok(next) = rx.try_recv() {
-            group.push(next);
-        }
-        let batches: Vec<&Batch> = group.iter().map(|t| &t.batch).filter(|b| !b.is_empty()).collect();
-        if !batches.is_empty() {
-            match store.commit_all(&batches) {
-                Ok(stats) => {
-                    metrics.batch_rows.observe(stats.rows as f64);
-                    Metrics::observe(&metrics.commit_latency, Duration::from_micros(stats.micros));
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "store commit failed; stopping the scheduler");
-                    return Err(e.into());
-                }
-            }
-        }
-        if committed.send(group).is_err() {
-            return Err(crate::error::ControllerError::Thread("store-release thread stopped".into()));
-        }
-    }
-    Ok(())
 }
 
 pub struct Scheduler {
@@ -327,32 +218,13 @@ impl Scheduler {
     /// still in flight, but nothing it produces leaves before a commit that
     /// holds it and everything before it.
     pub fn run(mut self, commands: Receiver<Command>) -> Result<(), crate::error::ControllerError> {
-        let store = self.store.reopen()?;
-        let releaser = self.releaser();
-        let in_flight = Arc::new(AtomicUsize::new(0));
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Turn>(MAX_TURNS_IN_FLIGHT);
-        let committer = {
-            let in_flight = in_flight.clone();
-            let metrics = self.metrics.clone();
-            std::thread::Builder::new()
-                .name("store-commit".into())
-                .spawn(move || commit_loop(store, rx, releaser, metrics, in_flight))
-                .map_err(|e| crate::error::ControllerError::Thread(e.to_string()))?
-        };
-        let stopped =
-            |tx: std::sync::mpsc::SyncSender<Turn>,
-             committer: std::thread::JoinHandle<Result<(), crate::error::ControllerError>>| {
-                drop(tx);
-                committer.join().unwrap_or_else(|_| {
-                    Err(crate::error::ControllerError::Thread("store-commit thread panicked".into()))
-                })
-            };
+        let pipeline = Pipeline::start(self.store.reopen()?, self.releaser(), self.metrics.clone())?;
         let mut pending: Vec<Command> = Vec::with_capacity(MAX_BATCH);
         loop {
             match commands.recv_timeout(TICK) {
                 Ok(first) => pending.push(first),
                 Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => return stopped(tx, committer),
+                Err(RecvTimeoutError::Disconnected) => return pipeline.stop(),
             }
             while pending.len() < MAX_BATCH {
                 match commands.try_recv() {
@@ -363,21 +235,18 @@ impl Scheduler {
             // Reads first: before the turn's first change they are answered
             // at once, so none waits behind more than the commit in flight.
             pending.sort_by_key(|c| !c.is_read());
-            let behind = in_flight.load(Ordering::Acquire) > 0;
+            let behind = pipeline.behind();
             let (keep_running, fx) = self.apply_turn(pending.drain(..), behind);
             let (batch, released) = fx.split();
             if batch.is_empty() && !behind {
                 // Nothing to write and nothing before it to wait for.
                 self.releaser().release(Vec::new(), released);
-            } else {
-                in_flight.fetch_add(1, Ordering::AcqRel);
-                if tx.send(Turn { batch, released }).is_err() {
-                    // The committer stopped: its commit failed.
-                    return stopped(tx, committer);
-                }
+            } else if pipeline.send(Turn { batch, released }).is_err() {
+                // The committer stopped: a commit or a sync failed.
+                return pipeline.stop();
             }
             if !keep_running {
-                return stopped(tx, committer);
+                return pipeline.stop();
             }
         }
     }

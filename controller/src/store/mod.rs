@@ -19,6 +19,7 @@ pub mod sqlite;
 
 use std::path::{Path, PathBuf};
 
+use rows::Merged;
 pub use rows::{AttemptRow, Batch, CommitStats, EventRow, SwarmRow, TaskRow, WorkerRow};
 
 #[derive(Debug, thiserror::Error)]
@@ -114,6 +115,17 @@ impl Store {
     /// committer), fenced by the same epoch.
     pub fn reopen(&self) -> Result<Store, StoreError> {
         Store::open_at(&self.location())
+    }
+
+    /// For a pipelined committer: commits stop syncing on their own, and
+    /// the returned [`WalSync`] makes them durable. `None` where every
+    /// commit is durable when it returns and syncing apart buys nothing
+    /// (PostgreSQL syncs on the server).
+    pub fn defer_sync(&mut self) -> Result<Option<sqlite::WalSync>, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.defer_sync().map(Some),
+            Store::Postgres(_) => Ok(None),
+        }
     }
 
     pub fn load(&mut self) -> Result<Snapshot, StoreError> {

@@ -1,6 +1,6 @@
 //! The rows the scheduler writes, and the batch one group commit writes.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct SwarmRow {
@@ -140,6 +140,51 @@ impl Batch {
             + self.workers.len()
             + self.forgotten_workers.len()
             + self.events.len()
+    }
+}
+
+/// The batches of one commit as one set of rows: a key several of them
+/// write ends as the last one wrote it, and is written once.
+///
+/// Rows come in key order, which is the order of the tables' keys in both
+/// backends, so the rows of one commit share B-tree pages. A new swarm's
+/// tasks inserted in a hash map's order got scattered rowids in SQLite,
+/// and each later commit then dirtied (and wrote to the WAL) about a page
+/// per task it touched.
+#[derive(Default)]
+pub(super) struct Merged<'a> {
+    pub new_swarms: Vec<&'a SwarmRow>,
+    pub swarms: BTreeMap<&'a str, &'a SwarmRow>,
+    pub tasks: BTreeMap<(&'a str, &'a str), &'a TaskRow>,
+    pub attempts: BTreeMap<(&'a str, &'a str, u32), &'a AttemptRow>,
+    pub workers: BTreeMap<&'a str, &'a WorkerRow>,
+    pub forgotten: BTreeSet<&'a str>,
+    pub events: Vec<&'a EventRow>,
+}
+
+impl<'a> Merged<'a> {
+    /// `batches` are consecutive turns, oldest first.
+    pub fn of(batches: &[&'a Batch]) -> Merged<'a> {
+        let mut m = Merged::default();
+        for b in batches {
+            m.new_swarms.extend(b.new_swarms.iter().filter_map(|id| b.swarms.get(id)));
+            m.swarms.extend(b.swarms.values().map(|r| (r.id.as_str(), r)));
+            m.tasks.extend(b.tasks.values().map(|r| ((r.swarm.as_str(), r.id.as_str()), r)));
+            m.attempts
+                .extend(b.attempts.values().map(|r| ((r.swarm.as_str(), r.task.as_str(), r.number), r)));
+            // Within a batch a worker is either written or forgotten; across
+            // batches the later says which.
+            for id in &b.forgotten_workers {
+                m.workers.remove(id.as_str());
+                m.forgotten.insert(id);
+            }
+            for r in b.workers.values() {
+                m.forgotten.remove(r.id.as_str());
+                m.workers.insert(&r.id, r);
+            }
+            m.events.extend(b.events.iter());
+        }
+        m
     }
 }
 

@@ -329,3 +329,33 @@ fn a_version_1_store_is_migrated_with_its_swarms_progress() {
         .expect("rows");
     assert_eq!(indexes, vec!["events_by_task".to_string()], "events_by_swarm is dropped");
 }
+
+// SQLite only: the rowid order is SQLite's physical order.
+#[test]
+fn a_commits_task_rows_are_written_once_each_in_key_order() {
+    let f = Fixture::sqlite();
+    let mut store = f.open();
+    let ids: Vec<String> = (0..200).map(|i| format!("t{i:03}")).collect();
+    let mut first = Batch::default();
+    first.new_swarm(swarm("s"));
+    for id in &ids {
+        first.task(task("s", id, "READY"));
+    }
+    let mut second = Batch::default();
+    second.task(task("s", "t007", "RUNNING"));
+    store.commit_all(&[&first, &second]).expect("commit");
+    let Fixture::Sqlite { path, .. } = &f else { unreachable!() };
+    let conn = rusqlite::Connection::open(path).expect("raw");
+    let by_rowid: Vec<(String, String)> = conn
+        .prepare("SELECT id, state FROM tasks ORDER BY rowid")
+        .expect("prepare")
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .expect("query")
+        .collect::<Result<_, _>>()
+        .expect("rows");
+    let expected: Vec<(String, String)> = ids
+        .iter()
+        .map(|id| (id.clone(), if id == "t007" { "RUNNING" } else { "READY" }.to_string()))
+        .collect();
+    assert_eq!(by_rowid, expected, "one row per task, laid out in id order, the later turn's state kept");
+}

@@ -1,14 +1,12 @@
-//! One group commit in Postgres: the batches are merged (a key two of them
-//! write ends as the later one wrote it), then each table is written by one
+//! One group commit in Postgres: the batches are merged ([`Merged`]), then each table is written by one
 //! statement over arrays (`UNNEST`), so a commit costs a round trip per
 //! table rather than one per row.
 
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
 
 use ::postgres::{Client, Statement, Transaction};
 
-use crate::store::{AttemptRow, Batch, EventRow, StoreError, SwarmRow, TaskRow, WorkerRow};
+use crate::store::{AttemptRow, Batch, Merged, StoreError, SwarmRow, TaskRow, WorkerRow};
 
 pub struct Statements {
     pub fence: Statement,
@@ -77,43 +75,6 @@ impl Statements {
                    $7::text[], $8::text[], $9::text[])",
             )?,
         })
-    }
-}
-
-/// The batches of one commit as one set of rows.
-#[derive(Default)]
-struct Merged<'a> {
-    new_swarms: Vec<&'a SwarmRow>,
-    swarms: HashMap<&'a str, &'a SwarmRow>,
-    tasks: HashMap<(&'a str, &'a str), &'a TaskRow>,
-    attempts: HashMap<(&'a str, &'a str, u32), &'a AttemptRow>,
-    workers: HashMap<&'a str, &'a WorkerRow>,
-    forgotten: HashSet<&'a str>,
-    events: Vec<&'a EventRow>,
-}
-
-impl<'a> Merged<'a> {
-    fn of(batches: &[&'a Batch]) -> Merged<'a> {
-        let mut m = Merged::default();
-        for b in batches {
-            m.new_swarms.extend(b.new_swarms.iter().filter_map(|id| b.swarms.get(id)));
-            m.swarms.extend(b.swarms.values().map(|r| (r.id.as_str(), r)));
-            m.tasks.extend(b.tasks.values().map(|r| ((r.swarm.as_str(), r.id.as_str()), r)));
-            m.attempts
-                .extend(b.attempts.values().map(|r| ((r.swarm.as_str(), r.task.as_str(), r.number), r)));
-            // Within a batch a worker is either written or forgotten; across
-            // batches the later says which.
-            for id in &b.forgotten_workers {
-                m.workers.remove(id.as_str());
-                m.forgotten.insert(id);
-            }
-            for r in b.workers.values() {
-                m.forgotten.remove(r.id.as_str());
-                m.workers.insert(&r.id, r);
-            }
-            m.events.extend(b.events.iter());
-        }
-        m
     }
 }
 
