@@ -210,13 +210,13 @@ impl Scheduler {
     /// model then no longer matches the store, and only a restart, which
     /// rebuilds from the store, is safe).
     ///
-    /// Commits are pipelined: a `store-commit` thread writes turns in order,
-    /// as many queued turns per transaction as are waiting (one fsync for
-    /// all of them), and only then releases each turn's acks, assigns,
-    /// replies, events and merge jobs, in turn order. Meanwhile this thread
-    /// applies the next turns. A turn may build on state whose commit is
-    /// still in flight, but nothing it produces leaves before a commit that
-    /// holds it and everything before it.
+    /// Commits are pipelined ([`pipeline`]): turns are written in order, as
+    /// many per transaction as are waiting, and each turn's acks, assigns,
+    /// replies, events and merge jobs leave only once a sync has made its
+    /// commit durable. Meanwhile this thread applies the next turns. A turn
+    /// may build on state whose commit is still in flight, but nothing it
+    /// produces leaves before a durable commit that holds it and everything
+    /// before it.
     pub fn run(mut self, commands: Receiver<Command>) -> Result<(), crate::error::ControllerError> {
         let pipeline = Pipeline::start(self.store.reopen()?, self.releaser(), self.metrics.clone())?;
         let mut pending: Vec<Command> = Vec::with_capacity(MAX_BATCH);
