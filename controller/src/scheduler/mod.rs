@@ -210,7 +210,7 @@ impl Scheduler {
     /// model then no longer matches the store, and only a restart, which
     /// rebuilds from the store, is safe).
     ///
-    /// Commits are pipelined ([`pipeline`]): turns are written in order, as
+    /// Commits are pipelined (see `scheduler::pipeline`): turns are written in order, as
     /// many per transaction as are waiting, and each turn's acks, assigns,
     /// replies, events and merge jobs leave only once a sync has made its
     /// commit durable. Meanwhile this thread applies the next turns. A turn

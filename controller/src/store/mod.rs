@@ -118,7 +118,7 @@ impl Store {
     }
 
     /// For a pipelined committer: commits stop syncing on their own, and
-    /// the returned [`WalSync`] makes them durable. `None` where every
+    /// the returned [`sqlite::WalSync`] makes them durable. `None` where every
     /// commit is durable when it returns and syncing apart buys nothing
     /// (PostgreSQL syncs on the server).
     pub fn defer_sync(&mut self) -> Result<Option<sqlite::WalSync>, StoreError> {
