@@ -15,6 +15,20 @@ use tokio_util::sync::CancellationToken;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// mimalloc asks for transparent huge pages on its arenas, and it hands
+/// freed memory back to the system: every reuse of a purged range then
+/// faults in and zeroes a whole 2 MiB page. Creating a 20,000-task swarm
+/// spent over a third of its time zeroing pages that way, and the resident
+/// set stayed a fifth larger. The flag is the process's, so it also covers
+/// arenas mapped before this call.
+fn without_huge_pages() {
+    #[cfg(target_os = "linux")]
+    if let Err(e) = nix::sys::prctl::set_thp_disable(true) {
+        // Only slower: the controller works the same with huge pages.
+        eprintln!("swarm-controller: could not turn transparent huge pages off: {e}");
+    }
+}
+
 #[derive(Debug, Parser)]
 #[command(name = "swarm-controller", version, about = "The swarm control plane")]
 struct Args {
@@ -94,6 +108,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    without_huge_pages();
     let args = Args::parse();
     let telemetry =
         swarm_telemetry::init("swarm-controller", args.log_format == "json").map_err(anyhow::Error::msg)?;
