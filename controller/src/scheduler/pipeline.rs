@@ -87,6 +87,7 @@ impl Pipeline {
         metrics: Arc<Metrics>,
     ) -> Result<Pipeline, ControllerError> {
         let wal = store.defer_sync()?;
+        store.checkpoint_in_background()?;
         let in_flight = Arc::new(AtomicUsize::new(0));
         let (turns, rx) = std::sync::mpsc::sync_channel::<Turn>(MAX_TURNS_IN_FLIGHT);
         let committer = {

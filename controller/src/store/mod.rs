@@ -82,16 +82,16 @@ impl std::fmt::Display for Location {
 
 /// The scheduler's write handle, one backend or the other.
 pub enum Store {
-    Sqlite(sqlite::SqliteStore),
-    // Boxed: the client and its prepared statements are several times
-    // SQLite's handle, and the store is moved between threads at start.
+    // Both boxed: each handle is a few hundred bytes (the connection and its
+    // statement cache), and a store is moved between threads at start.
+    Sqlite(Box<sqlite::SqliteStore>),
     Postgres(Box<postgres::PgStore>),
 }
 
 impl Store {
     /// Opens (creating if needed) a SQLite store and runs pending migrations.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
-        sqlite::SqliteStore::open(path).map(Store::Sqlite)
+        sqlite::SqliteStore::open(path).map(|s| Store::Sqlite(Box::new(s)))
     }
 
     /// Opens the store at `location` and runs pending migrations.
@@ -115,6 +115,15 @@ impl Store {
     /// committer), fenced by the same epoch.
     pub fn reopen(&self) -> Result<Store, StoreError> {
         Store::open_at(&self.location())
+    }
+
+    /// Moves WAL checkpoints off the committing thread once the WAL has
+    /// grown (SQLite; PostgreSQL checkpoints in its own server process).
+    pub fn checkpoint_in_background(&mut self) -> Result<(), StoreError> {
+        match self {
+            Store::Sqlite(s) => s.checkpoint_in_background(),
+            Store::Postgres(_) => Ok(()),
+        }
     }
 
     /// For a pipelined committer: commits stop syncing on their own, and

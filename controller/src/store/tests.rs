@@ -359,3 +359,52 @@ fn a_commits_task_rows_are_written_once_each_in_key_order() {
         .collect();
     assert_eq!(by_rowid, expected, "one row per task, laid out in id order, the later turn's state kept");
 }
+
+/// Whether the database file itself, WAL ignored, holds task `s/id`: what
+/// a checkpoint has copied.
+fn checkpointed(path: &std::path::Path, id: &str) -> bool {
+    let uri = format!("file:{}?immutable=1", path.display());
+    let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_URI;
+    rusqlite::Connection::open_with_flags(&uri, flags)
+        .and_then(|c| c.query_row("SELECT COUNT(*) FROM tasks WHERE id = ?1", [id], |r| r.get::<_, i64>(0)))
+        .is_ok_and(|n| n == 1)
+}
+
+// SQLite only: PostgreSQL checkpoints in its own server process.
+#[test]
+fn a_grown_wal_is_checkpointed_in_the_background_and_a_small_one_is_left_to_the_committer() {
+    let f = Fixture::sqlite();
+    let Fixture::Sqlite { path, .. } = &f else { unreachable!() };
+    let mut store = f.open();
+    store.checkpoint_in_background().expect("checkpointer");
+    let mut small = Batch::default();
+    small.new_swarm(swarm("s"));
+    small.task(task("s", "small", "READY"));
+    store.commit(&small).expect("commit");
+    // A small WAL grows on: a store on a nearly full disk must still need
+    // new space to commit, and fail with SQLITE_FULL rather than reuse it.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(!checkpointed(path, "small"), "a WAL of a few pages was checkpointed in the background");
+
+    // ~10 MiB of plan text: past the background threshold of ~8 MiB.
+    let mut big = Batch::default();
+    big.new_swarm(SwarmRow { plan: "#".repeat(10 << 20).into(), ..swarm("big") });
+    big.task(task("big", "after", "READY"));
+    store.commit(&big).expect("commit");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !checkpointed(path, "after") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no checkpoint copied the commit into {}",
+            path.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // The committer goes on after (and over) the background's checkpoint.
+    let mut next = Batch::default();
+    next.task(task("big", "after", "MERGED"));
+    store.commit(&next).expect("a commit after the checkpoint");
+    let snap = store.load().expect("load");
+    let after = snap.tasks.iter().find(|t| t.id == "after").expect("task");
+    assert_eq!(after.state, "MERGED");
+}

@@ -1,6 +1,7 @@
 //! The embedded backend: one SQLite file (WAL), for `swarmctl run`, the
 //! demo and a single controller.
 
+mod checkpoint;
 mod load;
 pub(super) mod schema;
 
@@ -33,6 +34,8 @@ fn at_path(path: &Path, e: StoreError) -> StoreError {
 pub struct SqliteStore {
     pub(super) conn: Connection,
     path: PathBuf,
+    /// Background WAL checkpoints, on the pipelined committer's store only.
+    checkpointer: Option<checkpoint::Checkpointer>,
 }
 
 impl SqliteStore {
@@ -63,7 +66,7 @@ impl SqliteStore {
         // load, checkpoints were a sixth of the writer's time.
         conn.pragma_update(None, "wal_autocheckpoint", 10_000)?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
-        let mut store = SqliteStore { conn, path: path.into() };
+        let mut store = SqliteStore { conn, path: path.into(), checkpointer: None };
         schema::migrate(&mut store.conn, &store.path)?;
         Ok(store)
     }
@@ -91,6 +94,16 @@ impl SqliteStore {
         let sync = WalSync { wal };
         sync.sync_dir().map_err(|e| at_path(&self.path, e))?;
         Ok(sync)
+    }
+
+    /// Checkpoints a grown WAL on a thread of its own from now on, so this
+    /// store's commits seldom stop for one (see [`checkpoint`]).
+    pub fn checkpoint_in_background(&mut self) -> Result<(), StoreError> {
+        if self.checkpointer.is_none() {
+            self.checkpointer = Some(checkpoint::Checkpointer::start(&self.path)?);
+            checkpoint::install_hook(&self.conn);
+        }
+        Ok(())
     }
 
     /// Opens a read-only connection for Watch replays and the like.
@@ -241,6 +254,9 @@ impl SqliteStore {
             }
         }
         tx.commit()?;
+        if let Some(checkpointer) = &self.checkpointer {
+            checkpointer.committed(checkpoint::wal_pages_after_commit());
+        }
         let rows = batches.iter().map(|b| b.len()).sum();
         Ok(CommitStats { rows, micros: started.elapsed().as_micros() as u64 })
     }
