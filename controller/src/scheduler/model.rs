@@ -96,22 +96,26 @@ impl Swarm {
 
 /// What the controller remembers about a task beyond its state; rendered
 /// into the next attempt's task text.
+///
+/// Empty fields are left out of the stored JSON (every field defaults on
+/// reading): a task row is rewritten on each transition, and most tasks'
+/// notes stay empty, which is then `{}` rather than ~110 bytes.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Notes {
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failures: Vec<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub answers: Vec<QuestionAnswer>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_question: Option<PendingQuestion>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conflict: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub summary: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files_changed: Vec<String>,
     /// The operator's messages to the task's workers, in order.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub messages: Vec<String>,
     /// The review gate's record; boxed, since most tasks have none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -155,10 +159,8 @@ impl LazyNotes {
     /// The stored form; absent notes are written without serializing the
     /// empty ones (a task row is written on every transition).
     pub fn to_json(&self) -> String {
-        static EMPTY_JSON: std::sync::LazyLock<String> =
-            std::sync::LazyLock::new(|| serde_json::to_string(&Notes::EMPTY).unwrap_or_else(|_| "{}".into()));
         match &self.0 {
-            None => EMPTY_JSON.clone(),
+            None => "{}".into(),
             Some(n) => serde_json::to_string(&**n).unwrap_or_else(|_| "{}".into()),
         }
     }
@@ -423,3 +425,23 @@ impl Worker {
 
 pub type Tasks = HashMap<TaskKey, Task>;
 pub type Attempts = HashMap<(TaskKey, u32), Attempt>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notes_are_stored_without_their_empty_fields_and_read_back_whole() {
+        assert_eq!(LazyNotes::default().to_json(), "{}");
+        let mut notes = LazyNotes::default();
+        notes.failures.push("attempt 1: exit 1".into());
+        notes.conflict = Some("src/a.rs".into());
+        let json = notes.to_json();
+        assert_eq!(json, r#"{"failures":["attempt 1: exit 1"],"conflict":"src/a.rs"}"#);
+        let back: Notes = serde_json::from_str(&json).expect("parse");
+        assert_eq!(&back, &*notes);
+        // What earlier controllers wrote, every field present, still reads.
+        let full = r#"{"failures":[],"answers":[],"pending_question":null,"conflict":null,"summary":"","files_changed":[],"messages":[]}"#;
+        assert_eq!(serde_json::from_str::<Notes>(full).expect("parse"), Notes::default());
+    }
+}
