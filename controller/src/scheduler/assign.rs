@@ -1,7 +1,7 @@
 //! Matching READY tasks to idle workers: labels, and exclusive file
 //! ownership between live attempts.
 
-use std::collections::HashMap;
+use super::HashMap;
 use std::sync::Arc;
 
 use swarm_core::globs::OwnedGlobs;
@@ -143,7 +143,7 @@ pub(super) struct ScanMemo {
 
 impl ScanMemo {
     pub fn new() -> ScanMemo {
-        ScanMemo { epoch: 0, found_nothing: HashMap::new(), due_ms: i64::MAX, full_scans: 0 }
+        ScanMemo { epoch: 0, found_nothing: HashMap::default(), due_ms: i64::MAX, full_scans: 0 }
     }
 
     /// Something changed that may make a task assignable.

@@ -6,7 +6,7 @@
 //! are not held back. Limits live in memory: after a controller restart the
 //! first agent to hit the limit again reinstates it.
 
-use std::collections::HashMap;
+use super::HashMap;
 
 use rand::Rng as _;
 

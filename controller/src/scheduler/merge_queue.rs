@@ -9,7 +9,7 @@
 //! first looks for a landing that happened before the crash), and a batch
 //! that was being verified is verified again.
 
-use std::collections::{HashMap, HashSet};
+use super::{HashMap, HashSet};
 
 use swarm_core::plan::integration::IntegrationVerify;
 use swarm_core::{SwarmId, TaskKey, TaskState};
@@ -86,7 +86,7 @@ impl Scheduler {
         Some(self.merge_queues.by_swarm.entry(swarm.clone()).or_insert_with(|| SwarmQueue {
             queue: MergeQueue::new(max),
             stage: Stage::Idle,
-            recovering: HashSet::new(),
+            recovering: HashSet::default(),
             last_failure: String::new(),
             retry_at: 0,
         }))

@@ -1,6 +1,6 @@
 //! The scheduler's in-memory model and its mapping to store rows.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
@@ -9,8 +9,8 @@ use swarm_core::plan::{Plan, TaskSpec};
 use swarm_core::{AttemptState, Outcome, SwarmId, TaskKey, TaskState, Usage};
 use tokio::sync::mpsc;
 
-use super::now_ms;
 use super::outbound::Outbound;
+use super::{HashMap, now_ms};
 use crate::store::{AttemptRow, SwarmRow, TaskRow, WorkerRow};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

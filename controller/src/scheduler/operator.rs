@@ -1,6 +1,6 @@
 //! Operator requests: creating swarms, reads, cancel, retry, answer, drain.
 
-use std::collections::HashMap;
+use super::HashMap;
 use std::sync::Arc;
 
 use swarm_core::plan::Plan;
@@ -208,7 +208,7 @@ impl Scheduler {
             format!("swarm {} created with {} tasks at {}", plan.swarm, plan.tasks.len(), head),
             serde_json::json!({ "integration_head": head, "tasks": plan.tasks.len() }),
         );
-        let mut dependents: HashMap<TaskKey, Vec<TaskKey>> = HashMap::new();
+        let mut dependents: HashMap<TaskKey, Vec<TaskKey>> = HashMap::default();
         for spec in &plan.tasks {
             let key = TaskKey::new(plan.swarm.clone(), spec.id.clone());
             for d in &spec.deps {

@@ -1,6 +1,7 @@
 //! Rebuilding the scheduler from its store after a (re)start.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use super::HashMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -29,16 +30,16 @@ pub fn recover(
         store,
         timing,
         started: Instant::now(),
-        swarms: HashMap::new(),
-        tasks: HashMap::new(),
-        attempts: HashMap::new(),
-        workers: HashMap::new(),
-        lease_seen: HashMap::new(),
+        swarms: HashMap::default(),
+        tasks: HashMap::default(),
+        attempts: HashMap::default(),
+        workers: HashMap::default(),
+        lease_seen: HashMap::default(),
         ready: BTreeSet::new(),
-        ready_seq: HashMap::new(),
+        ready_seq: HashMap::default(),
         next_ready_seq: 0,
         running: Default::default(),
-        dependents: HashMap::new(),
+        dependents: HashMap::default(),
         next_token: 1,
         next_event_id: snap.last_event_id + 1,
         last_committed_event: Arc::new(std::sync::atomic::AtomicU64::new(snap.last_event_id)),
@@ -57,7 +58,7 @@ pub fn recover(
 
     // Each task's spec under the key made from the plan's own ids, so every
     // map shares one copy of them (and a row finds its spec in one lookup).
-    let mut specs: HashMap<TaskKey, Arc<TaskSpec>> = HashMap::new();
+    let mut specs: HashMap<TaskKey, Arc<TaskSpec>> = HashMap::default();
     for row in snap.swarms {
         let plan = super::subswarm::stored_plan(&row.id, &row.plan)
             .map_err(|e| corrupt("swarms", row.id.clone(), e.to_string()))?;

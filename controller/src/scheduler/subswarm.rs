@@ -15,7 +15,7 @@
 //! is the child of task `auth` of swarm `app`), so recovery after a restart
 //! needs nothing stored beyond the swarms themselves.
 
-use std::collections::HashMap;
+use super::HashMap;
 use std::sync::Arc;
 
 use swarm_core::plan::{Plan, PlanError};
