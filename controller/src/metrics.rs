@@ -60,8 +60,10 @@ impl Default for Metrics {
         let mut registry = Registry::with_prefix("swarm");
         let secs = || Histogram::new(exponential_buckets(0.001, 2.0, 18));
         let tasks: Family<StateLabel, Gauge> = Family::default();
-        let tasks_by_state =
-            TaskState::ALL.iter().map(|s| tasks.get_or_create(&vec![("state", s.as_str())]).clone()).collect();
+        let tasks_by_state = TaskState::ALL
+            .iter()
+            .map(|s| tasks.get_or_create(&vec![("state", s.as_str())]).clone())
+            .collect();
         let m = Metrics {
             tasks,
             tasks_by_state,

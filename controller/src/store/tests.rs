@@ -77,6 +77,7 @@ conformance!(
     a_forgotten_worker_is_deleted_and_a_claim_survives_reopen,
     batches_committed_together_end_as_the_later_wrote_them,
     text_with_nul_bytes_is_stored,
+    a_commit_of_many_events_keeps_each_with_its_own_fields,
 );
 
 fn swarm(id: &str) -> SwarmRow {
@@ -407,4 +408,33 @@ fn a_grown_wal_is_checkpointed_in_the_background_and_a_small_one_is_left_to_the_
     let snap = store.load().expect("load");
     let after = snap.tasks.iter().find(|t| t.id == "after").expect("task");
     assert_eq!(after.state, "MERGED");
+}
+
+// Past one multi-row insert (SQLite writes events 32 to a statement), with
+// a remainder: every event keeps its own fields.
+fn a_commit_of_many_events_keeps_each_with_its_own_fields(f: Fixture) {
+    let mut store = f.open();
+    let mut batch = Batch::default();
+    batch.new_swarm(swarm("s"));
+    let count = 70u64;
+    for id in 1..=count {
+        batch.event(EventRow {
+            at: id as i64 * 10,
+            task: format!("t{id}"),
+            attempt: id as u32,
+            worker: format!("w{id}"),
+            message: format!("m{id}"),
+            data: format!("{{\"n\":{id}}}"),
+            ..event(id, "s")
+        });
+    }
+    store.commit(&batch).expect("commit");
+    let events = f.reader().read_events(0, u64::MAX >> 1, None, 1_000).expect("events");
+    assert_eq!(events.len(), count as usize);
+    for (e, id) in events.iter().zip(1..=count) {
+        let expected = (id, id as i64 * 10, format!("t{id}"), id as u32, format!("w{id}"), format!("m{id}"));
+        assert_eq!((e.id, e.at, e.task.clone(), e.attempt, e.worker.clone(), e.message.clone()), expected);
+        assert_eq!(e.data, format!("{{\"n\":{id}}}"));
+        assert_eq!((e.swarm.as_str(), e.kind.as_str()), ("s", "task.state"));
+    }
 }

@@ -235,23 +235,7 @@ impl SqliteStore {
                     r.principal
                 ])?;
             }
-            let mut stmt = tx.prepare_cached(
-                "INSERT INTO events (id, at, swarm, task, attempt, worker, kind, message, data)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-            )?;
-            for e in &m.events {
-                stmt.execute(params![
-                    e.id as i64,
-                    e.at,
-                    e.swarm,
-                    e.task,
-                    e.attempt,
-                    e.worker,
-                    e.kind,
-                    e.message,
-                    e.data
-                ])?;
-            }
+            insert_events(&tx, &m.events)?;
         }
         tx.commit()?;
         if let Some(checkpointer) = &self.checkpointer {
@@ -260,6 +244,48 @@ impl SqliteStore {
         let rows = batches.iter().map(|b| b.len()).sum();
         Ok(CommitStats { rows, micros: started.elapsed().as_micros() as u64 })
     }
+}
+
+/// Events per multi-row INSERT: one statement step writes this many rows,
+/// where a row per statement paid the statement's setup and reset for each.
+const EVENTS_PER_INSERT: usize = 32;
+
+/// Appends a commit's events, most of a commit's rows (~7 per task).
+fn insert_events(tx: &rusqlite::Transaction<'_>, events: &[&EventRow]) -> Result<(), StoreError> {
+    const COLUMNS: &str =
+        "INSERT INTO events (id, at, swarm, task, attempt, worker, kind, message, data) VALUES ";
+    const ROW: &str = "(?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    let mut chunks = events.chunks_exact(EVENTS_PER_INSERT);
+    if chunks.len() > 0 {
+        let sql = format!("{COLUMNS}{}", vec![ROW; EVENTS_PER_INSERT].join(", "));
+        let mut stmt = tx.prepare_cached(&sql)?;
+        for chunk in chunks.by_ref() {
+            bind_events(&mut stmt, chunk)?;
+            stmt.raw_execute()?;
+        }
+    }
+    let mut one = tx.prepare_cached(&format!("{COLUMNS}{ROW}"))?;
+    for event in chunks.remainder() {
+        bind_events(&mut one, std::slice::from_ref(event))?;
+        one.raw_execute()?;
+    }
+    Ok(())
+}
+
+fn bind_events(stmt: &mut rusqlite::CachedStatement<'_>, events: &[&EventRow]) -> Result<(), StoreError> {
+    for (i, e) in events.iter().enumerate() {
+        let at = i * 9;
+        stmt.raw_bind_parameter(at + 1, e.id as i64)?;
+        stmt.raw_bind_parameter(at + 2, e.at)?;
+        stmt.raw_bind_parameter(at + 3, &e.swarm)?;
+        stmt.raw_bind_parameter(at + 4, &e.task)?;
+        stmt.raw_bind_parameter(at + 5, e.attempt)?;
+        stmt.raw_bind_parameter(at + 6, &e.worker)?;
+        stmt.raw_bind_parameter(at + 7, &e.kind)?;
+        stmt.raw_bind_parameter(at + 8, &e.message)?;
+        stmt.raw_bind_parameter(at + 9, &e.data)?;
+    }
+    Ok(())
 }
 
 /// Syncs a store's WAL for a connection opened with
