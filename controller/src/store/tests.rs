@@ -78,6 +78,7 @@ conformance!(
     batches_committed_together_end_as_the_later_wrote_them,
     text_with_nul_bytes_is_stored,
     a_commit_of_many_events_keeps_each_with_its_own_fields,
+    many_tasks_and_attempts_are_inserted_and_then_updated_in_one_commit_each,
 );
 
 fn swarm(id: &str) -> SwarmRow {
@@ -436,5 +437,42 @@ fn a_commit_of_many_events_keeps_each_with_its_own_fields(f: Fixture) {
         assert_eq!((e.id, e.at, e.task.clone(), e.attempt, e.worker.clone(), e.message.clone()), expected);
         assert_eq!(e.data, format!("{{\"n\":{id}}}"));
         assert_eq!((e.swarm.as_str(), e.kind.as_str()), ("s", "task.state"));
+    }
+}
+
+// Past one multi-row statement (SQLite writes 32 rows to one), with a
+// remainder: the first commit inserts, the second updates every row.
+fn many_tasks_and_attempts_are_inserted_and_then_updated_in_one_commit_each(f: Fixture) {
+    let mut store = f.open();
+    let ids: Vec<String> = (0..70).map(|i| format!("t{i:02}")).collect();
+    let attempt = |id: &str, state: &str, token: u64| AttemptRow {
+        swarm: "s".into(),
+        task: id.into(),
+        number: 1,
+        state: state.into(),
+        token,
+        ..Default::default()
+    };
+    let mut first = Batch::default();
+    first.new_swarm(swarm("s"));
+    for id in &ids {
+        first.task(task("s", id, "RUNNING"));
+        first.attempt(attempt(id, "ASSIGNED", 1));
+    }
+    store.commit(&first).expect("insert");
+    let mut second = Batch::default();
+    for (i, id) in ids.iter().enumerate() {
+        second.task(TaskRow { result_commit: format!("c{i}"), ..task("s", id, "MERGED") });
+        second.attempt(attempt(id, "SUCCEEDED", i as u64));
+    }
+    store.commit(&second).expect("update");
+    let snap = store.load().expect("load");
+    assert_eq!(snap.tasks.len(), ids.len());
+    assert_eq!(snap.attempts.len(), ids.len());
+    for (i, id) in ids.iter().enumerate() {
+        let t = snap.tasks.iter().find(|t| &t.id == id).expect("task");
+        assert_eq!((t.state.as_str(), t.result_commit.clone()), ("MERGED", format!("c{i}")), "{id}");
+        let a = snap.attempts.iter().find(|a| &a.task == id).expect("attempt");
+        assert_eq!((a.state.as_str(), a.token), ("SUCCEEDED", i as u64), "{id}");
     }
 }

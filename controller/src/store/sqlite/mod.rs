@@ -4,6 +4,7 @@
 mod checkpoint;
 mod load;
 pub(super) mod schema;
+mod write;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -129,114 +130,11 @@ impl SqliteStore {
         self.commit_inner(batches).map_err(|e| at_path(&path, e))
     }
 
-    // Table by table, each statement prepared once per commit (a statement cache lookup hashes the
-    // whole SQL text); tables go parents first (swarms, tasks, attempts) for the foreign keys.
     fn commit_inner(&mut self, batches: &[&Batch]) -> Result<CommitStats, StoreError> {
         let started = Instant::now();
         let m = Merged::of(batches);
         let tx = self.conn.transaction()?;
-        {
-            let mut stmt = tx.prepare_cached(
-                "INSERT INTO swarms (id, plan, state, integration_head, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-            )?;
-            for r in &m.new_swarms {
-                stmt.execute(params![r.id, &*r.plan, r.state, r.integration_head, r.created_at])?;
-            }
-            let mut stmt = tx.prepare_cached(
-                "INSERT INTO swarm_progress (swarm, state, integration_head) VALUES (?1, ?2, ?3)
-                 ON CONFLICT(swarm) DO UPDATE SET state = excluded.state, integration_head = excluded.integration_head",
-            )?;
-            for r in m.swarms.values() {
-                stmt.execute(params![r.id, r.state, r.integration_head])?;
-            }
-            let mut stmt = tx.prepare_cached(
-                // An upsert updates the row in place; REPLACE would delete
-                // and re-insert it (and its index entry) on every write.
-                "INSERT INTO tasks (swarm, id, state, attempts, retries_used, not_before, resume_commit,
-                   result_commit, merge_commit, reason, cancel_requested, notes, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
-                 ON CONFLICT(swarm, id) DO UPDATE SET state = excluded.state, attempts = excluded.attempts,
-                   retries_used = excluded.retries_used, not_before = excluded.not_before,
-                   resume_commit = excluded.resume_commit, result_commit = excluded.result_commit,
-                   merge_commit = excluded.merge_commit, reason = excluded.reason,
-                   cancel_requested = excluded.cancel_requested, notes = excluded.notes,
-                   updated_at = excluded.updated_at",
-            )?;
-            for r in m.tasks.values() {
-                stmt.execute(params![
-                    r.swarm,
-                    r.id,
-                    r.state,
-                    r.attempts,
-                    r.retries_used,
-                    r.not_before,
-                    r.resume_commit,
-                    r.result_commit,
-                    r.merge_commit,
-                    r.reason,
-                    r.cancel_requested,
-                    r.notes,
-                    r.updated_at
-                ])?;
-            }
-            let mut stmt = tx.prepare_cached(
-                "INSERT INTO attempts (swarm, task, number, state, worker, token, base_commit,
-                   result_commit, outcome, exit_code, summary, error, started_at, ended_at, tiers, agent)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
-                 ON CONFLICT(swarm, task, number) DO UPDATE SET state = excluded.state, worker = excluded.worker,
-                   token = excluded.token, base_commit = excluded.base_commit,
-                   result_commit = excluded.result_commit, outcome = excluded.outcome,
-                   exit_code = excluded.exit_code, summary = excluded.summary, error = excluded.error,
-                   started_at = excluded.started_at, ended_at = excluded.ended_at, tiers = excluded.tiers,
-                   agent = excluded.agent",
-            )?;
-            for r in m.attempts.values() {
-                stmt.execute(params![
-                    r.swarm,
-                    r.task,
-                    r.number,
-                    r.state,
-                    r.worker,
-                    r.token as i64,
-                    r.base_commit,
-                    r.result_commit,
-                    r.outcome,
-                    r.exit_code,
-                    r.summary,
-                    r.error,
-                    r.started_at,
-                    r.ended_at,
-                    r.tiers,
-                    r.agent
-                ])?;
-            }
-            let mut forget = tx.prepare_cached("DELETE FROM workers WHERE id = ?1")?;
-            for id in &m.forgotten {
-                forget.execute(params![id])?;
-            }
-            let mut upsert = tx.prepare_cached(
-                "INSERT INTO workers (id, host, labels, last_applied_seq, draining, updated_at,
-                   resume_secret, principal)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
-                 ON CONFLICT(id) DO UPDATE SET host = excluded.host, labels = excluded.labels,
-                   last_applied_seq = excluded.last_applied_seq, draining = excluded.draining,
-                   updated_at = excluded.updated_at, resume_secret = excluded.resume_secret,
-                   principal = excluded.principal",
-            )?;
-            for r in m.workers.values() {
-                upsert.execute(params![
-                    r.id,
-                    r.host,
-                    r.labels,
-                    r.last_applied_seq as i64,
-                    r.draining,
-                    r.updated_at,
-                    r.resume_secret,
-                    r.principal
-                ])?;
-            }
-            insert_events(&tx, &m.events)?;
-        }
+        write::rows(&tx, &m)?;
         tx.commit()?;
         if let Some(checkpointer) = &self.checkpointer {
             checkpointer.committed(checkpoint::wal_pages_after_commit());
@@ -244,48 +142,6 @@ impl SqliteStore {
         let rows = batches.iter().map(|b| b.len()).sum();
         Ok(CommitStats { rows, micros: started.elapsed().as_micros() as u64 })
     }
-}
-
-/// Events per multi-row INSERT: one statement step writes this many rows,
-/// where a row per statement paid the statement's setup and reset for each.
-const EVENTS_PER_INSERT: usize = 32;
-
-/// Appends a commit's events, most of a commit's rows (~7 per task).
-fn insert_events(tx: &rusqlite::Transaction<'_>, events: &[&EventRow]) -> Result<(), StoreError> {
-    const COLUMNS: &str =
-        "INSERT INTO events (id, at, swarm, task, attempt, worker, kind, message, data) VALUES ";
-    const ROW: &str = "(?, ?, ?, ?, ?, ?, ?, ?, ?)";
-    let mut chunks = events.chunks_exact(EVENTS_PER_INSERT);
-    if chunks.len() > 0 {
-        let sql = format!("{COLUMNS}{}", vec![ROW; EVENTS_PER_INSERT].join(", "));
-        let mut stmt = tx.prepare_cached(&sql)?;
-        for chunk in chunks.by_ref() {
-            bind_events(&mut stmt, chunk)?;
-            stmt.raw_execute()?;
-        }
-    }
-    let mut one = tx.prepare_cached(&format!("{COLUMNS}{ROW}"))?;
-    for event in chunks.remainder() {
-        bind_events(&mut one, std::slice::from_ref(event))?;
-        one.raw_execute()?;
-    }
-    Ok(())
-}
-
-fn bind_events(stmt: &mut rusqlite::CachedStatement<'_>, events: &[&EventRow]) -> Result<(), StoreError> {
-    for (i, e) in events.iter().enumerate() {
-        let at = i * 9;
-        stmt.raw_bind_parameter(at + 1, e.id as i64)?;
-        stmt.raw_bind_parameter(at + 2, e.at)?;
-        stmt.raw_bind_parameter(at + 3, &e.swarm)?;
-        stmt.raw_bind_parameter(at + 4, &e.task)?;
-        stmt.raw_bind_parameter(at + 5, e.attempt)?;
-        stmt.raw_bind_parameter(at + 6, &e.worker)?;
-        stmt.raw_bind_parameter(at + 7, &e.kind)?;
-        stmt.raw_bind_parameter(at + 8, &e.message)?;
-        stmt.raw_bind_parameter(at + 9, &e.data)?;
-    }
-    Ok(())
 }
 
 /// Syncs a store's WAL for a connection opened with

@@ -1,0 +1,198 @@
+//! A commit's rows, table by table, many rows to a statement.
+//!
+//! One row per statement paid the statement's step and reset for each row;
+//! tasks, attempts and events (nearly every row of a commit) go up to
+//! [`ROWS_PER_STATEMENT`] to a multi-row INSERT, the remainder one by one.
+//! Each statement is prepared once per shape and cached: a cache lookup
+//! hashes the whole SQL text. Tables go parents first (swarms, tasks,
+//! attempts) for the foreign keys.
+
+use rusqlite::{CachedStatement, ToSql, Transaction, params};
+
+use crate::store::StoreError;
+use crate::store::rows::{AttemptRow, EventRow, Merged, TaskRow};
+
+/// Rows per multi-row statement: 32 tasks bind 416 parameters, well under
+/// SQLite's limit of 32,766.
+const ROWS_PER_STATEMENT: usize = 32;
+
+/// A multi-row INSERT: `{head} VALUES (?, …), … {tail}`.
+struct Insert {
+    head: &'static str,
+    columns: usize,
+    tail: &'static str,
+}
+
+impl Insert {
+    fn sql(&self, rows: usize) -> String {
+        let row = format!("({})", vec!["?"; self.columns].join(", "));
+        format!("{} VALUES {} {}", self.head, vec![row; rows].join(", "), self.tail)
+    }
+}
+
+/// Binds a statement's parameters in order.
+struct Binder<'s, 'c> {
+    stmt: &'s mut CachedStatement<'c>,
+    next: usize,
+}
+
+impl Binder<'_, '_> {
+    fn put<T: ToSql>(&mut self, value: T) -> rusqlite::Result<()> {
+        self.next += 1;
+        self.stmt.raw_bind_parameter(self.next, value)
+    }
+}
+
+fn write<R>(
+    tx: &Transaction<'_>,
+    insert: &Insert,
+    rows: &[&R],
+    bind: fn(&mut Binder<'_, '_>, &R) -> rusqlite::Result<()>,
+) -> Result<(), StoreError> {
+    let run = |stmt: &mut CachedStatement<'_>, chunk: &[&R]| -> Result<(), StoreError> {
+        let mut binder = Binder { stmt, next: 0 };
+        for row in chunk {
+            bind(&mut binder, row)?;
+        }
+        binder.stmt.raw_execute()?;
+        Ok(())
+    };
+    let mut chunks = rows.chunks_exact(ROWS_PER_STATEMENT);
+    if chunks.len() > 0 {
+        let mut stmt = tx.prepare_cached(&insert.sql(ROWS_PER_STATEMENT))?;
+        for chunk in chunks.by_ref() {
+            run(&mut stmt, chunk)?;
+        }
+    }
+    if !chunks.remainder().is_empty() {
+        let mut one = tx.prepare_cached(&insert.sql(1))?;
+        for row in chunks.remainder() {
+            run(&mut one, std::slice::from_ref(row))?;
+        }
+    }
+    Ok(())
+}
+
+const TASKS: Insert = Insert {
+    head: "INSERT INTO tasks (swarm, id, state, attempts, retries_used, not_before, resume_commit,
+           result_commit, merge_commit, reason, cancel_requested, notes, updated_at)",
+    columns: 13,
+    // An upsert updates the row in place; REPLACE would delete and
+    // re-insert it (and its index entry) on every write.
+    tail: "ON CONFLICT(swarm, id) DO UPDATE SET state = excluded.state, attempts = excluded.attempts,
+           retries_used = excluded.retries_used, not_before = excluded.not_before,
+           resume_commit = excluded.resume_commit, result_commit = excluded.result_commit,
+           merge_commit = excluded.merge_commit, reason = excluded.reason,
+           cancel_requested = excluded.cancel_requested, notes = excluded.notes,
+           updated_at = excluded.updated_at",
+};
+
+fn bind_task(b: &mut Binder<'_, '_>, r: &TaskRow) -> rusqlite::Result<()> {
+    b.put(&r.swarm)?;
+    b.put(&r.id)?;
+    b.put(&r.state)?;
+    b.put(r.attempts)?;
+    b.put(r.retries_used)?;
+    b.put(r.not_before)?;
+    b.put(&r.resume_commit)?;
+    b.put(&r.result_commit)?;
+    b.put(&r.merge_commit)?;
+    b.put(&r.reason)?;
+    b.put(r.cancel_requested)?;
+    b.put(&r.notes)?;
+    b.put(r.updated_at)
+}
+
+const ATTEMPTS: Insert = Insert {
+    head: "INSERT INTO attempts (swarm, task, number, state, worker, token, base_commit,
+           result_commit, outcome, exit_code, summary, error, started_at, ended_at, tiers, agent)",
+    columns: 16,
+    tail: "ON CONFLICT(swarm, task, number) DO UPDATE SET state = excluded.state, worker = excluded.worker,
+           token = excluded.token, base_commit = excluded.base_commit,
+           result_commit = excluded.result_commit, outcome = excluded.outcome,
+           exit_code = excluded.exit_code, summary = excluded.summary, error = excluded.error,
+           started_at = excluded.started_at, ended_at = excluded.ended_at, tiers = excluded.tiers,
+           agent = excluded.agent",
+};
+
+fn bind_attempt(b: &mut Binder<'_, '_>, r: &AttemptRow) -> rusqlite::Result<()> {
+    b.put(&r.swarm)?;
+    b.put(&r.task)?;
+    b.put(r.number)?;
+    b.put(&r.state)?;
+    b.put(&r.worker)?;
+    b.put(r.token as i64)?;
+    b.put(&r.base_commit)?;
+    b.put(&r.result_commit)?;
+    b.put(&r.outcome)?;
+    b.put(r.exit_code)?;
+    b.put(&r.summary)?;
+    b.put(&r.error)?;
+    b.put(r.started_at)?;
+    b.put(r.ended_at)?;
+    b.put(&r.tiers)?;
+    b.put(&r.agent)
+}
+
+const EVENTS: Insert = Insert {
+    head: "INSERT INTO events (id, at, swarm, task, attempt, worker, kind, message, data)",
+    columns: 9,
+    tail: "",
+};
+
+fn bind_event(b: &mut Binder<'_, '_>, e: &EventRow) -> rusqlite::Result<()> {
+    b.put(e.id as i64)?;
+    b.put(e.at)?;
+    b.put(&e.swarm)?;
+    b.put(&e.task)?;
+    b.put(e.attempt)?;
+    b.put(&e.worker)?;
+    b.put(&e.kind)?;
+    b.put(&e.message)?;
+    b.put(&e.data)
+}
+
+/// Writes every row of `m` in `tx`.
+pub(super) fn rows(tx: &Transaction<'_>, m: &Merged<'_>) -> Result<(), StoreError> {
+    let mut stmt = tx.prepare_cached(
+        "INSERT INTO swarms (id, plan, state, integration_head, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?;
+    for r in &m.new_swarms {
+        stmt.execute(params![r.id, &*r.plan, r.state, r.integration_head, r.created_at])?;
+    }
+    let mut stmt = tx.prepare_cached(
+        "INSERT INTO swarm_progress (swarm, state, integration_head) VALUES (?1, ?2, ?3)
+         ON CONFLICT(swarm) DO UPDATE SET state = excluded.state, integration_head = excluded.integration_head",
+    )?;
+    for r in m.swarms.values() {
+        stmt.execute(params![r.id, r.state, r.integration_head])?;
+    }
+    write(tx, &TASKS, &m.tasks.values().copied().collect::<Vec<_>>(), bind_task)?;
+    write(tx, &ATTEMPTS, &m.attempts.values().copied().collect::<Vec<_>>(), bind_attempt)?;
+    let mut forget = tx.prepare_cached("DELETE FROM workers WHERE id = ?1")?;
+    for id in &m.forgotten {
+        forget.execute(params![id])?;
+    }
+    let mut upsert = tx.prepare_cached(
+        "INSERT INTO workers (id, host, labels, last_applied_seq, draining, updated_at,
+           resume_secret, principal)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+         ON CONFLICT(id) DO UPDATE SET host = excluded.host, labels = excluded.labels,
+           last_applied_seq = excluded.last_applied_seq, draining = excluded.draining,
+           updated_at = excluded.updated_at, resume_secret = excluded.resume_secret,
+           principal = excluded.principal",
+    )?;
+    for r in m.workers.values() {
+        upsert.execute(params![
+            r.id,
+            r.host,
+            r.labels,
+            r.last_applied_seq as i64,
+            r.draining,
+            r.updated_at,
+            r.resume_secret,
+            r.principal
+        ])?;
+    }
+    write(tx, &EVENTS, &m.events, bind_event)
+}
