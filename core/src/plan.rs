@@ -478,15 +478,20 @@ fn validate_body(frame: subplan::Frame, d: &RawDefaults, raw_tasks: &[RawTask]) 
 
     // Task branches are `swarm/<swarm>/<task>`: none may be, or be a path
     // prefix of, a branch the swarm already uses (git refs cannot nest).
+    let namespace = subplan::swarm_namespace(&swarm);
+    let mut branch = String::new();
     for (i, task) in raw_tasks.iter().enumerate() {
-        let branch = task_branch(&swarm, &task.id);
+        // One buffer for every task's branch: a big plan has tens of
+        // thousands of tasks, and this check runs on each.
+        branch.clear();
+        branch.push_str(&namespace);
+        branch.push_str(&task.id);
         for (field, other) in [
             ("base_branch", &base_branch),
             ("integration_branch", &integration_branch),
             ("target_branch", &target_branch),
         ] {
-            let nested = other.starts_with(&format!("{branch}/")) || branch.starts_with(&format!("{other}/"));
-            if *other == branch || nested {
+            if *other == branch || ref_nests(other, &branch) || ref_nests(&branch, other) {
                 return Err(err(
                     format!("tasks[{i}].id"),
                     format!("task branch {branch:?} collides with {field} {other:?}"),
@@ -619,6 +624,12 @@ fn validate_body(frame: subplan::Frame, d: &RawDefaults, raw_tasks: &[RawTask]) 
 
 /// The branch a task's attempts work on (for a task with a sub-plan, its
 /// child swarm's integration branch).
+/// `inner` lies under `outer` as a directory (`a/b/c` under `a/b`): git
+/// cannot hold both refs.
+fn ref_nests(inner: &str, outer: &str) -> bool {
+    inner.len() > outer.len() && inner.starts_with(outer) && inner.as_bytes()[outer.len()] == b'/'
+}
+
 pub fn task_branch(swarm: &SwarmId, task: &str) -> String {
     format!("{}{task}", swarm_namespace(swarm))
 }

@@ -97,6 +97,9 @@ fn bad_plans() -> Vec<(String, &'static str, &'static str)> {
         (task_block("retries = 1000"), "tasks[0].retries", "at most 100"),
         ("name = \"s\"\n".into(), "tasks", "at least one task"),
         (task_block("").replace("id = \"a\"", "id = \"integration\""), "tasks[0].id", "collides with integration_branch"),
+        // A branch under a task's branch, and a task's branch under another.
+        (format!("integration_branch = \"swarm/s/a/int\"\n{}", task_block("")), "tasks[0].id", "collides with integration_branch"),
+        (format!("target_branch = \"swarm/s\"\n{}", task_block("")), "tasks[0].id", "collides with target_branch"),
         (task_block("").replace("command = \"true\"", ""), "tasks[0].command", "no worker command"),
         (task_block("labels = { \"bad key\" = \"x\" }"), "tasks[0].labels.bad key", "label key"),
         ("name = \n".into(), "", "TOML"),
