@@ -52,7 +52,16 @@ impl OperatorService for OperatorApi {
         request: Request<v1::CreateSwarmRequest>,
     ) -> Result<Response<v1::CreateSwarmResponse>, Status> {
         let text = request.into_inner().plan_toml;
-        let plan = Plan::parse(&text).map_err(|e| {
+        // Off the runtime: a plan of 50,000 tasks takes a few hundred
+        // milliseconds to parse and check, and the sidecar streams served by
+        // this worker would wait that long.
+        let (text, parsed) = tokio::task::spawn_blocking(move || {
+            let parsed = Plan::parse(&text);
+            (text, parsed)
+        })
+        .await
+        .map_err(|e| Status::internal(format!("parsing the plan: {e}")))?;
+        let plan = parsed.map_err(|e| {
             let field =
                 if e.path.is_empty() { "plan_toml".to_string() } else { format!("plan_toml: {}", e.path) };
             Status::invalid_argument(format!("{field}: {}", e.rule))
