@@ -166,8 +166,7 @@ impl Metrics {
     }
 
     fn state_gauge(&self, state: TaskState) -> &Gauge {
-        let i = TaskState::ALL.iter().position(|s| *s == state).unwrap_or(0);
-        &self.tasks_by_state[i]
+        &self.tasks_by_state[state.index()]
     }
 
     /// Counts what one finished agent attempt spent.

@@ -13,6 +13,13 @@ macro_rules! state_enum {
         impl $name {
             pub const ALL: &'static [$name] = &[$($name::$variant),+];
 
+            /// Its position in [`Self::ALL`], for arrays indexed by state.
+            pub fn index(self) -> usize {
+                // The variants are declared in ALL's order, without explicit
+                // discriminants.
+                self as usize
+            }
+
             pub fn as_str(self) -> &'static str {
                 match self { $($name::$variant => $text),+ }
             }
@@ -100,5 +107,15 @@ mod tests {
             assert_eq!(s.as_str().parse::<AttemptState>(), Ok(*s));
         }
         assert!("DONE".parse::<TaskState>().is_err());
+    }
+
+    #[test]
+    fn a_states_index_is_its_place_in_all() {
+        for (i, s) in TaskState::ALL.iter().enumerate() {
+            assert_eq!(s.index(), i, "{s}");
+        }
+        for (i, s) in AttemptState::ALL.iter().enumerate() {
+            assert_eq!(s.index(), i, "{s}");
+        }
     }
 }

@@ -79,7 +79,7 @@ pub fn in_operator_review(state: TaskState, spec: &TaskSpec) -> bool {
 }
 
 pub fn state_index(s: TaskState) -> usize {
-    TaskState::ALL.iter().position(|x| *x == s).unwrap_or(0)
+    s.index()
 }
 
 impl Swarm {
