@@ -7,6 +7,8 @@
 //! hashes the whole SQL text. Tables go parents first (swarms, tasks,
 //! attempts) for the foreign keys.
 
+use std::sync::OnceLock;
+
 use rusqlite::{CachedStatement, ToSql, Transaction, params};
 
 use crate::store::StoreError;
@@ -16,17 +18,33 @@ use crate::store::rows::{AttemptRow, EventRow, Merged, TaskRow};
 /// SQLite's limit of 32,766.
 const ROWS_PER_STATEMENT: usize = 32;
 
-/// A multi-row INSERT: `{head} VALUES (?, …), … {tail}`.
+/// A multi-row INSERT: `{head} VALUES (?, …), … {tail}`, its two shapes'
+/// SQL text built once (the commit path only looks them up).
 struct Insert {
     head: &'static str,
     columns: usize,
     tail: &'static str,
+    full: OnceLock<String>,
+    single: OnceLock<String>,
 }
 
 impl Insert {
+    const fn new(head: &'static str, columns: usize, tail: &'static str) -> Insert {
+        Insert { head, columns, tail, full: OnceLock::new(), single: OnceLock::new() }
+    }
+
     fn sql(&self, rows: usize) -> String {
         let row = format!("({})", vec!["?"; self.columns].join(", "));
         format!("{} VALUES {} {}", self.head, vec![row; rows].join(", "), self.tail)
+    }
+
+    /// [`ROWS_PER_STATEMENT`] rows.
+    fn full(&self) -> &str {
+        self.full.get_or_init(|| self.sql(ROWS_PER_STATEMENT))
+    }
+
+    fn single(&self) -> &str {
+        self.single.get_or_init(|| self.sql(1))
     }
 }
 
@@ -59,13 +77,13 @@ fn write<R>(
     };
     let mut chunks = rows.chunks_exact(ROWS_PER_STATEMENT);
     if chunks.len() > 0 {
-        let mut stmt = tx.prepare_cached(&insert.sql(ROWS_PER_STATEMENT))?;
+        let mut stmt = tx.prepare_cached(insert.full())?;
         for chunk in chunks.by_ref() {
             run(&mut stmt, chunk)?;
         }
     }
     if !chunks.remainder().is_empty() {
-        let mut one = tx.prepare_cached(&insert.sql(1))?;
+        let mut one = tx.prepare_cached(insert.single())?;
         for row in chunks.remainder() {
             run(&mut one, std::slice::from_ref(row))?;
         }
@@ -73,19 +91,19 @@ fn write<R>(
     Ok(())
 }
 
-const TASKS: Insert = Insert {
-    head: "INSERT INTO tasks (swarm, id, state, attempts, retries_used, not_before, resume_commit,
+static TASKS: Insert = Insert::new(
+    "INSERT INTO tasks (swarm, id, state, attempts, retries_used, not_before, resume_commit,
            result_commit, merge_commit, reason, cancel_requested, notes, updated_at)",
-    columns: 13,
+    13,
     // An upsert updates the row in place; REPLACE would delete and
     // re-insert it (and its index entry) on every write.
-    tail: "ON CONFLICT(swarm, id) DO UPDATE SET state = excluded.state, attempts = excluded.attempts,
+    "ON CONFLICT(swarm, id) DO UPDATE SET state = excluded.state, attempts = excluded.attempts,
            retries_used = excluded.retries_used, not_before = excluded.not_before,
            resume_commit = excluded.resume_commit, result_commit = excluded.result_commit,
            merge_commit = excluded.merge_commit, reason = excluded.reason,
            cancel_requested = excluded.cancel_requested, notes = excluded.notes,
            updated_at = excluded.updated_at",
-};
+);
 
 fn bind_task(b: &mut Binder<'_, '_>, r: &TaskRow) -> rusqlite::Result<()> {
     b.put(&r.swarm)?;
@@ -103,17 +121,17 @@ fn bind_task(b: &mut Binder<'_, '_>, r: &TaskRow) -> rusqlite::Result<()> {
     b.put(r.updated_at)
 }
 
-const ATTEMPTS: Insert = Insert {
-    head: "INSERT INTO attempts (swarm, task, number, state, worker, token, base_commit,
+static ATTEMPTS: Insert = Insert::new(
+    "INSERT INTO attempts (swarm, task, number, state, worker, token, base_commit,
            result_commit, outcome, exit_code, summary, error, started_at, ended_at, tiers, agent)",
-    columns: 16,
-    tail: "ON CONFLICT(swarm, task, number) DO UPDATE SET state = excluded.state, worker = excluded.worker,
+    16,
+    "ON CONFLICT(swarm, task, number) DO UPDATE SET state = excluded.state, worker = excluded.worker,
            token = excluded.token, base_commit = excluded.base_commit,
            result_commit = excluded.result_commit, outcome = excluded.outcome,
            exit_code = excluded.exit_code, summary = excluded.summary, error = excluded.error,
            started_at = excluded.started_at, ended_at = excluded.ended_at, tiers = excluded.tiers,
            agent = excluded.agent",
-};
+);
 
 fn bind_attempt(b: &mut Binder<'_, '_>, r: &AttemptRow) -> rusqlite::Result<()> {
     b.put(&r.swarm)?;
@@ -134,11 +152,8 @@ fn bind_attempt(b: &mut Binder<'_, '_>, r: &AttemptRow) -> rusqlite::Result<()> 
     b.put(&r.agent)
 }
 
-const EVENTS: Insert = Insert {
-    head: "INSERT INTO events (id, at, swarm, task, attempt, worker, kind, message, data)",
-    columns: 9,
-    tail: "",
-};
+static EVENTS: Insert =
+    Insert::new("INSERT INTO events (id, at, swarm, task, attempt, worker, kind, message, data)", 9, "");
 
 fn bind_event(b: &mut Binder<'_, '_>, e: &EventRow) -> rusqlite::Result<()> {
     b.put(e.id as i64)?;
