@@ -26,8 +26,9 @@ use crate::cli::{Cli, Command};
 use crate::exit::Failure;
 
 fn main() -> ExitCode {
-    // Local sidecars re-execute this binary as their workers' supervisor.
-    if let Some(code) = swarm_sidecar::supervisor::main_if_requested() {
+    // Local sidecars re-execute this binary as their workers' supervisor
+    // and as the sandbox that confines each worker.
+    if let Some(code) = swarm_sidecar::main_if_helper() {
         return ExitCode::from(u8::try_from(code).unwrap_or(1));
     }
     if std::env::args_os().nth(1).is_some_and(|a| a == local::sidecar_mode::ARG) {

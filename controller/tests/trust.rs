@@ -19,7 +19,7 @@ const ONE: &str = "name = \"s\"\n[defaults]\ncommand = \"true\"\nretries = 1\nba
                    backoff_max_ms = 20\n[[tasks]]\nid = \"a\"\nfiles = [\"a.txt\"]\n";
 
 fn started(a: &v1::Assign) -> Body {
-    Body::Started(v1::AttemptStarted { attempt: Some(attempt_ref(a)), pid: 1, restarts: 0 })
+    Body::Started(v1::AttemptStarted { attempt: Some(attempt_ref(a)), pid: 1, restarts: 0, sandbox: None })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -19,9 +19,11 @@ use crate::names::{check_branch, check_glob, check_id, check_text};
 pub mod agent;
 pub mod integration;
 pub mod review;
+pub mod sandbox;
 pub mod subplan;
 pub use agent::{AgentKind, AgentSpec, Otherwise, PermissionPolicy, PermissionRule};
 pub use review::ReviewSpec;
+pub use sandbox::{SandboxMode, SandboxSpec};
 pub use subplan::{DEFAULT_MAX_DEPTH, MAX_DEPTH_LIMIT, swarm_namespace};
 
 /// Largest plan we accept: bounds memory and work for input from a user or
@@ -185,6 +187,9 @@ pub struct TaskSpec {
     /// Set: a succeeded result waits in REVIEW for this reviewer (or the
     /// operator) before the merge path; shared with the defaults'.
     pub review: Option<Arc<ReviewSpec>>,
+    /// How the worker is confined (shared with the defaults unless the
+    /// task sets its own).
+    pub sandbox: Arc<SandboxSpec>,
 }
 
 /// A validated plan.
@@ -280,6 +285,7 @@ struct RawDefaults {
     extra_args: Option<Vec<String>>,
     permissions: Option<agent::RawPermissions>,
     review: Option<review::RawReview>,
+    sandbox: Option<sandbox::RawSandbox>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -330,6 +336,8 @@ struct RawTask {
     subplan: Option<subplan::RawSubPlan>,
     /// Overrides the defaults' review; `"none"` opts out of it.
     review: Option<review::RawReview>,
+    /// Overrides the defaults' sandbox, field by field.
+    sandbox: Option<sandbox::RawSandbox>,
 }
 
 /// The agent fields of `[defaults]` and `[[tasks]]` (serde cannot flatten
@@ -460,6 +468,8 @@ fn validate_body(frame: subplan::Frame, d: &RawDefaults, raw_tasks: &[RawTask]) 
         return Err(err("defaults.backoff_initial_ms", "must not exceed defaults.backoff_max_ms"));
     }
 
+    let default_sandbox =
+        Arc::new(sandbox::resolve("defaults.sandbox", d.sandbox.as_ref(), &SandboxSpec::default())?);
     let default_review = match &d.review {
         Some(r) => review::parse("defaults.review", r)?.map(Arc::new),
         None => None,
@@ -556,13 +566,22 @@ fn validate_body(frame: subplan::Frame, d: &RawDefaults, raw_tasks: &[RawTask]) 
         if sub.is_none() && agent.is_none() && (command.is_empty() || command[0].trim().is_empty()) {
             return Err(err(at("command"), "must not be empty"));
         }
-        let labels = if task.labels.is_empty() {
+        let sandbox = match &task.sandbox {
+            Some(raw) => Arc::new(sandbox::resolve(&at("sandbox"), Some(raw), &default_sandbox)?),
+            None => default_sandbox.clone(),
+        };
+        let mut labels = if task.labels.is_empty() {
             default_labels.clone()
         } else {
             let mut merged = d.labels.clone();
             merged.extend(task.labels.clone());
             Arc::new(merged)
         };
+        if sandbox.mode == SandboxMode::Required && sub.is_none() {
+            // Waits for a sidecar that enforces everything, as for a label it lacks.
+            Arc::make_mut(&mut labels)
+                .insert(sandbox::SANDBOX_LABEL.to_string(), sandbox::SANDBOX_ENFORCED.to_string());
+        }
         let mut env = d.env.clone();
         env.extend(task.env.clone());
         let mut retry = default_retry.clone();
@@ -599,6 +618,7 @@ fn validate_body(frame: subplan::Frame, d: &RawDefaults, raw_tasks: &[RawTask]) 
                 Some(r) => review::parse(&at("review"), r)?.map(Arc::new),
                 None => default_review.clone(),
             },
+            sandbox,
         }));
         if tasks.last().is_some_and(|t| t.idle_timeout_secs == 0) {
             return Err(err(at("idle_timeout_secs"), "must be at least 1"));
@@ -636,6 +656,12 @@ pub fn task_branch(swarm: &SwarmId, task: &str) -> String {
 
 fn check_labels(path: &str, labels: &BTreeMap<String, String>) -> Result<(), PlanError> {
     for (key, value) in labels {
+        if key == sandbox::SANDBOX_LABEL {
+            return Err(err(
+                format!("{path}.{key}"),
+                "the sandbox label is set by sidecars themselves; ask for it with sandbox = \"required\"",
+            ));
+        }
         check_label(key, value).map_err(|rule| err(format!("{path}.{key}"), rule))?;
     }
     Ok(())

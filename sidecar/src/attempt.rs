@@ -5,6 +5,8 @@
 //! The driver knows nothing about the connection: it hands every report to
 //! a channel; the session journals and sends them.
 
+pub(crate) use crate::launch::Launch;
+use crate::launch::Scratch;
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -57,6 +59,8 @@ pub struct Assignment {
     /// Set: a reviewer attempt (see [`crate::review`]), with the reviewed
     /// task's own base for the diff in its task text.
     pub review: Option<String>,
+    /// How the worker is confined (see [`crate::sandbox`]).
+    pub sandbox: crate::sandbox::Settings,
     /// The message as received, kept for the journal and for equality.
     pub wire: v1::Assign,
 }
@@ -86,7 +90,9 @@ impl TryFrom<&v1::Assign> for Assignment {
         if let Some(base) = review.as_deref().filter(|b| !b.is_empty()) {
             check_commit(base).map_err(|r| FieldError::new("review.diff_base", r))?;
         }
+        let sandbox = crate::sandbox::Settings::from_wire(a.sandbox.as_ref())?;
         Ok(Assignment {
+            sandbox,
             review,
             attempt,
             base_commit: a.base_commit.clone(),
@@ -165,6 +171,9 @@ pub struct Context {
     /// A supervisor started ahead of the next worker, kept across attempts
     /// (see [`crate::supervisor::StandbySlot`]).
     pub standby: crate::supervisor::StandbySlot,
+    /// What this sidecar's kernel enforces of the worker sandbox (probed
+    /// once at start).
+    pub sandbox: crate::sandbox::Capability,
 }
 
 /// A worker left running (or finished) by an earlier sidecar process.
@@ -385,7 +394,10 @@ async fn drive(
             written.map_err(|e| Failure::Infra(format!("writing {}: {e}", files.task.display())))?;
         }
     }
-    let env = worker_env(ctx, a, &files);
+    let scratch = Scratch::new(&wt, adopted.is_none())?;
+    let launch = crate::launch::launch(ctx, a, &files, &scratch)?;
+    let env = &launch.env;
+    let confinement = launch.confinement.as_ref();
     if adopted.is_none() && (created || a.setup_every_attempt) {
         for cmd in &a.setup {
             let tier = Tier {
@@ -394,7 +406,7 @@ async fn drive(
                 blocking: true,
                 timeout: Duration::from_secs(3600),
             };
-            let r = verify::run_tier(&tier, &wt, &env).await;
+            let r = verify::run_tier(&tier, &wt, env, confinement).await;
             if !r.passed {
                 result.log_tail = r.output_tail.lines().map(str::to_string).collect();
                 return Err(Failure::Task(format!(
@@ -413,10 +425,15 @@ async fn drive(
         .map_err(|e| Failure::Infra(format!("opening {}: {e}", log_path.display())))?;
     let idle = a.idle_timeout.or(ctx.default_idle_timeout);
     if let Some(cfg) = &a.agent {
-        let run = AgentRun { ctx, a, cfg, wt: &wt, files: &files, env: &env, idle };
+        let run = AgentRun { ctx, a, cfg, wt: &wt, files: &files, launch: &launch, idle };
         return crate::agent::result::drive(run, (stop, answers), &mut log, sink, result).await;
     }
-    let spec = SpawnSpec { argv: a.command.clone(), cwd: wt.clone(), env: env.clone() };
+    let spec = SpawnSpec {
+        argv: a.command.clone(),
+        cwd: wt.clone(),
+        env: env.clone(),
+        confinement: launch.confinement.clone(),
+    };
     let mut watcher = StatusWatcher::new(&files.status);
     let mut tail: VecDeque<String> = VecDeque::new();
     let mut restarts = adopted.map(|ad| ad.restarts).unwrap_or(0);
@@ -443,6 +460,7 @@ async fn drive(
                     attempt: Some(a.wire_ref()),
                     pid: w.pid(),
                     restarts,
+                    sandbox: Some(launch.report.clone()),
                 }));
                 w
             }
@@ -564,7 +582,7 @@ async fn drive(
             crate::review::conclude(&wt, &status_message, result).map_err(Failure::Infra)?;
         }
         Outcome::Success => {
-            let (tiers, ok) = verify::run_tiers(&a.verify, &wt, &env).await;
+            let (tiers, ok) = verify::run_tiers(&a.verify, &wt, env, confinement).await;
             result.tiers = tiers;
             if !ok {
                 result.outcome = outcome(Outcome::VerifyFailed);
@@ -627,6 +645,14 @@ pub(crate) async fn commit(ctx: &Context, wt: &Path, message: String) -> Result<
         let r = tokio::task::spawn_blocking(move || {
             let repo = git2::Repository::open(&common)?;
             crate::locks::clear_stale(repo.commondir(), &id, None)?;
+            worktree::repair_git_file(&wt)?;
+            match crate::worker_git::import(&wt) {
+                Ok(Some(head)) => tracing::info!(%head, "took the worker's own commits"),
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "left the worker's own commits out; its files are committed")
+                }
+            }
             let oid = commit_tracked(&tracker, &wt, &message)?;
             let (_, subject) = worktree::head(&wt)?;
             Ok::<_, worktree::WorktreeError>((oid.to_string(), subject))
@@ -887,27 +913,6 @@ fn prepare_swarm_dir(files: &SwarmFiles, a: &Assignment) -> std::io::Result<()> 
     std::fs::write(&files.task, &a.task_text)
 }
 
-fn worker_env(ctx: &Context, a: &Assignment, files: &SwarmFiles) -> Vec<(String, String)> {
-    let mut env = a.env.clone();
-    let path = |p: &Path| p.to_string_lossy().into_owned();
-    env.extend([
-        ("SWARM_SWARM_ID".to_string(), a.attempt.task.swarm.to_string()),
-        ("SWARM_TASK_ID".to_string(), a.attempt.task.task.to_string()),
-        ("SWARM_ATTEMPT".to_string(), a.attempt.number.to_string()),
-        ("SWARM_WORKER_ID".to_string(), ctx.worker_id.clone()),
-        ("SWARM_BRANCH".to_string(), a.branch.clone()),
-        ("SWARM_BASE_COMMIT".to_string(), a.base_commit.clone()),
-        ("SWARM_TASK_FILE".to_string(), path(&files.task)),
-        ("SWARM_STATUS_FILE".to_string(), path(&files.status)),
-        ("TRACEPARENT".to_string(), a.traceparent.clone()),
-    ]);
-    if a.agent.is_some() {
-        // The agent's own spans nest under the attempt when it exports them.
-        env.extend(std::env::vars().filter(|(k, _)| k.starts_with("OTEL_EXPORTER_OTLP_")));
-    }
-    env
-}
-
 /// An agent attempt's setting, for [`crate::agent::result`].
 pub(crate) struct AgentRun<'a> {
     pub ctx: &'a Context,
@@ -915,6 +920,6 @@ pub(crate) struct AgentRun<'a> {
     pub cfg: &'a AgentConfig,
     pub wt: &'a Path,
     pub files: &'a SwarmFiles,
-    pub env: &'a [(String, String)],
+    pub launch: &'a Launch,
     pub idle: Option<Duration>,
 }

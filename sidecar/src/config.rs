@@ -100,6 +100,11 @@ fn parse_label(s: &str) -> Result<(String, String), String> {
     if k.is_empty() {
         return Err(format!("{s:?}: empty key"));
     }
+    if k == swarm_core::plan::sandbox::SANDBOX_LABEL {
+        return Err(format!(
+            "{s:?}: the {k} label is set by the sidecar itself, from what its kernel enforces"
+        ));
+    }
     Ok((k.to_string(), v.to_string()))
 }
 

@@ -80,19 +80,29 @@ pub mod config;
 pub mod index_entries;
 pub mod index_file;
 pub mod journal;
+mod launch;
 pub mod locks;
 pub mod log_serve;
 pub mod orphans;
 pub mod remote;
 pub mod review;
 pub mod runner;
+pub mod sandbox;
 pub mod session;
 pub mod status;
 pub mod supervisor;
 pub mod tracked_index;
 pub mod verify;
 pub mod verify_job;
+pub mod worker_git;
 pub mod worktree;
+
+/// Runs one of the binary's helper modes when `argv[1]` selects it (a
+/// worker's supervisor, or the sandbox trampoline) and returns its exit
+/// code. Call first thing in `main`, before any argument parsing or thread.
+pub fn main_if_helper() -> Option<i32> {
+    sandbox::main_if_requested().or_else(supervisor::main_if_requested)
+}
 
 pub use config::Config;
 pub use session::run;

@@ -4,8 +4,9 @@ use swarm_sidecar::config::LogFormat;
 use tokio_util::sync::CancellationToken;
 
 fn main() -> anyhow::Result<()> {
-    // Before any parsing: the binary re-executes itself as a worker's supervisor.
-    if let Some(code) = swarm_sidecar::supervisor::main_if_requested() {
+    // Before any parsing: the binary re-executes itself as a worker's
+    // supervisor and as the sandbox that confines a worker.
+    if let Some(code) = swarm_sidecar::main_if_helper() {
         std::process::exit(code);
     }
     sidecar()

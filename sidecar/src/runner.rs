@@ -35,7 +35,49 @@ pub enum SpawnError {
 pub struct SpawnSpec {
     pub argv: Vec<String>,
     pub cwd: PathBuf,
+    /// The whole environment: nothing of the sidecar's own is inherited.
     pub env: Vec<(String, String)>,
+    /// Set: the process runs inside the worker sandbox.
+    pub confinement: Option<crate::sandbox::Confinement>,
+}
+
+impl SpawnSpec {
+    /// A command for `argv` in `cwd` with exactly `env`, confined by
+    /// `confinement` when set: the one way every spawner builds it.
+    pub fn command(&self) -> Result<Command, SpawnError> {
+        if self.confinement.is_some() {
+            // The trampoline is what starts; a missing program must still
+            // fail the spawn, as it does unconfined, not exit 127 later.
+            self.check_program()?;
+        }
+        let argv = crate::sandbox::command_line(self.confinement.as_ref(), &self.argv);
+        let (program, args) = argv.split_first().ok_or(SpawnError::EmptyCommand)?;
+        let mut cmd = Command::new(program);
+        cmd.args(args).current_dir(&self.cwd).env_clear().envs(self.env.iter().map(|(k, v)| (k, v)));
+        Ok(cmd)
+    }
+}
+
+impl SpawnSpec {
+    fn check_program(&self) -> Result<(), SpawnError> {
+        let program = self.argv.first().ok_or(SpawnError::EmptyCommand)?;
+        let found = if program.contains('/') {
+            self.cwd.join(program).exists()
+        } else {
+            let path = self
+                .env
+                .iter()
+                .find(|(k, _)| k == "PATH")
+                .map(|(_, v)| v.as_str())
+                .unwrap_or("/usr/bin:/bin");
+            std::env::split_paths(path).any(|dir| self.cwd.join(dir).join(program).is_file())
+        };
+        if found {
+            return Ok(());
+        }
+        let source = std::io::Error::new(std::io::ErrorKind::NotFound, "No such file or directory");
+        Err(SpawnError::Spawn { program: program.clone(), source })
+    }
 }
 
 /// How a process ended.
@@ -82,11 +124,8 @@ pub struct Group {
 impl Worker {
     pub fn spawn(spec: &SpawnSpec) -> Result<Worker, SpawnError> {
         let program = spec.argv.first().ok_or(SpawnError::EmptyCommand)?;
-        let mut cmd = Command::new(program);
-        cmd.args(&spec.argv[1..])
-            .current_dir(&spec.cwd)
-            .envs(spec.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
+        let mut cmd = spec.command()?;
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0)

@@ -97,6 +97,8 @@ struct Session {
     tracker: crate::changes::SharedTracker,
     /// The next worker's supervisor, started while idle.
     standby: crate::supervisor::StandbySlot,
+    /// What this kernel enforces of the worker sandbox.
+    sandbox: crate::sandbox::Capability,
     reports_tx: mpsc::UnboundedSender<Report>,
     reports_rx: mpsc::UnboundedReceiver<Report>,
     /// Merge queue verdicts (`verify_job`), sent unjournaled: a lost one is
@@ -184,9 +186,16 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Sidecar
     let remote = cfg.remote.then(|| crate::remote::Remote::new(&worker_id));
     let (reports_tx, reports_rx) = mpsc::unbounded_channel();
     let (verified_tx, verified_rx) = mpsc::unbounded_channel();
+    let sandbox = crate::sandbox::probe();
+    if !sandbox.is_full() {
+        let (_, missing) = sandbox.split();
+        tracing::warn!(abi = sandbox.abi, missing = %missing.join("; "),
+            "the worker sandbox is not fully enforced on this kernel; tasks with sandbox = \"required\" will not run here");
+    }
     let mut s = Session {
         held,
         infra_failures: 0,
+        sandbox,
         supervisor,
         tracker: Default::default(),
         standby: Default::default(),
@@ -278,6 +287,17 @@ impl Session {
         }
     }
 
+    /// The configured labels, and the sandbox label when this kernel
+    /// enforces the whole sandbox (what `sandbox = "required"` asks for).
+    fn labels(&self) -> std::collections::HashMap<String, String> {
+        use swarm_core::plan::sandbox::{SANDBOX_ENFORCED, SANDBOX_LABEL};
+        let mut labels: std::collections::HashMap<_, _> = self.cfg.labels.iter().cloned().collect();
+        if self.sandbox.is_full() {
+            labels.insert(SANDBOX_LABEL.to_string(), SANDBOX_ENFORCED.to_string());
+        }
+        labels
+    }
+
     fn hello(&self) -> v1::SidecarMessage {
         let in_hand = self
             .current
@@ -288,7 +308,7 @@ impl Session {
             seq: 0,
             body: Some(Body::Hello(v1::Hello {
                 worker_id: self.worker_id.clone(),
-                labels: self.cfg.labels.iter().cloned().collect(),
+                labels: self.labels(),
                 host: hostname::get().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default(),
                 capacity: 1,
                 last_acked_seq: self.journal.acked(),
@@ -708,6 +728,7 @@ impl Session {
             supervisor: self.supervisor.clone(),
             tracker: self.tracker.clone(),
             standby: self.standby.clone(),
+            sandbox: self.sandbox,
         };
         let (stop, stop_rx) = watch::channel(None);
         let task_key = &assignment.attempt.task;

@@ -287,8 +287,10 @@ impl Supervised {
             .arg(exit_file)
             .arg(log)
             .arg("--")
-            .args(&spec.argv)
+            .args(crate::sandbox::command_line(spec.confinement.as_ref(), &spec.argv))
             .current_dir(&spec.cwd)
+            // The worker inherits the supervisor's environment: exactly its own.
+            .env_clear()
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -487,6 +489,8 @@ impl Standby {
         cmd.arg(ARG)
             .arg(exit_file)
             .arg(STANDBY_ARG)
+            // Nothing of the sidecar's environment: the worker's comes with its command.
+            .env_clear()
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -512,7 +516,7 @@ impl Standby {
         let offset = std::fs::metadata(log).map(|m| m.len()).unwrap_or(0);
         let command = Command {
             log: log.to_path_buf(),
-            argv: spec.argv.iter().map(OsString::from).collect(),
+            argv: crate::sandbox::command_line(spec.confinement.as_ref(), &spec.argv),
             cwd: Some(spec.cwd.clone()),
             env: spec.env.iter().map(|(k, v)| (OsString::from(k), OsString::from(v))).collect(),
         };

@@ -1,5 +1,6 @@
 //! Verify tiers: `sh -c <command>` in the worktree, each with a timeout.
 
+use crate::sandbox::Confinement;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -32,11 +33,16 @@ impl From<&v1::VerifyTier> for Tier {
 
 /// Runs the tiers in order; stops after the first failing blocking tier.
 /// Returns the results and whether every blocking tier passed.
-pub async fn run_tiers(tiers: &[Tier], cwd: &Path, env: &[(String, String)]) -> (Vec<v1::TierResult>, bool) {
+pub async fn run_tiers(
+    tiers: &[Tier],
+    cwd: &Path,
+    env: &[(String, String)],
+    confinement: Option<&Confinement>,
+) -> (Vec<v1::TierResult>, bool) {
     let mut out = Vec::new();
     for tier in tiers {
         let span = tracing::info_span!("verify", tier = %tier.name, blocking = tier.blocking);
-        let r = tracing::Instrument::instrument(run_tier(tier, cwd, env), span).await;
+        let r = tracing::Instrument::instrument(run_tier(tier, cwd, env, confinement), span).await;
         let failed_blocking = tier.blocking && !r.passed;
         out.push(r);
         if failed_blocking {
@@ -46,12 +52,18 @@ pub async fn run_tiers(tiers: &[Tier], cwd: &Path, env: &[(String, String)]) -> 
     (out, true)
 }
 
-pub async fn run_tier(tier: &Tier, cwd: &Path, env: &[(String, String)]) -> v1::TierResult {
+pub async fn run_tier(
+    tier: &Tier,
+    cwd: &Path,
+    env: &[(String, String)],
+    confinement: Option<&Confinement>,
+) -> v1::TierResult {
     let started = Instant::now();
     let spec = SpawnSpec {
         argv: vec!["sh".into(), "-c".into(), tier.command.clone()],
         cwd: cwd.to_path_buf(),
         env: env.to_vec(),
+        confinement: confinement.cloned(),
     };
     let mut result = v1::TierResult {
         name: tier.name.clone(),

@@ -62,12 +62,13 @@ async fn verify(
         .await
         .map_err(|e| format!("checkout thread: {e}"))??;
     let tiers: Vec<Tier> = job.tiers.iter().map(Tier::from).collect();
-    let env = vec![
+    let mut env = crate::sandbox::inherited_env();
+    env.extend([
         ("SWARM_SWARM_ID".to_string(), job.swarm_id.clone()),
         ("SWARM_VERIFY_COMMIT".to_string(), job.commit.clone()),
         ("SWARM_WORKER_ID".to_string(), worker_id.to_string()),
-    ];
-    let result = run_tiers(&tiers, &dir, &env).await;
+    ]);
+    let result = run_tiers(&tiers, &dir, &env, None).await;
     if let Err(e) = std::fs::remove_dir_all(&dir) {
         tracing::warn!(dir = %dir.display(), error = %e, "could not remove the verification's scratch directory");
     }

@@ -114,6 +114,9 @@ pub fn prepare(
     // The caller holds this worker id's liveness lock and no git operation
     // of its own is running: lock files left in what it owns are stale.
     let cleared_locks = crate::locks::clear_stale(repo.commondir(), worker_id, Some(branch))?;
+    if path.is_dir() {
+        repair_git_file(&path)?;
+    }
     let valid = path.join(".git").exists() && Repository::open(&path).is_ok();
     if !valid {
         let path = create(&repo, worker_id, &path, oid)?;
@@ -131,6 +134,42 @@ pub fn prepare(
     wt.set_head_detached(oid)?;
     point_at_branch(&repo, &wt, branch, oid)?;
     Ok(Prepared { path, created: false, cleared_locks })
+}
+
+/// Points the worktree's `.git` at its admin directory again, whatever a
+/// worker left there: the file lies inside the worktree, which the worker
+/// may write, and a `.git` naming another repository (the user's checkout,
+/// a sibling's worktree) would turn the sidecar's next checkout or commit,
+/// which no sandbox confines, against that repository. Returns whether it
+/// had to be rewritten. Call before any git operation on the worktree.
+pub fn repair_git_file(wt: &Path) -> Result<bool, WorktreeError> {
+    let (Some(workspaces), Some(id)) = (wt.parent(), wt.file_name()) else {
+        return Err(WorktreeError::Escapes(wt.to_path_buf()));
+    };
+    let common = workspaces.parent().filter(|_| workspaces.file_name() == Some(WORKSPACES.as_ref()));
+    let Some(common) = common else { return Err(WorktreeError::Escapes(wt.to_path_buf())) };
+    let admin = common.join("worktrees").join(id);
+    let dot_git = wt.join(".git");
+    let meta = std::fs::symlink_metadata(&dot_git);
+    if let Ok(m) = &meta
+        && m.is_file()
+    {
+        let text = std::fs::read_to_string(&dot_git).unwrap_or_default();
+        let named = text.trim_end().strip_prefix("gitdir: ").map(|p| Path::new(p).canonicalize());
+        if let Some(Ok(named)) = named
+            && admin.canonicalize().is_ok_and(|a| a == named)
+        {
+            return Ok(false);
+        }
+    }
+    tracing::warn!(worktree = %wt.display(), "the worktree's .git was changed; pointing it at its admin directory again");
+    match meta {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(&dot_git).map_err(io(&dot_git))?,
+        Ok(_) => std::fs::remove_file(&dot_git).map_err(io(&dot_git))?,
+        Err(_) => {}
+    }
+    std::fs::write(&dot_git, format!("gitdir: {}\n", admin.display())).map_err(io(&dot_git))?;
+    Ok(true)
 }
 
 /// Makes the index say what a forced checkout of `tree` left in the files.

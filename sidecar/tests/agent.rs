@@ -43,6 +43,7 @@ fn ctx(repo: &Path) -> Context {
         supervisor: PathBuf::from(env!("CARGO_BIN_EXE_swarm-sidecar")),
         tracker: Default::default(),
         standby: Default::default(),
+        sandbox: swarm_sidecar::sandbox::probe(),
     }
 }
 

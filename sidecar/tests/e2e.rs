@@ -93,11 +93,19 @@ fn state(d: &v1::TaskDetail) -> v1::TaskState {
     d.task.as_ref().map(|t| t.state()).unwrap_or_default()
 }
 
+/// The sandbox table that lets workers read their scripts beside the
+/// repository (and write `marks`, where they leave markers for the test).
+fn sandbox(scripts: &Path, marks: &Path) -> String {
+    format!("sandbox = {{ read = [\"{}\"], write = [\"{}\"] }}\n", scripts.display(), marks.display())
+}
+
 fn plan(task: &str, worker: &Path, retries: u32) -> String {
+    let dir = worker.parent().expect("script dir");
     format!(
         "name = \"e2e\"\nbase_branch = \"main\"\n\n[[tasks]]\nid = \"{task}\"\ntitle = \"Say hi\"\n\
-         prompt = \"say hi\"\ncommand = [\"{}\"]\nfiles = [\"hello.txt\"]\nretries = {retries}\n",
-        worker.display()
+         prompt = \"say hi\"\ncommand = [\"{}\"]\nfiles = [\"hello.txt\"]\nretries = {retries}\n{}",
+        worker.display(),
+        sandbox(dir, dir)
     )
 }
 
@@ -229,16 +237,18 @@ i=0; while [ ! -e "$A" ]; do i=$((i+1)); [ $i -gt 400 ] && exit 1; sleep 0.05; d
 cp "$A" answer.txt
 grep -q '## Answers' "$SWARM_TASK_FILE" || exit 1"#,
     );
-    let marker = repo.path().join(".git/hang-started");
+    let marks = tempfile::tempdir().expect("marks");
+    let marker = marks.path().join("hang-started");
     let hang = script(
         repo.path(),
         "hang.sh",
         &format!("trap '' INT; touch '{}'; while :; do sleep 0.05; done", marker.display()),
     );
     let plan = format!(
-        "name = \"e2e\"\nbase_branch = \"main\"\n\n\
+        "name = \"e2e\"\nbase_branch = \"main\"\n\n[defaults]\n{}\n\
          [[tasks]]\nid = \"ask\"\ncommand = [\"{}\"]\nfiles = [\"answer.txt\"]\nretries = 0\n\n\
          [[tasks]]\nid = \"hang\"\ndeps = [\"ask\"]\ncommand = [\"{}\"]\nfiles = [\"x\"]\nretries = 0\n",
+        sandbox(repo.path(), marks.path()),
         ask.display(),
         hang.display()
     );

@@ -12,6 +12,7 @@ fn sh(cmd: &str) -> SpawnSpec {
         argv: vec!["sh".into(), "-c".into(), cmd.into()],
         cwd: std::env::temp_dir(),
         env: vec![("GREETING".into(), "hi".into())],
+        confinement: None,
     }
 }
 
@@ -85,6 +86,11 @@ async fn stop_kills_a_worker_that_ignores_int_and_term() {
 
 #[tokio::test]
 async fn missing_program_is_a_spawn_error() {
-    let spec = SpawnSpec { argv: vec!["/nonexistent/worker".into()], cwd: std::env::temp_dir(), env: vec![] };
+    let spec = SpawnSpec {
+        argv: vec!["/nonexistent/worker".into()],
+        cwd: std::env::temp_dir(),
+        env: vec![],
+        confinement: None,
+    };
     assert!(Worker::spawn(&spec).is_err());
 }

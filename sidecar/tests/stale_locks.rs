@@ -24,6 +24,12 @@ fn assign(base: &str, worker: &Path, task: &str, number: u32) -> v1::Assign {
         title: format!("Do {task}"),
         task_text: "# Task\n".into(),
         command: vec![worker.to_string_lossy().into_owned()],
+        // The test's scripts sit beside the repository, as a plan's tools
+        // outside the worktree would: named for the sandbox to read.
+        sandbox: Some(v1::SandboxSpec {
+            read: vec![worker.parent().expect("script dir").to_string_lossy().into_owned()],
+            ..Default::default()
+        }),
         ..Default::default()
     }
 }
@@ -38,6 +44,7 @@ fn ctx(repo: &Path, worker_id: &str) -> Context {
         supervisor: PathBuf::from(env!("CARGO_BIN_EXE_swarm-sidecar")),
         tracker: Default::default(),
         standby: Default::default(),
+        sandbox: swarm_sidecar::sandbox::probe(),
     }
 }
 

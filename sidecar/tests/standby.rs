@@ -18,6 +18,7 @@ fn sh(cwd: &Path, cmd: &str) -> SpawnSpec {
         argv: vec!["sh".into(), "-c".into(), cmd.into()],
         cwd: cwd.to_path_buf(),
         env: vec![("GREETING".into(), "hi there".into()), ("EMPTY".into(), String::new())],
+        confinement: None,
     }
 }
 
@@ -80,6 +81,7 @@ async fn a_standby_that_cannot_start_its_worker_records_why() {
         argv: vec!["/nonexistent/worker".into()],
         cwd: dir.path().to_path_buf(),
         env: Vec::new(),
+        confinement: None,
     };
     let mut w = slot.start(&exe(), &spec, &exit_file, &log).await.expect("handed");
     w.wait().await;

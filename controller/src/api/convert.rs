@@ -15,7 +15,7 @@ use swarm_proto::v1;
 use crate::scheduler::views::{SwarmView, TaskDetailView, TaskView, WorkerView};
 use crate::scheduler::{
     AssignSpec, AttemptHandle, CloseCode, HelloInfo, Outbound, Report, ReportedAttempt, ResultReport,
-    TierOutcome, VerifiedReport,
+    SandboxReported, TierOutcome, VerifiedReport,
 };
 use crate::store::EventRow;
 
@@ -52,6 +52,21 @@ fn paths(field: &str, v: &[String]) -> Result<Vec<String>, FieldError> {
         swarm_core::names::check_path(p).map_err(|rule| FieldError::new(format!("{field}[{i}]"), rule))?;
     }
     Ok(v.to_vec())
+}
+
+fn sandbox_report(s: &v1::SandboxReport) -> Result<SandboxReported, FieldError> {
+    const MAX_ITEMS: usize = 16;
+    let list = |field: &str, v: &[String]| {
+        if v.len() > MAX_ITEMS {
+            return Err(FieldError::new(field, format!("at most {MAX_ITEMS} entries")));
+        }
+        lines(field, v)
+    };
+    Ok(SandboxReported {
+        mode: text("started.sandbox.mode", &s.mode, 16)?,
+        enforced: list("started.sandbox.enforced", &s.enforced)?,
+        missing: list("started.sandbox.missing", &s.missing)?,
+    })
 }
 
 pub fn hello(h: &v1::Hello) -> Result<HelloInfo, FieldError> {
@@ -107,6 +122,7 @@ pub fn report(seq: u64, body: &v1::sidecar_message::Body) -> Result<Option<Repor
                 attempt: reported(required_attempt("started.attempt", s.attempt.as_ref())?),
                 pid: s.pid,
                 restarts: s.restarts,
+                sandbox: s.sandbox.as_ref().map(sandbox_report).transpose()?,
             }
         }
         Body::Progress(p) => {
@@ -292,6 +308,21 @@ fn assign(a: &AssignSpec) -> v1::Assign {
         setup_every_attempt: a.setup_every_attempt,
         agent: a.agent.as_ref().map(agent_spec),
         review: a.review_diff_base.as_ref().map(|base| v1::ReviewAssign { diff_base: base.clone() }),
+        sandbox: Some(sandbox_spec(&a.sandbox)),
+    }
+}
+
+fn sandbox_spec(s: &swarm_core::plan::SandboxSpec) -> v1::SandboxSpec {
+    use swarm_core::plan::SandboxMode;
+    v1::SandboxSpec {
+        mode: match s.mode {
+            SandboxMode::On => v1::SandboxMode::On,
+            SandboxMode::Off => v1::SandboxMode::Off,
+            SandboxMode::Required => v1::SandboxMode::Required,
+        } as i32,
+        read: s.read.clone(),
+        write: s.write.clone(),
+        connect: s.connect.iter().map(|&p| u32::from(p)).collect(),
     }
 }
 

@@ -300,6 +300,7 @@ impl Scheduler {
                     .unwrap_or_default(),
             }),
             review_diff_base: None,
+            sandbox: task.spec.sandbox.clone(),
         })
     }
 

@@ -25,6 +25,14 @@ pub struct ReportedAttempt {
     pub token: u64,
 }
 
+/// How a sidecar says it confined an attempt's worker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxReported {
+    pub mode: String,
+    pub enforced: Vec<String>,
+    pub missing: Vec<String>,
+}
+
 #[derive(Debug, Clone)]
 pub struct HelloInfo {
     pub worker_id: String,
@@ -77,6 +85,7 @@ pub enum Report {
         attempt: ReportedAttempt,
         pid: u32,
         restarts: u32,
+        sandbox: Option<SandboxReported>,
     },
     Progress {
         attempt: ReportedAttempt,

@@ -22,6 +22,7 @@ mod recover;
 mod refs;
 mod reports;
 mod review;
+mod sandbox;
 mod sessions;
 pub mod stall;
 pub mod subswarm;
@@ -41,7 +42,8 @@ use tokio::sync::broadcast;
 
 pub use command::ReviewVerdict;
 pub use command::{
-    Command, HelloInfo, OperatorOp, PackClaim, Report, ReportedAttempt, ResultReport, integrator_sink,
+    Command, HelloInfo, OperatorOp, PackClaim, Report, ReportedAttempt, ResultReport, SandboxReported,
+    integrator_sink,
 };
 pub use merge_queue::VerifiedReport;
 pub use model::{AgentRecord, Attempt, Session, SwarmState, TierOutcome};

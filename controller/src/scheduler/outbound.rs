@@ -37,6 +37,8 @@ pub struct AssignSpec {
     /// Set: a reviewer attempt, with the reviewed task's own base (for the
     /// diff the sidecar adds to its task text).
     pub review_diff_base: Option<String>,
+    /// How the sidecar confines the worker.
+    pub sandbox: std::sync::Arc<swarm_core::plan::SandboxSpec>,
 }
 
 /// The agent an attempt runs, and the session it may continue.

@@ -89,7 +89,7 @@ impl Scheduler {
     fn apply(&mut self, worker_id: &str, report: Report, fx: &mut Effects) {
         match report {
             Report::MergeVerified(r) => self.on_merge_verified(worker_id, *r, fx),
-            Report::Started { attempt, pid, restarts } => {
+            Report::Started { attempt, pid, restarts, sandbox } => {
                 if self.attempts.get(&(attempt.task.clone(), attempt.number)).map(|a| a.state)
                     == Some(AttemptState::Assigned)
                 {
@@ -104,6 +104,9 @@ impl Scheduler {
                     format!("worker process {pid} started (restarts: {restarts})"),
                     serde_json::json!({ "pid": pid, "restarts": restarts }),
                 );
+                if let Some(s) = sandbox.filter(|_| restarts == 0) {
+                    self.sandbox_event(fx, &attempt, worker_id, s);
+                }
             }
             Report::Progress { attempt, percent, step, usage, session_id } => {
                 // Progress stays in memory: it is reported again and again.

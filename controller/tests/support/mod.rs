@@ -323,6 +323,7 @@ impl Sim {
                 attempt: Some(attempt_ref(a)),
                 pid: 1,
                 restarts: 0,
+                sandbox: None,
             }))
             .await;
         self.acked(seq).await;

@@ -12,7 +12,7 @@
 use std::process::Stdio;
 
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{ChildStdin, Command};
+use tokio::process::ChildStdin;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -38,11 +38,11 @@ pub struct AgentProcess {
 impl AgentProcess {
     pub fn spawn(spec: &SpawnSpec) -> Result<AgentProcess, AgentError> {
         let program = spec.argv.first().cloned().unwrap_or_default();
-        let mut cmd = Command::new(&program);
-        cmd.args(spec.argv.iter().skip(1))
-            .current_dir(&spec.cwd)
-            .envs(spec.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::piped())
+        let mut cmd = spec.command().map_err(|e| AgentError::Spawn {
+            program: program.clone(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()),
+        })?;
+        cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0)

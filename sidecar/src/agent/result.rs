@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 
 use super::driver::{self, Channels, End, Ran, Setup};
 use super::session;
-use crate::attempt::{self, AgentRun, Answers, Assignment, Context, Failure, Report, Sink, Stop};
+use crate::attempt::{self, AgentRun, Answers, Assignment, Context, Failure, Launch, Report, Sink, Stop};
 use crate::status::WorkerStatus;
 use crate::verify;
 
@@ -30,12 +30,12 @@ pub(crate) async fn drive(
     sink: &Sink,
     result: &mut v1::AttemptResult,
 ) -> Result<Option<()>, Failure> {
-    let AgentRun { ctx, a, cfg, wt, files, env, idle } = run;
+    let AgentRun { ctx, a, cfg, wt, files, launch, idle } = run;
     let setup = Setup {
         cfg,
         owned_globs: &a.owned_globs,
         worktree: wt,
-        env: env.to_vec(),
+        launch: launch.clone(),
         base_commit: &a.base_commit,
         task_text: &a.task_text,
         attempt: a.wire_ref(),
@@ -57,7 +57,7 @@ pub(crate) async fn drive(
         .and_then(|b| crate::status::parse(&b).ok())
         .filter(|s| s.status == WorkerStatus::Blocked)
         .map(|s| s.message);
-    map_end(ctx, a, wt, env, ran.end, blocked, result).await
+    map_end(ctx, a, wt, launch, ran.end, blocked, result).await
 }
 
 /// The result for how the run ended; `blocked` is the status file's
@@ -66,7 +66,7 @@ async fn map_end(
     ctx: &Context,
     a: &Assignment,
     wt: &Path,
-    env: &[(String, String)],
+    launch: &Launch,
     end: End,
     blocked: Option<String>,
     result: &mut v1::AttemptResult,
@@ -78,7 +78,7 @@ async fn map_end(
                 result.error = if message.is_empty() { "agent is blocked".into() } else { message };
                 return Ok(Some(()));
             }
-            succeed(ctx, a, wt, env, result, &t.text).await?;
+            succeed(ctx, a, wt, launch, result, &t.text).await?;
         }
         End::Finished(t) => {
             result.outcome = outcome(Outcome::Error);
@@ -148,7 +148,7 @@ async fn succeed(
     ctx: &Context,
     a: &Assignment,
     wt: &Path,
-    env: &[(String, String)],
+    launch: &Launch,
     result: &mut v1::AttemptResult,
     text: &str,
 ) -> Result<(), Failure> {
@@ -157,7 +157,7 @@ async fn succeed(
         // A reviewer's verdict is about the commit it was shown: no commit.
         return crate::review::conclude(wt, text, result).map_err(Failure::Infra);
     }
-    let (tiers, ok) = verify::run_tiers(&a.verify, wt, env).await;
+    let (tiers, ok) = verify::run_tiers(&a.verify, wt, &launch.env, launch.confinement.as_ref()).await;
     result.tiers = tiers;
     if !ok {
         result.outcome = outcome(Outcome::VerifyFailed);

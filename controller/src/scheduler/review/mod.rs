@@ -285,6 +285,7 @@ impl Scheduler {
             traceparent: String::new(),
             agent,
             review_diff_base: Some(diff_base.unwrap_or_default()),
+            sandbox: task.spec.sandbox.clone(),
         })
     }
 

@@ -24,7 +24,7 @@ use super::policy::Policy;
 use super::process::{AgentProcess, Output};
 use super::session::{self, SessionRecord};
 use super::{Agent, AgentConfig, AgentEvent, FollowUp, RateLimit, TurnEnd, clip};
-use crate::attempt::{Report, Stop};
+use crate::attempt::{Launch, Report, Stop};
 use crate::runner::{ExitInfo, SpawnSpec};
 use crate::status::{StatusWatcher, WorkerStatus};
 
@@ -50,7 +50,7 @@ pub struct Setup<'a> {
     pub cfg: &'a AgentConfig,
     pub owned_globs: &'a [String],
     pub worktree: &'a Path,
-    pub env: Vec<(String, String)>,
+    pub launch: Launch,
     pub base_commit: &'a str,
     pub task_text: &'a str,
     pub attempt: v1::AttemptRef,
@@ -312,8 +312,12 @@ impl Driver<'_, '_> {
 
     async fn start(&mut self, resume: Option<String>, prompt: String) -> Result<(), String> {
         let argv = self.agent.argv(self.s.cfg, resume.as_deref());
-        let spec =
-            SpawnSpec { argv: argv.clone(), cwd: self.s.worktree.to_path_buf(), env: self.s.env.clone() };
+        let spec = SpawnSpec {
+            argv: argv.clone(),
+            cwd: self.s.worktree.to_path_buf(),
+            env: self.s.launch.env.clone(),
+            confinement: self.s.launch.confinement.clone(),
+        };
         let mut p = AgentProcess::spawn(&spec).map_err(|e| e.to_string())?;
         let restarts = self.processes;
         self.processes += 1;
@@ -324,6 +328,7 @@ impl Driver<'_, '_> {
             attempt: Some(self.s.attempt.clone()),
             pid: p.pid(),
             restarts,
+            sandbox: Some(self.s.launch.report.clone()),
         }));
         let opening = self.agent.opening(&prompt);
         if let Err(e) = p.write(&opening.input).await {

@@ -1,0 +1,128 @@
+//! How an attempt's processes start: the directories private to the
+//! attempt, the worker's whole environment, and its confinement. Setup
+//! commands, the worker (or agent) and the verify tiers all start from the
+//! same [`Launch`], since all of them run code the worker could change.
+
+use std::path::{Path, PathBuf};
+
+use swarm_core::plan::SandboxMode;
+use swarm_proto::v1;
+
+use crate::attempt::{Assignment, Context, Failure, SwarmFiles};
+use crate::sandbox::{Confinement, Place, Policy};
+
+/// How the attempt's processes are started.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    /// Their whole environment: nothing else of the sidecar's is inherited.
+    pub env: Vec<(String, String)>,
+    /// None: not confined (the plan opted out, or the kernel has no Landlock).
+    pub confinement: Option<Confinement>,
+    /// What the `attempt.sandbox` event says.
+    pub report: v1::SandboxReport,
+}
+
+/// The attempt's private directories beside its worktree, in
+/// `.git/workspaces/` where no other worker's rules reach: `<id>.tmp` (its
+/// `TMPDIR`) and `<id>.gitdir` (its git metadata, see
+/// [`crate::worker_git`]). Made afresh for a new attempt, kept for a
+/// re-adopted worker, removed when the attempt is over.
+pub struct Scratch {
+    pub worktree: PathBuf,
+    pub tmp: PathBuf,
+    pub git_dir: PathBuf,
+}
+
+impl Scratch {
+    pub fn new(wt: &Path, fresh: bool) -> Result<Scratch, Failure> {
+        let name = wt.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let tmp = wt.with_file_name(format!("{name}.tmp"));
+        let infra = |what: &str, e: &dyn std::fmt::Display| Failure::Infra(format!("{what}: {e}"));
+        let git_dir = if fresh {
+            if std::fs::symlink_metadata(&tmp).is_ok() {
+                std::fs::remove_dir_all(&tmp).map_err(|e| infra("clearing the attempt's TMPDIR", &e))?;
+            }
+            crate::worker_git::prepare(wt).map_err(|e| infra("making the worker's git directory", &e))?
+        } else {
+            crate::worker_git::dir_of(wt)
+        };
+        std::fs::create_dir_all(&tmp).map_err(|e| infra("making the attempt's TMPDIR", &e))?;
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            let private = std::fs::Permissions::from_mode(0o700);
+            std::fs::set_permissions(&tmp, private).map_err(|e| infra("making the attempt's TMPDIR", &e))?;
+        }
+        Ok(Scratch { worktree: wt.to_path_buf(), tmp, git_dir })
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_dir_all(&self.tmp)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(dir = %self.tmp.display(), error = %e, "could not remove the attempt's TMPDIR");
+        }
+        crate::worker_git::discard(&self.worktree);
+    }
+}
+
+/// The attempt's [`Launch`]. A `required` sandbox on a kernel that cannot
+/// enforce it fails the attempt: such a task only goes to sidecars that
+/// label themselves as enforcing it, so this is a misconfiguration.
+pub fn launch(
+    ctx: &Context,
+    a: &Assignment,
+    files: &SwarmFiles,
+    scratch: &Scratch,
+) -> Result<Launch, Failure> {
+    let env = worker_env(ctx, a, files, scratch);
+    let report = a.sandbox.report(ctx.sandbox);
+    if a.sandbox.0.mode == SandboxMode::Required && !ctx.sandbox.is_full() {
+        return Err(Failure::Task(format!(
+            "the task requires a sandbox this sidecar's kernel cannot enforce: {}",
+            report.missing.join("; ")
+        )));
+    }
+    if a.sandbox.is_off() || ctx.sandbox.abi == 0 {
+        return Ok(Launch { env, confinement: None, report });
+    }
+    let common = scratch.worktree.parent().and_then(Path::parent).unwrap_or(Path::new("/nonexistent"));
+    let place = Place {
+        worktree: &scratch.worktree,
+        common_dir: common,
+        private: &[&scratch.tmp, &scratch.git_dir],
+        agent: a.agent.as_ref().map(|c| (c.kind, c.program.as_str())),
+        review: a.review.is_some(),
+    };
+    let policy = Policy::for_attempt(&a.sandbox, &place, &env);
+    let confinement = Confinement { exe: ctx.supervisor.clone(), policy: std::sync::Arc::new(policy) };
+    Ok(Launch { env, confinement: Some(confinement), report })
+}
+
+/// The worker's whole environment: the allowlisted part of the sidecar's
+/// own, the plan's `env`, then what the sidecar sets (which wins).
+fn worker_env(ctx: &Context, a: &Assignment, files: &SwarmFiles, scratch: &Scratch) -> Vec<(String, String)> {
+    let mut env = crate::sandbox::inherited_env();
+    env.extend(a.env.iter().cloned());
+    let path = |p: &Path| p.to_string_lossy().into_owned();
+    env.extend([
+        ("TMPDIR".to_string(), path(&scratch.tmp)),
+        ("GIT_DIR".to_string(), path(&scratch.git_dir)),
+        ("GIT_WORK_TREE".to_string(), path(&scratch.worktree)),
+        ("SWARM_SWARM_ID".to_string(), a.attempt.task.swarm.to_string()),
+        ("SWARM_TASK_ID".to_string(), a.attempt.task.task.to_string()),
+        ("SWARM_ATTEMPT".to_string(), a.attempt.number.to_string()),
+        ("SWARM_WORKER_ID".to_string(), ctx.worker_id.clone()),
+        ("SWARM_BRANCH".to_string(), a.branch.clone()),
+        ("SWARM_BASE_COMMIT".to_string(), a.base_commit.clone()),
+        ("SWARM_TASK_FILE".to_string(), path(&files.task)),
+        ("SWARM_STATUS_FILE".to_string(), path(&files.status)),
+        ("TRACEPARENT".to_string(), a.traceparent.clone()),
+    ]);
+    // Later entries win, as they would in the process's environment.
+    let mut seen = std::collections::HashSet::new();
+    let mut env: Vec<_> = env.into_iter().rev().filter(|(k, _)| seen.insert(k.clone())).collect();
+    env.reverse();
+    env
+}

@@ -1,0 +1,276 @@
+//! The worker sandbox: the one place its rules are built and applied.
+//!
+//! The agent in a worktree reads untrusted text all day, so it is the
+//! least-trusted party in the system. Every process the sidecar starts on a
+//! task's behalf (setup, the worker or agent, verify tiers) runs through
+//! [`Confinement::argv`]: the sidecar's own binary re-executed as
+//! `<exe> __sandbox <policy> -- <command...>`, which confines itself with
+//! Landlock and then execs the command, so the command and all its children
+//! inherit the domain while the sidecar (and the worker's supervisor) stay
+//! free. A fresh single-threaded process is the safe place for it: a
+//! Landlock domain binds only the thread that enters it.
+//!
+//! The policy (see [`Policy::for_attempt`]): writes only to the worktree, a
+//! private temporary directory, the agent's own state and the plan's
+//! `sandbox.write`; reads of the system's directories, the programs on
+//! `PATH`, the repository's objects and the plan's `sandbox.read`; TCP
+//! connect only to the plan's ports (443 by default); no bind; signals and
+//! abstract Unix sockets scoped to the worker's own processes. Never the
+//! controller's state directory, another worktree, the user's checkout or
+//! the sidecar's journal and credentials.
+//!
+//! The worker's environment is built from an allowlist ([`inherited_env`]),
+//! so nothing of the sidecar's own (its token, certificate paths) reaches
+//! it, sandboxed or not.
+
+mod landlock;
+mod trampoline;
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use swarm_core::plan::sandbox::{DEFAULT_CONNECT, check_sandbox_path};
+use swarm_core::plan::{AgentKind, SandboxMode, SandboxSpec};
+use swarm_proto::FieldError;
+use swarm_proto::v1;
+
+pub use self::landlock::{Capability, probe};
+pub use trampoline::{ARG, main_if_requested};
+
+/// What the trampoline applies: concrete, absolute paths and ports.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Policy {
+    /// Read and execute.
+    pub read: Vec<PathBuf>,
+    /// Every file-system right.
+    pub write: Vec<PathBuf>,
+    /// Device files opened for reading and writing (`/dev/null`, ttys).
+    pub devices: Vec<PathBuf>,
+    /// TCP ports that may be connected to, on any host.
+    pub connect: Vec<u16>,
+}
+
+/// The system's directories every worker may read: programs, libraries,
+/// configuration, and the kernel's views (whose per-process files Landlock
+/// itself guards: another domain's `/proc/<pid>/environ`, `mem` or `root`
+/// cannot be opened).
+const SYSTEM_READ: &[&str] = &[
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc",
+    "/opt",
+    "/proc",
+    "/sys",
+    "/nix/store",
+];
+const DEVICES: &[&str] =
+    &["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/ptmx"];
+/// Shared with every process of the machine, but holding nothing of swarm's.
+const SYSTEM_WRITE: &[&str] = &["/dev/pts", "/dev/shm"];
+
+/// A task's sandbox settings as the sidecar received them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings(pub SandboxSpec);
+
+impl Settings {
+    /// The Assign's `sandbox`, checked as the plan parser checks it; an
+    /// Assign without one confines its worker with the defaults.
+    pub fn from_wire(s: Option<&v1::SandboxSpec>) -> Result<Settings, FieldError> {
+        let Some(s) = s else { return Ok(Settings(SandboxSpec::default())) };
+        let mode = match v1::SandboxMode::try_from(s.mode) {
+            Ok(v1::SandboxMode::On) => SandboxMode::On,
+            Ok(v1::SandboxMode::Off) => SandboxMode::Off,
+            Ok(v1::SandboxMode::Required) => SandboxMode::Required,
+            Err(_) => return Err(FieldError::new("sandbox.mode", format!("unknown mode {}", s.mode))),
+        };
+        let paths = |field: &str, v: &[String]| -> Result<Vec<String>, FieldError> {
+            if v.len() > 64 {
+                return Err(FieldError::new(field, "at most 64 paths"));
+            }
+            for (i, p) in v.iter().enumerate() {
+                check_sandbox_path(p).map_err(|rule| FieldError::new(format!("{field}[{i}]"), rule))?;
+            }
+            Ok(v.to_vec())
+        };
+        let connect = if s.connect.is_empty() {
+            DEFAULT_CONNECT.to_vec()
+        } else {
+            s.connect
+                .iter()
+                .enumerate()
+                .map(|(i, &p)| match u16::try_from(p) {
+                    Ok(port) if port > 0 && i < 64 => Ok(port),
+                    _ => Err(FieldError::new(
+                        format!("sandbox.connect[{i}]"),
+                        "at most 64 ports, each between 1 and 65535",
+                    )),
+                })
+                .collect::<Result<_, _>>()?
+        };
+        Ok(Settings(SandboxSpec {
+            mode,
+            read: paths("sandbox.read", &s.read)?,
+            write: paths("sandbox.write", &s.write)?,
+            connect,
+        }))
+    }
+
+    pub fn is_off(&self) -> bool {
+        self.0.mode == SandboxMode::Off
+    }
+
+    /// What the attempt's `attempt.sandbox` event says: the mode, and what
+    /// this sidecar's kernel enforces of it.
+    pub fn report(&self, kernel: Capability) -> v1::SandboxReport {
+        let mode = self.0.mode.as_str().to_string();
+        if self.is_off() {
+            let missing = vec!["everything: the plan opted out (sandbox = \"off\")".to_string()];
+            return v1::SandboxReport { mode, enforced: Vec::new(), missing };
+        }
+        let (enforced, missing) = kernel.split();
+        v1::SandboxReport { mode, enforced, missing }
+    }
+}
+
+/// Where an attempt's worker lives, for [`Policy::for_attempt`].
+pub struct Place<'a> {
+    pub worktree: &'a Path,
+    /// The repository's common git directory: only its objects are read.
+    pub common_dir: &'a Path,
+    /// Private to the attempt: `TMPDIR`, and the worker's git metadata.
+    pub private: &'a [&'a Path],
+    pub agent: Option<(AgentKind, &'a str)>,
+    /// Read-only, nothing written: a reviewer may write only `.swarm/`.
+    pub review: bool,
+}
+
+impl Policy {
+    /// The rules for one attempt's processes.
+    pub fn for_attempt(settings: &Settings, place: &Place<'_>, env: &[(String, String)]) -> Policy {
+        let home = env.iter().find(|(k, _)| k == "HOME").map(|(_, v)| PathBuf::from(v));
+        let expand = |p: &str| -> Option<PathBuf> {
+            match p.strip_prefix("~/") {
+                Some(rest) => home.as_ref().map(|h| h.join(rest)),
+                None => Some(PathBuf::from(p)),
+            }
+        };
+        let mut policy = Policy {
+            read: SYSTEM_READ.iter().map(PathBuf::from).collect(),
+            write: SYSTEM_WRITE.iter().map(PathBuf::from).collect(),
+            devices: DEVICES.iter().map(PathBuf::from).collect(),
+            connect: settings.0.connect.clone(),
+        };
+        policy.read.extend(path_dirs(env, home.as_deref()));
+        policy.read.push(place.common_dir.join("objects"));
+        policy.read.extend(settings.0.read.iter().filter_map(|p| expand(p)));
+        if let Some(resolv) = resolv_conf_target() {
+            policy.read.push(resolv);
+        }
+        if place.review {
+            policy.read.push(place.worktree.to_path_buf());
+            policy.write.push(place.worktree.join(crate::worktree::SWARM_DIR));
+        } else {
+            policy.write.push(place.worktree.to_path_buf());
+        }
+        policy.write.extend(place.private.iter().map(|p| p.to_path_buf()));
+        policy.write.extend(settings.0.write.iter().filter_map(|p| expand(p)));
+        if let Some((kind, program)) = place.agent {
+            policy.read.extend(install_dir(program, env));
+            let state: &[&str] = match kind {
+                AgentKind::Claude => &[".claude", ".claude.json", ".config/claude"],
+                AgentKind::Codex => &[".codex"],
+            };
+            policy.write.extend(state.iter().filter_map(|s| home.as_ref().map(|h| h.join(s))));
+        }
+        if let Some(port) = otlp_port(env) {
+            policy.connect.push(port);
+        }
+        policy.connect.sort_unstable();
+        policy.connect.dedup();
+        policy
+    }
+}
+
+/// The directories on the worker's `PATH`: what a plan's commands expect
+/// to run. Relative entries and the home directory itself are left out.
+fn path_dirs(env: &[(String, String)], home: Option<&Path>) -> Vec<PathBuf> {
+    let Some((_, path)) = env.iter().find(|(k, _)| k == "PATH") else { return Vec::new() };
+    std::env::split_paths(path)
+        .filter(|p| p.is_absolute() && p != Path::new("/") && Some(p.as_path()) != home)
+        .collect()
+}
+
+/// The directory an agent's executable is installed in (its real path,
+/// through any symlinks), so its own files load.
+fn install_dir(program: &str, env: &[(String, String)]) -> Option<PathBuf> {
+    let found = if program.contains('/') {
+        PathBuf::from(program)
+    } else {
+        let (_, path) = env.iter().find(|(k, _)| k == "PATH")?;
+        std::env::split_paths(path).map(|d| d.join(program)).find(|p| p.is_file())?
+    };
+    let real = found.canonicalize().ok()?;
+    real.parent().map(Path::to_path_buf)
+}
+
+/// `/etc/resolv.conf` is often a link into `/run`, which is otherwise not
+/// readable (it holds per-user runtime directories).
+fn resolv_conf_target() -> Option<PathBuf> {
+    let real = Path::new("/etc/resolv.conf").canonicalize().ok()?;
+    (!real.starts_with("/etc")).then_some(real)
+}
+
+/// The OTLP collector's port: an agent's spans go where the sidecar's do.
+fn otlp_port(env: &[(String, String)]) -> Option<u16> {
+    let (_, url) = env.iter().find(|(k, _)| k == "OTEL_EXPORTER_OTLP_ENDPOINT")?;
+    let authority = url.split("://").nth(1)?.split('/').next()?;
+    authority.rsplit_once(':')?.1.parse().ok()
+}
+
+/// The variables a worker gets from the sidecar's own environment; every
+/// other variable it sees is set for it (task variables, the plan's `env`).
+pub fn inherited_env() -> Vec<(String, String)> {
+    std::env::vars()
+        .filter(|(k, _)| {
+            matches!(k.as_str(), "PATH" | "HOME" | "LANG" | "TERM" | "TZ")
+                || k.starts_with("LC_")
+                || k.starts_with("OTEL_EXPORTER_OTLP_")
+        })
+        .collect()
+}
+
+/// How a process is confined: the trampoline binary and the policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Confinement {
+    /// The sidecar's own binary (it dispatches [`ARG`] first thing).
+    pub exe: PathBuf,
+    pub policy: Arc<Policy>,
+}
+
+impl Confinement {
+    /// The argv that runs `argv` confined.
+    pub fn argv(&self, argv: &[String]) -> Vec<OsString> {
+        let policy = serde_json::to_string(&*self.policy).unwrap_or_default();
+        let mut out = vec![self.exe.clone().into_os_string(), ARG.into(), policy.into(), "--".into()];
+        out.extend(argv.iter().map(OsString::from));
+        out
+    }
+}
+
+/// The argv to spawn for `argv`, confined or not.
+pub fn command_line(confinement: Option<&Confinement>, argv: &[String]) -> Vec<OsString> {
+    match confinement {
+        Some(c) => c.argv(argv),
+        None => argv.iter().map(OsString::from).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

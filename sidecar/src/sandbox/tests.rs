@@ -1,0 +1,111 @@
+use std::path::{Path, PathBuf};
+
+use swarm_core::plan::{AgentKind, SandboxMode, SandboxSpec};
+use swarm_proto::v1;
+
+use super::*;
+
+fn env(home: &str) -> Vec<(String, String)> {
+    vec![
+        ("HOME".into(), home.into()),
+        ("PATH".into(), format!("/usr/bin:/bin:{home}/.cargo/bin:{home}:relative")),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT".into(), "http://127.0.0.1:4317".into()),
+    ]
+}
+
+fn place<'a>(wt: &'a Path, common: &'a Path, private: &'a [&'a Path]) -> Place<'a> {
+    Place { worktree: wt, common_dir: common, private, agent: None, review: false }
+}
+
+#[test]
+fn a_worker_writes_its_worktree_and_private_dirs_and_reads_only_the_shared_objects() {
+    let (wt, common, tmp) =
+        (Path::new("/r/.git/workspaces/w1"), Path::new("/r/.git"), Path::new("/r/.git/workspaces/w1.tmp"));
+    let settings =
+        Settings(SandboxSpec { write: vec!["~/.cargo/registry".into()], ..SandboxSpec::default() });
+    let p = Policy::for_attempt(&settings, &place(wt, common, &[tmp]), &env("/home/u"));
+    assert!(p.write.contains(&wt.to_path_buf()));
+    assert!(p.write.contains(&tmp.to_path_buf()));
+    assert!(p.write.contains(&PathBuf::from("/home/u/.cargo/registry")), "~ expands: {:?}", p.write);
+    assert!(p.read.contains(&PathBuf::from("/r/.git/objects")));
+    assert!(p.read.contains(&PathBuf::from("/home/u/.cargo/bin")), "PATH entries are readable");
+    for (what, forbidden) in [("the repository", "/r"), ("its git dir", "/r/.git"), ("home", "/home/u")] {
+        let p_forbidden = PathBuf::from(forbidden);
+        assert!(
+            !p.read.contains(&p_forbidden) && !p.write.contains(&p_forbidden),
+            "{what} must not be opened wholesale: {p:?}"
+        );
+    }
+    assert!(!p.read.iter().any(|r| r.is_relative()), "relative PATH entries are dropped: {:?}", p.read);
+    assert_eq!(p.connect, vec![443, 4317], "the plan's ports and the OTLP collector's");
+}
+
+#[test]
+fn a_reviewer_writes_only_its_swarm_dir_and_an_agent_its_own_state() {
+    let (wt, common) = (Path::new("/r/.git/workspaces/w1"), Path::new("/r/.git"));
+    let mut review = place(wt, common, &[]);
+    review.review = true;
+    review.agent = Some((AgentKind::Claude, "/usr/bin/claude-not-installed"));
+    let p = Policy::for_attempt(&Settings(SandboxSpec::default()), &review, &env("/home/u"));
+    assert!(!p.write.contains(&wt.to_path_buf()));
+    assert!(p.read.contains(&wt.to_path_buf()));
+    assert!(p.write.contains(&wt.join(".swarm")));
+    assert!(p.write.contains(&PathBuf::from("/home/u/.claude")));
+    assert!(p.write.contains(&PathBuf::from("/home/u/.claude.json")));
+    assert!(!p.write.iter().any(|w| w.ends_with(".codex")));
+}
+
+#[test]
+fn settings_from_the_wire_are_checked_like_the_plan() {
+    let ok = Settings::from_wire(None).expect("defaults");
+    assert_eq!(ok.0, SandboxSpec::default());
+    let off = v1::SandboxSpec { mode: v1::SandboxMode::Off as i32, ..Default::default() };
+    assert!(Settings::from_wire(Some(&off)).expect("off").is_off());
+    let bad_path = v1::SandboxSpec { write: vec!["../x".into()], ..Default::default() };
+    let e = Settings::from_wire(Some(&bad_path)).expect_err("refused");
+    assert_eq!(e.field, "sandbox.write[0]");
+    let bad_port = v1::SandboxSpec { connect: vec![443, 70_000], ..Default::default() };
+    let e = Settings::from_wire(Some(&bad_port)).expect_err("refused");
+    assert_eq!(e.field, "sandbox.connect[1]");
+    let bad_mode = v1::SandboxSpec { mode: 9, ..Default::default() };
+    assert_eq!(Settings::from_wire(Some(&bad_mode)).expect_err("refused").field, "sandbox.mode");
+}
+
+#[test]
+fn the_report_names_what_the_kernel_lacks_and_an_opt_out() {
+    let on = Settings(SandboxSpec::default());
+    let r = on.report(Capability { abi: 4 });
+    assert_eq!(r.mode, "on");
+    assert!(r.enforced.contains(&"network".to_string()), "{r:?}");
+    assert!(r.missing.iter().any(|m| m.starts_with("signals") && m.contains("ABI 6")), "{r:?}");
+    assert!(Capability { abi: 6 }.is_full() && !Capability { abi: 5 }.is_full());
+    let r = on.report(Capability::NONE);
+    assert!(r.enforced.is_empty() && r.missing.iter().all(|m| m.contains("no Landlock")), "{r:?}");
+    let off = Settings(SandboxSpec { mode: SandboxMode::Off, ..SandboxSpec::default() });
+    let r = off.report(Capability { abi: 7 });
+    assert!(r.enforced.is_empty() && r.missing[0].contains("opted out"), "{r:?}");
+}
+
+#[test]
+fn only_allowlisted_variables_of_the_sidecar_are_inherited() {
+    // The test process's own environment: whatever it holds, nothing
+    // outside the allowlist may pass.
+    for (k, _) in inherited_env() {
+        let allowed = matches!(k.as_str(), "PATH" | "HOME" | "LANG" | "TERM" | "TZ")
+            || k.starts_with("LC_")
+            || k.starts_with("OTEL_EXPORTER_OTLP_");
+        assert!(allowed, "{k} must not reach a worker");
+    }
+}
+
+#[test]
+fn a_confined_command_line_runs_the_trampoline_first() {
+    let c = Confinement { exe: "/bin/swarm-sidecar".into(), policy: Arc::new(Policy::default()) };
+    let argv = command_line(Some(&c), &["sh".into(), "-c".into(), "true".into()]);
+    assert_eq!(argv[0], "/bin/swarm-sidecar");
+    assert_eq!(argv[1], ARG);
+    assert_eq!(argv[3], "--");
+    assert_eq!(&argv[4..], &["sh", "-c", "true"]);
+    let plain = command_line(None, &["true".into()]);
+    assert_eq!(plain, vec![std::ffi::OsString::from("true")]);
+}

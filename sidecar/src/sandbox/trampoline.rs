@@ -1,0 +1,51 @@
+//! `<exe> __sandbox <policy> -- <command...>`: confine this fresh,
+//! single-threaded process with the policy, then exec the command in place
+//! (same pid, same process group, same environment), so the command and
+//! everything it starts inherit the Landlock domain.
+
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt as _;
+
+use super::Policy;
+
+/// The hidden first argument that selects the trampoline.
+pub const ARG: &str = "__sandbox";
+/// Exit codes as a shell gives them: the command could not be run (or
+/// confined), or was not found.
+const CANNOT_RUN: i32 = 126;
+const NOT_FOUND: i32 = 127;
+
+/// Runs the trampoline when `argv[1]` is [`ARG`]; returns only on failure,
+/// with the exit code. Call first thing in `main`, before any thread starts.
+pub fn main_if_requested() -> Option<i32> {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    if args.get(1).is_none_or(|a| a != ARG) {
+        return None;
+    }
+    let (Some(raw), Some(sep), Some(program)) = (args.get(2), args.get(3), args.get(4)) else {
+        eprintln!("usage: {ARG} <policy-json> -- <command...>");
+        return Some(2);
+    };
+    if sep != "--" {
+        eprintln!("usage: {ARG} <policy-json> -- <command...>");
+        return Some(2);
+    }
+    let policy: Policy = match raw.to_str().map(serde_json::from_str) {
+        Some(Ok(p)) => p,
+        Some(Err(e)) => {
+            eprintln!("swarm sandbox: invalid policy: {e}");
+            return Some(2);
+        }
+        None => {
+            eprintln!("swarm sandbox: invalid policy: not UTF-8");
+            return Some(2);
+        }
+    };
+    if let Err(e) = super::landlock::restrict_self(&policy) {
+        eprintln!("swarm sandbox: cannot confine the worker: {e}");
+        return Some(CANNOT_RUN);
+    }
+    let err = std::process::Command::new(program).args(&args[5..]).exec();
+    eprintln!("swarm sandbox: cannot run {}: {err}", program.to_string_lossy());
+    Some(if err.kind() == std::io::ErrorKind::NotFound { NOT_FOUND } else { CANNOT_RUN })
+}
