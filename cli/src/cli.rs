@@ -36,8 +36,9 @@ pub struct Cli {
     /// Bearer token (role operator or admin).
     #[arg(long, global = true, env = "SWARM_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
-    /// File whose first line is the bearer token (`swarmctl run` writes
-    /// `<repo>/.git/swarm/operator.token` for its embedded controller).
+    /// File whose first line is the bearer token (`swarmctl run` writes one
+    /// for its embedded controller and prints where: a directory only you
+    /// can enter, under `$XDG_RUNTIME_DIR/swarm/` or `/tmp/swarm-<uid>/`).
     #[arg(long, global = true, env = "SWARM_TOKEN_FILE")]
     pub token_file: Option<PathBuf>,
 

@@ -20,10 +20,12 @@ pub mod agent;
 pub mod integration;
 pub mod review;
 pub mod sandbox;
+pub mod secrets;
 pub mod subplan;
 pub use agent::{AgentKind, AgentSpec, Otherwise, PermissionPolicy, PermissionRule};
 pub use review::ReviewSpec;
 pub use sandbox::{SandboxMode, SandboxSpec};
+pub use secrets::SecretSource;
 pub use subplan::{DEFAULT_MAX_DEPTH, MAX_DEPTH_LIMIT, swarm_namespace};
 
 /// Largest plan we accept: bounds memory and work for input from a user or
@@ -190,6 +192,9 @@ pub struct TaskSpec {
     /// How the worker is confined (shared with the defaults unless the
     /// task sets its own).
     pub sandbox: Arc<SandboxSpec>,
+    /// Variables the sidecar reads from its machine for this task's worker
+    /// only: the sources, never the values.
+    pub secrets: BTreeMap<String, SecretSource>,
 }
 
 /// A validated plan.
@@ -286,6 +291,7 @@ struct RawDefaults {
     permissions: Option<agent::RawPermissions>,
     review: Option<review::RawReview>,
     sandbox: Option<sandbox::RawSandbox>,
+    secrets: Option<BTreeMap<String, secrets::RawSecret>>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -338,6 +344,8 @@ struct RawTask {
     review: Option<review::RawReview>,
     /// Overrides the defaults' sandbox, field by field.
     sandbox: Option<sandbox::RawSandbox>,
+    /// Added to the defaults' secrets.
+    secrets: Option<BTreeMap<String, secrets::RawSecret>>,
 }
 
 /// The agent fields of `[defaults]` and `[[tasks]]` (serde cannot flatten
@@ -468,6 +476,7 @@ fn validate_body(frame: subplan::Frame, d: &RawDefaults, raw_tasks: &[RawTask]) 
         return Err(err("defaults.backoff_initial_ms", "must not exceed defaults.backoff_max_ms"));
     }
 
+    let default_secrets = secrets::resolve("defaults.secrets", d.secrets.as_ref(), &BTreeMap::new(), &d.env)?;
     let default_sandbox =
         Arc::new(sandbox::resolve("defaults.sandbox", d.sandbox.as_ref(), &SandboxSpec::default())?);
     let default_review = match &d.review {
@@ -584,6 +593,7 @@ fn validate_body(frame: subplan::Frame, d: &RawDefaults, raw_tasks: &[RawTask]) 
         }
         let mut env = d.env.clone();
         env.extend(task.env.clone());
+        let secrets = secrets::resolve(&at("secrets"), task.secrets.as_ref(), &default_secrets, &env)?;
         let mut retry = default_retry.clone();
         if let Some(r) = task.retries {
             if r > 100 {
@@ -619,6 +629,7 @@ fn validate_body(frame: subplan::Frame, d: &RawDefaults, raw_tasks: &[RawTask]) 
                 None => default_review.clone(),
             },
             sandbox,
+            secrets,
         }));
         if tasks.last().is_some_and(|t| t.idle_timeout_secs == 0) {
             return Err(err(at("idle_timeout_secs"), "must be at least 1"));

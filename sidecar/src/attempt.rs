@@ -61,6 +61,8 @@ pub struct Assignment {
     pub review: Option<String>,
     /// How the worker is confined (see [`crate::sandbox`]).
     pub sandbox: crate::sandbox::Settings,
+    /// Where to read the worker's secrets (see [`crate::secrets`]).
+    pub secrets: Vec<(String, swarm_core::plan::SecretSource)>,
     /// The message as received, kept for the journal and for equality.
     pub wire: v1::Assign,
 }
@@ -91,7 +93,9 @@ impl TryFrom<&v1::Assign> for Assignment {
             check_commit(base).map_err(|r| FieldError::new("review.diff_base", r))?;
         }
         let sandbox = crate::sandbox::Settings::from_wire(a.sandbox.as_ref())?;
+        let secrets = crate::secrets::from_wire(&a.secrets)?;
         Ok(Assignment {
+            secrets,
             sandbox,
             review,
             attempt,
@@ -174,6 +178,9 @@ pub struct Context {
     /// What this sidecar's kernel enforces of the worker sandbox (probed
     /// once at start).
     pub sandbox: crate::sandbox::Capability,
+    /// Set once the attempt's secrets are read: the session redacts their
+    /// values from every report of the attempt.
+    pub redactor: std::sync::Arc<std::sync::OnceLock<crate::secrets::Redactor>>,
 }
 
 /// A worker left running (or finished) by an earlier sidecar process.

@@ -76,7 +76,9 @@ pub fn launch(
     files: &SwarmFiles,
     scratch: &Scratch,
 ) -> Result<Launch, Failure> {
-    let env = worker_env(ctx, a, files, scratch);
+    let (secrets, redactor) = crate::secrets::read_all(&a.secrets).map_err(Failure::Infra)?;
+    let _ = ctx.redactor.set(redactor);
+    let env = worker_env(ctx, a, files, scratch, secrets);
     let report = a.sandbox.report(ctx.sandbox);
     if a.sandbox.0.mode == SandboxMode::Required && !ctx.sandbox.is_full() {
         return Err(Failure::Task(format!(
@@ -101,10 +103,17 @@ pub fn launch(
 }
 
 /// The worker's whole environment: the allowlisted part of the sidecar's
-/// own, the plan's `env`, then what the sidecar sets (which wins).
-fn worker_env(ctx: &Context, a: &Assignment, files: &SwarmFiles, scratch: &Scratch) -> Vec<(String, String)> {
+/// own, the plan's `env` and secrets, then what the sidecar sets (which wins).
+fn worker_env(
+    ctx: &Context,
+    a: &Assignment,
+    files: &SwarmFiles,
+    scratch: &Scratch,
+    secrets: Vec<(String, String)>,
+) -> Vec<(String, String)> {
     let mut env = crate::sandbox::inherited_env();
     env.extend(a.env.iter().cloned());
+    env.extend(secrets);
     let path = |p: &Path| p.to_string_lossy().into_owned();
     env.extend([
         ("TMPDIR".to_string(), path(&scratch.tmp)),

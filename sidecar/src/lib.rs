@@ -88,6 +88,7 @@ pub mod remote;
 pub mod review;
 pub mod runner;
 pub mod sandbox;
+pub mod secrets;
 pub mod session;
 pub mod status;
 pub mod supervisor;

@@ -51,6 +51,8 @@ struct Current {
     task: JoinHandle<()>,
     /// Operator answers for the driver (an agent takes them as messages).
     answers: mpsc::UnboundedSender<(String, String)>,
+    /// The attempt's secrets' values, once read, to redact from its reports.
+    redactor: std::sync::Arc<std::sync::OnceLock<crate::secrets::Redactor>>,
 }
 
 /// What the operator sent for the attempt in hand.
@@ -539,8 +541,16 @@ impl Session {
                 self.journal.set_pid(pid, restarts)?;
                 Ok(None)
             }
-            Report::Progress(p) => Ok(Some(v1::SidecarMessage { seq: 0, body: Some(Body::Progress(p)) })),
+            Report::Progress(mut p) => {
+                if let Some(r) = self.current.as_ref().and_then(|c| c.redactor.get()) {
+                    r.progress(&mut p);
+                }
+                Ok(Some(v1::SidecarMessage { seq: 0, body: Some(Body::Progress(p)) }))
+            }
             Report::Journaled(mut body) => {
+                if let Some(r) = self.current.as_ref().and_then(|c| c.redactor.get()) {
+                    r.report(&mut body);
+                }
                 let current = self.current.as_ref().map(|c| &c.assignment.attempt);
                 if let Some(reported) = attempt_of(&body)
                     && !current.is_some_and(|c| same_attempt(c, Some(reported)))
@@ -622,7 +632,17 @@ impl Session {
             Some(In::Message(m)) => {
                 self.hand_to_attempt(m.attempt.as_ref(), Note::Message, &m.message_id, &m.text).await
             }
-            Some(In::LogRequest(r)) => return Ok(Some(crate::log_serve::answer(&self.worktree, r).await)),
+            Some(In::LogRequest(r)) => {
+                let mut answer = crate::log_serve::answer(&self.worktree, r).await;
+                // Only the attempt in hand's secrets are known here; a
+                // finished attempt's log is served as its worker wrote it.
+                if let (Some(Body::LogChunk(chunk)), Some(redactor)) =
+                    (answer.body.as_mut(), self.current.as_ref().and_then(|c| c.redactor.get()))
+                {
+                    redactor.redact_bytes(&mut chunk.data);
+                }
+                return Ok(Some(answer));
+            }
             Some(In::VerifyMerge(v)) => {
                 let (repo, worker, remote, tx) = (
                     self.repo.clone(),
@@ -729,6 +749,7 @@ impl Session {
             tracker: self.tracker.clone(),
             standby: self.standby.clone(),
             sandbox: self.sandbox,
+            redactor: Default::default(),
         };
         let (stop, stop_rx) = watch::channel(None);
         let task_key = &assignment.attempt.task;
@@ -747,6 +768,7 @@ impl Session {
         let tx = self.reports_tx.clone();
         let (answers, answers_rx) = mpsc::unbounded_channel();
         let a = assignment.clone();
+        let redactor = ctx.redactor.clone();
         let task = match launch {
             Launch::Run => {
                 tokio::spawn(attempt::run_with_answers(ctx, a, stop_rx, answers_rx, tx).instrument(span))
@@ -756,7 +778,7 @@ impl Session {
                 tokio::spawn(crate::agent::result::checkpoint_lost(ctx, a, tx).instrument(span))
             }
         };
-        self.current = Some(Current { assignment, stop, task, answers });
+        self.current = Some(Current { assignment, stop, task, answers, redactor });
     }
 }
 

@@ -44,6 +44,7 @@ fn ctx(repo: &Path) -> Context {
         tracker: Default::default(),
         standby: Default::default(),
         sandbox: swarm_sidecar::sandbox::probe(),
+        redactor: Default::default(),
     }
 }
 

@@ -45,6 +45,7 @@ fn ctx(repo: &Path, worker_id: &str) -> Context {
         tracker: Default::default(),
         standby: Default::default(),
         sandbox: swarm_sidecar::sandbox::probe(),
+        redactor: Default::default(),
     }
 }
 

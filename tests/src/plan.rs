@@ -12,6 +12,16 @@ pub fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
     path
 }
 
+/// Where this machine's `python3` lives when it is not a system package
+/// (pyenv keeps its shims, its own scripts and its versions in one root):
+/// the fake agents start through `#!/usr/bin/env python3`.
+fn interpreters() -> Vec<PathBuf> {
+    let root = std::env::var_os("PYENV_ROOT")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".pyenv")));
+    root.filter(|r| r.is_dir()).into_iter().collect()
+}
+
 /// A worker script: `sh` code run for each task, chosen by `$SWARM_TASK_ID`.
 /// Each arm is shell code; the default arm writes `<task>.txt` and exits 0.
 pub fn worker_script(arms: &[(&str, &str)]) -> String {
@@ -67,6 +77,21 @@ impl PlanBuilder {
         self.defaults.retain(|l| !l.starts_with(&format!("{key} ")));
         self.defaults.push(format!("{key} = {value}"));
         self
+    }
+
+    /// Lets workers read `read` and write `write` beyond their worktree
+    /// (`[defaults] sandbox`), as a plan whose tools live elsewhere must;
+    /// the interpreters the test fakes run with are added to `read`.
+    pub fn sandbox(self, read: &[&Path], write: &[&Path]) -> PlanBuilder {
+        let list = |paths: Vec<PathBuf>| {
+            let quoted: Vec<String> =
+                paths.iter().map(|p| format!("{:?}", p.display().to_string())).collect();
+            format!("[{}]", quoted.join(", "))
+        };
+        let mut reads: Vec<PathBuf> = read.iter().map(|p| p.to_path_buf()).collect();
+        reads.extend(interpreters());
+        let writes = write.iter().map(|p| p.to_path_buf()).collect();
+        self.default("sandbox", &format!("{{ read = {}, write = {} }}", list(reads), list(writes)))
     }
 
     /// Drops a `[defaults]` line, e.g. `command` for a plan whose tasks

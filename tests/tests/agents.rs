@@ -97,6 +97,7 @@ fn claude_plan(name: &str, fake: &Fake) -> PlanBuilder {
         .default("agent_path", &toml_str(fake_path("fake-claude").to_str().unwrap()))
         .default("env", &format!("{{ FAKE_AGENT_STATE = {} }}", toml_str(fake.path().to_str().unwrap())))
         .default("permissions", r#"{ allow = ["Edit(src/**)"], otherwise = "deny" }"#)
+        .sandbox(&[], &[fake.path()])
 }
 
 /// A task owning `globs` whose prompt is `lines`.
@@ -693,6 +694,7 @@ async fn codex_runs_a_task_and_its_usage_is_recorded() {
         .default("model", r#""gpt-fake""#)
         .default("extra_args", r#"["--sandbox", "workspace-write"]"#)
         .default("env", &format!("{{ FAKE_AGENT_STATE = {} }}", toml_str(fake.path().to_str().unwrap())))
+        .sandbox(&[], &[fake.path()])
         .task(agent_task(
             "t",
             &["src/**"],
@@ -746,6 +748,7 @@ async fn codex_resumes_its_thread_after_a_usage_limit() {
         .default("agent_path", &toml_str(fake_path("fake-codex").to_str().unwrap()))
         .default("extra_args", r#"["--sandbox", "workspace-write"]"#)
         .default("env", &format!("{{ FAKE_AGENT_STATE = {} }}", toml_str(fake.path().to_str().unwrap())))
+        .sandbox(&[], &[fake.path()])
         .task(agent_task(
             "t",
             &["src/**"],

@@ -322,6 +322,7 @@ async fn a_bad_tokens_file_names_the_field() {
 #[tokio::test(flavor = "multi_thread")]
 async fn local_run_needs_no_setup_and_leaves_its_admin_token_private() {
     let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[])), ("README.md", "local\n")]);
+    let runtime = tempfile::tempdir().unwrap();
     let plan_path = repo.path().join(".git").join("plan.toml");
     std::fs::write(&plan_path, PlanBuilder::new("local").task(task("a")).build()).unwrap();
     let child = Command::new(binary("swarmctl"))
@@ -330,6 +331,7 @@ async fn local_run_needs_no_setup_and_leaves_its_admin_token_private() {
         .arg(&plan_path)
         // A token meant for some other controller must not leak into the run.
         .env("SWARM_TOKEN", "unrelated")
+        .env("XDG_RUNTIME_DIR", runtime.path())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -338,7 +340,15 @@ async fn local_run_needs_no_setup_and_leaves_its_admin_token_private() {
     let out = wait_output(child, WAIT);
     assert!(out.status.success(), "swarmctl run: {}", stderr(&out));
     use std::os::unix::fs::PermissionsExt as _;
-    let token_file = repo.path().join(".git/swarm/operator.token");
+    // Out of the repository, where workers' sandboxes reach less, in a
+    // directory only this user can enter; the run says where.
+    assert!(!repo.path().join(".git/swarm/operator.token").exists());
+    let runs: Vec<_> =
+        std::fs::read_dir(runtime.path().join("swarm")).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(std::fs::metadata(&runs[0]).unwrap().permissions().mode() & 0o777, 0o700);
+    let token_file = runs[0].join("operator.token");
+    assert!(stderr(&out).contains(&token_file.display().to_string()), "{}", stderr(&out));
     let meta = std::fs::metadata(&token_file).unwrap();
     assert_eq!(meta.permissions().mode() & 0o777, 0o600);
     let token = std::fs::read_to_string(&token_file).unwrap();

@@ -12,8 +12,46 @@ use swarm_proto::client::ClientAuth;
 
 use crate::client::Target;
 
-/// Under `<repo>/.git/swarm/`: the admin token of the current local run.
+/// In the run's private directory (see [`runtime_dir`]): the admin token
+/// of the current local run, and the controller's URL.
 pub const TOKEN_FILE: &str = "operator.token";
+pub const URL_FILE: &str = "controller.url";
+
+/// A directory only this user can enter, for the local run of `repo`:
+/// `$XDG_RUNTIME_DIR/swarm/<repo hash>/`, or `<tmp>/swarm-<uid>/<repo hash>/`.
+/// Never inside the repository: a worker's sandbox reads its worktree's
+/// surroundings less than it reads the repository, and the token gives
+/// the operator's and admin's powers.
+pub fn runtime_dir(repo: &Path) -> anyhow::Result<std::path::PathBuf> {
+    use std::hash::{Hash as _, Hasher as _};
+    use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, PermissionsExt as _};
+    let uid = nix::unistd::getuid().as_raw();
+    let base = match std::env::var_os("XDG_RUNTIME_DIR").map(std::path::PathBuf::from) {
+        Some(d) if d.is_absolute() && d.is_dir() => d.join("swarm"),
+        _ => std::env::temp_dir().join(format!("swarm-{uid}")),
+    };
+    let canonical = repo.canonicalize().unwrap_or_else(|_| repo.to_path_buf());
+    // A stable name per repository: runs of two repositories never share it.
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    canonical.hash(&mut hasher);
+    let dir = base.join(format!("{:016x}", hasher.finish()));
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .with_context(|| format!("creating {}", dir.display()))?;
+    for d in [&base, &dir] {
+        // In a shared /tmp another user could have made it first.
+        let meta = std::fs::symlink_metadata(d).with_context(|| format!("reading {}", d.display()))?;
+        if meta.uid() != uid || !meta.is_dir() || meta.permissions().mode() & 0o077 != 0 {
+            anyhow::bail!(
+                "{} must be a directory owned by uid {uid} with mode 0700 (it holds the run's admin token)",
+                d.display()
+            );
+        }
+    }
+    Ok(dir)
+}
 
 /// Replaces `path` with `text`, readable by the owner only.
 fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
@@ -65,10 +103,17 @@ impl LocalController {
         ];
         config.security.tokens = tokens::parse(&entries.join("\n")).context("local-mode tokens")?;
         // For `swarmctl --token-file` while the run goes on; only this user may read it.
-        let token_file = repo.join(".git").join("swarm").join(TOKEN_FILE);
+        let private = runtime_dir(repo)?;
+        let token_file = private.join(TOKEN_FILE);
         write_private(&token_file, &admin_token)
             .with_context(|| format!("writing {}", token_file.display()))?;
+        // An earlier run's token must not be left where workers once could read it.
+        let _ = std::fs::remove_file(repo.join(".git").join("swarm").join(TOKEN_FILE));
         let inner = swarm_controller::start(config).await.context("starting the embedded controller")?;
+        let url_file = private.join(URL_FILE);
+        write_private(&url_file, &format!("http://{}", inner.local_addr()))
+            .with_context(|| format!("writing {}", url_file.display()))?;
+        eprintln!("controller: http://{} (operator token: {})", inner.local_addr(), token_file.display());
         Ok(LocalController { inner, sidecar_token, admin_token, telemetry })
     }
 

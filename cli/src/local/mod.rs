@@ -31,11 +31,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
     let repo = check_repo(&args.repo)?;
     let live = !args.plain && std::io::stdout().is_terminal();
     let labels: BTreeMap<String, String> = args.labels.into_iter().collect();
+    let mut effective = labels.clone();
+    if swarm_sidecar::sandbox::probe().is_full() {
+        // The local sidecars label themselves so (see `sandbox = "required"`).
+        use swarm_core::plan::sandbox::{SANDBOX_ENFORCED, SANDBOX_LABEL};
+        effective.insert(SANDBOX_LABEL.to_string(), SANDBOX_ENFORCED.to_string());
+    }
     for spec in &plan.tasks {
         let missing: Vec<String> = spec
             .labels
             .iter()
-            .filter(|(k, v)| labels.get(*k) != Some(*v))
+            .filter(|(k, v)| effective.get(*k) != Some(*v))
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
         if !missing.is_empty() {

@@ -309,6 +309,21 @@ fn assign(a: &AssignSpec) -> v1::Assign {
         agent: a.agent.as_ref().map(agent_spec),
         review: a.review_diff_base.as_ref().map(|base| v1::ReviewAssign { diff_base: base.clone() }),
         sandbox: Some(sandbox_spec(&a.sandbox)),
+        secrets: a
+            .secrets
+            .iter()
+            .map(|(name, source)| {
+                use swarm_core::plan::SecretSource;
+                use v1::secret_ref::Source;
+                v1::SecretRef {
+                    name: name.clone(),
+                    source: Some(match source {
+                        SecretSource::File(p) => Source::File(p.clone()),
+                        SecretSource::Env(v) => Source::Env(v.clone()),
+                    }),
+                }
+            })
+            .collect(),
     }
 }
 

@@ -301,6 +301,7 @@ impl Scheduler {
             }),
             review_diff_base: None,
             sandbox: task.spec.sandbox.clone(),
+            secrets: task.spec.secrets.clone(),
         })
     }
 

@@ -39,6 +39,8 @@ pub struct AssignSpec {
     pub review_diff_base: Option<String>,
     /// How the sidecar confines the worker.
     pub sandbox: std::sync::Arc<swarm_core::plan::SandboxSpec>,
+    /// Where the sidecar reads each secret (never a value).
+    pub secrets: BTreeMap<String, swarm_core::plan::SecretSource>,
 }
 
 /// The agent an attempt runs, and the session it may continue.

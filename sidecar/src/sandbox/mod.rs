@@ -72,6 +72,8 @@ const SYSTEM_READ: &[&str] = &[
 ];
 const DEVICES: &[&str] =
     &["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/ptmx"];
+/// The user's git configuration, under `$HOME`.
+const GIT_CONFIG: &[&str] = &[".gitconfig", ".config/git"];
 /// Shared with every process of the machine, but holding nothing of swarm's.
 const SYSTEM_WRITE: &[&str] = &["/dev/pts", "/dev/shm"];
 
@@ -168,6 +170,9 @@ impl Policy {
             connect: settings.0.connect.clone(),
         };
         policy.read.extend(path_dirs(env, home.as_deref()));
+        // git treats a config file it may not read as fatal, and every
+        // worker runs git.
+        policy.read.extend(GIT_CONFIG.iter().filter_map(|p| home.as_ref().map(|h| h.join(p))));
         policy.read.push(place.common_dir.join("objects"));
         policy.read.extend(settings.0.read.iter().filter_map(|p| expand(p)));
         if let Some(resolv) = resolv_conf_target() {

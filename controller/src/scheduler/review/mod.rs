@@ -286,6 +286,7 @@ impl Scheduler {
             agent,
             review_diff_base: Some(diff_base.unwrap_or_default()),
             sandbox: task.spec.sandbox.clone(),
+            secrets: task.spec.secrets.clone(),
         })
     }
 

@@ -1,0 +1,222 @@
+//! A task's secrets: read on this machine when the attempt starts, given to
+//! its worker's environment only, and redacted by value from everything
+//! the sidecar relays about the attempt (progress, status, questions, the
+//! result's error, summary and log tails, the worker log an operator
+//! reads). The controller only ever sees where a secret comes from.
+
+use std::path::PathBuf;
+
+use swarm_core::plan::SecretSource;
+use swarm_core::plan::sandbox::check_sandbox_path;
+use swarm_core::plan::secrets::check_env_name;
+use swarm_proto::FieldError;
+use swarm_proto::v1;
+use swarm_proto::v1::sidecar_message::Body;
+
+/// Largest secret read from a file.
+const MAX_SECRET_BYTES: u64 = 64 * 1024;
+/// Shorter values are not redacted: they would mask ordinary text.
+const MIN_REDACTED: usize = 4;
+
+/// The Assign's secret references, checked as the plan parser checks them.
+pub fn from_wire(refs: &[v1::SecretRef]) -> Result<Vec<(String, SecretSource)>, FieldError> {
+    use v1::secret_ref::Source;
+    if refs.len() > 64 {
+        return Err(FieldError::new("secrets", "at most 64 secrets"));
+    }
+    refs.iter()
+        .enumerate()
+        .map(|(i, r)| {
+            check_env_name(&r.name).map_err(|rule| FieldError::new(format!("secrets[{i}].name"), rule))?;
+            let source = match &r.source {
+                Some(Source::File(p)) => {
+                    check_sandbox_path(p)
+                        .map_err(|rule| FieldError::new(format!("secrets[{i}].file"), rule))?;
+                    SecretSource::File(p.clone())
+                }
+                Some(Source::Env(v)) => {
+                    check_env_name(v).map_err(|rule| FieldError::new(format!("secrets[{i}].env"), rule))?;
+                    SecretSource::Env(v.clone())
+                }
+                None => return Err(FieldError::new(format!("secrets[{i}]"), "needs a file or env source")),
+            };
+            Ok((r.name.clone(), source))
+        })
+        .collect()
+}
+
+/// Reads every secret; an error names the secret and its source, never a
+/// value.
+pub fn read_all(refs: &[(String, SecretSource)]) -> Result<(Vec<(String, String)>, Redactor), String> {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let mut vars = Vec::with_capacity(refs.len());
+    for (name, source) in refs {
+        let value = match source {
+            SecretSource::Env(var) => std::env::var(var)
+                .map_err(|_| format!("secret {name}: {source} is not set on this sidecar"))?,
+            SecretSource::File(path) => {
+                let path = match (path.strip_prefix("~/"), &home) {
+                    (Some(rest), Some(h)) => h.join(rest),
+                    _ => PathBuf::from(path),
+                };
+                read_file(&path).map_err(|e| format!("secret {name}: {source} cannot be read: {e}"))?
+            }
+        };
+        vars.push((name.clone(), value));
+    }
+    let redactor = Redactor {
+        values: vars
+            .iter()
+            .filter(|(_, v)| v.len() >= MIN_REDACTED)
+            .map(|(n, v)| (v.clone(), n.clone()))
+            .collect(),
+    };
+    Ok((vars, redactor))
+}
+
+fn read_file(path: &std::path::Path) -> std::io::Result<String> {
+    use std::io::Read as _;
+    let mut text = String::new();
+    std::fs::File::open(path)?.take(MAX_SECRET_BYTES + 1).read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_SECRET_BYTES {
+        return Err(std::io::Error::other(format!("longer than {MAX_SECRET_BYTES} bytes")));
+    }
+    if text.ends_with('\n') {
+        text.pop();
+        if text.ends_with('\r') {
+            text.pop();
+        }
+    }
+    Ok(text)
+}
+
+/// Replaces every secret's value with `[redacted NAME]`.
+#[derive(Debug, Clone, Default)]
+pub struct Redactor {
+    /// (value, name)
+    values: Vec<(String, String)>,
+}
+
+impl Redactor {
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+
+    pub fn redact(&self, text: &mut String) {
+        for (value, name) in &self.values {
+            if text.contains(value.as_str()) {
+                *text = text.replace(value.as_str(), &format!("[redacted {name}]"));
+            }
+        }
+    }
+
+    /// The same on raw bytes (a log chunk, which may end mid-character).
+    pub fn redact_bytes(&self, data: &mut Vec<u8>) {
+        for (value, name) in &self.values {
+            let needle = value.as_bytes();
+            if !data.windows(needle.len()).any(|w| w == needle) {
+                continue;
+            }
+            let mark = format!("[redacted {name}]");
+            let mut out = Vec::with_capacity(data.len());
+            let mut i = 0;
+            while i < data.len() {
+                if data[i..].starts_with(needle) {
+                    out.extend_from_slice(mark.as_bytes());
+                    i += needle.len();
+                } else {
+                    out.push(data[i]);
+                    i += 1;
+                }
+            }
+            *data = out;
+        }
+    }
+
+    fn all(&self, lines: &mut [String]) {
+        lines.iter_mut().for_each(|l| self.redact(l));
+    }
+
+    /// Every text a worker can put into a report.
+    pub fn report(&self, body: &mut Body) {
+        if self.is_empty() {
+            return;
+        }
+        match body {
+            Body::Status(s) => self.redact(&mut s.message),
+            Body::Question(q) => {
+                self.redact(&mut q.text);
+                self.redact(&mut q.category);
+            }
+            Body::Result(r) => {
+                self.redact(&mut r.error);
+                self.redact(&mut r.summary);
+                self.all(&mut r.log_tail);
+                for t in &mut r.tiers {
+                    self.redact(&mut t.output_tail);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    pub fn progress(&self, p: &mut v1::Progress) {
+        if self.is_empty() {
+            return;
+        }
+        self.redact(&mut p.step);
+        self.all(&mut p.log_tail);
+        self.all(&mut p.files_modified);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_are_read_and_redacted_by_name() {
+        let dir = tempfile::tempdir().expect("dir");
+        let file = dir.path().join("key");
+        std::fs::write(&file, "sk-very-secret\n").expect("write");
+        let refs = vec![
+            ("API_KEY".to_string(), SecretSource::File(file.display().to_string())),
+            ("PATH_TOO".to_string(), SecretSource::Env("PATH".into())),
+        ];
+        let (vars, redactor) = read_all(&refs).expect("read");
+        assert_eq!(vars[0], ("API_KEY".to_string(), "sk-very-secret".to_string()));
+        let mut line = "curl -H 'x-api-key: sk-very-secret' (sk-very-secret)".to_string();
+        redactor.redact(&mut line);
+        assert_eq!(line, "curl -H 'x-api-key: [redacted API_KEY]' ([redacted API_KEY])");
+        let mut result = Body::Result(v1::AttemptResult {
+            error: "bad key sk-very-secret".into(),
+            log_tail: vec!["sk-very-secret".into()],
+            ..Default::default()
+        });
+        redactor.report(&mut result);
+        let Body::Result(r) = result else { unreachable!() };
+        assert!(!r.error.contains("sk-very") && !r.log_tail[0].contains("sk-very"), "{r:?}");
+    }
+
+    #[test]
+    fn a_missing_secret_is_named_without_a_value() {
+        let refs = vec![("GH_TOKEN".to_string(), SecretSource::Env("SWARM_TEST_SURELY_UNSET_VAR".into()))];
+        let e = read_all(&refs).expect_err("unset");
+        assert_eq!(
+            e,
+            "secret GH_TOKEN: environment variable SWARM_TEST_SURELY_UNSET_VAR is not set on this sidecar"
+        );
+        let refs = vec![("K".to_string(), SecretSource::File("/nonexistent/k".into()))];
+        let e = read_all(&refs).expect_err("missing file");
+        assert!(e.starts_with("secret K: file /nonexistent/k cannot be read"), "{e}");
+    }
+
+    #[test]
+    fn wire_references_are_checked() {
+        let bad =
+            [v1::SecretRef { name: "SWARM_X".into(), source: Some(v1::secret_ref::Source::Env("X".into())) }];
+        assert_eq!(from_wire(&bad).expect_err("reserved").field, "secrets[0].name");
+        let none = [v1::SecretRef { name: "A".into(), source: None }];
+        assert_eq!(from_wire(&none).expect_err("no source").field, "secrets[0]");
+    }
+}

@@ -1,0 +1,201 @@
+//! The worker is the least-trusted party: a hostile worker, run through
+//! `swarmctl run`, tries what a prompt-injected agent would (steal the
+//! operator's token or the sidecar's, approve another task's review, move
+//! refs, plant hooks, write the user's checkout or a sibling's worktree,
+//! open the controller's store, signal swarm's processes, reach the
+//! controller's port, read secrets elsewhere, escape through links and
+//! `/proc`) and the test checks from outside that nothing changed, while
+//! the same plan's ordinary needs (git inside the worktree, a shared cache
+//! listed in `sandbox.write`) keep working.
+#![allow(clippy::unwrap_used)] // tests: a panic is the report
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use swarm_tests::{PlanBuilder, TempRepo, binary, stderr, stdout, task, wait_output, worker_script};
+
+/// Why the sandbox tests cannot run here, if they cannot.
+fn landlock_missing() -> Option<String> {
+    let cap = swarm_sidecar::sandbox::probe();
+    (!cap.is_full())
+        .then(|| format!("the kernel enforces Landlock ABI {} of the 6 the sandbox needs", cap.abi))
+}
+
+/// Each attack prints `name=ok` when it did what it tried, `name=denied`
+/// when it could not; the report is committed with the task's result.
+const HOSTILE: &str = r#"
+set -u
+R=hostile/report.txt
+mkdir -p hostile
+: > "$R"
+try() { name=$1; shift; if ( "$@" ) >/dev/null 2>&1; then echo "$name=ok" >> "$R"; else echo "$name=denied" >> "$R"; fi; }
+WT=$(pwd)
+COMMON=$(cd "$WT/../.." && pwd)
+REPO=$(dirname "$COMMON")
+# Credentials: the old and the new home of the operator token, the sidecar's own.
+try token_in_repo cat "$COMMON/swarm/operator.token"
+try token_in_runtime sh -c 'cat "$RUNTIME"/swarm/*/operator.token | grep -q swarm_'
+try sidecar_token_in_env sh -c 'env | grep -q "^SWARM_TOKEN"'
+try controller_log cat "$COMMON/swarm/logs/controller.log"
+# Shared git state.
+try update_ref git --git-dir="$COMMON" update-ref refs/heads/main HEAD
+try new_ref git --git-dir="$COMMON" update-ref refs/heads/pwned HEAD
+try hooks_path git --git-dir="$COMMON" config core.hooksPath "$WT/hooks"
+try write_objects sh -c "echo pwned > '$COMMON/objects/pwned'"
+try hardlink_object sh -c "ln \"\$(find '$COMMON/objects' -type f | head -n 1)\" hostile/object"
+# The user's checkout and a sibling's worktree.
+try write_checkout sh -c "echo pwned >> '$REPO/README.md'"
+try write_sibling sh -c "for n in 1 2 3; do [ -d '$COMMON/workspaces/local-'\$n ] && [ '$COMMON/workspaces/local-'\$n != '$WT' ] && echo pwned > '$COMMON/workspaces/local-'\$n/pwned.txt && exit 0; done; exit 1"
+try read_sibling sh -c "for n in 1 2 3; do [ '$COMMON/workspaces/local-'\$n != '$WT' ] && cat '$COMMON/workspaces/local-'\$n/victim.txt && exit 0; done; exit 1"
+# The controller's store and the sidecar's journal.
+try store_write sh -c "echo pwned >> '$COMMON/swarm/swarm.db'"
+try store_read cat "$COMMON/swarm/swarm.db"
+try journal_read sh -c "cat '$COMMON'/workspaces/*.journal"
+# Processes: swarm's own, by signal and through /proc.
+PIDS=$(for p in /proc/[0-9]*; do tr '\0' ' ' < $p/cmdline 2>/dev/null | grep -q '^[^ ]*swarmctl' && basename $p; done)
+try signal sh -c "for p in $PIDS; do kill -CONT \$p && exit 0; done; exit 1"
+try proc_environ sh -c "for p in $PIDS; do cat /proc/\$p/environ && exit 0; done; exit 1"
+try proc_root sh -c "for p in $PIDS; do cat /proc/\$p/root$SECRET && exit 0; done; exit 1"
+# Elsewhere on the machine, directly and through links.
+try read_secret cat "$SECRET"
+try symlink_out sh -c "ln -s '$SECRET' hostile/leak && cat hostile/leak"
+try write_tmp sh -c "echo pwned > /tmp/swarm-hostile-$$"
+# The network: every port listening on this machine (the controller's
+# among them, found as an attacker would, in /proc/net/tcp), and listening.
+PY=/usr/bin/python3
+try python_runs $PY -c pass
+$PY -c "
+for t in ('/proc/net/tcp', '/proc/net/tcp6'):
+    for line in open(t).read().splitlines()[1:]:
+        f = line.split()
+        if f[3] == '0A': print(int(f[1].rsplit(':', 1)[1], 16))
+" > "$TMPDIR/ports" 2>/dev/null
+try found_ports test -s "$TMPDIR/ports"
+try connect_loopback $PY -c "
+import socket
+for p in open('$TMPDIR/ports').read().split():
+    try:
+        socket.create_connection(('127.0.0.1', int(p)), 1); raise SystemExit(0)
+    except OSError: pass
+raise SystemExit(1)"
+try bind $PY -c "import socket; socket.socket().bind(('127.0.0.1', 0))"
+# The review of another task, with whatever could be found.
+try approve sh -c 'for p in $(cat "$TMPDIR/ports"); do for t in "$COMMON/swarm/operator.token" "$RUNTIME"/swarm/*/operator.token; do "$SWARMCTL" --controller "http://127.0.0.1:$p" --token-file "$t" review hostile/victim approve && exit 0; done; done; exit 1'
+# What a worker needs keeps working: its own git, TMPDIR, the shared cache.
+try git_status git status --porcelain
+try git_commit sh -c 'echo mine > hostile/committed.txt && git add hostile/committed.txt && git -c user.name=h -c user.email=h@example.com commit -qm "hostile: its own commit"'
+try git_log sh -c 'git log --oneline | grep -q "its own commit"'
+try tmpdir sh -c 'echo t > "$TMPDIR/t" && test "$(cat "$TMPDIR/t")" = t'
+try cache_write sh -c 'echo c > "$CACHE/hostile-was-here"'
+# Last: point the worktree's .git at the user's checkout; the sidecar must not follow.
+echo "gitdir: $REPO/.git" > .git
+exit 0
+"#;
+
+#[test]
+fn a_hostile_worker_in_local_mode_reaches_nothing_outside_its_task() {
+    if let Some(why) = landlock_missing() {
+        eprintln!("skipped a_hostile_worker_in_local_mode_reaches_nothing_outside_its_task: {why}");
+        assert!(std::env::var_os("CI").is_none() || cfg!(not(target_os = "linux")), "{why}");
+        return;
+    }
+    let victim = "echo victim > victim.txt";
+    let repo = TempRepo::with_files(&[
+        ("worker.sh", &worker_script(&[("victim", victim), ("hostile", "sh hostile.sh")])),
+        ("hostile.sh", HOSTILE),
+        ("README.md", "the user's own checkout\n"),
+    ]);
+    let secret_dir = tempfile::tempdir().unwrap();
+    let secret = secret_dir.path().join("secret.txt");
+    std::fs::write(&secret, "TOPSECRET\n").unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let runtime = tempfile::tempdir().unwrap();
+    let refs_before = repo.git(&["for-each-ref", "--format=%(refname) %(objectname)", "refs/heads/main"]);
+    let config_before = std::fs::read(repo.path().join(".git/config")).unwrap();
+    // An attacker who guessed every path is the worst case: the plan hands
+    // them to the worker. swarmctl is readable, as if installed for it.
+    let swarmctl = binary("swarmctl");
+    let env = format!(
+        "{{ SECRET = \"{}\", RUNTIME = \"{}\", CACHE = \"{}\", SWARMCTL = \"{}\" }}",
+        secret.display(),
+        runtime.path().display(),
+        cache.path().display(),
+        swarmctl.display()
+    );
+    let plan = PlanBuilder::new("hostile")
+        .default("env", &env)
+        .default(
+            "sandbox",
+            &format!(
+                "{{ write = [\"{}\"], read = [\"{}\"] }}",
+                cache.path().display(),
+                swarmctl.parent().unwrap().display()
+            ),
+        )
+        .task(task("victim").files(&["victim.txt"]).set("review", "\"operator\""))
+        .task(task("hostile").files(&["hostile/**"]))
+        .build();
+    let plan_path = runtime.path().join("plan.toml");
+    std::fs::write(&plan_path, plan).unwrap();
+    let child = Command::new(binary("swarmctl"))
+        .args(["run", "--plain", "--workers", "2", "--repo"])
+        .arg(repo.path())
+        .arg(&plan_path)
+        .env("XDG_RUNTIME_DIR", runtime.path())
+        .env("SWARM_TOKEN", "a-token-the-sidecar-holds")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = wait_output(child, Duration::from_secs(180));
+    let (text, err) = (stdout(&out), stderr(&out));
+    // Nothing moves without the operator: the victim waits in REVIEW.
+    assert_eq!(out.status.code(), Some(2), "stdout:\n{text}\nstderr:\n{err}");
+    let victim_row = text.lines().find(|l| l.trim_start().starts_with("victim ")).unwrap_or_default();
+    assert!(victim_row.contains("REVIEW"), "the review still waits for the operator:\n{text}");
+
+    let report = repo
+        .file("swarm/hostile/integration", "hostile/report.txt")
+        .unwrap_or_else(|| panic!("the hostile task merged its report:\n{text}\n{err}"));
+    let verdicts: std::collections::BTreeMap<&str, &str> =
+        report.lines().filter_map(|l| l.split_once('=')).collect();
+    let must_work =
+        ["git_status", "git_commit", "git_log", "tmpdir", "cache_write", "python_runs", "found_ports"];
+    for (attack, verdict) in &verdicts {
+        let expected = if must_work.contains(attack) { "ok" } else { "denied" };
+        assert_eq!(*verdict, expected, "{attack}: the full report:\n{report}");
+    }
+    let attacks = HOSTILE.lines().filter(|l| l.starts_with("try ")).count();
+    assert_eq!(verdicts.len(), attacks, "every attack ran:\n{report}");
+
+    // From outside: nothing shared changed.
+    assert_eq!(
+        repo.git(&["for-each-ref", "--format=%(refname) %(objectname)", "refs/heads/main"]),
+        refs_before
+    );
+    assert!(!repo.has("pwned"), "no ref made by the worker");
+    assert_eq!(std::fs::read(repo.path().join(".git/config")).unwrap(), config_before, ".git/config");
+    assert_eq!(std::fs::read_to_string(repo.path().join("README.md")).unwrap(), "the user's own checkout\n");
+    assert!(!repo.path().join(".git/objects/pwned").exists());
+    let workspaces = repo.path().join(".git/workspaces");
+    for n in 1..=2 {
+        assert!(!workspaces.join(format!("local-{n}/pwned.txt")).exists(), "sibling worktree local-{n}");
+    }
+    let store = std::fs::read(repo.path().join(".git/swarm/swarm.db")).unwrap();
+    assert!(!store.windows(6).any(|w| w == b"pwned\n"), "the store");
+    // The worker's own commit came through; its .git trick did not.
+    let subjects = repo.git(&["log", "--format=%s", "swarm/hostile/integration"]);
+    assert!(subjects.lines().any(|s| s == "hostile: its own commit"), "{subjects}");
+    assert_eq!(repo.file("swarm/hostile/integration", "hostile/committed.txt").as_deref(), Some("mine\n"));
+    assert_eq!(repo.file("swarm/hostile/integration", ".git"), None, "the .git file is never committed");
+    assert!(std::fs::read_to_string(cache.path().join("hostile-was-here")).is_ok());
+    // What the attempt could reach is on the record.
+    let sandbox_line =
+        text.lines().find(|l| l.contains("hostile/hostile#1") && l.contains("attempt.sandbox"));
+    let sandbox_line = sandbox_line.unwrap_or_else(|| panic!("an attempt.sandbox event:\n{text}"));
+    assert!(
+        sandbox_line.contains("enforced filesystem") && sandbox_line.contains("network"),
+        "{sandbox_line}"
+    );
+}
