@@ -12,7 +12,13 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use swarm_tests::{PlanBuilder, TempRepo, binary, stderr, stdout, task, wait_output, worker_script};
+use std::path::Path;
+
+use swarm_proto::v1::TaskState;
+use swarm_tests::{
+    PlanBuilder, TempDir, TempRepo, binary, create_swarm, operator, spawn_controller, spawn_sidecar_env,
+    state_of, stderr, stdout, task, tasks, wait_output, wait_task_state, worker_script,
+};
 
 /// Why the sandbox tests cannot run here, if they cannot.
 fn landlock_missing() -> Option<String> {
@@ -36,6 +42,7 @@ REPO=$(dirname "$COMMON")
 try token_in_repo cat "$COMMON/swarm/operator.token"
 try token_in_runtime sh -c 'cat "$RUNTIME"/swarm/*/operator.token | grep -q swarm_'
 try sidecar_token_in_env sh -c 'env | grep -q "^SWARM_TOKEN"'
+try sidecar_env_leak sh -c 'env | grep -q "^AWS_SECRET_ACCESS_KEY"'
 try controller_log cat "$COMMON/swarm/logs/controller.log"
 # Shared git state.
 try update_ref git --git-dir="$COMMON" update-ref refs/heads/main HEAD
@@ -45,6 +52,7 @@ try write_objects sh -c "echo pwned > '$COMMON/objects/pwned'"
 try hardlink_object sh -c "ln \"\$(find '$COMMON/objects' -type f | head -n 1)\" hostile/object"
 # The user's checkout and a sibling's worktree.
 try write_checkout sh -c "echo pwned >> '$REPO/README.md'"
+try write_controller_repo sh -c "echo pwned >> '$CONTROLLER_REPO/.git/config'"
 try write_sibling sh -c "for n in 1 2 3; do [ -d '$COMMON/workspaces/local-'\$n ] && [ '$COMMON/workspaces/local-'\$n != '$WT' ] && echo pwned > '$COMMON/workspaces/local-'\$n/pwned.txt && exit 0; done; exit 1"
 try read_sibling sh -c "for n in 1 2 3; do [ '$COMMON/workspaces/local-'\$n != '$WT' ] && cat '$COMMON/workspaces/local-'\$n/victim.txt && exit 0; done; exit 1"
 # The controller's store and the sidecar's journal.
@@ -80,7 +88,7 @@ for p in open('$TMPDIR/ports').read().split():
 raise SystemExit(1)"
 try bind $PY -c "import socket; socket.socket().bind(('127.0.0.1', 0))"
 # The review of another task, with whatever could be found.
-try approve sh -c 'for p in $(cat "$TMPDIR/ports"); do for t in "$COMMON/swarm/operator.token" "$RUNTIME"/swarm/*/operator.token; do "$SWARMCTL" --controller "http://127.0.0.1:$p" --token-file "$t" review hostile/victim approve && exit 0; done; done; exit 1'
+try approve sh -c 'for p in $(cat "$TMPDIR/ports"); do "$SWARMCTL" --controller "http://127.0.0.1:$p" review hostile/victim approve && exit 0; for t in "$COMMON/swarm/operator.token" "$RUNTIME"/swarm/*/operator.token; do "$SWARMCTL" --controller "http://127.0.0.1:$p" --token-file "$t" review hostile/victim approve && exit 0; done; done; exit 1'
 # What a worker needs keeps working: its own git, TMPDIR, the shared cache.
 try git_status git status --porcelain
 try git_commit sh -c 'echo mine > hostile/committed.txt && git add hostile/committed.txt && git -c user.name=h -c user.email=h@example.com commit -qm "hostile: its own commit"'
@@ -92,57 +100,125 @@ echo "gitdir: $REPO/.git" > .git
 exit 0
 "#;
 
+/// What a hostile run leaves to check, and the files it must not touch.
+struct Scene {
+    repo: TempRepo,
+    cache: TempDir,
+    runtime: TempDir,
+    _secret: TempDir,
+    env: String,
+    sandbox: String,
+    refs_before: String,
+    config_before: Vec<u8>,
+}
+
+impl Scene {
+    fn new() -> Scene {
+        let victim = "echo victim > victim.txt";
+        let repo = TempRepo::with_files(&[
+            ("worker.sh", &worker_script(&[("victim", victim), ("hostile", "sh hostile.sh")])),
+            ("hostile.sh", HOSTILE),
+            ("README.md", "the user's own checkout\n"),
+        ]);
+        let secret_dir = tempfile::tempdir().unwrap();
+        let secret = secret_dir.path().join("secret.txt");
+        std::fs::write(&secret, "TOPSECRET\n").unwrap();
+        let (cache, runtime) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        // An attacker who guessed every path is the worst case: the plan
+        // hands them to the worker. swarmctl is readable, as if installed
+        // for it.
+        let swarmctl = binary("swarmctl");
+        let env = format!(
+            "{{ SECRET = \"{}\", RUNTIME = \"{}\", CACHE = \"{}\", SWARMCTL = \"{}\", CONTROLLER_REPO = \"{}\" }}",
+            secret.display(),
+            runtime.path().display(),
+            cache.path().display(),
+            swarmctl.display(),
+            repo.path().display(),
+        );
+        let sandbox = format!(
+            "{{ write = [\"{}\"], read = [\"{}\"] }}",
+            cache.path().display(),
+            swarmctl.parent().unwrap().display()
+        );
+        let refs_before = repo.git(&["for-each-ref", "--format=%(refname) %(objectname)", "refs/heads/main"]);
+        let config_before = std::fs::read(repo.path().join(".git/config")).unwrap();
+        Scene { repo, cache, runtime, _secret: secret_dir, env, sandbox, refs_before, config_before }
+    }
+
+    fn plan(&self) -> String {
+        PlanBuilder::new("hostile")
+            .default("env", &self.env)
+            .default("sandbox", &self.sandbox)
+            .task(task("victim").files(&["victim.txt"]).set("review", "\"operator\""))
+            .task(task("hostile").files(&["hostile/**"]))
+            .build()
+    }
+
+    /// The worker's own report, and everything shared, checked from outside.
+    fn assert_contained(&self, checkout: &Path) {
+        let repo = &self.repo;
+        let report = repo
+            .file("swarm/hostile/integration", "hostile/report.txt")
+            .unwrap_or_else(|| panic!("the hostile task merged its report"));
+        let verdicts: std::collections::BTreeMap<&str, &str> =
+            report.lines().filter_map(|l| l.split_once('=')).collect();
+        let must_work =
+            ["git_status", "git_commit", "git_log", "tmpdir", "cache_write", "python_runs", "found_ports"];
+        for (attack, verdict) in &verdicts {
+            let expected = if must_work.contains(attack) { "ok" } else { "denied" };
+            assert_eq!(*verdict, expected, "{attack}: the full report:\n{report}");
+        }
+        let attacks = HOSTILE.lines().filter(|l| l.starts_with("try ")).count();
+        assert_eq!(verdicts.len(), attacks, "every attack ran:\n{report}");
+
+        assert_eq!(
+            repo.git(&["for-each-ref", "--format=%(refname) %(objectname)", "refs/heads/main"]),
+            self.refs_before
+        );
+        assert!(!repo.has("pwned"), "no ref made by the worker");
+        assert_eq!(
+            std::fs::read(repo.path().join(".git/config")).unwrap(),
+            self.config_before,
+            ".git/config"
+        );
+        for root in [repo.path(), checkout] {
+            let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+            assert_eq!(readme, "the user's own checkout\n", "{}", root.display());
+            assert!(!root.join(".git/objects/pwned").exists());
+            for n in 1..=2 {
+                let sibling = root.join(format!(".git/workspaces/local-{n}/pwned.txt"));
+                assert!(!sibling.exists(), "{}", sibling.display());
+            }
+        }
+        let store = std::fs::read(repo.path().join(".git/swarm/swarm.db")).unwrap();
+        assert!(!store.windows(6).any(|w| w == b"pwned\n"), "the store");
+        // The worker's own commit came through; its .git trick did not.
+        let subjects = repo.git(&["log", "--format=%s", "swarm/hostile/integration"]);
+        assert!(subjects.lines().any(|s| s == "hostile: its own commit"), "{subjects}");
+        assert_eq!(
+            repo.file("swarm/hostile/integration", "hostile/committed.txt").as_deref(),
+            Some("mine\n")
+        );
+        assert!(std::fs::read_to_string(self.cache.path().join("hostile-was-here")).is_ok());
+    }
+}
+
 #[test]
 fn a_hostile_worker_in_local_mode_reaches_nothing_outside_its_task() {
     if let Some(why) = landlock_missing() {
-        eprintln!("skipped a_hostile_worker_in_local_mode_reaches_nothing_outside_its_task: {why}");
-        assert!(std::env::var_os("CI").is_none() || cfg!(not(target_os = "linux")), "{why}");
-        return;
+        return skip("a_hostile_worker_in_local_mode_reaches_nothing_outside_its_task", &why);
     }
-    let victim = "echo victim > victim.txt";
-    let repo = TempRepo::with_files(&[
-        ("worker.sh", &worker_script(&[("victim", victim), ("hostile", "sh hostile.sh")])),
-        ("hostile.sh", HOSTILE),
-        ("README.md", "the user's own checkout\n"),
-    ]);
-    let secret_dir = tempfile::tempdir().unwrap();
-    let secret = secret_dir.path().join("secret.txt");
-    std::fs::write(&secret, "TOPSECRET\n").unwrap();
-    let cache = tempfile::tempdir().unwrap();
-    let runtime = tempfile::tempdir().unwrap();
-    let refs_before = repo.git(&["for-each-ref", "--format=%(refname) %(objectname)", "refs/heads/main"]);
-    let config_before = std::fs::read(repo.path().join(".git/config")).unwrap();
-    // An attacker who guessed every path is the worst case: the plan hands
-    // them to the worker. swarmctl is readable, as if installed for it.
-    let swarmctl = binary("swarmctl");
-    let env = format!(
-        "{{ SECRET = \"{}\", RUNTIME = \"{}\", CACHE = \"{}\", SWARMCTL = \"{}\" }}",
-        secret.display(),
-        runtime.path().display(),
-        cache.path().display(),
-        swarmctl.display()
-    );
-    let plan = PlanBuilder::new("hostile")
-        .default("env", &env)
-        .default(
-            "sandbox",
-            &format!(
-                "{{ write = [\"{}\"], read = [\"{}\"] }}",
-                cache.path().display(),
-                swarmctl.parent().unwrap().display()
-            ),
-        )
-        .task(task("victim").files(&["victim.txt"]).set("review", "\"operator\""))
-        .task(task("hostile").files(&["hostile/**"]))
-        .build();
-    let plan_path = runtime.path().join("plan.toml");
-    std::fs::write(&plan_path, plan).unwrap();
+    let scene = Scene::new();
+    let plan_path = scene.runtime.path().join("plan.toml");
+    std::fs::write(&plan_path, scene.plan()).unwrap();
     let child = Command::new(binary("swarmctl"))
         .args(["run", "--plain", "--workers", "2", "--repo"])
-        .arg(repo.path())
+        .arg(scene.repo.path())
         .arg(&plan_path)
-        .env("XDG_RUNTIME_DIR", runtime.path())
+        .env("XDG_RUNTIME_DIR", scene.runtime.path())
         .env("SWARM_TOKEN", "a-token-the-sidecar-holds")
+        .env("AWS_SECRET_ACCESS_KEY", "a-credential-of-the-operator")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -154,42 +230,7 @@ fn a_hostile_worker_in_local_mode_reaches_nothing_outside_its_task() {
     assert_eq!(out.status.code(), Some(2), "stdout:\n{text}\nstderr:\n{err}");
     let victim_row = text.lines().find(|l| l.trim_start().starts_with("victim ")).unwrap_or_default();
     assert!(victim_row.contains("REVIEW"), "the review still waits for the operator:\n{text}");
-
-    let report = repo
-        .file("swarm/hostile/integration", "hostile/report.txt")
-        .unwrap_or_else(|| panic!("the hostile task merged its report:\n{text}\n{err}"));
-    let verdicts: std::collections::BTreeMap<&str, &str> =
-        report.lines().filter_map(|l| l.split_once('=')).collect();
-    let must_work =
-        ["git_status", "git_commit", "git_log", "tmpdir", "cache_write", "python_runs", "found_ports"];
-    for (attack, verdict) in &verdicts {
-        let expected = if must_work.contains(attack) { "ok" } else { "denied" };
-        assert_eq!(*verdict, expected, "{attack}: the full report:\n{report}");
-    }
-    let attacks = HOSTILE.lines().filter(|l| l.starts_with("try ")).count();
-    assert_eq!(verdicts.len(), attacks, "every attack ran:\n{report}");
-
-    // From outside: nothing shared changed.
-    assert_eq!(
-        repo.git(&["for-each-ref", "--format=%(refname) %(objectname)", "refs/heads/main"]),
-        refs_before
-    );
-    assert!(!repo.has("pwned"), "no ref made by the worker");
-    assert_eq!(std::fs::read(repo.path().join(".git/config")).unwrap(), config_before, ".git/config");
-    assert_eq!(std::fs::read_to_string(repo.path().join("README.md")).unwrap(), "the user's own checkout\n");
-    assert!(!repo.path().join(".git/objects/pwned").exists());
-    let workspaces = repo.path().join(".git/workspaces");
-    for n in 1..=2 {
-        assert!(!workspaces.join(format!("local-{n}/pwned.txt")).exists(), "sibling worktree local-{n}");
-    }
-    let store = std::fs::read(repo.path().join(".git/swarm/swarm.db")).unwrap();
-    assert!(!store.windows(6).any(|w| w == b"pwned\n"), "the store");
-    // The worker's own commit came through; its .git trick did not.
-    let subjects = repo.git(&["log", "--format=%s", "swarm/hostile/integration"]);
-    assert!(subjects.lines().any(|s| s == "hostile: its own commit"), "{subjects}");
-    assert_eq!(repo.file("swarm/hostile/integration", "hostile/committed.txt").as_deref(), Some("mine\n"));
-    assert_eq!(repo.file("swarm/hostile/integration", ".git"), None, "the .git file is never committed");
-    assert!(std::fs::read_to_string(cache.path().join("hostile-was-here")).is_ok());
+    scene.assert_contained(scene.repo.path());
     // What the attempt could reach is on the record.
     let sandbox_line =
         text.lines().find(|l| l.contains("hostile/hostile#1") && l.contains("attempt.sandbox"));
@@ -198,4 +239,76 @@ fn a_hostile_worker_in_local_mode_reaches_nothing_outside_its_task() {
         sandbox_line.contains("enforced filesystem") && sandbox_line.contains("network"),
         "{sandbox_line}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hostile_worker_on_a_remote_sidecar_reaches_nothing_outside_its_task() {
+    if let Some(why) = landlock_missing() {
+        return skip("a_hostile_worker_on_a_remote_sidecar_reaches_nothing_outside_its_task", &why);
+    }
+    let scene = Scene::new();
+    let controller = spawn_controller(scene.repo.path(), &[]);
+    let url = controller.url();
+    let far = tempfile::tempdir().unwrap();
+    let clone = far.path().join("clone");
+    let st = Command::new("git").args(["clone", "-q"]).arg(scene.repo.path()).arg(&clone).status().unwrap();
+    assert!(st.success(), "git clone");
+    let _sidecar = spawn_sidecar_env(
+        &url,
+        &clone,
+        "far-1",
+        &["--remote"],
+        &[("AWS_SECRET_ACCESS_KEY", "a-credential-of-the-operator")],
+    );
+    create_swarm(&url, &scene.plan()).await;
+    wait_task_state(&url, "hostile", "hostile", TaskState::Merged).await;
+    wait_task_state(&url, "hostile", "victim", TaskState::Review).await;
+    scene.assert_contained(&clone);
+    // Still waiting for the operator, after everything the worker tried.
+    let mut op = operator(&url).await;
+    assert_eq!(state_of(&tasks(&mut op, "hostile").await["victim"]), TaskState::Review);
+}
+
+fn skip(test: &str, why: &str) {
+    eprintln!("skipped {test}: {why}");
+}
+
+/// `sandbox = "required"` runs only where the whole sandbox is enforced:
+/// on such a kernel the task runs (and its sidecar says so), elsewhere it
+/// waits like a task whose labels no sidecar has, and `run` ends with 2.
+#[test]
+fn a_task_that_requires_the_sandbox_runs_only_where_it_is_enforced() {
+    let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[]))]);
+    let plan = PlanBuilder::new("strict").task(task("a").set("sandbox", "\"required\"")).build();
+    let dir = tempfile::tempdir().unwrap();
+    let plan_path = dir.path().join("plan.toml");
+    std::fs::write(&plan_path, plan).unwrap();
+    let child = Command::new(binary("swarmctl"))
+        .args(["run", "--plain", "--workers", "1", "--repo"])
+        .arg(repo.path())
+        .arg(&plan_path)
+        .env("XDG_RUNTIME_DIR", dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = wait_output(child, Duration::from_secs(120));
+    let (text, err) = (stdout(&out), stderr(&out));
+    match landlock_missing() {
+        None => {
+            assert_eq!(out.status.code(), Some(0), "stdout:\n{text}\nstderr:\n{err}");
+            let line = text.lines().find(|l| l.contains("attempt.sandbox")).unwrap_or_default();
+            assert!(line.contains("sandbox required: enforced") && !line.contains("not enforced"), "{text}");
+        }
+        Some(why) => {
+            eprintln!("this kernel cannot enforce the sandbox ({why}): checking that the task waits instead");
+            assert_eq!(out.status.code(), Some(2), "stdout:\n{text}\nstderr:\n{err}");
+            assert!(err.contains("sandbox=enforced"), "the warning names the missing label:\n{err}");
+            assert!(
+                !repo.has("swarm/strict/integration")
+                    || repo.file("swarm/strict/integration", "a.txt").is_none()
+            );
+        }
+    }
 }
