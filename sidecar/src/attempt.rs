@@ -7,6 +7,7 @@
 
 pub(crate) use crate::launch::Launch;
 use crate::launch::Scratch;
+use crate::worker_files;
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -269,9 +270,11 @@ pub fn record_message(worktree: &Path, message_id: &str, text: &str) -> std::io:
 
 fn record_note(files: &SwarmFiles, dir: &Path, heading: &str, id: &str, text: &str) -> std::io::Result<()> {
     check_id(id).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-    std::fs::create_dir_all(dir)?;
-    std::fs::write(dir.join(format!("{id}.md")), text)?;
-    let mut task = std::fs::read_to_string(&files.task).unwrap_or_default();
+    worker_files::ensure_dir(&files.dir)?;
+    worker_files::ensure_dir(dir)?;
+    worker_files::write(&dir.join(format!("{id}.md")), text.as_bytes())?;
+    let task = worker_files::read(&files.task, MAX_TASK_FILE).unwrap_or_default();
+    let mut task = String::from_utf8_lossy(&task).into_owned();
     if !task.lines().any(|l| l.trim() == heading) {
         if !task.is_empty() && !task.ends_with('\n') {
             task.push('\n');
@@ -279,8 +282,11 @@ fn record_note(files: &SwarmFiles, dir: &Path, heading: &str, id: &str, text: &s
         task.push_str(&format!("\n{heading}\n"));
     }
     task.push_str(&format!("\n### {id}\n\n{}\n", text.trim_end()));
-    std::fs::write(&files.task, task)
+    worker_files::write(&files.task, task.as_bytes())
 }
+
+/// The most of `task.md` read back to append a note to it.
+const MAX_TASK_FILE: u64 = 16 << 20;
 
 pub(crate) struct Sink {
     pub(crate) tx: mpsc::UnboundedSender<Report>,
@@ -396,7 +402,7 @@ async fn drive(
             let stale = files.dir.join(crate::review::REVIEW_FILE);
             let written = match std::fs::remove_file(&stale) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-                _ => std::fs::write(&files.task, text),
+                _ => worker_files::write(&files.task, text.as_bytes()),
             };
             written.map_err(|e| Failure::Infra(format!("writing {}: {e}", files.task.display())))?;
         }
@@ -424,11 +430,8 @@ async fn drive(
         }
     }
     let log_path = files.log_of(&a.attempt);
-    let mut log = tokio::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log_path)
-        .await
+    let mut log = worker_files::append(&log_path)
+        .map(tokio::fs::File::from_std)
         .map_err(|e| Failure::Infra(format!("opening {}: {e}", log_path.display())))?;
     let idle = a.idle_timeout.or(ctx.default_idle_timeout);
     if let Some(cfg) = &a.agent {
@@ -903,7 +906,9 @@ fn push_tail(tail: &mut VecDeque<String>, line: String) {
 
 /// A fresh `.swarm/` for this attempt: task.md, no stale status or answers.
 fn prepare_swarm_dir(files: &SwarmFiles, a: &Assignment) -> std::io::Result<()> {
-    std::fs::create_dir_all(&files.logs)?;
+    // No worker runs now: whatever the last one left here is made plain.
+    worker_files::ensure_dir(&files.dir)?;
+    worker_files::ensure_dir(&files.logs)?;
     // The exit file too: a previous attempt's must never pass for this one's.
     for f in [&files.status, &files.exit] {
         match std::fs::remove_file(f) {
@@ -913,11 +918,13 @@ fn prepare_swarm_dir(files: &SwarmFiles, a: &Assignment) -> std::io::Result<()> 
     }
     // Earlier answers and messages are in the new task text already.
     for dir in [&files.answers, &files.messages] {
-        if dir.exists() {
-            std::fs::remove_dir_all(dir)?;
+        match std::fs::symlink_metadata(dir) {
+            Ok(m) if m.is_dir() => std::fs::remove_dir_all(dir)?,
+            Ok(_) => std::fs::remove_file(dir)?,
+            Err(_) => {}
         }
     }
-    std::fs::write(&files.task, &a.task_text)
+    worker_files::write(&files.task, a.task_text.as_bytes())
 }
 
 /// An agent attempt's setting, for [`crate::agent::result`].

@@ -95,6 +95,7 @@ pub mod supervisor;
 pub mod tracked_index;
 pub mod verify;
 pub mod verify_job;
+pub mod worker_files;
 pub mod worker_git;
 pub mod worktree;
 

@@ -104,8 +104,8 @@ fn read_decision(path: &Path, said: &str) -> v1::ReviewVerdict {
         Ok(m) if m.len() > MAX_REVIEW_BYTES => {
             return refuse(format!("{} is larger than {MAX_REVIEW_BYTES} bytes", path.display()));
         }
-        Ok(_) => match std::fs::read_to_string(path) {
-            Ok(t) => t,
+        Ok(_) => match crate::worker_files::read(path, MAX_REVIEW_BYTES) {
+            Ok(t) => String::from_utf8_lossy(&t).into_owned(),
             Err(e) => return refuse(format!("{}: {e}", path.display())),
         },
     };

@@ -150,7 +150,9 @@ impl StatusWatcher {
         let parsed = if meta.len() > MAX_STATUS_BYTES {
             Err(format!("larger than {MAX_STATUS_BYTES} bytes"))
         } else {
-            std::fs::read(&self.path).map_err(|e| e.to_string()).and_then(|b| parse(&b))
+            crate::worker_files::read(&self.path, MAX_STATUS_BYTES)
+                .map_err(|e| e.to_string())
+                .and_then(|b| parse(&b))
         };
         match parsed {
             Err(reason) => {

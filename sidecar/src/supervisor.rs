@@ -194,7 +194,7 @@ async fn supervise(command: &Command) -> ExitRecord {
         .filter_map(|k| signal(k).ok())
         .collect();
     let spawn_error = |e: String| ExitRecord { code: None, signal: None, spawn_error: Some(e) };
-    let out = match std::fs::OpenOptions::new().create(true).append(true).open(log) {
+    let out = match crate::worker_files::append(log) {
         Ok(f) => f,
         Err(e) => return spawn_error(format!("cannot open log {}: {e}", log.display())),
     };
@@ -225,7 +225,7 @@ fn write_exit(path: &Path, record: &ExitRecord) -> std::io::Result<()> {
     use std::io::Write;
     let tmp = path.with_extension("tmp");
     let body = serde_json::to_vec(record).map_err(std::io::Error::other)?;
-    let mut f = std::fs::File::create(&tmp)?;
+    let mut f = crate::worker_files::create(&tmp)?;
     f.write_all(&body)?;
     f.sync_all()?;
     std::fs::rename(&tmp, path)
@@ -233,7 +233,7 @@ fn write_exit(path: &Path, record: &ExitRecord) -> std::io::Result<()> {
 
 /// Reads an exit file; None when absent or unreadable (not written yet).
 pub fn read_exit(path: &Path) -> Option<ExitRecord> {
-    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+    serde_json::from_slice(&crate::worker_files::read(path, 64 * 1024).ok()?).ok()
 }
 
 /// Whether `pid` is alive and is the supervisor writing `exit_file`.

@@ -44,6 +44,8 @@ async fn the_standby_takes_over_when_the_leader_is_killed_and_the_swarm_finishes
     let script = worker_script(&[("g", &g), ("d", "cat a.txt b.txt c.txt g.txt > d.txt")]);
     let repo = TempRepo::with_files(&[("worker.sh", &script), ("README.md", "failover\n")]);
     let plan = PlanBuilder::new("fo")
+        // g leaves its marks outside its worktree: the plan says so.
+        .sandbox(&[], &[marks.path()])
         .task(task("a"))
         .task(task("b").deps(&["a"]))
         .task(task("c").deps(&["a"]))

@@ -49,7 +49,9 @@ async fn restarted_sidecar_readopts_its_running_worker() {
     let repo = TempRepo::with_files(&[("worker.sh", &script(marks.path(), &gate))]);
     let mut cluster = Cluster::start(&repo, 1, &[]);
     let url = cluster.url();
-    create_swarm(&url, &PlanBuilder::new("ra").task(task("t")).build()).await;
+    // The worker leaves its marks outside its worktree: the plan says so.
+    let plan = PlanBuilder::new("ra").sandbox(&[], &[marks.path()]).task(task("t")).build();
+    create_swarm(&url, &plan).await;
     wait_task_state(&url, "ra", "t", TaskState::Running).await;
     let pid = started_pid(marks.path()).await;
 
@@ -74,7 +76,8 @@ async fn worker_that_finished_while_its_sidecar_was_dead_is_reported_once() {
     let repo = TempRepo::with_files(&[("worker.sh", &script(marks.path(), &gate))]);
     let mut cluster = Cluster::start(&repo, 1, &[]);
     let url = cluster.url();
-    create_swarm(&url, &PlanBuilder::new("rf").task(task("t")).build()).await;
+    let plan = PlanBuilder::new("rf").sandbox(&[], &[marks.path()]).task(task("t")).build();
+    create_swarm(&url, &plan).await;
     wait_task_state(&url, "rf", "t", TaskState::Running).await;
     let pid = started_pid(marks.path()).await;
 

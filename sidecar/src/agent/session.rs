@@ -23,7 +23,7 @@ pub fn path(worktree: &Path) -> PathBuf {
 }
 
 pub fn read(worktree: &Path) -> Option<SessionRecord> {
-    let bytes = std::fs::read(path(worktree)).ok()?;
+    let bytes = crate::worker_files::read(&path(worktree), 64 * 1024).ok()?;
     serde_json::from_slice(&bytes).ok()
 }
 
@@ -32,7 +32,7 @@ pub fn read(worktree: &Path) -> Option<SessionRecord> {
 pub fn write(worktree: &Path, r: &SessionRecord) -> std::io::Result<()> {
     let p = path(worktree);
     let tmp = p.with_extension("json.tmp");
-    std::fs::write(&tmp, serde_json::to_vec(r).map_err(std::io::Error::other)?)?;
+    crate::worker_files::write(&tmp, &serde_json::to_vec(r).map_err(std::io::Error::other)?)?;
     std::fs::rename(&tmp, &p)
 }
 
