@@ -246,6 +246,9 @@ pub struct RunArgs {
 fn parse_label(raw: &str) -> Result<(String, String), String> {
     let (k, v) = raw.split_once('=').ok_or_else(|| format!("{raw:?} must have the form KEY=VALUE"))?;
     swarm_core::plan::check_label(k, v)?;
+    if k == swarm_core::plan::sandbox::SANDBOX_LABEL {
+        return Err(format!("{raw:?}: the {k} label is set by each sidecar from what its kernel enforces"));
+    }
     Ok((k.to_string(), v.to_string()))
 }
 

@@ -54,6 +54,8 @@ async fn a_semantic_conflict_is_caught_bisected_to_the_caller_and_fixed_on_its_n
         count.display()
     );
     let plan = queue_plan("sem", &verify, 8)
+        // The caller copies its task text out for the test to read.
+        .sandbox(&[], &[out.path()])
         .task(
             task("rename")
                 .files(&["lib.sh"])

@@ -88,7 +88,9 @@ async fn a_partitioned_sidecars_late_result_is_fenced_and_it_rejoins() {
         let out = ctl.run(&["create", path.to_str().unwrap()]);
         assert!(out.status.success(), "create: {}", stderr(&out));
     };
-    create(&PlanBuilder::new("part").task(task("a")));
+    // Attempt 1 leaves its mark beside the gate: the plan lets it.
+    let marks = passed.parent().unwrap().to_path_buf();
+    create(&PlanBuilder::new("part").sandbox(&[], &[&marks]).task(task("a")));
 
     // Whichever sidecar runs attempt 1 of `a` is cut off.
     let cut = poll("attempt 1 of part/a to run", WAIT, || {
