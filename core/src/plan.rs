@@ -17,10 +17,12 @@ use crate::ids::{SwarmId, TaskId};
 use crate::names::{check_branch, check_glob, check_id, check_text};
 
 pub mod agent;
+pub mod budget;
 pub mod integration;
 pub mod review;
 pub mod subplan;
 pub use agent::{AgentKind, AgentSpec, Otherwise, PermissionPolicy, PermissionRule};
+pub use budget::{Budget, OnUsageLimit, SwarmBudget};
 pub use review::ReviewSpec;
 pub use subplan::{DEFAULT_MAX_DEPTH, MAX_DEPTH_LIMIT, swarm_namespace};
 
@@ -185,6 +187,9 @@ pub struct TaskSpec {
     /// Set: a succeeded result waits in REVIEW for this reviewer (or the
     /// operator) before the merge path; shared with the defaults'.
     pub review: Option<Arc<ReviewSpec>>,
+    /// What its agent attempts may spend, all together.
+    pub budget: Budget,
+    pub on_usage_limit: OnUsageLimit,
 }
 
 /// A validated plan.
@@ -202,6 +207,8 @@ pub struct Plan {
     /// Set: results go through a merge queue that verifies the merged
     /// tree before the integration ref moves (root plans only).
     pub integration: Option<Arc<integration::IntegrationVerify>>,
+    /// What the swarm's agent attempts may spend (root plans only).
+    pub budget: SwarmBudget,
 }
 
 impl Plan {
@@ -242,6 +249,7 @@ struct RawPlan {
     max_depth: Option<u32>,
     integration_verify: Option<Vec<RawTier>>,
     merge_queue: Option<integration::RawMergeQueue>,
+    budget: Option<budget::RawBudget>,
     #[serde(default)]
     defaults: RawDefaults,
     #[serde(default)]
@@ -280,6 +288,9 @@ struct RawDefaults {
     extra_args: Option<Vec<String>>,
     permissions: Option<agent::RawPermissions>,
     review: Option<review::RawReview>,
+    budget_usd: Option<f64>,
+    budget_tokens: Option<u64>,
+    on_usage_limit: Option<OnUsageLimit>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -330,6 +341,9 @@ struct RawTask {
     subplan: Option<subplan::RawSubPlan>,
     /// Overrides the defaults' review; `"none"` opts out of it.
     review: Option<review::RawReview>,
+    budget_usd: Option<f64>,
+    budget_tokens: Option<u64>,
+    on_usage_limit: Option<OnUsageLimit>,
 }
 
 /// The agent fields of `[defaults]` and `[[tasks]]` (serde cannot flatten
@@ -421,8 +435,9 @@ fn validate(raw: RawPlan) -> Result<Plan, PlanError> {
     }
     let frame = subplan::Frame { swarm, base_branch, integration_branch, target_branch, depth: 0, max_depth };
     let integration = integration::validate(raw.integration_verify, raw.merge_queue)?;
+    let budget = budget::swarm_budget(raw.budget.as_ref())?;
     let plan = validate_body(frame, &raw.defaults, &raw.tasks)?;
-    Ok(Plan { integration: integration.map(Arc::new), ..plan })
+    Ok(Plan { integration: integration.map(Arc::new), budget, ..plan })
 }
 
 /// Validates the defaults and tasks of the plan `frame` names: the root
@@ -459,6 +474,8 @@ fn validate_body(frame: subplan::Frame, d: &RawDefaults, raw_tasks: &[RawTask]) 
     if default_retry.initial_backoff_ms > default_retry.max_backoff_ms {
         return Err(err("defaults.backoff_initial_ms", "must not exceed defaults.backoff_max_ms"));
     }
+
+    let default_budget = budget::task_budget("defaults.", d.budget_usd, d.budget_tokens)?;
 
     let default_review = match &d.review {
         Some(r) => review::parse("defaults.review", r)?.map(Arc::new),
@@ -565,6 +582,11 @@ fn validate_body(frame: subplan::Frame, d: &RawDefaults, raw_tasks: &[RawTask]) 
         };
         let mut env = d.env.clone();
         env.extend(task.env.clone());
+        let own_budget = budget::task_budget(&at(""), task.budget_usd, task.budget_tokens)?;
+        let budget = Budget {
+            usd: own_budget.usd.or(default_budget.usd),
+            tokens: own_budget.tokens.or(default_budget.tokens),
+        };
         let mut retry = default_retry.clone();
         if let Some(r) = task.retries {
             if r > 100 {
@@ -599,6 +621,8 @@ fn validate_body(frame: subplan::Frame, d: &RawDefaults, raw_tasks: &[RawTask]) 
                 Some(r) => review::parse(&at("review"), r)?.map(Arc::new),
                 None => default_review.clone(),
             },
+            budget,
+            on_usage_limit: task.on_usage_limit.or(d.on_usage_limit).unwrap_or_default(),
         }));
         if tasks.last().is_some_and(|t| t.idle_timeout_secs == 0) {
             return Err(err(at("idle_timeout_secs"), "must be at least 1"));
@@ -619,6 +643,7 @@ fn validate_body(frame: subplan::Frame, d: &RawDefaults, raw_tasks: &[RawTask]) 
         tasks,
         max_depth: frame.max_depth,
         integration: None,
+        budget: SwarmBudget::default(),
     })
 }
 
