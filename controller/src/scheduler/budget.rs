@@ -354,7 +354,18 @@ impl Scheduler {
     /// with, and a task that went back to READY while over budget is
     /// BLOCKED instead.
     pub(super) fn after_result_budget(&mut self, key: &TaskKey, number: u32, fx: &mut Effects) {
-        self.budgets.stopping.remove(&(key.clone(), number));
+        // The agent stopped at its budget took its open question with it:
+        // its resumed session goes on without an answer.
+        if self.budgets.stopping.remove(&(key.clone(), number))
+            && let Some(t) = self.tasks.get_mut(key)
+            && t.notes
+                .pending_question
+                .as_ref()
+                .is_some_and(|q| q.attempt == number && q.category != super::pause::BUDGET_CATEGORY)
+        {
+            t.notes.pending_question = None;
+            fx.dirty_tasks.insert(key.clone());
+        }
         if self.tasks.get(key).is_some_and(|t| t.state == TaskState::Ready) {
             self.enforce_budgets(key, fx);
         }
