@@ -8,10 +8,11 @@
 //! completes or fails when its last tasks end.
 
 use serde::{Deserialize, Serialize};
+use swarm_core::plan::OnUsageLimit;
 use swarm_core::{SwarmId, TaskKey, TaskState};
 
 use super::model::{PendingQuestion, SwarmState};
-use super::{Effects, Scheduler};
+use super::{Effects, Scheduler, now_ms};
 use crate::error::SchedError;
 
 /// The question category of the breaker's question.
@@ -219,6 +220,30 @@ impl Scheduler {
             self.resume_swarm(&key.swarm, BY_OPERATOR, fx)?;
         }
         Ok(())
+    }
+
+    /// What a task does after its agent's usage limit: wait for the reset
+    /// (READY after it), pause the swarm as well, or fail.
+    pub(super) fn after_usage_limit(&mut self, key: &TaskKey, number: u32, until: i64, fx: &mut Effects) {
+        let policy = self.tasks.get(key).map(|t| t.spec.on_usage_limit).unwrap_or_default();
+        let wait_s = (until - now_ms()).max(0) / 1000;
+        match policy {
+            OnUsageLimit::Fail => {
+                let why = format!(
+                    "attempt {number} hit the agent's usage limit (on_usage_limit = \"fail\"); its work is in the WIP commit"
+                );
+                self.set_state(key, TaskState::Failed, &why, fx);
+            }
+            OnUsageLimit::Wait | OnUsageLimit::Pause => {
+                let why = format!(
+                    "attempt {number} hit the agent's usage limit; resumes in {wait_s} s, no retry spent"
+                );
+                self.make_ready(key, &why, fx);
+                if policy == OnUsageLimit::Pause {
+                    self.pause_for_usage_limit(key, &format!("agent usage limit, resets in {wait_s} s"), fx);
+                }
+            }
+        }
     }
 
     /// An agent of `key` hit its usage limit and the task says

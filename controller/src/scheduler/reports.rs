@@ -2,7 +2,7 @@
 //! transitions and merge results. Sessions and claims are in `sessions`.
 
 use rand::Rng;
-use swarm_core::plan::{ConflictPolicy, OnUsageLimit};
+use swarm_core::plan::ConflictPolicy;
 use swarm_core::{AttemptState, Outcome, TaskKey, TaskState, Usage};
 
 use super::command::{Report, ReportedAttempt, ResultReport};
@@ -347,30 +347,6 @@ impl Scheduler {
                     self.set_state(&key, TaskState::Cancelled, "cancelled by the operator", fx);
                 } else {
                     self.make_ready(&key, &format!("attempt {number} interrupted"), fx);
-                }
-            }
-        }
-    }
-
-    /// What a task does after its agent's usage limit: wait for the reset
-    /// (READY after it), pause the swarm as well, or fail.
-    fn after_usage_limit(&mut self, key: &TaskKey, number: u32, until: i64, fx: &mut Effects) {
-        let policy = self.tasks.get(key).map(|t| t.spec.on_usage_limit).unwrap_or_default();
-        let wait_s = (until - now_ms()).max(0) / 1000;
-        match policy {
-            OnUsageLimit::Fail => {
-                let why = format!(
-                    "attempt {number} hit the agent's usage limit (on_usage_limit = \"fail\"); its work is in the WIP commit"
-                );
-                self.set_state(key, TaskState::Failed, &why, fx);
-            }
-            OnUsageLimit::Wait | OnUsageLimit::Pause => {
-                let why = format!(
-                    "attempt {number} hit the agent's usage limit; resumes in {wait_s} s, no retry spent"
-                );
-                self.make_ready(key, &why, fx);
-                if policy == OnUsageLimit::Pause {
-                    self.pause_for_usage_limit(key, &format!("agent usage limit, resets in {wait_s} s"), fx);
                 }
             }
         }
