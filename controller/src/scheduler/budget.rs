@@ -311,6 +311,11 @@ impl Scheduler {
         );
     }
 
+    /// Lets a budget stop of `key#number` be sent again.
+    pub(super) fn forget_budget_stop(&mut self, key: &TaskKey, number: u32) {
+        self.budgets.stopping.remove(&(key.clone(), number));
+    }
+
     /// Sends the worker of `key#number` a Cancel; with `checkpoint` it
     /// keeps the work (WIP commit, agent session) and reports CHECKPOINT.
     pub(super) fn send_stop(

@@ -111,6 +111,24 @@ impl Scheduler {
         }
     }
 
+    /// A worker reconnected holding `key#number`: a stop it was sent may
+    /// have been lost with its old stream (or never sent, while it had
+    /// none), so a checkpointing pause or a budget stops it again.
+    pub(super) fn stop_again_on_reconnect(&mut self, key: &TaskKey, number: u32, fx: &mut Effects) {
+        if self.is_reviewer(key, number) {
+            return;
+        }
+        let stopping_pause = self.swarms.get(&key.swarm).is_some_and(|s| {
+            s.state == SwarmState::Paused && s.control.paused.as_ref().is_some_and(|p| p.stop)
+        });
+        if stopping_pause {
+            self.send_stop(key, number, "swarm paused", true, fx);
+            return;
+        }
+        self.forget_budget_stop(key, number);
+        self.enforce_budgets(key, fx);
+    }
+
     /// Resumes swarm `id`: it is ACTIVE (or whatever its tasks make it)
     /// and assigns again; the breaker's window starts afresh.
     pub(super) fn resume_swarm(

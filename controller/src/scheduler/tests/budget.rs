@@ -218,3 +218,53 @@ fn on_usage_limit_fail_fails_the_task_and_pause_pauses_the_swarm() {
         assert_eq!(rig.swarm_view().state, swarm_state, "{policy}");
     }
 }
+
+/// The resume secret the Welcome among `messages` gave.
+fn secret(messages: &[Outbound]) -> String {
+    messages
+        .iter()
+        .find_map(|m| match m {
+            Outbound::Welcome { resume_secret, .. } => Some(resume_secret.clone()),
+            _ => None,
+        })
+        .expect("a Welcome")
+}
+
+/// w1's sidecar reconnects (session 2) still holding `attempt`.
+fn reconnect(rig: &mut Rig, secret: String, attempt: ReportedAttempt) -> tmpsc::Receiver<Outbound> {
+    let (tx, rx) = tmpsc::channel(64);
+    let session = super::super::model::Session {
+        id: 2,
+        tx,
+        last_seen: std::sync::Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX / 2)),
+        closed: tokio_util::sync::CancellationToken::new(),
+    };
+    let hello = super::super::command::HelloInfo {
+        attempt_in_hand: Some(attempt),
+        resume_secret: secret,
+        ..super::fresh_hello("w1")
+    };
+    rig.sched.turn([Command::Hello { hello, session }]).expect("turn");
+    rx
+}
+
+#[test]
+fn a_worker_that_reconnects_holding_an_attempt_to_stop_is_told_again() {
+    let plan = "[[tasks]]\nid = \"a\"\nfiles = [\"a.txt\"]\nagent = \"claude\"\nbudget_usd = 1.0\n";
+    let mut rig = Rig::build(0, 64, plan);
+    let first = drain(&mut rig.outbound);
+    let attempt = handle(&assigned(&first)[0]);
+    rig.progress(attempt.clone(), spent(1.5), "s1");
+    assert_eq!(cancels(&drain(&mut rig.outbound)), vec![("s/a".to_string(), true)]);
+    // The stream (and the Cancel on it) is lost; the sidecar comes back.
+    let mut again = reconnect(&mut rig, secret(&first), attempt);
+    assert_eq!(cancels(&drain(&mut again)), vec![("s/a".to_string(), true)], "the budget stop again");
+
+    let mut rig = Rig::build(0, 64, "[[tasks]]\nid = \"a\"\nfiles = [\"a.txt\"]\n");
+    let first = drain(&mut rig.outbound);
+    let attempt = handle(&assigned(&first)[0]);
+    rig.pause(true);
+    assert_eq!(cancels(&drain(&mut rig.outbound)).len(), 1);
+    let mut again = reconnect(&mut rig, secret(&first), attempt);
+    assert_eq!(cancels(&drain(&mut again)), vec![("s/a".to_string(), true)], "the pause's stop again");
+}
