@@ -48,6 +48,13 @@ pub async fn set_budget(shared: &Shared, req: v1::SetBudgetRequest) -> Result<v1
         tokens: tokens("tokens", req.tokens)?,
         max_usd_per_hour: usd("max_usd_per_hour", req.max_usd_per_hour)?,
     };
+    if matches!(target, BudgetTarget::Task(_)) && change.max_usd_per_hour.is_some() {
+        return Err(FieldError::new(
+            "max_usd_per_hour",
+            "the burn-rate breaker is set on a swarm, not a task",
+        )
+        .into());
+    }
     if change == BudgetChange::default() {
         return Err(FieldError::new("usd", "set usd, tokens or max_usd_per_hour").into());
     }
