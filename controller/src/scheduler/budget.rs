@@ -407,8 +407,16 @@ impl Scheduler {
         let Some(s) = self.swarms.get_mut(id) else { return Ok(()) };
         s.control.budget = Some(budget);
         fx.batch.swarm(s.row());
-        if self.swarm_over_budget(id).is_none() {
-            self.budgets.over.remove(id);
+        match self.swarm_over_budget(id) {
+            None => {
+                self.budgets.over.remove(id);
+            }
+            // Lowered below what it spent: stop now, not at the next report.
+            Some(why) => {
+                if self.budgets.over.insert(id.clone()) {
+                    self.stop_swarm_at_budget(id, &why, fx);
+                }
+            }
         }
         let keys = self.swarms.get(id).map(|s| s.tasks.clone()).unwrap_or_default();
         let unblocked = self.unblock_budget(&keys, fx);

@@ -87,7 +87,10 @@ impl Scheduler {
         s.state = SwarmState::Paused;
         // A stop asked once is not taken back by a later pause without it.
         let stop = stop || s.control.paused.as_ref().is_some_and(|p| p.stop);
-        s.control.paused = Some(Pause { stop, ..pause });
+        // Nor is the breaker's question forgotten: the resume clears it.
+        let question =
+            pause.question.clone().or_else(|| s.control.paused.as_ref().and_then(|p| p.question.clone()));
+        s.control.paused = Some(Pause { stop, question, ..pause });
         fx.batch.swarm(s.row());
         tracing::info!("swarm paused");
         self.event(fx, id.as_str(), "", 0, "", kind, message, data);

@@ -268,3 +268,14 @@ fn a_worker_that_reconnects_holding_an_attempt_to_stop_is_told_again() {
     let mut again = reconnect(&mut rig, secret(&first), attempt);
     assert_eq!(cancels(&drain(&mut again)), vec![("s/a".to_string(), true)], "the pause's stop again");
 }
+
+#[test]
+fn a_budget_lowered_below_what_was_spent_stops_at_once() {
+    let plan = "[[tasks]]\nid = \"a\"\nfiles = [\"a.txt\"]\nagent = \"claude\"\n";
+    let mut rig = Rig::build(0, 64, plan);
+    let attempt = handle(&assigned(&drain(&mut rig.outbound))[0]);
+    rig.progress(attempt, spent(3.0), "s1");
+    assert!(cancels(&drain(&mut rig.outbound)).is_empty(), "no budget, no stop");
+    rig.set_budget(BudgetTarget::Swarm(SwarmId::new("s").expect("id")), 2.0);
+    assert_eq!(cancels(&drain(&mut rig.outbound)), vec![("s/a".to_string(), true)]);
+}
