@@ -148,6 +148,39 @@ pub enum Command {
         #[command(flatten)]
         out: OutputArgs,
     },
+    /// Set a swarm's (SWARM) or a task's (SWARM/TASK) budget, across all
+    /// its agent attempts; tasks stopped at the old one resume. 0 removes a cap.
+    Budget {
+        target: String,
+        /// Dollars.
+        #[arg(long = "set", value_name = "USD")]
+        usd: Option<f64>,
+        /// Tokens of every kind.
+        #[arg(long)]
+        tokens: Option<u64>,
+        /// The swarm's burn-rate breaker, in dollars per hour.
+        #[arg(long)]
+        max_usd_per_hour: Option<f64>,
+        #[command(flatten)]
+        out: OutputArgs,
+    },
+    /// Start no new attempt of a swarm (PAUSED); running ones finish, or
+    /// with --stop checkpoint (WIP commit, agent session kept).
+    Pause {
+        swarm: String,
+        #[arg(long)]
+        stop: bool,
+        #[arg(long, default_value = "")]
+        reason: String,
+        #[command(flatten)]
+        out: OutputArgs,
+    },
+    /// Let a PAUSED swarm start attempts again.
+    Resume {
+        swarm: String,
+        #[command(flatten)]
+        out: OutputArgs,
+    },
     /// Stop assigning new tasks to a worker.
     Drain {
         worker: String,

@@ -5,6 +5,7 @@
 
 mod attempt_log;
 mod auth;
+mod budget;
 mod cli;
 mod client;
 mod demo;

@@ -87,6 +87,13 @@ pub async fn run(url: &client::Target, command: Command) -> anyhow::Result<()> {
             let mut c = connect(url).await?;
             crate::report::report(&mut c, &swarm_id, out.output).await
         }
+        Command::Budget { target, usd, tokens, max_usd_per_hour, out } => {
+            crate::budget::set(url, &target, (usd, tokens, max_usd_per_hour), out.output).await
+        }
+        Command::Pause { swarm, stop, reason, out } => {
+            crate::budget::pause(url, &swarm, stop, reason, out.output).await
+        }
+        Command::Resume { swarm, out } => crate::budget::resume(url, &swarm, out.output).await,
         Command::Drain { worker, out } => {
             let mut c = connect(url).await?;
             let resp = c.drain_worker(v1::DrainWorkerRequest { worker_id: worker }).await?.into_inner();
@@ -208,8 +215,16 @@ async fn describe(url: &client::Target, what: DescribeWhat) -> anyhow::Result<()
                 };
                 let cost = detail.swarm.usage.text();
                 let cost = if cost.is_empty() { String::new() } else { format!("Cost:        {cost}\n") };
+                let paused = if detail.swarm.paused_reason.is_empty() {
+                    String::new()
+                } else {
+                    format!("Paused:      {}\n", detail.swarm.paused_reason)
+                };
+                let budget = crate::budget::describe(&detail.swarm);
+                let budget =
+                    if budget.is_empty() { String::new() } else { format!("Budget:      {budget}\n") };
                 format!(
-                    "Swarm:       {}\nState:       {}\n{stalled}Base:        {}\nIntegration: {} at {}\n{cost}\n{table}",
+                    "Swarm:       {}\nState:       {}\n{stalled}{paused}Base:        {}\nIntegration: {} at {}\n{cost}{budget}\n{table}",
                     detail.swarm.id,
                     detail.swarm.state,
                     detail.swarm.base_branch,

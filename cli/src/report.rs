@@ -26,6 +26,9 @@ const LONG_RUNNING_MS: i64 = 30 * 60 * 1000;
 pub struct Report {
     pub swarm: String,
     pub state: String,
+    /// When PAUSED: why.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub paused_reason: String,
     pub health: Health,
     /// Tasks MERGED, of all.
     pub done: usize,
@@ -139,6 +142,7 @@ pub fn build(swarm: &v1::Swarm, tasks: &[v1::Task], workers: &[v1::Worker], now:
     Report {
         swarm: swarm.id.clone(),
         state: swarm_state(swarm.state),
+        paused_reason: swarm.paused_reason.clone(),
         health,
         done,
         total: tasks.len(),
@@ -233,6 +237,9 @@ fn markdown(r: &Report) -> String {
     let mut md = String::new();
     let _ = writeln!(md, "# Swarm {} — {}", r.swarm, r.state);
     let _ = writeln!(md);
+    if !r.paused_reason.is_empty() {
+        let _ = writeln!(md, "- Paused: {}", r.paused_reason);
+    }
     let _ = writeln!(md, "- Health: {}", r.health.mark());
     let _ = writeln!(md, "- Progress: {}/{} merged", r.done, r.total);
     let _ =

@@ -17,12 +17,14 @@ use crate::ids::{SwarmId, TaskId};
 use crate::names::{check_branch, check_glob, check_id, check_text};
 
 pub mod agent;
+pub mod budget;
 pub mod integration;
 pub mod review;
 pub mod sandbox;
 pub mod secrets;
 pub mod subplan;
 pub use agent::{AgentKind, AgentSpec, Otherwise, PermissionPolicy, PermissionRule};
+pub use budget::{Budget, OnUsageLimit, SwarmBudget};
 pub use review::ReviewSpec;
 pub use sandbox::{SandboxMode, SandboxSpec};
 pub use secrets::SecretSource;
@@ -195,6 +197,9 @@ pub struct TaskSpec {
     /// Variables the sidecar reads from its machine for this task's worker
     /// only: the sources, never the values.
     pub secrets: BTreeMap<String, SecretSource>,
+    /// What its agent attempts may spend, all together.
+    pub budget: Budget,
+    pub on_usage_limit: OnUsageLimit,
 }
 
 /// A validated plan.
@@ -212,6 +217,8 @@ pub struct Plan {
     /// Set: results go through a merge queue that verifies the merged
     /// tree before the integration ref moves (root plans only).
     pub integration: Option<Arc<integration::IntegrationVerify>>,
+    /// What the swarm's agent attempts may spend (root plans only).
+    pub budget: SwarmBudget,
 }
 
 impl Plan {
@@ -252,6 +259,7 @@ struct RawPlan {
     max_depth: Option<u32>,
     integration_verify: Option<Vec<RawTier>>,
     merge_queue: Option<integration::RawMergeQueue>,
+    budget: Option<budget::RawBudget>,
     #[serde(default)]
     defaults: RawDefaults,
     #[serde(default)]
@@ -292,6 +300,9 @@ struct RawDefaults {
     review: Option<review::RawReview>,
     sandbox: Option<sandbox::RawSandbox>,
     secrets: Option<BTreeMap<String, secrets::RawSecret>>,
+    budget_usd: Option<f64>,
+    budget_tokens: Option<u64>,
+    on_usage_limit: Option<OnUsageLimit>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -346,6 +357,9 @@ struct RawTask {
     sandbox: Option<sandbox::RawSandbox>,
     /// Added to the defaults' secrets.
     secrets: Option<BTreeMap<String, secrets::RawSecret>>,
+    budget_usd: Option<f64>,
+    budget_tokens: Option<u64>,
+    on_usage_limit: Option<OnUsageLimit>,
 }
 
 /// The agent fields of `[defaults]` and `[[tasks]]` (serde cannot flatten
@@ -437,8 +451,9 @@ fn validate(raw: RawPlan) -> Result<Plan, PlanError> {
     }
     let frame = subplan::Frame { swarm, base_branch, integration_branch, target_branch, depth: 0, max_depth };
     let integration = integration::validate(raw.integration_verify, raw.merge_queue)?;
+    let budget = budget::swarm_budget(raw.budget.as_ref())?;
     let plan = validate_body(frame, &raw.defaults, &raw.tasks)?;
-    Ok(Plan { integration: integration.map(Arc::new), ..plan })
+    Ok(Plan { integration: integration.map(Arc::new), budget, ..plan })
 }
 
 /// Validates the defaults and tasks of the plan `frame` names: the root
@@ -479,6 +494,7 @@ fn validate_body(frame: subplan::Frame, d: &RawDefaults, raw_tasks: &[RawTask]) 
     let default_secrets = secrets::resolve("defaults.secrets", d.secrets.as_ref(), &BTreeMap::new(), &d.env)?;
     let default_sandbox =
         Arc::new(sandbox::resolve("defaults.sandbox", d.sandbox.as_ref(), &SandboxSpec::default())?);
+    let default_budget = budget::task_budget("defaults.", d.budget_usd, d.budget_tokens)?;
     let default_review = match &d.review {
         Some(r) => review::parse("defaults.review", r)?.map(Arc::new),
         None => None,
@@ -594,6 +610,11 @@ fn validate_body(frame: subplan::Frame, d: &RawDefaults, raw_tasks: &[RawTask]) 
         let mut env = d.env.clone();
         env.extend(task.env.clone());
         let secrets = secrets::resolve(&at("secrets"), task.secrets.as_ref(), &default_secrets, &env)?;
+        let own_budget = budget::task_budget(&at(""), task.budget_usd, task.budget_tokens)?;
+        let budget = Budget {
+            usd: own_budget.usd.or(default_budget.usd),
+            tokens: own_budget.tokens.or(default_budget.tokens),
+        };
         let mut retry = default_retry.clone();
         if let Some(r) = task.retries {
             if r > 100 {
@@ -630,6 +651,8 @@ fn validate_body(frame: subplan::Frame, d: &RawDefaults, raw_tasks: &[RawTask]) 
             },
             sandbox,
             secrets,
+            budget,
+            on_usage_limit: task.on_usage_limit.or(d.on_usage_limit).unwrap_or_default(),
         }));
         if tasks.last().is_some_and(|t| t.idle_timeout_secs == 0) {
             return Err(err(at("idle_timeout_secs"), "must be at least 1"));
@@ -650,6 +673,7 @@ fn validate_body(frame: subplan::Frame, d: &RawDefaults, raw_tasks: &[RawTask]) 
         tasks,
         max_depth: frame.max_depth,
         integration: None,
+        budget: SwarmBudget::default(),
     })
 }
 

@@ -151,6 +151,10 @@ pub enum Report {
 pub enum Stop {
     /// The controller's Cancel: stop with this grace, report CANCELLED.
     Cancel { grace: Duration },
+    /// The controller's Cancel with `checkpoint` (a budget reached, a
+    /// swarm paused with `--stop`): stop with this grace, keep the work as
+    /// a WIP commit and report CHECKPOINT, so a later attempt resumes it.
+    Checkpoint { grace: Duration },
     /// The controller no longer considers the attempt current: stop, report nothing.
     Silent,
     /// The sidecar is shutting down: stop, report the exit as it maps.
@@ -525,7 +529,7 @@ async fn drive(
             }
             End::Stopped(s) => {
                 let grace = match s {
-                    Stop::Cancel { grace } => grace,
+                    Stop::Cancel { grace } | Stop::Checkpoint { grace } => grace,
                     _ => ctx.stop_grace,
                 };
                 let exit = worker.stop(grace).await;
@@ -583,9 +587,11 @@ async fn drive(
             result.error = "cancelled by the controller".into();
             return Ok(Some(()));
         }
-        Some(Stop::Shutdown) | None => {}
+        Some(Stop::Shutdown | Stop::Checkpoint { .. }) | None => {}
     }
-    let mapped = exit.outcome();
+    // Stopped to be resumed later: whatever the worker left is its WIP.
+    let mapped =
+        if matches!(stopped, Some(Stop::Checkpoint { .. })) { Outcome::Checkpoint } else { exit.outcome() };
     result.outcome = outcome(mapped);
     match mapped {
         Outcome::Success if a.review.is_some() => {

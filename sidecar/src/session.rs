@@ -620,8 +620,9 @@ impl Session {
                     } else {
                         Duration::from_millis(u64::from(c.grace_ms))
                     };
-                    tracing::info!(attempt = %cur.assignment.label(), reason = %c.reason, "cancel");
-                    let _ = cur.stop.send(Some(Stop::Cancel { grace }));
+                    tracing::info!(attempt = %cur.assignment.label(), reason = %c.reason, checkpoint = c.checkpoint, "cancel");
+                    let stop = if c.checkpoint { Stop::Checkpoint { grace } } else { Stop::Cancel { grace } };
+                    let _ = cur.stop.send(Some(stop));
                 } else {
                     tracing::warn!(attempt = ?c.attempt, "cancel for an attempt not in hand");
                 }

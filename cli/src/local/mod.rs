@@ -240,6 +240,9 @@ async fn follow(
                     if state == v1::SwarmState::Stalled {
                         progress.note(&format!("swarm {swarm_id} STALLED: {}", swarm.stalled_reason));
                     }
+                    if state == v1::SwarmState::Paused {
+                        progress.note(&format!("swarm {swarm_id} PAUSED: {}", swarm.paused_reason));
+                    }
                     // Drain events already sent, so the plain log is complete.
                     while let Ok(Some(Ok(event))) = tokio::time::timeout(Duration::from_millis(100), stream.next()).await {
                         progress.event(&event);

@@ -55,6 +55,11 @@ pub fn outcome(
     let settled = match swarm {
         v1::SwarmState::Completed | v1::SwarmState::Failed | v1::SwarmState::Cancelled => true,
         v1::SwarmState::Stalled => !answering,
+        // Paused (the breaker, a usage limit): settled once what runs has
+        // ended, since nothing new starts until someone resumes it.
+        v1::SwarmState::Paused => {
+            !tasks.iter().any(|t| matches!(S::try_from(t.state), Ok(S::Running | S::Succeeded | S::Merging)))
+        }
         _ => starved_of_labels(plan, &state, labels, &answer_due),
     };
     if !settled {
@@ -276,6 +281,15 @@ on_conflict = "hold"
         let t = tasks(&[S::Failed, S::Pending, S::Merged]);
         assert_eq!(outcome(&plan(), Sw::Active, &t, &BTreeMap::new(), |_| false), None);
         assert!(outcome(&plan(), Sw::Stalled, &t, &BTreeMap::new(), |_| false).is_some());
+    }
+
+    #[test]
+    fn a_paused_swarm_is_over_for_local_mode_once_nothing_runs() {
+        let running = tasks(&[S::Running, S::Ready, S::Pending]);
+        assert_eq!(outcome(&plan(), Sw::Paused, &running, &BTreeMap::new(), |_| false), None);
+        let held = tasks(&[S::Merged, S::Ready, S::Pending]);
+        let o = outcome(&plan(), Sw::Paused, &held, &BTreeMap::new(), |_| false).expect("over");
+        assert_eq!(o.code(), exit::WAITING);
     }
 
     #[test]

@@ -162,6 +162,14 @@ pub struct SwarmView {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub stalled_tasks: Vec<String>,
     pub usage: UsageView,
+    /// When PAUSED: why.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub paused_reason: String,
+    /// The swarm's caps (0: none), the breaker, and its last hour.
+    pub budget_usd: f64,
+    pub budget_tokens: u64,
+    pub max_usd_per_hour: f64,
+    pub usd_last_hour: f64,
 }
 
 impl From<&v1::Swarm> for SwarmView {
@@ -178,6 +186,11 @@ impl From<&v1::Swarm> for SwarmView {
             stalled_reason: s.stalled_reason.clone(),
             stalled_tasks: s.stalled_tasks.clone(),
             usage: UsageView::from(s.usage.as_ref()),
+            paused_reason: s.paused_reason.clone(),
+            budget_usd: s.budget.as_ref().map(|b| b.usd).unwrap_or_default(),
+            budget_tokens: s.budget.as_ref().map(|b| b.tokens).unwrap_or_default(),
+            max_usd_per_hour: s.max_usd_per_hour,
+            usd_last_hour: s.usd_last_hour,
         }
     }
 }

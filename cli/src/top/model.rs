@@ -160,6 +160,18 @@ impl Model {
                     self.tasks[i].pending_question.clear();
                 }
             }
+            // PAUSED and back show at once, as task states do.
+            "swarm.state" | "swarm.stalled" | "swarm.paused" | "swarm.resumed" => {
+                let state = v1::SwarmState::from_str_name(&format!("SWARM_STATE_{}", text("state")));
+                if let (Some(state), Some(s)) = (state, self.swarms.iter_mut().find(|s| s.id == e.swarm_id)) {
+                    s.state = state as i32;
+                    if state != v1::SwarmState::Paused {
+                        s.paused_reason.clear();
+                    } else {
+                        s.paused_reason = text("reason");
+                    }
+                }
+            }
             _ => {}
         }
         if self.events.len() == EVENTS_KEPT {

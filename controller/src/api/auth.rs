@@ -139,6 +139,9 @@ const METHODS: &[(&str, Role)] = &[
     ("/swarm.v1.OperatorService/Answer", Role::Operator),
     ("/swarm.v1.OperatorService/SendMessage", Role::Operator),
     ("/swarm.v1.OperatorService/ReadAttemptLog", Role::Operator),
+    ("/swarm.v1.OperatorService/SetBudget", Role::Operator),
+    ("/swarm.v1.OperatorService/PauseSwarm", Role::Operator),
+    ("/swarm.v1.OperatorService/ResumeSwarm", Role::Operator),
     ("/swarm.v1.OperatorService/DrainWorker", Role::Admin),
     ("/swarm.v1.OperatorService/Land", Role::Admin),
 ];

@@ -389,8 +389,8 @@ pub fn outbound(o: Outbound) -> Result<v1::ControllerMessage, tonic::Status> {
             resume_secret,
         }),
         Outbound::Assign(a) => Body::Assign(assign(&a)),
-        Outbound::Cancel { attempt, grace_ms, reason } => {
-            Body::Cancel(v1::Cancel { attempt: Some(handle(&attempt)), grace_ms, reason })
+        Outbound::Cancel { attempt, grace_ms, reason, checkpoint } => {
+            Body::Cancel(v1::Cancel { attempt: Some(handle(&attempt)), grace_ms, reason, checkpoint })
         }
         Outbound::Answer { attempt, question_id, text } => {
             Body::Answer(v1::Answer { attempt: Some(handle(&attempt)), question_id, text })
@@ -429,6 +429,7 @@ pub fn swarm(v: SwarmView) -> v1::Swarm {
         crate::scheduler::SwarmState::Failed => v1::SwarmState::Failed,
         crate::scheduler::SwarmState::Cancelled => v1::SwarmState::Cancelled,
         crate::scheduler::SwarmState::Stalled => v1::SwarmState::Stalled,
+        crate::scheduler::SwarmState::Paused => v1::SwarmState::Paused,
     };
     let (stalled_reason, stalled_tasks) = v.stall.map(|s| (s.reason, s.tasks)).unwrap_or_default();
     v1::Swarm {
@@ -443,7 +444,15 @@ pub fn swarm(v: SwarmView) -> v1::Swarm {
         stalled_reason,
         stalled_tasks,
         usage: Some(v1::Usage::from(&v.usage)),
+        paused_reason: v.paused_reason,
+        budget: Some(budget(&v.budget.limit)),
+        max_usd_per_hour: v.budget.max_usd_per_hour.unwrap_or(0.0),
+        usd_last_hour: v.usd_last_hour,
     }
+}
+
+fn budget(b: &swarm_core::plan::Budget) -> v1::Budget {
+    v1::Budget { usd: b.usd.unwrap_or(0.0), tokens: b.tokens.unwrap_or(0) }
 }
 
 pub fn task(v: TaskView) -> v1::Task {
@@ -467,6 +476,7 @@ pub fn task(v: TaskView) -> v1::Task {
         first_started_at_unix_ms: v.first_started_at,
         last_ended_at_unix_ms: v.last_ended_at,
         recommendation: v.recommendation.to_string(),
+        budget: Some(budget(&v.budget)),
     }
 }
 

@@ -3,6 +3,7 @@
 //! value) and the scheduler's views back into wire messages.
 
 pub mod auth;
+mod budget;
 pub mod convert;
 pub mod logs;
 pub mod operator;

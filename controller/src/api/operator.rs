@@ -252,6 +252,30 @@ impl OperatorService for OperatorApi {
         Ok(Response::new(v1::SendMessageResponse { task: Some(convert::task(view)), message_id }))
     }
 
+    #[tracing::instrument(skip_all, fields(target = %request.get_ref().target))]
+    async fn set_budget(
+        &self,
+        request: Request<v1::SetBudgetRequest>,
+    ) -> Result<Response<v1::SetBudgetResponse>, Status> {
+        Ok(Response::new(super::budget::set_budget(&self.shared, request.into_inner()).await?))
+    }
+
+    #[tracing::instrument(skip_all, fields(swarm = %request.get_ref().swarm_id))]
+    async fn pause_swarm(
+        &self,
+        request: Request<v1::PauseSwarmRequest>,
+    ) -> Result<Response<v1::PauseSwarmResponse>, Status> {
+        Ok(Response::new(super::budget::pause(&self.shared, request.into_inner()).await?))
+    }
+
+    #[tracing::instrument(skip_all, fields(swarm = %request.get_ref().swarm_id))]
+    async fn resume_swarm(
+        &self,
+        request: Request<v1::ResumeSwarmRequest>,
+    ) -> Result<Response<v1::ResumeSwarmResponse>, Status> {
+        Ok(Response::new(super::budget::resume(&self.shared, request.into_inner()).await?))
+    }
+
     #[tracing::instrument(skip_all)]
     async fn drain_worker(
         &self,

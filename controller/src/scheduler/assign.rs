@@ -180,6 +180,8 @@ impl Scheduler {
             return;
         }
         idle.sort();
+        // READY agent tasks a budget holds: BLOCKED after the scan.
+        let mut over_budget: Vec<(TaskKey, String)> = Vec::new();
         for worker_id in idle {
             let Some(worker) = self.workers.get(&worker_id) else { continue };
             self.scan.full_scans += 1;
@@ -190,10 +192,16 @@ impl Scheduler {
                     self.scan.due_ms = self.scan.due_ms.min(task.not_before);
                     continue;
                 }
-                if !worker.satisfies(&task.spec.labels) {
+                if !worker.satisfies(&task.spec.labels) || self.swarm_paused(key) {
                     continue;
                 }
                 if task.spec.agent.is_some() {
+                    if let Some(why) = self.over_budget(key) {
+                        if !over_budget.iter().any(|(k, _)| k == key) {
+                            over_budget.push((key.clone(), why));
+                        }
+                        continue;
+                    }
                     if let Some(until) = self.limited_until(worker, now) {
                         self.scan.due_ms = self.scan.due_ms.min(until);
                         continue;
@@ -211,11 +219,14 @@ impl Scheduler {
             let Some(key) = chosen else {
                 self.scan.found_nothing.insert(worker_id, epoch);
                 if self.ready.is_empty() {
-                    return;
+                    break;
                 }
                 continue;
             };
             self.assign(&worker_id, &key, fx);
+        }
+        for (key, why) in over_budget {
+            self.block_at_budget(&key, &why, fx);
         }
     }
 

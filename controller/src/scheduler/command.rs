@@ -6,9 +6,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use swarm_core::plan::Plan;
-use swarm_core::{Outcome, TaskKey, TaskState, Usage};
+use swarm_core::{Outcome, SwarmId, TaskKey, TaskState, Usage};
 use tokio::sync::{broadcast, oneshot};
 
+pub use super::budget::BudgetChange;
 use super::model::{Session, TierOutcome};
 use super::reads::Page;
 use super::refs::LandTarget;
@@ -146,6 +147,13 @@ impl Command {
     }
 }
 
+/// What SetBudget changes.
+#[derive(Debug, Clone)]
+pub enum BudgetTarget {
+    Swarm(SwarmId),
+    Task(TaskKey),
+}
+
 #[derive(Debug)]
 pub enum OperatorOp {
     /// `plan` was parsed from `plan_text` and the integration branch made
@@ -227,6 +235,23 @@ pub enum OperatorOp {
         swarm: String,
         target: Option<String>,
         reply: Reply<LandTarget>,
+    },
+    /// Sets a swarm's or a task's budget.
+    SetBudget {
+        target: BudgetTarget,
+        change: BudgetChange,
+        /// The swarm, and the task when the target was one.
+        reply: Reply<(SwarmView, Option<TaskView>)>,
+    },
+    PauseSwarm {
+        swarm: SwarmId,
+        stop: bool,
+        reason: String,
+        reply: Reply<SwarmView>,
+    },
+    ResumeSwarm {
+        swarm: SwarmId,
+        reply: Reply<SwarmView>,
     },
     /// Records what Land did.
     Landed {

@@ -10,12 +10,14 @@
 
 mod assign;
 mod bisect;
+mod budget;
 pub mod command;
 mod limits;
 mod merge_queue;
 mod model;
 mod operator;
 pub mod outbound;
+mod pause;
 mod pipeline;
 pub mod reads;
 mod recover;
@@ -40,7 +42,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use swarm_core::{AttemptState, SwarmId, TaskKey, TaskState};
 use tokio::sync::broadcast;
 
-pub use command::ReviewVerdict;
+pub use command::{BudgetChange, BudgetTarget, ReviewVerdict};
 pub use command::{
     Command, HelloInfo, OperatorOp, PackClaim, Report, ReportedAttempt, ResultReport, SandboxReported,
     integrator_sink,
@@ -193,6 +195,8 @@ pub struct Scheduler {
     merge_queues: merge_queue::Queues,
     /// Tasks in REVIEW waiting for a reviewer attempt.
     reviews: review::ReviewQueue,
+    /// Budget stops sent, swarms found over budget, the breaker's windows.
+    budgets: budget::Budgets,
 }
 
 impl Scheduler {
@@ -676,7 +680,7 @@ impl Scheduler {
     /// state counts (a task walk only to describe a stall).
     fn refresh_swarm(&mut self, id: &SwarmId, fx: &mut Effects) {
         let Some(swarm) = self.swarms.get(id) else { return };
-        if !matches!(swarm.state, SwarmState::Active | SwarmState::Stalled) {
+        if !matches!(swarm.state, SwarmState::Active | SwarmState::Stalled | SwarmState::Paused) {
             return;
         }
         let total = swarm.tasks.len() as u32;
@@ -692,6 +696,10 @@ impl Scheduler {
             SwarmState::Active
         };
         let from = swarm.state;
+        // A paused swarm stays paused until resumed, unless it has ended.
+        if from == SwarmState::Paused && !matches!(next, SwarmState::Completed | SwarmState::Failed) {
+            return;
+        }
         let stall = (next == SwarmState::Stalled).then(|| stall::describe(swarm, &self.tasks));
         let Some(swarm) = self.swarms.get_mut(id) else { return };
         swarm.stall = stall.clone();
@@ -699,6 +707,7 @@ impl Scheduler {
             return;
         }
         swarm.state = next;
+        swarm.control.paused = None;
         fx.batch.swarm(swarm.row());
         if matches!(next, SwarmState::Completed | SwarmState::Failed | SwarmState::Cancelled) {
             // The root of the swarm's trace, which its tasks' spans name.

@@ -21,6 +21,8 @@ pub enum SwarmState {
     Cancelled,
     /// Nothing can move without the operator; see `stall`.
     Stalled,
+    /// No new attempt starts until the operator resumes it; see `budget`.
+    Paused,
 }
 
 impl SwarmState {
@@ -31,6 +33,7 @@ impl SwarmState {
             SwarmState::Failed => "FAILED",
             SwarmState::Cancelled => "CANCELLED",
             SwarmState::Stalled => "STALLED",
+            SwarmState::Paused => "PAUSED",
         }
     }
 
@@ -41,6 +44,7 @@ impl SwarmState {
             SwarmState::Failed,
             SwarmState::Cancelled,
             SwarmState::Stalled,
+            SwarmState::Paused,
         ]
         .into_iter()
         .find(|x| x.as_str() == s)
@@ -70,6 +74,8 @@ pub struct Swarm {
     /// What its agent attempts spent, kept as their sum so that reading it
     /// does not walk the swarm (rebuilt from the attempts on recovery).
     pub usage: Usage,
+    /// What the operator set: a pause, a budget (stored with the state).
+    pub control: super::budget::SwarmControl,
 }
 
 /// Whether a task in `state` waits for the operator's review (no reviewer
@@ -90,6 +96,7 @@ impl Swarm {
             state: self.state.as_str().into(),
             integration_head: self.integration_head.clone(),
             created_at: self.created_at,
+            control: self.control.to_json(),
         }
     }
 }
@@ -120,6 +127,9 @@ pub struct Notes {
     /// The review gate's record; boxed, since most tasks have none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub review: Option<Box<super::review::ReviewNotes>>,
+    /// The budget as the operator last set it; `None`: the plan's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<super::budget::TaskBudget>,
 }
 
 impl Notes {
@@ -132,6 +142,7 @@ impl Notes {
         files_changed: Vec::new(),
         messages: Vec::new(),
         review: None,
+        budget: None,
     };
 }
 

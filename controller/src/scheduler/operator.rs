@@ -104,10 +104,55 @@ impl Scheduler {
                 let r = self.land_target(&swarm, target);
                 later(fx, reply, r);
             }
+            OperatorOp::SetBudget { target, change, reply } => {
+                let r = self.set_budget(target, change, fx);
+                later(fx, reply, r);
+            }
+            OperatorOp::PauseSwarm { swarm, stop, reason, reply } => {
+                let reason = if reason.is_empty() { "paused by the operator".to_string() } else { reason };
+                let pause = super::pause::Pause {
+                    reason,
+                    by: super::pause::BY_OPERATOR.into(),
+                    stop,
+                    question: None,
+                };
+                let r = self.pause_swarm(&swarm, pause, fx).and_then(|_| self.swarm_view(swarm.as_str()));
+                later(fx, reply, r);
+            }
+            OperatorOp::ResumeSwarm { swarm, reply } => {
+                let r = self
+                    .resume_swarm(&swarm, super::pause::BY_OPERATOR, fx)
+                    .and_then(|_| self.swarm_view(swarm.as_str()));
+                later(fx, reply, r);
+            }
             OperatorOp::Landed { swarm, target, outcome, reply } => {
                 let _span = tracing::info_span!("swarm.land", swarm = %swarm, target = %target).entered();
                 let r = self.record_land(&swarm, &target, outcome, fx);
                 later(fx, reply, r);
+            }
+        }
+    }
+
+    fn set_budget(
+        &mut self,
+        target: super::command::BudgetTarget,
+        change: super::budget::BudgetChange,
+        fx: &mut Effects,
+    ) -> Result<(SwarmView, Option<TaskView>), SchedError> {
+        match target {
+            super::command::BudgetTarget::Swarm(id) => {
+                self.set_swarm_budget(&id, change, fx)?;
+                Ok((self.swarm_view(id.as_str())?, None))
+            }
+            super::command::BudgetTarget::Task(key) => {
+                if change.max_usd_per_hour.is_some() {
+                    return Err(SchedError::InvalidArgument {
+                        field: "max_usd_per_hour".into(),
+                        rule: "the burn-rate breaker is set on a swarm, not a task".into(),
+                    });
+                }
+                self.set_task_budget(&key, change, fx)?;
+                Ok((self.swarm_view(key.swarm.as_str())?, Some(self.task_view(&key)?)))
             }
         }
     }
@@ -119,8 +164,8 @@ impl Scheduler {
             .ok_or_else(|| SchedError::NotFound(format!("swarm {id:?} not found")))
     }
 
-    fn swarm_view(&self, id: &str) -> Result<SwarmView, SchedError> {
-        self.swarm(id).map(|s| SwarmView::of(s, s.usage))
+    pub(super) fn swarm_view(&self, id: &str) -> Result<SwarmView, SchedError> {
+        self.swarm(id).map(|s| SwarmView::of(s, self.burn_rate(&s.id)))
     }
 
     pub(super) fn task(&self, key: &TaskKey) -> Result<&Task, SchedError> {
@@ -155,7 +200,7 @@ impl Scheduler {
         }
         if let Some(existing) = self.swarms.get(&plan.swarm) {
             if *existing.plan_text == *plan_text {
-                return Ok((SwarmView::of(existing, existing.usage), false));
+                return Ok((SwarmView::of(existing, self.burn_rate(&existing.id)), false));
             }
             return Err(SchedError::AlreadyExists(format!(
                 "swarm {:?} already exists with a different plan",
@@ -196,6 +241,7 @@ impl Scheduler {
             stall: None,
             waits_on_operator: Default::default(),
             usage: Default::default(),
+            control: Default::default(),
         };
         fx.batch.new_swarm(swarm.row());
         self.event(
@@ -339,7 +385,7 @@ impl Scheduler {
                     t.not_before = 0;
                 }
                 if let Some(s) = self.swarms.get_mut(&key.swarm)
-                    && !matches!(s.state, SwarmState::Active | SwarmState::Stalled)
+                    && !matches!(s.state, SwarmState::Active | SwarmState::Stalled | SwarmState::Paused)
                 {
                     s.state = SwarmState::Active;
                     fx.batch.swarm(s.row());
@@ -379,6 +425,10 @@ impl Scheduler {
         }
         let qid = pending.as_ref().map(|p| p.id.clone()).unwrap_or_else(|| question_id.to_string());
         let question = pending.as_ref().map(|p| p.text.clone()).unwrap_or_default();
+        // The breaker asks about the swarm, not the task's worker.
+        if pending.as_ref().is_some_and(|p| p.category == super::pause::BUDGET_CATEGORY) {
+            return self.answer_budget_question(key, &qid, &question, text, fx);
+        }
         match state {
             TaskState::Escalated | TaskState::Blocked => {
                 self.record_answer(key, &qid, &question, text, fx);
@@ -446,7 +496,14 @@ impl Scheduler {
         Ok(id)
     }
 
-    fn record_answer(&mut self, key: &TaskKey, qid: &str, question: &str, text: &str, fx: &mut Effects) {
+    pub(super) fn record_answer(
+        &mut self,
+        key: &TaskKey,
+        qid: &str,
+        question: &str,
+        text: &str,
+        fx: &mut Effects,
+    ) {
         let attempt = if let Some(t) = self.tasks.get_mut(key) {
             t.notes.answers.push(QuestionAnswer {
                 question_id: qid.to_string(),

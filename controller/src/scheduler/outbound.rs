@@ -67,6 +67,8 @@ pub enum Outbound {
         attempt: AttemptHandle,
         grace_ms: u32,
         reason: String,
+        /// Keep the work (WIP commit, agent session) and report CHECKPOINT.
+        checkpoint: bool,
     },
     Answer {
         attempt: AttemptHandle,

@@ -99,7 +99,9 @@ impl Scheduler {
         let keyed = self
             .swarms
             .values()
-            .map(|s| (format!("{:020}/{}", s.created_at.max(0), s.id), SwarmView::of(s, s.usage)))
+            .map(|s| {
+                (format!("{:020}/{}", s.created_at.max(0), s.id), SwarmView::of(s, self.burn_rate(&s.id)))
+            })
             .collect();
         page.take(keyed)
     }

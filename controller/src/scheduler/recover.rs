@@ -54,6 +54,7 @@ pub fn recover(
         subswarms: Default::default(),
         merge_queues: Default::default(),
         reviews: Default::default(),
+        budgets: Default::default(),
     };
 
     // Each task's spec under the key made from the plan's own ids, so every
@@ -64,6 +65,8 @@ pub fn recover(
             .map_err(|e| corrupt("swarms", row.id.clone(), e.to_string()))?;
         let state =
             SwarmState::parse(&row.state).ok_or_else(|| corrupt("swarms", row.id.clone(), "bad state"))?;
+        let control = super::budget::SwarmControl::from_json(&row.control)
+            .map_err(|e| corrupt("swarms", row.id.clone(), format!("bad control: {e}")))?;
         let tasks = plan.tasks.iter().map(|t| TaskKey::new(plan.swarm.clone(), t.id.clone())).collect();
         for spec in &plan.tasks {
             let key = TaskKey::new(plan.swarm.clone(), spec.id.clone());
@@ -89,6 +92,7 @@ pub fn recover(
                 stall: None,
                 waits_on_operator: Default::default(),
                 usage: Default::default(),
+                control,
             },
         );
     }
@@ -262,7 +266,7 @@ pub fn recover(
     let owned = s
         .swarms
         .values()
-        .filter(|sw| matches!(sw.state, SwarmState::Active | SwarmState::Stalled))
+        .filter(|sw| matches!(sw.state, SwarmState::Active | SwarmState::Stalled | SwarmState::Paused))
         .map(|sw| RecordedRef {
             owned: OwnedRef { swarm: sw.id.to_string(), branch: sw.plan.integration_branch.clone() },
             head: sw.integration_head.clone(),

@@ -8,7 +8,7 @@ use swarm_core::{AttemptState, Outcome, TaskKey, TaskState, Usage};
 use super::command::{Report, ReportedAttempt, ResultReport};
 use super::model::PendingQuestion;
 use super::operator::PERMISSION_CATEGORY;
-use super::outbound::{AttemptHandle, Outbound};
+use super::outbound::Outbound;
 use super::{Effects, Scheduler, now_ms};
 use crate::integrator::{MergeJob, MergeResult, MergeVerdict};
 
@@ -116,7 +116,7 @@ impl Scheduler {
                 }
                 // An agent's session and spend so far are kept, though: a
                 // lost attempt's session may still be resumed.
-                self.record_agent(&attempt.task, attempt.number, usage, &session_id, fx);
+                self.record_agent(&attempt.task, attempt.number, usage, &session_id, true, fx);
             }
             Report::Status { attempt, status, message } => {
                 self.task_event(
@@ -170,6 +170,12 @@ impl Scheduler {
     }
 
     fn on_result(&mut self, worker_id: &str, r: ResultReport, fx: &mut Effects) {
+        let (key, number) = (r.attempt.task.clone(), r.attempt.number);
+        self.apply_result(worker_id, r, fx);
+        self.after_result_budget(&key, number, fx);
+    }
+
+    fn apply_result(&mut self, worker_id: &str, r: ResultReport, fx: &mut Effects) {
         let key = r.attempt.task.clone();
         let number = r.attempt.number;
         let _span =
@@ -184,7 +190,7 @@ impl Scheduler {
             a.result_commit = r.commit.clone().unwrap_or_default();
         }
         if !r.session_id.is_empty() || !r.usage.is_zero() {
-            self.record_agent(&key, number, Some(r.usage), &r.session_id, fx);
+            self.record_agent(&key, number, Some(r.usage), &r.session_id, false, fx);
             self.metrics.agent_usage(&r.usage);
         }
         if self.is_reviewer(&key, number) {
@@ -289,11 +295,7 @@ impl Scheduler {
                 if cancel_requested {
                     self.set_state(&key, TaskState::Cancelled, "cancelled by the operator", fx);
                 } else {
-                    let wait_s = (until - now_ms()).max(0) / 1000;
-                    let why = format!(
-                        "attempt {number} hit the agent's usage limit; resumes in {wait_s} s, no retry spent"
-                    );
-                    self.make_ready(&key, &why, fx);
+                    self.after_usage_limit(&key, number, until, fx);
                 }
             }
             Outcome::Blocked => {
@@ -354,13 +356,15 @@ impl Scheduler {
     }
 
     /// Keeps an agent attempt's session id and its running usage total,
-    /// keeping the swarm's sum in step.
+    /// keeping the swarm's sum in step; a `live` report (progress, not a
+    /// result) may stop the attempt at its budget.
     fn record_agent(
         &mut self,
         key: &TaskKey,
         number: u32,
         usage: Option<Usage>,
         session_id: &str,
+        live: bool,
         fx: &mut Effects,
     ) {
         let Some(a) = self.attempts.get_mut(&(key.clone(), number)) else { return };
@@ -375,9 +379,13 @@ impl Scheduler {
             return;
         }
         fx.dirty_attempts.insert((key.clone(), number));
+        let after = a.agent.usage;
         if let Some(swarm) = self.swarms.get_mut(&key.swarm) {
             swarm.usage.sub(&before.usage);
-            swarm.usage.add(&a.agent.usage);
+            swarm.usage.add(&after);
+        }
+        if after != before.usage {
+            self.on_usage(key, number, &before.usage, &after, live, fx);
         }
     }
 
@@ -402,14 +410,7 @@ impl Scheduler {
     }
 
     pub(super) fn send_cancel(&mut self, key: &TaskKey, number: u32, reason: &str, fx: &mut Effects) {
-        let Some(a) = self.attempts.get(&(key.clone(), number)) else { return };
-        let message = Outbound::Cancel {
-            attempt: AttemptHandle { task: key.clone(), number, token: a.token },
-            grace_ms: self.timing.cancel_grace.as_millis() as u32,
-            reason: reason.to_string(),
-        };
-        let worker = a.worker.clone();
-        self.send(&worker, message, fx);
+        self.send_stop(key, number, reason, false, fx);
     }
 
     /// SUCCEEDED → MERGING, and the job goes to the integrator after commit.

@@ -124,6 +124,7 @@ impl Scheduler {
             if self.tasks.get(key).is_some_and(|t| t.cancel_requested) {
                 self.send_cancel(key, *number, "cancelled by the operator", fx);
             }
+            self.stop_again_on_reconnect(key, *number, fx);
         }
         if draining {
             self.send(&hello.worker_id, Outbound::Drain { reason: "draining".into() }, fx);

@@ -252,7 +252,7 @@ impl Scheduler {
         if self
             .swarms
             .get(&child)
-            .is_some_and(|s| matches!(s.state, SwarmState::Active | SwarmState::Stalled))
+            .is_some_and(|s| matches!(s.state, SwarmState::Active | SwarmState::Stalled | SwarmState::Paused))
             && let Err(e) = self.cancel_swarm(child.as_str(), reason, fx)
         {
             tracing::warn!(child = %child, error = %e, "child swarm not cancelled");

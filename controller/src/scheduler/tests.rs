@@ -12,6 +12,7 @@ use swarm_core::{Outcome, TaskKey, TaskState};
 use tokio::sync::{mpsc as tmpsc, oneshot};
 
 mod agents;
+mod budget;
 mod pipeline;
 mod review;
 

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use swarm_core::plan::{Budget, SwarmBudget};
 use swarm_core::{TaskState, Usage};
 
 use super::model::{Attempt, Attempts, Swarm, SwarmState, Task, Worker};
@@ -22,10 +23,15 @@ pub struct SwarmView {
     pub stall: Option<super::stall::Stall>,
     /// What its agent attempts spent.
     pub usage: Usage,
+    /// Why it is PAUSED (empty otherwise).
+    pub paused_reason: String,
+    pub budget: SwarmBudget,
+    /// What its agents spent in the last hour, as the breaker counts it.
+    pub usd_last_hour: f64,
 }
 
 impl SwarmView {
-    pub fn of(swarm: &Swarm, usage: Usage) -> SwarmView {
+    pub fn of(swarm: &Swarm, usd_last_hour: f64) -> SwarmView {
         let by_state: BTreeMap<String, u32> = TaskState::ALL
             .iter()
             .zip(swarm.counts)
@@ -45,7 +51,13 @@ impl SwarmView {
             // A stalled swarm cancelled keeps its last description; only
             // STALLED shows one.
             stall: swarm.stall.clone().filter(|_| swarm.state == SwarmState::Stalled),
-            usage,
+            usage: swarm.usage,
+            paused_reason: match (&swarm.control.paused, swarm.state) {
+                (Some(p), SwarmState::Paused) => format!("{} (by the {})", p.reason, p.by),
+                _ => String::new(),
+            },
+            budget: super::budget::swarm_budget(swarm),
+            usd_last_hour,
         }
     }
 }
@@ -74,6 +86,8 @@ pub struct TaskView {
     pub last_ended_at: i64,
     /// Its branch report's merge recommendation (empty while it works).
     pub recommendation: &'static str,
+    /// Its budget in force.
+    pub budget: Budget,
 }
 
 impl TaskView {
@@ -103,6 +117,7 @@ impl TaskView {
             first_started_at: attempts.get(&(task.key.clone(), 1)).map(|a| a.started_at).unwrap_or(0),
             last_ended_at: attempts.get(&(task.key.clone(), task.attempts)).map(|a| a.ended_at).unwrap_or(0),
             recommendation: super::review::recommendation(task),
+            budget: super::budget::task_budget(task),
         }
     }
 }

@@ -11,6 +11,9 @@ pub struct SwarmRow {
     pub state: String,
     pub integration_head: String,
     pub created_at: i64,
+    /// What the operator set on the swarm (pause, budget), JSON; empty:
+    /// nothing.
+    pub control: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]

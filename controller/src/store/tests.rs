@@ -88,6 +88,7 @@ fn swarm(id: &str) -> SwarmRow {
         state: "ACTIVE".into(),
         integration_head: "h".into(),
         created_at: 1,
+        control: String::new(),
     }
 }
 
@@ -210,10 +211,17 @@ fn swarm_progress_is_written_without_rewriting_the_plan(f: Fixture) {
     batch.new_swarm(swarm("s"));
     store.commit(&batch).expect("create");
     let mut batch = Batch::default();
-    batch.swarm(SwarmRow { state: "COMPLETED".into(), integration_head: "h2".into(), ..swarm("s") });
+    let control = r#"{"paused":{"reason":"r"}}"#;
+    batch.swarm(SwarmRow {
+        state: "COMPLETED".into(),
+        integration_head: "h2".into(),
+        control: control.into(),
+        ..swarm("s")
+    });
     store.commit(&batch).expect("progress");
     let snap = store.load().expect("load");
     assert_eq!(snap.swarms[0].state, "COMPLETED");
+    assert_eq!(snap.swarms[0].control, control);
     assert_eq!(snap.swarms[0].integration_head, "h2");
     assert_eq!(&*snap.swarms[0].plan, "name = \"x\"");
 }

@@ -54,6 +54,12 @@ pub struct Swarm {
     pub stalled_reason: String,
     pub stalled_tasks: Vec<String>,
     pub usage: Usage,
+    pub paused_reason: String,
+    /// The swarm's caps (0: none) and the breaker's view of the last hour.
+    pub budget_usd: f64,
+    pub budget_tokens: u64,
+    pub max_usd_per_hour: f64,
+    pub usd_last_hour: f64,
 }
 
 impl From<v1::Swarm> for Swarm {
@@ -70,6 +76,11 @@ impl From<v1::Swarm> for Swarm {
             stalled_reason: s.stalled_reason,
             stalled_tasks: s.stalled_tasks,
             usage: s.usage.into(),
+            paused_reason: s.paused_reason,
+            budget_usd: s.budget.as_ref().map(|b| b.usd).unwrap_or_default(),
+            budget_tokens: s.budget.as_ref().map(|b| b.tokens).unwrap_or_default(),
+            max_usd_per_hour: s.max_usd_per_hour,
+            usd_last_hour: s.usd_last_hour,
         }
     }
 }

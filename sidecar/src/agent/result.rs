@@ -107,6 +107,13 @@ async fn map_end(
             result.outcome = outcome(Outcome::Cancelled);
             result.error = "cancelled by the controller".into();
         }
+        End::Stopped(Stop::Checkpoint { .. }) => {
+            wip(ctx, a, wt, "stopped by the controller", result).await?;
+            result.outcome = outcome(Outcome::Checkpoint);
+            result.summary =
+                "stopped by the controller; the agent's work is checkpointed and its session can be resumed"
+                    .into();
+        }
         End::Stopped(Stop::Shutdown) => {
             wip(ctx, a, wt, "sidecar shutdown", result).await?;
             result.outcome = outcome(Outcome::Checkpoint);

@@ -183,7 +183,8 @@ impl Scheduler {
                 self.reviews.waiting.remove(&key);
                 continue;
             }
-            if t.not_before > now {
+            // A paused swarm starts no attempt, a reviewer's included.
+            if t.not_before > now || self.swarm_paused(&key) {
                 continue;
             }
             let agent = matches!(t.spec.review.as_deref(), Some(ReviewSpec::Agent { .. }));

@@ -17,7 +17,7 @@ const AGENT_PLAN: &str = "[[tasks]]\nid = \"a\"\nfiles = [\"a.txt\"]\nagent = \"
     [[tasks]]\nid = \"b\"\nfiles = [\"b.txt\"]\nagent = \"claude\"\n\
     [[tasks]]\nid = \"c\"\nfiles = [\"c.txt\"]\n";
 
-fn key(t: &str) -> TaskKey {
+pub(super) fn key(t: &str) -> TaskKey {
     TaskKey::parse(&format!("s/{t}")).expect("key")
 }
 
@@ -31,11 +31,11 @@ fn assigns(rx: &mut tmpsc::Receiver<Outbound>) -> Vec<AssignSpec> {
     out
 }
 
-fn handle(a: &AssignSpec) -> ReportedAttempt {
+pub(super) fn handle(a: &AssignSpec) -> ReportedAttempt {
     ReportedAttempt { task: a.attempt.task.clone(), number: a.attempt.number, token: a.attempt.token }
 }
 
-fn result(attempt: ReportedAttempt, outcome: Outcome) -> ResultReport {
+pub(super) fn result(attempt: ReportedAttempt, outcome: Outcome) -> ResultReport {
     ResultReport {
         attempt,
         outcome,
@@ -57,7 +57,7 @@ fn result(attempt: ReportedAttempt, outcome: Outcome) -> ResultReport {
 }
 
 impl Rig {
-    fn send(&mut self, worker: &str, session: u64, report: Report) {
+    pub(super) fn send(&mut self, worker: &str, session: u64, report: Report) {
         self.seq += 1;
         let cmd = Command::Report { worker: worker.into(), session, seq: self.seq, report };
         self.sched.turn([cmd]).expect("turn");
@@ -85,7 +85,7 @@ impl Rig {
         rx
     }
 
-    fn task_of(&mut self, t: &str) -> super::super::views::TaskDetailView {
+    pub(super) fn task_of(&mut self, t: &str) -> super::super::views::TaskDetailView {
         let (reply, mut rx) = oneshot::channel();
         self.sched.turn([Command::Operator(OperatorOp::GetTask { task: key(t), reply })]).expect("turn");
         rx.try_recv().expect("replied").expect("task")

@@ -91,6 +91,9 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         expires_at TIMESTAMPTZ NOT NULL
     );
     INSERT INTO swarm_leader (id, epoch, holder, url, expires_at) VALUES (1, 0, '', '', '-infinity');",
+    // 2: what the operator set on a swarm (a pause, a budget) survives a
+    // restart; JSON, empty for nothing.
+    "ALTER TABLE swarm_progress ADD COLUMN control TEXT NOT NULL DEFAULT '';",
 ];
 
 pub const VERSION: i64 = MIGRATIONS.len() as i64;

@@ -28,10 +28,10 @@ impl Statements {
                  SELECT * FROM UNNEST($1::text[], $2::text[], $3::int8[])",
             )?,
             progress: client.prepare(
-                "INSERT INTO swarm_progress (swarm, state, integration_head)
-                 SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[])
+                "INSERT INTO swarm_progress (swarm, state, integration_head, control)
+                 SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[])
                  ON CONFLICT (swarm) DO UPDATE SET state = EXCLUDED.state,
-                   integration_head = EXCLUDED.integration_head",
+                   integration_head = EXCLUDED.integration_head, control = EXCLUDED.control",
             )?,
             tasks: client.prepare(
                 "INSERT INTO tasks (swarm, id, state, attempts, retries_used, not_before, resume_commit,
@@ -110,7 +110,12 @@ pub fn write(tx: &mut Transaction<'_>, st: &Statements, batches: &[&Batch]) -> R
         let r = &r;
         tx.execute(
             &st.progress,
-            &[&texts(r, |r| &r.id), &texts(r, |r| &r.state), &texts(r, |r| &r.integration_head)],
+            &[
+                &texts(r, |r| &r.id),
+                &texts(r, |r| &r.state),
+                &texts(r, |r| &r.integration_head),
+                &texts(r, |r| &r.control),
+            ],
         )?;
     }
     if !m.tasks.is_empty() {

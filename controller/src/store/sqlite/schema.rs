@@ -97,6 +97,9 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     // task's through events_by_task, whose (swarm, task, id) also serves
     // any lookup by swarm. Every event insert paid for it.
     "DROP INDEX events_by_swarm;",
+    // 7: what the operator set on a swarm (a pause, a budget) survives a
+    // restart; JSON, empty for nothing.
+    "ALTER TABLE swarm_progress ADD COLUMN control TEXT NOT NULL DEFAULT '';",
 ];
 
 pub const VERSION: i64 = MIGRATIONS.len() as i64;

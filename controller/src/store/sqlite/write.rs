@@ -176,11 +176,12 @@ pub(super) fn rows(tx: &Transaction<'_>, m: &Merged<'_>) -> Result<(), StoreErro
         stmt.execute(params![r.id, &*r.plan, r.state, r.integration_head, r.created_at])?;
     }
     let mut stmt = tx.prepare_cached(
-        "INSERT INTO swarm_progress (swarm, state, integration_head) VALUES (?1, ?2, ?3)
-         ON CONFLICT(swarm) DO UPDATE SET state = excluded.state, integration_head = excluded.integration_head",
+        "INSERT INTO swarm_progress (swarm, state, integration_head, control) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT(swarm) DO UPDATE SET state = excluded.state, integration_head = excluded.integration_head,
+           control = excluded.control",
     )?;
     for r in m.swarms.values() {
-        stmt.execute(params![r.id, r.state, r.integration_head])?;
+        stmt.execute(params![r.id, r.state, r.integration_head, r.control])?;
     }
     write(tx, &TASKS, &m.tasks.values().copied().collect::<Vec<_>>(), bind_task)?;
     write(tx, &ATTEMPTS, &m.attempts.values().copied().collect::<Vec<_>>(), bind_attempt)?;

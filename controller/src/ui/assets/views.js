@@ -62,6 +62,10 @@ const Views = (() => {
         ["base", s.base_branch], ["integration", `${s.integration_branch} @ ${short(s.integration_head)}`],
         ["created", when(s.created_at_unix_ms)], ["cost", cost(s.usage)],
         ["stalled", s.stalled_reason ? `${s.stalled_reason} (${s.stalled_tasks.join(", ")})` : ""],
+        ["paused", s.paused_reason],
+        ["budget", s.budget_usd || s.budget_tokens
+          ? [s.budget_usd ? `$${s.budget_usd.toFixed(2)}` : "", s.budget_tokens ? `${s.budget_tokens} tokens` : ""].filter(Boolean).join(", ")
+          : ""],
       ]),
       counts(s.tasks_by_state),
       h("h2", {}, "Task graph"), graph,

@@ -571,7 +571,7 @@ impl Driver<'_, '_> {
 
     fn grace(&self, stop: Stop) -> Duration {
         match stop {
-            Stop::Cancel { grace } => grace,
+            Stop::Cancel { grace } | Stop::Checkpoint { grace } => grace,
             _ => self.s.stop_grace,
         }
     }

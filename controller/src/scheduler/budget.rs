@@ -1,0 +1,519 @@
+//! Budgets: what a task's agent attempts (together) and a swarm's may
+//! spend, and the burn-rate breaker.
+//!
+//! Usage arrives with each agent attempt's Progress (its running total) and
+//! Result; `record_agent` keeps the sums, and this module decides what they
+//! mean. A task that reaches its budget has its live attempt stopped with a
+//! checkpoint (a Cancel with `checkpoint`: WIP commit, session kept); the
+//! CHECKPOINT result then leaves the task BLOCKED with a `budget: ...`
+//! reason instead of READY. A swarm that reaches its budget stops its live
+//! agent attempts the same way and blocks its READY agent tasks; a task
+//! that becomes READY later is blocked when the scheduler would assign it.
+//! Raising a budget (`SetBudget`) makes the tasks it blocked READY again,
+//! and their next attempts resume the stopped sessions, as after any
+//! checkpoint.
+//!
+//! The breaker pauses the swarm (see `pause`) when its agents spent more
+//! than `max_usd_per_hour` over the last hour, and asks the operator on the
+//! task whose report tipped it. Its window lives in memory: after a restart
+//! it counts again from zero.
+//!
+//! What the operator set is stored: a task's budget in its notes, a
+//! swarm's (and its pause) in the swarm's `control` column.
+
+use std::collections::VecDeque;
+
+use serde::{Deserialize, Serialize};
+use swarm_core::plan::{Budget, SwarmBudget};
+use swarm_core::{SwarmId, TaskKey, TaskState, Usage};
+
+use super::model::{Swarm, Task};
+use super::outbound::{AttemptHandle, Outbound};
+use super::{Effects, HashMap, HashSet, Scheduler, now_ms};
+
+/// The prefix of a task reason that says a budget blocked it.
+pub const BUDGET_REASON: &str = "budget";
+/// How far back the breaker looks.
+const BURN_WINDOW_MS: i64 = 3_600_000;
+
+/// A task's budget as the operator set it.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+pub struct TaskBudget {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usd: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<u64>,
+}
+
+/// A swarm's budget as the operator set it.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+pub struct StoredSwarmBudget {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usd: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_usd_per_hour: Option<f64>,
+}
+
+/// What the operator set on a swarm, stored with its state (JSON).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct SwarmControl {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<super::pause::Pause>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<StoredSwarmBudget>,
+}
+
+impl SwarmControl {
+    pub fn to_json(&self) -> String {
+        if *self == SwarmControl::default() {
+            return String::new();
+        }
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    pub fn from_json(s: &str) -> Result<SwarmControl, serde_json::Error> {
+        if s.is_empty() { Ok(SwarmControl::default()) } else { serde_json::from_str(s) }
+    }
+}
+
+/// A change of budget asked for: `None` leaves a field as it is, `Some(0)`
+/// removes that cap.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct BudgetChange {
+    pub usd: Option<f64>,
+    pub tokens: Option<u64>,
+    pub max_usd_per_hour: Option<f64>,
+}
+
+fn apply_usd(current: Option<f64>, change: Option<f64>) -> Option<f64> {
+    match change {
+        None => current,
+        Some(v) if v <= 0.0 => None,
+        Some(v) => Some(v),
+    }
+}
+
+fn apply_tokens(current: Option<u64>, change: Option<u64>) -> Option<u64> {
+    match change {
+        None => current,
+        Some(0) => None,
+        Some(v) => Some(v),
+    }
+}
+
+impl BudgetChange {
+    pub fn task(&self, current: Budget) -> TaskBudget {
+        TaskBudget {
+            usd: apply_usd(current.usd, self.usd),
+            tokens: apply_tokens(current.tokens, self.tokens),
+        }
+    }
+
+    pub fn swarm(&self, current: SwarmBudget) -> StoredSwarmBudget {
+        StoredSwarmBudget {
+            usd: apply_usd(current.limit.usd, self.usd),
+            tokens: apply_tokens(current.limit.tokens, self.tokens),
+            max_usd_per_hour: apply_usd(current.max_usd_per_hour, self.max_usd_per_hour),
+        }
+    }
+}
+
+/// A task's budget in force: the operator's, else the plan's.
+pub fn task_budget(task: &Task) -> Budget {
+    match task.notes.budget {
+        Some(b) => Budget { usd: b.usd, tokens: b.tokens },
+        None => task.spec.budget,
+    }
+}
+
+/// A swarm's budget in force: the operator's, else the plan's.
+pub fn swarm_budget(swarm: &Swarm) -> SwarmBudget {
+    match swarm.control.budget {
+        Some(b) => SwarmBudget {
+            limit: Budget { usd: b.usd, tokens: b.tokens },
+            max_usd_per_hour: b.max_usd_per_hour,
+        },
+        None => swarm.plan.budget,
+    }
+}
+
+/// What a swarm spent over the last hour, from the cost increments of its
+/// agents' reports.
+#[derive(Debug, Default)]
+pub(super) struct BurnWindow {
+    spent: VecDeque<(i64, f64)>,
+    sum: f64,
+}
+
+impl BurnWindow {
+    pub fn add(&mut self, now: i64, usd: f64) {
+        self.expire(now);
+        self.spent.push_back((now, usd));
+        self.sum += usd;
+    }
+
+    /// Dollars spent in the hour before `now`.
+    pub fn last_hour(&mut self, now: i64) -> f64 {
+        self.expire(now);
+        self.sum.max(0.0)
+    }
+
+    /// As [`Self::last_hour`], without forgetting anything.
+    pub fn peek(&self, now: i64) -> f64 {
+        self.spent.iter().filter(|(at, _)| *at > now - BURN_WINDOW_MS).map(|(_, usd)| usd).sum()
+    }
+
+    fn expire(&mut self, now: i64) {
+        while let Some(&(at, usd)) = self.spent.front() {
+            if at > now - BURN_WINDOW_MS {
+                break;
+            }
+            self.spent.pop_front();
+            self.sum -= usd;
+        }
+        if self.spent.is_empty() {
+            self.sum = 0.0;
+        }
+    }
+}
+
+/// The budgets' memory between turns (rebuilt lazily after a restart: a
+/// report re-sends a stop, an assignment re-checks a budget).
+#[derive(Debug, Default)]
+pub(super) struct Budgets {
+    /// Live attempts told to stop at a budget, so each is told once.
+    stopping: HashSet<(TaskKey, u32)>,
+    /// Swarms found over their budget whose attempts were stopped and
+    /// READY agent tasks blocked, so the swarm is walked once.
+    over: HashSet<SwarmId>,
+    pub burn: HashMap<SwarmId, BurnWindow>,
+}
+
+impl Scheduler {
+    /// What a task's attempts spent, and the first budget that says it may
+    /// spend no more (its own, then its swarm's), as a reason.
+    pub(super) fn over_budget(&self, key: &TaskKey) -> Option<String> {
+        let task = self.tasks.get(key)?;
+        task.spec.agent.as_ref()?;
+        if let Some(why) = task_budget(task).exceeded_by(&super::views::task_usage(task, &self.attempts)) {
+            return Some(format!("{BUDGET_REASON}: task {why}"));
+        }
+        self.swarm_over_budget(&key.swarm)
+    }
+
+    fn swarm_over_budget(&self, id: &SwarmId) -> Option<String> {
+        let swarm = self.swarms.get(id)?;
+        swarm_budget(swarm).limit.exceeded_by(&swarm.usage).map(|why| format!("{BUDGET_REASON}: swarm {why}"))
+    }
+
+    /// An agent attempt's running total moved from `before` to `after`:
+    /// feed the breaker and, for a live attempt, stop it at a budget.
+    pub(super) fn on_usage(
+        &mut self,
+        key: &TaskKey,
+        number: u32,
+        before: &Usage,
+        after: &Usage,
+        live: bool,
+        fx: &mut Effects,
+    ) {
+        let delta = after.cost_usd - before.cost_usd;
+        if delta > 0.0 {
+            let now = now_ms();
+            let window = self.budgets.burn.entry(key.swarm.clone()).or_default();
+            window.add(now, delta);
+            let rate = window.last_hour(now);
+            let max = self.swarms.get(&key.swarm).and_then(|s| swarm_budget(s).max_usd_per_hour);
+            if let Some(max) = max
+                && rate > max
+            {
+                self.trip_breaker(key, rate, max, fx);
+            }
+        }
+        let live = live && self.attempts.get(&(key.clone(), number)).is_some_and(|a| a.state.is_live());
+        if live && !self.is_reviewer(key, number) {
+            self.enforce_budgets(key, fx);
+        }
+    }
+
+    /// Applies the budgets to `key` and its swarm: a live attempt over
+    /// budget is stopped, a READY task over budget is BLOCKED, and a swarm
+    /// found over its budget has every such task of its own handled too.
+    pub(super) fn enforce_budgets(&mut self, key: &TaskKey, fx: &mut Effects) {
+        if let Some(why) = self.swarm_over_budget(&key.swarm)
+            && self.budgets.over.insert(key.swarm.clone())
+        {
+            self.stop_swarm_at_budget(&key.swarm, &why, fx);
+        }
+        let Some(why) = self.over_budget(key) else { return };
+        match self.tasks.get(key).map(|t| (t.state, t.attempts)) {
+            Some((TaskState::Running, number)) => self.stop_at_budget(key, number, &why, fx),
+            Some((TaskState::Ready, _)) => self.block_at_budget(key, &why, fx),
+            _ => {}
+        }
+    }
+
+    /// The swarm reached its budget: stop its live agent attempts and
+    /// block its READY agent tasks (one walk of the swarm).
+    fn stop_swarm_at_budget(&mut self, id: &SwarmId, why: &str, fx: &mut Effects) {
+        let _span = tracing::warn_span!("swarm.budget_reached", swarm = %id).entered();
+        tracing::warn!(reason = why, "swarm reached its budget; stopping its agent attempts");
+        self.event(
+            fx,
+            id.as_str(),
+            "",
+            0,
+            "",
+            "swarm.budget_reached",
+            format!("swarm {id} {why}; its agent attempts stop and no new one starts"),
+            serde_json::json!({ "reason": BUDGET_REASON, "detail": why }),
+        );
+        let keys = self.swarms.get(id).map(|s| s.tasks.clone()).unwrap_or_default();
+        for key in keys {
+            let Some(t) = self.tasks.get(&key) else { continue };
+            if t.spec.agent.is_none() {
+                continue;
+            }
+            match t.state {
+                TaskState::Running => {
+                    let number = t.attempts;
+                    if !self.is_reviewer(&key, number) {
+                        self.stop_at_budget(&key, number, why, fx);
+                    }
+                }
+                TaskState::Ready => self.block_at_budget(&key, why, fx),
+                _ => {}
+            }
+        }
+    }
+
+    /// Stops a live attempt at a budget, once: its work is kept as a WIP
+    /// commit and its result (CHECKPOINT) blocks the task.
+    fn stop_at_budget(&mut self, key: &TaskKey, number: u32, why: &str, fx: &mut Effects) {
+        if !self.budgets.stopping.insert((key.clone(), number)) {
+            return;
+        }
+        let _span =
+            tracing::info_span!("attempt.budget_stop", swarm = %key.swarm, task = %key, attempt = number)
+                .entered();
+        tracing::info!(reason = why, "stopping the attempt at its budget");
+        self.send_stop(key, number, why, true, fx);
+        self.task_event(
+            fx,
+            key,
+            number,
+            "",
+            "task.budget_reached",
+            format!("{why}; stopping {} with a checkpoint", key.attempt(number)),
+            serde_json::json!({ "reason": BUDGET_REASON, "detail": why }),
+        );
+    }
+
+    /// Lets a budget stop of `key#number` be sent again.
+    pub(super) fn forget_budget_stop(&mut self, key: &TaskKey, number: u32) {
+        self.budgets.stopping.remove(&(key.clone(), number));
+    }
+
+    /// Sends the worker of `key#number` a Cancel; with `checkpoint` it
+    /// keeps the work (WIP commit, agent session) and reports CHECKPOINT.
+    pub(super) fn send_stop(
+        &mut self,
+        key: &TaskKey,
+        number: u32,
+        reason: &str,
+        checkpoint: bool,
+        fx: &mut Effects,
+    ) {
+        let Some(a) = self.attempts.get(&(key.clone(), number)) else { return };
+        let message = Outbound::Cancel {
+            attempt: AttemptHandle { task: key.clone(), number, token: a.token },
+            grace_ms: self.timing.cancel_grace.as_millis() as u32,
+            reason: reason.to_string(),
+            checkpoint,
+        };
+        let worker = a.worker.clone();
+        self.send(&worker, message, fx);
+    }
+
+    /// READY → BLOCKED with a budget reason.
+    pub(super) fn block_at_budget(&mut self, key: &TaskKey, why: &str, fx: &mut Effects) {
+        if self.tasks.get(key).map(|t| t.state) != Some(TaskState::Ready) {
+            return;
+        }
+        self.set_state(key, TaskState::Blocked, why, fx);
+        let attempt = self.tasks.get(key).map(|t| t.attempts).unwrap_or(0);
+        self.task_event(
+            fx,
+            key,
+            attempt,
+            "",
+            "task.blocked",
+            format!("{key} blocked: {why}"),
+            serde_json::json!({ "reason": BUDGET_REASON, "detail": why }),
+        );
+    }
+
+    /// After an attempt's result: the stop it may have been sent is done
+    /// with, and a task that went back to READY while over budget is
+    /// BLOCKED instead.
+    pub(super) fn after_result_budget(&mut self, key: &TaskKey, number: u32, fx: &mut Effects) {
+        // The agent stopped at its budget took its open question with it:
+        // its resumed session goes on without an answer.
+        if self.budgets.stopping.remove(&(key.clone(), number))
+            && let Some(t) = self.tasks.get_mut(key)
+            && t.notes
+                .pending_question
+                .as_ref()
+                .is_some_and(|q| q.attempt == number && q.category != super::pause::BUDGET_CATEGORY)
+        {
+            t.notes.pending_question = None;
+            fx.dirty_tasks.insert(key.clone());
+        }
+        if self.tasks.get(key).is_some_and(|t| t.state == TaskState::Ready) {
+            self.enforce_budgets(key, fx);
+        }
+    }
+
+    /// Makes READY again the tasks of `keys` a budget blocked and that no
+    /// budget holds any more.
+    fn unblock_budget(&mut self, keys: &[TaskKey], fx: &mut Effects) -> u32 {
+        let mut n = 0;
+        for key in keys {
+            let blocked = self
+                .tasks
+                .get(key)
+                .is_some_and(|t| t.state == TaskState::Blocked && t.reason.starts_with(BUDGET_REASON));
+            if blocked && self.over_budget(key).is_none() {
+                self.make_ready(key, "budget raised; resumes from its checkpoint", fx);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// SetBudget on a swarm: stores the new budget and unblocks what it
+    /// allows.
+    pub(super) fn set_swarm_budget(
+        &mut self,
+        id: &SwarmId,
+        change: BudgetChange,
+        fx: &mut Effects,
+    ) -> Result<(), crate::error::SchedError> {
+        let swarm = self.swarm(id.as_str())?;
+        let _span = tracing::info_span!("budget.set", swarm = %id).entered();
+        let budget = change.swarm(swarm_budget(swarm));
+        let Some(s) = self.swarms.get_mut(id) else { return Ok(()) };
+        s.control.budget = Some(budget);
+        fx.batch.swarm(s.row());
+        match self.swarm_over_budget(id) {
+            None => {
+                self.budgets.over.remove(id);
+            }
+            // Lowered below what it spent: stop now, not at the next report.
+            Some(why) => {
+                if self.budgets.over.insert(id.clone()) {
+                    self.stop_swarm_at_budget(id, &why, fx);
+                }
+            }
+        }
+        let keys = self.swarms.get(id).map(|s| s.tasks.clone()).unwrap_or_default();
+        let unblocked = self.unblock_budget(&keys, fx);
+        tracing::info!(?budget, unblocked, "swarm budget set");
+        self.event(
+            fx,
+            id.as_str(),
+            "",
+            0,
+            "",
+            "budget.set",
+            format!(
+                "swarm {id} budget set to {}; {unblocked} task(s) unblocked",
+                describe(budget.usd, budget.tokens)
+            ),
+            serde_json::json!({ "scope": "swarm", "usd": budget.usd, "tokens": budget.tokens,
+                "max_usd_per_hour": budget.max_usd_per_hour, "unblocked": unblocked }),
+        );
+        Ok(())
+    }
+
+    /// SetBudget on a task.
+    pub(super) fn set_task_budget(
+        &mut self,
+        key: &TaskKey,
+        change: BudgetChange,
+        fx: &mut Effects,
+    ) -> Result<(), crate::error::SchedError> {
+        let task = self.task(key)?;
+        let _span = tracing::info_span!("budget.set", swarm = %key.swarm, task = %key).entered();
+        let budget = change.task(task_budget(task));
+        if let Some(t) = self.tasks.get_mut(key) {
+            t.notes.budget = Some(budget);
+            fx.dirty_tasks.insert(key.clone());
+        }
+        let unblocked = self.unblock_budget(std::slice::from_ref(key), fx);
+        tracing::info!(?budget, unblocked, "task budget set");
+        let attempt = self.tasks.get(key).map(|t| t.attempts).unwrap_or(0);
+        self.task_event(
+            fx,
+            key,
+            attempt,
+            "",
+            "budget.set",
+            format!("task {key} budget set to {}", describe(budget.usd, budget.tokens)),
+            serde_json::json!({ "scope": "task", "usd": budget.usd, "tokens": budget.tokens,
+                "unblocked": unblocked }),
+        );
+        // Lowered below what it spent: stop it now.
+        if self.tasks.get(key).is_some_and(|t| t.state == TaskState::Running) {
+            self.enforce_budgets(key, fx);
+        }
+        Ok(())
+    }
+
+    /// The breaker's view of a swarm's last hour, for reads.
+    pub(super) fn burn_rate(&self, id: &SwarmId) -> f64 {
+        self.budgets.burn.get(id).map(|w| w.peek(now_ms())).unwrap_or(0.0)
+    }
+}
+
+fn describe(usd: Option<f64>, tokens: Option<u64>) -> String {
+    let usd = usd.map(|u| format!("${u:.2}")).unwrap_or_else(|| "no dollar cap".into());
+    let tokens = tokens.map(|t| format!("{t} tokens")).unwrap_or_else(|| "no token cap".into());
+    format!("{usd}, {tokens}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_burn_window_forgets_spend_older_than_an_hour() {
+        let mut w = BurnWindow::default();
+        w.add(0, 1.0);
+        w.add(1_000, 2.0);
+        assert_eq!(w.last_hour(2_000), 3.0);
+        assert_eq!(w.last_hour(BURN_WINDOW_MS + 500), 2.0);
+        assert_eq!(w.last_hour(BURN_WINDOW_MS + 1_000), 0.0);
+    }
+
+    #[test]
+    fn a_change_keeps_unset_fields_and_zero_removes_a_cap() {
+        let current =
+            SwarmBudget { limit: Budget { usd: Some(5.0), tokens: Some(10) }, max_usd_per_hour: Some(1.0) };
+        let set = BudgetChange { usd: Some(25.0), tokens: Some(0), max_usd_per_hour: None }.swarm(current);
+        assert_eq!(set, StoredSwarmBudget { usd: Some(25.0), tokens: None, max_usd_per_hour: Some(1.0) });
+    }
+
+    #[test]
+    fn control_is_stored_empty_when_nothing_is_set_and_read_back() {
+        assert_eq!(SwarmControl::default().to_json(), "");
+        assert_eq!(SwarmControl::from_json("").expect("empty"), SwarmControl::default());
+        let c = SwarmControl {
+            paused: Some(super::super::pause::Pause { reason: "r".into(), ..Default::default() }),
+            budget: Some(StoredSwarmBudget { usd: Some(3.0), ..Default::default() }),
+        };
+        assert_eq!(SwarmControl::from_json(&c.to_json()).expect("json"), c);
+    }
+}
