@@ -785,12 +785,14 @@ async fn prepare_with_repairs(
             (ctx.repo.clone(), ctx.worker_id.clone(), a.branch.clone(), a.base_commit.clone());
         let fresh = n == INFRA_TRIES;
         let tracker = ctx.tracker.clone();
-        let r =
-            tokio::task::spawn_blocking(move || prepare_tracked(&tracker, &repo, &id, &branch, &base, fresh))
-                .instrument(
-                    tracing::info_span!("prepare", base = %a.base_commit, branch = %a.branch, try_ = n),
-                )
-                .await;
+        let r = tokio::task::spawn_blocking(move || {
+            // The worker's own git metadata is part of a prepared worktree.
+            let p = prepare_tracked(&tracker, &repo, &id, &branch, &base, fresh)?;
+            crate::worker_git::prepare(&p.path)?;
+            Ok::<_, worktree::WorktreeError>(p)
+        })
+        .instrument(tracing::info_span!("prepare", base = %a.base_commit, branch = %a.branch, try_ = n))
+        .await;
         match r {
             Ok(Ok(p)) => {
                 for lock in &p.cleared_locks {

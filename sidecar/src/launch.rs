@@ -38,14 +38,11 @@ impl Scratch {
         let name = wt.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let tmp = wt.with_file_name(format!("{name}.tmp"));
         let infra = |what: &str, e: &dyn std::fmt::Display| Failure::Infra(format!("{what}: {e}"));
-        let git_dir = if fresh {
-            if std::fs::symlink_metadata(&tmp).is_ok() {
-                std::fs::remove_dir_all(&tmp).map_err(|e| infra("clearing the attempt's TMPDIR", &e))?;
-            }
-            crate::worker_git::prepare(wt).map_err(|e| infra("making the worker's git directory", &e))?
-        } else {
-            crate::worker_git::dir_of(wt)
-        };
+        // The git directory was made with the worktree (see `attempt`).
+        let git_dir = crate::worker_git::dir_of(wt);
+        if fresh && std::fs::symlink_metadata(&tmp).is_ok() {
+            std::fs::remove_dir_all(&tmp).map_err(|e| infra("clearing the attempt's TMPDIR", &e))?;
+        }
         std::fs::create_dir_all(&tmp).map_err(|e| infra("making the attempt's TMPDIR", &e))?;
         {
             use std::os::unix::fs::PermissionsExt as _;

@@ -83,6 +83,11 @@ impl PlanBuilder {
     /// (`[defaults] sandbox`), as a plan whose tools live elsewhere must;
     /// the interpreters the test fakes run with are added to `read`.
     pub fn sandbox(self, read: &[&Path], write: &[&Path]) -> PlanBuilder {
+        self.sandbox_with(read, write, &[443])
+    }
+
+    /// [`PlanBuilder::sandbox`] with the TCP ports workers may connect to.
+    pub fn sandbox_with(self, read: &[&Path], write: &[&Path], connect: &[u16]) -> PlanBuilder {
         let list = |paths: Vec<PathBuf>| {
             let quoted: Vec<String> =
                 paths.iter().map(|p| format!("{:?}", p.display().to_string())).collect();
@@ -91,7 +96,14 @@ impl PlanBuilder {
         let mut reads: Vec<PathBuf> = read.iter().map(|p| p.to_path_buf()).collect();
         reads.extend(interpreters());
         let writes = write.iter().map(|p| p.to_path_buf()).collect();
-        self.default("sandbox", &format!("{{ read = {}, write = {} }}", list(reads), list(writes)))
+        let ports: Vec<String> = connect.iter().map(u16::to_string).collect();
+        let sandbox = format!(
+            "{{ read = {}, write = {}, connect = [{}] }}",
+            list(reads),
+            list(writes),
+            ports.join(", ")
+        );
+        self.default("sandbox", &sandbox)
     }
 
     /// Drops a `[defaults]` line, e.g. `command` for a plan whose tasks

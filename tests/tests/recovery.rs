@@ -86,7 +86,8 @@ async fn sidecar_kill9_task_is_reassigned_after_the_lease() {
     let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[("t", &body)]))]);
     let mut cluster = Cluster::start(&repo, 1, FAST_LEASES);
     let url = cluster.url();
-    create_swarm(&url, &PlanBuilder::new("k").task(task("t")).build()).await;
+    let plan = PlanBuilder::new("k").sandbox(&[], &[pids.path()]).task(task("t")).build();
+    create_swarm(&url, &plan).await;
     let running = wait_task_state(&url, "k", "t", TaskState::Running).await;
     assert_eq!(running.worker_id, "w1");
     let pid_file = pids.path().join("pid");

@@ -248,6 +248,7 @@ async fn an_agent_reviewer_decides_with_its_decision_file() {
     );
     let plan = PlanBuilder::new("ag")
         .default("env", &format!("{{ FAKE_AGENT_STATE = {:?} }}", state.path().to_str().unwrap()))
+        .sandbox(&[], &[state.path()])
         .task(task("x").set("review", &review))
         .build();
     let cluster = Cluster::start(&repo, 1, &[]);

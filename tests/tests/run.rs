@@ -200,7 +200,10 @@ fn run_serves_the_embedded_controllers_metrics() {
         "python3 -c \"import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:{port}/metrics').read().decode())\" > b.txt"
     );
     let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[("b", &scrape)]))]);
-    let plan = PlanBuilder::new("m").task(task("a")).task(task("b").deps(&["a"])).build();
+    // The controller's ports are closed to workers unless a plan opens one.
+    let plan =
+        PlanBuilder::new("m").sandbox_with(&[], &[], &[port]).task(task("a")).task(task("b").deps(&["a"]));
+    let plan = plan.build();
     let dir = tempfile::tempdir().unwrap();
     let plan = write_plan(dir.path(), &plan);
     let listen = format!("127.0.0.1:{port}");

@@ -61,6 +61,7 @@ async fn trace_context_crosses_processes_and_metrics_count_the_run() {
     ]);
     let repo = TempRepo::with_files(&[("worker.sh", &script)]);
     let plan = PlanBuilder::new(SWARM)
+        .sandbox(&[], &[trace_file.path()])
         .task(task("traced").set("verify", r#"[{ name = "check", command = "test -s traced.txt" }]"#))
         .task(task("flaky").deps(&["traced"]))
         .build();
