@@ -94,6 +94,11 @@ pub fn launch(
         agent: a.agent.as_ref().map(|c| (c.kind, c.program.as_str())),
         review: a.review.is_some(),
     };
+    if let (Some(cfg), Some((_, home))) = (&a.agent, env.iter().find(|(k, _)| k == "HOME")) {
+        crate::sandbox::make_agent_state(cfg.kind, Path::new(home)).map_err(|e| {
+            Failure::Infra(format!("making {}'s state directory under {home}: {e}", cfg.kind))
+        })?;
+    }
     let policy = Policy::for_attempt(&a.sandbox, &place, &env);
     let confinement = Confinement { exe: ctx.supervisor.clone(), policy: std::sync::Arc::new(policy) };
     Ok(Launch { env, confinement: Some(confinement), report })

@@ -72,6 +72,23 @@ const SYSTEM_READ: &[&str] = &[
 ];
 const DEVICES: &[&str] =
     &["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/ptmx"];
+/// An agent's own state under `$HOME` (its login, settings and the
+/// sessions `--resume` reads): directories made before the worker starts,
+/// since the sandbox lets nothing create them in `$HOME` itself, and files
+/// it rewrites in place (Claude Code's `~/.claude.json`).
+const AGENT_STATE_DIRS: &[(AgentKind, &str)] =
+    &[(AgentKind::Claude, ".claude"), (AgentKind::Codex, ".codex")];
+const AGENT_STATE_FILES: &[(AgentKind, &str)] = &[(AgentKind::Claude, ".claude.json")];
+
+/// Makes the agent's state directories under `home` that do not exist yet.
+pub fn make_agent_state(kind: AgentKind, home: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    for (_, dir) in AGENT_STATE_DIRS.iter().filter(|(k, _)| *k == kind) {
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(home.join(dir))?;
+    }
+    Ok(())
+}
+
 /// The user's git configuration, under `$HOME`.
 const GIT_CONFIG: &[&str] = &[".gitconfig", ".config/git"];
 /// Shared with every process of the machine, but holding nothing of swarm's.
@@ -188,11 +205,8 @@ impl Policy {
         policy.write.extend(settings.0.write.iter().filter_map(|p| expand(p)));
         if let Some((kind, program)) = place.agent {
             policy.read.extend(install_dir(program, env));
-            let state: &[&str] = match kind {
-                AgentKind::Claude => &[".claude", ".claude.json", ".config/claude"],
-                AgentKind::Codex => &[".codex"],
-            };
-            policy.write.extend(state.iter().filter_map(|s| home.as_ref().map(|h| h.join(s))));
+            let state = AGENT_STATE_DIRS.iter().chain(AGENT_STATE_FILES).filter(|(k, _)| *k == kind);
+            policy.write.extend(state.filter_map(|(_, s)| home.as_ref().map(|h| h.join(s))));
         }
         if let Some(port) = otlp_port(env) {
             policy.connect.push(port);

@@ -109,3 +109,15 @@ fn a_confined_command_line_runs_the_trampoline_first() {
     let plain = command_line(None, &["true".into()]);
     assert_eq!(plain, vec![std::ffi::OsString::from("true")]);
 }
+
+#[test]
+fn an_agents_state_directory_is_made_before_it_is_confined() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let home = tempfile::tempdir().expect("home");
+    make_agent_state(AgentKind::Claude, home.path()).expect("made");
+    let meta = std::fs::metadata(home.path().join(".claude")).expect(".claude");
+    assert!(meta.is_dir());
+    assert_eq!(meta.permissions().mode() & 0o777, 0o700);
+    assert!(!home.path().join(".codex").exists(), "only the agent's own");
+    make_agent_state(AgentKind::Claude, home.path()).expect("again: nothing to do");
+}
