@@ -312,3 +312,73 @@ fn a_task_that_requires_the_sandbox_runs_only_where_it_is_enforced() {
         }
     }
 }
+
+/// A real toolchain works confined when the plan names where it lives: a
+/// Rust crate builds in the worktree with rustup's toolchains readable and
+/// the shared registry cache writable, as a plan for a Rust project says.
+#[test]
+fn cargo_builds_in_a_sandboxed_worktree_with_the_shared_registry_listed() {
+    if let Some(why) = landlock_missing() {
+        return skip("cargo_builds_in_a_sandboxed_worktree_with_the_shared_registry_listed", &why);
+    }
+    let home = |var: &str, default: &str| {
+        std::env::var_os(var)
+            .map(std::path::PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(default)))
+    };
+    let (Some(cargo_home), Some(rustup_home)) =
+        (home("CARGO_HOME", ".cargo"), home("RUSTUP_HOME", ".rustup"))
+    else {
+        return skip("cargo_builds_in_a_sandboxed_worktree_with_the_shared_registry_listed", "no HOME");
+    };
+    let build = "cargo build --offline -q\nls target/debug > built.txt";
+    let repo = TempRepo::with_files(&[
+        ("worker.sh", &worker_script(&[("build", build)])),
+        // Its own workspace root: cargo looks for one in the directories
+        // above a package that is not, and above a local worktree lies the
+        // user's checkout, which the sandbox does not let it read.
+        (
+            "Cargo.toml",
+            "[package]\nname = \"tiny\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[workspace]\n",
+        ),
+        ("src/main.rs", "fn main() { println!(\"built in a sandbox\"); }\n"),
+        (".gitignore", "/target/\n"),
+    ]);
+    let mut reads = vec![cargo_home.join("bin")];
+    reads.extend([rustup_home.clone()].into_iter().filter(|p| p.is_dir()));
+    let reads: Vec<&Path> = reads.iter().map(|p| p.as_path()).collect();
+    let registry = cargo_home.join("registry");
+    // The toolchain's homes reach the worker as the plan's env, like any
+    // variable the sidecar does not pass on by itself.
+    let env = format!(
+        "{{ CARGO_HOME = {:?}, RUSTUP_HOME = {:?} }}",
+        cargo_home.display().to_string(),
+        rustup_home.display().to_string()
+    );
+    let plan = PlanBuilder::new("rs")
+        .default("env", &env)
+        .sandbox(&reads, &[&registry])
+        .task(task("build").files(&["built.txt", "Cargo.lock"]))
+        .build();
+    let dir = tempfile::tempdir().unwrap();
+    let plan_path = dir.path().join("plan.toml");
+    std::fs::write(&plan_path, plan).unwrap();
+    let child = Command::new(binary("swarmctl"))
+        .args(["run", "--plain", "--workers", "1", "--repo"])
+        .arg(repo.path())
+        .arg(&plan_path)
+        .env("XDG_RUNTIME_DIR", dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = wait_output(child, Duration::from_secs(300));
+    let logs = repo.path().join(".git/workspaces/local-1/.swarm/logs");
+    let worker_log: String = std::fs::read_dir(&logs)
+        .map(|dir| dir.filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok()).collect())
+        .unwrap_or_default();
+    assert_eq!(out.status.code(), Some(0), "stdout:\n{}\nworker:\n{worker_log}", stdout(&out));
+    let built = repo.file("swarm/rs/integration", "built.txt").unwrap_or_default();
+    assert!(built.lines().any(|l| l == "tiny"), "the binary was built: {built:?}");
+}
