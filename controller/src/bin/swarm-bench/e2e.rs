@@ -66,6 +66,10 @@ pub struct Args {
     /// run (which needs root and a loop device).
     #[arg(long)]
     pub shared_fs: bool,
+    /// The workers' sandbox: on (the default, as in a plan) or off, to
+    /// measure what confining each worker costs.
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    pub sandbox: String,
 }
 
 /// Room for a 10,000-file repository with its loose objects and a few
@@ -86,9 +90,12 @@ fn worker_script(stamps: &Path) -> String {
     )
 }
 
-fn plan(args: &Args, script: &str) -> String {
+fn plan(args: &Args, script: &str, stamps: &Path) -> String {
     let mut plan = String::from("name = \"e2e\"\n[defaults]\n");
     plan.push_str(&format!("command = [\"bash\", \"-c\", '''{script}''']\n"));
+    // The workers stamp a file outside their worktrees.
+    let stamps = stamps.display();
+    plan.push_str(&format!("sandbox = {{ mode = \"{}\", write = [\"{stamps}\"] }}\n", args.sandbox));
     for i in 0..args.tasks {
         plan.push_str(&format!("[[tasks]]\nid = \"t{i}\"\nfiles = [\"tasks/t{i}.txt\"]\n"));
         if args.shape == Shape::Chains && i >= args.sidecars {
@@ -182,6 +189,8 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
     let repo = temp_repo(&dir, "repo", args.files)?;
     let repo_secs = made.elapsed().as_secs_f64();
     let stamps = dir.join("stamps.log");
+    // Made now: a sandbox rule names only what exists.
+    std::fs::write(&stamps, "")?;
     let script = worker_script(&stamps);
     let (spawn_base, sync_base) = baselines(&dir, &script)?;
     let _ = std::fs::remove_file(&stamps);
@@ -232,7 +241,7 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
     let u0 = usage(pid)?;
     let started = Instant::now();
     let created_at = unix_ms();
-    op.create_swarm(v1::CreateSwarmRequest { plan_toml: plan(args, &script) }).await?;
+    op.create_swarm(v1::CreateSwarmRequest { plan_toml: plan(args, &script, &stamps) }).await?;
     let deadline = started + Duration::from_secs(args.timeout_secs);
     let mut merged = 0usize;
     let mut end_state = String::new();
