@@ -124,6 +124,41 @@ pub fn discard(wt: &Path) {
     }
 }
 
+/// Before the unconfined sidecar reads the worker's object store: its
+/// alternates name the shared store again (the worker may have pointed them
+/// at another repository on this machine, whose objects the pack would
+/// otherwise carry into ours), and no entry of the store is a link (which
+/// would have the sidecar read a file outside it as an object).
+fn confine_objects(dir: &Path, shared: &Path) -> Result<(), ImportError> {
+    let refuse = |what: String| ImportError::Unreadable(what);
+    let alternates = dir.join("objects/info/alternates");
+    crate::worker_files::write(&alternates, format!("{}\n", shared.display()).as_bytes())
+        .map_err(|e| refuse(format!("{}: {e}", alternates.display())))?;
+    let mut pending = vec![dir.join("objects")];
+    let mut seen = 0usize;
+    while let Some(d) = pending.pop() {
+        let entries = std::fs::read_dir(&d).map_err(|e| refuse(format!("{}: {e}", d.display())))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| refuse(format!("{}: {e}", d.display())))?;
+            let kind = entry.file_type().map_err(|e| refuse(format!("{}: {e}", entry.path().display())))?;
+            seen += 1;
+            if kind.is_symlink() || seen > MAX_OBJECT_ENTRIES {
+                return Err(refuse(format!(
+                    "{} is a link, or the store is too large",
+                    entry.path().display()
+                )));
+            }
+            if kind.is_dir() {
+                pending.push(entry.path());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Most entries in a worker's object store (loose objects, packs, dirs).
+const MAX_OBJECT_ENTRIES: usize = 1_000_000;
+
 /// Why the worker's commits were left out of the result (its worktree's
 /// content is committed all the same).
 #[derive(Debug, thiserror::Error)]
@@ -148,6 +183,7 @@ pub fn import(wt: &Path) -> Result<Option<Oid>, ImportError> {
     if std::fs::symlink_metadata(&dir).is_err() {
         return Ok(None);
     }
+    confine_objects(&dir, &repo.commondir().join("objects"))?;
     let private = Repository::open_bare(&dir).map_err(unreadable)?;
     let head = private.head().and_then(|h| h.peel_to_commit()).map_err(unreadable)?.id();
     if head == start {
@@ -168,4 +204,78 @@ pub fn import(wt: &Path) -> Result<Option<Oid>, ImportError> {
     };
     moved.map_err(unreadable)?;
     Ok(Some(head))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn git(dir: &Path, args: &[&str]) -> String {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@example.com")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@example.com")
+            .output()
+            .expect("git");
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// A repository with a linked worktree at `.git/workspaces/w1`.
+    fn worktree() -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().expect("dir");
+        let repo = dir.path().join("repo");
+        std::fs::create_dir_all(&repo).expect("mkdir");
+        git(&repo, &["init", "-q", "-b", "main"]);
+        std::fs::write(repo.join("a.txt"), "a\n").expect("write");
+        git(&repo, &["add", "a.txt"]);
+        git(&repo, &["commit", "-qm", "base"]);
+        std::fs::create_dir_all(repo.join(".git/workspaces")).expect("mkdir");
+        let wt = repo.join(".git/workspaces/w1");
+        git(&repo, &["worktree", "add", "-q", "-b", "swarm/s/t", wt.to_str().expect("utf8")]);
+        (dir, wt)
+    }
+
+    #[test]
+    fn the_workers_commits_come_in_and_the_worktree_head_moves_to_them() {
+        let (_dir, wt) = worktree();
+        let private = prepare(&wt).expect("prepared");
+        let base = git(&wt, &["rev-parse", "HEAD"]);
+        let with_private = |args: &[&str]| {
+            let mut all =
+                vec!["--git-dir", private.to_str().expect("utf8"), "--work-tree", wt.to_str().expect("utf8")];
+            all.extend_from_slice(args);
+            git(&wt, &all)
+        };
+        assert_eq!(with_private(&["status", "--porcelain"]), "", "the private index matches the worktree");
+        std::fs::write(wt.join("b.txt"), "b\n").expect("write");
+        with_private(&["add", "b.txt"]);
+        with_private(&["commit", "-qm", "worker's own"]);
+        let worker_head = with_private(&["rev-parse", "HEAD"]);
+        assert_eq!(git(&wt, &["rev-parse", "HEAD"]), base, "nothing shared moved while the worker ran");
+        let imported = import(&wt).expect("imported").expect("a commit");
+        assert_eq!(imported.to_string(), worker_head);
+        assert_eq!(git(&wt, &["rev-parse", "swarm/s/t"]), worker_head);
+        assert_eq!(git(&wt, &["cat-file", "-p", &format!("{worker_head}:b.txt")]), "b");
+    }
+
+    #[test]
+    fn alternates_pointed_elsewhere_and_linked_objects_are_not_followed() {
+        let (_dir, wt) = worktree();
+        let private = prepare(&wt).expect("prepared");
+        let elsewhere = tempfile::tempdir().expect("elsewhere");
+        std::fs::write(private.join("objects/info/alternates"), format!("{}\n", elsewhere.path().display()))
+            .expect("write");
+        assert_eq!(import(&wt).expect("nothing committed"), None);
+        let shared = wt.parent().and_then(Path::parent).expect("common").join("objects");
+        let alternates = std::fs::read_to_string(private.join("objects/info/alternates")).expect("read");
+        assert_eq!(alternates.trim(), shared.display().to_string(), "pointed back at the shared store");
+        std::fs::create_dir_all(private.join("objects/ab")).expect("mkdir");
+        std::os::unix::fs::symlink("/etc/passwd", private.join("objects/ab/cdef")).expect("link");
+        let e = import(&wt).expect_err("a link in the store");
+        assert!(e.to_string().contains("is a link"), "{e}");
+    }
 }
