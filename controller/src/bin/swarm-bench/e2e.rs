@@ -189,11 +189,10 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
     let repo = temp_repo(&dir, "repo", args.files)?;
     let repo_secs = made.elapsed().as_secs_f64();
     let stamps = dir.join("stamps.log");
-    // Made now: a sandbox rule names only what exists.
-    std::fs::write(&stamps, "")?;
     let script = worker_script(&stamps);
     let (spawn_base, sync_base) = baselines(&dir, &script)?;
-    let _ = std::fs::remove_file(&stamps);
+    // Emptied, not removed: a sandbox rule names only what exists.
+    std::fs::write(&stamps, "")?;
 
     let controller = start_controller(&repo, &[], Some(&dir.join("controller.log")))?;
     let pid = controller.pid();
