@@ -645,15 +645,17 @@ impl Session {
                 return Ok(Some(answer));
             }
             Some(In::VerifyMerge(v)) => {
-                let (repo, worker, remote, tx) = (
-                    self.repo.clone(),
-                    self.worker_id.clone(),
-                    self.remote.clone(),
-                    self.verified_tx.clone(),
-                );
+                let place = crate::verify_job::Verifier {
+                    repo: self.repo.clone(),
+                    worker_id: self.worker_id.clone(),
+                    remote: self.remote.clone(),
+                    exe: self.supervisor.clone(),
+                    kernel: self.sandbox,
+                };
+                let tx = self.verified_tx.clone();
                 // Off the session loop: heartbeats go on while the tiers run.
                 tokio::spawn(async move {
-                    let _ = tx.send(crate::verify_job::run(repo, worker, remote, v).await);
+                    let _ = tx.send(crate::verify_job::run(place, v).await);
                 });
             }
             Some(In::Drain(d)) => {

@@ -17,17 +17,23 @@ use tracing::Instrument as _;
 
 use crate::verify::{Tier, run_tiers};
 
+/// The sidecar that verifies.
+pub struct Verifier {
+    pub repo: PathBuf,
+    pub worker_id: String,
+    pub remote: Option<crate::remote::Remote>,
+    /// Its own binary, the sandbox trampoline.
+    pub exe: PathBuf,
+    /// What its kernel enforces of the sandbox.
+    pub kernel: crate::sandbox::Capability,
+}
+
 /// Runs one verification and returns the message that answers it.
-pub async fn run(
-    repo: PathBuf,
-    worker_id: String,
-    remote: Option<crate::remote::Remote>,
-    job: v1::VerifyMerge,
-) -> v1::SidecarMessage {
+pub async fn run(verifier: Verifier, job: v1::VerifyMerge) -> v1::SidecarMessage {
     let span = tracing::info_span!("merge_queue.verify", swarm = %job.swarm_id, job = job.job_id, commit = %job.commit, attempts = ?job.attempts);
     // A child of the controller's dispatch span, in the swarm's trace.
     swarm_telemetry::set_parent(&span, &job.traceparent);
-    let verdict = verify(&repo, &worker_id, remote.as_ref(), &job).instrument(span).await;
+    let verdict = verify(&verifier, &job).instrument(span).await;
     let body = match verdict {
         Ok((tiers, passed)) => {
             v1::MergeVerified { job_id: job.job_id, commit: job.commit, passed, tiers, error: String::new() }
@@ -46,12 +52,9 @@ pub async fn run(
     v1::SidecarMessage { seq: 0, body: Some(v1::sidecar_message::Body::MergeVerified(body)) }
 }
 
-async fn verify(
-    repo: &Path,
-    worker_id: &str,
-    remote: Option<&crate::remote::Remote>,
-    job: &v1::VerifyMerge,
-) -> Result<(Vec<v1::TierResult>, bool), String> {
+async fn verify(verifier: &Verifier, job: &v1::VerifyMerge) -> Result<(Vec<v1::TierResult>, bool), String> {
+    let (repo, worker_id) = (verifier.repo.as_path(), verifier.worker_id.as_str());
+    let remote = verifier.remote.as_ref();
     swarm_core::names::check_commit(&job.commit).map_err(|rule| format!("commit: {rule}"))?;
     if let Some(remote) = remote {
         remote.ensure_commit(repo, &job.commit).await.map_err(|e| format!("fetch {}: {e}", job.commit))?;
@@ -62,17 +65,51 @@ async fn verify(
         .await
         .map_err(|e| format!("checkout thread: {e}"))??;
     let tiers: Vec<Tier> = job.tiers.iter().map(Tier::from).collect();
+    let tmp = dir.with_extension("tmp");
+    std::fs::create_dir_all(&tmp).map_err(|e| format!("create {}: {e}", tmp.display()))?;
     let mut env = crate::sandbox::inherited_env();
+    env.push(("TMPDIR".to_string(), tmp.to_string_lossy().into_owned()));
     env.extend([
         ("SWARM_SWARM_ID".to_string(), job.swarm_id.clone()),
         ("SWARM_VERIFY_COMMIT".to_string(), job.commit.clone()),
         ("SWARM_WORKER_ID".to_string(), worker_id.to_string()),
     ]);
-    let result = run_tiers(&tiers, &dir, &env, None).await;
+    let confinement = confinement(verifier, job, &dir, &tmp, &env);
+    let result = match confinement {
+        Ok(c) => Ok(run_tiers(&tiers, &dir, &env, c.as_ref()).await),
+        Err(e) => Err(e),
+    };
+    let _ = std::fs::remove_dir_all(&tmp);
     if let Err(e) = std::fs::remove_dir_all(&dir) {
         tracing::warn!(dir = %dir.display(), error = %e, "could not remove the verification's scratch directory");
     }
-    Ok(result)
+    result
+}
+
+/// The tiers' sandbox: the scratch directory is their worktree.
+fn confinement(
+    verifier: &Verifier,
+    job: &v1::VerifyMerge,
+    dir: &Path,
+    tmp: &Path,
+    env: &[(String, String)],
+) -> Result<Option<crate::sandbox::Confinement>, String> {
+    use crate::sandbox::{Confinement, Place, Policy, Settings};
+    let settings = Settings::from_wire(job.sandbox.as_ref()).map_err(|e| format!("invalid sandbox: {e}"))?;
+    if settings.0.mode == swarm_core::plan::SandboxMode::Required && !verifier.kernel.is_full() {
+        let (_, missing) = verifier.kernel.split();
+        return Err(format!(
+            "the merge queue requires a sandbox this kernel cannot enforce: {}",
+            missing.join("; ")
+        ));
+    }
+    if settings.is_off() || verifier.kernel.abi == 0 {
+        return Ok(None);
+    }
+    let common = dir.parent().and_then(Path::parent).unwrap_or(Path::new("/nonexistent"));
+    let place = Place { worktree: dir, common_dir: common, private: &[tmp], agent: None, review: false };
+    let policy = Policy::for_attempt(&settings, &place, env);
+    Ok(Some(Confinement { exe: verifier.exe.clone(), policy: std::sync::Arc::new(policy) }))
 }
 
 /// `.git/workspaces/.verify-<worker>-<job>`, emptied.

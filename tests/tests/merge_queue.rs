@@ -14,10 +14,14 @@ use swarm_tests::{
 };
 
 /// Work sidecars `w1`.. and the queue's plan lines.
-fn queue_plan(name: &str, verify: &str, max_batch: u32) -> PlanBuilder {
+/// A plan whose merge queue runs `verify`, which may write below `marks`
+/// (its sandbox says so: the tiers run confined, like workers).
+fn queue_plan(name: &str, verify: &str, max_batch: u32, marks: &Path) -> PlanBuilder {
     PlanBuilder::new(name).default("labels", r#"{ role = "work" }"#).default("retries", "3").tables(&format!(
         "[[integration_verify]]\nname = \"integration\"\ncommand = '''{verify}'''\n\n\
-             [merge_queue]\nmax_batch = {max_batch}\nlabels = {{ role = \"verify\" }}\n"
+             [merge_queue]\nmax_batch = {max_batch}\nlabels = {{ role = \"verify\" }}\n\
+             sandbox = {{ write = [{:?}] }}\n",
+        marks.display().to_string()
     ))
 }
 
@@ -53,7 +57,7 @@ async fn a_semantic_conflict_is_caught_bisected_to_the_caller_and_fixed_on_its_n
         "echo \"$SWARM_VERIFY_COMMIT\" >> '{}'; . ./lib.sh; if [ -f caller.sh ]; then . ./caller.sh; fi",
         count.display()
     );
-    let plan = queue_plan("sem", &verify, 8)
+    let plan = queue_plan("sem", &verify, 8, out.path())
         // The caller copies its task text out for the test to read.
         .sandbox(&[], &[out.path()])
         .task(
@@ -127,7 +131,7 @@ async fn a_batch_of_8_with_one_culprit_costs_at_most_four_verifications() {
     ]);
     let repo = TempRepo::with_files(&[("worker.sh", &script)]);
     let verify = format!("echo \"$SWARM_VERIFY_COMMIT\" >> '{}'; ! grep -l bad *.txt", count.display());
-    let mut plan = queue_plan("eight", &verify, 8);
+    let mut plan = queue_plan("eight", &verify, 8, out.path());
     for i in 1..=8 {
         plan = plan.task(task(&format!("t{i}")));
     }
@@ -181,7 +185,8 @@ async fn a_batch_of_8_with_one_culprit_costs_at_most_four_verifications() {
 /// kills something).
 fn gated_plan(name: &str, count: &Path, gate: &Gate) -> String {
     let verify = format!("echo \"$SWARM_VERIFY_COMMIT\" >> '{}'; {}", count.display(), gate.wait_sh());
-    queue_plan(name, &verify, 8).task(task("a")).task(task("b")).build()
+    let marks = count.parent().expect("the count's directory");
+    queue_plan(name, &verify, 8, marks).task(task("a")).task(task("b")).build()
 }
 
 async fn wait_lines(path: &Path, n: usize) {
@@ -262,4 +267,33 @@ async fn a_verifier_lost_mid_verification_is_replaced_and_the_batch_verified_els
         kinds(&evs, "merge_queue.verifying").iter().map(|e| e.worker_id.as_str()).collect();
     assert_eq!(verifiers, vec!["v1", "v2"]);
     assert_eq!(lines(&count).last().unwrap(), &repo.head("swarm/lost/integration"));
+}
+
+/// The integration tiers run the tasks' merged code, so they are confined
+/// like a worker: a tier cannot read a file outside what the plan names,
+/// while it writes where `[merge_queue] sandbox` lets it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_integration_tiers_run_confined() {
+    if !swarm_sidecar::sandbox::probe().is_full() {
+        eprintln!("skipped the_integration_tiers_run_confined: this kernel does not enforce the sandbox");
+        return;
+    }
+    let (out, secret_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let secret = secret_dir.path().join("secret.txt");
+    std::fs::write(&secret, "TOPSECRET\n").unwrap();
+    let seen = out.path().join("seen");
+    let verify = format!(
+        "if cat '{}' >/dev/null 2>&1; then echo read >> '{s}'; else echo denied >> '{s}'; fi",
+        secret.display(),
+        s = seen.display()
+    );
+    let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[]))]);
+    let plan = queue_plan("conf", &verify, 8, out.path()).task(task("a")).build();
+    let controller = spawn_controller(repo.path(), &[]);
+    let url = controller.url();
+    let _w = spawn_sidecar(&url, repo.path(), "w1", &["--label", "role=work"]);
+    let _v = spawn_sidecar(&url, repo.path(), "v1", &["--label", "role=verify"]);
+    create_swarm(&url, &plan).await;
+    wait_task_state(&url, "conf", "a", v1::TaskState::Merged).await;
+    assert_eq!(lines(&seen), vec!["denied"], "the tier ran once, confined");
 }

@@ -407,6 +407,7 @@ pub fn outbound(o: Outbound) -> Result<v1::ControllerMessage, tonic::Status> {
             tiers: v.tiers.iter().map(verify_tier).collect(),
             traceparent: v.traceparent,
             attempts: v.attempts,
+            sandbox: Some(sandbox_spec(&v.sandbox)),
         }),
         Outbound::Close { code, message } => {
             return Err(match code {

@@ -291,6 +291,7 @@ impl Scheduler {
             tiers: iv.tiers.clone(),
             attempts,
             traceparent: String::new(),
+            sandbox: iv.sandbox.clone(),
         }));
         self.send(&worker, message, fx);
     }

@@ -107,6 +107,8 @@ pub struct VerifyMergeSpec {
     /// Set as it leaves for the sidecar (see `api::sidecar`), like an
     /// Assign's.
     pub traceparent: String,
+    /// The plan's `[merge_queue] sandbox`.
+    pub sandbox: swarm_core::plan::SandboxSpec,
 }
 
 /// Why the scheduler ends a session, as the gRPC status the sidecar sees.

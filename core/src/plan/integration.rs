@@ -15,7 +15,11 @@
 //! [merge_queue]
 //! max_batch = 8                    # default 8, at most 64
 //! labels = { role = "verify" }     # which sidecars verify; any by default
+//! sandbox = { read = ["~/.rustup"], write = ["~/.cargo/registry"] }
 //! ```
+//!
+//! The tiers run the tasks' merged code, so they run in the worker sandbox
+//! too, with the scratch directory of the merged tree as their worktree.
 
 use std::collections::BTreeMap;
 
@@ -36,6 +40,8 @@ pub struct IntegrationVerify {
     pub max_batch: u32,
     /// Labels a sidecar must carry (equal values) to verify; empty: any.
     pub labels: BTreeMap<String, String>,
+    /// How the tiers are confined.
+    pub sandbox: super::SandboxSpec,
 }
 
 #[derive(Debug, Clone, Deserialize, Default)]
@@ -44,6 +50,7 @@ pub(super) struct RawMergeQueue {
     max_batch: Option<u32>,
     #[serde(default)]
     labels: BTreeMap<String, String>,
+    sandbox: Option<super::sandbox::RawSandbox>,
 }
 
 /// Validates the plan's `integration_verify` and `merge_queue`; `None` when
@@ -69,7 +76,12 @@ pub(super) fn validate(
         return Err(err("merge_queue.max_batch", format!("must be between 1 and {MAX_BATCH_LIMIT}")));
     }
     check_labels("merge_queue.labels", &queue.labels)?;
-    Ok(Some(IntegrationVerify { tiers, max_batch, labels: queue.labels }))
+    let sandbox = super::sandbox::resolve(
+        "merge_queue.sandbox",
+        queue.sandbox.as_ref(),
+        &super::SandboxSpec::default(),
+    )?;
+    Ok(Some(IntegrationVerify { tiers, max_batch, labels: queue.labels, sandbox }))
 }
 
 #[cfg(test)]
