@@ -212,19 +212,11 @@ fn a_hostile_worker_in_local_mode_reaches_nothing_outside_its_task() {
     let scene = Scene::new();
     let plan_path = scene.runtime.path().join("plan.toml");
     std::fs::write(&plan_path, scene.plan()).unwrap();
-    let child = Command::new(binary("swarmctl"))
-        .args(["run", "--plain", "--workers", "2", "--repo"])
-        .arg(scene.repo.path())
-        .arg(&plan_path)
-        .env("XDG_RUNTIME_DIR", scene.runtime.path())
-        .env("SWARM_TOKEN", "a-token-the-sidecar-holds")
-        .env("AWS_SECRET_ACCESS_KEY", "a-credential-of-the-operator")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = wait_output(child, Duration::from_secs(180));
+    let env = [
+        ("SWARM_TOKEN", "a-token-the-sidecar-holds"),
+        ("AWS_SECRET_ACCESS_KEY", "a-credential-of-the-operator"),
+    ];
+    let out = run_local(scene.repo.path(), &plan_path, 2, scene.runtime.path(), &env);
     let (text, err) = (stdout(&out), stderr(&out));
     // Nothing moves without the operator: the victim waits in REVIEW.
     assert_eq!(out.status.code(), Some(2), "stdout:\n{text}\nstderr:\n{err}");
@@ -269,6 +261,29 @@ async fn a_hostile_worker_on_a_remote_sidecar_reaches_nothing_outside_its_task()
     assert_eq!(state_of(&tasks(&mut op, "hostile").await["victim"]), TaskState::Review);
 }
 
+/// `swarmctl run --plain` of `plan` on `repo` with `workers` local
+/// sidecars, its private runtime directory in `runtime`; bounded.
+fn run_local(
+    repo: &Path,
+    plan: &Path,
+    workers: usize,
+    runtime: &Path,
+    env: &[(&str, &str)],
+) -> std::process::Output {
+    let child = Command::new(binary("swarmctl"))
+        .args(["run", "--plain", "--workers", &workers.to_string(), "--repo"])
+        .arg(repo)
+        .arg(plan)
+        .env("XDG_RUNTIME_DIR", runtime)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_output(child, Duration::from_secs(300))
+}
+
 fn skip(test: &str, why: &str) {
     eprintln!("skipped {test}: {why}");
 }
@@ -283,17 +298,7 @@ fn a_task_that_requires_the_sandbox_runs_only_where_it_is_enforced() {
     let dir = tempfile::tempdir().unwrap();
     let plan_path = dir.path().join("plan.toml");
     std::fs::write(&plan_path, plan).unwrap();
-    let child = Command::new(binary("swarmctl"))
-        .args(["run", "--plain", "--workers", "1", "--repo"])
-        .arg(repo.path())
-        .arg(&plan_path)
-        .env("XDG_RUNTIME_DIR", dir.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = wait_output(child, Duration::from_secs(120));
+    let out = run_local(repo.path(), &plan_path, 1, dir.path(), &[]);
     let (text, err) = (stdout(&out), stderr(&out));
     match landlock_missing() {
         None => {
@@ -363,17 +368,7 @@ fn cargo_builds_in_a_sandboxed_worktree_with_the_shared_registry_listed() {
     let dir = tempfile::tempdir().unwrap();
     let plan_path = dir.path().join("plan.toml");
     std::fs::write(&plan_path, plan).unwrap();
-    let child = Command::new(binary("swarmctl"))
-        .args(["run", "--plain", "--workers", "1", "--repo"])
-        .arg(repo.path())
-        .arg(&plan_path)
-        .env("XDG_RUNTIME_DIR", dir.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = wait_output(child, Duration::from_secs(300));
+    let out = run_local(repo.path(), &plan_path, 1, dir.path(), &[]);
     let logs = repo.path().join(".git/workspaces/local-1/.swarm/logs");
     let worker_log: String = std::fs::read_dir(&logs)
         .map(|dir| dir.filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok()).collect())
