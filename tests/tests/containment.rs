@@ -377,3 +377,54 @@ fn cargo_builds_in_a_sandboxed_worktree_with_the_shared_registry_listed() {
     let built = repo.file("swarm/rs/integration", "built.txt").unwrap_or_default();
     assert!(built.lines().any(|l| l == "tiny"), "the binary was built: {built:?}");
 }
+
+/// A task's secret reaches its own worker's environment and nothing else:
+/// not another task's worker, not the controller's store, events or log;
+/// what the worker echoes of it is relayed redacted.
+#[test]
+fn a_secret_reaches_only_its_worker_and_is_redacted_everywhere_else() {
+    const VALUE: &str = "sk-test-d41d8cd98f00b204";
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("api-key");
+    std::fs::write(&secret, format!("{VALUE}\n")).unwrap();
+    // `a` says its key out loud (output and status) and records its length;
+    // `b` has no secret.
+    let a = r#"echo "calling with $API_KEY"
+printf '{"status":"working","message":"key %s"}' "$API_KEY" > "$SWARM_STATUS_FILE"
+printf '%s' "$API_KEY" | wc -c | tr -d ' ' > a.txt"#;
+    let b = r#"echo "${API_KEY:-unset}" > b.txt"#;
+    let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[("a", a), ("b", b)]))]);
+    let plan = PlanBuilder::new("sec")
+        .task(
+            task("a")
+                .set("secrets", &format!("{{ API_KEY = {{ file = {:?} }} }}", secret.display().to_string())),
+        )
+        .task(task("b"))
+        .build();
+    let plan_path = dir.path().join("plan.toml");
+    std::fs::write(&plan_path, &plan).unwrap();
+    let out = run_local(repo.path(), &plan_path, 1, dir.path(), &[]);
+    let (text, err) = (stdout(&out), stderr(&out));
+    assert_eq!(out.status.code(), Some(0), "stdout:\n{text}\nstderr:\n{err}");
+    assert_eq!(
+        repo.file("swarm/sec/integration", "a.txt").as_deref(),
+        Some(format!("{}\n", VALUE.len()).as_str())
+    );
+    assert_eq!(repo.file("swarm/sec/integration", "b.txt").as_deref(), Some("unset\n"));
+
+    let contains = |bytes: &[u8], needle: &str| bytes.windows(needle.len()).any(|w| w == needle.as_bytes());
+    let store = std::fs::read(repo.path().join(".git/swarm/swarm.db")).unwrap();
+    let wal = std::fs::read(repo.path().join(".git/swarm/swarm.db-wal")).unwrap_or_default();
+    assert!(!contains(&store, VALUE) && !contains(&wal, VALUE), "the value is in the controller's store");
+    assert!(
+        contains(&store, "[redacted API_KEY]") || contains(&wal, "[redacted API_KEY]"),
+        "the status the worker wrote was stored, redacted"
+    );
+    assert!(contains(&store, "api-key") || contains(&wal, "api-key"), "the plan keeps the secret's source");
+    assert!(!text.contains(VALUE) && !err.contains(VALUE), "the value is in swarmctl's output");
+    for log in std::fs::read_dir(repo.path().join(".git/swarm/logs")).unwrap() {
+        let path = log.unwrap().path();
+        let body = std::fs::read(&path).unwrap();
+        assert!(!contains(&body, VALUE), "the value is in {}", path.display());
+    }
+}
