@@ -86,6 +86,14 @@ impl Agent for Claude {
         if !cfg.allowed_tools.is_empty() {
             opt("--allowedTools", cfg.allowed_tools.join(","));
         }
+        if !cfg.deny.is_empty() {
+            // The CLI decides reads inside its directory and read-only
+            // commands itself, without asking: a deny rule the policy holds
+            // would never be consulted for them. Handed over, the CLI
+            // refuses them too.
+            let rules: Vec<String> = cfg.deny.iter().map(ToString::to_string).collect();
+            opt("--disallowedTools", rules.join(","));
+        }
         if let Some(m) = &cfg.permission_mode {
             opt("--permission-mode", m.clone());
         }
@@ -380,7 +388,10 @@ mod tests {
             append_system_prompt: Some("be brief".into()),
             extra_args: vec!["--debug".into()],
             allow: vec![],
-            deny: vec![],
+            deny: ["Read(secret.txt)", "Bash(cat:*)"]
+                .iter()
+                .map(|r| swarm_core::plan::PermissionRule::parse(r).expect("a rule"))
+                .collect(),
             otherwise: swarm_core::plan::Otherwise::Ask,
             resume_session: None,
         }
@@ -399,6 +410,7 @@ mod tests {
             "--max-turns 30",
             "--max-budget-usd 2.5",
             "--allowedTools Read,Bash(cargo test:*)",
+            "--disallowedTools Read(secret.txt),Bash(cat:*)",
             "--permission-mode acceptEdits",
             "--append-system-prompt be brief",
             "--resume sess-1 --debug",
