@@ -5,11 +5,10 @@
 
 use std::path::{Path, PathBuf};
 
-use swarm_core::plan::SandboxMode;
 use swarm_proto::v1;
 
 use crate::attempt::{Assignment, Context, Failure, SwarmFiles};
-use crate::sandbox::{Confinement, Place, Policy};
+use crate::sandbox::{Confinement, Place};
 
 /// How the attempt's processes are started.
 #[derive(Debug, Clone)]
@@ -77,15 +76,6 @@ pub fn launch(
     let _ = ctx.redactor.set(redactor);
     let env = worker_env(ctx, a, files, scratch, secrets);
     let report = a.sandbox.report(ctx.sandbox);
-    if a.sandbox.0.mode == SandboxMode::Required && !ctx.sandbox.is_full() {
-        return Err(Failure::Task(format!(
-            "the task requires a sandbox this sidecar's kernel cannot enforce: {}",
-            report.missing.join("; ")
-        )));
-    }
-    if a.sandbox.is_off() || ctx.sandbox.abi == 0 {
-        return Ok(Launch { env, confinement: None, report });
-    }
     let common = scratch.worktree.parent().and_then(Path::parent).unwrap_or(Path::new("/nonexistent"));
     let place = Place {
         worktree: &scratch.worktree,
@@ -94,14 +84,16 @@ pub fn launch(
         agent: a.agent.as_ref().map(|c| (c.kind, c.program.as_str())),
         review: a.review.is_some(),
     };
-    if let (Some(cfg), Some((_, home))) = (&a.agent, env.iter().find(|(k, _)| k == "HOME")) {
+    let confinement = crate::sandbox::confine(&a.sandbox, ctx.sandbox, &ctx.supervisor, &place, &env)
+        .map_err(|e| Failure::Task(format!("the task {e}")))?;
+    if confinement.is_some()
+        && let (Some(cfg), Some((_, home))) = (&a.agent, env.iter().find(|(k, _)| k == "HOME"))
+    {
         crate::sandbox::make_agent_state(cfg.kind, Path::new(home)).map_err(|e| {
             Failure::Infra(format!("making {}'s state directory under {home}: {e}", cfg.kind))
         })?;
     }
-    let policy = Policy::for_attempt(&a.sandbox, &place, &env);
-    let confinement = Confinement { exe: ctx.supervisor.clone(), policy: std::sync::Arc::new(policy) };
-    Ok(Launch { env, confinement: Some(confinement), report })
+    Ok(Launch { env, confinement, report })
 }
 
 /// The worker's whole environment: the allowlisted part of the sidecar's

@@ -94,22 +94,12 @@ fn confinement(
     tmp: &Path,
     env: &[(String, String)],
 ) -> Result<Option<crate::sandbox::Confinement>, String> {
-    use crate::sandbox::{Confinement, Place, Policy, Settings};
+    use crate::sandbox::{Place, Settings};
     let settings = Settings::from_wire(job.sandbox.as_ref()).map_err(|e| format!("invalid sandbox: {e}"))?;
-    if settings.0.mode == swarm_core::plan::SandboxMode::Required && !verifier.kernel.is_full() {
-        let (_, missing) = verifier.kernel.split();
-        return Err(format!(
-            "the merge queue requires a sandbox this kernel cannot enforce: {}",
-            missing.join("; ")
-        ));
-    }
-    if settings.is_off() || verifier.kernel.abi == 0 {
-        return Ok(None);
-    }
     let common = dir.parent().and_then(Path::parent).unwrap_or(Path::new("/nonexistent"));
     let place = Place { worktree: dir, common_dir: common, private: &[tmp], agent: None, review: false };
-    let policy = Policy::for_attempt(&settings, &place, env);
-    Ok(Some(Confinement { exe: verifier.exe.clone(), policy: std::sync::Arc::new(policy) }))
+    crate::sandbox::confine(&settings, verifier.kernel, &verifier.exe, &place, env)
+        .map_err(|e| format!("the merge queue {e}"))
 }
 
 /// `.git/workspaces/.verify-<worker>-<job>`, emptied.

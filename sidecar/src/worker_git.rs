@@ -208,63 +208,54 @@ pub fn import(wt: &Path) -> Result<Option<Oid>, ImportError> {
 
 #[cfg(test)]
 mod tests {
+    use swarm_tests::TempRepo;
+
     use super::*;
 
-    fn git(dir: &Path, args: &[&str]) -> String {
-        let out = std::process::Command::new("git")
-            .args(args)
-            .current_dir(dir)
-            .env("GIT_AUTHOR_NAME", "t")
-            .env("GIT_AUTHOR_EMAIL", "t@example.com")
-            .env("GIT_COMMITTER_NAME", "t")
-            .env("GIT_COMMITTER_EMAIL", "t@example.com")
-            .output()
-            .expect("git");
-        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    }
-
-    /// A repository with a linked worktree at `.git/workspaces/w1`.
-    fn worktree() -> (tempfile::TempDir, PathBuf) {
-        let dir = tempfile::tempdir().expect("dir");
-        let repo = dir.path().join("repo");
-        std::fs::create_dir_all(&repo).expect("mkdir");
-        git(&repo, &["init", "-q", "-b", "main"]);
-        std::fs::write(repo.join("a.txt"), "a\n").expect("write");
-        git(&repo, &["add", "a.txt"]);
-        git(&repo, &["commit", "-qm", "base"]);
-        std::fs::create_dir_all(repo.join(".git/workspaces")).expect("mkdir");
-        let wt = repo.join(".git/workspaces/w1");
-        git(&repo, &["worktree", "add", "-q", "-b", "swarm/s/t", wt.to_str().expect("utf8")]);
-        (dir, wt)
+    /// A repository with a linked worktree at `.git/workspaces/w1` on the
+    /// task branch.
+    fn worktree() -> (TempRepo, PathBuf) {
+        let repo = TempRepo::with_files(&[("a.txt", "a\n")]);
+        let wt = repo.path().join(".git/workspaces/w1");
+        repo.git(&["worktree", "add", "-q", "-b", "swarm/s/t", wt.to_str().expect("utf8")]);
+        (repo, wt)
     }
 
     #[test]
     fn the_workers_commits_come_in_and_the_worktree_head_moves_to_them() {
-        let (_dir, wt) = worktree();
+        let (repo, wt) = worktree();
         let private = prepare(&wt).expect("prepared");
-        let base = git(&wt, &["rev-parse", "HEAD"]);
-        let with_private = |args: &[&str]| {
-            let mut all =
-                vec!["--git-dir", private.to_str().expect("utf8"), "--work-tree", wt.to_str().expect("utf8")];
+        let base = repo.git(&["rev-parse", "swarm/s/t"]);
+        let (git_dir, work_tree) = (private.to_str().expect("utf8"), wt.to_str().expect("utf8"));
+        let as_worker = |args: &[&str]| {
+            let mut all = vec![
+                "--git-dir",
+                git_dir,
+                "--work-tree",
+                work_tree,
+                "-c",
+                "user.name=w",
+                "-c",
+                "user.email=w@x",
+            ];
             all.extend_from_slice(args);
-            git(&wt, &all)
+            repo.git(&all)
         };
-        assert_eq!(with_private(&["status", "--porcelain"]), "", "the private index matches the worktree");
+        assert_eq!(as_worker(&["status", "--porcelain"]), "", "the private index matches the worktree");
         std::fs::write(wt.join("b.txt"), "b\n").expect("write");
-        with_private(&["add", "b.txt"]);
-        with_private(&["commit", "-qm", "worker's own"]);
-        let worker_head = with_private(&["rev-parse", "HEAD"]);
-        assert_eq!(git(&wt, &["rev-parse", "HEAD"]), base, "nothing shared moved while the worker ran");
+        as_worker(&["add", "b.txt"]);
+        as_worker(&["commit", "-qm", "worker's own"]);
+        let worker_head = as_worker(&["rev-parse", "HEAD"]);
+        assert_eq!(repo.git(&["rev-parse", "swarm/s/t"]), base, "nothing shared moved while the worker ran");
         let imported = import(&wt).expect("imported").expect("a commit");
         assert_eq!(imported.to_string(), worker_head);
-        assert_eq!(git(&wt, &["rev-parse", "swarm/s/t"]), worker_head);
-        assert_eq!(git(&wt, &["cat-file", "-p", &format!("{worker_head}:b.txt")]), "b");
+        assert_eq!(repo.git(&["rev-parse", "swarm/s/t"]), worker_head);
+        assert_eq!(repo.git(&["cat-file", "-p", &format!("{worker_head}:b.txt")]), "b");
     }
 
     #[test]
     fn alternates_pointed_elsewhere_and_linked_objects_are_not_followed() {
-        let (_dir, wt) = worktree();
+        let (_repo, wt) = worktree();
         let private = prepare(&wt).expect("prepared");
         let elsewhere = tempfile::tempdir().expect("elsewhere");
         std::fs::write(private.join("objects/info/alternates"), format!("{}\n", elsewhere.path().display()))

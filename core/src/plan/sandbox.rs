@@ -139,7 +139,9 @@ fn parse_mode(word: &str) -> Option<SandboxMode> {
     }
 }
 
-fn check_paths(path: &str, paths: Vec<String>) -> Result<Vec<String>, PlanError> {
+/// `paths` (at `path`) as sandbox paths; the sidecar checks what it
+/// receives with the same rule.
+pub fn check_paths(path: &str, paths: Vec<String>) -> Result<Vec<String>, PlanError> {
     if paths.len() > MAX_PATHS {
         return Err(err(path, format!("at most {MAX_PATHS} paths")));
     }
@@ -170,7 +172,8 @@ pub fn check_sandbox_path(p: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn check_ports(path: &str, ports: &[i64]) -> Result<Vec<u16>, PlanError> {
+/// `ports` (at `path`) as TCP ports, at most 64 of them.
+pub fn check_ports(path: &str, ports: &[i64]) -> Result<Vec<u16>, PlanError> {
     if ports.len() > MAX_PORTS {
         return Err(err(path, format!("at most {MAX_PORTS} ports")));
     }

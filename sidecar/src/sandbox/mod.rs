@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use swarm_core::plan::sandbox::{DEFAULT_CONNECT, check_sandbox_path};
+use swarm_core::plan::sandbox::{DEFAULT_CONNECT, check_paths, check_ports};
 use swarm_core::plan::{AgentKind, SandboxMode, SandboxSpec};
 use swarm_proto::FieldError;
 use swarm_proto::v1;
@@ -109,34 +109,18 @@ impl Settings {
             Ok(v1::SandboxMode::Required) => SandboxMode::Required,
             Err(_) => return Err(FieldError::new("sandbox.mode", format!("unknown mode {}", s.mode))),
         };
-        let paths = |field: &str, v: &[String]| -> Result<Vec<String>, FieldError> {
-            if v.len() > 64 {
-                return Err(FieldError::new(field, "at most 64 paths"));
-            }
-            for (i, p) in v.iter().enumerate() {
-                check_sandbox_path(p).map_err(|rule| FieldError::new(format!("{field}[{i}]"), rule))?;
-            }
-            Ok(v.to_vec())
-        };
+        // The plan parser's own rules, so a sidecar accepts what a plan may say.
+        let field = |e: swarm_core::plan::PlanError| FieldError::new(e.path, e.rule);
         let connect = if s.connect.is_empty() {
             DEFAULT_CONNECT.to_vec()
         } else {
-            s.connect
-                .iter()
-                .enumerate()
-                .map(|(i, &p)| match u16::try_from(p) {
-                    Ok(port) if port > 0 && i < 64 => Ok(port),
-                    _ => Err(FieldError::new(
-                        format!("sandbox.connect[{i}]"),
-                        "at most 64 ports, each between 1 and 65535",
-                    )),
-                })
-                .collect::<Result<_, _>>()?
+            let ports: Vec<i64> = s.connect.iter().map(|&p| i64::from(p)).collect();
+            check_ports("sandbox.connect", &ports).map_err(field)?
         };
         Ok(Settings(SandboxSpec {
             mode,
-            read: paths("sandbox.read", &s.read)?,
-            write: paths("sandbox.write", &s.write)?,
+            read: check_paths("sandbox.read", s.read.clone()).map_err(field)?,
+            write: check_paths("sandbox.write", s.write.clone()).map_err(field)?,
             connect,
         }))
     }
@@ -263,6 +247,29 @@ pub fn inherited_env() -> Vec<(String, String)> {
                 || k.starts_with("OTEL_EXPORTER_OTLP_")
         })
         .collect()
+}
+
+/// The confinement of processes at `place` under `settings` on a kernel
+/// that enforces `kernel`: None when the plan opted out or the kernel has
+/// no Landlock; an error (naming what is missing) when the plan requires
+/// what the kernel cannot enforce. The one way attempts and the merge
+/// queue's verifier confine what they run.
+pub fn confine(
+    settings: &Settings,
+    kernel: Capability,
+    exe: &Path,
+    place: &Place<'_>,
+    env: &[(String, String)],
+) -> Result<Option<Confinement>, String> {
+    if settings.0.mode == SandboxMode::Required && !kernel.is_full() {
+        let (_, missing) = kernel.split();
+        return Err(format!("requires a sandbox this kernel cannot enforce: {}", missing.join("; ")));
+    }
+    if settings.is_off() || kernel.abi == 0 {
+        return Ok(None);
+    }
+    let policy = Policy::for_attempt(settings, place, env);
+    Ok(Some(Confinement { exe: exe.to_path_buf(), policy: Arc::new(policy) }))
 }
 
 /// How a process is confined: the trampoline binary and the policy.
