@@ -19,6 +19,7 @@ mod poll;
 pub mod postgres;
 mod procs;
 mod repo;
+mod skip;
 
 pub use api::*;
 pub use netns::*;
@@ -26,6 +27,7 @@ pub use plan::*;
 pub use poll::*;
 pub use procs::*;
 pub use repo::*;
+pub use skip::*;
 pub use tempfile::TempDir;
 
 /// How long any single wait in a test may take before it fails.
