@@ -12,6 +12,7 @@ use std::time::Duration;
 mod api;
 pub mod docker;
 pub mod fresh_fs;
+pub mod messages_api;
 mod netns;
 pub mod otlp;
 mod plan;
