@@ -10,6 +10,7 @@
 use std::time::Duration;
 
 mod api;
+pub mod claude_cli;
 pub mod docker;
 pub mod fresh_fs;
 pub mod messages_api;
