@@ -20,6 +20,7 @@ mod plan;
 mod poll;
 pub mod postgres;
 mod procs;
+mod real_claude;
 mod repo;
 mod skip;
 
@@ -28,6 +29,7 @@ pub use netns::*;
 pub use plan::*;
 pub use poll::*;
 pub use procs::*;
+pub use real_claude::*;
 pub use repo::*;
 pub use skip::*;
 pub use tempfile::TempDir;
