@@ -457,7 +457,7 @@ async fn handle(
         unix_ms: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0),
     };
     let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
-    let response = match (method, uri.path()) {
+    let mut response = match (method, uri.path()) {
         (Method::POST, "/v1/messages") => messages(&shared, &mut req, id),
         (Method::POST, "/v1/messages/count_tokens") => {
             // A rough count: what matters is that the call succeeds.
@@ -467,7 +467,6 @@ async fn handle(
         _ => json_response(404, &api_error("not_found_error", "no such endpoint in the test server"), &[]),
     };
     req.status = response.status().as_u16();
-    let mut response = response;
     if let Ok(v) = HeaderValue::from_str(&format!("req_test_{id:08}")) {
         response.headers_mut().insert("request-id", v);
     }
@@ -632,4 +631,79 @@ fn halves(s: &str) -> (&str, &str) {
         at += 1;
     }
     s.split_at(at)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read as _, Write as _};
+
+    use super::*;
+
+    /// POSTs `body` with HTTP/1.1 and `Connection: close`; (status, body).
+    fn post(api: &MessagesApi, path: &str, body: &Value) -> (u16, String) {
+        let mut s = std::net::TcpStream::connect(api.addr).unwrap();
+        let body = body.to_string();
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            body.len()
+        );
+        s.write_all(head.as_bytes()).unwrap();
+        s.write_all(body.as_bytes()).unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        let status = out.split(' ').nth(1).unwrap().parse().unwrap();
+        (status, out.split_once("\r\n\r\n").unwrap().1.to_string())
+    }
+
+    fn conversation(assistants: usize, stream: bool) -> Value {
+        let mut messages =
+            vec![json!({"role": "user", "content": [{"type": "text", "text": "go SCRIPT: s1"}]})];
+        for n in 0..assistants {
+            messages.push(json!({"role": "system", "content": "reminder"}));
+            messages.push(json!({"role": "assistant", "content": [{"type": "tool_use", "id": format!("t{n}"), "name": "Bash", "input": {}}]}));
+            messages.push(json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": format!("t{n}"), "content": [{"type": "text", "text": format!("out {n}")}], "is_error": n == 1}]}));
+        }
+        json!({"model": "m", "stream": stream, "messages": messages})
+    }
+
+    #[test]
+    fn the_step_is_the_number_of_assistant_messages_and_every_request_is_recorded() {
+        let echo = Step::dynamic(|r| Step::text(&r.tool_results().last().unwrap().content));
+        let api = MessagesApi::start(vec![Script::new(
+            "s1",
+            vec![Step::tool("Bash", json!({"command": "ls"})), echo, Step::server_error()],
+        )]);
+        let (status, body) = post(&api, "/v1/messages?beta=true", &conversation(0, true));
+        assert_eq!(status, 200);
+        let kinds: Vec<&str> = body.lines().filter_map(|l| l.strip_prefix("event: ")).collect();
+        assert_eq!(
+            kinds,
+            ["message_start", "ping", "content_block_start", "content_block_delta", "content_block_delta"]
+                .into_iter()
+                .chain(["content_block_stop", "message_delta", "message_stop"])
+                .collect::<Vec<_>>()
+        );
+        assert!(body.contains(r#""stop_reason":"tool_use""#), "{body}");
+
+        let (status, body) = post(&api, "/v1/messages", &conversation(1, false));
+        assert_eq!(status, 200);
+        let m: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(m["content"][0]["text"], "out 0", "a dynamic step read the request");
+        assert_eq!(m["stop_reason"], "end_turn");
+
+        let (status, body) = post(&api, "/v1/messages", &conversation(2, false));
+        assert_eq!(status, 500, "{body}");
+        let (status, _) = post(&api, "/v1/messages", &conversation(3, false));
+        assert_eq!(status, 400, "past the script's end");
+        let side = json!({"model": "m", "messages": [{"role": "user", "content": "title this"}]});
+        assert_eq!(post(&api, "/v1/messages", &side).0, 200);
+
+        let recorded = api.requests();
+        assert_eq!(recorded.len(), 5);
+        let steps: Vec<Option<usize>> = recorded.iter().map(|r| r.step).collect();
+        assert_eq!(steps, [Some(0), Some(1), Some(2), Some(3), None]);
+        let results = recorded[2].tool_results();
+        assert_eq!((results[1].tool.as_str(), results[1].is_error), ("Bash", true));
+        assert_eq!(api.requests_of("s1").len(), 4);
+    }
 }
