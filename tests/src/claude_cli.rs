@@ -57,6 +57,12 @@ fn find_or_install() -> Result<ClaudeCli, String> {
     }
     let path = dir.join(BUNDLED);
     let version = version_of(&path)?;
+    // The pin and the record of what it bundles change together.
+    if !version.starts_with(BUNDLED_CLI_VERSION) {
+        return Err(format!(
+            "claude-agent-sdk {SDK_VERSION} bundles Claude Code {version:?}, not {BUNDLED_CLI_VERSION}: update BUNDLED_CLI_VERSION"
+        ));
+    }
     Ok(ClaudeCli { path, version })
 }
 
