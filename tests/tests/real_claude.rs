@@ -98,7 +98,11 @@ async fn an_edit_by_the_real_cli_merges_and_its_usage_is_recorded() {
             Step::text("The greeting is written.").usage(t4),
         ],
     );
-    let Some(claude) = RealClaude::start("an_edit_by_the_real_cli_merges", vec![script]) else { return };
+    let Some(claude) =
+        RealClaude::start("an_edit_by_the_real_cli_merges_and_its_usage_is_recorded", vec![script])
+    else {
+        return;
+    };
     let repo = TempRepo::with_files(&[]);
     let plan = claude
         .plan("edit")
@@ -154,7 +158,10 @@ async fn permission_questions_go_to_the_operator_and_the_model_sees_the_denial()
             Step::text("One of two written."),
         ],
     );
-    let Some(claude) = RealClaude::start("permission_questions_go_to_the_operator", vec![script]) else {
+    let Some(claude) = RealClaude::start(
+        "permission_questions_go_to_the_operator_and_the_model_sees_the_denial",
+        vec![script],
+    ) else {
         return;
     };
     let repo = TempRepo::with_files(&[]);
@@ -259,7 +266,10 @@ async fn api_errors_end_the_attempt_as_errors_or_usage_limits() {
         Script::new("e529", vec![Step::overloaded()]),
         Script::new("e429", vec![Step::rate_limited(unix_now_s() + 3600)]),
     ];
-    let Some(claude) = RealClaude::start("api_errors_end_the_attempt", scripts) else { return };
+    let Some(claude) = RealClaude::start("api_errors_end_the_attempt_as_errors_or_usage_limits", scripts)
+    else {
+        return;
+    };
     let repo = TempRepo::with_files(&[]);
     let plan = claude
         .plan("errs")
@@ -329,7 +339,10 @@ async fn a_subscriber_usage_limit_waits_for_the_reset_and_resumes_the_same_sessi
             Step::text("Both written."),
         ],
     );
-    let Some(claude) = RealClaude::start("a_subscriber_usage_limit_waits_for_the_reset", vec![script]) else {
+    let Some(claude) = RealClaude::start(
+        "a_subscriber_usage_limit_waits_for_the_reset_and_resumes_the_same_session",
+        vec![script],
+    ) else {
         return;
     };
     let repo = TempRepo::with_files(&[]);
