@@ -277,7 +277,7 @@ async fn usage_is_summed_over_the_turns_of_one_process() {
     let tree = repo.tree(&integration("turns"));
     assert_eq!(tree.get("src/name.txt").map(String::as_str), Some("Ada\n"), "{tree:?}");
     let a = &attempts(&url, "turns/t").await[0];
-    let u = a.usage.clone().unwrap_or_default();
+    let u = a.usage.unwrap_or_default();
     let input: u64 = t.iter().map(|t| t.input).sum();
     let output: u64 = t.iter().map(|t| t.output).sum();
     assert_eq!((u.input_tokens, u.output_tokens), (input, output), "both turns count: {u:?}");
