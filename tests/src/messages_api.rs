@@ -182,6 +182,16 @@ impl Step {
     pub fn dynamic(f: impl Fn(&Request) -> Step + Send + Sync + 'static) -> Step {
         Step::Dynamic(Arc::new(f))
     }
+
+    /// A file tool's step whose `file_path` is made absolute (under the
+    /// CLI's working directory) when the request comes.
+    pub fn file(tool: &'static str, path: &'static str, input: Value) -> Step {
+        Step::dynamic(move |r| {
+            let mut input = input.clone();
+            input["file_path"] = Value::String(r.abs(path));
+            Step::tool(tool, input)
+        })
+    }
 }
 
 /// Seconds since the epoch.
@@ -277,6 +287,12 @@ impl Request {
     /// The directory the client works in, as Claude Code's system prompt
     /// says it ("Primary working directory: ..."), in the `system` field or
     /// a system message.
+    /// `path` under the CLI's working directory, as a model writes file paths.
+    pub fn abs(&self, path: &str) -> String {
+        let cwd = self.working_directory().expect("the system prompt names the working directory");
+        format!("{cwd}/{path}")
+    }
+
     pub fn working_directory(&self) -> Option<String> {
         const SAYS: &str = "Primary working directory: ";
         let system = self.body.get("system").map(text_of).unwrap_or_default();

@@ -32,21 +32,6 @@ fn usage_of(u: Option<&v1::Usage>) -> (u64, u64, u64, u64) {
     (u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_creation_tokens)
 }
 
-/// `path` under the CLI's working directory, as a model writes file paths.
-fn abs(r: &Request, path: &str) -> String {
-    let cwd = r.working_directory().expect("the system prompt names the working directory");
-    format!("{cwd}/{path}")
-}
-
-/// A file tool's step with its path made absolute when the request comes.
-fn file_step(tool: &'static str, path: &'static str, input: Value) -> Step {
-    Step::dynamic(move |r| {
-        let mut input = input.clone();
-        input["file_path"] = json!(abs(r, path));
-        Step::tool(tool, input)
-    })
-}
-
 /// The tool results of `script`'s last request: everything the model was told.
 fn results_seen(claude: &RealClaude, script: &str) -> Vec<ToolResult> {
     claude.api.requests_of(script).last().map(Request::tool_results).unwrap_or_default()
@@ -84,12 +69,12 @@ async fn an_edit_by_the_real_cli_merges_and_its_usage_is_recorded() {
         "edit",
         vec![
             Step::dynamic(move |r| {
-                Step::tool("Write", json!({"file_path": abs(r, "src/greeting.txt"), "content": "hello\n"}))
+                Step::tool("Write", json!({"file_path": r.abs("src/greeting.txt"), "content": "hello\n"}))
                     .say("I will write the greeting.")
                     .usage(t1)
             }),
             Step::dynamic(move |r| {
-                let path = abs(r, "src/greeting.txt");
+                let path = r.abs("src/greeting.txt");
                 let input = json!({"file_path": path, "old_string": "hello", "new_string": "hello, world"});
                 Step::tool("Edit", input).usage(t2)
             }),
@@ -213,19 +198,19 @@ async fn a_dependent_task_starts_from_its_dependencys_merge() {
     let first = Script::new(
         "dag-a",
         vec![
-            file_step("Write", "a/base.txt", json!({"content": "base from a\n"})),
+            Step::file("Write", "a/base.txt", json!({"content": "base from a\n"})),
             Step::text("Wrote the base."),
         ],
     );
     let second = Script::new(
         "dag-b",
         vec![
-            file_step("Read", "a/base.txt", json!({})),
+            Step::file("Read", "a/base.txt", json!({})),
             // Writes what the Read returned: the model saw a's merged file.
             Step::dynamic(|r| {
                 let read = r.tool_results().last().map(|t| t.content.clone()).unwrap_or_default();
                 let seen = if read.contains("base from a") { "saw a\n" } else { "no base\n" };
-                Step::tool("Write", json!({"file_path": abs(r, "b/derived.txt"), "content": seen}))
+                Step::tool("Write", json!({"file_path": r.abs("b/derived.txt"), "content": seen}))
             }),
             Step::text("Built on the base."),
         ],
@@ -330,11 +315,11 @@ async fn a_subscriber_usage_limit_waits_for_the_reset_and_resumes_the_same_sessi
     let script = Script::new(
         "limit",
         vec![
-            file_step("Write", "src/a.txt", json!({"content": "one\n"})),
+            Step::file("Write", "src/a.txt", json!({"content": "one\n"})),
             Step::until(
                 reset,
                 Step::rate_limited(reset),
-                file_step("Write", "src/b.txt", json!({"content": "two\n"})),
+                Step::file("Write", "src/b.txt", json!({"content": "two\n"})),
             ),
             Step::text("Both written."),
         ],

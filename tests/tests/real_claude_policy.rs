@@ -8,7 +8,7 @@
 //! on 127.0.0.1.
 #![allow(clippy::unwrap_used)] // tests: a panic is the report
 
-use serde_json::{Value, json};
+use serde_json::json;
 use swarm_proto::v1::{self, TaskState};
 use swarm_tests::messages_api::{Request, Script, Step, Tokens};
 use swarm_tests::{
@@ -18,19 +18,6 @@ use swarm_tests::{
 
 fn integration(swarm: &str) -> String {
     format!("swarm/{swarm}/integration")
-}
-
-fn abs(r: &Request, path: &str) -> String {
-    let cwd = r.working_directory().expect("the system prompt names the working directory");
-    format!("{cwd}/{path}")
-}
-
-fn file_step(tool: &'static str, path: &'static str, input: Value) -> Step {
-    Step::dynamic(move |r| {
-        let mut input = input.clone();
-        input["file_path"] = json!(abs(r, path));
-        Step::tool(tool, input)
-    })
 }
 
 /// The task once it is RUNNING with an open question.
@@ -64,8 +51,8 @@ async fn event_messages(url: &str, task_id: &str) -> Vec<String> {
 async fn an_edit_outside_the_owned_files_is_refused_in_every_permission_mode() {
     let steps = |mine: &'static str| {
         vec![
-            file_step("Write", mine, json!({"content": "mine\n"})),
-            file_step("Write", "README.md", json!({"content": "taken over\n"})),
+            Step::file("Write", mine, json!({"content": "mine\n"})),
+            Step::file("Write", "README.md", json!({"content": "taken over\n"})),
             Step::text("Done."),
         ]
     };
@@ -127,9 +114,9 @@ async fn a_read_denied_by_a_deny_rule_never_reaches_the_model() {
     let script = Script::new(
         "peek",
         vec![
-            file_step("Read", "secret.txt", json!({})),
+            Step::file("Read", "secret.txt", json!({})),
             Step::tool("Bash", json!({"command": "cat secret.txt", "description": "read"})),
-            file_step("Write", "src/out.txt", json!({"content": "done\n"})),
+            Step::file("Write", "src/out.txt", json!({"content": "done\n"})),
             Step::text("Could not read it."),
         ],
     );
@@ -182,7 +169,7 @@ async fn ask_user_question_is_answered_with_one_of_its_options() {
                 let colour = if told.contains("=\"blue\"") { "blue" } else { "unanswered" };
                 Step::tool(
                     "Write",
-                    json!({"file_path": abs(r, "src/banner.txt"), "content": format!("{colour}\n")}),
+                    json!({"file_path": r.abs("src/banner.txt"), "content": format!("{colour}\n")}),
                 )
             }),
             Step::text("Banner written."),
@@ -238,7 +225,7 @@ async fn usage_is_summed_over_the_turns_of_one_process() {
             Step::dynamic(move |r| {
                 Step::tool(
                     "Write",
-                    json!({"file_path": abs(r, ".swarm/status.json"), "content": status.clone()}),
+                    json!({"file_path": r.abs(".swarm/status.json"), "content": status.clone()}),
                 )
                 .usage(t[0])
             }),
@@ -247,7 +234,7 @@ async fn usage_is_summed_over_the_turns_of_one_process() {
                 let name = if r.user_text().contains("Ada") { "Ada" } else { "unknown" };
                 Step::tool(
                     "Write",
-                    json!({"file_path": abs(r, "src/name.txt"), "content": format!("{name}\n")}),
+                    json!({"file_path": r.abs("src/name.txt"), "content": format!("{name}\n")}),
                 )
                 .usage(t[2])
             }),
