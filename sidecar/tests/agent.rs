@@ -96,7 +96,10 @@ fn statuses(reports: &[Report]) -> Vec<String> {
         .collect()
 }
 
-const TURN: &str = r#"read -r first
+const TURN: &str = r#"read -r init
+case "$init" in *'"subtype":"initialize"'*) ;; *) echo "no initialize first: $init" >&2; exit 9;; esac
+case "$init" in *'"PreToolUse"'*) ;; *) echo "no PreToolUse hook: $init" >&2; exit 9;; esac
+read -r first
 case "$first" in *'"type":"user"'*) ;; *) echo "bad first message: $first" >&2; exit 9;; esac
 case "$first" in *'# Task'*) ;; *) echo "no task text: $first" >&2; exit 9;; esac
 echo '{"type":"system","subtype":"init","session_id":"sess-1","future_field":true}'
@@ -182,7 +185,7 @@ while read -r line; do :; done
         repo.path(),
         "claude-resumed",
         r#"echo "$@" > .swarm/args.txt
-read -r first; printf '%s\n' "$first" > .swarm/first.json
+read -r init; read -r first; printf '%s\n' "$first" > .swarm/first.json
 echo '{"type":"system","subtype":"init","session_id":"sess-2"}'
 echo '{"type":"result","subtype":"success","is_error":false,"result":"finished","session_id":"sess-2","total_cost_usd":0.1}'
 while read -r line; do :; done
