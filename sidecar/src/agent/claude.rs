@@ -107,7 +107,7 @@ impl Agent for Claude {
         v
     }
 
-    fn opening(&self, prompt: &str) -> Opening {
+    fn opening(&mut self, prompt: &str, _resume: Option<&str>) -> Opening {
         Opening { input: self.user_message(prompt), close: false }
     }
 
@@ -115,7 +115,7 @@ impl Agent for Claude {
         FollowUp::Stdin
     }
 
-    fn user_message(&self, text: &str) -> String {
+    fn user_message(&mut self, text: &str) -> String {
         let m = json!({
             "type": "user",
             "message": {"role": "user", "content": text},
@@ -125,7 +125,7 @@ impl Agent for Claude {
         format!("{m}\n")
     }
 
-    fn permission_reply(&self, request_id: &str, verdict: &Verdict, input: &Value) -> Option<String> {
+    fn permission_reply(&mut self, request_id: &str, verdict: &Verdict, input: &Value) -> Option<String> {
         let response = match verdict {
             Verdict::Allow => json!({"behavior": "allow", "updatedInput": input}),
             Verdict::Deny(message) => json!({"behavior": "deny", "message": message}),
@@ -423,7 +423,7 @@ mod tests {
 
     #[test]
     fn messages_on_stdin_have_the_sdk_shape() {
-        let c = Claude::default();
+        let mut c = Claude::default();
         let v: Value = serde_json::from_str(c.user_message("do \"it\"\n").trim()).expect("json");
         assert_eq!(v["type"], "user");
         assert_eq!(v["message"]["content"], "do \"it\"\n");

@@ -1,4 +1,4 @@
-//! Coding agents (Claude Code, Codex) as workers, behind one trait.
+//! Coding agents (Claude Code, Codex, any ACP server) as workers, behind one trait.
 //!
 //! An [`Agent`] knows its command line, how to hand it a prompt and an
 //! answer, and how to read its machine output; it turns each stdout line
@@ -19,6 +19,7 @@ use swarm_core::plan::{AgentKind, Otherwise, PermissionRule};
 use swarm_proto::convert::{FieldError, session_id_from_wire};
 use swarm_proto::v1;
 
+pub mod acp;
 pub mod claude;
 pub mod codex;
 pub mod driver;
@@ -34,7 +35,7 @@ pub const MAX_AGENT_LINE: usize = 16 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
-    #[error("agent.kind {0:?} is not supported (claude, codex)")]
+    #[error("agent.kind {0:?} is not supported (claude, codex, acp)")]
     UnknownKind(String),
     #[error("permission policy: {0}")]
     Policy(String),
@@ -92,6 +93,12 @@ impl AgentConfig {
             "" => None,
             id => Some(session_id_from_wire("agent.resume_session", id)?),
         };
+        if kind == AgentKind::Acp && s.path.trim().is_empty() {
+            return Err(FieldError::new(
+                "agent.path",
+                "agent \"acp\" needs the ACP server's program (the plan's agent_command)",
+            ));
+        }
         let non_empty = |v: &str| (!v.is_empty()).then(|| v.to_string());
         Ok(AgentConfig {
             kind,
@@ -141,14 +148,20 @@ pub trait Agent: Send {
     fn kind(&self) -> AgentKind;
     /// The full argv; `resume` names the session to continue.
     fn argv(&self, cfg: &AgentConfig, resume: Option<&str>) -> Vec<String>;
-    /// What a new process gets on stdin: the prompt (first message or answer).
-    fn opening(&self, prompt: &str) -> Opening;
+    /// What a new process gets on stdin: the prompt (first message or
+    /// answer), or the start of a handshake that carries it once the agent
+    /// is ready (ACP); `resume` is the session the process continues, as
+    /// [`Agent::argv`] was given it. The methods that write to the agent
+    /// take `&mut self`: a protocol adapter numbers its requests and holds
+    /// what must wait for the agent's replies.
+    fn opening(&mut self, prompt: &str, resume: Option<&str>) -> Opening;
     fn follow_up(&self) -> FollowUp;
-    /// A stdin line carrying a follow-up user message ([`FollowUp::Stdin`]).
-    fn user_message(&self, text: &str) -> String;
+    /// The stdin text carrying a follow-up user message ([`FollowUp::Stdin`]);
+    /// empty when the adapter holds it until the agent is ready.
+    fn user_message(&mut self, text: &str) -> String;
     /// The stdin line answering a permission request; None when the agent
     /// has no such channel.
-    fn permission_reply(&self, request_id: &str, verdict: &Verdict, input: &Value) -> Option<String>;
+    fn permission_reply(&mut self, request_id: &str, verdict: &Verdict, input: &Value) -> Option<String>;
     /// The stdin line refusing a control request swarm does not support.
     fn refuse_control(&self, request_id: &str) -> Option<String>;
     /// Parses one stdout line (never fails: see [`AgentEvent::Unparseable`]).
@@ -156,14 +169,27 @@ pub trait Agent: Send {
     /// Called when a process ended, before another is started for the same
     /// session: per-process state (usage, turn bookkeeping) starts over.
     fn new_process(&mut self);
+    /// What to write before the process is stopped (a cancel, a checkpoint),
+    /// so that the agent can end its turn itself: ACP's `session/cancel`.
+    /// None: the process is only signalled.
+    fn stop_message(&mut self) -> Option<String> {
+        None
+    }
 }
 
-/// The agent for a kind.
-pub fn for_kind(kind: AgentKind) -> Box<dyn Agent> {
-    match kind {
+/// The agent for the Assign's settings. `worktree` and `owned_globs` are
+/// for an agent the sidecar serves files to (ACP), under the same
+/// ownership rules as its permission requests.
+pub fn for_kind(
+    cfg: &AgentConfig,
+    worktree: &std::path::Path,
+    owned_globs: &[String],
+) -> Result<Box<dyn Agent>, AgentError> {
+    Ok(match cfg.kind {
         AgentKind::Claude => Box::new(claude::Claude::default()),
         AgentKind::Codex => Box::new(codex::Codex::default()),
-    }
+        AgentKind::Acp => Box::new(acp::Acp::new(cfg, worktree, owned_globs)?),
+    })
 }
 
 /// A usage limit the agent hit.
@@ -220,6 +246,9 @@ pub enum AgentEvent {
     RateLimited(RateLimit),
     /// An error the agent reported outside a turn's end.
     Error(String),
+    /// Text to write to the agent's stdin as it is: a protocol adapter's
+    /// reply to the agent's request, or its next request (ACP).
+    Send(String),
     TurnEnded(TurnEnd),
     Unparseable(String),
 }
