@@ -174,3 +174,23 @@ while read -r line; do :; done
     let cancel = std::fs::read_to_string(worktree(repo.path()).join(".swarm/cancel.json")).expect("cancel");
     assert!(cancel.contains(r#""method":"session/cancel""#) && cancel.contains("acp-1"), "{cancel}");
 }
+
+#[tokio::test]
+async fn an_agent_that_lingers_after_its_last_turn_is_stopped_and_the_turn_counts() {
+    let repo = TempRepo::new();
+    let base = repo.commit_on_branch("main", &[("Cargo.toml", Some("[package]"))], "base");
+    let body = format!(
+        r#"{HANDSHAKE}
+mkdir -p src && echo 'fn b() {{}}' > src/b.rs
+echo '{{"jsonrpc":"2.0","method":"session/update","params":{{"sessionId":"acp-1","update":{{"sessionUpdate":"agent_message_chunk","content":{{"type":"text","text":"Done."}}}}}}}}'
+echo '{{"jsonrpc":"2.0","id":2,"result":{{"stopReason":"end_turn"}}}}'
+exec sleep 60
+"#
+    );
+    let fake = script(repo.path(), "acp-linger", &body);
+    let started = std::time::Instant::now();
+    let (reports, r) = run(repo.path(), assign(&base, &fake), |_| None, None).await;
+    assert_eq!(r.outcome, v1::Outcome::Success as i32, "{r:?}\n{reports:?}");
+    assert_eq!((r.summary.as_str(), r.files_changed.as_slice()), ("Done.", &["src/b.rs".to_string()][..]));
+    assert!(started.elapsed() < Duration::from_secs(15), "stopped after a few quiet seconds");
+}

@@ -95,7 +95,7 @@ impl Pending {
         let (tool, input) = call.policy_input();
         self.open.insert(request_id.clone(), open);
         if EDIT_TOOLS.contains(&tool.as_str())
-            && let Some(why) = unowned(policy, &tool, &call.paths)
+            && let Some(why) = refused_path(policy, &tool, &call.paths)
         {
             let reply = self.reply(&request_id, &Verdict::Deny(why.clone())).unwrap_or_default();
             return Ok(vec![AgentEvent::Note(format!("permission denied: {why}")), AgentEvent::Send(reply)]);
@@ -130,16 +130,14 @@ fn outcome(id: &Value, option: Option<String>) -> String {
     line(&json!({"jsonrpc": "2.0", "id": id, "result": result}))
 }
 
-/// The first path of a multi-file edit the task does not own; the driver's
-/// policy checks one path, the first.
-fn unowned(policy: &Policy, tool: &str, paths: &[String]) -> Option<String> {
+/// Why a multi-file edit is refused: the policy denies one of its paths
+/// (the driver's policy looks at one path, the first).
+fn refused_path(policy: &Policy, tool: &str, paths: &[String]) -> Option<String> {
     if paths.len() < 2 {
         return None;
     }
     paths.iter().find_map(|p| match policy.decide(tool, &json!({"file_path": p})) {
-        Decision::Deny { why } if why.contains("owned files") || why.contains("outside the worktree") => {
-            Some(why)
-        }
+        Decision::Deny { why } => Some(why),
         _ => None,
     })
 }

@@ -540,6 +540,7 @@ impl Driver<'_, '_> {
 
     async fn on_tick(&mut self) -> Option<End> {
         self.poll_status().await;
+        self.stop_lingering().await;
         if self.progress_dirty && self.progress_sent.elapsed() >= PROGRESS_EVERY {
             self.send_progress();
         }

@@ -13,6 +13,10 @@ use crate::agent::{AgentEvent, clip};
 
 /// The longest an agent may take to end its turn after the stop message.
 const TURN_END_WAIT: Duration = Duration::from_secs(5);
+/// How long an agent with no more work (its last turn over, its stdin
+/// closed) may stay quiet before it is stopped: not every ACP server exits
+/// when its stdin closes, and its work is done.
+const LINGER: Duration = Duration::from_secs(5);
 
 impl Driver<'_, '_> {
     /// Stops the agent within about twice `grace`: its stop message, its
@@ -27,6 +31,17 @@ impl Driver<'_, '_> {
             self.await_turn_end(grace.min(TURN_END_WAIT)).await;
         }
         self.stop_process(grace).await;
+    }
+
+    /// Stops an agent that lingers after its work is done (see [`LINGER`]);
+    /// the run then ends as its last turn did.
+    pub(super) async fn stop_lingering(&mut self) {
+        let done = !self.turn_open && !self.waiting && self.asking.is_none();
+        let let_go = self.proc.as_ref().is_some_and(|p| !p.stdin_open());
+        if done && let_go && self.last_activity.elapsed() >= LINGER {
+            self.log("the agent has no more work but has not exited; stopping it").await;
+            self.stop_process(self.s.stop_grace).await;
+        }
     }
 
     /// Reads the agent's output until its turn ends or `within` passes. The
