@@ -414,8 +414,17 @@ mod tests {
         assert_eq!(c.program, "claude");
         assert_eq!(c.otherwise, Otherwise::Deny);
         assert_eq!(c.resume_session.as_deref(), Some("abc-123"));
+        let acp = v1::AgentSpec {
+            kind: "acp".into(),
+            path: "gemini".into(),
+            extra_args: vec!["--experimental-acp".into()],
+            ..Default::default()
+        };
+        let c = AgentConfig::from_wire(&acp).expect("valid");
+        assert_eq!((c.kind, c.program.as_str()), (AgentKind::Acp, "gemini"));
         for bad in [
             v1::AgentSpec { kind: "gemini".into(), ..Default::default() },
+            v1::AgentSpec { kind: "acp".into(), ..Default::default() },
             v1::AgentSpec { kind: "claude".into(), resume_session: "a b".into(), ..Default::default() },
             v1::AgentSpec { kind: "claude".into(), max_budget_usd: f64::NAN, ..Default::default() },
             v1::AgentSpec {
