@@ -120,9 +120,16 @@ async fn exit_3_blocks_and_exit_4_escalates_until_answered() {
             question_id: "q1".into(),
             text: "which db?".into(),
             category: "ambiguous_spec".into(),
+            options: vec!["sqlite".into(), "postgres".into()],
         }))
         .await;
     sc.acked(q).await;
+    let asked = h.task("s/b").await.task.expect("task");
+    assert_eq!(
+        asked.pending_options,
+        ["sqlite", "postgres"],
+        "the options reach the operator with the question"
+    );
     let seq = sc
         .send(Body::Result(v1::AttemptResult {
             attempt: Some(attempt_ref(&b)),

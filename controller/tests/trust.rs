@@ -195,6 +195,36 @@ async fn a_report_over_the_message_limit_ends_the_stream_with_resource_exhausted
     assert!(status.message().contains(&swarm_proto::limits::MAX_MESSAGE_BYTES.to_string()));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_with_bad_options_is_refused_naming_the_option_and_changes_nothing() {
+    let h = Harness::start().await;
+    h.create(ONE).await;
+    let mut sc = h.sidecar("w1").await;
+    let a = sc.assign().await;
+    for (options, field) in [
+        (vec!["ok".to_string(), "two\nlines".into()], "question.options[1]"),
+        (vec![" ".to_string()], "question.options[0]"),
+        (vec!["x".to_string(); swarm_proto::limits::MAX_OPTIONS + 1], "question.options"),
+    ] {
+        sc.send(Body::Question(v1::Question {
+            attempt: Some(attempt_ref(&a)),
+            question_id: "q1".into(),
+            text: "which?".into(),
+            category: "design".into(),
+            options,
+        }))
+        .await;
+        let status = sc.closed().await;
+        assert_eq!(status.code(), Code::InvalidArgument, "{}", status.message());
+        assert!(status.message().contains(field), "{field}: {}", status.message());
+        let task = h.task("s/a").await.task.expect("task");
+        assert!(task.pending_question.is_empty() && task.pending_options.is_empty(), "nothing recorded");
+        let secret = sc.secret();
+        drop(sc);
+        sc = connect_when_released(&h, "w1", Some(attempt_ref(&a)), &secret).await;
+    }
+}
+
 fn with_claim<T>(message: T, worker: &str, secret: &str) -> tonic::Request<T> {
     let mut r = tonic::Request::new(message);
     r.metadata_mut().insert(WORKER_HEADER, MetadataValue::try_from(worker).expect("ascii"));

@@ -23,7 +23,7 @@ pub mod review;
 pub mod sandbox;
 pub mod secrets;
 pub mod subplan;
-pub use agent::{AgentKind, AgentSpec, Otherwise, PermissionPolicy, PermissionRule};
+pub use agent::{AgentInstructions, AgentKind, AgentSpec, Otherwise, PermissionPolicy, PermissionRule};
 pub use budget::{Budget, OnUsageLimit, SwarmBudget};
 pub use review::ReviewSpec;
 pub use sandbox::{SandboxMode, SandboxSpec};
@@ -296,6 +296,7 @@ struct RawDefaults {
     allowed_tools: Option<Vec<String>>,
     permission_mode: Option<String>,
     append_system_prompt: Option<String>,
+    agent_instructions: Option<agent::RawInstructions>,
     extra_args: Option<Vec<String>>,
     permissions: Option<agent::RawPermissions>,
     review: Option<review::RawReview>,
@@ -344,6 +345,7 @@ struct RawTask {
     allowed_tools: Option<Vec<String>>,
     permission_mode: Option<String>,
     append_system_prompt: Option<String>,
+    agent_instructions: Option<agent::RawInstructions>,
     extra_args: Option<Vec<String>>,
     permissions: Option<agent::RawPermissions>,
     /// A sub-plan file, relative to this plan's file: swarmctl inlines it
@@ -378,6 +380,7 @@ macro_rules! agent_fields {
             allowed_tools: $raw.allowed_tools.clone(),
             permission_mode: $raw.permission_mode.clone(),
             append_system_prompt: $raw.append_system_prompt.clone(),
+            agent_instructions: $raw.agent_instructions.clone(),
             extra_args: $raw.extra_args.clone(),
             permissions: $raw.permissions.clone(),
         }

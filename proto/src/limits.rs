@@ -28,6 +28,9 @@ pub const MAX_PATHS: usize = 100_000;
 pub const MAX_STEP: usize = 1024;
 /// An escalation or question category.
 pub const MAX_CATEGORY: usize = 100;
+/// Choices offered with a question, and the length of each.
+pub const MAX_OPTIONS: usize = 16;
+pub const MAX_OPTION: usize = 200;
 /// A verify tier's name.
 pub const MAX_TIER_NAME: usize = 64;
 
@@ -64,6 +67,13 @@ pub fn fit_report(msg: &mut v1::SidecarMessage) -> Vec<String> {
         Some(Body::Question(q)) => {
             cut_text("question.text", &mut q.text, MAX_TEXT, &mut cut);
             cut_text("question.category", &mut q.category, MAX_CATEGORY, &mut cut);
+            if q.options.len() > MAX_OPTIONS {
+                q.options.truncate(MAX_OPTIONS);
+                cut.push("question.options".into());
+            }
+            for (i, o) in q.options.iter_mut().enumerate() {
+                cut_text(&format!("question.options[{i}]"), o, MAX_OPTION, &mut cut);
+            }
         }
         Some(Body::Orphans(o)) => cut_lines("orphans.worktrees", &mut o.worktrees, &mut cut),
         _ => {}

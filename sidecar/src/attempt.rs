@@ -886,6 +886,7 @@ fn relay_status(
             question_id: q.id,
             text: q.text,
             category: q.category,
+            options: q.options,
         })),
     }
 }

@@ -39,6 +39,9 @@ pub struct StatusQuestion {
     pub text: String,
     #[serde(default)]
     pub category: String,
+    /// Choices to offer the operator (who may still answer freely).
+    #[serde(default)]
+    pub options: Vec<String>,
 }
 
 /// A valid status file.
@@ -68,6 +71,13 @@ pub fn parse(bytes: &[u8]) -> Result<StatusFile, String> {
         swarm_core::names::check_id(&q.id).map_err(|e| format!("question.id: {e}"))?;
         if q.text.trim().is_empty() {
             return Err("question.text must not be empty".into());
+        }
+        let limit = swarm_proto::limits::MAX_OPTIONS;
+        if q.options.len() > limit {
+            return Err(format!("question.options has {} entries, at most {limit}", q.options.len()));
+        }
+        if let Some(i) = q.options.iter().position(|o| o.trim().is_empty() || o.contains('\n')) {
+            return Err(format!("question.options[{i}] must be one non-empty line"));
         }
     }
     Ok(s)

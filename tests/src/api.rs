@@ -11,7 +11,7 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::WAIT;
 use crate::poll::{poll, try_poll};
-use crate::procs::{ControllerProc, Proc, spawn_controller, spawn_sidecar};
+use crate::procs::{ControllerProc, Proc, spawn_controller, spawn_sidecar_env};
 use crate::repo::TempRepo;
 
 pub type Operator = OperatorServiceClient<Channel>;
@@ -192,10 +192,22 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn start(repo: &TempRepo, sidecars: usize, controller_args: &[&str]) -> Cluster {
+        Cluster::start_env(repo, sidecars, controller_args, &[])
+    }
+
+    /// [`Cluster::start`] with extra environment for the sidecars (e.g. a
+    /// private `HOME` for the agents they run).
+    pub fn start_env(
+        repo: &TempRepo,
+        sidecars: usize,
+        controller_args: &[&str],
+        sidecar_env: &[(&str, &str)],
+    ) -> Cluster {
         let controller = spawn_controller(repo.path(), controller_args);
         let url = controller.url();
-        let sidecars =
-            (1..=sidecars).map(|n| spawn_sidecar(&url, repo.path(), &format!("w{n}"), &[])).collect();
+        let sidecars = (1..=sidecars)
+            .map(|n| spawn_sidecar_env(&url, repo.path(), &format!("w{n}"), &[], sidecar_env))
+            .collect();
         Cluster { controller, sidecars }
     }
 

@@ -10,22 +10,28 @@
 use std::time::Duration;
 
 mod api;
+pub mod claude_cli;
 pub mod docker;
 pub mod fresh_fs;
+pub mod messages_api;
 mod netns;
 pub mod otlp;
 mod plan;
 mod poll;
 pub mod postgres;
 mod procs;
+mod real_claude;
 mod repo;
+mod skip;
 
 pub use api::*;
 pub use netns::*;
 pub use plan::*;
 pub use poll::*;
 pub use procs::*;
+pub use real_claude::*;
 pub use repo::*;
+pub use skip::*;
 pub use tempfile::TempDir;
 
 /// How long any single wait in a test may take before it fails.

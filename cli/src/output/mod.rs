@@ -231,6 +231,8 @@ pub struct TaskView {
     pub percent: u32,
     pub step: String,
     pub pending_question: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pending_options: Vec<String>,
     pub updated_at_unix_ms: i64,
     pub usage: UsageView,
     /// The branch report's merge recommendation once the work is done.
@@ -253,6 +255,7 @@ impl From<&v1::Task> for TaskView {
             percent: t.percent,
             step: t.step.clone(),
             pending_question: t.pending_question.clone(),
+            pending_options: t.pending_options.clone(),
             updated_at_unix_ms: t.updated_at_unix_ms,
             usage: UsageView::from(t.usage.as_ref()),
             recommendation: t.recommendation.clone(),
@@ -501,7 +504,14 @@ impl TaskDetailView {
     pub fn text(&self) -> String {
         let t = &self.task;
         let mut out = String::new();
-        let mut field = |k: &str, v: &str| out.push_str(&format!("{:<17}{}\n", format!("{k}:"), dash(v)));
+        // A multi-line value (a question with its options) stays in its column.
+        let mut field = |k: &str, v: &str| {
+            out.push_str(&format!(
+                "{:<17}{}\n",
+                format!("{k}:"),
+                dash(v).replace('\n', &format!("\n{:17}", ""))
+            ))
+        };
         field("Task", &t.id);
         field("Title", &t.title);
         field("State", &t.state);

@@ -34,9 +34,20 @@ impl Tab {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Prompt {
-    Filter { text: String },
-    Answer { task: String, question: String, text: String },
-    Confirm { op: Op },
+    Filter {
+        text: String,
+    },
+    /// `options`: the choices offered with the question; Tab fills in the
+    /// next one, and a number picks one.
+    Answer {
+        task: String,
+        question: String,
+        options: Vec<String>,
+        text: String,
+    },
+    Confirm {
+        op: Op,
+    },
 }
 
 #[derive(Debug, Default)]
@@ -171,16 +182,16 @@ impl Ui {
 
     fn start_answer(&mut self, model: &Model) {
         let Some(task) = self.selected_task(model) else { return };
-        let question = model
+        let (question, options) = model
             .tasks
             .iter()
             .find(|t| format!("{}/{}", t.swarm_id, t.id) == task)
-            .map(|t| t.pending_question.clone())
+            .map(|t| (t.pending_question.clone(), t.pending_options.clone()))
             .unwrap_or_default();
         if question.is_empty() {
             return self.say(format!("answer: {task} has no question waiting"), true);
         }
-        self.prompt = Some(Prompt::Answer { task, question, text: String::new() });
+        self.prompt = Some(Prompt::Answer { task, question, options, text: String::new() });
     }
 
     fn prompt_key(&mut self, mut prompt: Prompt, key: KeyEvent) -> Action {
@@ -192,6 +203,14 @@ impl Ui {
                     Action::None
                 }
             };
+        }
+        if let (Prompt::Answer { options, text, .. }, KeyCode::Tab) = (&mut prompt, key.code)
+            && !options.is_empty()
+        {
+            let next = options.iter().position(|o| o == text).map_or(0, |i| (i + 1) % options.len());
+            *text = options[next].clone();
+            self.prompt = Some(prompt);
+            return Action::None;
         }
         let (Prompt::Filter { text } | Prompt::Answer { text, .. }) = &mut prompt else {
             return Action::None;
@@ -234,11 +253,16 @@ impl Ui {
                     self.prompt = Some(Prompt::Filter { text });
                 }
             },
-            Prompt::Answer { task, question, text } => {
+            Prompt::Answer { task, question, options, text } => {
                 if text.trim().is_empty() {
                     self.say("answer: the text must not be empty".into(), true);
-                    self.prompt = Some(Prompt::Answer { task, question, text });
+                    self.prompt = Some(Prompt::Answer { task, question, options, text });
                 } else {
+                    // A number picks that option; the asker gets its label.
+                    let text = match text.trim().parse::<usize>() {
+                        Ok(n) if (1..=options.len()).contains(&n) => options[n - 1].clone(),
+                        _ => text,
+                    };
                     self.say(format!("answer {task}: sending"), false);
                     return Action::Run(Op::Answer { task, text });
                 }
@@ -259,16 +283,21 @@ mod tests {
 
     fn model() -> Model {
         let mut m = Model::default();
-        let task = |id: &str, q: &str| v1::Task {
+        let task = |id: &str, q: &str, options: &[&str]| v1::Task {
             swarm_id: "s".into(),
             id: id.into(),
             state: v1::TaskState::Escalated as i32,
             pending_question: q.into(),
+            pending_options: options.iter().map(|o| o.to_string()).collect(),
             ..Default::default()
         };
         m.apply_snapshot(Snapshot {
             swarms: vec![v1::Swarm { id: "s".into(), ..Default::default() }],
-            tasks: vec![task("a", ""), task("b", "which?")],
+            tasks: vec![
+                task("a", "", &[]),
+                task("b", "which?", &[]),
+                task("c", "db?", &["SQLite", "Postgres"]),
+            ],
             workers: Vec::new(),
         });
         m
@@ -296,6 +325,28 @@ mod tests {
         let ctrl_u = KeyEvent::new(KeyCode::Char('u'), KeyModifiers::CONTROL);
         ui.handle_key(&m, ctrl_u);
         assert_eq!(press(&mut ui, &m, "tabs\r"), [Op::Answer { task: "s/b".into(), text: "tabs".into() }]);
+    }
+
+    #[test]
+    fn an_option_is_picked_by_tab_or_by_its_number() {
+        let m = model();
+        let mut ui = Ui::new(String::new(), Filter::default());
+        let tab = KeyEvent::new(KeyCode::Tab, KeyModifiers::NONE);
+        press(&mut ui, &m, "jja");
+        for _ in 0..3 {
+            ui.handle_key(&m, tab);
+        }
+        assert!(
+            matches!(&ui.prompt, Some(Prompt::Answer { text, .. }) if text == "SQLite"),
+            "Tab wraps around"
+        );
+        assert_eq!(press(&mut ui, &m, "\r"), [Op::Answer { task: "s/c".into(), text: "SQLite".into() }]);
+        assert_eq!(press(&mut ui, &m, "a2\r"), [Op::Answer { task: "s/c".into(), text: "Postgres".into() }]);
+        assert_eq!(
+            press(&mut ui, &m, "a3\r"),
+            [Op::Answer { task: "s/c".into(), text: "3".into() }],
+            "a number past the options is the operator's own words"
+        );
     }
 
     #[test]

@@ -118,9 +118,14 @@ impl Model {
         for fresh in d.running {
             if let Some(&i) = self.index.get(&key(&fresh.swarm_id, &fresh.id)) {
                 let t = &mut self.tasks[i];
-                let (state, reason, question) =
-                    (t.state, std::mem::take(&mut t.reason), std::mem::take(&mut t.pending_question));
-                *t = v1::Task { state, reason, pending_question: question, ..fresh };
+                let (state, reason, question, options) = (
+                    t.state,
+                    std::mem::take(&mut t.reason),
+                    std::mem::take(&mut t.pending_question),
+                    std::mem::take(&mut t.pending_options),
+                );
+                *t =
+                    v1::Task { state, reason, pending_question: question, pending_options: options, ..fresh };
             }
         }
         self.workers = d.workers;
@@ -153,11 +158,17 @@ impl Model {
                 self.asked_at.insert(k.clone(), e.at_unix_ms);
                 if let Some(&i) = self.index.get(&k) {
                     self.tasks[i].pending_question = text("text");
+                    self.tasks[i].pending_options = data
+                        .get("options")
+                        .and_then(|o| o.as_array())
+                        .map(|o| o.iter().filter_map(|v| v.as_str().map(String::from)).collect())
+                        .unwrap_or_default();
                 }
             }
             "task.answered" => {
                 if let Some(&i) = self.index.get(&k) {
                     self.tasks[i].pending_question.clear();
+                    self.tasks[i].pending_options.clear();
                 }
             }
             // PAUSED and back show at once, as task states do.

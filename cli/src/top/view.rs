@@ -152,8 +152,16 @@ fn draw_tabs(frame: &mut Frame, area: Rect, model: &Model, ui: &Ui) {
 fn draw_status(frame: &mut Frame, area: Rect, ui: &Ui) {
     let line = match &ui.prompt {
         Some(Prompt::Filter { text }) => Line::from(format!("filter (swarm:S state:A,B words): {text}▏")),
-        Some(Prompt::Answer { task, question, text }) => {
-            Line::from(format!("answer {task} — {question} > {text}▏")).style(Style::new().fg(Color::Yellow))
+        Some(Prompt::Answer { task, question, options, text }) => {
+            let choices = if options.is_empty() {
+                String::new()
+            } else {
+                let listed: Vec<String> =
+                    options.iter().enumerate().map(|(i, o)| format!("{} {o}", i + 1)).collect();
+                format!(" [{}; Tab picks]", listed.join(" | "))
+            };
+            Line::from(format!("answer {task} — {question}{choices} > {text}▏"))
+                .style(Style::new().fg(Color::Yellow))
         }
         Some(Prompt::Confirm { op }) => {
             Line::from(format!("{}? y to confirm, any other key to keep it", op.describe()))
@@ -214,8 +222,12 @@ mod tests {
         for tab in Tab::ALL {
             let mut ui = Ui::new(String::new(), Filter::default());
             ui.tab = tab;
-            ui.prompt =
-                Some(Prompt::Answer { task: "s/x".into(), question: "q?".into(), text: "é".repeat(50) });
+            ui.prompt = Some(Prompt::Answer {
+                task: "s/x".into(),
+                question: "q?".into(),
+                options: vec!["ä".repeat(30), "b".into()],
+                text: "é".repeat(50),
+            });
             for (w, h) in [(0, 0), (1, 1), (0, 30), (80, 0), (3, 2), (20, 5), (40, 12), (80, 24), (200, 60)] {
                 let mut term = Terminal::new(TestBackend::new(w, h)).expect("test backend");
                 term.draw(|f| draw(f, &model, &ui, "http://127.0.0.1:7420")).expect("draw");

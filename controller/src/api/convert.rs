@@ -19,7 +19,7 @@ use crate::scheduler::{
 };
 use crate::store::EventRow;
 
-use swarm_proto::limits::{MAX_CATEGORY, MAX_LINE, MAX_STEP, MAX_TIER_NAME};
+use swarm_proto::limits::{MAX_CATEGORY, MAX_LINE, MAX_OPTION, MAX_OPTIONS, MAX_STEP, MAX_TIER_NAME};
 pub use swarm_proto::limits::{MAX_LINES, MAX_PATHS, MAX_TEXT};
 
 /// A resume secret is 32 hex digits; a little room for a longer one later.
@@ -32,6 +32,20 @@ fn reported(r: AttemptRef) -> ReportedAttempt {
 fn text(field: &str, s: &str, max: usize) -> Result<String, FieldError> {
     check_text(s, max).map_err(|rule| FieldError::new(field, rule))?;
     Ok(s.to_string())
+}
+
+fn question_options(v: &[String]) -> Result<Vec<String>, FieldError> {
+    if v.len() > MAX_OPTIONS {
+        return Err(FieldError::new("question.options", format!("at most {MAX_OPTIONS} options")));
+    }
+    for (i, o) in v.iter().enumerate() {
+        let field = format!("question.options[{i}]");
+        check_text(o, MAX_OPTION).map_err(|rule| FieldError::new(field.as_str(), rule))?;
+        if o.trim().is_empty() || o.contains('\n') {
+            return Err(FieldError::new(field, "must be one non-empty line"));
+        }
+    }
+    Ok(v.to_vec())
 }
 
 fn lines(field: &str, v: &[String]) -> Result<Vec<String>, FieldError> {
@@ -171,6 +185,7 @@ pub fn report(seq: u64, body: &v1::sidecar_message::Body) -> Result<Option<Repor
                 id: required_id("question.question_id", &q.question_id)?,
                 text: text("question.text", &q.text, MAX_TEXT)?,
                 category: text("question.category", &q.category, MAX_CATEGORY)?,
+                options: question_options(&q.options)?,
             }
         }
         Body::Result(r) => {
@@ -342,7 +357,7 @@ fn sandbox_spec(s: &swarm_core::plan::SandboxSpec) -> v1::SandboxSpec {
 }
 
 fn agent_spec(a: &crate::scheduler::AgentAssign) -> v1::AgentSpec {
-    use swarm_core::plan::{Otherwise, PermissionRule};
+    use swarm_core::plan::{AgentInstructions, Otherwise, PermissionRule};
     let s = &a.spec;
     let rules = |r: &[PermissionRule]| r.iter().map(ToString::to_string).collect();
     v1::AgentSpec {
@@ -355,6 +370,11 @@ fn agent_spec(a: &crate::scheduler::AgentAssign) -> v1::AgentSpec {
         permission_mode: s.permission_mode.clone().unwrap_or_default(),
         append_system_prompt: s.append_system_prompt.clone().unwrap_or_default(),
         extra_args: s.extra_args.clone(),
+        instructions: match &s.instructions {
+            AgentInstructions::BuiltIn => None,
+            AgentInstructions::Off => Some(String::new()),
+            AgentInstructions::Text(t) => Some(t.clone()),
+        },
         permissions: Some(v1::PermissionPolicy {
             allow: rules(&s.permissions.allow),
             deny: rules(&s.permissions.deny),
@@ -473,6 +493,7 @@ pub fn task(v: TaskView) -> v1::Task {
         step: v.step,
         updated_at_unix_ms: v.updated_at,
         pending_question: v.pending_question,
+        pending_options: v.pending_options,
         usage: Some(v1::Usage::from(&v.usage)),
         first_started_at_unix_ms: v.first_started_at,
         last_ended_at_unix_ms: v.last_ended_at,

@@ -106,6 +106,8 @@ pub enum Report {
         id: String,
         text: String,
         category: String,
+        /// Choices offered with it; the operator may also answer freely.
+        options: Vec<String>,
     },
     Result(Box<ResultReport>),
     /// A merge queue verification's verdict (not journaled: seq 0).

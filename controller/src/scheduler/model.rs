@@ -189,6 +189,9 @@ pub struct PendingQuestion {
     pub text: String,
     pub category: String,
     pub attempt: u32,
+    /// Choices offered with it (older stores have none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub options: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -212,6 +212,7 @@ impl Scheduler {
                 text: text.clone(),
                 category: BUDGET_CATEGORY.into(),
                 attempt: number,
+                options: vec!["resume".into(), "pause".into()],
             });
             fx.dirty_tasks.insert(key.clone());
         }

@@ -129,13 +129,14 @@ impl Scheduler {
                     serde_json::json!({ "status": status, "message": message }),
                 );
             }
-            Report::Question { attempt, id, text, category } => {
+            Report::Question { attempt, id, text, category, options } => {
                 if let Some(t) = self.tasks.get_mut(&attempt.task) {
                     t.notes.pending_question = Some(PendingQuestion {
                         id: id.clone(),
                         text: text.clone(),
                         category: category.clone(),
                         attempt: attempt.number,
+                        options: options.clone(),
                     });
                     fx.dirty_tasks.insert(t.key.clone());
                 }
@@ -146,7 +147,7 @@ impl Scheduler {
                     worker_id,
                     "task.question",
                     format!("question {id}: {text}"),
-                    serde_json::json!({ "question_id": id, "text": text, "category": category }),
+                    serde_json::json!({ "question_id": id, "text": text, "category": category, "options": options }),
                 );
             }
             Report::Result(result) => self.on_result(worker_id, *result, fx),
@@ -316,6 +317,7 @@ impl Scheduler {
                         },
                         category: r.category.clone(),
                         attempt: number,
+                        options: Vec::new(),
                     });
                 }
                 let category =

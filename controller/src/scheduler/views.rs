@@ -79,6 +79,7 @@ pub struct TaskView {
     pub step: String,
     pub updated_at: i64,
     pub pending_question: String,
+    pub pending_options: Vec<String>,
     /// What its agent attempts spent, summed.
     pub usage: Usage,
     /// When its first attempt started and its latest ended (0: not yet).
@@ -112,6 +113,12 @@ impl TaskView {
                 .pending_question
                 .as_ref()
                 .map(|q| q.text.clone())
+                .unwrap_or_default(),
+            pending_options: task
+                .notes
+                .pending_question
+                .as_ref()
+                .map(|q| q.options.clone())
                 .unwrap_or_default(),
             usage: task_usage(task, attempts),
             first_started_at: attempts.get(&(task.key.clone(), 1)).map(|a| a.started_at).unwrap_or(0),

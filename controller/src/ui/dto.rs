@@ -102,6 +102,9 @@ pub struct Task {
     pub step: String,
     pub updated_at_unix_ms: i64,
     pub pending_question: String,
+    /// Choices offered with the pending question; the answer may be one of
+    /// them or free text.
+    pub pending_options: Vec<String>,
     pub usage: Usage,
 }
 
@@ -123,6 +126,7 @@ impl From<v1::Task> for Task {
             step: t.step,
             updated_at_unix_ms: t.updated_at_unix_ms,
             pending_question: t.pending_question,
+            pending_options: t.pending_options,
             usage: t.usage.into(),
         }
     }

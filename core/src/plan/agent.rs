@@ -138,6 +138,29 @@ pub struct AgentSpec {
     pub append_system_prompt: Option<String>,
     pub extra_args: Vec<String>,
     pub permissions: PermissionPolicy,
+    /// What the agent is told about working in swarm.
+    pub instructions: AgentInstructions,
+}
+
+/// swarm's note to the agent (its task file, owned files, how to ask,
+/// what happens to its commits), sent with every session.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum AgentInstructions {
+    /// The sidecar's built-in, versioned note.
+    #[default]
+    BuiltIn,
+    /// `agent_instructions = false`.
+    Off,
+    /// `agent_instructions = "..."`: this text instead.
+    Text(String),
+}
+
+/// `agent_instructions = true | false | "text"`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub(super) enum RawInstructions {
+    On(bool),
+    Text(String),
 }
 
 /// The agent fields as `[defaults]` and `[[tasks]]` both write them.
@@ -153,6 +176,7 @@ pub(super) struct RawAgentFields {
     pub allowed_tools: Option<Vec<String>>,
     pub permission_mode: Option<String>,
     pub append_system_prompt: Option<String>,
+    pub agent_instructions: Option<RawInstructions>,
     pub extra_args: Option<Vec<String>>,
     pub permissions: Option<RawPermissions>,
 }
@@ -196,6 +220,7 @@ impl RawAgentFields {
             ("allowed_tools", self.allowed_tools.is_some()),
             ("permission_mode", self.permission_mode.is_some()),
             ("append_system_prompt", self.append_system_prompt.is_some()),
+            ("agent_instructions", self.agent_instructions.is_some()),
             ("extra_args", self.extra_args.is_some()),
             ("permissions", self.permissions.is_some()),
         ];
@@ -217,6 +242,7 @@ impl RawAgentFields {
                 .append_system_prompt
                 .clone()
                 .or_else(|| d.append_system_prompt.clone()),
+            agent_instructions: self.agent_instructions.clone().or_else(|| d.agent_instructions.clone()),
             extra_args: self.extra_args.clone().or_else(|| d.extra_args.clone()),
             permissions: self.permissions.clone().or_else(|| d.permissions.clone()),
         }
@@ -283,6 +309,17 @@ pub(super) fn resolve(
     if let Some(p) = &f.append_system_prompt {
         check_text(p, super::MAX_PROMPT_BYTES).map_err(|rule| err(path("append_system_prompt"), rule))?;
     }
+    let instructions = match &f.agent_instructions {
+        None | Some(RawInstructions::On(true)) => AgentInstructions::BuiltIn,
+        Some(RawInstructions::On(false)) => AgentInstructions::Off,
+        Some(RawInstructions::Text(t)) => {
+            check_text(t, super::MAX_PROMPT_BYTES).map_err(|rule| err(path("agent_instructions"), rule))?;
+            if t.trim().is_empty() {
+                return Err(err(path("agent_instructions"), "must not be empty (false turns the note off)"));
+            }
+            AgentInstructions::Text(t.clone())
+        }
+    };
     let extra_args = f.extra_args.clone().unwrap_or_default();
     if extra_args.len() > MAX_ARGS {
         return Err(err(path("extra_args"), format!("at most {MAX_ARGS} arguments")));
@@ -326,6 +363,7 @@ pub(super) fn resolve(
         append_system_prompt: f.append_system_prompt.clone(),
         extra_args,
         permissions,
+        instructions,
     }))
 }
 

@@ -136,6 +136,8 @@ pub(super) fn parse(at: &str, raw: &RawReview) -> Result<Option<ReviewSpec>, Pla
                 permission_mode: None,
                 append_system_prompt: None,
                 extra_args: Vec::new(),
+                // Its prompt says all a reviewer needs; the worker's note would mislead it.
+                instructions: super::agent::AgentInstructions::Off,
                 // A reviewer reads and writes its decision, nothing else.
                 permissions: PermissionPolicy {
                     allow: vec![super::agent::PermissionRule {

@@ -5,20 +5,37 @@
 //! `control_request` (subtype `can_use_tool`) and are answered on stdin
 //! with a `control_response`.
 //!
+//! # Ownership at the edit
+//!
+//! The CLI asks (`can_use_tool`) only for what its own permission mode
+//! leaves open: under `acceptEdits`, an `--allowedTools` rule, or in a
+//! checkout outside `.git/` it writes without asking. So the first stdin
+//! line registers a `PreToolUse` hook (an `initialize` control request, as
+//! the SDK registers its hook callbacks); the CLI then sends a
+//! `hook_callback` before every tool use in every mode, and the sidecar
+//! denies there what the task may not do (an edit outside its owned files,
+//! a deny rule). The sandbox stays the floor beneath it.
+//!
+//! # Questions
+//!
+//! The model asks the user through the `AskUserQuestion` tool: a
+//! `can_use_tool` request with the questions and their options. It is
+//! answered `allow` with `updatedInput.answers` (question text → chosen
+//! label), which the CLI hands back to the model as the user's answer.
+//!
 //! # Usage accounting
 //!
 //! Within one process: every assistant message of one API call repeats
 //! the same `message.id` and the same usage (text and each parallel
 //! tool_use arrive as separate lines), so live usage counts each id once,
 //! keeping the largest value seen per field (the SDK's cost-tracking notes:
-//! the last of a group is the accurate one). A `result`'s `total_cost_usd`
-//! and `usage` are running totals of the process (with stream-json input
-//! one process serves every turn, and each result restates the total so
-//! far), so the latest result is the process's spending — results are never
-//! summed — and it replaces the live estimate of the turns before it;
-//! fields only grow, so a smaller number is ignored. Across processes (a
-//! resume is a new process) each reports only its own spending, so the
-//! driver adds the processes' totals.
+//! the last of a group is the accurate one). With stream-json input one
+//! process serves every turn, and a `result`'s `usage` covers only its own
+//! turn (since the previous result) while `total_cost_usd` is the running
+//! total of the process: so results' tokens are summed, each replacing the
+//! live estimate of its turn, and the cost is the latest total. Across
+//! processes (a resume is a new process) each reports only its own
+//! spending, so the driver adds the processes' totals.
 
 use std::collections::HashMap;
 
@@ -27,18 +44,25 @@ use swarm_core::Usage;
 use swarm_core::plan::AgentKind;
 
 use super::{
-    Agent, AgentConfig, AgentEvent, FollowUp, Opening, RateLimit, TurnEnd, Verdict, clip, now_unix_ms,
-    step_for_tool, unix_to_ms, usage_limit_in_text,
+    Agent, AgentConfig, AgentEvent, AskedQuestion, FollowUp, Opening, RateLimit, TurnEnd, Verdict, clip,
+    now_unix_ms, step_for_tool, unix_to_ms, usage_limit_in_text,
 };
 
 const EDIT_TOOLS: &[&str] = &["Edit", "Write", "MultiEdit", "NotebookEdit"];
+/// The CLI's own tool for asking the user.
+const ASK_USER_QUESTION: &str = "AskUserQuestion";
+/// The callback id of the sidecar's `PreToolUse` hook.
+const PRE_TOOL_USE_HOOK: &str = "swarm-pre-tool-use";
+/// At most this many questions (and options per question) are relayed.
+const MAX_QUESTIONS: usize = 8;
+const MAX_OPTIONS: usize = 16;
 
 #[derive(Debug, Default)]
 pub struct Claude {
     session: Option<String>,
     /// Live usage of the current turn, per API message id.
     turn: HashMap<String, Usage>,
-    /// Tokens of this process's latest result (running totals).
+    /// Tokens of this process's results, summed (each covers its turn).
     results: Usage,
     /// `total_cost_usd` of this process's latest result (cumulative).
     cost: f64,
@@ -108,11 +132,25 @@ impl Agent for Claude {
     }
 
     fn opening(&mut self, prompt: &str, _resume: Option<&str>) -> Opening {
-        Opening { input: self.user_message(prompt), close: false }
+        // `onFailure: block`: a hook that cannot be answered stops the
+        // tool instead of letting it through.
+        let hooks = json!({"PreToolUse": [
+            {"matcher": null, "hookCallbackIds": [PRE_TOOL_USE_HOOK], "onFailure": "block"},
+        ]});
+        let init = json!({
+            "type": "control_request",
+            "request_id": "swarm-initialize",
+            "request": {"subtype": "initialize", "hooks": hooks},
+        });
+        Opening { input: format!("{init}\n{}", self.user_message(prompt)), close: false }
     }
 
     fn follow_up(&self) -> FollowUp {
         FollowUp::Stdin
+    }
+
+    fn takes_system_prompt(&self) -> bool {
+        true
     }
 
     fn user_message(&mut self, text: &str) -> String {
@@ -130,11 +168,30 @@ impl Agent for Claude {
             Verdict::Allow => json!({"behavior": "allow", "updatedInput": input}),
             Verdict::Deny(message) => json!({"behavior": "deny", "message": message}),
         };
-        let m = json!({
-            "type": "control_response",
-            "response": {"subtype": "success", "request_id": request_id, "response": response},
-        });
-        Some(format!("{m}\n"))
+        Some(control_success(request_id, response))
+    }
+
+    fn hook_reply(&self, request_id: &str, deny: Option<&str>) -> Option<String> {
+        let response = match deny {
+            Some(reason) => json!({"hookSpecificOutput": {
+                "hookEventName": "PreToolUse",
+                "permissionDecision": "deny",
+                "permissionDecisionReason": reason,
+            }}),
+            // No opinion: the CLI's own permission flow goes on.
+            None => json!({}),
+        };
+        Some(control_success(request_id, response))
+    }
+
+    fn answer_reply(&self, request_id: &str, input: &Value, answers: &[(String, String)]) -> Option<String> {
+        let mut updated = input.clone();
+        if let Some(obj) = updated.as_object_mut() {
+            let map: serde_json::Map<String, Value> =
+                answers.iter().map(|(q, a)| (q.clone(), Value::String(a.clone()))).collect();
+            obj.insert("answers".into(), Value::Object(map));
+        }
+        Some(control_success(request_id, json!({"behavior": "allow", "updatedInput": updated})))
     }
 
     fn refuse_control(&self, request_id: &str) -> Option<String> {
@@ -175,6 +232,14 @@ impl Agent for Claude {
     }
 }
 
+fn control_success(request_id: &str, response: Value) -> String {
+    let m = json!({
+        "type": "control_response",
+        "response": {"subtype": "success", "request_id": request_id, "response": response},
+    });
+    format!("{m}\n")
+}
+
 fn str_at<'a>(v: &'a Value, k: &str) -> Option<&'a str> {
     v.get(k).and_then(Value::as_str)
 }
@@ -206,17 +271,62 @@ fn control_request(v: &Value, out: &mut Vec<AgentEvent>) {
         return;
     };
     let subtype = str_at(req, "subtype").unwrap_or_default();
+    let input = req.get("input").cloned().unwrap_or_else(|| json!({}));
     match (subtype, str_at(req, "tool_name")) {
+        ("can_use_tool", Some(ASK_USER_QUESTION)) => match asked_questions(&input) {
+            Some(questions) => {
+                out.push(AgentEvent::UserQuestion { request_id: id.to_string(), input, questions })
+            }
+            None => out.push(AgentEvent::PermissionRequest {
+                request_id: id.to_string(),
+                tool: ASK_USER_QUESTION.into(),
+                input,
+            }),
+        },
         ("can_use_tool", Some(tool)) => out.push(AgentEvent::PermissionRequest {
             request_id: id.to_string(),
             tool: tool.to_string(),
-            input: req.get("input").cloned().unwrap_or_else(|| json!({})),
+            input,
         }),
+        ("hook_callback", _) if str_at(req, "callback_id") == Some(PRE_TOOL_USE_HOOK) => {
+            out.push(AgentEvent::ToolHook {
+                request_id: id.to_string(),
+                tool: str_at(&input, "tool_name").unwrap_or_default().to_string(),
+                input: input.get("tool_input").cloned().unwrap_or_else(|| json!({})),
+            })
+        }
         _ => out.push(AgentEvent::UnsupportedControl {
             request_id: id.to_string(),
             subtype: subtype.to_string(),
         }),
     }
+}
+
+/// The questions of an `AskUserQuestion` input; None when it has none
+/// that can be put to the operator (then it is an ordinary permission).
+fn asked_questions(input: &Value) -> Option<Vec<AskedQuestion>> {
+    let list = input.get("questions")?.as_array()?;
+    let questions: Vec<AskedQuestion> = list
+        .iter()
+        .take(MAX_QUESTIONS)
+        .filter_map(|q| {
+            // The answer is keyed by the question's exact text.
+            let text = str_at(q, "question").filter(|t| !t.trim().is_empty())?.to_string();
+            let options = q
+                .get("options")
+                .and_then(Value::as_array)
+                .map(|o| o.iter().filter_map(|o| str_at(o, "label")).take(MAX_OPTIONS).map(|l| clip(l, 200)))
+                .map(Iterator::collect)
+                .unwrap_or_default();
+            Some(AskedQuestion {
+                text,
+                header: str_at(q, "header").map(|h| clip(h, 100)).unwrap_or_default(),
+                options,
+                multi_select: q.get("multiSelect").and_then(Value::as_bool).unwrap_or(false),
+            })
+        })
+        .collect();
+    (!questions.is_empty()).then_some(questions)
 }
 
 impl Claude {
@@ -239,8 +349,31 @@ impl Claude {
     }
 
     fn system(&mut self, v: &Value, out: &mut Vec<AgentEvent>) {
-        if str_at(v, "subtype") == Some("init") {
-            self.note_session(v, out);
+        match str_at(v, "subtype") {
+            Some("init") => self.note_session(v, out),
+            // The CLI retries failed API calls itself; the operator sees why it is slow.
+            Some("api_retry") => {
+                let n = |k: &str| v.get(k).and_then(Value::as_u64).unwrap_or(0);
+                let status = v.get("error_status").and_then(Value::as_u64).map(|s| format!(" {s}"));
+                let error = str_at(v, "error").map(|e| format!(": {}", clip(e, 200))).unwrap_or_default();
+                out.push(AgentEvent::Note(format!(
+                    "API error{}{error}; retry {} of {} in {} s",
+                    status.unwrap_or_default(),
+                    n("attempt"),
+                    n("max_retries"),
+                    n("retry_delay_ms").div_ceil(1000),
+                )));
+            }
+            // A denial the CLI decided itself (a --disallowedTools rule, its
+            // mode, a hook): the audit trail records it like swarm's own.
+            Some("permission_denied") => out.push(AgentEvent::Denied {
+                tool: str_at(v, "tool_name").map(|t| clip(t, 128)).unwrap_or_default(),
+                why: str_at(v, "message")
+                    .or_else(|| str_at(v, "decision_reason"))
+                    .map(|m| clip(m, 500))
+                    .unwrap_or_default(),
+            }),
+            _ => {}
         }
     }
 
@@ -308,15 +441,29 @@ impl Claude {
     fn rate_limit(&mut self, v: &Value, out: &mut Vec<AgentEvent>) {
         let Some(info) = v.get("rate_limit_info") else { return };
         let kind = str_at(info, "rateLimitType").map(|k| clip(k, 64)).unwrap_or_default();
+        let reset_unix_ms = info.get("resetsAt").and_then(Value::as_u64).and_then(unix_to_ms).unwrap_or(0);
+        // A window past a warning threshold may arrive with the top-level
+        // status `allowed` (requests still pass): its threshold or
+        // utilization tells.
+        let fraction = |k: &str| info.get(k).and_then(Value::as_f64).filter(|f| f.is_finite());
+        let used = fraction("surpassedThreshold").or_else(|| fraction("utilization").filter(|u| *u >= 0.75));
         match str_at(info, "status") {
             Some("rejected") => {
-                let reset_unix_ms =
-                    info.get("resetsAt").and_then(Value::as_u64).and_then(unix_to_ms).unwrap_or(0);
                 let r = RateLimit { reset_unix_ms, kind };
                 self.rejected = Some(r.clone());
                 out.push(AgentEvent::RateLimited(r));
             }
-            Some("allowed_warning") => out.push(AgentEvent::Note(format!("usage limit warning ({kind})"))),
+            Some(status) if status == "allowed_warning" || used.is_some() => {
+                let mut note = format!("usage limit warning ({kind}");
+                if let Some(u) = used {
+                    note.push_str(&format!(", {:.0}% used", (u * 100.0).clamp(0.0, 100.0)));
+                }
+                if reset_unix_ms > 0 {
+                    note.push_str(&format!(", resets at unix {}", reset_unix_ms / 1000));
+                }
+                note.push(')');
+                out.push(AgentEvent::Note(note));
+            }
             _ => {}
         }
     }
@@ -325,7 +472,7 @@ impl Claude {
         self.note_session(v, out);
         self.turn.clear();
         if let Some(u) = v.get("usage") {
-            self.results = max_usage(&self.results, &usage_of(u));
+            self.results.add(&usage_of(u));
         }
         if let Some(c) = v.get("total_cost_usd").and_then(Value::as_f64)
             && c.is_finite()
@@ -394,6 +541,7 @@ mod tests {
                 .collect(),
             otherwise: swarm_core::plan::Otherwise::Ask,
             resume_session: None,
+            instructions: Default::default(),
         }
     }
 
@@ -419,6 +567,101 @@ mod tests {
         }
         let bare = AgentConfig { model: None, max_turns: 0, max_budget_usd: 0.0, ..cfg() };
         assert!(!c.argv(&bare, None).iter().any(|a| a == "--resume" || a == "--model" || a == "--max-turns"));
+    }
+
+    #[test]
+    fn the_opening_registers_the_pre_tool_hook_before_the_task() {
+        let mut c = Claude::default();
+        let opening = c.opening("the task", None);
+        let lines: Vec<Value> =
+            opening.input.lines().map(|l| serde_json::from_str(l).expect("json")).collect();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0]["request"]["subtype"], "initialize");
+        assert_eq!(lines[0]["request"]["hooks"]["PreToolUse"][0]["hookCallbackIds"][0], PRE_TOOL_USE_HOOK);
+        assert_eq!(lines[1]["message"]["content"], "the task");
+        assert!(!opening.close);
+
+        let (_, ev) = parse_all(&[
+            r#"{"type":"control_response","response":{"subtype":"success","request_id":"swarm-initialize","response":{"commands":[]}}}"#,
+            r#"{"type":"control_request","request_id":"h1","request":{"subtype":"hook_callback","callback_id":"swarm-pre-tool-use","input":{"hook_event_name":"PreToolUse","permission_mode":"acceptEdits","tool_name":"Write","tool_input":{"file_path":"/w/x.txt","content":"x"},"tool_use_id":"t1"},"tool_use_id":"t1"}}"#,
+            r#"{"type":"control_request","request_id":"h2","request":{"subtype":"hook_callback","callback_id":"someone-elses","input":{}}}"#,
+        ]);
+        assert_eq!(
+            ev[0],
+            AgentEvent::ToolHook {
+                request_id: "h1".into(),
+                tool: "Write".into(),
+                input: json!({"file_path": "/w/x.txt", "content": "x"})
+            }
+        );
+        assert!(matches!(&ev[1], AgentEvent::UnsupportedControl { request_id, .. } if request_id == "h2"));
+        let deny: Value =
+            serde_json::from_str(c.hook_reply("h1", Some("outside")).expect("reply").trim()).expect("json");
+        assert_eq!(deny["response"]["request_id"], "h1");
+        assert_eq!(
+            deny["response"]["response"]["hookSpecificOutput"],
+            json!({"hookEventName": "PreToolUse", "permissionDecision": "deny", "permissionDecisionReason": "outside"})
+        );
+        let go_on: Value =
+            serde_json::from_str(c.hook_reply("h1", None).expect("reply").trim()).expect("json");
+        assert_eq!(go_on["response"]["response"], json!({}));
+    }
+
+    #[test]
+    fn ask_user_question_becomes_questions_answered_in_updated_input() {
+        let (_, ev) = parse_all(&[
+            r#"{"type":"control_request","request_id":"q1","request":{"subtype":"can_use_tool","tool_name":"AskUserQuestion","input":{"questions":[{"question":"Which database?","header":"DB","options":[{"label":"SQLite","description":"a file"},{"label":"Postgres"}],"multiSelect":false},{"question":"Extras?","options":[{"label":"a"},{"label":"b"}],"multiSelect":true}]},"tool_use_id":"t1","requires_user_interaction":true}}"#,
+            r#"{"type":"control_request","request_id":"q2","request":{"subtype":"can_use_tool","tool_name":"AskUserQuestion","input":{"questions":[]}}}"#,
+        ]);
+        let AgentEvent::UserQuestion { request_id, input, questions } = &ev[0] else { panic!("{ev:?}") };
+        assert_eq!(request_id, "q1");
+        assert_eq!(
+            questions[0],
+            AskedQuestion {
+                text: "Which database?".into(),
+                header: "DB".into(),
+                options: vec!["SQLite".into(), "Postgres".into()],
+                multi_select: false
+            }
+        );
+        assert!(questions[1].multi_select);
+        assert!(
+            matches!(&ev[1], AgentEvent::PermissionRequest { tool, .. } if tool == "AskUserQuestion"),
+            "no question to relay: an ordinary permission"
+        );
+        let c = Claude::default();
+        let answers =
+            vec![("Which database?".to_string(), "Postgres".to_string()), ("Extras?".into(), "a, b".into())];
+        let reply: Value =
+            serde_json::from_str(c.answer_reply("q1", input, &answers).expect("reply").trim()).expect("json");
+        let r = &reply["response"]["response"];
+        assert_eq!(r["behavior"], "allow");
+        assert_eq!(r["updatedInput"]["answers"], json!({"Which database?": "Postgres", "Extras?": "a, b"}));
+        assert_eq!(r["updatedInput"]["questions"], input["questions"], "the questions go back as they came");
+    }
+
+    #[test]
+    fn retries_warnings_and_the_clis_own_denials_are_reported() {
+        let (_, ev) = parse_all(&[
+            r#"{"type":"system","subtype":"api_retry","attempt":2,"max_retries":10,"retry_delay_ms":1500,"error_status":529,"error":"overloaded","uuid":"u","session_id":"s"}"#,
+            r#"{"type":"system","subtype":"permission_denied","tool_name":"Read","tool_use_id":"t1","decision_reason_type":"rule","message":"Permission to read secret.txt has been denied.","uuid":"u","session_id":"s"}"#,
+            r#"{"type":"rate_limit_event","rate_limit_info":{"status":"allowed","resetsAt":1750000000,"rateLimitType":"five_hour","utilization":0.91,"surpassedThreshold":0.9},"uuid":"u","session_id":"s"}"#,
+            r#"{"type":"rate_limit_event","rate_limit_info":{"status":"allowed","rateLimitType":"five_hour","utilization":0.2},"uuid":"u","session_id":"s"}"#,
+        ]);
+        assert_eq!(
+            ev,
+            vec![
+                AgentEvent::Note("API error 529: overloaded; retry 2 of 10 in 2 s".into()),
+                AgentEvent::Denied {
+                    tool: "Read".into(),
+                    why: "Permission to read secret.txt has been denied.".into()
+                },
+                AgentEvent::Note(
+                    "usage limit warning (five_hour, 90% used, resets at unix 1750000000)".into()
+                ),
+            ],
+            "a window well within its limit says nothing"
+        );
     }
 
     #[test]
@@ -489,14 +732,25 @@ mod tests {
     }
 
     #[test]
-    fn results_are_running_totals_of_their_process() {
+    fn results_count_their_own_turn_and_the_cost_is_the_running_total() {
         let r = |cost: f64, out: u64| {
             format!(
                 r#"{{"type":"result","subtype":"success","is_error":false,"result":"ok","session_id":"s","total_cost_usd":{cost},"usage":{{"input_tokens":1,"output_tokens":{out}}}}}"#
             )
         };
+        let assistant = r#"{"type":"assistant","message":{"id":"m9","content":[],"usage":{"input_tokens":50,"output_tokens":3}}}"#;
         let mut c = Claude::default();
         c.parse_line(&r(0.10, 5));
+        let live = c.parse_line(assistant);
+        assert!(
+            live.contains(&AgentEvent::Usage(Usage {
+                input_tokens: 51,
+                output_tokens: 8,
+                cost_usd: 0.10,
+                ..Usage::default()
+            })),
+            "the live turn adds to the finished ones: {live:?}"
+        );
         let ev = c.parse_line(&r(0.25, 7));
         let u = ev
             .iter()
@@ -504,8 +758,8 @@ mod tests {
             .expect("usage");
         assert_eq!(
             (u.input_tokens, u.output_tokens, u.cost_usd),
-            (1, 7, 0.25),
-            "the latest result, not a sum"
+            (2, 12, 0.25),
+            "each result's usage is its own turn's (replacing the live estimate); the cost is the latest total"
         );
         c.new_process();
         let ev = c.parse_line(&r(0.05, 1));

@@ -95,7 +95,22 @@ impl Agent for Codex {
                 }
                 out.push(AgentEvent::Error(clip(msg, 4096)));
             }
-            // turn.started, item.plan.delta, request_user_input, anything newer.
+            // `codex exec` cannot take an answer in the same turn; the
+            // question shows in the log tail, and the model goes on.
+            "request_user_input" => {
+                let questions: Vec<&str> = v
+                    .get("questions")
+                    .and_then(Value::as_array)
+                    .map(|qs| qs.iter().filter_map(|q| str_at(q, "question")).collect())
+                    .unwrap_or_default();
+                if !questions.is_empty() {
+                    out.push(AgentEvent::Note(clip(
+                        &format!("the agent asks: {}", questions.join(" / ")),
+                        500,
+                    )));
+                }
+            }
+            // turn.started, item.plan.delta, anything newer.
             _ => {}
         }
         out
@@ -204,6 +219,7 @@ mod tests {
             deny: vec![],
             otherwise: swarm_core::plan::Otherwise::Ask,
             resume_session: None,
+            instructions: Default::default(),
         }
     }
 
@@ -238,6 +254,7 @@ mod tests {
             r#"{"type":"item.completed","item":{"id":"i6","type":"error","message":"minor"}}"#,
             r#"{"type":"item.completed","item":{"id":"i7","type":"agent_message","text":"All done.\nDetails"}}"#,
             r#"{"type":"item.plan.delta","item_id":"x","delta":"..."}"#,
+            r#"{"type":"request_user_input","id":"t1","call_id":"c1","questions":[{"id":"q","header":"DB","question":"Which database?","options":[{"label":"SQLite","description":""}]}]}"#,
             r#"{"type":"turn.completed","usage":{"input_tokens":100,"cached_input_tokens":40,"output_tokens":7,"reasoning_output_tokens":3}}"#,
         ];
         let ev: Vec<AgentEvent> = lines.iter().flat_map(|l| c.parse_line(l)).collect();
@@ -251,6 +268,7 @@ mod tests {
         assert!(ev.contains(&AgentEvent::Todo { done: 1, total: 2 }));
         assert!(ev.contains(&AgentEvent::Step("gh.pr".into())));
         assert!(ev.contains(&AgentEvent::Note("error: minor".into())));
+        assert!(ev.contains(&AgentEvent::Note("the agent asks: Which database?".into())));
         assert!(ev.contains(&AgentEvent::Usage(Usage {
             input_tokens: 60,
             cache_read_tokens: 40,

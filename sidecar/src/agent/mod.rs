@@ -23,10 +23,15 @@ pub mod acp;
 pub mod claude;
 pub mod codex;
 pub mod driver;
+pub mod instructions;
+mod limits;
 pub mod policy;
 mod process;
 pub mod result;
 pub mod session;
+
+pub(crate) use limits::unix_to_ms;
+pub use limits::usage_limit_in_text;
 
 /// Longest stdout line an agent may print; a longer one is skipped (and
 /// reported) without being held in memory. Tool inputs carry whole files,
@@ -62,6 +67,7 @@ pub struct AgentConfig {
     pub deny: Vec<PermissionRule>,
     pub otherwise: Otherwise,
     pub resume_session: Option<String>,
+    pub instructions: instructions::Instructions,
 }
 
 impl AgentConfig {
@@ -114,6 +120,7 @@ impl AgentConfig {
             deny: rules("agent.permissions.deny", &perms.deny)?,
             otherwise,
             resume_session,
+            instructions: instructions::Instructions::from_wire(s.instructions.as_deref()),
         })
     }
 }
@@ -156,12 +163,32 @@ pub trait Agent: Send {
     /// what must wait for the agent's replies.
     fn opening(&mut self, prompt: &str, resume: Option<&str>) -> Opening;
     fn follow_up(&self) -> FollowUp;
+    /// Whether swarm's note to the agent goes in as a system prompt
+    /// (`append_system_prompt`); otherwise it opens the first message.
+    fn takes_system_prompt(&self) -> bool {
+        false
+    }
     /// The stdin text carrying a follow-up user message ([`FollowUp::Stdin`]);
     /// empty when the adapter holds it until the agent is ready.
     fn user_message(&mut self, text: &str) -> String;
     /// The stdin line answering a permission request; None when the agent
     /// has no such channel.
     fn permission_reply(&mut self, request_id: &str, verdict: &Verdict, input: &Value) -> Option<String>;
+    /// The stdin line answering a [`AgentEvent::ToolHook`]: `deny` with
+    /// the reason, or None to let the agent's own permission flow go on.
+    fn hook_reply(&self, _request_id: &str, _deny: Option<&str>) -> Option<String> {
+        None
+    }
+    /// The stdin line answering a [`AgentEvent::UserQuestion`] with the
+    /// operator's answers, as (question text, answer) in the asked order.
+    fn answer_reply(
+        &self,
+        _request_id: &str,
+        _input: &Value,
+        _answers: &[(String, String)],
+    ) -> Option<String> {
+        None
+    }
     /// The stdin line refusing a control request swarm does not support.
     fn refuse_control(&self, request_id: &str) -> Option<String>;
     /// Parses one stdout line (never fails: see [`AgentEvent::Unparseable`]).
@@ -210,6 +237,44 @@ pub struct TurnEnd {
     pub rate_limit: Option<RateLimit>,
 }
 
+/// One question the agent's own ask-the-user tool put, for the operator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AskedQuestion {
+    pub text: String,
+    /// A short label ("Database").
+    pub header: String,
+    /// The choices offered; the operator may also answer in their own words.
+    pub options: Vec<String>,
+    pub multi_select: bool,
+}
+
+impl AskedQuestion {
+    /// The operator's answer in the agent's terms: an option's number or
+    /// label (any case) is that option's label; for a multi-select
+    /// question, a comma-separated list of them; anything else is the
+    /// operator's own words.
+    pub fn answer(&self, text: &str) -> String {
+        let text = text.trim();
+        let pick = |word: &str| {
+            let word = word.trim();
+            match word.parse::<usize>() {
+                Ok(n) if (1..=self.options.len()).contains(&n) => Some(self.options[n - 1].clone()),
+                _ => self.options.iter().find(|o| o.eq_ignore_ascii_case(word)).cloned(),
+            }
+        };
+        if let Some(one) = pick(text) {
+            return one;
+        }
+        if self.multi_select {
+            let picked: Option<Vec<String>> = text.split(',').map(pick).collect();
+            if let Some(p) = picked.filter(|p| !p.is_empty()) {
+                return p.join(", ");
+            }
+        }
+        text.to_string()
+    }
+}
+
 /// What a line of agent output meant, in the terms the driver reports.
 #[derive(Debug, Clone, PartialEq)]
 pub enum AgentEvent {
@@ -232,6 +297,24 @@ pub enum AgentEvent {
         request_id: String,
         tool: String,
         input: Value,
+    },
+    /// The agent is about to use a tool (whatever its permission mode
+    /// decides): swarm may deny it here, before it runs.
+    ToolHook {
+        request_id: String,
+        tool: String,
+        input: Value,
+    },
+    /// The agent asks the user questions through its own tool.
+    UserQuestion {
+        request_id: String,
+        input: Value,
+        questions: Vec<AskedQuestion>,
+    },
+    /// The agent refused a tool use by itself (its own rules or mode).
+    Denied {
+        tool: String,
+        why: String,
     },
     /// A control request swarm does not support; must be refused.
     UnsupportedControl {
@@ -274,82 +357,6 @@ pub(crate) fn now_unix_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or_default()
 }
 
-/// Recognises a usage-limit message in agent text (Claude's
-/// "Claude AI usage limit reached|<unix seconds>", "You've hit your limit
-/// · resets 3pm", Codex's "You've hit your usage limit ... try again in
-/// 2 hours", HTTP 429 errors). The reset comes from a `|<unix>` suffix or a
-/// relative "in N hours/minutes"; otherwise 0 (unknown).
-pub fn usage_limit_in_text(text: &str, now_ms: u64) -> Option<RateLimit> {
-    let lower = text.to_ascii_lowercase();
-    const MARKERS: &[&str] = &[
-        "usage limit reached",
-        "hit your limit",
-        "hit your usage limit",
-        "reached your usage limit",
-        "usage limit exceeded",
-        "rate limit exceeded",
-        "rate_limit_exceeded",
-        "too many requests",
-        "status 429",
-        "429 too many",
-        "exceeded your current quota",
-    ];
-    if !MARKERS.iter().any(|m| lower.contains(m)) {
-        return None;
-    }
-    let reset_unix_ms = pipe_reset(text).or_else(|| relative_reset(&lower, now_ms)).unwrap_or(0);
-    Some(RateLimit { reset_unix_ms, kind: String::new() })
-}
-
-/// `...|1700000000` (seconds, or ms when it is that large).
-fn pipe_reset(text: &str) -> Option<u64> {
-    let (_, tail) = text.rsplit_once('|')?;
-    let digits: String = tail.trim().chars().take_while(char::is_ascii_digit).collect();
-    let n: u64 = digits.parse().ok()?;
-    unix_to_ms(n)
-}
-
-/// Seconds or milliseconds since the epoch to milliseconds; None when implausible.
-pub(crate) fn unix_to_ms(n: u64) -> Option<u64> {
-    match n {
-        1_000_000_000..=99_999_999_999 => Some(n * 1000),
-        1_000_000_000_000..=99_999_999_999_999 => Some(n),
-        _ => None,
-    }
-}
-
-/// "try again in 2 hours 5 minutes" / "resets in 30 minutes", rounded up
-/// to a whole second (never earlier than the agent's own reset).
-fn relative_reset(lower: &str, now_ms: u64) -> Option<u64> {
-    let secs = lower.match_indices(" in ").find_map(|(at, _)| duration_words(&lower[at + 4..]))?;
-    let at = now_ms.saturating_add(secs.saturating_mul(1000));
-    Some(at.div_ceil(1000).saturating_mul(1000))
-}
-
-/// Seconds in "2 hours 5 minutes", "30 seconds", "1 day and 3 hours".
-fn duration_words(text: &str) -> Option<u64> {
-    let words: Vec<&str> = text.split(|c: char| c.is_whitespace() || c == ',').collect();
-    let mut total_secs = 0u64;
-    let mut i = 0;
-    while i + 1 < words.len() {
-        let Ok(n) = words[i].parse::<u64>() else { break };
-        let unit = words[i + 1].trim_end_matches(['.', ';', ')']);
-        let secs = match unit {
-            u if u.starts_with("day") => 86_400,
-            u if u.starts_with("hour") || u == "h" => 3_600,
-            u if u.starts_with("min") || u == "m" => 60,
-            u if u.starts_with("sec") || u == "s" => 1,
-            _ => break,
-        };
-        total_secs = total_secs.saturating_add(n.saturating_mul(secs));
-        i += 2;
-        if words.get(i) == Some(&"and") {
-            i += 1;
-        }
-    }
-    (total_secs > 0).then_some(total_secs)
-}
-
 /// A Progress step for a tool call.
 pub(crate) fn step_for_tool(name: &str, input: &Value) -> String {
     let s = |k: &str| input.get(k).and_then(Value::as_str).unwrap_or_default();
@@ -370,32 +377,22 @@ pub(crate) fn step_for_tool(name: &str, input: &Value) -> String {
 mod tests {
     use super::*;
 
-    const NOW: u64 = 1_800_000_000_000;
-
     #[test]
-    fn usage_limit_messages_and_their_reset_times() {
-        let r = usage_limit_in_text("Claude AI usage limit reached|1750000000", NOW).expect("limit");
-        assert_eq!(r.reset_unix_ms, 1_750_000_000_000);
-        let r =
-            usage_limit_in_text("You've hit your limit · resets 3pm (Europe/Berlin)", NOW).expect("limit");
-        assert_eq!(r.reset_unix_ms, 0, "an absolute clock time without a date is unknown");
-        let r = usage_limit_in_text(
-            "You've hit your usage limit. Upgrade to Pro or try again in 2 hours 5 minutes.",
-            NOW,
-        )
-        .expect("limit");
-        assert_eq!(r.reset_unix_ms, NOW + (2 * 3600 + 5 * 60) * 1000);
-        let r = usage_limit_in_text("usage limit reached in your plan; try again in 3 seconds", NOW + 1)
-            .expect("limit");
-        assert_eq!(r.reset_unix_ms, NOW + 4000, "the first duration, rounded up to a second");
-        assert!(
-            usage_limit_in_text("exceeded retry limit, last status: 429 Too Many Requests", NOW).is_some()
-        );
-        assert!(usage_limit_in_text("all tests pass; no limits here", NOW).is_none());
-        assert!(
-            usage_limit_in_text("usage limit reached|garbage", NOW).is_some_and(|r| r.reset_unix_ms == 0)
-        );
-        assert!(usage_limit_in_text("usage limit reached|99", NOW).is_some_and(|r| r.reset_unix_ms == 0));
+    fn an_answer_picks_an_option_by_number_or_label_or_is_the_operators_own_words() {
+        let q = AskedQuestion {
+            text: "Which?".into(),
+            header: String::new(),
+            options: vec!["SQLite".into(), "Postgres".into()],
+            multi_select: false,
+        };
+        assert_eq!(q.answer(" 2 "), "Postgres");
+        assert_eq!(q.answer("sqlite"), "SQLite");
+        assert_eq!(q.answer("3"), "3", "no third option");
+        assert_eq!(q.answer("1, 2"), "1, 2", "one choice only");
+        assert_eq!(q.answer("Use DuckDB"), "Use DuckDB");
+        let multi = AskedQuestion { multi_select: true, ..q };
+        assert_eq!(multi.answer("1, postgres"), "SQLite, Postgres");
+        assert_eq!(multi.answer("1, DuckDB"), "1, DuckDB", "not all options: the operator's words");
     }
 
     #[test]

@@ -144,15 +144,10 @@ impl Policy {
 
     /// Decides one `can_use_tool` request.
     pub fn decide(&self, tool: &str, input: &Value) -> Decision {
-        let req = self.request(tool, input);
-        if EDIT_TOOLS.contains(&tool)
-            && let Some(why) = self.outside_owned(&req)
-        {
+        if let Some(why) = self.forbids(tool, input) {
             return Decision::Deny { why };
         }
-        if let Some(r) = self.deny.iter().find(|r| self.matches(r, &req)) {
-            return Decision::Deny { why: format!("denied by the rule {}", r.text) };
-        }
+        let req = self.request(tool, input);
         if let Some(r) = self.allow.iter().find(|r| self.matches(r, &req)) {
             return Decision::Allow { why: format!("allowed by the rule {}", r.text) };
         }
@@ -162,6 +157,19 @@ impl Policy {
             }
             Otherwise::Ask => Decision::Ask,
         }
+    }
+
+    /// Why no permission mode may let this tool use run: an edit outside
+    /// the owned files, or a deny rule. Checked before every tool use the
+    /// agent announces, including those it would not ask about.
+    pub fn forbids(&self, tool: &str, input: &Value) -> Option<String> {
+        let req = self.request(tool, input);
+        if EDIT_TOOLS.contains(&tool)
+            && let Some(why) = self.outside_owned(&req)
+        {
+            return Some(why);
+        }
+        self.deny.iter().find(|r| self.matches(r, &req)).map(|r| format!("denied by the rule {}", r.text))
     }
 
     /// The worktree-relative form of a path an agent named (for reports).
@@ -303,6 +311,7 @@ mod tests {
             deny: rules(deny),
             otherwise,
             resume_session: None,
+            instructions: Default::default(),
         };
         Policy::new(&cfg, &["src/**".into(), "docs/".into()], wt).expect("policy")
     }

@@ -210,6 +210,7 @@ fn a_permission_question_takes_allow_or_deny_and_nothing_else() {
         id: "perm-1".into(),
         text: "Bash wants to run: cargo publish".into(),
         category: "permission".into(),
+        options: Vec::new(),
     };
     rig.send("w1", 1, q);
     let answer = |rig: &mut Rig, text: &str| {
@@ -243,6 +244,7 @@ fn a_permission_question_ends_with_its_attempt() {
         id: "perm-1".into(),
         text: "Bash wants to run: make".into(),
         category: "permission".into(),
+        options: Vec::new(),
     };
     rig.send("w1", 1, q);
     assert!(!rig.task_of("a").task.pending_question.is_empty());

@@ -134,7 +134,10 @@ const Views = (() => {
         ["title", t.title], ["deps", t.deps.join(", ")], ["files", t.owned_globs.join(", ")],
         ["worker", t.worker_id], ["attempts", `${t.attempts} (${t.retries_used} retries used)`],
         ["merge commit", t.merge_commit], ["reason", t.reason], ["step", t.step],
-        ["question", t.pending_question], ["cost", cost(t.usage)],
+        ["question", t.pending_question],
+        ["options", (t.pending_options || []).map((o, i) => `${i + 1}. ${o}`).join("   ")],
+        ["answer with", t.pending_question ? `swarmctl answer ${swarmId}/${t.id} <number, option or text>` : ""],
+        ["cost", cost(t.usage)],
       ]),
       h("h2", {}, "Merge report"),
       report

@@ -21,6 +21,7 @@ fn cfg(deny: &[&str]) -> AgentConfig {
         deny: deny.iter().map(|r| PermissionRule::parse(r).expect("rule")).collect(),
         otherwise: Otherwise::Ask,
         resume_session: None,
+        instructions: Default::default(),
     }
 }
 

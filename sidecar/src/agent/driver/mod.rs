@@ -101,10 +101,19 @@ struct Perm {
     request_id: String,
     tool: String,
     input: serde_json::Value,
+    /// An ask-the-user request's questions (empty for a permission),
+    /// asked one at a time, and the answers so far.
+    asked: Vec<super::AskedQuestion>,
+    answers: Vec<(String, String)>,
 }
 
 struct Driver<'s, 'c> {
     s: &'s Setup<'s>,
+    /// The attempt's agent settings with swarm's note to the agent added.
+    cfg: AgentConfig,
+    /// The note, for an agent that takes no system prompt: it opens the
+    /// first message of a new session instead.
+    preamble: Option<String>,
     ch: Channels<'c>,
     agent: Box<dyn Agent>,
     policy: Policy,
@@ -156,8 +165,21 @@ pub async fn run(s: &Setup<'_>, ch: Channels<'_>) -> Ran {
         Ok(a) => a,
         Err(e) => return Ran::failed(e.to_string()),
     };
+    let mut cfg = s.cfg.clone();
+    let note = super::instructions::note(&cfg, s.owned_globs);
+    let preamble = if agent.takes_system_prompt() {
+        cfg.append_system_prompt = match (note, cfg.append_system_prompt.take()) {
+            (Some(n), Some(own)) => Some(format!("{n}\n\n{own}")),
+            (n, own) => n.or(own),
+        };
+        None
+    } else {
+        note
+    };
     let mut d = Driver {
         s,
+        cfg,
+        preamble,
         ch,
         agent,
         policy,
@@ -296,7 +318,10 @@ impl Driver<'_, '_> {
     }
 
     async fn first_message(&mut self) -> (Option<String>, String) {
-        let task = self.s.task_text.to_string();
+        let task = match &self.preamble {
+            Some(p) => format!("{p}\n\n{}", self.s.task_text),
+            None => self.s.task_text.to_string(),
+        };
         let Some(wanted) = self.s.cfg.resume_session.clone() else { return (None, task) };
         match session::can_resume(self.s.worktree, self.s.cfg.kind.as_str(), &wanted, self.s.base_commit) {
             Ok(()) => {
@@ -316,7 +341,7 @@ impl Driver<'_, '_> {
     }
 
     async fn start(&mut self, resume: Option<String>, prompt: String) -> Result<(), String> {
-        let argv = self.agent.argv(self.s.cfg, resume.as_deref());
+        let argv = self.agent.argv(&self.cfg, resume.as_deref());
         let spec = SpawnSpec {
             argv: argv.clone(),
             cwd: self.s.worktree.to_path_buf(),
@@ -407,9 +432,21 @@ impl Driver<'_, '_> {
                 self.usage_proc = u;
                 self.progress_dirty = true;
             }
-            AgentEvent::Note(n) => self.push_tail(n),
+            AgentEvent::Note(n) => {
+                self.push_tail(n);
+                self.progress_dirty = true;
+            }
             AgentEvent::PermissionRequest { request_id, tool, input } => {
                 self.on_permission(request_id, tool, input).await
+            }
+            AgentEvent::ToolHook { request_id, tool, input } => {
+                self.on_tool_hook(request_id, tool, input).await
+            }
+            AgentEvent::UserQuestion { request_id, input, questions } => {
+                self.on_user_question(request_id, input, questions).await
+            }
+            AgentEvent::Denied { tool, why } => {
+                self.audit(&format!("permission denied by the agent: {tool} ({why})")).await
             }
             AgentEvent::UnsupportedControl { request_id, subtype } => {
                 self.log(&format!("refused control request {request_id} ({})", clip(&subtype, 64))).await;
@@ -525,7 +562,7 @@ impl Driver<'_, '_> {
             self.resolve_permission(&text).await;
             return;
         }
-        if id.starts_with("perm-") {
+        if permissions::is_agent_request(&id) {
             self.log(&format!("answer to {id}, which is no longer pending; ignored")).await;
             return;
         }

@@ -32,6 +32,7 @@ impl Driver<'_, '_> {
                     question_id: q.id,
                     text: q.text,
                     category: q.category,
+                    options: q.options,
                 })),
                 // The agent's own events are the progress of an agent worker.
                 StatusEvent::Progress(_) => {}

@@ -1,0 +1,189 @@
+//! The real Claude Code CLI for tests, as the Claude Agent SDK for Python
+//! bundles it: `pip install claude-agent-sdk==SDK_VERSION` once per target
+//! directory (`target/claude-cli/sdk-<version>/`), then
+//! `claude_agent_sdk/_bundled/claude` from there. The wheel carries the
+//! CLI as one native executable, so only pip and the network are needed,
+//! not Node.
+//!
+//! Concurrent test processes install once: the installer holds
+//! `target/claude-cli/install.lock` and installs into a staging directory
+//! that it renames into place only when the CLI in it runs, so a killed
+//! install leaves nothing that looks finished.
+//!
+//! `SWARM_CLAUDE_CLI=/path/to/claude` uses that CLI instead (to try a newer
+//! one); nothing is installed then.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The SDK release the tests install (the newest on PyPI when pinned).
+pub const SDK_VERSION: &str = "0.2.189";
+/// The Claude Code release [`SDK_VERSION`] bundles.
+pub const BUNDLED_CLI_VERSION: &str = "2.1.332";
+/// Names a CLI to use instead of installing one.
+pub const CLI_ENV: &str = "SWARM_CLAUDE_CLI";
+/// Where the executable sits in the installed package.
+const BUNDLED: &str = "claude_agent_sdk/_bundled/claude";
+/// The wheel is ~100 MB; a slow mirror on a busy machine needs minutes.
+const INSTALL_LIMIT: Duration = Duration::from_secs(900);
+
+/// A Claude Code executable and what its `--version` says.
+#[derive(Debug, Clone)]
+pub struct ClaudeCli {
+    pub path: PathBuf,
+    /// e.g. `2.1.332 (Claude Code)`.
+    pub version: String,
+}
+
+/// The CLI, installed on first use in this test process; the reason when
+/// it cannot be had here (no python3, no venv module, no network).
+pub fn claude_cli() -> Result<&'static ClaudeCli, String> {
+    static CLI: OnceLock<Result<ClaudeCli, String>> = OnceLock::new();
+    CLI.get_or_init(find_or_install).as_ref().map_err(Clone::clone)
+}
+
+fn find_or_install() -> Result<ClaudeCli, String> {
+    if let Some(p) = std::env::var_os(CLI_ENV).filter(|v| !v.is_empty()) {
+        let path = PathBuf::from(p);
+        let version = version_of(&path).map_err(|e| format!("{CLI_ENV}={}: {e}", path.display()))?;
+        return Ok(ClaudeCli { path, version });
+    }
+    let root = target_dir()?.join("claude-cli");
+    let dir = root.join(format!("sdk-{SDK_VERSION}"));
+    if !dir.join(BUNDLED).is_file() {
+        install(&root, &dir)?;
+    }
+    let path = dir.join(BUNDLED);
+    let version = version_of(&path)?;
+    // The pin and the record of what it bundles change together.
+    if !version.starts_with(BUNDLED_CLI_VERSION) {
+        return Err(format!(
+            "claude-agent-sdk {SDK_VERSION} bundles Claude Code {version:?}, not {BUNDLED_CLI_VERSION}: update BUNDLED_CLI_VERSION"
+        ));
+    }
+    Ok(ClaudeCli { path, version })
+}
+
+/// `target/` of this workspace: the test executable is `target/<profile>/deps/<test>-<hash>`.
+fn target_dir() -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    exe.ancestors()
+        .nth(3)
+        .map(Path::to_path_buf)
+        .ok_or_else(|| format!("no target directory above {}", exe.display()))
+}
+
+fn install(root: &Path, dir: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(root).map_err(|e| format!("creating {}: {e}", root.display()))?;
+    let lock_path = root.join("install.lock");
+    let lock = std::fs::File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| format!("opening {}: {e}", lock_path.display()))?;
+    let deadline = Instant::now() + INSTALL_LIMIT;
+    loop {
+        match lock.try_lock() {
+            Ok(()) => break,
+            Err(std::fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => return Err(format!("locking {}: {e}", lock_path.display())),
+        }
+    }
+    // Another process may have finished while this one waited.
+    if dir.join(BUNDLED).is_file() {
+        return Ok(());
+    }
+    // Holding the lock, whatever staging directories exist are leftovers.
+    for entry in std::fs::read_dir(root).map_err(|e| e.to_string())?.flatten() {
+        if entry.file_name().to_string_lossy().starts_with(".staging-") {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+    let staging = root.join(format!(".staging-{}", std::process::id()));
+    let result = stage(&staging, deadline).and_then(|site| {
+        let _ = std::fs::remove_dir_all(dir);
+        std::fs::rename(&site, dir)
+            .map_err(|e| format!("renaming {} to {}: {e}", site.display(), dir.display()))
+    });
+    let _ = std::fs::remove_dir_all(&staging);
+    result
+}
+
+/// Installs the SDK, without its Python dependencies, into `<staging>/site`
+/// with the pip of a throwaway venv (a system Python may be externally
+/// managed, PEP 668, and refuse pip's installs); returns that directory
+/// once its CLI runs.
+fn stage(staging: &Path, deadline: Instant) -> Result<PathBuf, String> {
+    let venv = staging.join("venv");
+    let site = staging.join("site");
+    let left = || deadline.saturating_duration_since(Instant::now());
+    let out = run(Command::new("python3").args(["-m", "venv"]).arg(&venv), left())
+        .map_err(|e| format!("python3 -m venv: {e}"))?;
+    check("python3 -m venv", &out)?;
+    let mut pip = Command::new(venv.join("bin/python"));
+    pip.args(["-m", "pip", "install", "--disable-pip-version-check", "--no-input", "--quiet"])
+        // Only the wheel carries the CLI; the SDK's Python deps are not needed.
+        .args(["--no-deps", "--only-binary=:all:", "--target"])
+        .arg(&site)
+        .arg(format!("claude-agent-sdk=={SDK_VERSION}"))
+        .env("PIP_NO_INPUT", "1")
+        .env_remove("PIP_REQUIRE_VIRTUALENV");
+    let out = run(&mut pip, left())?;
+    check(&format!("pip install claude-agent-sdk=={SDK_VERSION}"), &out)?;
+    let cli = site.join(BUNDLED);
+    if !cli.is_file() {
+        return Err(format!(
+            "claude-agent-sdk {SDK_VERSION} has no bundled CLI for this platform at {BUNDLED}"
+        ));
+    }
+    version_of(&cli)?;
+    Ok(site)
+}
+
+/// Runs `cmd` to its end, killing it after `limit`.
+fn run(cmd: &mut Command, limit: Duration) -> Result<Output, String> {
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start {:?}: {e}", cmd.get_program()))?;
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(out) => out.map_err(|e| e.to_string()),
+        Err(_) => {
+            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+            Err(format!("{:?} did not finish within {limit:?}", cmd.get_program()))
+        }
+    }
+}
+
+fn check(what: &str, out: &Output) -> Result<(), String> {
+    if out.status.success() {
+        return Ok(());
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    let tail: Vec<&str> = err.lines().rev().take(8).collect::<Vec<_>>().into_iter().rev().collect();
+    Err(format!("{what} failed ({}): {}", out.status, tail.join(" | ")))
+}
+
+/// `claude --version`, run with a throwaway HOME so that nothing of the
+/// developer's is read or written.
+fn version_of(cli: &Path) -> Result<String, String> {
+    let home = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let out = run(
+        Command::new(cli).arg("--version").env_clear().env("HOME", home.path()).env("PATH", "/usr/bin:/bin"),
+        Duration::from_secs(60),
+    )?;
+    check(&format!("{} --version", cli.display()), &out)?;
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
