@@ -67,7 +67,7 @@ fn find_or_install() -> Result<ClaudeCli, String> {
 }
 
 /// `target/` of this workspace: the test executable is `target/<profile>/deps/<test>-<hash>`.
-fn target_dir() -> Result<PathBuf, String> {
+pub(crate) fn target_dir() -> Result<PathBuf, String> {
     let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
     exe.ancestors()
         .nth(3)
@@ -146,7 +146,7 @@ fn stage(staging: &Path, deadline: Instant) -> Result<PathBuf, String> {
 }
 
 /// Runs `cmd` to its end, killing it after `limit`.
-fn run(cmd: &mut Command, limit: Duration) -> Result<Output, String> {
+pub(crate) fn run(cmd: &mut Command, limit: Duration) -> Result<Output, String> {
     let child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -167,7 +167,7 @@ fn run(cmd: &mut Command, limit: Duration) -> Result<Output, String> {
     }
 }
 
-fn check(what: &str, out: &Output) -> Result<(), String> {
+pub(crate) fn check(what: &str, out: &Output) -> Result<(), String> {
     if out.status.success() {
         return Ok(());
     }
