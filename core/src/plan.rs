@@ -289,6 +289,7 @@ struct RawDefaults {
     setup_on: Option<SetupOn>,
     agent: Option<AgentKind>,
     agent_path: Option<String>,
+    agent_command: Option<Vec<String>>,
     model: Option<String>,
     max_turns: Option<u32>,
     max_budget_usd: Option<f64>,
@@ -337,6 +338,7 @@ struct RawTask {
     setup_on: Option<SetupOn>,
     agent: Option<AgentKind>,
     agent_path: Option<String>,
+    agent_command: Option<Vec<String>>,
     model: Option<String>,
     max_turns: Option<u32>,
     max_budget_usd: Option<f64>,
@@ -371,6 +373,7 @@ macro_rules! agent_fields {
         agent::RawAgentFields {
             agent: $raw.agent,
             agent_path: $raw.agent_path.clone(),
+            agent_command: $raw.agent_command.clone(),
             model: $raw.model.clone(),
             max_turns: $raw.max_turns,
             max_budget_usd: $raw.max_budget_usd,

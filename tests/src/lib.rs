@@ -9,6 +9,7 @@
 
 use std::time::Duration;
 
+pub mod acp_agent;
 mod api;
 pub mod claude_cli;
 pub mod docker;

@@ -1,6 +1,13 @@
-//! The plan's agent settings: `agent = "claude" | "codex"` runs a coding
-//! agent through its machine interface instead of a `command`, with its
-//! model, limits and a permission policy in Claude Code's own rule syntax.
+//! The plan's agent settings: `agent = "claude" | "codex" | "acp"` runs a
+//! coding agent through its machine interface instead of a `command`, with
+//! its model, limits and a permission policy in Claude Code's own rule syntax.
+//!
+//! `agent = "acp"` drives any Agent Client Protocol server; its command line
+//! is `agent_command` (program and arguments), which becomes the spec's
+//! `path` and the head of its `extra_args`, so the wire needs no new field.
+//! The Claude-specific settings (model, limits, tools, mode, system prompt)
+//! are refused for it: ACP has no standard form for them, and an agent's own
+//! flags belong in its `agent_command`.
 
 use std::fmt;
 
@@ -17,6 +24,9 @@ pub enum AgentKind {
     Claude,
     /// OpenAI Codex: `codex exec --json`.
     Codex,
+    /// Any Agent Client Protocol server (JSON-RPC on its stdio), started
+    /// from the plan's `agent_command`.
+    Acp,
 }
 
 impl AgentKind {
@@ -24,11 +34,12 @@ impl AgentKind {
         match self {
             AgentKind::Claude => "claude",
             AgentKind::Codex => "codex",
+            AgentKind::Acp => "acp",
         }
     }
 
     pub fn parse(s: &str) -> Option<AgentKind> {
-        [AgentKind::Claude, AgentKind::Codex].into_iter().find(|k| k.as_str() == s)
+        [AgentKind::Claude, AgentKind::Codex, AgentKind::Acp].into_iter().find(|k| k.as_str() == s)
     }
 }
 
@@ -158,6 +169,7 @@ pub(super) enum RawInstructions {
 pub(super) struct RawAgentFields {
     pub agent: Option<AgentKind>,
     pub agent_path: Option<String>,
+    pub agent_command: Option<Vec<String>>,
     pub model: Option<String>,
     pub max_turns: Option<u32>,
     pub max_budget_usd: Option<f64>,
@@ -181,6 +193,19 @@ pub(super) struct RawPermissions {
 }
 
 const MAX_RULES: usize = 256;
+const MAX_ARGS: usize = 64;
+const NEEDS_AGENT: &str = "needs an agent: set agent = \"claude\", \"codex\" or \"acp\"";
+/// The settings an ACP agent cannot take: the protocol has no standard
+/// form for them (its own flags go in `agent_command`).
+const NOT_FOR_ACP: &[&str] = &[
+    "agent_path",
+    "model",
+    "max_turns",
+    "max_budget_usd",
+    "allowed_tools",
+    "permission_mode",
+    "append_system_prompt",
+];
 const MAX_ARG_BYTES: usize = 4096;
 
 impl RawAgentFields {
@@ -188,6 +213,7 @@ impl RawAgentFields {
     fn any_setting(&self) -> Option<&'static str> {
         let set = [
             ("agent_path", self.agent_path.is_some()),
+            ("agent_command", self.agent_command.is_some()),
             ("model", self.model.is_some()),
             ("max_turns", self.max_turns.is_some()),
             ("max_budget_usd", self.max_budget_usd.is_some()),
@@ -206,6 +232,7 @@ impl RawAgentFields {
         RawAgentFields {
             agent: self.agent.or(d.agent),
             agent_path: self.agent_path.clone().or_else(|| d.agent_path.clone()),
+            agent_command: self.agent_command.clone().or_else(|| d.agent_command.clone()),
             model: self.model.clone().or_else(|| d.model.clone()),
             max_turns: self.max_turns.or(d.max_turns),
             max_budget_usd: self.max_budget_usd.or(d.max_budget_usd),
@@ -233,16 +260,14 @@ pub(super) fn resolve(
     let path = |field: &str| format!("{at}.{field}");
     let Some(kind) = f.agent else {
         if let Some(field) = task.any_setting() {
-            return Err(err(path(field), "needs an agent: set agent = \"claude\" or \"codex\""));
+            return Err(err(path(field), NEEDS_AGENT));
         }
         if let Some(field) = defaults.any_setting() {
-            return Err(err(
-                format!("defaults.{field}"),
-                "needs an agent: set agent = \"claude\" or \"codex\"",
-            ));
+            return Err(err(format!("defaults.{field}"), NEEDS_AGENT));
         }
         return Ok(None);
     };
+    let command = agent_command(&path, kind, &f)?;
     if let Some(p) = &f.agent_path {
         check_arg(p).map_err(|rule| err(path("agent_path"), rule))?;
         if p.trim().is_empty() {
@@ -296,8 +321,8 @@ pub(super) fn resolve(
         }
     };
     let extra_args = f.extra_args.clone().unwrap_or_default();
-    if extra_args.len() > 64 {
-        return Err(err(path("extra_args"), "at most 64 arguments"));
+    if extra_args.len() > MAX_ARGS {
+        return Err(err(path("extra_args"), format!("at most {MAX_ARGS} arguments")));
     }
     for (i, a) in extra_args.iter().enumerate() {
         check_arg(a).map_err(|rule| err(format!("{}[{i}]", path("extra_args")), rule))?;
@@ -305,7 +330,7 @@ pub(super) fn resolve(
     let permissions = match &f.permissions {
         None => PermissionPolicy::default(),
         Some(raw) => {
-            if kind != AgentKind::Claude {
+            if kind == AgentKind::Codex {
                 return Err(err(
                     path("permissions"),
                     "codex exec asks no permissions; set its sandbox with extra_args (e.g. [\"--sandbox\", \"workspace-write\"])",
@@ -318,9 +343,18 @@ pub(super) fn resolve(
             }
         }
     };
+    // An ACP agent's command line travels as the spec's path and the head
+    // of its extra_args.
+    let (agent_path, extra_args) = match command {
+        Some((program, args)) => (Some(program), args.into_iter().chain(extra_args).collect()),
+        None => (f.agent_path.clone(), extra_args),
+    };
+    if extra_args.len() > MAX_ARGS {
+        return Err(err(path("extra_args"), format!("at most {MAX_ARGS} arguments with agent_command's")));
+    }
     Ok(Some(AgentSpec {
         kind,
-        path: f.agent_path.clone(),
+        path: agent_path,
         model: f.model.clone(),
         max_turns: f.max_turns,
         max_budget_usd: f.max_budget_usd,
@@ -331,6 +365,60 @@ pub(super) fn resolve(
         permissions,
         instructions,
     }))
+}
+
+/// `agent_command`: required for (and only for) `agent = "acp"`, as the
+/// program and its arguments. The settings ACP has no form for are refused
+/// by name.
+fn agent_command(
+    path: &dyn Fn(&str) -> String,
+    kind: AgentKind,
+    f: &RawAgentFields,
+) -> Result<Option<(String, Vec<String>)>, PlanError> {
+    if kind != AgentKind::Acp {
+        if f.agent_command.is_some() {
+            return Err(err(
+                path("agent_command"),
+                format!("is for agent = \"acp\"; agent = \"{kind}\" takes agent_path and extra_args"),
+            ));
+        }
+        return Ok(None);
+    }
+    if let Some(field) = NOT_FOR_ACP.iter().find(|name| match **name {
+        "agent_path" => f.agent_path.is_some(),
+        "model" => f.model.is_some(),
+        "max_turns" => f.max_turns.is_some(),
+        "max_budget_usd" => f.max_budget_usd.is_some(),
+        "allowed_tools" => f.allowed_tools.is_some(),
+        "permission_mode" => f.permission_mode.is_some(),
+        _ => f.append_system_prompt.is_some(),
+    }) {
+        let rule = if *field == "agent_path" {
+            "agent = \"acp\" is started by agent_command, not agent_path".to_string()
+        } else {
+            format!("agent = \"acp\" has no {field}: pass the agent's own flag in agent_command")
+        };
+        return Err(err(path(field), rule));
+    }
+    let Some(command) = &f.agent_command else {
+        return Err(err(
+            path("agent_command"),
+            "agent = \"acp\" needs agent_command, the ACP server's command line, e.g. [\"gemini\", \"--experimental-acp\"]",
+        ));
+    };
+    let Some((program, args)) = command.split_first() else {
+        return Err(err(path("agent_command"), "must name a program: a non-empty list of strings"));
+    };
+    if program.trim().is_empty() {
+        return Err(err(format!("{}[0]", path("agent_command")), "the program must not be empty"));
+    }
+    if command.len() > MAX_ARGS {
+        return Err(err(path("agent_command"), format!("at most {MAX_ARGS} strings")));
+    }
+    for (i, a) in command.iter().enumerate() {
+        check_arg(a).map_err(|rule| err(format!("{}[{i}]", path("agent_command")), rule))?;
+    }
+    Ok(Some((program.clone(), args.to_vec())))
 }
 
 fn rules(at: &str, raw: &[String]) -> Result<Vec<PermissionRule>, PlanError> {

@@ -106,6 +106,10 @@ pub(super) fn parse(at: &str, raw: &RawReview) -> Result<Option<ReviewSpec>, Pla
             }
             Ok(Some(ReviewSpec::Command(argv)))
         }
+        (None, Some(AgentKind::Acp)) => Err(err(
+            field("agent"),
+            "a reviewer agent is \"claude\" or \"codex\"; run an ACP agent as a review command instead",
+        )),
         (None, Some(kind)) => {
             let prompt = table.prompt.clone().unwrap_or_default();
             if prompt.trim().is_empty() {

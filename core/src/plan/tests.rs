@@ -201,3 +201,55 @@ fn bad_agent_settings_name_the_field_and_the_rule() {
         assert!(e.rule.contains(rule), "{extra}: {e}");
     }
 }
+
+#[test]
+fn an_acp_agent_is_its_command_line() {
+    let text = r#"
+name = "s"
+[defaults]
+agent = "acp"
+agent_command = ["gemini", "--experimental-acp"]
+permissions = { allow = ["Read"], otherwise = "ask" }
+[[tasks]]
+id = "a"
+files = ["src/**"]
+extra_args = ["--debug"]
+"#;
+    let plan = Plan::parse(text).expect("valid plan");
+    let agent = plan.tasks[0].agent.as_ref().expect("an agent");
+    assert_eq!(agent.kind, AgentKind::Acp);
+    assert_eq!(agent.path.as_deref(), Some("gemini"));
+    assert_eq!(agent.extra_args, ["--experimental-acp", "--debug"], "the command's arguments come first");
+    assert_eq!(agent.permissions.allow[0].to_string(), "Read");
+}
+
+#[test]
+fn acp_settings_name_the_field_and_the_rule() {
+    let cases = [
+        ("agent = \"acp\"", "tasks[0].agent_command", "needs agent_command"),
+        ("agent = \"acp\"\nagent_command = []", "tasks[0].agent_command", "non-empty"),
+        ("agent = \"acp\"\nagent_command = [\" \"]", "tasks[0].agent_command[0]", "must not be empty"),
+        ("agent = \"acp\"\nagent_command = [\"x\", \"a\\u0000\"]", "tasks[0].agent_command[1]", "NUL"),
+        ("agent = \"acp\"\nagent_command = \"gemini\"", "tasks[0].agent_command", "sequence"),
+        ("agent = \"acp\"\nagent_command = [\"x\"]\nmodel = \"opus\"", "tasks[0].model", "agent_command"),
+        (
+            "agent = \"acp\"\nagent_command = [\"x\"]\nagent_path = \"/x\"",
+            "tasks[0].agent_path",
+            "agent_command",
+        ),
+        ("agent = \"acp\"\nagent_command = [\"x\"]\nmax_turns = 3", "tasks[0].max_turns", "no max_turns"),
+        ("agent = \"claude\"\nagent_command = [\"x\"]", "tasks[0].agent_command", "is for agent = \"acp\""),
+        ("agent_command = [\"x\"]", "tasks[0].agent_command", "needs an agent"),
+        (
+            "review = { agent = \"acp\", prompt = \"p\" }\ncommand = \"true\"",
+            "tasks[0].review.agent",
+            "claude",
+        ),
+    ];
+    for (extra, path, rule) in cases {
+        let text = format!("name = \"s\"\n[[tasks]]\nid = \"a\"\nfiles = [\"a/**\"]\n{extra}");
+        let e = Plan::parse(&text).expect_err(extra);
+        assert_eq!(e.path, path, "{extra}: {e}");
+        assert!(e.rule.contains(rule), "{extra}: {e}");
+    }
+}

@@ -131,7 +131,7 @@ impl Agent for Claude {
         v
     }
 
-    fn opening(&self, prompt: &str) -> Opening {
+    fn opening(&mut self, prompt: &str, _resume: Option<&str>) -> Opening {
         // `onFailure: block`: a hook that cannot be answered stops the
         // tool instead of letting it through.
         let hooks = json!({"PreToolUse": [
@@ -153,7 +153,7 @@ impl Agent for Claude {
         true
     }
 
-    fn user_message(&self, text: &str) -> String {
+    fn user_message(&mut self, text: &str) -> String {
         let m = json!({
             "type": "user",
             "message": {"role": "user", "content": text},
@@ -163,7 +163,7 @@ impl Agent for Claude {
         format!("{m}\n")
     }
 
-    fn permission_reply(&self, request_id: &str, verdict: &Verdict, input: &Value) -> Option<String> {
+    fn permission_reply(&mut self, request_id: &str, verdict: &Verdict, input: &Value) -> Option<String> {
         let response = match verdict {
             Verdict::Allow => json!({"behavior": "allow", "updatedInput": input}),
             Verdict::Deny(message) => json!({"behavior": "deny", "message": message}),
@@ -571,8 +571,8 @@ mod tests {
 
     #[test]
     fn the_opening_registers_the_pre_tool_hook_before_the_task() {
-        let c = Claude::default();
-        let opening = c.opening("the task");
+        let mut c = Claude::default();
+        let opening = c.opening("the task", None);
         let lines: Vec<Value> =
             opening.input.lines().map(|l| serde_json::from_str(l).expect("json")).collect();
         assert_eq!(lines.len(), 2);
@@ -666,7 +666,7 @@ mod tests {
 
     #[test]
     fn messages_on_stdin_have_the_sdk_shape() {
-        let c = Claude::default();
+        let mut c = Claude::default();
         let v: Value = serde_json::from_str(c.user_message("do \"it\"\n").trim()).expect("json");
         assert_eq!(v["type"], "user");
         assert_eq!(v["message"]["content"], "do \"it\"\n");

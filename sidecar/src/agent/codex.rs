@@ -44,7 +44,7 @@ impl Agent for Codex {
         v
     }
 
-    fn opening(&self, prompt: &str) -> Opening {
+    fn opening(&mut self, prompt: &str, _resume: Option<&str>) -> Opening {
         Opening { input: prompt.to_string(), close: true }
     }
 
@@ -52,11 +52,11 @@ impl Agent for Codex {
         FollowUp::Resume
     }
 
-    fn user_message(&self, text: &str) -> String {
+    fn user_message(&mut self, text: &str) -> String {
         text.to_string()
     }
 
-    fn permission_reply(&self, _: &str, _: &Verdict, _: &Value) -> Option<String> {
+    fn permission_reply(&mut self, _: &str, _: &Verdict, _: &Value) -> Option<String> {
         None
     }
 
@@ -225,7 +225,7 @@ mod tests {
 
     #[test]
     fn argv_fresh_and_resumed() {
-        let c = Codex::default();
+        let mut c = Codex::default();
         assert_eq!(
             c.argv(&cfg(), None).join(" "),
             "codex exec --json --model gpt-5-codex --sandbox workspace-write -"
@@ -234,7 +234,7 @@ mod tests {
             c.argv(&cfg(), Some("th-1")).join(" "),
             "codex exec --json --model gpt-5-codex --sandbox workspace-write resume th-1 -"
         );
-        assert_eq!(c.opening("task"), Opening { input: "task".into(), close: true });
+        assert_eq!(c.opening("task", None), Opening { input: "task".into(), close: true });
         assert_eq!(c.follow_up(), FollowUp::Resume);
     }
 

@@ -1,4 +1,4 @@
-//! Coding agents (Claude Code, Codex) as workers, behind one trait.
+//! Coding agents (Claude Code, Codex, any ACP server) as workers, behind one trait.
 //!
 //! An [`Agent`] knows its command line, how to hand it a prompt and an
 //! answer, and how to read its machine output; it turns each stdout line
@@ -19,6 +19,7 @@ use swarm_core::plan::{AgentKind, Otherwise, PermissionRule};
 use swarm_proto::convert::{FieldError, session_id_from_wire};
 use swarm_proto::v1;
 
+pub mod acp;
 pub mod claude;
 pub mod codex;
 pub mod driver;
@@ -39,7 +40,7 @@ pub const MAX_AGENT_LINE: usize = 16 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
-    #[error("agent.kind {0:?} is not supported (claude, codex)")]
+    #[error("agent.kind {0:?} is not supported (claude, codex, acp)")]
     UnknownKind(String),
     #[error("permission policy: {0}")]
     Policy(String),
@@ -98,6 +99,12 @@ impl AgentConfig {
             "" => None,
             id => Some(session_id_from_wire("agent.resume_session", id)?),
         };
+        if kind == AgentKind::Acp && s.path.trim().is_empty() {
+            return Err(FieldError::new(
+                "agent.path",
+                "agent \"acp\" needs the ACP server's program (the plan's agent_command)",
+            ));
+        }
         let non_empty = |v: &str| (!v.is_empty()).then(|| v.to_string());
         Ok(AgentConfig {
             kind,
@@ -148,19 +155,25 @@ pub trait Agent: Send {
     fn kind(&self) -> AgentKind;
     /// The full argv; `resume` names the session to continue.
     fn argv(&self, cfg: &AgentConfig, resume: Option<&str>) -> Vec<String>;
-    /// What a new process gets on stdin: the prompt (first message or answer).
-    fn opening(&self, prompt: &str) -> Opening;
+    /// What a new process gets on stdin: the prompt (first message or
+    /// answer), or the start of a handshake that carries it once the agent
+    /// is ready (ACP); `resume` is the session the process continues, as
+    /// [`Agent::argv`] was given it. The methods that write to the agent
+    /// take `&mut self`: a protocol adapter numbers its requests and holds
+    /// what must wait for the agent's replies.
+    fn opening(&mut self, prompt: &str, resume: Option<&str>) -> Opening;
     fn follow_up(&self) -> FollowUp;
     /// Whether swarm's note to the agent goes in as a system prompt
     /// (`append_system_prompt`); otherwise it opens the first message.
     fn takes_system_prompt(&self) -> bool {
         false
     }
-    /// A stdin line carrying a follow-up user message ([`FollowUp::Stdin`]).
-    fn user_message(&self, text: &str) -> String;
+    /// The stdin text carrying a follow-up user message ([`FollowUp::Stdin`]);
+    /// empty when the adapter holds it until the agent is ready.
+    fn user_message(&mut self, text: &str) -> String;
     /// The stdin line answering a permission request; None when the agent
     /// has no such channel.
-    fn permission_reply(&self, request_id: &str, verdict: &Verdict, input: &Value) -> Option<String>;
+    fn permission_reply(&mut self, request_id: &str, verdict: &Verdict, input: &Value) -> Option<String>;
     /// The stdin line answering a [`AgentEvent::ToolHook`]: `deny` with
     /// the reason, or None to let the agent's own permission flow go on.
     fn hook_reply(&self, _request_id: &str, _deny: Option<&str>) -> Option<String> {
@@ -183,14 +196,27 @@ pub trait Agent: Send {
     /// Called when a process ended, before another is started for the same
     /// session: per-process state (usage, turn bookkeeping) starts over.
     fn new_process(&mut self);
+    /// What to write before the process is stopped (a cancel, a checkpoint),
+    /// so that the agent can end its turn itself: ACP's `session/cancel`.
+    /// None: the process is only signalled.
+    fn stop_message(&mut self) -> Option<String> {
+        None
+    }
 }
 
-/// The agent for a kind.
-pub fn for_kind(kind: AgentKind) -> Box<dyn Agent> {
-    match kind {
+/// The agent for the Assign's settings. `worktree` and `owned_globs` are
+/// for an agent the sidecar serves files to (ACP), under the same
+/// ownership rules as its permission requests.
+pub fn for_kind(
+    cfg: &AgentConfig,
+    worktree: &std::path::Path,
+    owned_globs: &[String],
+) -> Result<Box<dyn Agent>, AgentError> {
+    Ok(match cfg.kind {
         AgentKind::Claude => Box::new(claude::Claude::default()),
         AgentKind::Codex => Box::new(codex::Codex::default()),
-    }
+        AgentKind::Acp => Box::new(acp::Acp::new(cfg, worktree, owned_globs)?),
+    })
 }
 
 /// A usage limit the agent hit.
@@ -303,6 +329,9 @@ pub enum AgentEvent {
     RateLimited(RateLimit),
     /// An error the agent reported outside a turn's end.
     Error(String),
+    /// Text to write to the agent's stdin as it is: a protocol adapter's
+    /// reply to the agent's request, or its next request (ACP).
+    Send(String),
     TurnEnded(TurnEnd),
     Unparseable(String),
 }
@@ -382,8 +411,17 @@ mod tests {
         assert_eq!(c.program, "claude");
         assert_eq!(c.otherwise, Otherwise::Deny);
         assert_eq!(c.resume_session.as_deref(), Some("abc-123"));
+        let acp = v1::AgentSpec {
+            kind: "acp".into(),
+            path: "gemini".into(),
+            extra_args: vec!["--experimental-acp".into()],
+            ..Default::default()
+        };
+        let c = AgentConfig::from_wire(&acp).expect("valid");
+        assert_eq!((c.kind, c.program.as_str()), (AgentKind::Acp, "gemini"));
         for bad in [
             v1::AgentSpec { kind: "gemini".into(), ..Default::default() },
+            v1::AgentSpec { kind: "acp".into(), ..Default::default() },
             v1::AgentSpec { kind: "claude".into(), resume_session: "a b".into(), ..Default::default() },
             v1::AgentSpec { kind: "claude".into(), max_budget_usd: f64::NAN, ..Default::default() },
             v1::AgentSpec {

@@ -30,6 +30,7 @@ use crate::status::{StatusWatcher, WorkerStatus};
 
 mod permissions;
 mod report;
+mod stop;
 pub use permissions::describe;
 
 /// Marks an operator's message on the answers channel (question ids never
@@ -160,7 +161,10 @@ pub async fn run(s: &Setup<'_>, ch: Channels<'_>) -> Ran {
         Ok(p) => p,
         Err(e) => return Ran::failed(e.to_string()),
     };
-    let agent = super::for_kind(s.cfg.kind);
+    let agent = match super::for_kind(s.cfg, s.worktree, s.owned_globs) {
+        Ok(a) => a,
+        Err(e) => return Ran::failed(e.to_string()),
+    };
     let mut cfg = s.cfg.clone();
     let note = super::instructions::note(&cfg, s.owned_globs);
     let preamble = if agent.takes_system_prompt() {
@@ -242,7 +246,7 @@ impl Driver<'_, '_> {
                 Wake::Out(None) => self.out_open = false,
                 Wake::Exit(exit) => self.on_exit(exit).await,
                 Wake::Stop(Some(stop)) => {
-                    self.stop_process(self.grace(stop)).await;
+                    self.stop_agent(self.grace(stop)).await;
                     return End::Stopped(stop);
                 }
                 Wake::Stop(None) => {}
@@ -356,7 +360,7 @@ impl Driver<'_, '_> {
             restarts,
             sandbox: Some(self.s.launch.report.clone()),
         }));
-        let opening = self.agent.opening(&prompt);
+        let opening = self.agent.opening(&prompt, resume.as_deref());
         if let Err(e) = p.write(&opening.input).await {
             self.log(&format!("{e}")).await;
         }
@@ -457,6 +461,7 @@ impl Driver<'_, '_> {
                 self.seen_rate_limit = Some(r);
             }
             AgentEvent::Error(e) => self.push_tail(format!("error: {}", clip(&e, 300))),
+            AgentEvent::Send(text) => self.write(&text).await,
             AgentEvent::TurnEnded(t) => self.on_turn_end(t).await,
             AgentEvent::Unparseable(why) => {
                 self.unparseable(&format!("{why}: {}", clip(line, 200))).await;
@@ -572,6 +577,7 @@ impl Driver<'_, '_> {
 
     async fn on_tick(&mut self) -> Option<End> {
         self.poll_status().await;
+        self.stop_lingering().await;
         if self.progress_dirty && self.progress_sent.elapsed() >= PROGRESS_EVERY {
             self.send_progress();
         }
