@@ -168,7 +168,7 @@ async fn a_usage_limit_keeps_the_work_and_the_next_attempt_resumes_it() {
     let limited = script(
         repo.path(),
         "claude-limited",
-        r#"read -r first
+        r#"read -r init; read -r first
 echo '{"type":"system","subtype":"init","session_id":"sess-2"}'
 mkdir -p src && echo wip > src/b.rs
 echo '{"type":"rate_limit_event","rate_limit_info":{"status":"rejected","resetsAt":1900000000,"rateLimitType":"five_hour"},"uuid":"u","session_id":"sess-2"}'
@@ -213,7 +213,7 @@ async fn a_question_keeps_the_agent_waiting_for_the_answer() {
     let fake = script(
         repo.path(),
         "claude-asks",
-        r#"read -r first
+        r#"read -r init; read -r first
 echo '{"type":"system","subtype":"init","session_id":"sess-3"}'
 echo '{"status":"question","question":{"id":"q1","text":"Which port?","category":"ambiguous_spec"}}' > .swarm/status.json
 echo '{"type":"result","subtype":"success","is_error":false,"result":"asked","session_id":"sess-3"}'
@@ -262,7 +262,7 @@ async fn a_blocked_status_maps_to_blocked() {
     let fake = script(
         repo.path(),
         "claude-blocked",
-        r#"read -r first
+        r#"read -r init; read -r first
 echo '{"status":"blocked","message":"needs the db schema"}' > .swarm/status.json
 echo '{"type":"result","subtype":"success","is_error":false,"result":"stuck","session_id":"s"}'
 while read -r line; do :; done
@@ -280,7 +280,7 @@ async fn a_lost_agent_attempt_is_checkpointed_with_its_session() {
     let fake = script(
         repo.path(),
         "claude-first",
-        r#"read -r first
+        r#"read -r init; read -r first
 echo '{"type":"system","subtype":"init","session_id":"sess-9"}'
 echo '{"type":"result","subtype":"success","is_error":false,"result":"ok","session_id":"sess-9"}'
 while read -r line; do :; done
