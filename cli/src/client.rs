@@ -9,6 +9,7 @@ use swarm_proto::v1;
 use swarm_proto::v1::operator_service_client::OperatorServiceClient;
 
 use crate::exit::{Unreachable, Usage};
+use crate::transport;
 
 pub type Client = OperatorServiceClient<AuthChannel>;
 
@@ -72,14 +73,25 @@ async fn try_leader(target: &Target, url: &str) -> anyhow::Result<Result<Client,
         .connect_timeout(Duration::from_secs(5));
     let channel = match endpoint.connect().await {
         Ok(channel) => channel,
-        Err(e) => return Ok(Err(NotUsable { reason: source_text(&e), leader: None })),
+        Err(e) => {
+            let reason = transport::explain(url, &target.auth, &transport::chain_text(&e));
+            return Ok(Err(NotUsable { reason, leader: None }));
+        }
     };
     let channel = target.auth.wrap(channel).map_err(|e| Usage(e.to_string()))?;
     let mut client = OperatorServiceClient::new(channel);
     let probe = client.list_swarms(v1::ListSwarmsRequest { page_size: 1, ..Default::default() }).await;
-    match probe.as_ref().err().and_then(standby_refusal) {
-        Some(leader) => Ok(Err(NotUsable { reason: NOT_LEADER.to_string(), leader })),
-        None => Ok(Ok(client)),
+    match probe {
+        Err(status) if transport::is_transport(&status) => {
+            // Refused below gRPC (TLS, HTTP/2): no command could get through.
+            let reason = transport::explain(url, &target.auth, &transport::status_text(&status));
+            Ok(Err(NotUsable { reason, leader: None }))
+        }
+        Err(status) => match standby_refusal(&status) {
+            Some(leader) => Ok(Err(NotUsable { reason: NOT_LEADER.to_string(), leader })),
+            None => Ok(Ok(client)),
+        },
+        Ok(_) => Ok(Ok(client)),
     }
 }
 
@@ -88,17 +100,6 @@ fn unreachable_text(tried: &[String]) -> String {
         [one] => format!("cannot reach the controller at {one}"),
         many => format!("no controller answered as the leader ({})", many.join("; ")),
     }
-}
-
-fn source_text(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut cur = e.source();
-    while let Some(s) = cur {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        cur = s.source();
-    }
-    text
 }
 
 /// Validates a full task id, `SWARM/TASK`, before it goes on the wire.

@@ -38,6 +38,12 @@ impl Failure {
     pub fn from_error(e: &anyhow::Error) -> Failure {
         for cause in e.chain() {
             if let Some(status) = cause.downcast_ref::<tonic::Status>() {
+                if crate::transport::is_transport(status) {
+                    // The connection failed mid-command: say how, not just
+                    // "transport error".
+                    let how = crate::transport::status_text(status);
+                    return Failure { code: UNAVAILABLE, message: format!("lost the controller: {how}") };
+                }
                 let message = if status.message().is_empty() {
                     format!("{:?}", status.code())
                 } else {

@@ -17,6 +17,7 @@ mod report;
 mod review;
 mod subplan;
 mod top;
+mod transport;
 mod watch;
 
 use std::process::ExitCode;

@@ -1,70 +1,37 @@
-//! End to end against the real `swarm-controller` binary (build it first:
-//! `cargo build --workspace`); skipped with a message when it is missing.
+//! End to end against the real `swarm-controller` binary, started (and
+//! built first, when needed) by the launcher every end-to-end test uses.
 //! The sidecar runs in-process through `swarm_sidecar::run`, or as its own
 //! binary when the test kills it.
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use swarm_proto::v1;
 use swarm_proto::v1::operator_service_client::OperatorServiceClient;
 use swarm_sidecar::Config;
-use swarm_tests::{TempRepo, poll, script};
+use swarm_tests::{ControllerProc, TempRepo, poll, script, spawn_controller};
 use tokio_util::sync::CancellationToken;
 use tonic::transport::{Channel, Endpoint};
 
-fn controller_binary() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let path = exe.parent()?.parent()?.join("swarm-controller");
-    if path.is_file() {
-        Some(path)
-    } else {
-        eprintln!("SKIPPED: {} not built; run `cargo build --workspace` first", path.display());
-        None
-    }
+/// The real controller with short heartbeats and leases, through the
+/// launcher every end-to-end test uses (it builds the binaries first).
+fn start_controller(repo: &Path) -> ControllerProc {
+    start_controller_at(repo, "127.0.0.1:0")
 }
 
-struct Controller {
-    child: Child,
-    url: String,
-    _log: PathBuf,
-}
-
-impl Drop for Controller {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_controller(bin: &Path, repo: &Path) -> Controller {
-    start_controller_at(bin, repo, "127.0.0.1:0")
-}
-
-fn start_controller_at(bin: &Path, repo: &Path, listen: &str) -> Controller {
-    let log = repo.join(".git/controller.log");
-    let mut child = Command::new(bin)
-        .args(["--listen", listen, "--repo"])
-        .arg(repo)
-        .args(["--heartbeat-interval-ms", "200", "--lease-ttl-ms", "5000", "--lost-grace-ms", "100"])
-        .args(["--cancel-grace-ms", "200"])
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&log).expect("log file"))
-        .spawn()
-        .expect("start controller");
-    let stdout = child.stdout.take().expect("stdout");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    let line = rx.recv_timeout(Duration::from_secs(30)).expect("controller prints its address");
-    let addr =
-        line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("unexpected line {line:?}"));
-    Controller { child, url: format!("http://{addr}"), _log: log }
+fn start_controller_at(repo: &Path, listen: &str) -> ControllerProc {
+    let listen = format!("--listen={listen}");
+    spawn_controller(
+        repo,
+        &[
+            &listen,
+            "--heartbeat-interval-ms=200",
+            "--lease-ttl-ms=5000",
+            "--lost-grace-ms=100",
+            "--cancel-grace-ms=200",
+        ],
+    )
 }
 
 async fn operator(url: &str) -> OperatorServiceClient<Channel> {
@@ -111,7 +78,6 @@ fn plan(task: &str, worker: &Path, retries: u32) -> String {
 
 #[tokio::test]
 async fn task_runs_to_success_through_the_real_controller() {
-    let Some(bin) = controller_binary() else { return };
     let repo = TempRepo::new();
     repo.commit_on_branch("main", &[("README", Some("hi"))], "base");
     let worker = script(
@@ -121,11 +87,11 @@ async fn task_runs_to_success_through_the_real_controller() {
 echo hi > hello.txt
 echo '{"status":"done","message":"said hi"}' > "$SWARM_STATUS_FILE""#,
     );
-    let ctl = start_controller(&bin, repo.path());
-    let mut op = operator(&ctl.url).await;
+    let ctl = start_controller(repo.path());
+    let mut op = operator(&ctl.url()).await;
     op.create_swarm(v1::CreateSwarmRequest { plan_toml: plan("hello", &worker, 0) }).await.expect("create");
 
-    let mut cfg = Config::new(ctl.url.clone(), repo.path());
+    let mut cfg = Config::new(ctl.url(), repo.path());
     cfg.worker_id = Some("w1".into());
     cfg.supervisor = Some(env!("CARGO_BIN_EXE_swarm-sidecar").into());
     let shutdown = CancellationToken::new();
@@ -151,7 +117,6 @@ echo '{"status":"done","message":"said hi"}' > "$SWARM_STATUS_FILE""#,
 
 #[tokio::test]
 async fn sidecar_killed_with_its_worker_reports_the_worker_lost_after_restart() {
-    let Some(bin) = controller_binary() else { return };
     let repo = TempRepo::new();
     repo.commit_on_branch("main", &[("README", Some("hi"))], "base");
     let marker = repo.path().join(".git/first-run");
@@ -163,14 +128,14 @@ async fn sidecar_killed_with_its_worker_reports_the_worker_lost_after_restart() 
             m = marker.display()
         ),
     );
-    let ctl = start_controller(&bin, repo.path());
-    let mut op = operator(&ctl.url).await;
+    let ctl = start_controller(repo.path());
+    let mut op = operator(&ctl.url()).await;
     op.create_swarm(v1::CreateSwarmRequest { plan_toml: plan("hello", &worker, 2) }).await.expect("create");
 
     let sidecar_bin = env!("CARGO_BIN_EXE_swarm-sidecar");
     let spawn = || {
         Command::new(sidecar_bin)
-            .args(["--controller", &ctl.url, "--worker-id", "w1", "--repo"])
+            .args(["--controller", &ctl.url(), "--worker-id", "w1", "--repo"])
             .arg(repo.path())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -225,7 +190,6 @@ fn finished(d: &v1::TaskDetail) -> bool {
 
 #[tokio::test]
 async fn answers_reach_the_worker_cancel_stops_it_and_drain_ends_the_sidecar() {
-    let Some(bin) = controller_binary() else { return };
     let repo = TempRepo::new();
     repo.commit_on_branch("main", &[("README", Some("hi"))], "base");
     let ask = script(
@@ -252,11 +216,11 @@ grep -q '## Answers' "$SWARM_TASK_FILE" || exit 1"#,
         ask.display(),
         hang.display()
     );
-    let ctl = start_controller(&bin, repo.path());
-    let mut op = operator(&ctl.url).await;
+    let ctl = start_controller(repo.path());
+    let mut op = operator(&ctl.url()).await;
     op.create_swarm(v1::CreateSwarmRequest { plan_toml: plan }).await.expect("create");
     let sidecar =
-        tokio::spawn(swarm_sidecar::run(sidecar_config(&ctl.url, repo.path()), CancellationToken::new()));
+        tokio::spawn(swarm_sidecar::run(sidecar_config(&ctl.url(), repo.path()), CancellationToken::new()));
 
     task_until(&mut op, "e2e/ask", "the question", |d| {
         d.task.as_ref().is_some_and(|t| !t.pending_question.is_empty())
@@ -297,7 +261,6 @@ grep -q '## Answers' "$SWARM_TASK_FILE" || exit 1"#,
 
 #[tokio::test]
 async fn reports_made_while_the_controller_is_down_are_replayed() {
-    let Some(bin) = controller_binary() else { return };
     let repo = TempRepo::new();
     repo.commit_on_branch("main", &[("README", Some("hi"))], "base");
     let started = repo.path().join(".git/started");
@@ -311,12 +274,12 @@ async fn reports_made_while_the_controller_is_down_are_replayed() {
             g = go.display()
         ),
     );
-    let ctl = start_controller(&bin, repo.path());
-    let addr = ctl.url.trim_start_matches("http://").to_string();
-    let mut op = operator(&ctl.url).await;
+    let ctl = start_controller(repo.path());
+    let addr = ctl.url().trim_start_matches("http://").to_string();
+    let mut op = operator(&ctl.url()).await;
     op.create_swarm(v1::CreateSwarmRequest { plan_toml: plan("hello", &worker, 0) }).await.expect("create");
     let shutdown = CancellationToken::new();
-    let sidecar = tokio::spawn(swarm_sidecar::run(sidecar_config(&ctl.url, repo.path()), shutdown.clone()));
+    let sidecar = tokio::spawn(swarm_sidecar::run(sidecar_config(&ctl.url(), repo.path()), shutdown.clone()));
     poll("worker running", Duration::from_secs(30), || async { started.exists().then_some(()) }).await;
 
     drop(ctl); // kill -9: the stream breaks, the worker keeps running
@@ -328,8 +291,8 @@ async fn reports_made_while_the_controller_is_down_are_replayed() {
     })
     .await;
 
-    let ctl = start_controller_at(&bin, repo.path(), &addr);
-    let mut op = operator(&ctl.url).await;
+    let ctl = start_controller_at(repo.path(), &addr);
+    let mut op = operator(&ctl.url()).await;
     let d = task_until(&mut op, "e2e/hello", "success after replay", finished).await;
     assert_eq!(d.attempts.len(), 1, "the re-sent Assign was not run again: {:?}", d.attempts);
     assert_eq!(d.attempts[0].outcome(), v1::Outcome::Success);
@@ -339,15 +302,14 @@ async fn reports_made_while_the_controller_is_down_are_replayed() {
 
 #[tokio::test]
 async fn remote_sidecar_fetches_the_base_and_pushes_its_result() {
-    let Some(bin) = controller_binary() else { return };
     let repo = TempRepo::new();
     repo.commit_on_branch("main", &[("README", Some("hi"))], "base");
     let worker = script(repo.path(), "w.sh", "test -f README && echo hi > hello.txt");
     let clone = TempRepo::new(); // empty: no commits at all
-    let ctl = start_controller(&bin, repo.path());
-    let mut op = operator(&ctl.url).await;
+    let ctl = start_controller(repo.path());
+    let mut op = operator(&ctl.url()).await;
     op.create_swarm(v1::CreateSwarmRequest { plan_toml: plan("hello", &worker, 0) }).await.expect("create");
-    let mut cfg = sidecar_config(&ctl.url, clone.path());
+    let mut cfg = sidecar_config(&ctl.url(), clone.path());
     cfg.remote = true;
     let shutdown = CancellationToken::new();
     let sidecar = tokio::spawn(swarm_sidecar::run(cfg, shutdown.clone()));

@@ -33,24 +33,8 @@ fn find_or_install() -> Result<PathBuf, String> {
     if dir.join(MARKER).is_file() {
         return Ok(exe);
     }
-    std::fs::create_dir_all(&root).map_err(|e| format!("creating {}: {e}", root.display()))?;
-    let lock_path = root.join("install.lock");
-    let lock = std::fs::File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .map_err(|e| format!("opening {}: {e}", lock_path.display()))?;
     let deadline = Instant::now() + INSTALL_LIMIT;
-    loop {
-        match lock.try_lock() {
-            Ok(()) => break,
-            Err(std::fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            Err(e) => return Err(format!("locking {}: {e}", lock_path.display())),
-        }
-    }
+    let _lock = crate::install_lock(&root.join("install.lock"), INSTALL_LIMIT)?;
     if dir.join(MARKER).is_file() {
         return Ok(exe);
     }

@@ -76,24 +76,8 @@ pub(crate) fn target_dir() -> Result<PathBuf, String> {
 }
 
 fn install(root: &Path, dir: &Path) -> Result<(), String> {
-    std::fs::create_dir_all(root).map_err(|e| format!("creating {}: {e}", root.display()))?;
-    let lock_path = root.join("install.lock");
-    let lock = std::fs::File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .map_err(|e| format!("opening {}: {e}", lock_path.display()))?;
     let deadline = Instant::now() + INSTALL_LIMIT;
-    loop {
-        match lock.try_lock() {
-            Ok(()) => break,
-            Err(std::fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            Err(e) => return Err(format!("locking {}: {e}", lock_path.display())),
-        }
-    }
+    let _lock = crate::install_lock(&root.join("install.lock"), INSTALL_LIMIT)?;
     // Another process may have finished while this one waited.
     if dir.join(BUNDLED).is_file() {
         return Ok(());

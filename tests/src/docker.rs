@@ -9,7 +9,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use crate::{binary, wait_output};
+use crate::{binary, is_root, wait_output};
 
 /// The swarm image the tests build from the binaries under test.
 pub const TEST_IMAGE: &str = "swarm:test";
@@ -47,10 +47,6 @@ pub fn docker_unavailable() -> Option<String> {
     None
 }
 
-fn is_root() -> bool {
-    Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0\n"))
-}
-
 /// `docker ARGS`, bounded by `limit`.
 pub fn docker(args: &[&str], limit: Duration) -> Output {
     let child = Command::new("docker")
@@ -64,6 +60,10 @@ pub fn docker(args: &[&str], limit: Duration) -> Output {
 }
 
 fn run_script(script: &str, args: &[&str], env: &[(&str, &str)]) -> Result<(), String> {
+    // One build at a time across test processes: they share the base
+    // image's debootstrap directory and the image tags.
+    let lock = repo_root().join("target/docker-build.lock");
+    let _lock = crate::install_lock(&lock, BUILD_LIMIT)?;
     let child = Command::new(repo_root().join("deploy/docker").join(script))
         .args(args)
         .envs(env.iter().copied())

@@ -14,6 +14,7 @@ mod api;
 pub mod claude_cli;
 pub mod docker;
 pub mod fresh_fs;
+mod install_lock;
 pub mod messages_api;
 mod netns;
 pub mod otlp;
@@ -26,6 +27,7 @@ mod repo;
 mod skip;
 
 pub use api::*;
+pub use install_lock::*;
 pub use netns::*;
 pub use plan::*;
 pub use poll::*;

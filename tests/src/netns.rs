@@ -6,6 +6,8 @@ use std::path::Path;
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use crate::skip::is_root;
+
 /// Why namespace tests cannot run here (not root, or no `ip`), if so.
 pub fn netns_unavailable() -> Option<&'static str> {
     if !is_root() {
@@ -15,14 +17,6 @@ pub fn netns_unavailable() -> Option<&'static str> {
         return Some("the `ip` command is missing");
     }
     None
-}
-
-pub fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false)
 }
 
 /// Runs `ip ARGS`; its stderr on failure.

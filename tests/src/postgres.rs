@@ -4,8 +4,9 @@
 //! user when the tests run as root (Postgres refuses to run as root).
 //! Each test gets its own database from [`database`].
 //!
-//! Where no PostgreSQL is installed, [`database`] prints why and returns
-//! `None`, and the test returns early: it is skipped, loudly.
+//! Where no PostgreSQL can be started, [`database`] records the test as
+//! skipped (see `skip`) and returns `None`, and the test returns early;
+//! under CI on a machine with PostgreSQL's binaries that fails the test.
 //!
 //! The server is stopped and its directory removed when the test process
 //! exits, by a small shell that owns it and waits for its stdin (held by
@@ -54,7 +55,7 @@ pub fn database(test: &str) -> Option<Database> {
     let server = match SERVER.get_or_init(start) {
         Ok(s) => s,
         Err(reason) => {
-            eprintln!("skipping {test}: {reason}");
+            crate::skip_for(test, crate::Needs::Postgres, reason);
             return None;
         }
     };
@@ -94,6 +95,12 @@ fn command(bin: &Path, run_as: Option<(u32, u32)>, program: &str) -> Command {
         cmd.uid(uid).gid(gid);
     }
     cmd
+}
+
+/// Whether PostgreSQL's binaries are installed (the server may still fail
+/// to start).
+pub fn installed() -> bool {
+    find_bin().is_some()
 }
 
 /// Where the PostgreSQL binaries are: beside `initdb` on PATH, else the

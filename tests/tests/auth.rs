@@ -13,8 +13,8 @@ use swarm_proto::v1;
 use swarm_proto::v1::operator_service_client::OperatorServiceClient;
 use swarm_proto::v1::sidecar_service_client::SidecarServiceClient;
 use swarm_tests::{
-    PlanBuilder, TempRepo, WAIT, binary, poll, sha256_hex, spawn_controller, spawn_sidecar, stderr, task,
-    wait_output, worker_script,
+    PlanBuilder, TempRepo, WAIT, binary, poll, sha256_hex, spawn_controller, spawn_sidecar, stderr, swarmctl,
+    task, wait_output, worker_script,
 };
 use tonic::Code;
 
@@ -261,6 +261,65 @@ async fn mtls_certs_from_certs_init_run_a_plan_and_strangers_are_refused() {
     .await;
     assert_eq!(merged.len(), 2);
     assert_eq!(repo.tree("swarm/mtls/integration").get("b.txt").map(String::as_str), Some("b\n"));
+}
+
+/// A newcomer's mistakes against a controller that requires client
+/// certificates: swarmctl says what the controller wanted and which flag
+/// gives it, not just "transport error".
+#[test]
+fn swarmctl_says_which_credential_an_mtls_controller_wants() {
+    let repo = TempRepo::with_files(&[("README.md", "mtls\n")]);
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    let other = dir.path().join("other");
+    certs_init(&certs, &[]);
+    certs_init(&other, &[]);
+    let p = |f: &str| certs.join(f).to_str().unwrap().to_string();
+    let controller = spawn_controller(
+        repo.path(),
+        &["--tls-cert", &p("controller.pem"), "--tls-key", &p("controller.key"), "--client-ca", &p("ca.pem")],
+    );
+    let https = format!("https://{}", controller.addr);
+    let fails = |url: &str, args: &[&str]| {
+        let mut argv = args.to_vec();
+        argv.extend(["get", "workers"]);
+        let out = swarmctl(url, &argv);
+        assert_eq!(out.status.code(), Some(69), "{args:?}: {}", stderr(&out));
+        stderr(&out)
+    };
+
+    let no_cert = fails(&https, &["--ca", &p("ca.pem")]);
+    assert!(
+        no_cert.contains("requires client certificates") && no_cert.contains("--cert and --key"),
+        "{no_cert}"
+    );
+    let token_only = fails(&https, &["--ca", &p("ca.pem"), "--token", "not-a-certificate"]);
+    assert!(token_only.contains("--cert and --key"), "{token_only}");
+    let wrong_ca = fails(&https, &["--ca", other.join("ca.pem").to_str().unwrap()]);
+    assert!(wrong_ca.contains("not signed by the CA given with --ca"), "{wrong_ca}");
+    let plain = fails(&controller.url(), &[]);
+    assert!(plain.contains("use an https:// URL"), "{plain}");
+    let stranger = fails(
+        &https,
+        &[
+            "--ca",
+            &p("ca.pem"),
+            "--cert",
+            other.join("operator.pem").to_str().unwrap(),
+            "--key",
+            other.join("operator.key").to_str().unwrap(),
+        ],
+    );
+    assert!(stranger.contains("did not accept the client certificate"), "{stranger}");
+    for text in [&no_cert, &token_only, &wrong_ca, &plain, &stranger] {
+        assert!(!text.trim_end().ends_with("error: transport error"), "{text}");
+    }
+
+    let ok = swarmctl(
+        &https,
+        &["--ca", &p("ca.pem"), "--cert", &p("operator.pem"), "--key", &p("operator.key"), "get", "workers"],
+    );
+    assert!(ok.status.success(), "{}", stderr(&ok));
 }
 
 fn controller_exit(repo: &Path, args: &[&str]) -> (bool, String) {

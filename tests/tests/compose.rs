@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use swarm_tests::docker::{docker_unavailable, postgres_image, repo_root, swarm_image};
-use swarm_tests::{binary, wait_output};
+use swarm_tests::{Needs, skip_for, wait_output};
 
 const TASKS: &[(&str, &[&str])] = &[
     ("a", &[]),
@@ -79,16 +79,12 @@ impl Drop for Compose {
     }
 }
 
-fn skip_reason() -> Option<String> {
+fn skip_reason() -> Option<(Needs, String)> {
     if let Some(why) = docker_unavailable() {
-        return Some(why);
+        return Some((Needs::Docker, why));
     }
     if Command::new("docker-compose").arg("version").output().is_err() {
-        return Some("no docker-compose command".into());
-    }
-    let help = Command::new(binary("swarm-controller")).arg("--help").output().ok()?;
-    if !String::from_utf8_lossy(&help.stdout).contains("--store") {
-        return Some("swarm-controller has no --store flag yet (no high availability to test)".into());
+        return Some((Needs::Program("docker-compose"), "no docker-compose command".into()));
     }
     None
 }
@@ -136,9 +132,8 @@ fn leader(c: &Compose) -> Option<&'static str> {
 
 #[test]
 fn a_dag_merges_once_across_a_leader_failover() {
-    if let Some(why) = skip_reason() {
-        eprintln!("skipped: {why}");
-        return;
+    if let Some((needs, why)) = skip_reason() {
+        return skip_for("a_dag_merges_once_across_a_leader_failover", needs, &why);
     }
     let image = swarm_image().unwrap_or_else(|e| panic!("building the swarm image: {e}"));
     let postgres = postgres_image().unwrap_or_else(|e| panic!("building the postgres image: {e}"));

@@ -16,8 +16,8 @@ use std::path::Path;
 
 use swarm_proto::v1::TaskState;
 use swarm_tests::{
-    PlanBuilder, TempDir, TempRepo, binary, create_swarm, operator, spawn_controller, spawn_sidecar_env,
-    state_of, stderr, stdout, task, tasks, wait_output, wait_task_state, worker_script,
+    Needs, PlanBuilder, TempDir, TempRepo, binary, create_swarm, operator, skip_for, spawn_controller,
+    spawn_sidecar_env, state_of, stderr, stdout, task, tasks, wait_output, wait_task_state, worker_script,
 };
 
 /// Why the sandbox tests cannot run here, if they cannot.
@@ -284,8 +284,10 @@ fn run_local(
     wait_output(child, Duration::from_secs(300))
 }
 
+/// A kernel without Landlock (or seccomp) cannot run these tests: no CI
+/// machine is promised one.
 fn skip(test: &str, why: &str) {
-    eprintln!("skipped {test}: {why}");
+    skip_for(test, Needs::Kernel, why);
 }
 
 /// `sandbox = "required"` runs only where the whole sandbox is enforced:

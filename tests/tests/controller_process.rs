@@ -14,8 +14,11 @@ fn the_controller_runs_without_transparent_huge_pages() {
     let status = std::fs::read_to_string(format!("/proc/{}/status", controller.proc.pid())).unwrap();
     let Some(line) = status.lines().find(|l| l.starts_with("THP_enabled:")) else {
         // Kernels before 5.0 do not report it; nothing to read there.
-        eprintln!("skipped: this kernel's /proc/PID/status has no THP_enabled line");
-        return;
+        return swarm_tests::skip_for(
+            "the_controller_runs_without_transparent_huge_pages",
+            swarm_tests::Needs::Kernel,
+            "this kernel's /proc/PID/status has no THP_enabled line",
+        );
     };
     assert_eq!(line.split_whitespace().nth(1), Some("0"), "{line}");
 }

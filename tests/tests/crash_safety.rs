@@ -8,8 +8,9 @@ use std::process::Command;
 
 use swarm_proto::v1::{self, TaskState};
 use swarm_tests::{
-    Cluster, Gate, PlanBuilder, TempRepo, WAIT, binary, create_swarm, events, operator, poll,
-    spawn_controller, spawn_sidecar, task, wait_all_merged, wait_output, wait_task_state, worker_script,
+    Cluster, Gate, Needs, PlanBuilder, TempRepo, WAIT, binary, create_swarm, events, operator, poll,
+    skip_for, spawn_controller, spawn_sidecar, task, wait_all_merged, wait_output, wait_task_state,
+    worker_script,
 };
 
 fn dag_plan(name: &str) -> String {
@@ -180,8 +181,11 @@ async fn a_controller_out_of_disk_exits_non_zero_with_the_reason_and_resumes_aft
     let fs = match Tmpfs::mount(&scratch.path().join("db"), "4m") {
         Ok(fs) => fs,
         Err(reason) => {
-            eprintln!("skipped: cannot mount a tmpfs ({reason})");
-            return;
+            return skip_for(
+                "a_controller_out_of_disk_exits_non_zero_with_the_reason_and_resumes_after_a_restart",
+                Needs::Root,
+                &format!("cannot mount a tmpfs ({reason})"),
+            );
         }
     };
     let db = fs.0.join("swarm.db");
@@ -227,8 +231,11 @@ fn swarmctl_run_reports_an_embedded_controller_that_stopped_on_its_own() {
     let fs = match Tmpfs::mount(&swarm_dir, "4m") {
         Ok(fs) => fs,
         Err(reason) => {
-            eprintln!("skipped: cannot mount a tmpfs ({reason})");
-            return;
+            return skip_for(
+                "swarmctl_run_reports_an_embedded_controller_that_stopped_on_its_own",
+                Needs::Root,
+                &format!("cannot mount a tmpfs ({reason})"),
+            );
         }
     };
     let logs = tempfile::tempdir().unwrap();

@@ -13,8 +13,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use swarm_tests::{
-    PlanBuilder, TempRepo, WAIT, binary, sha256_hex, spawn_controller, spawn_sidecar, stderr, stdout,
-    swarmctl, task, wait_output, worker_script,
+    Needs, PlanBuilder, TempRepo, WAIT, binary, sha256_hex, skip_for, spawn_controller, spawn_sidecar,
+    stderr, stdout, swarmctl, task, wait_output, worker_script,
 };
 
 /// A port free a moment ago, for a flag that needs one before the start.
@@ -69,8 +69,11 @@ fn dashboard_draws_the_task_graph_and_follows_merges_without_a_reload() {
     let chromium = match cdp::find_or_install() {
         Ok(p) => p,
         Err(why) => {
-            eprintln!("skipping the browser test: {why}");
-            return;
+            return skip_for(
+                "dashboard_draws_the_task_graph_and_follows_merges_without_a_reload",
+                Needs::Chromium,
+                &why,
+            );
         }
     };
     let talk = "echo 'worker d says hello'; echo d > d.txt";
@@ -255,8 +258,11 @@ fn curl(pki: &swarm_tests::Pki, url: &str, extra: &[String]) -> (u16, String) {
 #[test]
 fn dashboard_over_https_takes_a_client_certificate_or_a_token() {
     if Command::new("curl").arg("--version").output().is_err() {
-        eprintln!("skipping the HTTPS test: curl is not installed");
-        return;
+        return skip_for(
+            "dashboard_over_https_takes_a_client_certificate_or_a_token",
+            Needs::Program("curl"),
+            "curl is not installed",
+        );
     }
     let repo = TempRepo::with_files(&[("README.md", "tls\n")]);
     let dir = tempfile::tempdir().unwrap();

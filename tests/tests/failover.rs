@@ -30,7 +30,11 @@ fn lines(path: &Path) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_standby_takes_over_when_the_leader_is_killed_and_the_swarm_finishes_once() {
-    let Some(db) = swarm_tests::postgres::database("failover") else { return };
+    let Some(db) = swarm_tests::postgres::database(
+        "the_standby_takes_over_when_the_leader_is_killed_and_the_swarm_finishes_once",
+    ) else {
+        return;
+    };
     // a ─► b ─┐
     //   └─► c ─┼─► d
     //      g ──┘      (g runs across the failover, held by the gate)

@@ -46,7 +46,9 @@ async fn a_lone_controller_is_live_and_ready_on_its_health_port() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_standby_is_live_but_unready_until_it_leads() {
-    let Some(db) = swarm_tests::postgres::database("health_port") else { return };
+    let Some(db) = swarm_tests::postgres::database("a_standby_is_live_but_unready_until_it_leads") else {
+        return;
+    };
     let repo = TempRepo::with_files(&[("README.md", "x\n")]);
     let (ha, hb) = (free_addr(), free_addr());
     let store = format!("--store={}", db.url);

@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use swarm_tests::docker::{docker, docker_unavailable, swarm_image};
+use swarm_tests::{Needs, skip_for};
 
 fn run_in(image: &str, argv: &[&str]) -> String {
     let mut args = vec!["run", "--rm", "--network", "none", image];
@@ -21,8 +22,7 @@ fn run_in(image: &str, argv: &[&str]) -> String {
 #[test]
 fn image_runs_every_binary_and_git_as_a_non_root_user() {
     if let Some(why) = docker_unavailable() {
-        eprintln!("skipped: {why}");
-        return;
+        return skip_for("image_runs_every_binary_and_git_as_a_non_root_user", Needs::Docker, &why);
     }
     let image = swarm_image().unwrap_or_else(|e| panic!("building the image: {e}"));
     let version = env!("CARGO_PKG_VERSION");

@@ -3,7 +3,7 @@
 //! Kubernetes version, and the names that must point at each other do
 //! (deploy/kubernetes/validate.py). Needs `kubectl` (or `kustomize`) and
 //! Python with pip (the validator goes into a venv under target/); prints
-//! why it skipped otherwise.
+//! why it skipped otherwise (see `swarm_tests::skip_for`).
 #![allow(clippy::unwrap_used)] // tests: a panic is the report
 
 use std::path::{Path, PathBuf};
@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use swarm_tests::docker::repo_root;
-use swarm_tests::wait_output;
+use swarm_tests::{Needs, skip_for, wait_output};
 
 /// The validator's version, pinned so a new release cannot change verdicts.
 const KUBERNETES_VALIDATE: &str = "kubernetes-validate==1.37.0";
@@ -53,6 +53,13 @@ fn validator() -> Result<PathBuf, String> {
         if marker.exists() {
             return Ok(python);
         }
+        let _lock =
+            swarm_tests::install_lock(&target.join("kubernetes-validate.lock"), Duration::from_secs(900))?;
+        if marker.exists() {
+            return Ok(python);
+        }
+        // Holding the lock, an unmarked venv is a killed install's leftover.
+        let _ = std::fs::remove_dir_all(&venv);
         let made = run(Command::new("python3").args(["-m", "venv"]).arg(&venv), Duration::from_secs(120))
             .map_err(|e| format!("no python3: {e}"))?;
         if !made.status.success() {
@@ -82,18 +89,17 @@ fn validate(rendered: &str) -> (bool, String) {
     (out.status.success(), text(&out))
 }
 
-fn skip_reason() -> Option<String> {
+fn skip_reason() -> Option<(Needs, String)> {
     if let Err(e) = render(&repo_root().join("deploy/kubernetes/overlays/sqlite")) {
-        return Some(e);
+        return Some((Needs::Program("kubectl"), e));
     }
-    validator().err()
+    validator().err().map(|e| (Needs::PyPi, e))
 }
 
 #[test]
 fn every_overlay_renders_to_valid_consistent_objects() {
-    if let Some(why) = skip_reason() {
-        eprintln!("skipped: {why}");
-        return;
+    if let Some((needs, why)) = skip_reason() {
+        return skip_for("every_overlay_renders_to_valid_consistent_objects", needs, &why);
     }
     for overlay in OVERLAYS {
         let rendered = render(&repo_root().join("deploy/kubernetes/overlays").join(overlay)).unwrap();
@@ -107,9 +113,8 @@ fn every_overlay_renders_to_valid_consistent_objects() {
 
 #[test]
 fn postgres_ha_runs_two_controllers_on_the_store_secret() {
-    if let Some(why) = skip_reason() {
-        eprintln!("skipped: {why}");
-        return;
+    if let Some((needs, why)) = skip_reason() {
+        return skip_for("postgres_ha_runs_two_controllers_on_the_store_secret", needs, &why);
     }
     let rendered = render(&repo_root().join("deploy/kubernetes/overlays/postgres-ha")).unwrap();
     assert!(rendered.contains("replicas: 2"), "two controllers");
@@ -124,9 +129,8 @@ fn postgres_ha_runs_two_controllers_on_the_store_secret() {
 
 #[test]
 fn validator_catches_a_dangling_secret_and_a_wrong_probe_port() {
-    if let Some(why) = skip_reason() {
-        eprintln!("skipped: {why}");
-        return;
+    if let Some((needs, why)) = skip_reason() {
+        return skip_for("validator_catches_a_dangling_secret_and_a_wrong_probe_port", needs, &why);
     }
     let rendered = render(&repo_root().join("deploy/kubernetes/overlays/sqlite")).unwrap();
     let broken = rendered

@@ -275,8 +275,11 @@ async fn a_verifier_lost_mid_verification_is_replaced_and_the_batch_verified_els
 #[tokio::test(flavor = "multi_thread")]
 async fn the_integration_tiers_run_confined() {
     if !swarm_sidecar::sandbox::probe().is_full() {
-        eprintln!("skipped the_integration_tiers_run_confined: this kernel does not enforce the sandbox");
-        return;
+        return swarm_tests::skip_for(
+            "the_integration_tiers_run_confined",
+            swarm_tests::Needs::Kernel,
+            "this kernel does not enforce the sandbox",
+        );
     }
     let (out, secret_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let secret = secret_dir.path().join("secret.txt");

@@ -7,21 +7,28 @@
 use std::process::Stdio;
 
 use swarm_tests::{
-    CONTROLLER_IP, Killed, Net, Pki, PlanBuilder, TempRepo, WAIT, binary, in_ns, netns_unavailable, poll,
-    spawn_controller_in, spawn_remote_sidecar_in, stderr, swarmctl_in, task, wait_output, worker_script,
+    CONTROLLER_IP, Killed, Needs, Net, Pki, PlanBuilder, TempRepo, WAIT, binary, in_ns, netns_unavailable,
+    poll, skip_for, spawn_controller_in, spawn_remote_sidecar_in, stderr, swarmctl_in, task, wait_output,
+    worker_script,
 };
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_swarm_across_namespaces_over_mtls_merges_and_a_stranger_is_refused() {
     if let Some(why) = netns_unavailable() {
-        eprintln!("skipped: {why}");
-        return;
+        return skip_for(
+            "a_swarm_across_namespaces_over_mtls_merges_and_a_stranger_is_refused",
+            Needs::Root,
+            why,
+        );
     }
     let net = match Net::create(&["ctl", "s1", "s2", "x"]) {
         Ok(n) => n,
         Err(e) => {
-            eprintln!("skipped: cannot set up network namespaces: {e}");
-            return;
+            return skip_for(
+                "a_swarm_across_namespaces_over_mtls_merges_and_a_stranger_is_refused",
+                Needs::Root,
+                &format!("cannot set up network namespaces: {e}"),
+            );
         }
     };
     let dir = tempfile::tempdir().unwrap();

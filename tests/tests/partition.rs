@@ -9,7 +9,7 @@ use std::process::Output;
 
 use serde_json::Value;
 use swarm_tests::{
-    Gate, Killed, Net, Pki, PlanBuilder, TempRepo, WAIT, merges_of, netns_unavailable, poll,
+    Gate, Killed, Needs, Net, Pki, PlanBuilder, TempRepo, WAIT, merges_of, netns_unavailable, poll, skip_for,
     spawn_controller_in, spawn_remote_sidecar_in, stderr, stdout, swarmctl_in, task, try_poll, worker_script,
 };
 
@@ -47,14 +47,16 @@ fn attempt(t: &Value, n: u64) -> Option<&Value> {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_partitioned_sidecars_late_result_is_fenced_and_it_rejoins() {
     if let Some(why) = netns_unavailable() {
-        eprintln!("skipped: {why}");
-        return;
+        return skip_for("a_partitioned_sidecars_late_result_is_fenced_and_it_rejoins", Needs::Root, why);
     }
     let net = match Net::create(&["ctl", "s1", "s2"]) {
         Ok(n) => n,
         Err(e) => {
-            eprintln!("skipped: cannot set up network namespaces: {e}");
-            return;
+            return skip_for(
+                "a_partitioned_sidecars_late_result_is_fenced_and_it_rejoins",
+                Needs::Root,
+                &format!("cannot set up network namespaces: {e}"),
+            );
         }
     };
     let dir = tempfile::tempdir().unwrap();

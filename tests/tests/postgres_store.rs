@@ -31,7 +31,9 @@ async fn wait_serving(url: &str) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn dag_plan_reaches_merged_on_a_postgres_store() {
-    let Some(db) = swarm_tests::postgres::database("dag_on_postgres") else { return };
+    let Some(db) = swarm_tests::postgres::database("dag_plan_reaches_merged_on_a_postgres_store") else {
+        return;
+    };
     let script = worker_script(&[("d", "cat a.txt b.txt c.txt > d.txt")]);
     let repo = TempRepo::with_files(&[("worker.sh", &script), ("README.md", "dag\n")]);
     let plan = PlanBuilder::new("dag")
@@ -75,7 +77,9 @@ async fn dag_plan_reaches_merged_on_a_postgres_store() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_standby_refuses_every_call_naming_the_leader() {
-    let Some(db) = swarm_tests::postgres::database("standby_refuses") else { return };
+    let Some(db) = swarm_tests::postgres::database("a_standby_refuses_every_call_naming_the_leader") else {
+        return;
+    };
     let repo = TempRepo::with_files(&[("README.md", "x\n")]);
     let a = leader(&repo, &db.url, "10000").await;
     let b = spawn_controller(
@@ -99,7 +103,9 @@ async fn a_standby_refuses_every_call_naming_the_leader() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_leader_whose_lease_is_taken_stops_serving() {
-    let Some(db) = swarm_tests::postgres::database("deposed_leader") else { return };
+    let Some(db) = swarm_tests::postgres::database("a_leader_whose_lease_is_taken_stops_serving") else {
+        return;
+    };
     let repo = TempRepo::with_files(&[("README.md", "x\n")]);
     let mut a = leader(&repo, &db.url, "1000").await;
     // Another controller's win, as the lease row records it.

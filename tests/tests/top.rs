@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use portable_pty::{CommandBuilder, MasterPty, PtySize, SlavePty};
 use swarm_proto::v1::TaskState;
 use swarm_tests::{
-    Cluster, Gate, PlanBuilder, TempRepo, WAIT, binary, create_swarm, spawn_controller, task,
-    wait_task_state, worker_script,
+    Cluster, Gate, Needs, PlanBuilder, TempRepo, WAIT, binary, create_swarm, current_test, skip_for,
+    spawn_controller, task, wait_task_state, worker_script,
 };
 
 const ROWS: u16 = 40;
@@ -38,7 +38,7 @@ impl Top {
         let pair = match portable_pty::native_pty_system().openpty(size) {
             Ok(pair) => pair,
             Err(e) => {
-                eprintln!("skipped: cannot open a pseudo-terminal here: {e}");
+                skip_for(&current_test(), Needs::Kernel, &format!("cannot open a pseudo-terminal here: {e}"));
                 return None;
             }
         };
