@@ -9,7 +9,7 @@
 //! conversation so far and goes on with the same script. (The CLI leaves
 //! out of the conversation the synthetic assistant message it writes for a
 //! failed call, so an error step is asked for again by the next request;
-//! [`Step::until`] scripts a limit that lifts.)
+//! [`Step::limit_lifting_after`] scripts a limit that lifts.)
 //!
 //! What the CLI 2.1.x sends (logged while writing this): `POST
 //! /v1/messages?beta=true` with `"stream": true`, `x-api-key` or
@@ -172,10 +172,18 @@ impl Step {
             .final_error()
     }
 
-    /// `before` until the unix second `at`, `after` from then on: a limit
-    /// that lifts at its reset.
-    pub fn until(at_unix_s: u64, before: Step, after: Step) -> Step {
-        Step::dynamic(move |_| if unix_now_s() < at_unix_s { before.clone() } else { after.clone() })
+    /// A usage limit that lifts `secs` after it is first met: the reset is
+    /// fixed when the CLI first reaches this step (however long a loaded
+    /// machine took to get there), the limit is answered until then, and
+    /// `after` from then on. The reset, once fixed, is in the returned cell.
+    pub fn limit_lifting_after(secs: u64, after: Step) -> (Step, Arc<std::sync::OnceLock<u64>>) {
+        let reset = Arc::new(std::sync::OnceLock::new());
+        let cell = reset.clone();
+        let step = Step::dynamic(move |_| {
+            let at = *cell.get_or_init(|| unix_now_s() + secs);
+            if unix_now_s() < at { Step::rate_limited(at) } else { after.clone() }
+        });
+        (step, reset)
     }
 
     /// A step computed from the request (e.g. echoing a tool's result).

@@ -311,16 +311,13 @@ async fn api_errors_end_the_attempt_as_errors_or_usage_limits() {
 /// spent.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_subscriber_usage_limit_waits_for_the_reset_and_resumes_the_same_session() {
-    let reset = unix_now_s() + 6;
+    let (limited, reset_at) =
+        Step::limit_lifting_after(6, Step::file("Write", "src/b.txt", json!({"content": "two\n"})));
     let script = Script::new(
         "limit",
         vec![
             Step::file("Write", "src/a.txt", json!({"content": "one\n"})),
-            Step::until(
-                reset,
-                Step::rate_limited(reset),
-                Step::file("Write", "src/b.txt", json!({"content": "two\n"})),
-            ),
+            limited,
             Step::text("Both written."),
         ],
     );
@@ -349,6 +346,7 @@ async fn a_subscriber_usage_limit_waits_for_the_reset_and_resumes_the_same_sessi
     })
     .await;
     assert_eq!(attempt_state(&first), AttemptState::RateLimited);
+    let reset = *reset_at.get().expect("the limit was met");
     let mut op = operator(&url).await;
     let workers = op.list_workers(v1::ListWorkersRequest::default()).await.unwrap().into_inner().workers;
     let w1 = workers.iter().find(|w| w.id == "w1").unwrap();
