@@ -11,8 +11,8 @@ use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType, ExtendedKeyUsagePurpose,
     IsCa, KeyPair, KeyUsagePurpose, SanType,
 };
-use swarm_controller::api::auth::cert::URI_PREFIX;
-use swarm_controller::api::auth::tokens;
+use swarm_auth::cert::URI_PREFIX;
+use swarm_auth::tokens;
 
 use crate::cli::{CertsArgs, CertsCommand, TokenArgs, TokenCommand};
 use crate::exit::Usage;
@@ -50,7 +50,7 @@ pub fn token(args: TokenArgs) -> anyhow::Result<()> {
 
 pub fn certs(args: CertsArgs) -> anyhow::Result<()> {
     let CertsCommand::Init { dir, sans, workers, days } = args.command;
-    swarm_controller::api::auth::WorkerPattern::new(&workers)
+    swarm_auth::WorkerPattern::new(&workers)
         .map_err(|e| Usage(format!("--workers {workers:?}: {e}")))?;
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let names = ["ca", "controller", "sidecar", "operator", "admin"];

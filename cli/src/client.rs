@@ -69,7 +69,7 @@ async fn try_leader(target: &Target, url: &str) -> anyhow::Result<Result<Client,
     let endpoint = target
         .auth
         .endpoint(url)
-        .map_err(|e| Usage(format!("--controller {url:?}: {e}")))?
+        .map_err(|e| Usage(e.to_string()))?
         .connect_timeout(Duration::from_secs(5));
     let channel = match endpoint.connect().await {
         Ok(channel) => channel,
