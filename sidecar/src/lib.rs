@@ -72,6 +72,7 @@
 //!   attempt's result is acked.
 
 pub mod agent;
+pub mod assignment;
 pub mod attempt;
 pub mod cache_tree;
 pub mod changes;
@@ -84,7 +85,9 @@ mod launch;
 pub mod locks;
 pub mod log_serve;
 pub mod orphans;
+pub mod outcome;
 pub mod remote;
+pub mod report;
 pub mod review;
 pub mod runner;
 pub mod sandbox;
@@ -92,9 +95,11 @@ pub mod secrets;
 pub mod session;
 pub mod status;
 pub mod supervisor;
+pub mod swarm_files;
 pub mod tracked_index;
 pub mod verify;
 pub mod verify_job;
+pub mod wire;
 pub mod worker_files;
 pub mod worker_git;
 pub mod worktree;

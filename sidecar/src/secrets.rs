@@ -11,7 +11,8 @@ use swarm_core::plan::sandbox::check_sandbox_path;
 use swarm_core::plan::secrets::check_env_name;
 use swarm_proto::FieldError;
 use swarm_proto::v1;
-use swarm_proto::v1::sidecar_message::Body;
+
+use crate::report::{Event, Progress};
 
 /// Largest secret read from a file.
 const MAX_SECRET_BYTES: u64 = 64 * 1024;
@@ -138,17 +139,17 @@ impl Redactor {
     }
 
     /// Every text a worker can put into a report.
-    pub fn report(&self, body: &mut Body) {
+    pub fn report(&self, event: &mut Event) {
         if self.is_empty() {
             return;
         }
-        match body {
-            Body::Status(s) => self.redact(&mut s.message),
-            Body::Question(q) => {
-                self.redact(&mut q.text);
-                self.redact(&mut q.category);
+        match event {
+            Event::Status { message, .. } => self.redact(message),
+            Event::Question { text, category, .. } => {
+                self.redact(text);
+                self.redact(category);
             }
-            Body::Result(r) => {
+            Event::Result(r) => {
                 self.redact(&mut r.error);
                 self.redact(&mut r.summary);
                 self.all(&mut r.log_tail);
@@ -156,11 +157,11 @@ impl Redactor {
                     self.redact(&mut t.output_tail);
                 }
             }
-            _ => {}
+            Event::Started { .. } | Event::Orphans { .. } => {}
         }
     }
 
-    pub fn progress(&self, p: &mut v1::Progress) {
+    pub fn progress(&self, p: &mut Progress) {
         if self.is_empty() {
             return;
         }
@@ -188,13 +189,19 @@ mod tests {
         let mut line = "curl -H 'x-api-key: sk-very-secret' (sk-very-secret)".to_string();
         redactor.redact(&mut line);
         assert_eq!(line, "curl -H 'x-api-key: [redacted API_KEY]' ([redacted API_KEY])");
-        let mut result = Body::Result(v1::AttemptResult {
-            error: "bad key sk-very-secret".into(),
+        let attempt = swarm_proto::convert::AttemptRef::try_from(&v1::AttemptRef {
+            swarm_id: "s".into(),
+            task_id: "t".into(),
+            attempt: 1,
+            fencing_token: 1,
+        })
+        .expect("attempt");
+        let mut result = Event::Result(crate::outcome::AttemptOutcome {
             log_tail: vec!["sk-very-secret".into()],
-            ..Default::default()
+            ..crate::outcome::AttemptOutcome::error(attempt, "bad key sk-very-secret")
         });
         redactor.report(&mut result);
-        let Body::Result(r) = result else { unreachable!() };
+        let Event::Result(r) = result else { unreachable!() };
         assert!(!r.error.contains("sk-very") && !r.log_tail[0].contains("sk-very"), "{r:?}");
     }
 

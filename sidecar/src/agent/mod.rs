@@ -27,7 +27,6 @@ pub mod instructions;
 mod limits;
 pub mod policy;
 mod process;
-pub mod result;
 pub mod session;
 
 pub(crate) use limits::unix_to_ms;

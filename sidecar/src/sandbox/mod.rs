@@ -131,15 +131,26 @@ impl Settings {
 
     /// What the attempt's `attempt.sandbox` event says: the mode, and what
     /// this sidecar's kernel enforces of it.
-    pub fn report(&self, kernel: Capability) -> v1::SandboxReport {
+    pub fn report(&self, kernel: Capability) -> SandboxReport {
         let mode = self.0.mode.as_str().to_string();
         if self.is_off() {
             let missing = vec!["everything: the plan opted out (sandbox = \"off\")".to_string()];
-            return v1::SandboxReport { mode, enforced: Vec::new(), missing };
+            return SandboxReport { mode, enforced: Vec::new(), missing };
         }
         let (enforced, missing) = kernel.split();
-        v1::SandboxReport { mode, enforced, missing }
+        SandboxReport { mode, enforced, missing }
     }
+}
+
+/// How a worker is confined, as this sidecar's kernel enforces it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SandboxReport {
+    /// "on", "off" or "required", as the plan asked.
+    pub mode: String,
+    /// What the kernel enforces, e.g. "filesystem", "network", "signals".
+    pub enforced: Vec<String>,
+    /// What was asked and is not enforced, each with the reason.
+    pub missing: Vec<String>,
 }
 
 /// Where an attempt's worker lives, for [`Policy::for_attempt`].
