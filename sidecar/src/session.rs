@@ -183,7 +183,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Sidecar
             tracing::warn!(error = %e, "removing orphaned worktrees failed");
         }
         tracing::info!(?orphan_ids, removed, "orphaned worktrees");
-        journal.append_report(Body::Orphans(v1::OrphanReport { worktrees: orphan_ids, removed }))?;
+        journal.append_report(Event::Orphans { worktrees: orphan_ids, removed })?;
     }
     let controllers = Controllers::parse(&cfg.controller).map_err(|e| SidecarError::Config(e.to_string()))?;
     let remote = cfg.remote.then(|| crate::remote::Remote::new(&worker_id));
@@ -394,8 +394,8 @@ impl Session {
         welcome: v1::Welcome,
     ) -> Result<Ended, SidecarError> {
         self.resume(welcome.attempt_resumed).await?;
-        for (_, msg) in self.journal.unacked() {
-            if out.send(msg.clone()).await.is_err() {
+        for (seq, event) in self.journal.unacked() {
+            if out.send(crate::wire::message(*seq, event)).await.is_err() {
                 return Ok(Ended::Broken(true));
             }
         }
@@ -505,14 +505,16 @@ impl Session {
             let lost = held.assign;
             if resumed {
                 tracing::warn!("reporting the attempt of a previous sidecar process as lost");
-                let result = v1::AttemptResult {
-                    attempt: lost.attempt.clone(),
-                    outcome: v1::Outcome::Error as i32,
-                    exit_code: -1,
-                    error: "sidecar restarted; worker lost".into(),
-                    ..Default::default()
-                };
-                self.journal.append_report(Body::Result(result))?;
+                match lost.attempt.as_ref().map(AttemptRef::try_from) {
+                    Some(Ok(attempt)) => {
+                        let result = AttemptOutcome::error(attempt, "sidecar restarted; worker lost");
+                        self.journal.append_report(Event::Result(result))?;
+                    }
+                    // Journaled only once it was valid: a damaged journal.
+                    _ => {
+                        tracing::error!(attempt = ?lost.attempt, "the lost attempt has no valid id; not reporting it")
+                    }
+                }
             }
             self.journal.release()?;
         }
@@ -563,16 +565,17 @@ impl Session {
                     return Ok(None);
                 }
                 let Event::Result(outcome) = &mut event else {
-                    return Ok(Some(self.journal.append_report(Body::from(&event))?));
+                    let seq = self.journal.append_report(event.clone())?;
+                    return Ok(Some(crate::wire::message(seq, &event)));
                 };
                 self.count_infra_failure(outcome);
                 // The result and the release, with one fsync.
-                let msg = self.journal.append_result(Body::from(&event))?;
+                let seq = self.journal.append_result(event.clone())?;
                 if let Some(c) = self.current.take() {
-                    tracing::info!(attempt = %c.assignment.label(), seq = msg.seq, "attempt finished");
+                    tracing::info!(attempt = %c.assignment.label(), seq, "attempt finished");
                     let _ = c.task.await;
                 }
-                Ok(Some(msg))
+                Ok(Some(crate::wire::message(seq, &event)))
             }
         }
     }
@@ -681,8 +684,8 @@ impl Session {
         }
         // After a reconnect the controller re-sends the Assign of an attempt
         // whose result it has not applied yet; the replayed result answers it.
-        let finished = self.journal.unacked().iter().any(|(_, m)| match &m.body {
-            Some(Body::Result(r)) => r.attempt.is_some() && r.attempt == a.attempt,
+        let finished = self.journal.unacked().iter().any(|(_, e)| match e {
+            Event::Result(r) => a.attempt.as_ref() == Some(&v1::AttemptRef::from(&r.attempt)),
             _ => false,
         });
         if finished {
