@@ -97,6 +97,7 @@ pub mod status;
 pub mod supervisor;
 pub mod swarm_files;
 pub mod tracked_index;
+mod tree_diff;
 pub mod verify;
 pub mod verify_job;
 pub mod wire;

@@ -7,10 +7,6 @@
 use std::path::PathBuf;
 
 use swarm_core::plan::SecretSource;
-use swarm_core::plan::sandbox::check_sandbox_path;
-use swarm_core::plan::secrets::check_env_name;
-use swarm_proto::FieldError;
-use swarm_proto::v1;
 
 use crate::report::{Event, Progress};
 
@@ -18,33 +14,6 @@ use crate::report::{Event, Progress};
 const MAX_SECRET_BYTES: u64 = 64 * 1024;
 /// Shorter values are not redacted: they would mask ordinary text.
 const MIN_REDACTED: usize = 4;
-
-/// The Assign's secret references, checked as the plan parser checks them.
-pub fn from_wire(refs: &[v1::SecretRef]) -> Result<Vec<(String, SecretSource)>, FieldError> {
-    use v1::secret_ref::Source;
-    if refs.len() > 64 {
-        return Err(FieldError::new("secrets", "at most 64 secrets"));
-    }
-    refs.iter()
-        .enumerate()
-        .map(|(i, r)| {
-            check_env_name(&r.name).map_err(|rule| FieldError::new(format!("secrets[{i}].name"), rule))?;
-            let source = match &r.source {
-                Some(Source::File(p)) => {
-                    check_sandbox_path(p)
-                        .map_err(|rule| FieldError::new(format!("secrets[{i}].file"), rule))?;
-                    SecretSource::File(p.clone())
-                }
-                Some(Source::Env(v)) => {
-                    check_env_name(v).map_err(|rule| FieldError::new(format!("secrets[{i}].env"), rule))?;
-                    SecretSource::Env(v.clone())
-                }
-                None => return Err(FieldError::new(format!("secrets[{i}]"), "needs a file or env source")),
-            };
-            Ok((r.name.clone(), source))
-        })
-        .collect()
-}
 
 /// Reads every secret; an error names the secret and its source, never a
 /// value.
@@ -189,13 +158,11 @@ mod tests {
         let mut line = "curl -H 'x-api-key: sk-very-secret' (sk-very-secret)".to_string();
         redactor.redact(&mut line);
         assert_eq!(line, "curl -H 'x-api-key: [redacted API_KEY]' ([redacted API_KEY])");
-        let attempt = swarm_proto::convert::AttemptRef::try_from(&v1::AttemptRef {
-            swarm_id: "s".into(),
-            task_id: "t".into(),
-            attempt: 1,
-            fencing_token: 1,
-        })
-        .expect("attempt");
+        let task = swarm_core::TaskKey::new(
+            swarm_core::SwarmId::new("s").expect("swarm"),
+            swarm_core::TaskId::new("t").expect("task"),
+        );
+        let attempt = swarm_proto::convert::AttemptRef { task, number: 1, fencing_token: 1 };
         let mut result = Event::Result(crate::outcome::AttemptOutcome {
             log_tail: vec!["sk-very-secret".into()],
             ..crate::outcome::AttemptOutcome::error(attempt, "bad key sk-very-secret")
@@ -216,14 +183,5 @@ mod tests {
         let refs = vec![("K".to_string(), SecretSource::File("/nonexistent/k".into()))];
         let e = read_all(&refs).expect_err("missing file");
         assert!(e.starts_with("secret K: file /nonexistent/k cannot be read"), "{e}");
-    }
-
-    #[test]
-    fn wire_references_are_checked() {
-        let bad =
-            [v1::SecretRef { name: "SWARM_X".into(), source: Some(v1::secret_ref::Source::Env("X".into())) }];
-        assert_eq!(from_wire(&bad).expect_err("reserved").field, "secrets[0].name");
-        let none = [v1::SecretRef { name: "A".into(), source: None }];
-        assert_eq!(from_wire(&none).expect_err("no source").field, "secrets[0]");
     }
 }

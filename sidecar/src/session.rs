@@ -183,7 +183,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Sidecar
             tracing::warn!(error = %e, "removing orphaned worktrees failed");
         }
         tracing::info!(?orphan_ids, removed, "orphaned worktrees");
-        journal.append_report(Event::Orphans { worktrees: orphan_ids, removed })?;
+        journal.append_report(crate::wire::fitted(Event::Orphans { worktrees: orphan_ids, removed }))?;
     }
     let controllers = Controllers::parse(&cfg.controller).map_err(|e| SidecarError::Config(e.to_string()))?;
     let remote = cfg.remote.then(|| crate::remote::Remote::new(&worker_id));
@@ -564,11 +564,17 @@ impl Session {
                     tracing::warn!(?reported, "dropping a report of an attempt no longer in hand");
                     return Ok(None);
                 }
-                let Event::Result(outcome) = &mut event else {
+                let is_result = if let Event::Result(outcome) = &mut event {
+                    self.count_infra_failure(outcome);
+                    true
+                } else {
+                    false
+                };
+                let event = crate::wire::fitted(event);
+                if !is_result {
                     let seq = self.journal.append_report(event.clone())?;
                     return Ok(Some(crate::wire::message(seq, &event)));
-                };
-                self.count_infra_failure(outcome);
+                }
                 // The result and the release, with one fsync.
                 let seq = self.journal.append_result(event.clone())?;
                 if let Some(c) = self.current.take() {

@@ -95,8 +95,8 @@ fn confinement(
     tmp: &Path,
     env: &[(String, String)],
 ) -> Result<Option<crate::sandbox::Confinement>, String> {
-    use crate::sandbox::{Place, Settings};
-    let settings = Settings::from_wire(job.sandbox.as_ref()).map_err(|e| format!("invalid sandbox: {e}"))?;
+    use crate::sandbox::Place;
+    let settings = crate::wire::sandbox(job.sandbox.as_ref()).map_err(|e| format!("invalid sandbox: {e}"))?;
     let common = dir.parent().and_then(Path::parent).unwrap_or(Path::new("/nonexistent"));
     let place = Place { worktree: dir, common_dir: common, private: &[tmp], agent: None, review: false };
     crate::sandbox::confine(&settings, verifier.kernel, &verifier.exe, &place, env)

@@ -63,14 +63,7 @@ pub(super) async fn run(
         env: p.launch.env.clone(),
         confinement: p.launch.confinement.clone(),
     };
-    let mut relay = Relay {
-        a,
-        sink,
-        watcher: StatusWatcher::new(&p.files.status),
-        tail: VecDeque::new(),
-        last_progress: None,
-        progress_dirty: false,
-    };
+    let mut relay = Relay::new(a, sink, &p.files.status);
     let mut restarts = adopted.map(|ad| ad.restarts).unwrap_or(0);
     let mut adopted = adopted.map(|ad| Supervised::adopt(ad.pid, &p.files.exit, &p.log_path));
 
@@ -83,18 +76,15 @@ pub(super) async fn run(
                 w
             }
             None => {
-                let w = ctx
-                    .standby
-                    .start(&ctx.supervisor, &spec, &p.files.exit, &p.log_path)
-                    .await
-                    .map_err(|e| InfraFailure::Supervisor(e.to_string()))?;
+                let w = start(ctx, &spec, p).await?;
                 tracing::info!(parent: &run_span, attempt = %label, supervisor = w.pid(), restarts, "worker started");
                 sink.pid(w.pid(), restarts);
+                let sandbox = p.launch.report.clone();
                 sink.journaled(Event::Started {
                     attempt: a.attempt.clone(),
                     pid: w.pid(),
                     restarts,
-                    sandbox: p.launch.report.clone(),
+                    sandbox,
                 });
                 w
             }
@@ -110,27 +100,16 @@ pub(super) async fn run(
             End::Idle => {
                 let idle_secs = idle.map(|d| d.as_secs()).unwrap_or_default();
                 tracing::warn!(attempt = %label, restarts, idle_secs, "worker idle; stopping it");
-                worker.stop(ctx.stop_grace).await;
-                relay.drain(&mut worker).await;
-                // After the drain, so that the next worker's reader skips it.
-                let _ = p
-                    .log
-                    .write_all(format!("[swarm-sidecar] idle for {idle_secs} s; stopped worker\n").as_bytes())
-                    .await;
-                restarts += 1;
-                if restarts > a.max_restarts {
+                relay.stop_idle(&mut worker, ctx.stop_grace, &mut p.log, idle_secs).await;
+                if restarts >= a.max_restarts {
                     let error = format!(
-                        "no output and no status change for {idle_secs} s, {} restart(s) used",
-                        restarts - 1
+                        "no output and no status change for {idle_secs} s, {restarts} restart(s) used"
                     );
-                    let outcome = AttemptOutcome {
-                        restarts: restarts - 1,
-                        log_tail: relay.tail.iter().cloned().collect(),
-                        error,
-                        ..AttemptOutcome::new(a.attempt.clone(), Outcome::Stalled)
-                    };
-                    return Ok(Some(Ran::report(outcome)));
+                    let log_tail = relay.tail.iter().cloned().collect();
+                    let stalled = AttemptOutcome::new(a.attempt.clone(), Outcome::Stalled);
+                    return Ok(Some(Ran::report(AttemptOutcome { restarts, log_tail, error, ..stalled })));
                 }
+                restarts += 1;
                 relay.watcher.reset_file();
                 continue;
             }
@@ -157,6 +136,12 @@ pub(super) async fn run(
     Ok(ended(a, exit, stopped, relay.watcher.current(), outcome))
 }
 
+/// Starts the worker under a supervisor (the one kept on standby, if any).
+async fn start(ctx: &Context, spec: &SpawnSpec, p: &Prepared) -> Result<Supervised, InfraFailure> {
+    let started = ctx.standby.start(&ctx.supervisor, spec, &p.files.exit, &p.log_path).await;
+    started.map_err(|e| InfraFailure::Supervisor(e.to_string()))
+}
+
 /// Maps how the worker ended (with its last status) to the outcome and
 /// what is left to keep; None: stopped silently.
 fn ended(
@@ -166,7 +151,6 @@ fn ended(
     status: Option<&StatusFile>,
     mut o: AttemptOutcome,
 ) -> Option<Ran> {
-    let status_message = status.map(|s| s.message.clone()).unwrap_or_default();
     match stopped {
         Some(Stop::Silent) => return None,
         Some(Stop::Cancel { .. }) => {
@@ -179,8 +163,15 @@ fn ended(
     // Stopped to be resumed later: whatever the worker left is its WIP.
     o.outcome =
         if matches!(stopped, Some(Stop::Checkpoint { .. })) { Outcome::Checkpoint } else { exit.outcome() };
+    let next = next_step(a, exit, status, &mut o);
+    Some(Ran { outcome: o, next })
+}
+
+/// What is left to do after the worker's exit, with the outcome's texts.
+fn next_step(a: &Assignment, exit: ExitInfo, status: Option<&StatusFile>, o: &mut AttemptOutcome) -> Next {
+    let status_message = status.map(|s| s.message.clone()).unwrap_or_default();
     let label = a.label();
-    let next = match o.outcome {
+    match o.outcome {
         Outcome::Success if a.review.is_some() => Next::Review { said: status_message },
         Outcome::Success => Next::Deliver {
             message: format!("{}\n\nSwarm-Attempt: {label}", a.title.trim()),
@@ -227,11 +218,21 @@ fn ended(
             };
             Next::Report
         }
-    };
-    Some(Ran { outcome: o, next })
+    }
 }
 
-impl Relay<'_> {
+impl<'a> Relay<'a> {
+    fn new(a: &'a Assignment, sink: &'a Sink, status_file: &std::path::Path) -> Relay<'a> {
+        Relay {
+            a,
+            sink,
+            watcher: StatusWatcher::new(status_file),
+            tail: VecDeque::new(),
+            last_progress: None,
+            progress_dirty: false,
+        }
+    }
+
     /// Follows one worker process until it exits, idles or is stopped.
     async fn watch(
         &mut self,
@@ -317,6 +318,22 @@ impl Relay<'_> {
                 options: q.options,
             }),
         }
+    }
+
+    /// Stops a worker that went idle, noting it in the attempt's log.
+    async fn stop_idle(
+        &mut self,
+        worker: &mut Supervised,
+        grace: Duration,
+        log: &mut tokio::fs::File,
+        idle_secs: u64,
+    ) {
+        worker.stop(grace).await;
+        self.drain(worker).await;
+        // After the drain, so that the next worker's reader skips it.
+        let _ = log
+            .write_all(format!("[swarm-sidecar] idle for {idle_secs} s; stopped worker\n").as_bytes())
+            .await;
     }
 
     async fn drain(&mut self, worker: &mut Supervised) {
