@@ -20,7 +20,7 @@ use git2::{Oid, Repository};
 use nix::fcntl::{AtFlags, OFlag};
 use nix::sys::stat::Mode;
 
-use crate::worktree::WorktreeError;
+use crate::worktree::error::WorktreeError;
 
 /// Below this many files one thread writes them all.
 const PARALLEL_FROM: usize = 512;

@@ -5,10 +5,10 @@
 
 use std::path::{Path, PathBuf};
 
-use swarm_proto::v1;
-
-use crate::attempt::{Assignment, Context, Failure, SwarmFiles};
-use crate::sandbox::{Confinement, Place};
+use crate::assignment::{Assignment, Context};
+use crate::outcome::{Failure, InfraFailure, TaskFailure};
+use crate::sandbox::{Confinement, Place, SandboxReport};
+use crate::swarm_files::SwarmFiles;
 
 /// How the attempt's processes are started.
 #[derive(Debug, Clone)]
@@ -18,7 +18,7 @@ pub struct Launch {
     /// None: not confined (the plan opted out, or the kernel has no Landlock).
     pub confinement: Option<Confinement>,
     /// What the `attempt.sandbox` event says.
-    pub report: v1::SandboxReport,
+    pub report: SandboxReport,
 }
 
 /// The attempt's private directories beside its worktree, in
@@ -33,20 +33,20 @@ pub struct Scratch {
 }
 
 impl Scratch {
-    pub fn new(wt: &Path, fresh: bool) -> Result<Scratch, Failure> {
+    pub fn new(wt: &Path, fresh: bool) -> Result<Scratch, InfraFailure> {
         let name = wt.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let tmp = wt.with_file_name(format!("{name}.tmp"));
-        let infra = |what: &str, e: &dyn std::fmt::Display| Failure::Infra(format!("{what}: {e}"));
+        let infra = |what: &'static str, source| InfraFailure::Scratch { what, source };
         // The git directory was made with the worktree (see `attempt`).
         let git_dir = crate::worker_git::dir_of(wt);
         if fresh && std::fs::symlink_metadata(&tmp).is_ok() {
-            std::fs::remove_dir_all(&tmp).map_err(|e| infra("clearing the attempt's TMPDIR", &e))?;
+            std::fs::remove_dir_all(&tmp).map_err(|e| infra("clearing the attempt's TMPDIR", e))?;
         }
-        std::fs::create_dir_all(&tmp).map_err(|e| infra("making the attempt's TMPDIR", &e))?;
+        std::fs::create_dir_all(&tmp).map_err(|e| infra("making the attempt's TMPDIR", e))?;
         {
             use std::os::unix::fs::PermissionsExt as _;
             let private = std::fs::Permissions::from_mode(0o700);
-            std::fs::set_permissions(&tmp, private).map_err(|e| infra("making the attempt's TMPDIR", &e))?;
+            std::fs::set_permissions(&tmp, private).map_err(|e| infra("making the attempt's TMPDIR", e))?;
         }
         Ok(Scratch { worktree: wt.to_path_buf(), tmp, git_dir })
     }
@@ -72,7 +72,7 @@ pub fn launch(
     files: &SwarmFiles,
     scratch: &Scratch,
 ) -> Result<Launch, Failure> {
-    let (secrets, redactor) = crate::secrets::read_all(&a.secrets).map_err(Failure::Infra)?;
+    let (secrets, redactor) = crate::secrets::read_all(&a.secrets).map_err(InfraFailure::Secrets)?;
     let _ = ctx.redactor.set(redactor);
     let env = worker_env(ctx, a, files, scratch, secrets);
     let report = a.sandbox.report(ctx.sandbox);
@@ -85,12 +85,12 @@ pub fn launch(
         review: a.review.is_some(),
     };
     let confinement = crate::sandbox::confine(&a.sandbox, ctx.sandbox, &ctx.supervisor, &place, &env)
-        .map_err(|e| Failure::Task(format!("the task {e}")))?;
+        .map_err(|e| TaskFailure::Sandbox(e.to_string()))?;
     if confinement.is_some()
         && let (Some(cfg), Some((_, home))) = (&a.agent, env.iter().find(|(k, _)| k == "HOME"))
     {
-        crate::sandbox::make_agent_state(cfg.kind, Path::new(home)).map_err(|e| {
-            Failure::Infra(format!("making {}'s state directory under {home}: {e}", cfg.kind))
+        crate::sandbox::make_agent_state(cfg.kind, Path::new(home)).map_err(|source| {
+            InfraFailure::AgentState { kind: cfg.kind.to_string(), home: home.clone(), source }
         })?;
     }
     Ok(Launch { env, confinement, report })

@@ -3,10 +3,15 @@
 //! its reports and exit, runs verification and ships the result commit.
 //!
 //! - [`runner`]: the one helper that spawns processes (groups, signals, exit mapping)
-//! - [`journal`]: the durable outbox of reports (dual-write before send)
+//! - [`journal`]: the durable outbox of reports (dual-write before send),
+//!   versioned records of the sidecar's own [`report::Event`]s
 //! - [`worktree`]: the reused git2 worktree, checkouts and commits
 //! - [`status`]: `.swarm/status.json` parsing and change detection
-//! - [`attempt`]: one attempt from Assign to AttemptResult
+//! - [`attempt`]: one attempt from Assign to its [`outcome::AttemptOutcome`]:
+//!   prepare, run (a command or an agent), verify, commit
+//! - [`report`], [`outcome`]: what an attempt tells the session, as plain values
+//! - [`wire`]: the only place those values become prost messages (and an
+//!   Assign becomes an [`assignment::Assignment`])
 //! - [`agent`]: coding agents (Claude Code, Codex) as workers: one trait,
 //!   their parsers, the permission policy, the agent driver
 //! - [`verify`]: verify tiers
@@ -72,6 +77,7 @@
 //!   attempt's result is acked.
 
 pub mod agent;
+pub mod assignment;
 pub mod attempt;
 pub mod cache_tree;
 pub mod changes;
@@ -84,7 +90,9 @@ mod launch;
 pub mod locks;
 pub mod log_serve;
 pub mod orphans;
+pub mod outcome;
 pub mod remote;
+pub mod report;
 pub mod review;
 pub mod runner;
 pub mod sandbox;
@@ -92,9 +100,12 @@ pub mod secrets;
 pub mod session;
 pub mod status;
 pub mod supervisor;
+pub mod swarm_files;
 pub mod tracked_index;
+mod tree_diff;
 pub mod verify;
 pub mod verify_job;
+pub mod wire;
 pub mod worker_files;
 pub mod worker_git;
 pub mod worktree;

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use swarm_proto::convert::AttemptRef;
 use swarm_proto::v1;
 
-use crate::attempt::SwarmFiles;
+use crate::swarm_files::SwarmFiles;
 
 /// The most one answer carries; the controller asks again for more.
 pub const MAX_CHUNK: usize = 64 << 10;

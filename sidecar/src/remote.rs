@@ -5,6 +5,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use swarm_proto::client::AuthChannel;
+use swarm_proto::convert::AttemptRef;
 use swarm_proto::limits::{SECRET_HEADER, WORKER_HEADER};
 use swarm_proto::v1;
 use swarm_proto::v1::sidecar_service_client::SidecarServiceClient;
@@ -112,10 +113,11 @@ impl Remote {
     pub async fn push(
         &self,
         repo: &Path,
-        attempt: &v1::AttemptRef,
+        attempt: &AttemptRef,
         tip: &str,
         base: &str,
     ) -> Result<(), RemoteError> {
+        let attempt = &v1::AttemptRef::from(attempt);
         let (r, t, haves) = (repo.to_path_buf(), tip.to_string(), vec![base.to_string()]);
         let pack = tokio::task::spawn_blocking(move || swarm_git::build_pack(&r, &t, &haves))
             .await

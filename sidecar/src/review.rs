@@ -15,9 +15,8 @@
 use std::path::Path;
 use std::process::Stdio;
 
-use swarm_proto::v1;
-
-use crate::attempt::SwarmFiles;
+use crate::outcome::{InfraFailure, ReviewVerdict};
+use crate::swarm_files::SwarmFiles;
 use crate::worktree;
 
 /// The reviewer's decision file, inside `.swarm/`.
@@ -84,20 +83,25 @@ async fn git_diff(wt: &Path, base: &str) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// Fills a reviewer attempt's successful result: the reviewed commit (the
-/// worktree's HEAD) and the decision it left. `said` is what the worker
-/// said last (status message or agent's final text), read when no
-/// decision file exists.
-pub fn conclude(wt: &Path, said: &str, result: &mut v1::AttemptResult) -> Result<(), String> {
-    let (head, _) = worktree::head(wt).map_err(|e| format!("reading the reviewed HEAD: {e}"))?;
-    result.commit = head.to_string();
-    result.summary = said.trim().to_string();
-    result.review = Some(read_decision(&SwarmFiles::new(wt).dir.join(REVIEW_FILE), said));
-    Ok(())
+/// A reviewer attempt's conclusion: the commit it reviewed and its decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reviewed {
+    /// The worktree's HEAD.
+    pub commit: String,
+    pub verdict: ReviewVerdict,
 }
 
-fn read_decision(path: &Path, said: &str) -> v1::ReviewVerdict {
-    let refuse = |error: String| v1::ReviewVerdict { error, ..Default::default() };
+/// Reads a reviewer's conclusion from its worktree. `said` is what the
+/// worker said last (status message or agent's final text), read when no
+/// decision file exists.
+pub fn conclude(wt: &Path, said: &str) -> Result<Reviewed, InfraFailure> {
+    let (head, _) = worktree::head(wt).map_err(|e| InfraFailure::ReviewedHead(e.to_string()))?;
+    let verdict = read_decision(&SwarmFiles::new(wt).dir.join(REVIEW_FILE), said);
+    Ok(Reviewed { commit: head.to_string(), verdict })
+}
+
+fn read_decision(path: &Path, said: &str) -> ReviewVerdict {
+    let refuse = |error: String| ReviewVerdict { error, ..Default::default() };
     let text = match std::fs::metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return from_words(said),
         Err(e) => return refuse(format!("{}: {e}", path.display())),
@@ -111,7 +115,7 @@ fn read_decision(path: &Path, said: &str) -> v1::ReviewVerdict {
     };
     match serde_json::from_str::<ReviewFile>(&text) {
         Ok(f) if DECISIONS.contains(&f.decision.as_str()) => {
-            v1::ReviewVerdict { decision: f.decision, message: f.message, error: String::new() }
+            ReviewVerdict { decision: f.decision, message: f.message, error: String::new() }
         }
         Ok(f) => refuse(format!(
             "{REVIEW_FILE}: decision must be one of {}, not {:?}",
@@ -124,14 +128,14 @@ fn read_decision(path: &Path, said: &str) -> v1::ReviewVerdict {
 
 /// A decision given as the first word of the worker's last words, the
 /// rest being its message; none when they start otherwise.
-fn from_words(said: &str) -> v1::ReviewVerdict {
+fn from_words(said: &str) -> ReviewVerdict {
     let said = said.trim();
     let (word, rest) = said.split_once(char::is_whitespace).unwrap_or((said, ""));
     let word = word.trim_end_matches([':', '.', ',']).to_ascii_lowercase();
     if DECISIONS.contains(&word.as_str()) {
-        v1::ReviewVerdict { decision: word, message: rest.trim().to_string(), error: String::new() }
+        ReviewVerdict { decision: word, message: rest.trim().to_string(), error: String::new() }
     } else {
-        v1::ReviewVerdict::default()
+        ReviewVerdict::default()
     }
 }
 

@@ -7,43 +7,13 @@
 use std::path::PathBuf;
 
 use swarm_core::plan::SecretSource;
-use swarm_core::plan::sandbox::check_sandbox_path;
-use swarm_core::plan::secrets::check_env_name;
-use swarm_proto::FieldError;
-use swarm_proto::v1;
-use swarm_proto::v1::sidecar_message::Body;
+
+use crate::report::{Event, Progress};
 
 /// Largest secret read from a file.
 const MAX_SECRET_BYTES: u64 = 64 * 1024;
 /// Shorter values are not redacted: they would mask ordinary text.
 const MIN_REDACTED: usize = 4;
-
-/// The Assign's secret references, checked as the plan parser checks them.
-pub fn from_wire(refs: &[v1::SecretRef]) -> Result<Vec<(String, SecretSource)>, FieldError> {
-    use v1::secret_ref::Source;
-    if refs.len() > 64 {
-        return Err(FieldError::new("secrets", "at most 64 secrets"));
-    }
-    refs.iter()
-        .enumerate()
-        .map(|(i, r)| {
-            check_env_name(&r.name).map_err(|rule| FieldError::new(format!("secrets[{i}].name"), rule))?;
-            let source = match &r.source {
-                Some(Source::File(p)) => {
-                    check_sandbox_path(p)
-                        .map_err(|rule| FieldError::new(format!("secrets[{i}].file"), rule))?;
-                    SecretSource::File(p.clone())
-                }
-                Some(Source::Env(v)) => {
-                    check_env_name(v).map_err(|rule| FieldError::new(format!("secrets[{i}].env"), rule))?;
-                    SecretSource::Env(v.clone())
-                }
-                None => return Err(FieldError::new(format!("secrets[{i}]"), "needs a file or env source")),
-            };
-            Ok((r.name.clone(), source))
-        })
-        .collect()
-}
 
 /// Reads every secret; an error names the secret and its source, never a
 /// value.
@@ -138,17 +108,17 @@ impl Redactor {
     }
 
     /// Every text a worker can put into a report.
-    pub fn report(&self, body: &mut Body) {
+    pub fn report(&self, event: &mut Event) {
         if self.is_empty() {
             return;
         }
-        match body {
-            Body::Status(s) => self.redact(&mut s.message),
-            Body::Question(q) => {
-                self.redact(&mut q.text);
-                self.redact(&mut q.category);
+        match event {
+            Event::Status { message, .. } => self.redact(message),
+            Event::Question { text, category, .. } => {
+                self.redact(text);
+                self.redact(category);
             }
-            Body::Result(r) => {
+            Event::Result(r) => {
                 self.redact(&mut r.error);
                 self.redact(&mut r.summary);
                 self.all(&mut r.log_tail);
@@ -156,11 +126,11 @@ impl Redactor {
                     self.redact(&mut t.output_tail);
                 }
             }
-            _ => {}
+            Event::Started { .. } | Event::Orphans { .. } => {}
         }
     }
 
-    pub fn progress(&self, p: &mut v1::Progress) {
+    pub fn progress(&self, p: &mut Progress) {
         if self.is_empty() {
             return;
         }
@@ -188,13 +158,17 @@ mod tests {
         let mut line = "curl -H 'x-api-key: sk-very-secret' (sk-very-secret)".to_string();
         redactor.redact(&mut line);
         assert_eq!(line, "curl -H 'x-api-key: [redacted API_KEY]' ([redacted API_KEY])");
-        let mut result = Body::Result(v1::AttemptResult {
-            error: "bad key sk-very-secret".into(),
+        let task = swarm_core::TaskKey::new(
+            swarm_core::SwarmId::new("s").expect("swarm"),
+            swarm_core::TaskId::new("t").expect("task"),
+        );
+        let attempt = swarm_proto::convert::AttemptRef { task, number: 1, fencing_token: 1 };
+        let mut result = Event::Result(crate::outcome::AttemptOutcome {
             log_tail: vec!["sk-very-secret".into()],
-            ..Default::default()
+            ..crate::outcome::AttemptOutcome::error(attempt, "bad key sk-very-secret")
         });
         redactor.report(&mut result);
-        let Body::Result(r) = result else { unreachable!() };
+        let Event::Result(r) = result else { unreachable!() };
         assert!(!r.error.contains("sk-very") && !r.log_tail[0].contains("sk-very"), "{r:?}");
     }
 
@@ -209,14 +183,5 @@ mod tests {
         let refs = vec![("K".to_string(), SecretSource::File("/nonexistent/k".into()))];
         let e = read_all(&refs).expect_err("missing file");
         assert!(e.starts_with("secret K: file /nonexistent/k cannot be read"), "{e}");
-    }
-
-    #[test]
-    fn wire_references_are_checked() {
-        let bad =
-            [v1::SecretRef { name: "SWARM_X".into(), source: Some(v1::secret_ref::Source::Env("X".into())) }];
-        assert_eq!(from_wire(&bad).expect_err("reserved").field, "secrets[0].name");
-        let none = [v1::SecretRef { name: "A".into(), source: None }];
-        assert_eq!(from_wire(&none).expect_err("no source").field, "secrets[0]");
     }
 }

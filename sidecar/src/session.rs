@@ -20,9 +20,10 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 use tracing::Instrument;
 
-use crate::attempt::{self, Assignment, Context, Report, Stop};
+use crate::attempt::{self, Assignment, Context, Event, Report, Stop};
 use crate::config::{Config, OrphanPolicy, default_worker_id};
 use crate::journal::Journal;
+use crate::outcome::AttemptOutcome;
 use crate::{SidecarError, orphans, worktree};
 
 const INITIAL_BACKOFF: Duration = Duration::from_millis(100);
@@ -182,7 +183,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Sidecar
             tracing::warn!(error = %e, "removing orphaned worktrees failed");
         }
         tracing::info!(?orphan_ids, removed, "orphaned worktrees");
-        journal.append_report(Body::Orphans(v1::OrphanReport { worktrees: orphan_ids, removed }))?;
+        journal.append_report(crate::wire::fitted(Event::Orphans { worktrees: orphan_ids, removed }))?;
     }
     let controllers = Controllers::parse(&cfg.controller).map_err(|e| SidecarError::Config(e.to_string()))?;
     let remote = cfg.remote.then(|| crate::remote::Remote::new(&worker_id));
@@ -304,7 +305,7 @@ impl Session {
         let in_hand = self
             .current
             .as_ref()
-            .map(|c| c.assignment.wire_ref())
+            .map(|c| v1::AttemptRef::from(&c.assignment.attempt))
             .or_else(|| self.held.as_ref().and_then(|h| h.assign.attempt.clone()));
         v1::SidecarMessage {
             seq: 0,
@@ -393,8 +394,8 @@ impl Session {
         welcome: v1::Welcome,
     ) -> Result<Ended, SidecarError> {
         self.resume(welcome.attempt_resumed).await?;
-        for (_, msg) in self.journal.unacked() {
-            if out.send(msg.clone()).await.is_err() {
+        for (seq, event) in self.journal.unacked() {
+            if out.send(crate::wire::message(*seq, event)).await.is_err() {
                 return Ok(Ended::Broken(true));
             }
         }
@@ -504,14 +505,16 @@ impl Session {
             let lost = held.assign;
             if resumed {
                 tracing::warn!("reporting the attempt of a previous sidecar process as lost");
-                let result = v1::AttemptResult {
-                    attempt: lost.attempt.clone(),
-                    outcome: v1::Outcome::Error as i32,
-                    exit_code: -1,
-                    error: "sidecar restarted; worker lost".into(),
-                    ..Default::default()
-                };
-                self.journal.append_report(Body::Result(result))?;
+                match lost.attempt.as_ref().map(AttemptRef::try_from) {
+                    Some(Ok(attempt)) => {
+                        let result = AttemptOutcome::error(attempt, "sidecar restarted; worker lost");
+                        self.journal.append_report(Event::Result(result))?;
+                    }
+                    // Journaled only once it was valid: a damaged journal.
+                    _ => {
+                        tracing::error!(attempt = ?lost.attempt, "the lost attempt has no valid id; not reporting it")
+                    }
+                }
             }
             self.journal.release()?;
         }
@@ -536,44 +539,49 @@ impl Session {
 
     /// Journals a report from the attempt driver; returns what to send.
     async fn record(&mut self, r: Report) -> Result<Option<v1::SidecarMessage>, SidecarError> {
+        let redactor = self.current.as_ref().and_then(|c| c.redactor.get());
         match r {
             Report::Pid { pid, restarts } => {
                 self.journal.set_pid(pid, restarts)?;
                 Ok(None)
             }
             Report::Progress(mut p) => {
-                if let Some(r) = self.current.as_ref().and_then(|c| c.redactor.get()) {
+                if let Some(r) = redactor {
                     r.progress(&mut p);
                 }
-                Ok(Some(v1::SidecarMessage { seq: 0, body: Some(Body::Progress(p)) }))
+                Ok(Some(v1::SidecarMessage { seq: 0, body: Some(Body::Progress((&p).into())) }))
             }
-            Report::Journaled(mut body) => {
-                if let Some(r) = self.current.as_ref().and_then(|c| c.redactor.get()) {
-                    r.report(&mut body);
+            Report::Journaled(mut event) => {
+                if let Some(r) = redactor {
+                    r.report(&mut event);
                 }
                 let current = self.current.as_ref().map(|c| &c.assignment.attempt);
-                if let Some(reported) = attempt_of(&body)
-                    && !current.is_some_and(|c| same_attempt(c, Some(reported)))
+                if let Some(reported) = event.attempt()
+                    && !current.is_some_and(|c| c.task == reported.task && c.number == reported.number)
                 {
                     // A report of an attempt stopped silently, which must not
                     // end (or be journaled as) the attempt now in hand.
                     tracing::warn!(?reported, "dropping a report of an attempt no longer in hand");
                     return Ok(None);
                 }
-                if let Body::Result(r) = &mut body {
-                    self.count_infra_failure(r);
-                }
-                let is_result = matches!(body, Body::Result(_));
+                let is_result = if let Event::Result(outcome) = &mut event {
+                    self.count_infra_failure(outcome);
+                    true
+                } else {
+                    false
+                };
+                let event = crate::wire::fitted(event);
                 if !is_result {
-                    return Ok(Some(self.journal.append_report(body)?));
+                    let seq = self.journal.append_report(event.clone())?;
+                    return Ok(Some(crate::wire::message(seq, &event)));
                 }
                 // The result and the release, with one fsync.
-                let msg = self.journal.append_result(body)?;
+                let seq = self.journal.append_result(event.clone())?;
                 if let Some(c) = self.current.take() {
-                    tracing::info!(attempt = %c.assignment.label(), seq = msg.seq, "attempt finished");
+                    tracing::info!(attempt = %c.assignment.label(), seq, "attempt finished");
                     let _ = c.task.await;
                 }
-                Ok(Some(msg))
+                Ok(Some(crate::wire::message(seq, &event)))
             }
         }
     }
@@ -669,7 +677,7 @@ impl Session {
 
     fn on_assign(&mut self, a: v1::Assign) -> Result<(), SidecarError> {
         if let Some(cur) = &self.current {
-            if cur.assignment.wire.attempt == a.attempt {
+            if same_attempt(&cur.assignment.attempt, a.attempt.as_ref()) {
                 tracing::debug!("assign of the attempt in hand: no-op");
             } else {
                 tracing::warn!(attempt = ?a.attempt, "assign while busy (capacity 1); ignored");
@@ -682,8 +690,8 @@ impl Session {
         }
         // After a reconnect the controller re-sends the Assign of an attempt
         // whose result it has not applied yet; the replayed result answers it.
-        let finished = self.journal.unacked().iter().any(|(_, m)| match &m.body {
-            Some(Body::Result(r)) => r.attempt.is_some() && r.attempt == a.attempt,
+        let finished = self.journal.unacked().iter().any(|(_, e)| match e {
+            Event::Result(r) => a.attempt.as_ref() == Some(&v1::AttemptRef::from(&r.attempt)),
             _ => false,
         });
         if finished {
@@ -694,15 +702,9 @@ impl Session {
             Ok(x) => x,
             Err(e) => {
                 tracing::warn!(error = %e, "invalid assign");
-                if let Some(r) = a.attempt.as_ref().filter(|r| AttemptRef::try_from(*r).is_ok()) {
-                    let result = v1::AttemptResult {
-                        attempt: Some(r.clone()),
-                        outcome: v1::Outcome::Error as i32,
-                        exit_code: -1,
-                        error: format!("invalid assign: {e}"),
-                        ..Default::default()
-                    };
-                    let _ = self.reports_tx.send(Report::Journaled(Body::Result(result)));
+                if let Some(r) = a.attempt.as_ref().and_then(|r| AttemptRef::try_from(r).ok()) {
+                    let result = AttemptOutcome::error(r, format!("invalid assign: {e}"));
+                    let _ = self.reports_tx.send(Report::Journaled(Event::Result(result)));
                 }
                 return Ok(());
             }
@@ -715,8 +717,8 @@ impl Session {
     /// After [`MAX_INFRA_FAILURES`] infrastructure failures in a row this
     /// host is presumed broken: drain (take no more work), saying why in the
     /// result the controller stores.
-    fn count_infra_failure(&mut self, r: &mut v1::AttemptResult) {
-        if r.outcome != v1::Outcome::InfraFailed as i32 {
+    fn count_infra_failure(&mut self, r: &mut AttemptOutcome) {
+        if r.outcome != swarm_core::Outcome::InfraFailed {
             self.infra_failures = 0;
             return;
         }
@@ -777,9 +779,7 @@ impl Session {
                 tokio::spawn(attempt::run_with_answers(ctx, a, stop_rx, answers_rx, tx).instrument(span))
             }
             Launch::Adopt(ad) => tokio::spawn(attempt::resume(ctx, a, ad, stop_rx, tx).instrument(span)),
-            Launch::LostAgent => {
-                tokio::spawn(crate::agent::result::checkpoint_lost(ctx, a, tx).instrument(span))
-            }
+            Launch::LostAgent => tokio::spawn(attempt::checkpoint_lost(ctx, a, tx).instrument(span)),
         };
         self.current = Some(Current { assignment, stop, task, answers, redactor });
     }
@@ -817,18 +817,6 @@ async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
-    }
-}
-
-/// The attempt a state-changing report is about, if any.
-fn attempt_of(body: &Body) -> Option<&v1::AttemptRef> {
-    match body {
-        Body::Started(s) => s.attempt.as_ref(),
-        Body::Status(s) => s.attempt.as_ref(),
-        Body::Question(q) => q.attempt.as_ref(),
-        Body::Result(r) => r.attempt.as_ref(),
-        Body::Progress(p) => p.attempt.as_ref(),
-        _ => None,
     }
 }
 

@@ -24,7 +24,7 @@ use git2::{Oid, Repository};
 
 use crate::cache_tree::{CacheTree, Trees};
 use crate::index_file::{self, Checksum, Encoded, IndexFileError};
-use crate::worktree::WorktreeError;
+use crate::worktree::error::WorktreeError;
 
 /// What the sidecar knows of its worktree's index beyond libgit2.
 #[derive(Debug, Default)]

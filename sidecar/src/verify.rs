@@ -4,8 +4,6 @@ use crate::sandbox::Confinement;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use swarm_proto::v1;
-
 use crate::runner::{SpawnSpec, Worker};
 
 /// Lines of output kept per tier.
@@ -19,16 +17,16 @@ pub struct Tier {
     pub timeout: Duration,
 }
 
-impl From<&v1::VerifyTier> for Tier {
-    fn from(t: &v1::VerifyTier) -> Self {
-        let secs = if t.timeout_secs == 0 { 600 } else { u64::from(t.timeout_secs) };
-        Tier {
-            name: t.name.clone(),
-            command: t.command.clone(),
-            blocking: t.blocking,
-            timeout: Duration::from_secs(secs),
-        }
-    }
+/// How one tier went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TierResult {
+    pub name: String,
+    pub passed: bool,
+    pub blocking: bool,
+    /// -1 when it could not start or died by a signal.
+    pub exit_code: i32,
+    pub duration_ms: u64,
+    pub output_tail: String,
 }
 
 /// Runs the tiers in order; stops after the first failing blocking tier.
@@ -38,7 +36,7 @@ pub async fn run_tiers(
     cwd: &Path,
     env: &[(String, String)],
     confinement: Option<&Confinement>,
-) -> (Vec<v1::TierResult>, bool) {
+) -> (Vec<TierResult>, bool) {
     let mut out = Vec::new();
     for tier in tiers {
         let span = tracing::info_span!("verify", tier = %tier.name, blocking = tier.blocking);
@@ -57,7 +55,7 @@ pub async fn run_tier(
     cwd: &Path,
     env: &[(String, String)],
     confinement: Option<&Confinement>,
-) -> v1::TierResult {
+) -> TierResult {
     let started = Instant::now();
     let spec = SpawnSpec {
         argv: vec!["sh".into(), "-c".into(), tier.command.clone()],
@@ -65,7 +63,7 @@ pub async fn run_tier(
         env: env.to_vec(),
         confinement: confinement.cloned(),
     };
-    let mut result = v1::TierResult {
+    let mut result = TierResult {
         name: tier.name.clone(),
         passed: false,
         blocking: tier.blocking,

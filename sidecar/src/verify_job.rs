@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use swarm_proto::v1;
 use tracing::Instrument as _;
 
-use crate::verify::{Tier, run_tiers};
+use crate::verify::{Tier, TierResult, run_tiers};
 
 /// The sidecar that verifies.
 pub struct Verifier {
@@ -36,6 +36,7 @@ pub async fn run(verifier: Verifier, job: v1::VerifyMerge) -> v1::SidecarMessage
     let verdict = verify(&verifier, &job).instrument(span).await;
     let body = match verdict {
         Ok((tiers, passed)) => {
+            let tiers = tiers.iter().map(v1::TierResult::from).collect();
             v1::MergeVerified { job_id: job.job_id, commit: job.commit, passed, tiers, error: String::new() }
         }
         Err(error) => {
@@ -52,7 +53,7 @@ pub async fn run(verifier: Verifier, job: v1::VerifyMerge) -> v1::SidecarMessage
     v1::SidecarMessage { seq: 0, body: Some(v1::sidecar_message::Body::MergeVerified(body)) }
 }
 
-async fn verify(verifier: &Verifier, job: &v1::VerifyMerge) -> Result<(Vec<v1::TierResult>, bool), String> {
+async fn verify(verifier: &Verifier, job: &v1::VerifyMerge) -> Result<(Vec<TierResult>, bool), String> {
     let (repo, worker_id) = (verifier.repo.as_path(), verifier.worker_id.as_str());
     let remote = verifier.remote.as_ref();
     swarm_core::names::check_commit(&job.commit).map_err(|rule| format!("commit: {rule}"))?;
@@ -64,7 +65,7 @@ async fn verify(verifier: &Verifier, job: &v1::VerifyMerge) -> Result<(Vec<v1::T
     tokio::task::spawn_blocking(move || write_tree(&r, &d, &c))
         .await
         .map_err(|e| format!("checkout thread: {e}"))??;
-    let tiers: Vec<Tier> = job.tiers.iter().map(Tier::from).collect();
+    let tiers: Vec<Tier> = job.tiers.iter().map(crate::wire::tier).collect();
     let tmp = dir.with_extension("tmp");
     std::fs::create_dir_all(&tmp).map_err(|e| format!("create {}: {e}", tmp.display()))?;
     let mut env = crate::sandbox::inherited_env();
@@ -94,8 +95,8 @@ fn confinement(
     tmp: &Path,
     env: &[(String, String)],
 ) -> Result<Option<crate::sandbox::Confinement>, String> {
-    use crate::sandbox::{Place, Settings};
-    let settings = Settings::from_wire(job.sandbox.as_ref()).map_err(|e| format!("invalid sandbox: {e}"))?;
+    use crate::sandbox::Place;
+    let settings = crate::wire::sandbox(job.sandbox.as_ref()).map_err(|e| format!("invalid sandbox: {e}"))?;
     let common = dir.parent().and_then(Path::parent).unwrap_or(Path::new("/nonexistent"));
     let place = Place { worktree: dir, common_dir: common, private: &[tmp], agent: None, review: false };
     crate::sandbox::confine(&settings, verifier.kernel, &verifier.exe, &place, env)

@@ -7,9 +7,13 @@ use std::time::Duration;
 
 use swarm_proto::v1;
 use swarm_proto::v1::sidecar_message::Body;
-use swarm_sidecar::attempt::{self, Assignment, Context, Report, Stop};
+use swarm_sidecar::attempt::{self, Assignment, Context, Stop};
 use swarm_tests::{TempRepo, script};
 use tokio::sync::{mpsc, watch};
+
+#[path = "support/sent.rs"]
+mod sent;
+use sent::Report;
 
 fn assign(base: &str, agent: &Path) -> v1::Assign {
     v1::Assign {
@@ -70,6 +74,7 @@ async fn run(
     let mut reports = Vec::new();
     let result = tokio::time::timeout(Duration::from_secs(30), async {
         while let Some(r) = rx.recv().await {
+            let r = Report::from(r);
             reports.push(r.clone());
             match r {
                 Report::Journaled(Body::Question(q)) => {

@@ -6,9 +6,13 @@ use std::time::Duration;
 
 use swarm_proto::v1;
 use swarm_proto::v1::sidecar_message::Body;
-use swarm_sidecar::attempt::{self, Assignment, Context, Report};
+use swarm_sidecar::attempt::{self, Assignment, Context};
 use swarm_tests::{TempRepo, script};
 use tokio::sync::{mpsc, watch};
+
+#[path = "support/sent.rs"]
+mod sent;
+use sent::Report;
 
 fn assign(base: &str, agent: &Path, resume: &str) -> v1::Assign {
     v1::Assign {
@@ -67,6 +71,7 @@ async fn run(
     let mut reports = Vec::new();
     let result = tokio::time::timeout(Duration::from_secs(30), async {
         while let Some(r) = rx.recv().await {
+            let r = Report::from(r);
             reports.push(r.clone());
             match r {
                 Report::Journaled(Body::Question(q)) => {
@@ -295,8 +300,10 @@ while read -r line; do :; done
     std::fs::write(wt.join("src/half.rs"), "// half done").expect("write");
     let (tx, mut rx) = mpsc::unbounded_channel();
     let assignment = Assignment::try_from(&a).expect("valid");
-    swarm_sidecar::agent::result::checkpoint_lost(ctx(repo.path()), assignment, tx).await;
-    let Some(Report::Journaled(Body::Result(r))) = rx.recv().await else { panic!("a result") };
+    attempt::checkpoint_lost(ctx(repo.path()), assignment, tx).await;
+    let Some(Report::Journaled(Body::Result(r))) = rx.recv().await.map(Report::from) else {
+        panic!("a result")
+    };
     assert_eq!(r.outcome, v1::Outcome::Checkpoint as i32, "{r:?}");
     assert_eq!(r.session_id, "sess-9");
     assert!(r.files_changed.contains(&"src/half.rs".to_string()), "{r:?}");

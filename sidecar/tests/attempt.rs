@@ -6,9 +6,13 @@ use std::time::Duration;
 
 use swarm_proto::v1;
 use swarm_proto::v1::sidecar_message::Body;
-use swarm_sidecar::attempt::{self, Assignment, Context, Report, Stop};
+use swarm_sidecar::attempt::{self, Assignment, Context, Stop};
 use swarm_tests::{TempRepo, poll, script};
 use tokio::sync::{mpsc, watch};
+
+#[path = "support/sent.rs"]
+mod sent;
+use sent::Report;
 
 fn assign(base: &str, worker: &Path, task: &str) -> v1::Assign {
     v1::Assign {
@@ -95,7 +99,7 @@ async fn run_with(ctx: Context, a: v1::Assign, stop_after_line: Option<(&str, St
     tokio::time::timeout(Duration::from_secs(30), task).await.expect("attempt ends").expect("join");
     let mut reports = Vec::new();
     while let Ok(r) = rx.try_recv() {
-        reports.push(r);
+        reports.push(Report::from(r));
     }
     Run { reports }
 }

@@ -6,10 +6,14 @@ use std::time::Duration;
 
 use swarm_proto::v1;
 use swarm_proto::v1::sidecar_message::Body;
-use swarm_sidecar::attempt::{self, Assignment, Context, Report};
+use swarm_sidecar::attempt::{self, Assignment, Context};
 use swarm_sidecar::{locks, worktree};
 use swarm_tests::{TempRepo, script};
 use tokio::sync::{mpsc, watch};
+
+#[path = "support/sent.rs"]
+mod sent;
+use sent::Report;
 
 fn assign(base: &str, worker: &Path, task: &str, number: u32) -> v1::Assign {
     v1::Assign {
@@ -57,7 +61,7 @@ async fn run(ctx: Context, a: v1::Assign) -> Vec<Report> {
     tokio::time::timeout(Duration::from_secs(60), task).await.expect("attempt ends").expect("join");
     let mut reports = Vec::new();
     while let Ok(r) = rx.try_recv() {
-        reports.push(r);
+        reports.push(Report::from(r));
     }
     reports
 }

@@ -16,8 +16,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 use swarm_core::Usage;
 use swarm_core::plan::{AgentKind, Otherwise, PermissionRule};
-use swarm_proto::convert::{FieldError, session_id_from_wire};
-use swarm_proto::v1;
 
 pub mod acp;
 pub mod claude;
@@ -27,7 +25,6 @@ pub mod instructions;
 mod limits;
 pub mod policy;
 mod process;
-pub mod result;
 pub mod session;
 
 pub(crate) use limits::unix_to_ms;
@@ -68,61 +65,6 @@ pub struct AgentConfig {
     pub otherwise: Otherwise,
     pub resume_session: Option<String>,
     pub instructions: instructions::Instructions,
-}
-
-impl AgentConfig {
-    pub fn from_wire(s: &v1::AgentSpec) -> Result<Self, FieldError> {
-        let kind = AgentKind::parse(&s.kind).ok_or_else(|| {
-            FieldError::new("agent.kind", AgentError::UnknownKind(s.kind.clone()).to_string())
-        })?;
-        let arg_ok = |a: &str| !a.contains('\0');
-        if !arg_ok(&s.path) || !s.extra_args.iter().all(|a| arg_ok(a)) || !arg_ok(&s.append_system_prompt) {
-            return Err(FieldError::new("agent", "arguments must not contain NUL"));
-        }
-        if !(s.max_budget_usd.is_finite() && s.max_budget_usd >= 0.0) {
-            return Err(FieldError::new("agent.max_budget_usd", "must be a non-negative number"));
-        }
-        let rules = |field: &str, raw: &[String]| {
-            raw.iter()
-                .enumerate()
-                .map(|(i, r)| {
-                    PermissionRule::parse(r).map_err(|e| FieldError::new(format!("{field}[{i}]"), e))
-                })
-                .collect::<Result<Vec<_>, _>>()
-        };
-        let perms = s.permissions.clone().unwrap_or_default();
-        let otherwise = match v1::PermissionFallback::try_from(perms.otherwise) {
-            Ok(v1::PermissionFallback::Deny) => Otherwise::Deny,
-            _ => Otherwise::Ask,
-        };
-        let resume_session = match s.resume_session.as_str() {
-            "" => None,
-            id => Some(session_id_from_wire("agent.resume_session", id)?),
-        };
-        if kind == AgentKind::Acp && s.path.trim().is_empty() {
-            return Err(FieldError::new(
-                "agent.path",
-                "agent \"acp\" needs the ACP server's program (the plan's agent_command)",
-            ));
-        }
-        let non_empty = |v: &str| (!v.is_empty()).then(|| v.to_string());
-        Ok(AgentConfig {
-            kind,
-            program: non_empty(&s.path).unwrap_or_else(|| kind.as_str().to_string()),
-            model: non_empty(&s.model),
-            max_turns: s.max_turns,
-            max_budget_usd: s.max_budget_usd,
-            allowed_tools: s.allowed_tools.clone(),
-            permission_mode: non_empty(&s.permission_mode),
-            append_system_prompt: non_empty(&s.append_system_prompt),
-            extra_args: s.extra_args.clone(),
-            allow: rules("agent.permissions.allow", &perms.allow)?,
-            deny: rules("agent.permissions.deny", &perms.deny)?,
-            otherwise,
-            resume_session,
-            instructions: instructions::Instructions::from_wire(s.instructions.as_deref()),
-        })
-    }
 }
 
 /// How an agent takes a message after its first one.
@@ -393,45 +335,6 @@ mod tests {
         let multi = AskedQuestion { multi_select: true, ..q };
         assert_eq!(multi.answer("1, postgres"), "SQLite, Postgres");
         assert_eq!(multi.answer("1, DuckDB"), "1, DuckDB", "not all options: the operator's words");
-    }
-
-    #[test]
-    fn config_from_the_wire() {
-        let spec = v1::AgentSpec {
-            kind: "claude".into(),
-            resume_session: "abc-123".into(),
-            permissions: Some(v1::PermissionPolicy {
-                allow: vec!["Bash(cargo test:*)".into()],
-                deny: vec!["Edit(secrets/**)".into()],
-                otherwise: v1::PermissionFallback::Deny as i32,
-            }),
-            ..Default::default()
-        };
-        let c = AgentConfig::from_wire(&spec).expect("valid");
-        assert_eq!(c.program, "claude");
-        assert_eq!(c.otherwise, Otherwise::Deny);
-        assert_eq!(c.resume_session.as_deref(), Some("abc-123"));
-        let acp = v1::AgentSpec {
-            kind: "acp".into(),
-            path: "gemini".into(),
-            extra_args: vec!["--experimental-acp".into()],
-            ..Default::default()
-        };
-        let c = AgentConfig::from_wire(&acp).expect("valid");
-        assert_eq!((c.kind, c.program.as_str()), (AgentKind::Acp, "gemini"));
-        for bad in [
-            v1::AgentSpec { kind: "gemini".into(), ..Default::default() },
-            v1::AgentSpec { kind: "acp".into(), ..Default::default() },
-            v1::AgentSpec { kind: "claude".into(), resume_session: "a b".into(), ..Default::default() },
-            v1::AgentSpec { kind: "claude".into(), max_budget_usd: f64::NAN, ..Default::default() },
-            v1::AgentSpec {
-                kind: "claude".into(),
-                permissions: Some(v1::PermissionPolicy { allow: vec!["Edit(".into()], ..Default::default() }),
-                ..Default::default()
-            },
-        ] {
-            assert!(AgentConfig::from_wire(&bad).is_err(), "{bad:?}");
-        }
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! stay a pipe to this process, so an agent cannot outlive its sidecar in a
 //! useful way. A restarted sidecar therefore does not re-adopt it; it
 //! checkpoints the worktree and hands back the session id so that the next
-//! attempt resumes the conversation (see `attempt::checkpoint_lost_agent`).
+//! attempt resumes the conversation (see `attempt::checkpoint_lost`).
 
 use std::process::Stdio;
 

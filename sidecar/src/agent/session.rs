@@ -62,6 +62,14 @@ pub fn set_commit(worktree: &Path, commit: &str) -> std::io::Result<()> {
     }
 }
 
+/// [`set_commit`] for the attempt's own commit: a failure only costs a
+/// later attempt its resume, so it is logged, not raised.
+pub fn note_commit(worktree: &Path, commit: &str) {
+    if let Err(e) = set_commit(worktree, commit) {
+        tracing::warn!(error = %e, "cannot update agent-session.json");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -31,10 +31,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use swarm_core::plan::sandbox::{DEFAULT_CONNECT, check_paths, check_ports};
 use swarm_core::plan::{AgentKind, SandboxMode, SandboxSpec};
-use swarm_proto::FieldError;
-use swarm_proto::v1;
 
 pub use self::landlock::{Capability, probe};
 pub use trampoline::{ARG, main_if_requested};
@@ -99,47 +96,32 @@ const SYSTEM_WRITE: &[&str] = &["/dev/pts", "/dev/shm"];
 pub struct Settings(pub SandboxSpec);
 
 impl Settings {
-    /// The Assign's `sandbox`, checked as the plan parser checks it; an
-    /// Assign without one confines its worker with the defaults.
-    pub fn from_wire(s: Option<&v1::SandboxSpec>) -> Result<Settings, FieldError> {
-        let Some(s) = s else { return Ok(Settings(SandboxSpec::default())) };
-        let mode = match v1::SandboxMode::try_from(s.mode) {
-            Ok(v1::SandboxMode::On) => SandboxMode::On,
-            Ok(v1::SandboxMode::Off) => SandboxMode::Off,
-            Ok(v1::SandboxMode::Required) => SandboxMode::Required,
-            Err(_) => return Err(FieldError::new("sandbox.mode", format!("unknown mode {}", s.mode))),
-        };
-        // The plan parser's own rules, so a sidecar accepts what a plan may say.
-        let field = |e: swarm_core::plan::PlanError| FieldError::new(e.path, e.rule);
-        let connect = if s.connect.is_empty() {
-            DEFAULT_CONNECT.to_vec()
-        } else {
-            let ports: Vec<i64> = s.connect.iter().map(|&p| i64::from(p)).collect();
-            check_ports("sandbox.connect", &ports).map_err(field)?
-        };
-        Ok(Settings(SandboxSpec {
-            mode,
-            read: check_paths("sandbox.read", s.read.clone()).map_err(field)?,
-            write: check_paths("sandbox.write", s.write.clone()).map_err(field)?,
-            connect,
-        }))
-    }
-
     pub fn is_off(&self) -> bool {
         self.0.mode == SandboxMode::Off
     }
 
     /// What the attempt's `attempt.sandbox` event says: the mode, and what
     /// this sidecar's kernel enforces of it.
-    pub fn report(&self, kernel: Capability) -> v1::SandboxReport {
+    pub fn report(&self, kernel: Capability) -> SandboxReport {
         let mode = self.0.mode.as_str().to_string();
         if self.is_off() {
             let missing = vec!["everything: the plan opted out (sandbox = \"off\")".to_string()];
-            return v1::SandboxReport { mode, enforced: Vec::new(), missing };
+            return SandboxReport { mode, enforced: Vec::new(), missing };
         }
         let (enforced, missing) = kernel.split();
-        v1::SandboxReport { mode, enforced, missing }
+        SandboxReport { mode, enforced, missing }
     }
+}
+
+/// How a worker is confined, as this sidecar's kernel enforces it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SandboxReport {
+    /// "on", "off" or "required", as the plan asked.
+    pub mode: String,
+    /// What the kernel enforces, e.g. "filesystem", "network", "signals".
+    pub enforced: Vec<String>,
+    /// What was asked and is not enforced, each with the reason.
+    pub missing: Vec<String>,
 }
 
 /// Where an attempt's worker lives, for [`Policy::for_attempt`].

@@ -1,7 +1,6 @@
 use std::path::{Path, PathBuf};
 
 use swarm_core::plan::{AgentKind, SandboxMode, SandboxSpec};
-use swarm_proto::v1;
 
 use super::*;
 
@@ -53,22 +52,6 @@ fn a_reviewer_writes_only_its_swarm_dir_and_an_agent_its_own_state() {
     assert!(p.write.contains(&PathBuf::from("/home/u/.claude")));
     assert!(p.write.contains(&PathBuf::from("/home/u/.claude.json")));
     assert!(!p.write.iter().any(|w| w.ends_with(".codex")));
-}
-
-#[test]
-fn settings_from_the_wire_are_checked_like_the_plan() {
-    let ok = Settings::from_wire(None).expect("defaults");
-    assert_eq!(ok.0, SandboxSpec::default());
-    let off = v1::SandboxSpec { mode: v1::SandboxMode::Off as i32, ..Default::default() };
-    assert!(Settings::from_wire(Some(&off)).expect("off").is_off());
-    let bad_path = v1::SandboxSpec { write: vec!["../x".into()], ..Default::default() };
-    let e = Settings::from_wire(Some(&bad_path)).expect_err("refused");
-    assert_eq!(e.field, "sandbox.write[0]");
-    let bad_port = v1::SandboxSpec { connect: vec![443, 70_000], ..Default::default() };
-    let e = Settings::from_wire(Some(&bad_port)).expect_err("refused");
-    assert_eq!(e.field, "sandbox.connect[1]");
-    let bad_mode = v1::SandboxSpec { mode: 9, ..Default::default() };
-    assert_eq!(Settings::from_wire(Some(&bad_mode)).expect_err("refused").field, "sandbox.mode");
 }
 
 #[test]

@@ -15,8 +15,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use swarm_core::Usage;
-use swarm_proto::v1;
-use swarm_proto::v1::sidecar_message::Body;
+use swarm_proto::convert::AttemptRef;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
@@ -24,7 +23,8 @@ use super::policy::Policy;
 use super::process::{AgentProcess, Output};
 use super::session::{self, SessionRecord};
 use super::{Agent, AgentConfig, AgentEvent, FollowUp, RateLimit, TurnEnd, clip};
-use crate::attempt::{Launch, Report, Stop};
+use crate::launch::Launch;
+use crate::report::{Event, Report, Stop};
 use crate::runner::{ExitInfo, SpawnSpec};
 use crate::status::{StatusWatcher, WorkerStatus};
 
@@ -54,7 +54,7 @@ pub struct Setup<'a> {
     pub launch: Launch,
     pub base_commit: &'a str,
     pub task_text: &'a str,
-    pub attempt: v1::AttemptRef,
+    pub attempt: AttemptRef,
     pub idle: Option<Duration>,
     pub stop_grace: Duration,
     pub status_file: PathBuf,
@@ -354,12 +354,12 @@ impl Driver<'_, '_> {
         self.log(&format!("started {} (pid {}): {}", self.s.cfg.kind, p.pid(), clip(&argv.join(" "), 2000)))
             .await;
         let _ = self.ch.tx.send(Report::Pid { pid: p.pid(), restarts });
-        self.journal(Body::Started(v1::AttemptStarted {
-            attempt: Some(self.s.attempt.clone()),
+        self.journal(Event::Started {
+            attempt: self.s.attempt.clone(),
             pid: p.pid(),
             restarts,
-            sandbox: Some(self.s.launch.report.clone()),
-        }));
+            sandbox: self.s.launch.report.clone(),
+        });
         let opening = self.agent.opening(&prompt, resume.as_deref());
         if let Err(e) = p.write(&opening.input).await {
             self.log(&format!("{e}")).await;

@@ -5,13 +5,12 @@
 //! the user take the same queue, one operator question per question, and
 //! its pre-tool hook is answered from the policy's hard rules alone.
 
-use swarm_proto::v1;
-use swarm_proto::v1::sidecar_message::Body;
 use tokio::time::Instant;
 
 use super::{Driver, Perm};
 use crate::agent::policy::Decision;
 use crate::agent::{AskedQuestion, Verdict, clip};
+use crate::report::Event;
 
 /// The category of a permission question, as the controller knows it.
 const PERMISSION: &str = "permission";
@@ -98,13 +97,13 @@ impl Driver<'_, '_> {
                 Vec::new(),
             ),
         };
-        self.journal(Body::Question(v1::Question {
-            attempt: Some(self.s.attempt.clone()),
-            question_id: p.question_id.clone(),
+        self.journal(Event::Question {
+            attempt: self.s.attempt.clone(),
+            id: p.question_id.clone(),
             text,
             category: category.into(),
             options,
-        }));
+        });
         self.asking = Some(p);
     }
 
@@ -189,11 +188,7 @@ impl Driver<'_, '_> {
     /// task's event log.
     pub(super) async fn audit(&mut self, message: &str) {
         self.log(message).await;
-        self.journal(Body::Status(v1::Status {
-            attempt: Some(self.s.attempt.clone()),
-            status: v1::WorkerStatus::Note as i32,
-            message: message.to_string(),
-        }));
+        self.journal(Event::note(&self.s.attempt, message.to_string()));
     }
 }
 

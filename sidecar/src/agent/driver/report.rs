@@ -2,38 +2,32 @@
 //! most every 500 ms (and at once when the session id is known), sidecar
 //! notes in the attempt log, and rate-limited notices of unparseable output.
 
-use swarm_proto::v1;
-use swarm_proto::v1::sidecar_message::Body;
 use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 
 use super::{Driver, LOG_TAIL, PROGRESS_TAIL, UNPARSEABLE_EVERY};
-use crate::attempt::Report;
+use crate::report::{Event, Progress, Report, StatusKind};
 use crate::status::StatusEvent;
 
 impl Driver<'_, '_> {
     pub(super) async fn poll_status(&mut self) {
         for ev in self.watcher.poll() {
             self.last_activity = Instant::now();
-            let attempt = Some(self.s.attempt.clone());
+            let attempt = self.s.attempt.clone();
             match ev {
-                StatusEvent::Status { status, message } => self.journal(Body::Status(v1::Status {
+                StatusEvent::Status { status, message } => {
+                    self.journal(Event::Status { attempt, status: StatusKind::Worker(status), message })
+                }
+                StatusEvent::Invalid { message } => {
+                    self.journal(Event::Status { attempt, status: StatusKind::Invalid, message })
+                }
+                StatusEvent::Question(q) => self.journal(Event::Question {
                     attempt,
-                    status: crate::attempt::wire_status(status) as i32,
-                    message,
-                })),
-                StatusEvent::Invalid { message } => self.journal(Body::Status(v1::Status {
-                    attempt,
-                    status: v1::WorkerStatus::Unspecified as i32,
-                    message,
-                })),
-                StatusEvent::Question(q) => self.journal(Body::Question(v1::Question {
-                    attempt,
-                    question_id: q.id,
+                    id: q.id,
                     text: q.text,
                     category: q.category,
                     options: q.options,
-                })),
+                }),
                 // The agent's own events are the progress of an agent worker.
                 StatusEvent::Progress(_) => {}
             }
@@ -45,15 +39,14 @@ impl Driver<'_, '_> {
         self.progress_sent = Instant::now();
         let mut usage = self.usage_done;
         usage.add(&self.usage_proc);
-        let p = v1::Progress {
-            attempt: Some(self.s.attempt.clone()),
+        let p = Progress {
             percent: self.percent,
             step: self.step.clone(),
             files_modified: self.files.iter().cloned().collect(),
             log_tail: self.tail.iter().rev().take(PROGRESS_TAIL).rev().cloned().collect(),
-            usage: Some(v1::Usage::from(&usage)),
+            usage: Some(usage),
             session_id: self.session.clone().unwrap_or_default(),
-            ..Default::default()
+            ..Progress::new(self.s.attempt.clone())
         };
         let _ = self.ch.tx.send(Report::Progress(p));
     }
@@ -69,15 +62,15 @@ impl Driver<'_, '_> {
             if *skipped > 0 { format!(" (and {skipped} more since the last report)") } else { String::new() };
         *last = Some(Instant::now());
         *skipped = 0;
-        self.journal(Body::Status(v1::Status {
-            attempt: Some(self.s.attempt.clone()),
-            status: v1::WorkerStatus::Unspecified as i32,
+        self.journal(Event::Status {
+            attempt: self.s.attempt.clone(),
+            status: StatusKind::Invalid,
             message: format!("agent printed an unparseable line: {what}{more}"),
-        }));
+        });
     }
 
-    pub(super) fn journal(&self, body: Body) {
-        let _ = self.ch.tx.send(Report::Journaled(body));
+    pub(super) fn journal(&self, event: Event) {
+        let _ = self.ch.tx.send(Report::Journaled(event));
     }
 
     pub(super) fn push_tail(&mut self, line: String) {

@@ -15,26 +15,13 @@ use git2::{
 };
 use swarm_core::names::{check_branch, check_commit, check_id};
 
+pub mod error;
+pub use error::WorktreeError;
+
 /// Name of the directory (under the common git dir) that holds worktrees.
 pub const WORKSPACES: &str = "workspaces";
 /// The worker's directory inside its worktree.
 pub const SWARM_DIR: &str = ".swarm";
-
-#[derive(Debug, thiserror::Error)]
-pub enum WorktreeError {
-    #[error("git: {0}")]
-    Git(#[from] git2::Error),
-    #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
-    #[error("invalid {what}: {rule}")]
-    Invalid { what: &'static str, rule: String },
-    #[error("worktree path {0} escapes .git/workspaces/")]
-    Escapes(PathBuf),
-    #[error("base commit {0} is not in the repository")]
-    MissingBase(String),
-    #[error(transparent)]
-    Lock(#[from] crate::locks::LockError),
-}
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> WorktreeError + '_ {
     move |source| WorktreeError::Io { path: path.to_path_buf(), source }
@@ -351,8 +338,8 @@ pub fn files_changed(worktree: &Path, from: &str, to: Oid) -> Result<Vec<String>
     let repo = Repository::open(worktree)?;
     let a = repo.find_commit(Oid::from_str(from)?)?.tree()?;
     let b = repo.find_commit(to)?.tree()?;
-    // Only the subtrees that differ are read (see `changes::diff_trees`).
-    let deltas = crate::changes::diff_trees(&repo, Some(&a), Some(&b))?;
+    // Only the subtrees that differ are read.
+    let deltas = crate::tree_diff::diff_trees(&repo, Some(&a), Some(&b))?;
     Ok(deltas.into_iter().filter_map(|d| d.path.to_str().map(str::to_string)).collect())
 }
 

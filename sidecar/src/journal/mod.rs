@@ -1,14 +1,17 @@
 //! The sidecar's durable outbox: every state-changing report is appended and
 //! fsynced here *before* it is sent, and stays until the controller acks it.
 //!
-//! Format: JSON lines. Prost messages are stored as hex of their encoding so
-//! that a line is self-contained. A torn last line (a crash mid-append) is
-//! ignored. Compaction rewrites the file (temp + fsync + rename) keeping the
-//! acked sequence, the attempt in hand and the unacked reports.
+//! Format: JSON lines. A torn last line (a crash mid-append) is ignored.
+//! Compaction rewrites the file (temp + fsync + rename) keeping the acked
+//! sequence, the attempt in hand and the unacked reports.
 //!
 //! Entries:
-//! - `report{seq,msg}`: a journaled `SidecarMessage` (seq ≥ 1).
-//! - `assign{msg}`: the `Assign` now in hand.
+//! - `event{seq,v,event}`: a journaled report (seq ≥ 1), the sidecar's own
+//!   record of it in version `v` (see [`record`]).
+//! - `report{seq,msg}`: a journaled report as sidecars before versioned
+//!   records wrote it, the hex of its `SidecarMessage`; read, never written.
+//! - `assign{msg}`: the `Assign` now in hand, as received (hex of its
+//!   encoding).
 //! - `pid{pid,restarts}`: the worker's supervisor (also its process group)
 //!   for the attempt in hand, and how many idle restarts came before it; a
 //!   restarted sidecar re-adopts it (see [`crate::supervisor`]).
@@ -26,6 +29,12 @@ use prost::Message;
 use serde::{Deserialize, Serialize};
 use swarm_proto::v1;
 
+use crate::report::Event;
+
+mod record;
+#[cfg(test)]
+mod tests;
+
 #[derive(Debug, thiserror::Error)]
 pub enum JournalError {
     #[error("journal {path}: {source}")]
@@ -37,6 +46,11 @@ pub enum JournalError {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "t", rename_all = "snake_case")]
 enum Entry {
+    Event {
+        seq: u64,
+        v: u32,
+        event: record::EventRecord,
+    },
     Report {
         seq: u64,
         msg: String,
@@ -73,7 +87,7 @@ pub struct Journal {
     file: File,
     acked: u64,
     next_seq: u64,
-    unacked: Vec<(u64, v1::SidecarMessage)>,
+    unacked: Vec<(u64, Event)>,
     in_hand: Option<InHand>,
     resume_secret: String,
     /// Entries appended since the file was last rewritten.
@@ -134,12 +148,20 @@ impl Journal {
 
     fn apply(&mut self, entry: Entry) -> Result<(), String> {
         match entry {
+            Entry::Event { seq, v, event } => {
+                if v > record::VERSION {
+                    return Err(format!(
+                        "record version {v} is newer than this sidecar's {}",
+                        record::VERSION
+                    ));
+                }
+                self.replayed(seq, Event::try_from(event)?);
+            }
             Entry::Report { seq, msg } => {
                 let m = v1::SidecarMessage::decode(unhex(&msg)?.as_slice()).map_err(|e| e.to_string())?;
-                self.next_seq = self.next_seq.max(seq + 1);
-                if seq > self.acked {
-                    self.unacked.push((seq, m));
-                }
+                let body = m.body.ok_or("a report without a body")?;
+                let event = crate::wire::event_from_wire(&body).map_err(|e| e.to_string())?;
+                self.replayed(seq, event);
             }
             Entry::Assign { msg } => {
                 let a = v1::Assign::decode(unhex(&msg)?.as_slice()).map_err(|e| e.to_string())?;
@@ -161,6 +183,13 @@ impl Journal {
             }
         }
         Ok(())
+    }
+
+    fn replayed(&mut self, seq: u64, event: Event) {
+        self.next_seq = self.next_seq.max(seq + 1);
+        if seq > self.acked {
+            self.unacked.push((seq, event));
+        }
     }
 
     fn write(&mut self, entry: &Entry) -> Result<(), JournalError> {
@@ -186,39 +215,22 @@ impl Journal {
         Ok(())
     }
 
-    /// Appends a state-changing report, giving it the next sequence number;
-    /// durable when this returns.
-    pub fn append_report(
-        &mut self,
-        body: v1::sidecar_message::Body,
-    ) -> Result<v1::SidecarMessage, JournalError> {
-        self.append(body, false)
+    /// Appends a state-changing report, giving it the next sequence number
+    /// (returned); durable when this returns.
+    pub fn append_report(&mut self, event: Event) -> Result<u64, JournalError> {
+        self.append(event, false)
     }
 
     /// Appends an attempt's result and releases the attempt in hand, with
     /// one write and one fsync: the two lines are durable together (a torn
     /// `release` is ignored on reopen, as if the crash came between them).
-    pub fn append_result(
-        &mut self,
-        body: v1::sidecar_message::Body,
-    ) -> Result<v1::SidecarMessage, JournalError> {
-        self.append(body, true)
+    pub fn append_result(&mut self, event: Event) -> Result<u64, JournalError> {
+        self.append(event, true)
     }
 
-    fn append(
-        &mut self,
-        body: v1::sidecar_message::Body,
-        release: bool,
-    ) -> Result<v1::SidecarMessage, JournalError> {
+    fn append(&mut self, event: Event, release: bool) -> Result<u64, JournalError> {
         let seq = self.next_seq;
-        let mut msg = v1::SidecarMessage { seq, body: Some(body) };
-        // Trimmed before it is journaled: a report the controller refuses
-        // would otherwise be replayed after every reconnect, forever.
-        let cut = swarm_proto::limits::fit_report(&mut msg);
-        if !cut.is_empty() {
-            tracing::warn!(seq, cut = ?cut, "report trimmed to the controller's limits");
-        }
-        let report = Entry::Report { seq, msg: hex(&msg.encode_to_vec()) };
+        let report = Entry::Event { seq, v: record::VERSION, event: (&event).into() };
         let release = release && self.in_hand.is_some();
         if release {
             self.write_all(&[&report, &Entry::Release], true)?;
@@ -227,8 +239,8 @@ impl Journal {
             self.write(&report)?;
         }
         self.next_seq += 1;
-        self.unacked.push((seq, msg.clone()));
-        Ok(msg)
+        self.unacked.push((seq, event));
+        Ok(seq)
     }
 
     /// Records the attempt now in hand.
@@ -298,8 +310,8 @@ impl Journal {
                 entries.push(Entry::Pid { pid, restarts: h.restarts });
             }
         }
-        for (seq, m) in &self.unacked {
-            entries.push(Entry::Report { seq: *seq, msg: hex(&m.encode_to_vec()) });
+        for (seq, event) in &self.unacked {
+            entries.push(Entry::Event { seq: *seq, v: record::VERSION, event: event.into() });
         }
         let mut body = String::new();
         for e in &entries {
@@ -345,10 +357,9 @@ impl Journal {
         );
         self.acked = seq;
         let mut next = seq;
-        for (s, m) in &mut self.unacked {
+        for (s, _) in &mut self.unacked {
             next += 1;
             *s = next;
-            m.seq = next;
         }
         self.next_seq = next + 1;
         self.compact()
@@ -379,7 +390,7 @@ impl Journal {
     }
 
     /// Reports not yet acked, in sequence order.
-    pub fn unacked(&self) -> &[(u64, v1::SidecarMessage)] {
+    pub fn unacked(&self) -> &[(u64, Event)] {
         &self.unacked
     }
 
@@ -410,144 +421,4 @@ fn unhex(s: &str) -> Result<Vec<u8>, String> {
         .step_by(2)
         .map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|e| format!("bad hex: {e}")))
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn heartbeat_like(n: u64) -> v1::sidecar_message::Body {
-        v1::sidecar_message::Body::Status(v1::Status {
-            attempt: None,
-            status: v1::WorkerStatus::Working as i32,
-            message: format!("step {n}"),
-        })
-    }
-
-    #[test]
-    fn append_replay_and_compact_survive_reopen() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("w.journal");
-        let mut j = Journal::open(&path).expect("open");
-        let assign = v1::Assign { branch: "swarm/s/t".into(), ..Default::default() };
-        j.set_in_hand(&assign).expect("assign");
-        j.set_pid(42, 1).expect("pid");
-        for n in 0..3 {
-            assert_eq!(j.append_report(heartbeat_like(n)).expect("append").seq, n + 1);
-        }
-        drop(j);
-        let mut j = Journal::open(&path).expect("reopen");
-        assert_eq!(j.unacked().len(), 3);
-        assert_eq!(j.in_hand().expect("in hand").pid, Some(42));
-        assert_eq!(j.in_hand().expect("in hand").restarts, 1);
-        j.ack(2).expect("ack");
-        assert_eq!(j.unacked().iter().map(|(s, _)| *s).collect::<Vec<_>>(), vec![3]);
-        j.release().expect("release");
-        drop(j);
-        let mut j = Journal::open(&path).expect("reopen 2");
-        assert_eq!(j.acked(), 2);
-        assert!(j.in_hand().is_none());
-        assert_eq!(j.unacked().len(), 1);
-        j.ack(3).expect("ack all");
-        drop(j);
-        let mut j = Journal::open(&path).expect("reopen 3");
-        assert!(j.unacked().is_empty());
-        assert_eq!(j.append_report(heartbeat_like(9)).expect("append").seq, 4, "seq never goes back");
-    }
-
-    #[test]
-    fn torn_last_line_is_ignored() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("w.journal");
-        let mut j = Journal::open(&path).expect("open");
-        j.append_report(heartbeat_like(1)).expect("append");
-        j.append_report(heartbeat_like(2)).expect("append");
-        drop(j);
-        let mut f = OpenOptions::new().append(true).open(&path).expect("open raw");
-        f.write_all(br#"{"t":"report","seq":3,"msg":"0a0"#).expect("torn write");
-        drop(f);
-        let mut j = Journal::open(&path).expect("reopen");
-        assert_eq!(j.unacked().len(), 2);
-        assert_eq!(j.append_report(heartbeat_like(3)).expect("append").seq, 3);
-        drop(j);
-        assert_eq!(Journal::open(&path).expect("reopen").unacked().len(), 3);
-    }
-
-    #[test]
-    fn the_resume_secret_survives_compaction_and_reopen() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("w.journal");
-        let mut j = Journal::open(&path).expect("open");
-        assert_eq!(j.resume_secret(), "");
-        j.set_resume_secret("00ff").expect("secret");
-        j.append_report(heartbeat_like(1)).expect("append");
-        j.ack(1).expect("ack compacts");
-        drop(j);
-        assert_eq!(Journal::open(&path).expect("reopen").resume_secret(), "00ff");
-    }
-
-    #[test]
-    fn reports_are_renumbered_for_a_controller_that_applied_less() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("w.journal");
-        let mut j = Journal::open(&path).expect("open");
-        for n in 0..5 {
-            j.append_report(heartbeat_like(n)).expect("append");
-        }
-        j.ack(3).expect("ack");
-        // A controller whose store was replaced has applied nothing.
-        j.applied_up_to(0).expect("rebase");
-        let seqs: Vec<u64> = j
-            .unacked()
-            .iter()
-            .map(|(s, m)| {
-                assert_eq!(*s, m.seq, "the message carries its new number");
-                *s
-            })
-            .collect();
-        assert_eq!(seqs, vec![1, 2]);
-        assert_eq!(j.append_report(heartbeat_like(9)).expect("append").seq, 3);
-        drop(j);
-        let j = Journal::open(&path).expect("reopen");
-        assert_eq!(j.unacked().iter().map(|(s, _)| *s).collect::<Vec<_>>(), vec![1, 2, 3]);
-    }
-
-    #[test]
-    fn a_result_releases_its_attempt_in_the_same_write() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("w.journal");
-        let mut j = Journal::open(&path).expect("open");
-        j.set_in_hand(&v1::Assign { branch: "swarm/s/t".into(), ..Default::default() }).expect("assign");
-        j.set_pid(7, 0).expect("pid");
-        let result = v1::sidecar_message::Body::Result(v1::AttemptResult::default());
-        assert_eq!(j.append_result(result).expect("result").seq, 1);
-        assert!(j.in_hand().is_none());
-        drop(j);
-        let j = Journal::open(&path).expect("reopen");
-        assert!(j.in_hand().is_none(), "released with the result");
-        assert_eq!(j.unacked().len(), 1);
-    }
-
-    #[test]
-    fn acks_are_appended_and_the_file_stays_small() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("w.journal");
-        let mut j = Journal::open(&path).expect("open");
-        for n in 1..=500 {
-            assert_eq!(j.append_report(heartbeat_like(n)).expect("append").seq, n);
-            j.ack(n).expect("ack");
-        }
-        drop(j);
-        let lines = std::fs::read_to_string(&path).expect("read").lines().count();
-        assert!(lines <= COMPACT_AFTER + 2, "{lines} lines: compaction keeps the journal bounded");
-        let mut j = Journal::open(&path).expect("reopen");
-        assert!(j.unacked().is_empty());
-        assert_eq!(j.acked(), 500);
-        assert_eq!(j.append_report(heartbeat_like(0)).expect("append").seq, 501);
-    }
-
-    #[test]
-    fn hex_round_trips() {
-        assert_eq!(unhex(&hex(&[0, 1, 254, 255])).expect("hex"), vec![0, 1, 254, 255]);
-    }
 }

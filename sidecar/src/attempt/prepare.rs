@@ -1,0 +1,209 @@
+//! The first step: the worktree at the task's base (fetched first when
+//! remote, repaired between tries), a fresh `.swarm/` with the task text,
+//! the attempt's launch (environment, confinement, private directories),
+//! its setup commands and its log.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tracing::Instrument as _;
+
+use crate::assignment::{Adopted, Assignment, Context};
+use crate::launch::{Launch, Scratch};
+use crate::outcome::{Failure, InfraFailure, TaskFailure};
+use crate::report::{Event, Sink};
+use crate::swarm_files::SwarmFiles;
+use crate::verify::{self, Tier};
+use crate::{worker_files, worktree};
+
+/// How many times a failing infrastructure step is tried.
+pub(super) const INFRA_TRIES: u32 = 3;
+
+/// A worktree ready for the attempt's worker.
+pub(super) struct Prepared {
+    pub worktree: PathBuf,
+    pub files: SwarmFiles,
+    pub launch: Launch,
+    pub log_path: PathBuf,
+    /// The worker's log, which the sidecar's notes go into too.
+    pub log: tokio::fs::File,
+    /// Kept until the attempt is over, then removed.
+    _scratch: Scratch,
+}
+
+/// Prepares a new attempt, or finds the worktree of a re-adopted one
+/// (which is left as its worker has it).
+pub(super) async fn prepare(
+    ctx: &Context,
+    a: &Assignment,
+    adopted: Option<Adopted>,
+    sink: &Sink,
+) -> Result<Prepared, Failure> {
+    let fresh = adopted.is_none();
+    let (wt, created) = match adopted {
+        Some(_) => (own_worktree(ctx).await?, false),
+        None => {
+            let prepared = prepare_with_repairs(ctx, a, sink).await?;
+            (prepared.path, prepared.created)
+        }
+    };
+    let files = SwarmFiles::new(&wt);
+    if fresh {
+        write_task(&wt, &files, a).await?;
+    }
+    let scratch = Scratch::new(&wt, fresh)?;
+    let launch = crate::launch::launch(ctx, a, &files, &scratch)?;
+    if fresh && (created || a.setup_every_attempt) {
+        setup(a, &wt, &launch).await?;
+    }
+    let log_path = files.log_of(&a.attempt);
+    let log = worker_files::append(&log_path)
+        .map(tokio::fs::File::from_std)
+        .map_err(|source| InfraFailure::Open { path: log_path.clone(), source })?;
+    Ok(Prepared { worktree: wt, files, launch, log_path, log, _scratch: scratch })
+}
+
+/// A fresh `.swarm/`; a reviewer's task text carries the diff, which only
+/// the worktree has.
+async fn write_task(wt: &Path, files: &SwarmFiles, a: &Assignment) -> Result<(), InfraFailure> {
+    files
+        .start_attempt(&a.task_text)
+        .map_err(|source| InfraFailure::Write { path: files.dir.clone(), source })?;
+    if let Some(base) = &a.review {
+        let text = crate::review::task_text(wt, &a.task_text, base).await;
+        let stale = files.dir.join(crate::review::REVIEW_FILE);
+        let written = match std::fs::remove_file(&stale) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => worker_files::write(&files.task, text.as_bytes()),
+        };
+        written.map_err(|source| InfraFailure::Write { path: files.task.clone(), source })?;
+    }
+    Ok(())
+}
+
+/// The plan's setup commands, in order; the first that fails is the task's.
+async fn setup(a: &Assignment, wt: &Path, launch: &Launch) -> Result<(), TaskFailure> {
+    for cmd in &a.setup {
+        let tier = Tier {
+            name: "setup".into(),
+            command: cmd.clone(),
+            blocking: true,
+            timeout: Duration::from_secs(3600),
+        };
+        let r = verify::run_tier(&tier, wt, &launch.env, launch.confinement.as_ref()).await;
+        if !r.passed {
+            return Err(TaskFailure::Setup {
+                command: cmd.clone(),
+                exit_code: r.exit_code,
+                output_tail: r.output_tail.lines().map(str::to_string).collect(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The worktree of an attempt being resumed (it is already prepared).
+pub(super) async fn own_worktree(ctx: &Context) -> Result<PathBuf, InfraFailure> {
+    let (repo, id) = (ctx.repo.clone(), ctx.worker_id.clone());
+    tokio::task::spawn_blocking(move || {
+        let r = git2::Repository::open(&repo).map_err(|e| InfraFailure::OwnWorktree(e.to_string()))?;
+        worktree::worktree_path(&r, &id).map_err(|e| InfraFailure::OwnWorktree(e.to_string()))
+    })
+    .await
+    .map_err(|e| InfraFailure::OwnWorktree(format!("worktree task failed: {e}")))?
+}
+
+/// Fetches the base (remote mode) and moves the worktree to the task,
+/// repairing between tries: stale locks are cleared on every try (inside
+/// `prepare`), and the last try recreates the worktree from scratch.
+async fn prepare_with_repairs(
+    ctx: &Context,
+    a: &Assignment,
+    sink: &Sink,
+) -> Result<worktree::Prepared, InfraFailure> {
+    let mut last = String::new();
+    for n in 1..=INFRA_TRIES {
+        if n > 1 {
+            tracing::warn!(error = %last, try_ = n, "preparing the attempt failed; repairing and retrying");
+            tokio::time::sleep(Duration::from_millis(200 * u64::from(n))).await;
+        }
+        if let Some(remote) = &ctx.remote
+            && let Err(e) = remote.ensure_commit(&ctx.repo, &a.base_commit).await
+        {
+            last = format!("fetching base {}: {e}", a.base_commit);
+            continue;
+        }
+        let (repo, id, branch, base) =
+            (ctx.repo.clone(), ctx.worker_id.clone(), a.branch.clone(), a.base_commit.clone());
+        let fresh = n == INFRA_TRIES;
+        let tracker = ctx.tracker.clone();
+        let r = tokio::task::spawn_blocking(move || {
+            // The worker's own git metadata is part of a prepared worktree.
+            let p = prepare_tracked(&tracker, &repo, &id, &branch, &base, fresh)?;
+            crate::worker_git::prepare(&p.path)?;
+            Ok::<_, worktree::WorktreeError>(p)
+        })
+        .instrument(tracing::info_span!("prepare", base = %a.base_commit, branch = %a.branch, try_ = n))
+        .await;
+        match r {
+            Ok(Ok(p)) => {
+                for lock in &p.cleared_locks {
+                    let message = format!(
+                        "sidecar removed a stale git lock {} (left by a crashed process)",
+                        lock.display()
+                    );
+                    sink.journaled(Event::note(&a.attempt, message));
+                }
+                return Ok(p);
+            }
+            Ok(Err(worktree::WorktreeError::MissingBase(b))) if ctx.remote.is_none() => {
+                return Err(InfraFailure::MissingBase(b));
+            }
+            Ok(Err(e)) => last = format!("preparing worktree: {e}"),
+            Err(e) => last = format!("worktree task failed: {e}"),
+        }
+    }
+    Err(InfraFailure::Prepare { last, tries: INFRA_TRIES })
+}
+
+/// Moves the worktree to the attempt's base: only the paths that differ
+/// when the tracker vouches that nothing changed since the last commit,
+/// otherwise (and after any failure of that) a full checkout, after which
+/// a new tracker starts.
+fn prepare_tracked(
+    tracker: &crate::changes::SharedTracker,
+    repo: &Path,
+    id: &str,
+    branch: &str,
+    base: &str,
+    fresh: bool,
+) -> Result<worktree::Prepared, worktree::WorktreeError> {
+    let mut slot = tracker.lock().unwrap_or_else(|e| e.into_inner());
+    if !fresh && slot.as_mut().and_then(|t| t.take()).is_some_and(|changed| changed.is_empty()) {
+        let moved = match slot.as_mut().and_then(|t| t.repo_and_memo()) {
+            Some((wt, memo)) => crate::changes::move_clean_in(wt, memo, id, branch, base),
+            None => crate::changes::move_clean(repo, id, branch, base),
+        };
+        match moved {
+            Ok(p) => {
+                // Its own checkout is not a change.
+                if slot.as_mut().and_then(|t| t.take()).is_some() {
+                    return Ok(p);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "moving the worktree by its changed paths failed; checking it out in full")
+            }
+        }
+    }
+    *slot = None;
+    if fresh {
+        worktree::discard(repo, id)?;
+    }
+    let p = worktree::prepare(repo, id, branch, base)?;
+    match crate::changes::Tracker::start(&p.path) {
+        Ok(t) => *slot = Some(t),
+        Err(e) => tracing::info!(error = %e, "not tracking worktree changes; every attempt walks it"),
+    }
+    Ok(p)
+}
