@@ -346,4 +346,3 @@ mod tests {
         assert_eq!(seen, METHODS.len());
     }
 }
-

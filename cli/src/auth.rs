@@ -50,8 +50,7 @@ pub fn token(args: TokenArgs) -> anyhow::Result<()> {
 
 pub fn certs(args: CertsArgs) -> anyhow::Result<()> {
     let CertsCommand::Init { dir, sans, workers, days } = args.command;
-    swarm_auth::WorkerPattern::new(&workers)
-        .map_err(|e| Usage(format!("--workers {workers:?}: {e}")))?;
+    swarm_auth::WorkerPattern::new(&workers).map_err(|e| Usage(format!("--workers {workers:?}: {e}")))?;
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let names = ["ca", "controller", "sidecar", "operator", "admin"];
     for n in names {

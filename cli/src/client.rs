@@ -66,11 +66,8 @@ struct NotUsable {
 /// leads; any answer but a standby's refusal (even a denial) means it
 /// does, and the command then meets that answer itself.
 async fn try_leader(target: &Target, url: &str) -> anyhow::Result<Result<Client, NotUsable>> {
-    let endpoint = target
-        .auth
-        .endpoint(url)
-        .map_err(|e| Usage(e.to_string()))?
-        .connect_timeout(Duration::from_secs(5));
+    let endpoint =
+        target.auth.endpoint(url).map_err(|e| Usage(e.to_string()))?.connect_timeout(Duration::from_secs(5));
     let channel = match endpoint.connect().await {
         Ok(channel) => channel,
         Err(e) => {
