@@ -14,7 +14,8 @@ pub mod merge_queue;
 pub mod metrics;
 pub mod probes;
 pub mod scheduler;
-pub mod store;
+/// The store is its own crate; the scheduler names it `crate::store`.
+pub use swarm_store as store;
 pub mod supervise;
 pub mod ui;
 

@@ -13,7 +13,7 @@
 //! restart it as a standby. A commit the store refuses for a later epoch
 //! stops it the same way.
 
-pub mod lease;
+pub use swarm_store::lease;
 pub mod standby;
 
 use std::net::SocketAddr;

@@ -3,7 +3,7 @@
 
 use ::postgres::{Client, Row};
 
-use crate::store::{AttemptRow, Snapshot, StoreError, SwarmRow, TaskRow, WorkerRow};
+use crate::{AttemptRow, Snapshot, StoreError, SwarmRow, TaskRow, WorkerRow};
 
 /// A BIGINT column that the model keeps as u32/i32: out of range is a
 /// corrupt row, not a wrap.

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use rusqlite::Connection;
 
-use crate::store::StoreError;
+use crate::StoreError;
 
 pub(crate) const MIGRATIONS: &[&str] = &[
     // 1: the initial schema.

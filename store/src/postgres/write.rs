@@ -6,7 +6,7 @@ use std::borrow::Cow;
 
 use ::postgres::{Client, Statement, Transaction};
 
-use crate::store::{AttemptRow, Batch, Merged, StoreError, SwarmRow, TaskRow, WorkerRow};
+use crate::{AttemptRow, Batch, Merged, StoreError, SwarmRow, TaskRow, WorkerRow};
 
 pub struct Statements {
     pub fence: Statement,

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use super::*;
-use crate::leader::lease::{Claim, Lease};
+use crate::lease::{Claim, Lease};
 
 /// One backend's store, fresh for one test.
 enum Fixture {

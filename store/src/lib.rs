@@ -11,8 +11,13 @@
 //! embedded default) and PostgreSQL ([`postgres`], shared by several
 //! controllers of which one leads). A Postgres store is opened with the
 //! leader's epoch and every commit checks it in the same transaction, so a
-//! deposed leader can write nothing.
+//! deposed leader can write nothing; the lease itself, the row a leader
+//! holds and renews, is [`lease`].
+//!
+//! Nothing here knows the scheduler: the rows are plain text and numbers,
+//! mapped to and from the model by the controller.
 
+pub mod lease;
 pub mod postgres;
 mod rows;
 pub mod sqlite;

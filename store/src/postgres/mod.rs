@@ -1,5 +1,5 @@
 //! The shared backend: PostgreSQL, for several controllers of which one
-//! leads (see `crate::leader`).
+//! leads (see `lease`, and the controller's `leader`).
 //!
 //! The client is the synchronous `postgres` crate: the store lives on the
 //! scheduler's own OS threads (the scheduler and its committer), which

@@ -6,7 +6,7 @@
 
 use ::postgres::Client;
 
-use crate::store::StoreError;
+use crate::StoreError;
 
 /// The advisory lock key taken while migrating ("swarmsch" in ASCII).
 const MIGRATION_LOCK: i64 = 0x7377_6172_6d73_6368;

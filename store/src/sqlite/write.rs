@@ -11,8 +11,8 @@ use std::sync::OnceLock;
 
 use rusqlite::{CachedStatement, ToSql, Transaction, params};
 
-use crate::store::StoreError;
-use crate::store::rows::{AttemptRow, EventRow, Merged, TaskRow};
+use crate::StoreError;
+use crate::rows::{AttemptRow, EventRow, Merged, TaskRow};
 
 /// Rows per multi-row statement: 32 tasks bind 416 parameters, well under
 /// SQLite's limit of 32,766.

@@ -32,7 +32,7 @@ use std::thread::JoinHandle;
 use rusqlite::Connection;
 use rusqlite::hooks::Wal;
 
-use crate::store::StoreError;
+use crate::StoreError;
 
 /// WAL pages from which the background thread checkpoints (~8 MiB).
 pub(super) const BACKGROUND_AT: c_int = 2_000;

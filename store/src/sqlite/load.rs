@@ -2,7 +2,7 @@
 
 use rusqlite::Connection;
 
-use crate::store::{AttemptRow, Snapshot, StoreError, SwarmRow, TaskRow, WorkerRow};
+use crate::{AttemptRow, Snapshot, StoreError, SwarmRow, TaskRow, WorkerRow};
 
 pub fn load(conn: &Connection) -> Result<Snapshot, StoreError> {
     let mut snap = Snapshot::default();

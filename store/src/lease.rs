@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use ::postgres::Client;
 
-use crate::store::{StoreError, postgres as pg};
+use crate::{StoreError, postgres as pg};
 
 /// One controller's hand in the election.
 pub struct Lease {
