@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used)] // tests: a panic is the report
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -13,8 +13,8 @@ use swarm_proto::v1;
 use swarm_proto::v1::operator_service_client::OperatorServiceClient;
 use swarm_proto::v1::sidecar_service_client::SidecarServiceClient;
 use swarm_tests::{
-    PlanBuilder, TempRepo, WAIT, binary, poll, sha256_hex, spawn_controller, spawn_sidecar, stderr, swarmctl,
-    task, wait_output, worker_script,
+    ControllerProc, PlanBuilder, TempRepo, WAIT, binary, poll, sha256_hex, spawn_controller, spawn_sidecar,
+    stderr, swarmctl, task, wait_output, worker_script,
 };
 use tonic::Code;
 
@@ -204,20 +204,28 @@ async fn list_swarms(url: &str, auth: &ClientAuth) -> Result<(), String> {
     c.list_swarms(v1::ListSwarmsRequest::default()).await.map(|_| ()).map_err(|s| format!("{s:?}"))
 }
 
+/// A controller that requires client certificates, with `certs init`'s
+/// certificates for it and those of another CA.
+fn mtls_controller(repo: &Path, dir: &Path) -> (PathBuf, PathBuf, ControllerProc) {
+    let certs = dir.join("certs");
+    let other = dir.join("other");
+    certs_init(&certs, &[]);
+    certs_init(&other, &[]);
+    let p = |f: &str| certs.join(f).to_str().unwrap().to_string();
+    let controller = spawn_controller(
+        repo,
+        &["--tls-cert", &p("controller.pem"), "--tls-key", &p("controller.key"), "--client-ca", &p("ca.pem")],
+    );
+    (certs, other, controller)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn mtls_certs_from_certs_init_run_a_plan_and_strangers_are_refused() {
     let script = worker_script(&[]);
     let repo = TempRepo::with_files(&[("worker.sh", &script), ("README.md", "mtls\n")]);
     let dir = tempfile::tempdir().unwrap();
-    let certs = dir.path().join("certs");
-    let other = dir.path().join("other");
-    certs_init(&certs, &[]);
-    certs_init(&other, &[]);
+    let (certs, other, controller) = mtls_controller(repo.path(), dir.path());
     let p = |f: &str| certs.join(f).to_str().unwrap().to_string();
-    let controller = spawn_controller(
-        repo.path(),
-        &["--tls-cert", &p("controller.pem"), "--tls-key", &p("controller.key"), "--client-ca", &p("ca.pem")],
-    );
     let url = format!("https://{}", controller.addr);
 
     // No client certificate, a certificate from another CA, plain HTTP: refused.
@@ -270,15 +278,8 @@ async fn mtls_certs_from_certs_init_run_a_plan_and_strangers_are_refused() {
 fn swarmctl_says_which_credential_an_mtls_controller_wants() {
     let repo = TempRepo::with_files(&[("README.md", "mtls\n")]);
     let dir = tempfile::tempdir().unwrap();
-    let certs = dir.path().join("certs");
-    let other = dir.path().join("other");
-    certs_init(&certs, &[]);
-    certs_init(&other, &[]);
+    let (certs, other, controller) = mtls_controller(repo.path(), dir.path());
     let p = |f: &str| certs.join(f).to_str().unwrap().to_string();
-    let controller = spawn_controller(
-        repo.path(),
-        &["--tls-cert", &p("controller.pem"), "--tls-key", &p("controller.key"), "--client-ca", &p("ca.pem")],
-    );
     let https = format!("https://{}", controller.addr);
     let fails = |url: &str, args: &[&str]| {
         let mut argv = args.to_vec();
