@@ -2,15 +2,17 @@
 //! that answer the handshake by the ids the client uses): the real attempt
 //! driver, a real repository, reports read from the driver's channel.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use swarm_proto::v1;
 use swarm_proto::v1::sidecar_message::Body;
-use swarm_sidecar::attempt::{self, Assignment, Context, Stop};
+use swarm_sidecar::attempt::{self, Assignment, Stop};
 use swarm_tests::{TempRepo, script};
 use tokio::sync::{mpsc, watch};
 
+#[path = "support/harness.rs"]
+mod harness;
 #[path = "support/sent.rs"]
 mod sent;
 use sent::Report;
@@ -38,25 +40,6 @@ fn assign(base: &str, agent: &Path) -> v1::Assign {
     }
 }
 
-fn ctx(repo: &Path) -> Context {
-    Context {
-        repo: repo.to_path_buf(),
-        worker_id: "w1".into(),
-        stop_grace: Duration::from_millis(200),
-        default_idle_timeout: Some(Duration::from_secs(20)),
-        remote: None,
-        supervisor: PathBuf::from(env!("CARGO_BIN_EXE_swarm-sidecar")),
-        tracker: Default::default(),
-        standby: Default::default(),
-        sandbox: swarm_sidecar::sandbox::probe(),
-        redactor: Default::default(),
-    }
-}
-
-fn worktree(repo: &Path) -> PathBuf {
-    repo.join(".git/workspaces/w1")
-}
-
 /// Runs the attempt, answering each question as `answer` says and sending
 /// `stop` once a Progress names the session; returns every report and the
 /// result.
@@ -70,7 +53,13 @@ async fn run(
     let (stop_tx, stop_rx) = watch::channel(None);
     let (answers_tx, answers_rx) = mpsc::unbounded_channel();
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let task = tokio::spawn(attempt::run_with_answers(ctx(repo), assignment, stop_rx, answers_rx, tx));
+    let task = tokio::spawn(attempt::run_with_answers(
+        harness::ctx(repo, "w1", Some(Duration::from_secs(20))),
+        assignment,
+        stop_rx,
+        answers_rx,
+        tx,
+    ));
     let mut reports = Vec::new();
     let result = tokio::time::timeout(Duration::from_secs(30), async {
         while let Some(r) = rx.recv().await {
@@ -139,7 +128,7 @@ async fn an_acp_turn_with_files_and_permissions_ends_in_a_verified_commit() {
     assert_eq!(r.files_changed, vec!["src/a.rs"]);
     assert_eq!(r.summary, "Wrote src/a.rs.");
     assert_eq!(r.session_id, "acp-1");
-    let wt = worktree(repo.path());
+    let wt = harness::worktree(repo.path(), "w1");
     assert_eq!(std::fs::read_to_string(wt.join("src/a.rs")).expect("written by the sidecar"), "fn a() {}\n");
     assert_eq!(std::fs::read_to_string(wt.join("Cargo.toml")).expect("base"), "[package]", "not owned");
     let read = |f: &str| std::fs::read_to_string(wt.join(".swarm").join(f)).expect("reply");
@@ -176,7 +165,8 @@ while read -r line; do :; done
     let (reports, r) = run(repo.path(), assign(&base, &fake), |_| None, Some(stop)).await;
     assert_eq!(r.outcome, v1::Outcome::Checkpoint as i32, "{r:?}\n{reports:?}");
     assert_eq!(r.session_id, "acp-1");
-    let cancel = std::fs::read_to_string(worktree(repo.path()).join(".swarm/cancel.json")).expect("cancel");
+    let cancel = std::fs::read_to_string(harness::worktree(repo.path(), "w1").join(".swarm/cancel.json"))
+        .expect("cancel");
     assert!(cancel.contains(r#""method":"session/cancel""#) && cancel.contains("acp-1"), "{cancel}");
 }
 

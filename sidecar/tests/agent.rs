@@ -1,15 +1,17 @@
 //! Agent attempts end to end against tiny fake `claude` scripts: the real
 //! attempt driver, a real repository, reports read from the driver's channel.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use swarm_proto::v1;
 use swarm_proto::v1::sidecar_message::Body;
-use swarm_sidecar::attempt::{self, Assignment, Context};
+use swarm_sidecar::attempt::{self, Assignment};
 use swarm_tests::{TempRepo, script};
 use tokio::sync::{mpsc, watch};
 
+#[path = "support/harness.rs"]
+mod harness;
 #[path = "support/sent.rs"]
 mod sent;
 use sent::Report;
@@ -37,25 +39,6 @@ fn assign(base: &str, agent: &Path, resume: &str) -> v1::Assign {
     }
 }
 
-fn ctx(repo: &Path) -> Context {
-    Context {
-        repo: repo.to_path_buf(),
-        worker_id: "w1".into(),
-        stop_grace: Duration::from_millis(200),
-        default_idle_timeout: Some(Duration::from_secs(20)),
-        remote: None,
-        supervisor: PathBuf::from(env!("CARGO_BIN_EXE_swarm-sidecar")),
-        tracker: Default::default(),
-        standby: Default::default(),
-        sandbox: swarm_sidecar::sandbox::probe(),
-        redactor: Default::default(),
-    }
-}
-
-fn worktree(repo: &Path) -> PathBuf {
-    repo.join(".git/workspaces/w1")
-}
-
 /// Runs the attempt, answering each question as `answer` says; returns
 /// every report and the result.
 async fn run(
@@ -67,7 +50,13 @@ async fn run(
     let (_stop_tx, stop_rx) = watch::channel(None);
     let (answers_tx, answers_rx) = mpsc::unbounded_channel();
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let task = tokio::spawn(attempt::run_with_answers(ctx(repo), assignment, stop_rx, answers_rx, tx));
+    let task = tokio::spawn(attempt::run_with_answers(
+        harness::ctx(repo, "w1", Some(Duration::from_secs(20))),
+        assignment,
+        stop_rx,
+        answers_rx,
+        tx,
+    ));
     let mut reports = Vec::new();
     let result = tokio::time::timeout(Duration::from_secs(30), async {
         while let Some(r) = rx.recv().await {
@@ -135,7 +124,7 @@ async fn a_claude_turn_with_permissions_ends_in_a_verified_commit() {
     assert_eq!(r.session_id, "sess-1");
     let u = r.usage.expect("usage");
     assert_eq!((u.input_tokens, u.output_tokens, u.cost_usd), (5, 3, 0.5));
-    let wt = worktree(repo.path());
+    let wt = harness::worktree(repo.path(), "w1");
     let read = |f: &str| std::fs::read_to_string(wt.join(".swarm").join(f)).expect("reply");
     let reply1 = read("reply1.json");
     assert!(reply1.contains(r#""behavior":"deny""#) && reply1.contains("not now"), "{reply1}");
@@ -198,7 +187,7 @@ while read -r line; do :; done
     );
     let (_, r2) = run(repo.path(), assign(&r.commit, &resumed, "sess-2"), |_| None).await;
     assert_eq!(r2.outcome, v1::Outcome::Success as i32, "{r2:?}");
-    let wt = worktree(repo.path());
+    let wt = harness::worktree(repo.path(), "w1");
     let args = std::fs::read_to_string(wt.join(".swarm/args.txt")).expect("args");
     assert!(args.contains("--resume sess-2"), "{args}");
     let first = std::fs::read_to_string(wt.join(".swarm/first.json")).expect("first");
@@ -295,12 +284,13 @@ while read -r line; do :; done
     let (_, first) = run(repo.path(), a.clone(), |_| None).await;
     assert_eq!(first.outcome, v1::Outcome::Success as i32);
     // What a killed sidecar's agent left behind.
-    let wt = worktree(repo.path());
+    let wt = harness::worktree(repo.path(), "w1");
     std::fs::create_dir_all(wt.join("src")).expect("mkdir");
     std::fs::write(wt.join("src/half.rs"), "// half done").expect("write");
     let (tx, mut rx) = mpsc::unbounded_channel();
     let assignment = Assignment::try_from(&a).expect("valid");
-    attempt::checkpoint_lost(ctx(repo.path()), assignment, tx).await;
+    attempt::checkpoint_lost(harness::ctx(repo.path(), "w1", Some(Duration::from_secs(20))), assignment, tx)
+        .await;
     let Some(Report::Journaled(Body::Result(r))) = rx.recv().await.map(Report::from) else {
         panic!("a result")
     };

@@ -1,7 +1,7 @@
 //! One attempt end to end, without a controller: real repository, real
 //! shell-script workers, the driver's reports read from its channel.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use swarm_proto::v1;
@@ -10,6 +10,8 @@ use swarm_sidecar::attempt::{self, Assignment, Context, Stop};
 use swarm_tests::{TempRepo, poll, script};
 use tokio::sync::{mpsc, watch};
 
+#[path = "support/harness.rs"]
+mod harness;
 #[path = "support/sent.rs"]
 mod sent;
 use sent::Report;
@@ -38,37 +40,13 @@ fn assign(base: &str, worker: &Path, task: &str) -> v1::Assign {
     }
 }
 
-fn ctx(repo: &Path, worker_id: &str) -> Context {
-    Context {
-        repo: repo.to_path_buf(),
-        worker_id: worker_id.into(),
-        stop_grace: Duration::from_millis(200),
-        default_idle_timeout: None,
-        remote: None,
-        supervisor: PathBuf::from(env!("CARGO_BIN_EXE_swarm-sidecar")),
-        tracker: Default::default(),
-        standby: Default::default(),
-        sandbox: swarm_sidecar::sandbox::probe(),
-        redactor: Default::default(),
-    }
-}
-
 struct Run {
     reports: Vec<Report>,
 }
 
 impl Run {
     fn result(&self) -> &v1::AttemptResult {
-        let results: Vec<_> = self
-            .reports
-            .iter()
-            .filter_map(|r| match r {
-                Report::Journaled(Body::Result(r)) => Some(r),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(results.len(), 1, "exactly one result: {:?}", self.reports);
-        results[0]
+        harness::the_result(&self.reports)
     }
 
     fn journaled(&self) -> Vec<&Body> {
@@ -128,7 +106,7 @@ echo working
         },
         v1::VerifyTier { name: "soft".into(), command: "exit 1".into(), blocking: false, timeout_secs: 10 },
     ];
-    let run = run_with(ctx(repo.path(), "w1"), a, None).await;
+    let run = run_with(harness::ctx(repo.path(), "w1", None), a, None).await;
     assert_eq!(run.outcome(), v1::Outcome::Success, "{:?}", run.result());
     let r = run.result();
     assert_eq!(r.commit.len(), 40);
@@ -166,7 +144,7 @@ async fn failing_blocking_tier_is_verify_failed() {
         },
         v1::VerifyTier { name: "never".into(), command: "true".into(), blocking: true, timeout_secs: 10 },
     ];
-    let run = run_with(ctx(repo.path(), "w1"), a, None).await;
+    let run = run_with(harness::ctx(repo.path(), "w1", None), a, None).await;
     assert_eq!(run.outcome(), v1::Outcome::VerifyFailed);
     let r = run.result();
     assert_eq!(r.tiers.len(), 1, "stops at the first failing blocking tier");
@@ -185,7 +163,7 @@ async fn exit_2_commits_wip_and_reports_checkpoint() {
 echo '{"status":"working","message":"halfway","progress":{"percent":50,"step":"parsing"}}' > "$SWARM_STATUS_FILE"
 exit 2"#,
     );
-    let run = run_with(ctx(repo.path(), "w1"), assign(&base, &worker, "t"), None).await;
+    let run = run_with(harness::ctx(repo.path(), "w1", None), assign(&base, &worker, "t"), None).await;
     assert_eq!(run.outcome(), v1::Outcome::Checkpoint);
     let r = run.result();
     let git = repo.git2();
@@ -216,7 +194,7 @@ async fn other_exit_codes_map_with_their_details() {
     ];
     for (i, (body, expected)) in cases.into_iter().enumerate() {
         let worker = script(repo.path(), &format!("w{i}.sh"), body);
-        let run = run_with(ctx(repo.path(), "w1"), assign(&base, &worker, "t"), None).await;
+        let run = run_with(harness::ctx(repo.path(), "w1", None), assign(&base, &worker, "t"), None).await;
         assert_eq!(run.outcome(), expected, "{body}");
         let r = run.result();
         match expected {
@@ -249,7 +227,7 @@ echo '{"status":"question","message":"still?","question":{"id":"q1","text":"A or
 echo '{"status":"working","progress":{"percent":250}}' > "$S"; sleep 0.5
 exit 0"#,
     );
-    let run = run_with(ctx(repo.path(), "w1"), assign(&base, &worker, "t"), None).await;
+    let run = run_with(harness::ctx(repo.path(), "w1", None), assign(&base, &worker, "t"), None).await;
     let statuses: Vec<String> = run
         .journaled()
         .iter()
@@ -273,7 +251,7 @@ async fn idle_worker_is_restarted_then_stalled() {
     let mut a = assign(&base, &worker, "t");
     a.idle_timeout_secs = 1;
     a.max_restarts = 1;
-    let run = run_with(ctx(repo.path(), "w1"), a, None).await;
+    let run = run_with(harness::ctx(repo.path(), "w1", None), a, None).await;
     assert_eq!(run.outcome(), v1::Outcome::Stalled);
     let starts: Vec<u32> = run
         .journaled()
@@ -293,7 +271,7 @@ async fn cancel_stops_the_group_and_reports_cancelled() {
     let base = repo.commit_on_branch("main", &[("a.txt", Some("a"))], "base");
     let worker = script(repo.path(), "w.sh", "trap '' INT; touch ready; while :; do sleep 0.05; done");
     let run = run_with(
-        ctx(repo.path(), "w1"),
+        harness::ctx(repo.path(), "w1", None),
         assign(&base, &worker, "t"),
         Some(("ready", Stop::Cancel { grace: Duration::from_millis(200) })),
     )
@@ -306,8 +284,12 @@ async fn silent_stop_reports_no_result() {
     let repo = TempRepo::new();
     let base = repo.commit_on_branch("main", &[("a.txt", Some("a"))], "base");
     let worker = script(repo.path(), "w.sh", "touch ready; exec sleep 30");
-    let run =
-        run_with(ctx(repo.path(), "w1"), assign(&base, &worker, "t"), Some(("ready", Stop::Silent))).await;
+    let run = run_with(
+        harness::ctx(repo.path(), "w1", None),
+        assign(&base, &worker, "t"),
+        Some(("ready", Stop::Silent)),
+    )
+    .await;
     assert!(!run.journaled().iter().any(|b| matches!(b, Body::Result(_))));
 }
 
@@ -335,7 +317,7 @@ async fn output_is_relayed_as_rate_limited_progress() {
 i=0; while [ $i -lt 15 ]; do echo "line $i"; i=$((i+1)); sleep 0.1; done"#,
     );
     let started = std::time::Instant::now();
-    let run = run_with(ctx(repo.path(), "w1"), assign(&base, &worker, "t"), None).await;
+    let run = run_with(harness::ctx(repo.path(), "w1", None), assign(&base, &worker, "t"), None).await;
     let elapsed = started.elapsed().as_secs_f64();
     let progress: Vec<&v1::Progress> = run
         .reports
@@ -364,18 +346,27 @@ async fn setup_runs_only_when_the_worktree_is_made() {
     let marker = repo.path().join(".git/workspaces/w1/.swarm/setup-ran");
     let mut a = assign(&base, &worker, "t1");
     a.setup = vec!["echo $SWARM_TASK_ID > .swarm/setup-ran".into()];
-    assert_eq!(run_with(ctx(repo.path(), "w1"), a.clone(), None).await.outcome(), v1::Outcome::Success);
+    assert_eq!(
+        run_with(harness::ctx(repo.path(), "w1", None), a.clone(), None).await.outcome(),
+        v1::Outcome::Success
+    );
     assert_eq!(std::fs::read_to_string(&marker).expect("setup ran").trim(), "t1");
     std::fs::remove_file(&marker).expect("rm");
     let mut b = assign(&base, &worker, "t2");
     b.setup = a.setup.clone();
-    assert_eq!(run_with(ctx(repo.path(), "w1"), b, None).await.outcome(), v1::Outcome::Success);
+    assert_eq!(
+        run_with(harness::ctx(repo.path(), "w1", None), b, None).await.outcome(),
+        v1::Outcome::Success
+    );
     assert!(!marker.exists(), "setup is not run again on a reused worktree");
 
     let mut every = assign(&base, &worker, "t2b");
     every.setup = a.setup.clone();
     every.setup_every_attempt = true;
-    assert_eq!(run_with(ctx(repo.path(), "w1"), every, None).await.outcome(), v1::Outcome::Success);
+    assert_eq!(
+        run_with(harness::ctx(repo.path(), "w1", None), every, None).await.outcome(),
+        v1::Outcome::Success
+    );
     assert_eq!(
         std::fs::read_to_string(&marker).expect("setup ran again").trim(),
         "t2b",
@@ -384,7 +375,7 @@ async fn setup_runs_only_when_the_worktree_is_made() {
 
     let mut c = assign(&base, &worker, "t3");
     c.setup = vec!["exit 9".into()];
-    let run = run_with(ctx(repo.path(), "w2"), c, None).await;
+    let run = run_with(harness::ctx(repo.path(), "w2", None), c, None).await;
     assert_eq!(run.outcome(), v1::Outcome::Error);
     assert!(run.result().error.contains("setup command"), "{:?}", run.result());
 }

@@ -1,7 +1,7 @@
 //! Git lock files left by a crashed sidecar are removed before the next
 //! attempt; a lock a live process holds is never broken.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use swarm_proto::v1;
@@ -11,6 +11,8 @@ use swarm_sidecar::{locks, worktree};
 use swarm_tests::{TempRepo, script};
 use tokio::sync::{mpsc, watch};
 
+#[path = "support/harness.rs"]
+mod harness;
 #[path = "support/sent.rs"]
 mod sent;
 use sent::Report;
@@ -38,21 +40,6 @@ fn assign(base: &str, worker: &Path, task: &str, number: u32) -> v1::Assign {
     }
 }
 
-fn ctx(repo: &Path, worker_id: &str) -> Context {
-    Context {
-        repo: repo.to_path_buf(),
-        worker_id: worker_id.into(),
-        stop_grace: Duration::from_millis(200),
-        default_idle_timeout: None,
-        remote: None,
-        supervisor: PathBuf::from(env!("CARGO_BIN_EXE_swarm-sidecar")),
-        tracker: Default::default(),
-        standby: Default::default(),
-        sandbox: swarm_sidecar::sandbox::probe(),
-        redactor: Default::default(),
-    }
-}
-
 async fn run(ctx: Context, a: v1::Assign) -> Vec<Report> {
     let assignment = Assignment::try_from(&a).expect("valid assign");
     let (_stop_tx, stop_rx) = watch::channel(None);
@@ -64,18 +51,6 @@ async fn run(ctx: Context, a: v1::Assign) -> Vec<Report> {
         reports.push(Report::from(r));
     }
     reports
-}
-
-fn result(reports: &[Report]) -> &v1::AttemptResult {
-    let results: Vec<_> = reports
-        .iter()
-        .filter_map(|r| match r {
-            Report::Journaled(Body::Result(r)) => Some(r),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(results.len(), 1, "exactly one result: {reports:?}");
-    results[0]
 }
 
 #[tokio::test]
@@ -101,8 +76,8 @@ async fn locks_left_by_a_crash_are_removed_and_the_next_attempt_succeeds() {
         .expect("git");
     assert!(!stuck.status.success(), "git sees the planted index.lock");
 
-    let reports = run(ctx(repo.path(), "w1"), assign(&base, &worker, "t", 2)).await;
-    let r = result(&reports);
+    let reports = run(harness::ctx(repo.path(), "w1", None), assign(&base, &worker, "t", 2)).await;
+    let r = harness::the_result(&reports);
     assert_eq!(r.outcome(), v1::Outcome::Success, "{r:?}");
     for l in [&index_lock, &head_lock, &branch_lock] {
         assert!(!l.exists(), "{} removed", l.display());
