@@ -415,7 +415,7 @@ impl Scheduler {
         self.send_stop(key, number, reason, false, fx);
     }
 
-    /// SUCCEEDED → MERGING, and the job goes to the integrator after commit.
+    /// SUCCEEDED → MERGING, and the job goes to the merger after commit.
     /// The one way in for a task ready to merge: a swarm with
     /// `integration_verify` queues it for a verified batch instead.
     pub(super) fn start_merge(&mut self, key: &TaskKey, number: u32, recovering: bool, fx: &mut Effects) {
@@ -534,7 +534,7 @@ impl Scheduler {
 }
 
 impl Scheduler {
-    /// The integrator would not merge what the attempt reported (a commit
+    /// The merge service would not merge what the attempt reported (a commit
     /// it lacks, an unrelated history, paths outside the owned globs,
     /// changes under `.swarm/`): the attempt did not succeed after all. It
     /// ends FAILED with the reason, the task forgets the commit, and the
