@@ -8,9 +8,8 @@
 pub mod api;
 pub mod audit;
 pub mod error;
-pub mod integrator;
 pub mod leader;
-pub mod merge_queue;
+pub mod merger;
 pub mod metrics;
 pub mod probes;
 pub mod scheduler;
@@ -141,8 +140,7 @@ pub async fn start_with(
     let (commands, command_rx) = mpsc::channel();
     let shutdown = CancellationToken::new();
     let supervisor = Supervisor::new(shutdown.clone());
-    let (integrator, integrator_thread) =
-        integrator::spawn(&workdir, scheduler::integrator_sink(commands.clone()))?;
+    let (integrator, merger_thread) = merger::spawn(&workdir, scheduler::merger_sink(commands.clone()))?;
     // Opened and loaded off the async threads: a blocking Postgres client
     // may neither run nor be dropped on them.
     let mut scheduler = tokio::task::spawn_blocking({
@@ -155,8 +153,8 @@ pub async fn start_with(
     scheduler.set_metrics(metrics.clone());
     let started = scheduler.started();
     let scheduler = supervisor.spawn("scheduler", move || scheduler.run(command_rx))?;
-    supervisor.spawn("integrator", move || {
-        integrator_thread.join().map_err(|_| ControllerError::Thread("the integrator panicked".into()))
+    supervisor.spawn("merger", move || {
+        merger_thread.join().map_err(|_| ControllerError::Thread("the merger panicked".into()))
     })?;
 
     let listen_err = |source| ControllerError::Listen { addr: config.listen.to_string(), source };

@@ -46,6 +46,9 @@
 //! - [`Integrator::remove_stale_ref_lock`]: removes a `<ref>.lock` left by a killed process (the
 //!   caller decides which refs it owns); a lock is reported as [`MergeError::RefLocked`]
 //! - [`paths_outside`]: ownership globs
+//! - [`merge::MergeService`]: the controller's merge service on top of all this: a
+//!   [`merge::MergeJob`] in, a typed [`merge::Verdict`] out (with [`merge::MergeStats`]); merge-queue
+//!   speculation and landing; stale integration-ref locks and ref repair
 //! - [`build_pack`] / [`receive_pack`]: object transfer as git packs
 //!
 //! # Performance notes
@@ -82,6 +85,7 @@ mod graph;
 mod integrator;
 mod locks;
 mod loose_ref;
+pub mod merge;
 mod object_files;
 mod ownership;
 mod pack;

@@ -19,14 +19,14 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::error::SchedError;
-use crate::integrator::IntegratorHandle;
+use crate::merger::MergerHandle;
 use crate::scheduler::{Command, OperatorOp};
 
 /// What every handler shares.
 #[derive(Clone)]
 pub struct Shared {
     pub scheduler: mpsc::Sender<Command>,
-    pub integrator: IntegratorHandle,
+    pub integrator: MergerHandle,
     pub db_path: Arc<std::path::PathBuf>,
     /// Where Watch replays and GetTask read committed events.
     pub store: Arc<crate::store::Location>,

@@ -317,7 +317,7 @@ impl OperatorApi {
     /// Moves the target, fast-forward only; an explicit target that a
     /// worktree has checked out is refused, since moving it would leave that
     /// worktree's files describing another commit.
-    async fn land(&self, land: &LandTarget) -> Result<crate::integrator::Landed, Status> {
+    async fn land(&self, land: &LandTarget) -> Result<crate::merger::Landed, Status> {
         if land.explicit {
             let (repo, target) = (self.shared.integrator.repo().to_path_buf(), land.target.clone());
             let holder = tokio::task::spawn_blocking(move || swarm_git::checked_out_in(&repo, &target))

@@ -1,12 +1,13 @@
 //! Everything that reaches the scheduler: reports from sidecars (already
 //! validated and converted at the API edge), operator requests and the
-//! integrator's results.
+//! merge service's reports.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use swarm_core::plan::Plan;
 use swarm_core::{Outcome, SwarmId, TaskKey, TaskState, Usage};
+use swarm_git::merge::{self, LockRemoved, MergeResult, QueueReport, RefRepaired};
 use tokio::sync::{broadcast, oneshot};
 
 pub use super::budget::BudgetChange;
@@ -15,7 +16,7 @@ use super::reads::Page;
 use super::refs::LandTarget;
 use super::views::{SwarmView, TaskDetailView, TaskView, WorkerView};
 use crate::error::SchedError;
-use crate::integrator::{IntegratorReport, LockRemoved, MergeResult, RefRepaired, ReportSink};
+use crate::merger::ReportSink;
 use crate::store::EventRow;
 
 /// An attempt as a sidecar names it in a report.
@@ -304,8 +305,8 @@ pub enum Command {
     /// An integration ref a power loss undid, put back at the store's head
     /// at start.
     RefRepaired(RefRepaired),
-    /// A merge queue's speculation or landing, from the integrator.
-    Queue(crate::merge_queue::QueueReport),
+    /// A merge queue's speculation or landing, from the merger.
+    Queue(QueueReport),
     /// A call refused at the edge, for the (rate-limited) audit log.
     Denied {
         client: String,
@@ -324,15 +325,15 @@ pub struct PackClaim {
     pub attempt: Option<ReportedAttempt>,
 }
 
-/// The integrator's report sink: its reports become commands of the
+/// The merger's report sink: its reports become commands of the
 /// scheduler that owns `commands`.
-pub fn integrator_sink(commands: std::sync::mpsc::Sender<Command>) -> ReportSink {
+pub fn merger_sink(commands: std::sync::mpsc::Sender<Command>) -> ReportSink {
     Box::new(move |report| {
         let cmd = match report {
-            IntegratorReport::Merged(result) => Command::Merged(result),
-            IntegratorReport::LockRemoved(removed) => Command::LockRemoved(removed),
-            IntegratorReport::RefRepaired(repaired) => Command::RefRepaired(repaired),
-            IntegratorReport::Queue(report) => Command::Queue(report),
+            merge::Report::Merged(result) => Command::Merged(result),
+            merge::Report::LockRemoved(removed) => Command::LockRemoved(removed),
+            merge::Report::RefRepaired(repaired) => Command::RefRepaired(repaired),
+            merge::Report::Queue(report) => Command::Queue(report),
         };
         commands.send(cmd).is_ok()
     })

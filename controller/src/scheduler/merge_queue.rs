@@ -13,12 +13,11 @@ use super::{HashMap, HashSet};
 
 use swarm_core::plan::integration::IntegrationVerify;
 use swarm_core::{SwarmId, TaskKey, TaskState};
+use swarm_git::merge::{Chained, MergeResult, MergeStats, QueueReport, QueueRequest, Verdict};
 
 use super::bisect::{Decision, MergeQueue};
 use super::model::TierOutcome;
 use super::{Effects, Outbound, Scheduler};
-use crate::integrator::{MergeResult, MergeVerdict};
-use crate::merge_queue::{Chained, QueueReport, QueueRequest};
 
 /// A failed speculation (a missing branch, a failed write) is tried again
 /// after this, not in a hot loop.
@@ -376,15 +375,18 @@ impl Scheduler {
                         if let Some(q) = self.merge_queues.by_swarm.get_mut(&swarm) {
                             q.recovering.remove(&c.task);
                         }
-                        let report = serde_json::json!({ "verified": true, "result": c.merge_commit, "files_changed": c.files_changed, "job": job });
                         self.on_merged(
                             MergeResult {
                                 task: c.task,
                                 attempt: c.attempt,
-                                verdict: MergeVerdict::Merged {
+                                verdict: Verdict::Merged {
                                     head: head.clone(),
+                                    stats: MergeStats::Verified {
+                                        result: c.merge_commit.clone(),
+                                        files_changed: c.files_changed,
+                                        job,
+                                    },
                                     merge_commit: c.merge_commit,
-                                    report,
                                 },
                                 ownership_warning: Vec::new(),
                                 lock_removed: None,

@@ -40,12 +40,13 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use swarm_core::{AttemptState, SwarmId, TaskKey, TaskState};
+use swarm_git::merge::MergeJob;
 use tokio::sync::broadcast;
 
 pub use command::{BudgetChange, BudgetTarget, ReviewVerdict};
 pub use command::{
     Command, HelloInfo, OperatorOp, PackClaim, Report, ReportedAttempt, ResultReport, SandboxReported,
-    integrator_sink,
+    merger_sink,
 };
 pub use merge_queue::VerifiedReport;
 pub use model::{AgentRecord, Attempt, Session, SwarmState, TierOutcome};
@@ -53,7 +54,7 @@ pub use outbound::{AgentAssign, AssignSpec, AttemptHandle, CloseCode, Outbound};
 pub use reads::Page;
 pub use refs::LandTarget;
 
-use crate::integrator::{IntegratorHandle, MergeJob};
+use crate::merger::MergerHandle;
 use crate::metrics::Metrics;
 use crate::store::{Batch, EventRow, Store};
 use model::{Attempts, Swarm, Tasks, Worker};
@@ -178,7 +179,7 @@ pub struct Scheduler {
     /// The newest event whose commit is done (and which was broadcast).
     last_committed_event: Arc<AtomicU64>,
     events: broadcast::Sender<Arc<EventRow>>,
-    integrator: IntegratorHandle,
+    integrator: MergerHandle,
     next_session_id: u64,
     metrics: Arc<Metrics>,
     /// Windows of the rate-limited audit events.
@@ -204,7 +205,7 @@ impl Scheduler {
     pub fn recover(
         store: Store,
         timing: Timing,
-        integrator: IntegratorHandle,
+        integrator: MergerHandle,
     ) -> Result<Scheduler, crate::error::ControllerError> {
         recover::recover(store, timing, integrator)
     }
@@ -384,7 +385,7 @@ impl Scheduler {
 
     /// Records, in the swarm's audit log, that a stale lock on its
     /// integration ref was removed.
-    fn on_lock_removed(&mut self, removed: crate::integrator::LockRemoved, fx: &mut Effects) {
+    fn on_lock_removed(&mut self, removed: swarm_git::merge::LockRemoved, fx: &mut Effects) {
         self.event(
             fx,
             &removed.swarm,
@@ -399,7 +400,7 @@ impl Scheduler {
 
     /// Records, in the swarm's audit log, that its integration ref was
     /// behind the recorded head at start, or unreadable, and was put back.
-    fn on_ref_repaired(&mut self, repaired: crate::integrator::RefRepaired, fx: &mut Effects) {
+    fn on_ref_repaired(&mut self, repaired: swarm_git::merge::RefRepaired, fx: &mut Effects) {
         self.event(
             fx,
             &repaired.swarm,

@@ -18,12 +18,13 @@ use std::sync::mpsc::{Receiver, SyncSender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use swarm_git::merge::MergeJob;
 use tokio::sync::broadcast;
 
 use super::Session;
 use super::outbound::{self, Outbound};
 use crate::error::ControllerError;
-use crate::integrator::{IntegratorHandle, MergeJob};
+use crate::merger::MergerHandle;
 use crate::metrics::Metrics;
 use crate::store::sqlite::WalSync;
 use crate::store::{Batch, EventRow, Store};
@@ -48,7 +49,7 @@ pub(super) struct Turn {
 pub(super) struct Releaser {
     pub events: broadcast::Sender<Arc<EventRow>>,
     pub metrics: Arc<Metrics>,
-    pub integrator: IntegratorHandle,
+    pub integrator: MergerHandle,
     pub last_committed: Arc<AtomicU64>,
 }
 

@@ -7,12 +7,13 @@ use std::time::Instant;
 
 use swarm_core::plan::TaskSpec;
 use swarm_core::{AttemptState, Outcome, SwarmId, TaskId, TaskKey, TaskState};
+use swarm_git::merge::{OwnedRef, RecordedRef};
 use tokio::sync::broadcast;
 
 use super::model::{Attempt, Notes, Swarm, SwarmState, Task, TierOutcome, Worker};
 use super::{Effects, Scheduler, Timing, assign};
 use crate::error::ControllerError;
-use crate::integrator::{IntegratorHandle, OwnedRef, RecordedRef};
+use crate::merger::MergerHandle;
 use crate::store::{Store, StoreError};
 
 fn corrupt(table: &'static str, key: String, reason: impl Into<String>) -> ControllerError {
@@ -22,7 +23,7 @@ fn corrupt(table: &'static str, key: String, reason: impl Into<String>) -> Contr
 pub fn recover(
     mut store: Store,
     timing: Timing,
-    integrator: IntegratorHandle,
+    integrator: MergerHandle,
 ) -> Result<Scheduler, ControllerError> {
     let snap = store.load()?;
     let (events, _) = broadcast::channel(65_536);

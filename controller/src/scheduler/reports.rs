@@ -4,13 +4,13 @@
 use rand::Rng;
 use swarm_core::plan::ConflictPolicy;
 use swarm_core::{AttemptState, Outcome, TaskKey, TaskState, Usage};
+use swarm_git::merge::{Conflict, MergeJob, MergeResult, MergeStats, Verdict};
 
 use super::command::{Report, ReportedAttempt, ResultReport};
 use super::model::PendingQuestion;
 use super::operator::PERMISSION_CATEGORY;
 use super::outbound::Outbound;
 use super::{Effects, Scheduler, now_ms};
-use crate::integrator::{MergeJob, MergeResult, MergeVerdict};
 
 /// Pause before a task whose attempt failed for infrastructure reasons is
 /// assigned again.
@@ -415,7 +415,7 @@ impl Scheduler {
         self.send_stop(key, number, reason, false, fx);
     }
 
-    /// SUCCEEDED → MERGING, and the job goes to the integrator after commit.
+    /// SUCCEEDED → MERGING, and the job goes to the merger after commit.
     /// The one way in for a task ready to merge: a swarm with
     /// `integration_verify` queues it for a verified batch instead.
     pub(super) fn start_merge(&mut self, key: &TaskKey, number: u32, recovering: bool, fx: &mut Effects) {
@@ -471,12 +471,9 @@ impl Scheduler {
             );
         }
         match result.verdict {
-            MergeVerdict::Merged { head, merge_commit, report } => {
-                if let Some(us) = report.get("duration_us").and_then(serde_json::Value::as_u64) {
-                    crate::metrics::Metrics::observe(
-                        &self.metrics.merge_duration,
-                        std::time::Duration::from_micros(us),
-                    );
+            Verdict::Merged { head, merge_commit, stats } => {
+                if let MergeStats::Integrated { duration, .. } = &stats {
+                    crate::metrics::Metrics::observe(&self.metrics.merge_duration, *duration);
                 }
                 if let Some(s) = self.swarms.get_mut(&key.swarm) {
                     s.integration_head = head.clone();
@@ -493,7 +490,7 @@ impl Scheduler {
                     "",
                     "task.merged",
                     format!("merged as {merge_commit}"),
-                    report,
+                    merged_detail(&stats),
                 );
                 self.set_state(&key, TaskState::Merged, &format!("merged as {}", short(&merge_commit)), fx);
                 let dependents = self.dependents.get(&key).cloned().unwrap_or_default();
@@ -503,7 +500,8 @@ impl Scheduler {
                     }
                 }
             }
-            MergeVerdict::Conflict { paths, description } => {
+            Verdict::Conflict(conflict) => {
+                let (paths, description) = (conflict.path_names(), conflict_description(&conflict));
                 self.task_event(
                     fx,
                     &key,
@@ -527,16 +525,16 @@ impl Scheduler {
                     );
                 }
             }
-            MergeVerdict::Refused { reason } => self.refuse_result(&key, number, &reason, fx),
-            MergeVerdict::Failed { reason } => {
-                self.refuse_result(&key, number, &format!("merge failed: {reason}"), fx)
+            Verdict::Refused(refusal) => self.refuse_result(&key, number, &refusal.to_string(), fx),
+            Verdict::Failed(failure) => {
+                self.refuse_result(&key, number, &format!("merge failed: {failure}"), fx)
             }
         }
     }
 }
 
 impl Scheduler {
-    /// The integrator would not merge what the attempt reported (a commit
+    /// The merge service would not merge what the attempt reported (a commit
     /// it lacks, an unrelated history, paths outside the owned globs,
     /// changes under `.swarm/`): the attempt did not succeed after all. It
     /// ends FAILED with the reason, the task forgets the commit, and the
@@ -560,6 +558,45 @@ impl Scheduler {
         );
         self.fail_or_retry(key, number, reason, fx);
     }
+}
+
+/// The `task.merged` event's detail: its field names are what operators'
+/// tools and the tests read, one shape per way a merge lands.
+fn merged_detail(stats: &MergeStats) -> serde_json::Value {
+    match stats {
+        MergeStats::Integrated { strategy, base, result, files_changed, duration, cas_retries } => {
+            serde_json::json!({
+                "strategy": strategy.as_str(),
+                "base": base,
+                "result": result,
+                "files_changed": files_changed,
+                "duration_us": duration.as_micros() as u64,
+                "cas_retries": cas_retries,
+            })
+        }
+        MergeStats::Recovered { strategy } => {
+            serde_json::json!({ "strategy": strategy.as_str(), "recovered": true })
+        }
+        MergeStats::AlreadyContained { strategy } => {
+            serde_json::json!({ "strategy": strategy.as_str(), "already_contained": true })
+        }
+        MergeStats::Verified { result, files_changed, job } => {
+            serde_json::json!({ "verified": true, "result": result, "files_changed": files_changed, "job": job })
+        }
+    }
+}
+
+/// What the task's next attempt is told of its conflict (its task text).
+fn conflict_description(c: &Conflict) -> String {
+    let mut description = format!(
+        "Your previous result (commit {}) conflicted with the integration branch {} at {}.\n\
+         This attempt starts from that head; redo the change on top of it.\n\nConflicting paths:\n",
+        c.task_commit, c.branch, c.head
+    );
+    for p in &c.paths {
+        description.push_str(&format!("- `{}` (the integration branch {} it)\n", p.path, p.ours));
+    }
+    description
 }
 
 fn report_kind(r: &Report) -> &'static str {

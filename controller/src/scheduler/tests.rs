@@ -21,7 +21,7 @@ use super::model::Session;
 use super::outbound::Outbound;
 use super::views::TaskDetailView;
 use super::{Scheduler, Timing};
-use crate::integrator;
+use crate::merger;
 use crate::store::Store;
 
 /// The Hello of a sidecar with no labels, nothing in hand and no secret yet.
@@ -86,8 +86,7 @@ impl Rig {
         git(&repo, &["branch", "swarm/s/integration"]);
         let store = Store::open(&dir.path().join("swarm.db")).expect("store");
         let (results, merged) = mpsc::channel();
-        let (handle, _thread) =
-            integrator::spawn(&repo, super::integrator_sink(results)).expect("integrator");
+        let (handle, _thread) = merger::spawn(&repo, super::merger_sink(results)).expect("merger");
         let timing =
             Timing { lease_ttl: Duration::from_secs(3600), lost_grace: Duration::ZERO, ..Timing::default() };
         let mut sched = Scheduler::recover(store, timing, handle).expect("recover");
