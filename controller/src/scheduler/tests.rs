@@ -14,6 +14,7 @@ use tokio::sync::{mpsc as tmpsc, oneshot};
 mod agents;
 mod budget;
 mod pipeline;
+mod recovery;
 mod review;
 
 use super::command::{Command, HelloInfo, OperatorOp, Report, ReportedAttempt, ResultReport};
@@ -342,7 +343,8 @@ fn a_full_outbound_queue_closes_the_session_and_the_next_hello_sends_the_assign_
         closed: tokio_util::sync::CancellationToken::new(),
     };
     // The sidecar reconnects with the secret its first Welcome gave it.
-    let resume_secret = rig.sched.workers.get("w1").map(|w| w.resume_secret.clone()).unwrap_or_default();
+    let resume_secret =
+        rig.sched.model.workers().get("w1").map(|w| w.resume_secret.clone()).unwrap_or_default();
     let hello = HelloInfo {
         worker_id: "w1".into(),
         labels: Default::default(),

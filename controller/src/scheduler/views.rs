@@ -34,7 +34,7 @@ impl SwarmView {
     pub fn of(swarm: &Swarm, usd_last_hour: f64) -> SwarmView {
         let by_state: BTreeMap<String, u32> = TaskState::ALL
             .iter()
-            .zip(swarm.counts)
+            .zip(*swarm.counts())
             .filter(|(_, n)| *n > 0)
             .map(|(s, n)| (s.as_str().to_string(), n))
             .collect();
@@ -51,7 +51,7 @@ impl SwarmView {
             // A stalled swarm cancelled keeps its last description; only
             // STALLED shows one.
             stall: swarm.stall.clone().filter(|_| swarm.state == SwarmState::Stalled),
-            usage: swarm.usage,
+            usage: *swarm.usage(),
             paused_reason: match (&swarm.control.paused, swarm.state) {
                 (Some(p), SwarmState::Paused) => format!("{} (by the {})", p.reason, p.by),
                 _ => String::new(),
@@ -97,7 +97,7 @@ impl TaskView {
             swarm: task.key.swarm.to_string(),
             id: task.key.task.to_string(),
             title: task.spec.title.clone(),
-            state: task.state,
+            state: task.state(),
             deps: task.spec.deps.iter().map(|d| d.to_string()).collect(),
             owned_globs: task.spec.files.clone(),
             attempts: task.attempts,
@@ -176,7 +176,7 @@ impl WorkerView {
             labels: w.labels.clone(),
             connected: w.session.is_some(),
             draining: w.draining,
-            attempt: w.attempt.as_ref().map(|(k, n)| k.attempt(*n).to_string()).unwrap_or_default(),
+            attempt: w.attempt().map(|(k, n)| k.attempt(*n).to_string()).unwrap_or_default(),
             heartbeat_age_ms: if w.session.is_some() { now_ms.saturating_sub(last_seen) } else { 0 },
             last_applied_seq: w.last_applied_seq,
             rate_limit_key: super::limits::limit_key(w),

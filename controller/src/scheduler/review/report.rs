@@ -26,7 +26,7 @@ pub struct BranchReport {
 /// result passed every gate), `needs_review` or `blocked`; empty while it
 /// still works.
 pub fn recommendation(task: &Task) -> &'static str {
-    match task.state {
+    match task.state() {
         TaskState::Succeeded | TaskState::Merging | TaskState::Merged => "ready",
         TaskState::Review => "needs_review",
         TaskState::Rejected
@@ -46,7 +46,7 @@ pub fn branch_report(task: &Task, attempts: &crate::scheduler::model::Attempts) 
     let reviewer = task.spec.review.as_deref().map(|r| r.kind().to_string()).unwrap_or_default();
     let recommendation = recommendation(task);
     let last = review.and_then(|r| r.history.last());
-    let reason = match (task.state, last) {
+    let reason = match (task.state(), last) {
         (TaskState::Review, _) => {
             format!("waiting for review by {}", if reviewer.is_empty() { "the operator" } else { &reviewer })
         }

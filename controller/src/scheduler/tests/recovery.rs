@@ -1,0 +1,51 @@
+//! Recovery builds the model's indexes with the transitions that keep them
+//! during a run: a scheduler recovered from a store holds the indexes the
+//! live one that wrote it held.
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+use swarm_core::{Outcome, TaskState};
+
+use super::super::{Scheduler, Timing};
+use super::Rig;
+use crate::integrator;
+
+/// Recovers a second scheduler from the store `rig` has written.
+fn recovered(rig: &Rig) -> Scheduler {
+    let store = rig.sched.store.reopen().expect("reopen");
+    let (results, _merged) = mpsc::channel();
+    let (handle, _thread) =
+        integrator::spawn(&rig.repo, super::super::integrator_sink(results)).expect("integrator");
+    let timing =
+        Timing { lease_ttl: Duration::from_secs(3600), lost_grace: Duration::ZERO, ..Timing::default() };
+    Scheduler::recover(store, timing, handle).expect("recover")
+}
+
+#[test]
+fn a_recovered_model_has_the_indexes_the_live_run_built() {
+    let tasks = "[[tasks]]\nid = \"a\"\nfiles = [\"a.txt\"]\n\
+                 [[tasks]]\nid = \"b\"\nfiles = [\"b/**\"]\ndeps = [\"a\"]\n\
+                 [[tasks]]\nid = \"c\"\nfiles = [\"c.txt\"]\n\
+                 [[tasks]]\nid = \"d\"\nfiles = [\"d.txt\"]\ndeps = [\"c\"]\n\
+                 [[tasks]]\nid = \"e\"\nfiles = [\"e.txt\"]\ndeps = [\"b\", \"c\"]\n";
+    let mut rig = Rig::build(0, 64, tasks);
+    let check = |rig: &Rig, when: &str| {
+        let live = rig.sched.model.indexes();
+        let again = recovered(rig).model.indexes();
+        assert_eq!(again, live, "{when}");
+    };
+    check(&rig, "created, a READY and assigned");
+    let a = rig.take_assign().expect("a assigned");
+    assert_eq!(a.task, Rig::key());
+    rig.report(a, Outcome::Success);
+    assert_eq!(rig.detail().task.state, TaskState::Merged);
+    // w1 holds the next task; the other READY ones wait.
+    rig.sched.turn([]).expect("turn");
+    let next = rig.take_assign().expect("next assigned");
+    check(&rig, "a MERGED, one task RUNNING on w1, others READY or PENDING");
+    let live = rig.sched.model.indexes();
+    assert!(live.running.contains(&next.task), "{live:?}");
+    assert!(live.bound.contains_key("w1"), "{live:?}");
+    assert!(!live.ready.is_empty() && !live.dependents.is_empty(), "{live:?}");
+}
