@@ -21,7 +21,6 @@ pub mod ui;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -105,7 +104,7 @@ pub struct Controller {
     server: tokio::task::JoinHandle<Result<(), ControllerError>>,
     scheduler: Option<JoinHandle<()>>,
     supervisor: Supervisor,
-    commands: mpsc::Sender<Command>,
+    commands: flume::Sender<Command>,
     tasks: TaskTracker,
     metrics_addr: Option<SocketAddr>,
     ui_addr: Option<SocketAddr>,
@@ -137,11 +136,10 @@ pub async fn start_with(
     drop(repo);
     let location = store.unwrap_or_else(|| Location::Sqlite(db.clone()));
 
-    let (commands, command_rx) = mpsc::channel();
+    let (commands, results, inbox) = scheduler::inbox(scheduler::COMMAND_QUEUE);
     let shutdown = CancellationToken::new();
     let supervisor = Supervisor::new(shutdown.clone());
-    let (integrator, integrator_thread) =
-        integrator::spawn(&workdir, scheduler::integrator_sink(commands.clone()))?;
+    let (integrator, integrator_thread) = integrator::spawn(&workdir, scheduler::integrator_sink(results))?;
     // Opened and loaded off the async threads: a blocking Postgres client
     // may neither run nor be dropped on them.
     let mut scheduler = tokio::task::spawn_blocking({
@@ -153,7 +151,7 @@ pub async fn start_with(
     let metrics = Arc::new(metrics::Metrics::default());
     scheduler.set_metrics(metrics.clone());
     let started = scheduler.started();
-    let scheduler = supervisor.spawn("scheduler", move || scheduler.run(command_rx))?;
+    let scheduler = supervisor.spawn("scheduler", move || scheduler.run(inbox))?;
     supervisor.spawn("integrator", move || {
         integrator_thread.join().map_err(|_| ControllerError::Thread("the integrator panicked".into()))
     })?;
@@ -286,7 +284,7 @@ impl Controller {
                 Ok(())
             }
         };
-        let _ = self.commands.send(Command::Shutdown);
+        let _ = self.commands.send_async(Command::Shutdown).await;
         if let Some(thread) = self.scheduler.take() {
             // The supervisor records how it ended.
             let _ = tokio::task::spawn_blocking(move || thread.join()).await;

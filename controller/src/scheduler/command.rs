@@ -325,8 +325,9 @@ pub struct PackClaim {
 }
 
 /// The integrator's report sink: its reports become commands of the
-/// scheduler that owns `commands`.
-pub fn integrator_sink(commands: std::sync::mpsc::Sender<Command>) -> ReportSink {
+/// scheduler whose inbox `results` feeds (unbounded: the integrator never
+/// waits on the scheduler).
+pub fn integrator_sink(results: flume::Sender<Command>) -> ReportSink {
     Box::new(move |report| {
         let cmd = match report {
             IntegratorReport::Merged(result) => Command::Merged(result),
@@ -334,6 +335,6 @@ pub fn integrator_sink(commands: std::sync::mpsc::Sender<Command>) -> ReportSink
             IntegratorReport::RefRepaired(repaired) => Command::RefRepaired(repaired),
             IntegratorReport::Queue(report) => Command::Queue(report),
         };
-        commands.send(cmd).is_ok()
+        results.send(cmd).is_ok()
     })
 }

@@ -36,7 +36,6 @@ pub mod views;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use swarm_core::{AttemptState, SwarmId, TaskKey, TaskState};
@@ -90,6 +89,58 @@ impl Default for Timing {
 
 /// Most commands applied in one group commit.
 const MAX_BATCH: usize = 4096;
+/// Commands the API may queue before its senders wait: a few turns' worth,
+/// so a burst never waits while the scheduler keeps up, and a scheduler
+/// that falls behind (a slow disk) holds the callers back instead of
+/// growing its queue without end.
+pub const COMMAND_QUEUE: usize = 4 * MAX_BATCH;
+
+/// What waits for the scheduler. Commands (the API's, the controller's)
+/// queue in a bounded channel whose senders wait when it is full; the
+/// integrator's results have their own unbounded one, so that thread
+/// never waits on the scheduler: the scheduler hands it merge jobs, and
+/// their results are bounded by those jobs.
+pub struct Inbox {
+    commands: flume::Receiver<Command>,
+    results: flume::Receiver<Command>,
+}
+
+/// The scheduler's inbox, with the senders of its commands (holding
+/// `capacity`) and of the integrator's results (for `integrator_sink`).
+pub fn inbox(capacity: usize) -> (flume::Sender<Command>, flume::Sender<Command>, Inbox) {
+    let (commands, commands_rx) = flume::bounded(capacity);
+    let (results, results_rx) = flume::unbounded();
+    (commands, results, Inbox { commands: commands_rx, results: results_rx })
+}
+
+/// Which of the inbox's channels lost its last sender.
+enum Gone {
+    Commands,
+    Results,
+}
+
+impl Inbox {
+    /// The next command, waiting at most a tick; results first.
+    fn wait(&self, results_open: bool) -> Result<Option<Command>, Gone> {
+        if !results_open {
+            return match self.commands.recv_timeout(TICK) {
+                Ok(cmd) => Ok(Some(cmd)),
+                Err(flume::RecvTimeoutError::Timeout) => Ok(None),
+                Err(flume::RecvTimeoutError::Disconnected) => Err(Gone::Commands),
+            };
+        }
+        flume::Selector::new()
+            .recv(&self.results, |r| r.map_err(|_| Gone::Results))
+            .recv(&self.commands, |r| r.map_err(|_| Gone::Commands))
+            .wait_timeout(TICK)
+            .map_or(Ok(None), |r| r.map(Some))
+    }
+
+    /// A command already waiting, results first.
+    fn try_next(&self) -> Option<Command> {
+        self.results.try_recv().or_else(|_| self.commands.try_recv()).ok()
+    }
+}
 const TICK: Duration = Duration::from_millis(50);
 
 /// A unix-ms stamp as a time.
@@ -211,19 +262,23 @@ impl Scheduler {
     /// may build on state whose commit is still in flight, but nothing it
     /// produces leaves before a durable commit that holds it and everything
     /// before it.
-    pub fn run(mut self, commands: Receiver<Command>) -> Result<(), crate::error::ControllerError> {
+    pub fn run(mut self, inbox: Inbox) -> Result<(), crate::error::ControllerError> {
         let pipeline = Pipeline::start(self.store.reopen()?, self.releaser(), self.metrics.clone())?;
         let mut pending: Vec<Command> = Vec::with_capacity(MAX_BATCH);
+        // An integrator that stopped is the supervisor's to report; the
+        // scheduler goes on without its results.
+        let mut results_open = true;
         loop {
-            match commands.recv_timeout(TICK) {
-                Ok(first) => pending.push(first),
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => return pipeline.stop(),
+            match inbox.wait(results_open) {
+                Ok(Some(first)) => pending.push(first),
+                Ok(None) => {}
+                Err(Gone::Results) => results_open = false,
+                Err(Gone::Commands) => return pipeline.stop(),
             }
             while pending.len() < MAX_BATCH {
-                match commands.try_recv() {
-                    Ok(cmd) => pending.push(cmd),
-                    Err(_) => break,
+                match inbox.try_next() {
+                    Some(cmd) => pending.push(cmd),
+                    None => break,
                 }
             }
             // Reads first: before the turn's first change they are answered

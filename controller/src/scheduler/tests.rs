@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
-use std::sync::mpsc;
 use std::time::Duration;
 
 use proptest::prelude::*;
@@ -41,7 +40,7 @@ fn fresh_hello(worker: &str) -> HelloInfo {
 struct Rig {
     _dir: tempfile::TempDir,
     sched: Scheduler,
-    merged: mpsc::Receiver<Command>,
+    merged: flume::Receiver<Command>,
     outbound: tmpsc::Receiver<Outbound>,
     seq: u64,
     base: String,
@@ -86,7 +85,7 @@ impl Rig {
         let base = git(&repo, &["rev-parse", "HEAD"]);
         git(&repo, &["branch", "swarm/s/integration"]);
         let store = Store::open(&dir.path().join("swarm.db")).expect("store");
-        let (results, merged) = mpsc::channel();
+        let (results, merged) = flume::unbounded();
         let (handle, _thread) =
             integrator::spawn(&repo, super::integrator_sink(results)).expect("integrator");
         let timing =

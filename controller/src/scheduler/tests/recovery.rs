@@ -2,7 +2,6 @@
 //! during a run: a scheduler recovered from a store holds the indexes the
 //! live one that wrote it held.
 
-use std::sync::mpsc;
 use std::time::Duration;
 
 use swarm_core::{Outcome, TaskState};
@@ -14,7 +13,7 @@ use crate::integrator;
 /// Recovers a second scheduler from the store `rig` has written.
 fn recovered(rig: &Rig) -> Scheduler {
     let store = rig.sched.store.reopen().expect("reopen");
-    let (results, _merged) = mpsc::channel();
+    let (results, _merged) = flume::unbounded();
     let (handle, _thread) =
         integrator::spawn(&rig.repo, super::super::integrator_sink(results)).expect("integrator");
     let timing =
