@@ -26,8 +26,7 @@ use std::collections::VecDeque;
 use swarm_core::plan::{Budget, SwarmBudget};
 use swarm_core::{SwarmId, TaskKey, TaskState, Usage};
 
-pub use super::model::{StoredSwarmBudget, TaskBudget};
-use super::model::{Swarm, Task};
+pub use super::model::{StoredSwarmBudget, TaskBudget, swarm_budget, task_budget};
 use super::outbound::{AttemptHandle, Outbound};
 use super::{Effects, HashMap, HashSet, Scheduler, now_ms};
 
@@ -75,25 +74,6 @@ impl BudgetChange {
             tokens: apply_tokens(current.limit.tokens, self.tokens),
             max_usd_per_hour: apply_usd(current.max_usd_per_hour, self.max_usd_per_hour),
         }
-    }
-}
-
-/// A task's budget in force: the operator's, else the plan's.
-pub fn task_budget(task: &Task) -> Budget {
-    match task.notes.budget {
-        Some(b) => Budget { usd: b.usd, tokens: b.tokens },
-        None => task.spec.budget,
-    }
-}
-
-/// A swarm's budget in force: the operator's, else the plan's.
-pub fn swarm_budget(swarm: &Swarm) -> SwarmBudget {
-    match swarm.control.budget {
-        Some(b) => SwarmBudget {
-            limit: Budget { usd: b.usd, tokens: b.tokens },
-            max_usd_per_hour: b.max_usd_per_hour,
-        },
-        None => swarm.plan.budget,
     }
 }
 
@@ -156,7 +136,7 @@ impl Scheduler {
         let task = self.model.tasks().get(key)?;
         task.spec.agent.as_ref()?;
         if let Some(why) =
-            task_budget(task).exceeded_by(&super::views::task_usage(task, self.model.attempts()))
+            task_budget(task).exceeded_by(&super::model::task_usage(task, self.model.attempts()))
         {
             return Some(format!("{BUDGET_REASON}: task {why}"));
         }

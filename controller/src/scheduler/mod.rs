@@ -10,6 +10,7 @@
 
 mod assign;
 mod bisect;
+mod branch_report;
 mod budget;
 pub mod command;
 mod limits;

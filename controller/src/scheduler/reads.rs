@@ -3,7 +3,8 @@
 
 use swarm_core::{TaskKey, TaskState};
 
-use super::command::Reply;
+use tokio::sync::oneshot;
+
 use super::views::{SwarmView, TaskDetailView, TaskView, WorkerView};
 use super::{Effects, Scheduler, now_ms};
 use crate::error::SchedError;
@@ -83,7 +84,11 @@ fn bad_token() -> SchedError {
 /// acks of the previous turn left only after its commit), so a read that
 /// comes first in its turn is answered at once; one after a change waits
 /// for the commit like everything else, and never shows what may not last.
-pub(super) fn reply_read<T: Send + 'static>(fx: &mut Effects, reply: Reply<T>, value: Result<T, SchedError>) {
+pub(super) fn reply_read<T: Send + 'static>(
+    fx: &mut Effects,
+    reply: oneshot::Sender<Result<T, SchedError>>,
+    value: Result<T, SchedError>,
+) {
     if fx.untouched() {
         let _ = reply.send(value);
     } else {
@@ -161,7 +166,7 @@ impl Scheduler {
             prompt: t.spec.prompt.clone(),
             attempts,
             events: Vec::new(),
-            branch_report: super::review::branch_report(t, self.model.attempts()),
+            branch_report: super::branch_report::branch_report(t, self.model.attempts()),
         })
     }
 }

@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 use swarm_core::plan::{Budget, SwarmBudget};
 use swarm_core::{TaskState, Usage};
 
+pub use super::branch_report::BranchReport as BranchReportView;
+pub use super::model::task_usage;
 use super::model::{Attempt, Attempts, Swarm, SwarmState, Task, Worker};
-pub use super::review::BranchReport as BranchReportView;
 use crate::store::EventRow;
 
 #[derive(Debug, Clone)]
@@ -56,7 +57,7 @@ impl SwarmView {
                 (Some(p), SwarmState::Paused) => format!("{} (by the {})", p.reason, p.by),
                 _ => String::new(),
             },
-            budget: super::budget::swarm_budget(swarm),
+            budget: super::model::swarm_budget(swarm),
             usd_last_hour,
         }
     }
@@ -123,21 +124,10 @@ impl TaskView {
             usage: task_usage(task, attempts),
             first_started_at: attempts.get(&(task.key.clone(), 1)).map(|a| a.started_at).unwrap_or(0),
             last_ended_at: attempts.get(&(task.key.clone(), task.attempts)).map(|a| a.ended_at).unwrap_or(0),
-            recommendation: super::review::recommendation(task),
-            budget: super::budget::task_budget(task),
+            recommendation: super::branch_report::recommendation(task),
+            budget: super::model::task_budget(task),
         }
     }
-}
-
-/// What a task's attempts spent, summed.
-pub fn task_usage(task: &Task, attempts: &Attempts) -> Usage {
-    let mut sum = Usage::default();
-    for n in 1..=task.attempts {
-        if let Some(a) = attempts.get(&(task.key.clone(), n)) {
-            sum.add(&a.agent.usage);
-        }
-    }
-    sum
 }
 
 #[derive(Debug, Clone)]

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 use serde::{Deserialize, Serialize};
-use swarm_core::plan::{Plan, TaskSpec};
+use swarm_core::plan::{Budget, Plan, SwarmBudget, TaskSpec};
 use swarm_core::{AttemptState, Outcome, SwarmId, TaskKey, TaskState, Usage};
 use tokio::sync::mpsc;
 
@@ -528,6 +528,36 @@ impl Worker {
     pub fn satisfies(&self, required: &BTreeMap<String, String>) -> bool {
         required.iter().all(|(k, v)| self.labels.get(k) == Some(v))
     }
+}
+
+/// A task's budget in force: the operator's, else the plan's.
+pub fn task_budget(task: &Task) -> Budget {
+    match task.notes.budget {
+        Some(b) => Budget { usd: b.usd, tokens: b.tokens },
+        None => task.spec.budget,
+    }
+}
+
+/// A swarm's budget in force: the operator's, else the plan's.
+pub fn swarm_budget(swarm: &Swarm) -> SwarmBudget {
+    match swarm.control.budget {
+        Some(b) => SwarmBudget {
+            limit: Budget { usd: b.usd, tokens: b.tokens },
+            max_usd_per_hour: b.max_usd_per_hour,
+        },
+        None => swarm.plan.budget,
+    }
+}
+
+/// What a task's attempts spent, summed.
+pub fn task_usage(task: &Task, attempts: &Attempts) -> Usage {
+    let mut sum = Usage::default();
+    for n in 1..=task.attempts {
+        if let Some(a) = attempts.get(&(task.key.clone(), n)) {
+            sum.add(&a.agent.usage);
+        }
+    }
+    sum
 }
 
 pub type Tasks = HashMap<TaskKey, Task>;

@@ -16,14 +16,13 @@ use swarm_core::{AttemptState, Outcome, TaskKey, TaskState};
 
 use super::command::ResultReport;
 use super::model::{AgentRecord, Attempt, Task, Transition};
-pub use super::model::{Decision, ReviewNotes, ReviewRecord};
+pub use super::model::{Decision, ReviewRecord};
 use super::outbound::{AgentAssign, AssignSpec, AttemptHandle, Outbound};
 use super::{Effects, Scheduler, now_ms};
 use crate::error::SchedError;
 
-mod report;
-pub use report::{BranchReport, branch_report, recommendation, render_requested};
-use report::{first_line, render_review, short};
+pub use super::branch_report::{branch_report, render_requested};
+use super::branch_report::{first_line, render_review, short};
 
 /// Pause before a reviewer attempt that failed for the sidecar's reasons
 /// (not the reviewer's) is tried again.

@@ -6,8 +6,7 @@ use std::fmt::Write;
 use swarm_core::TaskState;
 use swarm_core::plan::{ReviewSpec, task_branch};
 
-use super::{Decision, ReviewNotes, ReviewRecord};
-use crate::scheduler::model::Task;
+use super::model::{Attempts, Decision, ReviewNotes, ReviewRecord, Task};
 
 /// A task's branch report: what its branch holds and whether to merge it.
 #[derive(Debug, Clone, Default)]
@@ -39,7 +38,7 @@ pub fn recommendation(task: &Task) -> &'static str {
     }
 }
 
-pub fn branch_report(task: &Task, attempts: &crate::scheduler::model::Attempts) -> BranchReport {
+pub fn branch_report(task: &Task, attempts: &Attempts) -> BranchReport {
     let review = task.notes.review.as_deref();
     let number = review.map(|r| r.attempt).filter(|n| *n > 0).unwrap_or(task.attempts);
     let made_by = attempts.get(&(task.key.clone(), number));
