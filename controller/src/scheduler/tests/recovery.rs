@@ -48,3 +48,20 @@ fn a_recovered_model_has_the_indexes_the_live_run_built() {
     assert!(live.bound.contains_key("w1"), "{live:?}");
     assert!(!live.ready.is_empty() && !live.dependents.is_empty(), "{live:?}");
 }
+
+#[test]
+fn a_recovered_reviewer_attempt_holds_its_worker_and_no_ownership_as_in_the_live_run() {
+    let tasks = "[[tasks]]\nid = \"a\"\nfiles = [\"a.txt\"]\nreview = { command = \"true\" }\n";
+    let mut rig = Rig::build(1, 64, tasks);
+    let work = rig.take_assign().expect("assigned");
+    assert_eq!(work.task, Rig::key());
+    rig.report(work, Outcome::Success);
+    assert_eq!(rig.detail().task.state, TaskState::Review);
+    rig.sched.turn([]).expect("turn");
+    let reviewer = rig.take_assign().expect("the reviewer is assigned to w1");
+    assert_eq!(reviewer.task, Rig::key());
+    let live = rig.sched.model.indexes();
+    assert!(live.bound.contains_key("w1"), "{live:?}");
+    assert!(!live.running.contains(&Rig::key()), "a reviewer owns nothing: {live:?}");
+    assert_eq!(recovered(&rig).model.indexes(), live);
+}
