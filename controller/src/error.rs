@@ -50,7 +50,7 @@ pub enum ControllerError {
     Serve(#[from] tonic::transport::Error),
     #[error("scheduler thread: {0}")]
     Thread(String),
-    /// A supervised thread (scheduler, integrator) ended; see `supervise`.
+    /// A supervised thread (scheduler, merger) ended; see `supervise`.
     #[error("controller stopped: {0}")]
     Stopped(String),
     /// TLS, credentials or the secure-by-default rule.

@@ -2,7 +2,7 @@
 //! integration of the workers' branches.
 //!
 //! [`start`] opens the store, rebuilds the scheduler from it, starts the
-//! integrator and the scheduler threads, and serves the Sidecar and
+//! merger and the scheduler threads, and serves the Sidecar and
 //! Operator APIs. See ARCHITECTURE.md for how the parts fit.
 
 pub mod api;
@@ -21,7 +21,6 @@ pub mod ui;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -105,7 +104,7 @@ pub struct Controller {
     server: tokio::task::JoinHandle<Result<(), ControllerError>>,
     scheduler: Option<JoinHandle<()>>,
     supervisor: Supervisor,
-    commands: mpsc::Sender<Command>,
+    commands: flume::Sender<Command>,
     tasks: TaskTracker,
     metrics_addr: Option<SocketAddr>,
     ui_addr: Option<SocketAddr>,
@@ -137,22 +136,22 @@ pub async fn start_with(
     drop(repo);
     let location = store.unwrap_or_else(|| Location::Sqlite(db.clone()));
 
-    let (commands, command_rx) = mpsc::channel();
+    let (commands, results, inbox) = scheduler::inbox(scheduler::COMMAND_QUEUE);
     let shutdown = CancellationToken::new();
     let supervisor = Supervisor::new(shutdown.clone());
-    let (integrator, merger_thread) = merger::spawn(&workdir, scheduler::merger_sink(commands.clone()))?;
+    let (merger, merger_thread) = merger::spawn(&workdir, scheduler::merger_sink(results))?;
     // Opened and loaded off the async threads: a blocking Postgres client
     // may neither run nor be dropped on them.
     let mut scheduler = tokio::task::spawn_blocking({
-        let (location, timing, integrator) = (location.clone(), config.timing(), integrator.clone());
-        move || Scheduler::recover(Store::open_at(&location)?, timing, integrator)
+        let (location, timing, merger) = (location.clone(), config.timing(), merger.clone());
+        move || Scheduler::recover(Store::open_at(&location)?, timing, merger)
     })
     .await
     .map_err(|e| ControllerError::Thread(e.to_string()))??;
     let metrics = Arc::new(metrics::Metrics::default());
     scheduler.set_metrics(metrics.clone());
     let started = scheduler.started();
-    let scheduler = supervisor.spawn("scheduler", move || scheduler.run(command_rx))?;
+    let scheduler = supervisor.spawn("scheduler", move || scheduler.run(inbox))?;
     supervisor.spawn("merger", move || {
         merger_thread.join().map_err(|_| ControllerError::Thread("the merger panicked".into()))
     })?;
@@ -176,7 +175,7 @@ pub async fn start_with(
     let tasks = TaskTracker::new();
     let shared = api::Shared {
         scheduler: commands.clone(),
-        integrator,
+        merger,
         db_path: Arc::new(db),
         store: Arc::new(location.clone()),
         started,
@@ -267,7 +266,7 @@ impl Controller {
     }
 
     /// Completes when the controller stops on its own: a supervised thread
-    /// (scheduler, integrator) ended; [`Controller::shutdown`] then says why.
+    /// (scheduler, merger) ended; [`Controller::shutdown`] then says why.
     pub fn stopped(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
         self.shutdown.clone().cancelled_owned()
     }
@@ -285,7 +284,7 @@ impl Controller {
                 Ok(())
             }
         };
-        let _ = self.commands.send(Command::Shutdown);
+        let _ = self.commands.send_async(Command::Shutdown).await;
         if let Some(thread) = self.scheduler.take() {
             // The supervisor records how it ended.
             let _ = tokio::task::spawn_blocking(move || thread.join()).await;

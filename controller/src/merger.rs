@@ -102,7 +102,7 @@ impl MergerHandle {
 }
 
 fn gone() -> SchedError {
-    SchedError::Unavailable("integrator stopped".into())
+    SchedError::Unavailable("merger stopped".into())
 }
 
 /// Starts the merger thread. The service's reports go to `reports`; the

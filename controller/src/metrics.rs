@@ -100,7 +100,11 @@ impl Default for Metrics {
             "From READY to assigned",
             m.assignment_latency.clone(),
         );
-        registry.register("merge_duration_seconds", "Integrator merge time", m.merge_duration.clone());
+        registry.register(
+            "merge_duration_seconds",
+            "Merge time of one merger batch",
+            m.merge_duration.clone(),
+        );
         registry.register("store_batch_rows", "Rows per group commit", m.batch_rows.clone());
         registry.register("store_commit_seconds", "Group commit latency", m.commit_latency.clone());
         registry.register(

@@ -1,5 +1,5 @@
 //! Supervision of the controller's threads: the scheduler and the
-//! integrator hold state the async side cannot rebuild, so when either
+//! merger hold state the async side cannot rebuild, so when either
 //! ends while the controller is not shutting down (an error such as a
 //! failed store commit, a panic, or a plain return) the controller stops
 //! through its one shutdown path, a [`CancellationToken`], and reports why;

@@ -139,7 +139,7 @@ async fn trace_context_crosses_processes_and_metrics_count_the_run() {
     assert!(transitions.iter().all(|t| *t == hex(&assign.trace_id)), "{transitions:?}");
     let flaky = collector.find("swarm-controller", "attempt.assign", &format!("{SWARM}/flaky#2")).unwrap();
     assert_eq!(hex(&flaky.trace_id), hex(&assign.trace_id));
-    // The integrator's merges (one per task) join the same trace.
+    // The merger's merges (one per task) join the same trace.
     let merges = collector.traces_of("swarm-controller", "merge");
     assert_eq!(merges.len(), 2, "{merges:?}");
     assert!(merges.iter().all(|t| *t == hex(&assign.trace_id)), "{merges:?}");

@@ -134,7 +134,7 @@ impl LocalController {
     }
 
     /// Completes when the controller stops on its own (a failed store, a
-    /// failed scheduler or integrator thread); `shutdown` then says why.
+    /// failed scheduler or merger thread); `shutdown` then says why.
     pub fn stopped(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
         self.inner.stopped()
     }

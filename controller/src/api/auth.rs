@@ -37,7 +37,7 @@ pub fn on_denied(shared: &Shared, denial: &Denial) {
     // Into the audit log, where the scheduler keeps it to one event per
     // caller and minute (plus a count): a caller must not grow the log at
     // the rate it is refused.
-    let _ = shared.send(crate::scheduler::Command::Denied {
+    shared.send_soon(crate::scheduler::Command::Denied {
         client: denial.principal.clone().unwrap_or_else(|| "unauthenticated".into()),
         message: format!("{} denied ({code}): {}", denial.what, denial.status.message()),
     });

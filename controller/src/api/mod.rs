@@ -11,7 +11,6 @@ pub mod sidecar;
 pub mod watch;
 
 use std::sync::Arc;
-use std::sync::mpsc;
 use std::time::Instant;
 
 use tokio::sync::oneshot;
@@ -25,8 +24,10 @@ use crate::scheduler::{Command, OperatorOp};
 /// What every handler shares.
 #[derive(Clone)]
 pub struct Shared {
-    pub scheduler: mpsc::Sender<Command>,
-    pub integrator: MergerHandle,
+    /// The scheduler's bounded command queue: a send waits while it is
+    /// full, holding the caller (not a thread) back.
+    pub scheduler: flume::Sender<Command>,
+    pub merger: MergerHandle,
     pub db_path: Arc<std::path::PathBuf>,
     /// Where Watch replays and GetTask read committed events.
     pub store: Arc<crate::store::Location>,
@@ -41,8 +42,19 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub fn send(&self, cmd: Command) -> Result<(), SchedError> {
-        self.scheduler.send(cmd).map_err(|_| SchedError::Unavailable("scheduler stopped".into()))
+    pub async fn send(&self, cmd: Command) -> Result<(), SchedError> {
+        self.scheduler.send_async(cmd).await.map_err(|_| SchedError::Unavailable("scheduler stopped".into()))
+    }
+
+    /// From code that cannot wait: at once while the queue has room, else
+    /// by a task the controller's tracker owns.
+    pub fn send_soon(&self, cmd: Command) {
+        if let Err(flume::TrySendError::Full(cmd)) = self.scheduler.try_send(cmd) {
+            let scheduler = self.scheduler.clone();
+            self.tasks.spawn(async move {
+                let _ = scheduler.send_async(cmd).await;
+            });
+        }
     }
 
     /// Sends an operator request and waits for its (post-commit) reply.
@@ -51,7 +63,7 @@ impl Shared {
         make: impl FnOnce(oneshot::Sender<Result<T, SchedError>>) -> OperatorOp,
     ) -> Result<T, SchedError> {
         let (tx, rx) = oneshot::channel();
-        self.send(Command::Operator(make(tx)))?;
+        self.send(Command::Operator(make(tx))).await?;
         rx.await.map_err(|_| SchedError::Unavailable("scheduler stopped".into()))?
     }
 

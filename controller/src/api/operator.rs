@@ -73,7 +73,7 @@ impl OperatorService for OperatorApi {
         self.shared.ask(|reply| OperatorOp::CheckPlanRefs { plan: plan.clone(), reply }).await?;
         // The integration branch starts at the base branch; an existing one
         // is left where it is (a resumed swarm).
-        let head = self.shared.integrator.ensure_branch(&plan.integration_branch, &plan.base_branch).await?;
+        let head = self.shared.merger.ensure_branch(&plan.integration_branch, &plan.base_branch).await?;
         let (view, created) = self
             .shared
             .ask(|reply| OperatorOp::CreateSwarm { plan_text: text, plan, integration_head: head, reply })
@@ -319,7 +319,7 @@ impl OperatorApi {
     /// worktree's files describing another commit.
     async fn land(&self, land: &LandTarget) -> Result<crate::merger::Landed, Status> {
         if land.explicit {
-            let (repo, target) = (self.shared.integrator.repo().to_path_buf(), land.target.clone());
+            let (repo, target) = (self.shared.merger.repo().to_path_buf(), land.target.clone());
             let holder = tokio::task::spawn_blocking(move || swarm_git::checked_out_in(&repo, &target))
                 .await
                 .map_err(|e| Status::internal(e.to_string()))?
@@ -336,7 +336,7 @@ impl OperatorApi {
                 .into());
             }
         }
-        Ok(self.shared.integrator.fast_forward(&land.target, &land.head).await?)
+        Ok(self.shared.merger.fast_forward(&land.target, &land.head).await?)
     }
 }
 

@@ -83,7 +83,7 @@ impl SidecarService for SidecarApi {
         let last_seen = Arc::new(AtomicU64::new(self.shared.mono_ms()));
         let closed = self.shared.shutdown.child_token();
         let session = Session { id: session_id, tx, last_seen: last_seen.clone(), closed: closed.clone() };
-        self.shared.send(Command::Hello { hello, session })?;
+        self.shared.send(Command::Hello { hello, session }).await?;
 
         let shared = self.shared.clone();
         let reader = read_reports(shared, inbound, worker, session_id, last_seen, err_tx, closed.clone());
@@ -107,7 +107,7 @@ impl SidecarService for SidecarApi {
             haves.push(required_commit(&format!("have[{i}]"), h)?);
         }
         self.authorize_pack(claim).await?;
-        let repo = self.shared.integrator.repo().to_path_buf();
+        let repo = self.shared.merger.repo().to_path_buf();
         let span = tracing::info_span!("pack.fetch", want = %want, haves = haves.len());
         let pack = tokio::task::spawn_blocking(move || {
             let _g = span.enter();
@@ -144,7 +144,7 @@ impl SidecarService for SidecarApi {
             ))
         })?;
         let span = tracing::info_span!("pack.push", attempt = %label, tip = %tip);
-        let repo = self.shared.integrator.repo().to_path_buf();
+        let repo = self.shared.merger.repo().to_path_buf();
         let incoming = self.incoming_dir()?;
         let file = tempfile::NamedTempFile::new_in(&incoming)
             .map_err(|e| Status::internal(format!("pack staging file in {}: {e}", incoming.display())))?;
@@ -180,7 +180,7 @@ impl SidecarService for SidecarApi {
 impl SidecarApi {
     async fn authorize_pack(&self, claim: PackClaim) -> Result<(), Status> {
         let (reply, answer) = tokio::sync::oneshot::channel();
-        self.shared.send(Command::AuthorizePack { claim, reply })?;
+        self.shared.send(Command::AuthorizePack { claim, reply }).await?;
         answer.await.map_err(|_| Status::unavailable("scheduler stopped"))??;
         Ok(())
     }
@@ -264,7 +264,7 @@ async fn read_reports(
         shared.metrics.heartbeat_lag.observe(now.saturating_sub(previous) as f64 / 1000.0);
         if !heard {
             heard = true;
-            if shared.send(Command::Heard { worker: worker.clone(), session }).is_err() {
+            if shared.send(Command::Heard { worker: worker.clone(), session }).await.is_err() {
                 break;
             }
         }
@@ -284,7 +284,7 @@ async fn read_reports(
             Ok(None) => {}
             Ok(Some(report)) => {
                 let cmd = Command::Report { worker: worker.clone(), session, seq: message.seq, report };
-                if shared.send(cmd).is_err() {
+                if shared.send(cmd).await.is_err() {
                     break;
                 }
             }
@@ -296,7 +296,7 @@ async fn read_reports(
         }
     }
     shared.logs.unregister(&worker, session);
-    let _ = shared.send(Command::Disconnected { worker, session });
+    let _ = shared.send(Command::Disconnected { worker, session }).await;
 }
 
 /// What flows down one sidecar's stream: the scheduler's messages, an

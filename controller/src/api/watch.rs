@@ -27,7 +27,7 @@ pub async fn watch(
     swarm: Option<String>,
 ) -> Result<Pin<Box<dyn Stream<Item = Result<v1::Event, Status>> + Send>>, Status> {
     let (reply, rx) = oneshot::channel();
-    shared.send(Command::Subscribe { reply })?;
+    shared.send(Command::Subscribe { reply }).await?;
     let (last_committed, live) = rx.await.map_err(|_| Status::unavailable("scheduler stopped"))?;
     let (tx, out) = mpsc::channel(256);
     let span = tracing::info_span!("watch", after, last_committed, swarm = swarm.as_deref().unwrap_or(""));

@@ -2,130 +2,13 @@
 //! ownership between live attempts.
 
 use super::HashMap;
-use std::sync::Arc;
 
-use swarm_core::globs::OwnedGlobs;
-use swarm_core::plan::{TaskSpec, task_branch};
+use swarm_core::plan::task_branch;
 use swarm_core::{AttemptState, TaskKey, TaskState};
 
-use super::model::{AgentRecord, Attempt, Task};
+use super::model::{AgentRecord, Attempt, Task, Transition};
 use super::outbound::{AgentAssign, AssignSpec, AttemptHandle, Outbound};
 use super::{Effects, Scheduler, now_ms, task_text};
-
-/// A task's owned globs as the scheduler checks them, with the one meaning
-/// the integrator and the sidecar's permission policy give them. Globs that
-/// are all plain paths are read from the task's spec: most tasks of a big
-/// plan own a few plain paths, and compiled globs would cost each of them
-/// ~270 bytes at rest. Anything else is compiled once, at creation.
-#[derive(Debug, Clone)]
-pub enum Ownership {
-    Paths(Arc<TaskSpec>),
-    Globs(Arc<OwnedGlobs>),
-}
-
-impl Ownership {
-    /// Compiled globs for `spec` when they are not all plain paths; `None`
-    /// when its spec's paths say it all.
-    pub fn compile(spec: &TaskSpec) -> Option<Arc<OwnedGlobs>> {
-        let own = ownership_of(&spec.files);
-        let plain = !own.has_wildcards() && own.literals() == spec.files.as_slice();
-        (!plain).then_some(own)
-    }
-
-    /// The plain paths owned.
-    fn literals(&self) -> &[String] {
-        match self {
-            Ownership::Paths(spec) => &spec.files,
-            Ownership::Globs(g) => g.literals(),
-        }
-    }
-
-    fn globs(&self) -> Option<&Arc<OwnedGlobs>> {
-        match self {
-            Ownership::Globs(g) if g.has_wildcards() => Some(g),
-            _ => None,
-        }
-    }
-
-    fn matches(&self, path: &str) -> bool {
-        match self {
-            Ownership::Paths(spec) => spec.files.iter().any(|p| p == path),
-            Ownership::Globs(g) => g.matches(path),
-        }
-    }
-
-    /// As [`OwnedGlobs::overlaps`]: between plain paths and anything, exact.
-    fn overlaps(&self, other: &Ownership) -> bool {
-        match (self, other) {
-            (Ownership::Globs(a), Ownership::Globs(b)) => a.overlaps(b),
-            (Ownership::Paths(spec), o) | (o, Ownership::Paths(spec)) => {
-                spec.files.iter().any(|p| o.matches(p))
-            }
-        }
-    }
-}
-
-impl Task {
-    /// What this task owns, for the overlap checks.
-    pub fn ownership(&self) -> Ownership {
-        match &self.globs {
-            Some(g) => Ownership::Globs(g.clone()),
-            None => Ownership::Paths(self.spec.clone()),
-        }
-    }
-}
-
-/// The owned globs of every live attempt, indexed so that checking a task
-/// whose globs are plain paths costs a lookup per path rather than a
-/// comparison with every live attempt.
-#[derive(Debug, Default)]
-pub struct LiveOwnership {
-    all: HashMap<TaskKey, Ownership>,
-    /// Plain paths owned by live attempts, with how many own each.
-    literals: HashMap<String, u32>,
-    /// Live attempts that own at least one wildcard glob.
-    wild: HashMap<TaskKey, Arc<OwnedGlobs>>,
-}
-
-impl LiveOwnership {
-    pub fn insert(&mut self, key: TaskKey, own: Ownership) {
-        if self.all.contains_key(&key) {
-            return;
-        }
-        for p in own.literals() {
-            *self.literals.entry(p.clone()).or_insert(0) += 1;
-        }
-        if let Some(g) = own.globs() {
-            self.wild.insert(key.clone(), g.clone());
-        }
-        self.all.insert(key, own);
-    }
-
-    pub fn remove(&mut self, key: &TaskKey) {
-        let Some(own) = self.all.remove(key) else { return };
-        for p in own.literals() {
-            if let Some(n) = self.literals.get_mut(p) {
-                *n -= 1;
-                if *n == 0 {
-                    self.literals.remove(p);
-                }
-            }
-        }
-        self.wild.remove(key);
-    }
-
-    /// Whether `own` overlaps a live attempt's globs.
-    pub fn conflicts(&self, own: &Ownership) -> bool {
-        if own.globs().is_none() {
-            // A wild live attempt's plain paths are in `literals` too.
-            let paths = own.literals();
-            paths.iter().any(|p| self.literals.contains_key(p))
-                || self.wild.values().any(|o| paths.iter().any(|p| o.matches(p)))
-        } else {
-            self.all.values().any(|o| o.overlaps(own))
-        }
-    }
-}
 
 /// What the last scans of the ready set found, so they are not repeated
 /// while nothing that could change their answer has changed.
@@ -161,7 +44,7 @@ impl Scheduler {
     /// ran out. So an idle fleet facing tasks it cannot take costs nothing
     /// per tick, however many tasks wait.
     pub(super) fn schedule(&mut self, fx: &mut Effects) {
-        if self.ready.is_empty() {
+        if self.model.nothing_ready() {
             return;
         }
         let now = now_ms();
@@ -171,7 +54,8 @@ impl Scheduler {
         }
         let epoch = self.scan.epoch;
         let mut idle: Vec<String> = self
-            .workers
+            .model
+            .workers()
             .values()
             .filter(|w| w.is_idle() && self.scan.found_nothing.get(&w.id) != Some(&epoch))
             .map(|w| w.id.clone())
@@ -183,11 +67,11 @@ impl Scheduler {
         // READY agent tasks a budget holds: BLOCKED after the scan.
         let mut over_budget: Vec<(TaskKey, String)> = Vec::new();
         for worker_id in idle {
-            let Some(worker) = self.workers.get(&worker_id) else { continue };
+            let Some(worker) = self.model.workers().get(&worker_id) else { continue };
             self.scan.full_scans += 1;
             let mut chosen = None;
-            for (_, key) in &self.ready {
-                let Some(task) = self.tasks.get(key) else { continue };
+            for key in self.model.ready() {
+                let Some(task) = self.model.tasks().get(key) else { continue };
                 if task.not_before > now {
                     self.scan.due_ms = self.scan.due_ms.min(task.not_before);
                     continue;
@@ -210,7 +94,7 @@ impl Scheduler {
                         continue;
                     }
                 }
-                if self.running.conflicts(&task.ownership()) {
+                if self.model.running().conflicts(&task.ownership()) {
                     continue;
                 }
                 chosen = Some(key.clone());
@@ -218,7 +102,7 @@ impl Scheduler {
             }
             let Some(key) = chosen else {
                 self.scan.found_nothing.insert(worker_id, epoch);
-                if self.ready.is_empty() {
+                if self.model.nothing_ready() {
                     break;
                 }
                 continue;
@@ -234,13 +118,10 @@ impl Scheduler {
     fn assign(&mut self, worker_id: &str, key: &TaskKey, fx: &mut Effects) {
         let token = self.next_token;
         self.next_token += 1;
-        let Some(task) = self.tasks.get_mut(key) else { return };
-        task.attempts += 1;
-        task.percent = 0;
-        task.step.clear();
-        let number = task.attempts;
+        let Some(task) = self.model.tasks().get(key) else { return };
+        let number = task.attempts + 1;
         let base = if task.resume_commit.is_empty() {
-            self.swarms.get(&key.swarm).map(|s| s.integration_head.clone()).unwrap_or_default()
+            self.model.swarms().get(&key.swarm).map(|s| s.integration_head.clone()).unwrap_or_default()
         } else {
             task.resume_commit.clone()
         };
@@ -258,13 +139,13 @@ impl Scheduler {
                 ..Default::default()
             },
         );
-        fx.dirty_attempts.insert((attempt.task.clone(), attempt.number));
-        self.attempts.insert((key.clone(), number), attempt);
-        if let Some(w) = self.workers.get_mut(worker_id) {
-            w.attempt = Some((key.clone(), number));
-            w.updated_at = now_ms();
-            fx.dirty_workers.insert(w.id.clone());
-        }
+        self.edit_task(key, fx, |task| {
+            task.attempts = number;
+            task.percent = 0;
+            task.step.clear();
+        });
+        self.transition(Transition::AttemptAdded(attempt), fx);
+        self.edit_worker(worker_id, fx, |w| w.updated_at = now_ms());
         self.lease_seen.insert(worker_id.to_string(), self.mono_ms());
         self.set_state(key, TaskState::Running, &format!("attempt {number} assigned to {worker_id}"), fx);
         if let Some(spec) = self.assign_spec(key, number) {
@@ -278,13 +159,13 @@ impl Scheduler {
         if self.is_reviewer(key, number) {
             return self.review_assign_spec(key, number);
         }
-        let task = self.tasks.get(key)?;
-        let attempt = self.attempts.get(&(key.clone(), number))?;
+        let task = self.model.tasks().get(key)?;
+        let attempt = self.model.attempts().get(&(key.clone(), number))?;
         let deps: Vec<(String, String)> = task
             .spec
             .deps
             .iter()
-            .filter_map(|d| self.tasks.get(&TaskKey::new(key.swarm.clone(), d.clone())))
+            .filter_map(|d| self.model.tasks().get(&TaskKey::new(key.swarm.clone(), d.clone())))
             .map(|t| (t.key.task.to_string(), t.notes.summary.clone()))
             .collect();
         Some(AssignSpec {
@@ -322,7 +203,7 @@ impl Scheduler {
     /// own worker can resume it: the session and the worktree holding its
     /// work live there.
     pub(super) fn resumable_session(&self, task: &Task, number: u32) -> Option<&Attempt> {
-        let previous = self.attempts.get(&(task.key.clone(), number.checked_sub(1)?))?;
+        let previous = self.model.attempts().get(&(task.key.clone(), number.checked_sub(1)?))?;
         let kept = matches!(
             previous.state,
             AttemptState::Checkpointed
@@ -339,69 +220,6 @@ impl Scheduler {
     fn waits_for_its_session(&self, task: &Task, worker_id: &str) -> bool {
         let Some(previous) = self.resumable_session(task, task.attempts + 1) else { return false };
         previous.worker != worker_id
-            && self.workers.get(&previous.worker).is_some_and(|w| w.session.is_some() && !w.draining)
-    }
-}
-
-/// The plan parser has checked every glob; should one still not compile,
-/// the task is taken to own everything, which only serializes it.
-pub fn ownership_of(globs: &[String]) -> Arc<OwnedGlobs> {
-    Arc::new(OwnedGlobs::new(globs).unwrap_or_else(|e| {
-        tracing::error!(error = %e, "owned globs that the plan parser let through; treating them as owning everything");
-        OwnedGlobs::everything()
-    }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn own(globs: &[&str]) -> Ownership {
-        let files: Vec<String> = globs.iter().map(|g| g.to_string()).collect();
-        let spec = swarm_core::plan::Plan::parse(&format!(
-            "name = \"s\"\n[[tasks]]\nid = \"t\"\ncommand = \"true\"\nfiles = {files:?}\n"
-        ))
-        .expect("plan")
-        .tasks[0]
-            .clone();
-        match Ownership::compile(&spec) {
-            Some(g) => Ownership::Globs(g),
-            None => Ownership::Paths(spec),
-        }
-    }
-
-    #[test]
-    fn live_ownership_tracks_inserts_and_removals() {
-        let key = |t: &str| TaskKey::parse(&format!("s/{t}")).expect("key");
-        let mut live = LiveOwnership::default();
-        live.insert(key("a"), own(&["a.txt", "shared.txt"]));
-        live.insert(key("w"), own(&["src/**"]));
-        assert!(live.conflicts(&own(&["shared.txt"])), "a plain path held by a");
-        assert!(live.conflicts(&own(&["src/x.rs"])), "a plain path under w's glob");
-        assert!(live.conflicts(&own(&["src/api/**"])), "a glob nested in w's");
-        assert!(live.conflicts(&own(&["*.txt"])), "a glob over a's plain paths");
-        assert!(!live.conflicts(&own(&["b.txt"])));
-        live.remove(&key("a"));
-        assert!(!live.conflicts(&own(&["shared.txt"])), "released with a");
-        live.remove(&key("w"));
-        assert!(!live.conflicts(&own(&["src/x.rs"])));
-    }
-
-    #[test]
-    fn a_task_owning_a_directory_and_one_owning_a_file_in_it_never_run_together() {
-        let key = |t: &str| TaskKey::parse(&format!("s/{t}")).expect("key");
-        let mut live = LiveOwnership::default();
-        live.insert(key("docs"), own(&["docs/"]));
-        assert!(live.conflicts(&own(&["docs/guide.md"])));
-        live.remove(&key("docs"));
-        live.insert(key("guide"), own(&["docs/guide.md"]));
-        assert!(live.conflicts(&own(&["docs/"])));
-    }
-
-    #[test]
-    fn plain_paths_are_read_from_the_spec_and_globs_compiled() {
-        assert!(matches!(own(&["a.txt", "b/c.rs"]), Ownership::Paths(_)));
-        assert!(matches!(own(&["docs/"]), Ownership::Globs(_)), "a directory is a glob");
-        assert!(matches!(own(&["src/*.rs"]), Ownership::Globs(_)));
+            && self.model.workers().get(&previous.worker).is_some_and(|w| w.session.is_some() && !w.draining)
     }
 }

@@ -23,11 +23,10 @@
 
 use std::collections::VecDeque;
 
-use serde::{Deserialize, Serialize};
 use swarm_core::plan::{Budget, SwarmBudget};
 use swarm_core::{SwarmId, TaskKey, TaskState, Usage};
 
-use super::model::{Swarm, Task};
+pub use super::model::{StoredSwarmBudget, TaskBudget, swarm_budget, task_budget};
 use super::outbound::{AttemptHandle, Outbound};
 use super::{Effects, HashMap, HashSet, Scheduler, now_ms};
 
@@ -35,48 +34,6 @@ use super::{Effects, HashMap, HashSet, Scheduler, now_ms};
 pub const BUDGET_REASON: &str = "budget";
 /// How far back the breaker looks.
 const BURN_WINDOW_MS: i64 = 3_600_000;
-
-/// A task's budget as the operator set it.
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
-pub struct TaskBudget {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub usd: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tokens: Option<u64>,
-}
-
-/// A swarm's budget as the operator set it.
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
-pub struct StoredSwarmBudget {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub usd: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tokens: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_usd_per_hour: Option<f64>,
-}
-
-/// What the operator set on a swarm, stored with its state (JSON).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct SwarmControl {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub paused: Option<super::pause::Pause>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub budget: Option<StoredSwarmBudget>,
-}
-
-impl SwarmControl {
-    pub fn to_json(&self) -> String {
-        if *self == SwarmControl::default() {
-            return String::new();
-        }
-        serde_json::to_string(self).unwrap_or_default()
-    }
-
-    pub fn from_json(s: &str) -> Result<SwarmControl, serde_json::Error> {
-        if s.is_empty() { Ok(SwarmControl::default()) } else { serde_json::from_str(s) }
-    }
-}
 
 /// A change of budget asked for: `None` leaves a field as it is, `Some(0)`
 /// removes that cap.
@@ -117,25 +74,6 @@ impl BudgetChange {
             tokens: apply_tokens(current.limit.tokens, self.tokens),
             max_usd_per_hour: apply_usd(current.max_usd_per_hour, self.max_usd_per_hour),
         }
-    }
-}
-
-/// A task's budget in force: the operator's, else the plan's.
-pub fn task_budget(task: &Task) -> Budget {
-    match task.notes.budget {
-        Some(b) => Budget { usd: b.usd, tokens: b.tokens },
-        None => task.spec.budget,
-    }
-}
-
-/// A swarm's budget in force: the operator's, else the plan's.
-pub fn swarm_budget(swarm: &Swarm) -> SwarmBudget {
-    match swarm.control.budget {
-        Some(b) => SwarmBudget {
-            limit: Budget { usd: b.usd, tokens: b.tokens },
-            max_usd_per_hour: b.max_usd_per_hour,
-        },
-        None => swarm.plan.budget,
     }
 }
 
@@ -195,17 +133,22 @@ impl Scheduler {
     /// What a task's attempts spent, and the first budget that says it may
     /// spend no more (its own, then its swarm's), as a reason.
     pub(super) fn over_budget(&self, key: &TaskKey) -> Option<String> {
-        let task = self.tasks.get(key)?;
+        let task = self.model.tasks().get(key)?;
         task.spec.agent.as_ref()?;
-        if let Some(why) = task_budget(task).exceeded_by(&super::views::task_usage(task, &self.attempts)) {
+        if let Some(why) =
+            task_budget(task).exceeded_by(&super::model::task_usage(task, self.model.attempts()))
+        {
             return Some(format!("{BUDGET_REASON}: task {why}"));
         }
         self.swarm_over_budget(&key.swarm)
     }
 
     fn swarm_over_budget(&self, id: &SwarmId) -> Option<String> {
-        let swarm = self.swarms.get(id)?;
-        swarm_budget(swarm).limit.exceeded_by(&swarm.usage).map(|why| format!("{BUDGET_REASON}: swarm {why}"))
+        let swarm = self.model.swarms().get(id)?;
+        swarm_budget(swarm)
+            .limit
+            .exceeded_by(swarm.usage())
+            .map(|why| format!("{BUDGET_REASON}: swarm {why}"))
     }
 
     /// An agent attempt's running total moved from `before` to `after`:
@@ -225,14 +168,15 @@ impl Scheduler {
             let window = self.budgets.burn.entry(key.swarm.clone()).or_default();
             window.add(now, delta);
             let rate = window.last_hour(now);
-            let max = self.swarms.get(&key.swarm).and_then(|s| swarm_budget(s).max_usd_per_hour);
+            let max = self.model.swarms().get(&key.swarm).and_then(|s| swarm_budget(s).max_usd_per_hour);
             if let Some(max) = max
                 && rate > max
             {
                 self.trip_breaker(key, rate, max, fx);
             }
         }
-        let live = live && self.attempts.get(&(key.clone(), number)).is_some_and(|a| a.state.is_live());
+        let live =
+            live && self.model.attempts().get(&(key.clone(), number)).is_some_and(|a| a.state.is_live());
         if live && !self.is_reviewer(key, number) {
             self.enforce_budgets(key, fx);
         }
@@ -248,7 +192,7 @@ impl Scheduler {
             self.stop_swarm_at_budget(&key.swarm, &why, fx);
         }
         let Some(why) = self.over_budget(key) else { return };
-        match self.tasks.get(key).map(|t| (t.state, t.attempts)) {
+        match self.model.tasks().get(key).map(|t| (t.state(), t.attempts)) {
             Some((TaskState::Running, number)) => self.stop_at_budget(key, number, &why, fx),
             Some((TaskState::Ready, _)) => self.block_at_budget(key, &why, fx),
             _ => {}
@@ -270,13 +214,13 @@ impl Scheduler {
             format!("swarm {id} {why}; its agent attempts stop and no new one starts"),
             serde_json::json!({ "reason": BUDGET_REASON, "detail": why }),
         );
-        let keys = self.swarms.get(id).map(|s| s.tasks.clone()).unwrap_or_default();
+        let keys = self.model.swarms().get(id).map(|s| s.tasks.clone()).unwrap_or_default();
         for key in keys {
-            let Some(t) = self.tasks.get(&key) else { continue };
+            let Some(t) = self.model.tasks().get(&key) else { continue };
             if t.spec.agent.is_none() {
                 continue;
             }
-            match t.state {
+            match t.state() {
                 TaskState::Running => {
                     let number = t.attempts;
                     if !self.is_reviewer(&key, number) {
@@ -326,7 +270,7 @@ impl Scheduler {
         checkpoint: bool,
         fx: &mut Effects,
     ) {
-        let Some(a) = self.attempts.get(&(key.clone(), number)) else { return };
+        let Some(a) = self.model.attempts().get(&(key.clone(), number)) else { return };
         let message = Outbound::Cancel {
             attempt: AttemptHandle { task: key.clone(), number, token: a.token },
             grace_ms: self.timing.cancel_grace.as_millis() as u32,
@@ -339,11 +283,11 @@ impl Scheduler {
 
     /// READY → BLOCKED with a budget reason.
     pub(super) fn block_at_budget(&mut self, key: &TaskKey, why: &str, fx: &mut Effects) {
-        if self.tasks.get(key).map(|t| t.state) != Some(TaskState::Ready) {
+        if self.model.tasks().get(key).map(|t| t.state()) != Some(TaskState::Ready) {
             return;
         }
         self.set_state(key, TaskState::Blocked, why, fx);
-        let attempt = self.tasks.get(key).map(|t| t.attempts).unwrap_or(0);
+        let attempt = self.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
         self.task_event(
             fx,
             key,
@@ -362,16 +306,16 @@ impl Scheduler {
         // The agent stopped at its budget took its open question with it:
         // its resumed session goes on without an answer.
         if self.budgets.stopping.remove(&(key.clone(), number))
-            && let Some(t) = self.tasks.get_mut(key)
-            && t.notes
-                .pending_question
-                .as_ref()
-                .is_some_and(|q| q.attempt == number && q.category != super::pause::BUDGET_CATEGORY)
+            && self.model.tasks().get(key).is_some_and(|t| {
+                t.notes
+                    .pending_question
+                    .as_ref()
+                    .is_some_and(|q| q.attempt == number && q.category != super::pause::BUDGET_CATEGORY)
+            })
         {
-            t.notes.pending_question = None;
-            fx.dirty_tasks.insert(key.clone());
+            self.edit_task(key, fx, |t| t.notes.pending_question = None);
         }
-        if self.tasks.get(key).is_some_and(|t| t.state == TaskState::Ready) {
+        if self.model.tasks().get(key).is_some_and(|t| t.state() == TaskState::Ready) {
             self.enforce_budgets(key, fx);
         }
     }
@@ -382,9 +326,10 @@ impl Scheduler {
         let mut n = 0;
         for key in keys {
             let blocked = self
-                .tasks
+                .model
+                .tasks()
                 .get(key)
-                .is_some_and(|t| t.state == TaskState::Blocked && t.reason.starts_with(BUDGET_REASON));
+                .is_some_and(|t| t.state() == TaskState::Blocked && t.reason.starts_with(BUDGET_REASON));
             if blocked && self.over_budget(key).is_none() {
                 self.make_ready(key, "budget raised; resumes from its checkpoint", fx);
                 n += 1;
@@ -404,9 +349,7 @@ impl Scheduler {
         let swarm = self.swarm(id.as_str())?;
         let _span = tracing::info_span!("budget.set", swarm = %id).entered();
         let budget = change.swarm(swarm_budget(swarm));
-        let Some(s) = self.swarms.get_mut(id) else { return Ok(()) };
-        s.control.budget = Some(budget);
-        fx.batch.swarm(s.row());
+        self.edit_swarm(id, fx, |s| s.control.budget = Some(budget));
         match self.swarm_over_budget(id) {
             None => {
                 self.budgets.over.remove(id);
@@ -418,7 +361,7 @@ impl Scheduler {
                 }
             }
         }
-        let keys = self.swarms.get(id).map(|s| s.tasks.clone()).unwrap_or_default();
+        let keys = self.model.swarms().get(id).map(|s| s.tasks.clone()).unwrap_or_default();
         let unblocked = self.unblock_budget(&keys, fx);
         tracing::info!(?budget, unblocked, "swarm budget set");
         self.event(
@@ -448,13 +391,10 @@ impl Scheduler {
         let task = self.task(key)?;
         let _span = tracing::info_span!("budget.set", swarm = %key.swarm, task = %key).entered();
         let budget = change.task(task_budget(task));
-        if let Some(t) = self.tasks.get_mut(key) {
-            t.notes.budget = Some(budget);
-            fx.dirty_tasks.insert(key.clone());
-        }
+        self.edit_task(key, fx, |t| t.notes.budget = Some(budget));
         let unblocked = self.unblock_budget(std::slice::from_ref(key), fx);
         tracing::info!(?budget, unblocked, "task budget set");
-        let attempt = self.tasks.get(key).map(|t| t.attempts).unwrap_or(0);
+        let attempt = self.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
         self.task_event(
             fx,
             key,
@@ -466,7 +406,7 @@ impl Scheduler {
                 "unblocked": unblocked }),
         );
         // Lowered below what it spent: stop it now.
-        if self.tasks.get(key).is_some_and(|t| t.state == TaskState::Running) {
+        if self.model.tasks().get(key).is_some_and(|t| t.state() == TaskState::Running) {
             self.enforce_budgets(key, fx);
         }
         Ok(())
@@ -504,16 +444,5 @@ mod tests {
             SwarmBudget { limit: Budget { usd: Some(5.0), tokens: Some(10) }, max_usd_per_hour: Some(1.0) };
         let set = BudgetChange { usd: Some(25.0), tokens: Some(0), max_usd_per_hour: None }.swarm(current);
         assert_eq!(set, StoredSwarmBudget { usd: Some(25.0), tokens: None, max_usd_per_hour: Some(1.0) });
-    }
-
-    #[test]
-    fn control_is_stored_empty_when_nothing_is_set_and_read_back() {
-        assert_eq!(SwarmControl::default().to_json(), "");
-        assert_eq!(SwarmControl::from_json("").expect("empty"), SwarmControl::default());
-        let c = SwarmControl {
-            paused: Some(super::super::pause::Pause { reason: "r".into(), ..Default::default() }),
-            budget: Some(StoredSwarmBudget { usd: Some(3.0), ..Default::default() }),
-        };
-        assert_eq!(SwarmControl::from_json(&c.to_json()).expect("json"), c);
     }
 }

@@ -326,8 +326,9 @@ pub struct PackClaim {
 }
 
 /// The merger's report sink: its reports become commands of the
-/// scheduler that owns `commands`.
-pub fn merger_sink(commands: std::sync::mpsc::Sender<Command>) -> ReportSink {
+/// scheduler whose inbox `results` feeds (unbounded: the merger never
+/// waits on the scheduler).
+pub fn merger_sink(results: flume::Sender<Command>) -> ReportSink {
     Box::new(move |report| {
         let cmd = match report {
             merge::Report::Merged(result) => Command::Merged(result),
@@ -335,6 +336,6 @@ pub fn merger_sink(commands: std::sync::mpsc::Sender<Command>) -> ReportSink {
             merge::Report::RefRepaired(repaired) => Command::RefRepaired(repaired),
             merge::Report::Queue(report) => Command::Queue(report),
         };
-        commands.send(cmd).is_ok()
+        results.send(cmd).is_ok()
     })
 }

@@ -81,7 +81,12 @@ impl Scheduler {
         fx: &mut Effects,
     ) -> i64 {
         let now = now_ms();
-        let key = self.workers.get(worker_id).map(limit_key).unwrap_or_else(|| format!("worker={worker_id}"));
+        let key = self
+            .model
+            .workers()
+            .get(worker_id)
+            .map(limit_key)
+            .unwrap_or_else(|| format!("worker={worker_id}"));
         let until = self.limits.hit(&key, reset_ms, now);
         self.metrics.rate_limits_active.set(self.limits.len() as i64);
         self.metrics.rate_limited_attempts.inc();

@@ -1,11 +1,11 @@
 //! The merge queue of swarms whose plan has `integration_verify`: succeeded
 //! tasks wait in MERGING while batches of them are merged speculatively by
-//! the integrator, verified on a sidecar, and landed with one
+//! the merger, verified on a sidecar, and landed with one
 //! compare-and-swap per passing batch. The decisions (batches, bisection,
 //! culprits, batch size) are `bisect.rs`'s; this module carries them out.
 //!
 //! Nothing here is stored: a restarted controller puts every MERGING task
-//! of such a swarm back in the queue (marked recovering, so the integrator
+//! of such a swarm back in the queue (marked recovering, so the merger
 //! first looks for a landing that happened before the crash), and a batch
 //! that was being verified is verified again.
 
@@ -16,7 +16,7 @@ use swarm_core::{SwarmId, TaskKey, TaskState};
 use swarm_git::merge::{Chained, MergeResult, MergeStats, QueueReport, QueueRequest, Verdict};
 
 use super::bisect::{Decision, MergeQueue};
-use super::model::TierOutcome;
+use super::model::{TierOutcome, Transition, Worker};
 use super::{Effects, Outbound, Scheduler};
 
 /// A failed speculation (a missing branch, a failed write) is tried again
@@ -30,7 +30,7 @@ const MAX_FAILURE_TEXT: usize = 8_000;
 pub(super) enum Stage {
     #[default]
     Idle,
-    /// The integrator is merging the items under verification.
+    /// The merger is merging the items under verification.
     Speculating { job: u64 },
     /// `head` (the items merged onto `base`) waits for a verifier or its
     /// verdict; `worker` is the verifier and its session.
@@ -55,7 +55,7 @@ pub struct VerifiedReport {
 pub(super) struct SwarmQueue {
     queue: MergeQueue<TaskKey>,
     stage: Stage,
-    /// Put back after a restart: the integrator first looks for a landing.
+    /// Put back after a restart: the merger first looks for a landing.
     recovering: HashSet<TaskKey>,
     /// The failing tiers' output of the last failed verification: the
     /// culprit it leads to gets it in its task text.
@@ -72,7 +72,7 @@ pub(super) struct Queues {
 
 impl Scheduler {
     fn integration_of(&self, swarm: &SwarmId) -> Option<std::sync::Arc<IntegrationVerify>> {
-        self.swarms.get(swarm).and_then(|s| s.plan.integration.clone())
+        self.model.swarms().get(swarm).and_then(|s| s.plan.integration.clone())
     }
 
     /// Whether a swarm's succeeded tasks go through the merge queue.
@@ -140,17 +140,18 @@ impl Scheduler {
                     self.start_batch(&swarm, fx)
                 }
                 Stage::Verifying { worker: Some((id, session)), job, .. } => {
-                    let w = self.workers.get(id.as_str());
+                    let w = self.model.workers().get(id.as_str());
                     if w.and_then(|w| w.session.as_ref()).map(|s| s.id) != Some(*session) {
                         let (id, job) = (id.clone(), *job);
                         if let Stage::Verifying { worker, .. } = &mut q.stage {
                             *worker = None;
                         }
-                        if let Some(w) = self.workers.get_mut(&id)
-                            && w.verifying == Some(job)
-                        {
-                            w.verifying = None;
-                        }
+                        let edit = |w: &mut Worker| {
+                            if w.verifying == Some(job) {
+                                w.verifying = None;
+                            }
+                        };
+                        self.model.apply(Transition::Worker { id: &id, edit: Box::new(edit) });
                         self.event(
                             fx,
                             swarm.as_str(),
@@ -171,7 +172,7 @@ impl Scheduler {
     }
 
     /// Sends the items under verification (a fresh batch or the next half
-    /// of a bisection) to the integrator to be merged in memory.
+    /// of a bisection) to the merger to be merged in memory.
     fn start_batch(&mut self, swarm: &SwarmId, fx: &mut Effects) {
         let Some(q) = self.merge_queues.by_swarm.get_mut(swarm) else { return };
         let Some(items) = q.queue.next().map(<[TaskKey]>::to_vec) else { return };
@@ -181,8 +182,8 @@ impl Scheduler {
         let mut jobs = Vec::with_capacity(items.len());
         let mut gone = Vec::new();
         for key in &items {
-            let number = self.tasks.get(key).map(|t| t.attempts).unwrap_or(0);
-            let still_merging = self.tasks.get(key).is_some_and(|t| t.state == TaskState::Merging);
+            let number = self.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
+            let still_merging = self.model.tasks().get(key).is_some_and(|t| t.state() == TaskState::Merging);
             match self.merge_job(key, number, recovering.contains(key)) {
                 Some(job) if still_merging => jobs.push(job),
                 _ => gone.push(key.clone()),
@@ -201,7 +202,9 @@ impl Scheduler {
         }
         self.merge_queues.next_job += 1;
         let job = self.merge_queues.next_job;
-        let Some(branch) = self.swarms.get(swarm).map(|s| s.plan.integration_branch.clone()) else { return };
+        let Some(branch) = self.model.swarms().get(swarm).map(|s| s.plan.integration_branch.clone()) else {
+            return;
+        };
         let tasks: Vec<String> = items.iter().map(|k| k.task.to_string()).collect();
         let (kind, what) =
             if bisecting { ("merge_queue.bisect", "bisecting") } else { ("merge_queue.batch", "batch") };
@@ -222,12 +225,12 @@ impl Scheduler {
         if let Some(q) = self.merge_queues.by_swarm.get_mut(swarm) {
             q.stage = Stage::Speculating { job };
         }
-        self.integrator.queue(QueueRequest::Speculate { swarm: swarm.clone(), job, branch, jobs });
+        self.merger.queue(QueueRequest::Speculate { swarm: swarm.clone(), job, branch, jobs });
     }
 
     fn has_verifier(&self, swarm: &SwarmId) -> bool {
         let Some(iv) = self.integration_of(swarm) else { return false };
-        self.workers.values().any(|w| w.is_idle() && w.satisfies(&iv.labels))
+        self.model.workers().values().any(|w| w.is_idle() && w.satisfies(&iv.labels))
     }
 
     /// Picks an idle sidecar with the plan's verifier labels and sends it
@@ -243,19 +246,19 @@ impl Scheduler {
         let attempts: Vec<String> = chained.iter().map(|c| c.task.attempt(c.attempt).to_string()).collect();
         let keys: Vec<TaskKey> = chained.iter().map(|c| c.task.clone()).collect();
         let mut idle: Vec<&str> = self
-            .workers
+            .model
+            .workers()
             .values()
             .filter(|w| w.is_idle() && w.satisfies(&iv.labels))
             .map(|w| w.id.as_str())
             .collect();
         idle.sort();
         let Some(worker) = idle.first().map(|w| w.to_string()) else { return };
-        let Some(session) = self.workers.get(&worker).and_then(|w| w.session.as_ref()).map(|s| s.id) else {
+        let Some(session) = self.model.workers().get(&worker).and_then(|w| w.session.as_ref()).map(|s| s.id)
+        else {
             return;
         };
-        if let Some(w) = self.workers.get_mut(&worker) {
-            w.verifying = Some(job);
-        }
+        self.edit_worker_unstored(&worker, |w| w.verifying = Some(job));
         if let Some(Stage::Verifying { worker: w, .. }) =
             self.merge_queues.by_swarm.get_mut(swarm).map(|q| &mut q.stage)
         {
@@ -295,7 +298,7 @@ impl Scheduler {
         self.send(&worker, message, fx);
     }
 
-    /// The integrator's answer to a speculation or a landing.
+    /// The merger's answer to a speculation or a landing.
     pub(super) fn on_queue_report(&mut self, report: QueueReport, fx: &mut Effects) {
         match report {
             QueueReport::Speculated { swarm, job, base, head, chained, decided, error } => {
@@ -404,10 +407,8 @@ impl Scheduler {
 
     /// A sidecar's verdict on a speculative merge.
     pub(super) fn on_merge_verified(&mut self, worker_id: &str, r: VerifiedReport, fx: &mut Effects) {
-        if let Some(w) = self.workers.get_mut(worker_id)
-            && w.verifying == Some(r.job)
-        {
-            w.verifying = None;
+        if self.model.workers().get(worker_id).is_some_and(|w| w.verifying == Some(r.job)) {
+            self.edit_worker_unstored(worker_id, |w| w.verifying = None);
             self.scan.changed();
         }
         let found = self.merge_queues.by_swarm.iter().find_map(|(swarm, q)| match &q.stage {
@@ -469,7 +470,8 @@ impl Scheduler {
         }
         match land {
             Some(items) => {
-                let Some(branch) = self.swarms.get(&swarm).map(|s| s.plan.integration_branch.clone()) else {
+                let Some(branch) = self.model.swarms().get(&swarm).map(|s| s.plan.integration_branch.clone())
+                else {
                     return;
                 };
                 debug_assert_eq!(items.len(), chained.len());
@@ -477,7 +479,7 @@ impl Scheduler {
                 if let Some(q) = self.merge_queues.by_swarm.get_mut(&swarm) {
                     q.stage = Stage::Landing { job: r.job, chained, culprit };
                 }
-                self.integrator.queue(QueueRequest::Advance { swarm, job: r.job, branch, base, head, count });
+                self.merger.queue(QueueRequest::Advance { swarm, job: r.job, branch, base, head, count });
             }
             None => {
                 if let Some(key) = culprit {
@@ -494,14 +496,18 @@ impl Scheduler {
             q.recovering.remove(key);
             q.last_failure.clone()
         });
-        let Some(t) = self.tasks.get(key) else { return };
-        if t.state != TaskState::Merging {
+        let Some(t) = self.model.tasks().get(key) else { return };
+        if t.state() != TaskState::Merging {
             return;
         }
         let number = t.attempts;
         let (commit, branch) = (
             t.result_commit.clone(),
-            self.swarms.get(&key.swarm).map(|s| s.plan.integration_branch.clone()).unwrap_or_default(),
+            self.model
+                .swarms()
+                .get(&key.swarm)
+                .map(|s| s.plan.integration_branch.clone())
+                .unwrap_or_default(),
         );
         let failure = failure.unwrap_or_default();
         let description = format!(
@@ -521,11 +527,10 @@ impl Scheduler {
             "integration verify fails with this task's change".to_string(),
             serde_json::json!({ "commit": commit, "output": failure }),
         );
-        if let Some(t) = self.tasks.get_mut(key) {
+        self.edit_task(key, fx, |t| {
             t.notes.conflict = Some(description);
             t.resume_commit.clear();
-            fx.dirty_tasks.insert(key.clone());
-        }
+        });
         // Unlike a textual conflict, a culprit spends a retry: a change that
         // keeps breaking the merged tree must not loop through the queue
         // forever.

@@ -10,6 +10,7 @@
 
 mod assign;
 mod bisect;
+mod branch_report;
 mod budget;
 pub mod command;
 mod limits;
@@ -31,12 +32,11 @@ pub mod subswarm;
 mod task_text;
 #[cfg(test)]
 mod tests;
+mod transition;
 pub mod views;
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use swarm_core::{AttemptState, SwarmId, TaskKey, TaskState};
@@ -49,7 +49,8 @@ pub use command::{
     merger_sink,
 };
 pub use merge_queue::VerifiedReport;
-pub use model::{AgentRecord, Attempt, Session, SwarmState, TierOutcome};
+pub use model::{AgentRecord, Attempt, Session, SwarmState, TierOutcome, now_ms};
+pub(crate) use model::{HashMap, HashSet};
 pub use outbound::{AgentAssign, AssignSpec, AttemptHandle, CloseCode, Outbound};
 pub use reads::Page;
 pub use refs::LandTarget;
@@ -57,7 +58,7 @@ pub use refs::LandTarget;
 use crate::merger::MergerHandle;
 use crate::metrics::Metrics;
 use crate::store::{Batch, EventRow, Store};
-use model::{Attempts, Swarm, Tasks, Worker};
+use model::{Model, Transition};
 use pipeline::{Pipeline, Released, Releaser, Turn};
 
 /// Timing knobs. 15 s heartbeats and a 60 s lease: a sidecar survives three
@@ -90,15 +91,63 @@ impl Default for Timing {
 
 /// Most commands applied in one group commit.
 const MAX_BATCH: usize = 4096;
+/// Commands the API may queue before its senders wait: a few turns' worth,
+/// so a burst never waits while the scheduler keeps up, and a scheduler
+/// that falls behind (a slow disk) holds the callers back instead of
+/// growing its queue without end.
+pub const COMMAND_QUEUE: usize = 4 * MAX_BATCH;
+
+/// What waits for the scheduler. Commands (the API's, the controller's)
+/// queue in a bounded channel whose senders wait when it is full; the
+/// merger's results have their own unbounded one, so that thread
+/// never waits on the scheduler: the scheduler hands it merge jobs, and
+/// their results are bounded by those jobs.
+pub struct Inbox {
+    commands: flume::Receiver<Command>,
+    results: flume::Receiver<Command>,
+}
+
+/// The scheduler's inbox, with the senders of its commands (holding
+/// `capacity`) and of the merger's results (for `merger_sink`).
+pub fn inbox(capacity: usize) -> (flume::Sender<Command>, flume::Sender<Command>, Inbox) {
+    let (commands, commands_rx) = flume::bounded(capacity);
+    let (results, results_rx) = flume::unbounded();
+    (commands, results, Inbox { commands: commands_rx, results: results_rx })
+}
+
+/// Which of the inbox's channels lost its last sender.
+enum Gone {
+    Commands,
+    Results,
+}
+
+impl Inbox {
+    /// The next command, waiting at most a tick; results first.
+    fn wait(&self, results_open: bool) -> Result<Option<Command>, Gone> {
+        if !results_open {
+            return match self.commands.recv_timeout(TICK) {
+                Ok(cmd) => Ok(Some(cmd)),
+                Err(flume::RecvTimeoutError::Timeout) => Ok(None),
+                Err(flume::RecvTimeoutError::Disconnected) => Err(Gone::Commands),
+            };
+        }
+        flume::Selector::new()
+            .recv(&self.results, |r| r.map_err(|_| Gone::Results))
+            .recv(&self.commands, |r| r.map_err(|_| Gone::Commands))
+            .wait_timeout(TICK)
+            .map_or(Ok(None), |r| r.map(Some))
+    }
+
+    /// A command already waiting, results first.
+    fn try_next(&self) -> Option<Command> {
+        self.results.try_recv().or_else(|_| self.commands.try_recv()).ok()
+    }
+}
 const TICK: Duration = Duration::from_millis(50);
 
 /// A unix-ms stamp as a time.
 fn unix_time(ms: i64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)
-}
-
-pub fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
 /// The data of a `task.state` or `attempt.state` event.
@@ -150,36 +199,20 @@ impl Effects {
     }
 }
 
-/// The scheduler's maps hash with foldhash, seeded per process: SipHash,
-/// the standard library's default, was an eighth of the scheduler thread's
-/// time in the durable benchmark. Their keys are ids the operator's plan
-/// and authenticated sidecars name, each checked against the id rules.
-pub(crate) type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
-pub(crate) type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
-
 pub struct Scheduler {
     store: Store,
     timing: Timing,
     started: Instant,
-    swarms: HashMap<SwarmId, Swarm>,
-    tasks: Tasks,
-    attempts: Attempts,
-    workers: HashMap<String, Worker>,
+    /// The rows and their indexes, changed only through `Model::apply`.
+    model: Model,
     /// Mono ms each worker's lease was last renewed.
     lease_seen: HashMap<String, u64>,
-    /// READY tasks in the order they became ready.
-    ready: BTreeSet<(u64, TaskKey)>,
-    ready_seq: HashMap<TaskKey, u64>,
-    next_ready_seq: u64,
-    /// Owned globs of every task with a live attempt.
-    running: assign::LiveOwnership,
-    dependents: HashMap<TaskKey, Vec<TaskKey>>,
     next_token: u64,
     next_event_id: u64,
     /// The newest event whose commit is done (and which was broadcast).
     last_committed_event: Arc<AtomicU64>,
     events: broadcast::Sender<Arc<EventRow>>,
-    integrator: MergerHandle,
+    merger: MergerHandle,
     next_session_id: u64,
     metrics: Arc<Metrics>,
     /// Windows of the rate-limited audit events.
@@ -205,16 +238,16 @@ impl Scheduler {
     pub fn recover(
         store: Store,
         timing: Timing,
-        integrator: MergerHandle,
+        merger: MergerHandle,
     ) -> Result<Scheduler, crate::error::ControllerError> {
-        recover::recover(store, timing, integrator)
+        recover::recover(store, timing, merger)
     }
 
     /// Reports into `metrics` from now on, starting with the current task
     /// states.
     pub fn set_metrics(&mut self, metrics: Arc<Metrics>) {
-        for t in self.tasks.values() {
-            metrics.task_state(None, t.state);
+        for t in self.model.tasks().values() {
+            metrics.task_state(None, t.state());
         }
         self.metrics = metrics;
         self.count_stalled();
@@ -231,19 +264,23 @@ impl Scheduler {
     /// may build on state whose commit is still in flight, but nothing it
     /// produces leaves before a durable commit that holds it and everything
     /// before it.
-    pub fn run(mut self, commands: Receiver<Command>) -> Result<(), crate::error::ControllerError> {
+    pub fn run(mut self, inbox: Inbox) -> Result<(), crate::error::ControllerError> {
         let pipeline = Pipeline::start(self.store.reopen()?, self.releaser(), self.metrics.clone())?;
         let mut pending: Vec<Command> = Vec::with_capacity(MAX_BATCH);
+        // A merger that stopped is the supervisor's to report; the
+        // scheduler goes on without its results.
+        let mut results_open = true;
         loop {
-            match commands.recv_timeout(TICK) {
-                Ok(first) => pending.push(first),
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => return pipeline.stop(),
+            match inbox.wait(results_open) {
+                Ok(Some(first)) => pending.push(first),
+                Ok(None) => {}
+                Err(Gone::Results) => results_open = false,
+                Err(Gone::Commands) => return pipeline.stop(),
             }
             while pending.len() < MAX_BATCH {
-                match commands.try_recv() {
-                    Ok(cmd) => pending.push(cmd),
-                    Err(_) => break,
+                match inbox.try_next() {
+                    Some(cmd) => pending.push(cmd),
+                    None => break,
                 }
             }
             // Reads first: before the turn's first change they are answered
@@ -320,17 +357,17 @@ impl Scheduler {
             self.count_stalled();
         }
         for key in std::mem::take(&mut fx.dirty_tasks) {
-            if let Some(t) = self.tasks.get(&key) {
+            if let Some(t) = self.model.tasks().get(&key) {
                 fx.batch.task(t.row());
             }
         }
         for key in std::mem::take(&mut fx.dirty_attempts) {
-            if let Some(a) = self.attempts.get(&key) {
+            if let Some(a) = self.model.attempts().get(&key) {
                 fx.batch.attempt(a.row());
             }
         }
         for id in std::mem::take(&mut fx.dirty_workers) {
-            if let Some(w) = self.workers.get(&id) {
+            if let Some(w) = self.model.workers().get(&id) {
                 fx.batch.worker(w.row());
             }
         }
@@ -341,7 +378,7 @@ impl Scheduler {
         Releaser {
             events: self.events.clone(),
             metrics: self.metrics.clone(),
-            integrator: self.integrator.clone(),
+            merger: self.merger.clone(),
             last_committed: self.last_committed_event.clone(),
         }
     }
@@ -472,11 +509,12 @@ impl Scheduler {
         self.event(fx, key.swarm.as_str(), key.task.as_str(), attempt, worker, kind, message, data)
     }
 
-    /// The one place a task changes state: updates the ready queue and the
-    /// live-ownership set, and records the transition as an event.
+    /// The one place a task changes state (the model keeps the ready
+    /// queue, the live ownership and the swarm's counts); records the
+    /// transition as an event.
     fn set_state(&mut self, key: &TaskKey, to: TaskState, reason: &str, fx: &mut Effects) {
-        let Some(task) = self.tasks.get_mut(key) else { return };
-        let from = task.state;
+        let Some(task) = self.model.tasks().get(key) else { return };
+        let from = task.state();
         if from == to && task.reason == reason {
             return;
         }
@@ -493,12 +531,14 @@ impl Scheduler {
                 Metrics::observe(&self.metrics.assignment_latency, Duration::from_millis(waited as u64));
             }
         }
-        task.state = to;
-        task.reason = reason.to_string();
+        let attempt = task.attempts;
+        let subswarm = task.spec.subplan.is_some();
+        let applied = self.transition(Transition::TaskState { key, to, reason }, fx);
+        let Some((from, to)) = applied.task_state else { return };
         if to.is_terminal() && from != to {
             // The task's span in the swarm's trace: the parent its attempts'
             // and merges' spans name; it lives from the swarm's creation.
-            let created = self.swarms.get(&key.swarm).map(|s| s.created_at).unwrap_or(0);
+            let created = self.model.swarms().get(&key.swarm).map(|s| s.created_at).unwrap_or(0);
             swarm_telemetry::export_task_span(
                 key.swarm.as_str(),
                 &key.to_string(),
@@ -507,46 +547,9 @@ impl Scheduler {
                 to.as_str(),
             );
         }
-        if let Some(sw) = self.swarms.get_mut(&key.swarm) {
-            sw.counts[model::state_index(from)] = sw.counts[model::state_index(from)].saturating_sub(1);
-            sw.counts[model::state_index(to)] += 1;
-            // Leaving a state ends a wait on the operator (a new reason in
-            // the same state does not: a sub-swarm task's child is still
-            // STALLED); entering a review that has no reviewer starts one.
-            if from != to {
-                sw.waits_on_operator.remove(key);
-            }
-            if model::in_operator_review(to, &task.spec) {
-                sw.waits_on_operator.insert(key.clone());
-            }
+        if subswarm && to == TaskState::Ready {
+            self.subswarm_ready(key);
         }
-        task.updated_at = now_ms();
-        if to != TaskState::Running {
-            task.percent = if to == TaskState::Merged { 100 } else { task.percent };
-        }
-        let attempt = task.attempts;
-        fx.dirty_tasks.insert(task.key.clone());
-        fx.touched_swarms.insert(key.swarm.clone());
-        if let Some(seq) = self.ready_seq.remove(key) {
-            self.ready.remove(&(seq, key.clone()));
-        }
-        // A new READY task, or ownership freed by one that stopped running,
-        // can be what an idle worker found nothing for.
-        if to == TaskState::Ready || from == TaskState::Running {
-            self.scan.changed();
-        }
-        if to == TaskState::Ready {
-            let seq = self.next_ready_seq;
-            self.next_ready_seq += 1;
-            self.ready.insert((seq, key.clone()));
-            self.ready_seq.insert(key.clone(), seq);
-        }
-        if to == TaskState::Running {
-            self.running.insert(key.clone(), task.ownership());
-        } else {
-            self.running.remove(key);
-        }
-        self.subswarm_transition(key, to);
         let message =
             if reason.is_empty() { format!("{from} -> {to}") } else { format!("{from} -> {to}: {reason}") };
         self.task_event(
@@ -562,52 +565,39 @@ impl Scheduler {
 
     /// READY when every dependency is MERGED, PENDING otherwise.
     fn make_ready(&mut self, key: &TaskKey, reason: &str, fx: &mut Effects) {
-        let Some(task) = self.tasks.get(key) else { return };
+        let Some(task) = self.model.tasks().get(key) else { return };
         let deps_merged = task.spec.deps.iter().all(|d| {
             let dep = TaskKey::new(key.swarm.clone(), d.clone());
-            self.tasks.get(&dep).is_some_and(|t| t.state == TaskState::Merged)
+            self.model.tasks().get(&dep).is_some_and(|t| t.state() == TaskState::Merged)
         });
         let to = if deps_merged { TaskState::Ready } else { TaskState::Pending };
         self.set_state(key, to, reason, fx);
     }
 
     fn set_attempt_state(&mut self, key: &TaskKey, number: u32, to: AttemptState, fx: &mut Effects) {
-        if let Some(a) = self.attempts.get_mut(&(key.clone(), number)) {
-            let from = a.state;
-            a.state = to;
-            if !to.is_live() && a.ended_at == 0 {
-                a.ended_at = now_ms();
-            }
-            let worker = a.worker.clone();
-            fx.dirty_attempts.insert((a.task.clone(), a.number));
-            tracing::info!(attempt = %key.attempt(number), %from, %to, "attempt state");
-            self.task_event(
-                fx,
-                key,
-                number,
-                &worker,
-                "attempt.state",
-                format!("{} {from} -> {to}", key.attempt(number)),
-                StateChange { from: from.as_str(), to: to.as_str(), reason: None },
-            );
-        }
+        let applied = self.transition(Transition::AttemptState { key, number, to }, fx);
+        let Some((from, to)) = applied.attempt_state else { return };
+        let worker =
+            self.model.attempts().get(&(key.clone(), number)).map(|a| a.worker.clone()).unwrap_or_default();
+        tracing::info!(attempt = %key.attempt(number), %from, %to, "attempt state");
+        self.task_event(
+            fx,
+            key,
+            number,
+            &worker,
+            "attempt.state",
+            format!("{} {from} -> {to}", key.attempt(number)),
+            StateChange { from: from.as_str(), to: to.as_str(), reason: None },
+        );
     }
 
     /// Releases the worker holding `key#number`, if any.
     fn free_worker_of(&mut self, key: &TaskKey, number: u32, fx: &mut Effects) {
-        let holder = self.attempts.get(&(key.clone(), number)).map(|a| a.worker.clone());
-        if let Some(w) = holder.and_then(|id| self.workers.get_mut(&id))
-            && w.attempt.as_ref() == Some(&(key.clone(), number))
-        {
-            w.attempt = None;
-            w.updated_at = now_ms();
-            fx.dirty_workers.insert(w.id.clone());
-            self.scan.changed();
-        }
+        self.transition(Transition::WorkerFreed { key, number }, fx);
     }
 
     fn send(&self, worker: &str, message: Outbound, fx: &mut Effects) {
-        if let Some(session) = self.workers.get(worker).and_then(|w| w.session.clone()) {
+        if let Some(session) = self.model.workers().get(worker).and_then(|w| w.session.clone()) {
             fx.outbound.push((session, message));
         }
     }
@@ -618,8 +608,8 @@ impl Scheduler {
         let now = self.mono_ms();
         let ttl = self.timing.lease_ttl.as_millis() as u64;
         let mut expired = Vec::new();
-        for (id, w) in &self.workers {
-            let Some((key, number)) = w.attempt.clone() else { continue };
+        for (id, w) in self.model.workers() {
+            let Some((key, number)) = w.attempt().cloned() else { continue };
             let seen = self.lease_seen.entry(id.clone()).or_insert(now);
             if let Some(s) = &w.session {
                 *seen = (*seen).max(s.last_seen.load(std::sync::atomic::Ordering::Relaxed));
@@ -635,7 +625,8 @@ impl Scheduler {
         // without an attempt: its stream is dropped (so a live one
         // reconnects and is told what is current) and it gets no new work.
         let silent: Vec<(String, u64)> = self
-            .workers
+            .model
+            .workers()
             .values()
             .filter_map(|w| w.session.as_ref().map(|s| (w.id.clone(), s)))
             .filter(|(_, s)| now.saturating_sub(s.last_seen.load(std::sync::atomic::Ordering::Relaxed)) > ttl)
@@ -648,7 +639,7 @@ impl Scheduler {
         self.lift_rate_limits(fx);
         self.tick_subswarms(fx);
         self.tick_merge_queues(fx);
-        let connected = self.workers.values().filter(|w| w.session.is_some()).count();
+        let connected = self.model.workers().values().filter(|w| w.session.is_some()).count();
         self.metrics.workers_connected.set(connected as i64);
     }
 
@@ -660,11 +651,12 @@ impl Scheduler {
         self.set_attempt_state(key, number, AttemptState::Lost, fx);
         self.free_worker_of(key, number, fx);
         let grace = self.timing.lost_grace.as_millis() as i64;
-        let cancel = self.tasks.get(key).is_some_and(|t| t.cancel_requested);
-        if let Some(task) = self.tasks.get_mut(key) {
+        let cancel = self.model.tasks().get(key).is_some_and(|t| t.cancel_requested);
+        let edit = |task: &mut model::Task| {
             task.notes.failures.push(format!("attempt {number}: worker {worker} lost (lease expired)"));
             task.not_before = now_ms() + grace;
-        }
+        };
+        self.transition(Transition::Task { key, edit: Box::new(edit) }, fx);
         if cancel {
             self.set_state(key, TaskState::Cancelled, "cancelled by the operator; its worker was lost", fx);
         } else {
@@ -680,18 +672,18 @@ impl Scheduler {
     /// Moves a swarm between ACTIVE, STALLED and its end states, from its
     /// state counts (a task walk only to describe a stall).
     fn refresh_swarm(&mut self, id: &SwarmId, fx: &mut Effects) {
-        let Some(swarm) = self.swarms.get(id) else { return };
+        let Some(swarm) = self.model.swarms().get(id) else { return };
         if !matches!(swarm.state, SwarmState::Active | SwarmState::Stalled | SwarmState::Paused) {
             return;
         }
         let total = swarm.tasks.len() as u32;
-        let count = |s: TaskState| swarm.counts[model::state_index(s)];
+        let count = |s: TaskState| swarm.count(s);
         let terminal: u32 = TaskState::ALL.iter().filter(|s| s.is_terminal()).map(|s| count(*s)).sum();
         let next = if count(TaskState::Merged) == total {
             SwarmState::Completed
         } else if terminal == total {
             SwarmState::Failed
-        } else if stall::nothing_moves(&swarm.counts, swarm.waits_on_operator.len()) {
+        } else if stall::nothing_moves(swarm.counts(), swarm.waits_on_operator().len()) {
             SwarmState::Stalled
         } else {
             SwarmState::Active
@@ -701,20 +693,24 @@ impl Scheduler {
         if from == SwarmState::Paused && !matches!(next, SwarmState::Completed | SwarmState::Failed) {
             return;
         }
-        let stall = (next == SwarmState::Stalled).then(|| stall::describe(swarm, &self.tasks));
-        let Some(swarm) = self.swarms.get_mut(id) else { return };
-        swarm.stall = stall.clone();
+        let stall = (next == SwarmState::Stalled).then(|| stall::describe(swarm, self.model.tasks()));
+        let described = stall.clone();
+        let edit = |swarm: &mut model::Swarm| swarm.stall = described;
+        self.model.apply(Transition::Swarm { id, edit: Box::new(edit) });
         if next == from {
             return;
         }
-        swarm.state = next;
-        swarm.control.paused = None;
-        fx.batch.swarm(swarm.row());
+        let edit = |swarm: &mut model::Swarm| {
+            swarm.state = next;
+            swarm.control.paused = None;
+        };
+        self.transition(Transition::Swarm { id, edit: Box::new(edit) }, fx);
+        let created_at = self.model.swarms().get(id).map(|s| s.created_at).unwrap_or(0);
         if matches!(next, SwarmState::Completed | SwarmState::Failed | SwarmState::Cancelled) {
             // The root of the swarm's trace, which its tasks' spans name.
             swarm_telemetry::export_swarm_span(
                 id.as_str(),
-                unix_time(swarm.created_at),
+                unix_time(created_at),
                 SystemTime::now(),
                 next.as_str(),
             );
@@ -753,7 +749,7 @@ impl Scheduler {
 
     /// The stalled-swarms gauge, after swarm states may have changed.
     fn count_stalled(&self) {
-        let stalled = self.swarms.values().filter(|s| s.state == SwarmState::Stalled).count();
+        let stalled = self.model.swarms().values().filter(|s| s.state == SwarmState::Stalled).count();
         self.metrics.swarms_stalled.set(stalled as i64);
     }
 }

@@ -1,17 +1,16 @@
 //! Operator requests: creating swarms, reads, cancel, retry, answer, drain.
 
-use super::HashMap;
 use std::sync::Arc;
 
 use swarm_core::plan::Plan;
 use swarm_core::{SwarmId, TaskKey, TaskState};
 
 use super::command::{OperatorOp, Reply};
-use super::model::{QuestionAnswer, Swarm, SwarmState, Task};
+use super::model::{QuestionAnswer, Swarm, SwarmState, Task, Transition};
 use super::outbound::{AttemptHandle, Outbound};
 use super::reads::reply_read;
 use super::views::{SwarmView, TaskView, WorkerView};
-use super::{Effects, Scheduler, assign, now_ms};
+use super::{Effects, Scheduler, now_ms};
 use crate::error::SchedError;
 
 /// The question category of an agent's permission request.
@@ -160,7 +159,7 @@ impl Scheduler {
     pub(super) fn swarm(&self, id: &str) -> Result<&Swarm, SchedError> {
         SwarmId::new(id)
             .ok()
-            .and_then(|id| self.swarms.get(&id))
+            .and_then(|id| self.model.swarms().get(&id))
             .ok_or_else(|| SchedError::NotFound(format!("swarm {id:?} not found")))
     }
 
@@ -169,19 +168,19 @@ impl Scheduler {
     }
 
     pub(super) fn task(&self, key: &TaskKey) -> Result<&Task, SchedError> {
-        self.tasks.get(key).ok_or_else(|| SchedError::NotFound(format!("task {key} not found")))
+        self.model.tasks().get(key).ok_or_else(|| SchedError::NotFound(format!("task {key} not found")))
     }
 
     pub(super) fn holder(&self, key: &TaskKey) -> Option<&str> {
-        let t = self.tasks.get(key)?;
-        if t.state != TaskState::Running {
+        let t = self.model.tasks().get(key)?;
+        if t.state() != TaskState::Running {
             return None;
         }
-        self.attempts.get(&(key.clone(), t.attempts)).map(|a| a.worker.as_str())
+        self.model.attempts().get(&(key.clone(), t.attempts)).map(|a| a.worker.as_str())
     }
 
     pub(super) fn task_view(&self, key: &TaskKey) -> Result<TaskView, SchedError> {
-        self.task(key).map(|t| TaskView::of(t, self.holder(key), &self.attempts))
+        self.task(key).map(|t| TaskView::of(t, self.holder(key), self.model.attempts()))
     }
 
     fn create_swarm(
@@ -198,7 +197,7 @@ impl Scheduler {
                 rule: "a nested swarm id is only given to a task's child swarm".into(),
             });
         }
-        if let Some(existing) = self.swarms.get(&plan.swarm) {
+        if let Some(existing) = self.model.swarms().get(&plan.swarm) {
             if *existing.plan_text == *plan_text {
                 return Ok((SwarmView::of(existing, self.burn_rate(&existing.id)), false));
             }
@@ -225,24 +224,14 @@ impl Scheduler {
         let _span =
             tracing::info_span!("swarm.create", swarm = %plan.swarm, tasks = plan.tasks.len()).entered();
         let now = now_ms();
-        let swarm = Swarm {
-            id: plan.swarm.clone(),
+        let swarm = Swarm::new(
             plan_text,
-            plan: plan.clone(),
-            state: SwarmState::Active,
-            integration_head: head.to_string(),
-            created_at: now,
-            tasks: plan.tasks.iter().map(|t| TaskKey::new(plan.swarm.clone(), t.id.clone())).collect(),
-            counts: {
-                let mut c = [0; TaskState::ALL.len()];
-                c[super::model::state_index(TaskState::Pending)] = plan.tasks.len() as u32;
-                c
-            },
-            stall: None,
-            waits_on_operator: Default::default(),
-            usage: Default::default(),
-            control: Default::default(),
-        };
+            plan.clone(),
+            SwarmState::Active,
+            head.to_string(),
+            now,
+            Default::default(),
+        );
         fx.batch.new_swarm(swarm.row());
         self.event(
             fx,
@@ -254,40 +243,17 @@ impl Scheduler {
             format!("swarm {} created with {} tasks at {}", plan.swarm, plan.tasks.len(), head),
             serde_json::json!({ "integration_head": head, "tasks": plan.tasks.len() }),
         );
-        let mut dependents: HashMap<TaskKey, Vec<TaskKey>> = HashMap::default();
+        self.transition(Transition::SwarmAdded(swarm), fx);
         for spec in &plan.tasks {
             let key = TaskKey::new(plan.swarm.clone(), spec.id.clone());
-            for d in &spec.deps {
-                dependents.entry(TaskKey::new(plan.swarm.clone(), d.clone())).or_default().push(key.clone());
-            }
-            let task = Task {
-                key: key.clone(),
-                spec: spec.clone(),
-                globs: assign::Ownership::compile(spec),
-                // Becomes READY or PENDING just below; the transition is
-                // recorded from this initial state.
-                state: TaskState::Pending,
-                attempts: 0,
-                retries_used: 0,
-                not_before: 0,
-                resume_commit: String::new(),
-                result_commit: String::new(),
-                merge_commit: String::new(),
-                reason: String::new(),
-                cancel_requested: false,
-                notes: Default::default(),
-                updated_at: now,
-                percent: 0,
-                step: String::new(),
-            };
-            fx.dirty_tasks.insert(task.key.clone());
-            self.metrics.task_state(None, task.state);
-            self.tasks.insert(key, task);
+            // Becomes READY or PENDING just below; the transition is
+            // recorded from this initial state.
+            let task = Task::new(key, spec.clone(), TaskState::Pending, now);
+            self.metrics.task_state(None, task.state());
+            self.transition(Transition::TaskAdded(task), fx);
         }
-        self.dependents.extend(dependents);
-        self.swarms.insert(plan.swarm.clone(), swarm);
-        for key in self.swarms.get(&plan.swarm).map(|s| s.tasks.clone()).unwrap_or_default() {
-            if self.tasks.get(&key).is_some_and(|t| t.spec.deps.is_empty()) {
+        for key in self.model.swarms().get(&plan.swarm).map(|s| s.tasks.clone()).unwrap_or_default() {
+            if self.model.tasks().get(&key).is_some_and(|t| t.spec.deps.is_empty()) {
                 self.make_ready(&key, "no dependencies", fx);
             }
         }
@@ -296,20 +262,17 @@ impl Scheduler {
     fn cancel_task(&mut self, key: &TaskKey, reason: &str, fx: &mut Effects) -> Result<(), SchedError> {
         let t = self.task(key)?;
         let reason = if reason.is_empty() { "cancelled by the operator" } else { reason };
-        match t.state {
+        match t.state() {
             TaskState::Cancelled => Ok(()),
             TaskState::Succeeded | TaskState::Merging | TaskState::Merged => {
                 Err(SchedError::FailedPrecondition(format!(
                     "task {key} is {}; its result is already being integrated",
-                    t.state
+                    t.state()
                 )))
             }
             TaskState::Running => {
                 let number = t.attempts;
-                if let Some(t) = self.tasks.get_mut(key) {
-                    t.cancel_requested = true;
-                    fx.dirty_tasks.insert(t.key.clone());
-                }
+                self.edit_task(key, fx, |t| t.cancel_requested = true);
                 self.task_event(
                     fx,
                     key,
@@ -324,9 +287,7 @@ impl Scheduler {
                 Ok(())
             }
             _ => {
-                if let Some(t) = self.tasks.get_mut(key) {
-                    t.cancel_requested = true;
-                }
+                self.edit_task(key, fx, |t| t.cancel_requested = true);
                 self.stop_reviewer(key, reason, fx);
                 self.set_state(key, TaskState::Cancelled, reason, fx);
                 Ok(())
@@ -343,7 +304,7 @@ impl Scheduler {
         let keys = self.swarm(id)?.tasks.clone();
         let mut n = 0;
         for key in keys {
-            let state = self.tasks.get(&key).map(|t| t.state);
+            let state = self.model.tasks().get(&key).map(|t| t.state());
             if matches!(
                 state,
                 Some(TaskState::Merged | TaskState::Cancelled | TaskState::Merging | TaskState::Succeeded)
@@ -353,9 +314,8 @@ impl Scheduler {
             self.cancel_task(&key, reason, fx)?;
             n += 1;
         }
-        if let Some(s) = SwarmId::new(id).ok().and_then(|id| self.swarms.get_mut(&id)) {
-            s.state = SwarmState::Cancelled;
-            fx.batch.swarm(s.row());
+        if let Ok(id) = SwarmId::new(id) {
+            self.edit_swarm(&id, fx, |s| s.state = SwarmState::Cancelled);
         }
         self.event(
             fx,
@@ -372,23 +332,22 @@ impl Scheduler {
 
     pub(super) fn retry_task(&mut self, key: &TaskKey, fx: &mut Effects) -> Result<(), SchedError> {
         let t = self.task(key)?;
-        match t.state {
+        match t.state() {
             TaskState::Failed
             | TaskState::Blocked
             | TaskState::Escalated
             | TaskState::Conflict
             | TaskState::Rejected
             | TaskState::Cancelled => {
-                if let Some(t) = self.tasks.get_mut(key) {
+                self.edit_task(key, fx, |t| {
                     t.retries_used = 0;
                     t.cancel_requested = false;
                     t.not_before = 0;
-                }
-                if let Some(s) = self.swarms.get_mut(&key.swarm)
-                    && !matches!(s.state, SwarmState::Active | SwarmState::Stalled | SwarmState::Paused)
-                {
-                    s.state = SwarmState::Active;
-                    fx.batch.swarm(s.row());
+                });
+                if self.model.swarms().get(&key.swarm).is_some_and(|s| {
+                    !matches!(s.state, SwarmState::Active | SwarmState::Stalled | SwarmState::Paused)
+                }) {
+                    self.edit_swarm(&key.swarm, fx, |s| s.state = SwarmState::Active);
                 }
                 self.make_ready(key, "retried by the operator", fx);
                 Ok(())
@@ -407,7 +366,7 @@ impl Scheduler {
         fx: &mut Effects,
     ) -> Result<(), SchedError> {
         let t = self.task(key)?;
-        let state = t.state;
+        let state = t.state();
         let pending = t.notes.pending_question.clone();
         if let Some(p) = &pending
             && !question_id.is_empty()
@@ -436,9 +395,9 @@ impl Scheduler {
                 Ok(())
             }
             TaskState::Running if pending.is_some() => {
-                let number = self.tasks.get(key).map(|t| t.attempts).unwrap_or(0);
+                let number = self.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
                 self.record_answer(key, &qid, &question, text, fx);
-                if let Some(a) = self.attempts.get(&(key.clone(), number)) {
+                if let Some(a) = self.model.attempts().get(&(key.clone(), number)) {
                     let message = Outbound::Answer {
                         attempt: AttemptHandle { task: key.clone(), number, token: a.token },
                         question_id: qid.clone(),
@@ -459,25 +418,22 @@ impl Scheduler {
     /// keeps it in the task's notes, so later attempts read it too.
     fn send_message(&mut self, key: &TaskKey, text: &str, fx: &mut Effects) -> Result<String, SchedError> {
         let t = self.task(key)?;
-        if t.state != TaskState::Running {
+        if t.state() != TaskState::Running {
             return Err(SchedError::FailedPrecondition(format!(
                 "task {key} is {}; messages go to a RUNNING task's worker",
-                t.state
+                t.state()
             )));
         }
         let number = t.attempts;
-        let Some(a) = self.attempts.get(&(key.clone(), number)) else {
+        let Some(a) = self.model.attempts().get(&(key.clone(), number)) else {
             return Err(SchedError::FailedPrecondition(format!("task {key} has no live attempt")));
         };
         let (worker, token) = (a.worker.clone(), a.token);
-        let id = match self.tasks.get_mut(key) {
-            Some(t) => {
-                t.notes.messages.push(text.to_string());
-                fx.dirty_tasks.insert(key.clone());
-                format!("m{}", t.notes.messages.len())
-            }
-            None => return Err(SchedError::NotFound(format!("task {key} not found"))),
+        let Some(t) = self.model.tasks().get(key) else {
+            return Err(SchedError::NotFound(format!("task {key} not found")));
         };
+        let id = format!("m{}", t.notes.messages.len() + 1);
+        self.edit_task(key, fx, |t| t.notes.messages.push(text.to_string()));
         let message = Outbound::Message {
             attempt: AttemptHandle { task: key.clone(), number, token },
             message_id: id.clone(),
@@ -504,18 +460,16 @@ impl Scheduler {
         text: &str,
         fx: &mut Effects,
     ) {
-        let attempt = if let Some(t) = self.tasks.get_mut(key) {
-            t.notes.answers.push(QuestionAnswer {
-                question_id: qid.to_string(),
-                question: question.to_string(),
-                answer: text.to_string(),
-            });
-            t.notes.pending_question = None;
-            fx.dirty_tasks.insert(t.key.clone());
-            t.attempts
-        } else {
-            0
+        let answer = QuestionAnswer {
+            question_id: qid.to_string(),
+            question: question.to_string(),
+            answer: text.to_string(),
         };
+        self.edit_task(key, fx, |t| {
+            t.notes.answers.push(answer);
+            t.notes.pending_question = None;
+        });
+        let attempt = self.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
         self.task_event(
             fx,
             key,
@@ -529,13 +483,13 @@ impl Scheduler {
 
     fn drain(&mut self, worker: &str, fx: &mut Effects) -> Result<WorkerView, SchedError> {
         let now = self.mono_ms();
-        let w = self
-            .workers
-            .get_mut(worker)
-            .ok_or_else(|| SchedError::NotFound(format!("worker {worker:?} not found")))?;
-        w.draining = true;
-        fx.dirty_workers.insert(w.id.clone());
-        let Some(w) = self.workers.get(worker) else { return Err(SchedError::NotFound(worker.to_string())) };
+        if !self.model.workers().contains_key(worker) {
+            return Err(SchedError::NotFound(format!("worker {worker:?} not found")));
+        }
+        self.edit_worker(worker, fx, |w| w.draining = true);
+        let Some(w) = self.model.workers().get(worker) else {
+            return Err(SchedError::NotFound(worker.to_string()));
+        };
         let view = WorkerView::of(w, now, self.limited_until(w, now_ms()));
         self.send(worker, Outbound::Drain { reason: "drained by the operator".into() }, fx);
         self.event(

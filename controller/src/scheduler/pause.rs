@@ -7,10 +7,10 @@
 //! `control`), so it survives a controller restart; a paused swarm still
 //! completes or fails when its last tasks end.
 
-use serde::{Deserialize, Serialize};
 use swarm_core::plan::OnUsageLimit;
 use swarm_core::{SwarmId, TaskKey, TaskState};
 
+pub use super::model::Pause;
 use super::model::{PendingQuestion, SwarmState};
 use super::{Effects, Scheduler, now_ms};
 use crate::error::SchedError;
@@ -22,19 +22,6 @@ pub const BUDGET_CATEGORY: &str = "budget";
 pub const BY_OPERATOR: &str = "operator";
 pub const BY_BREAKER: &str = "breaker";
 pub const BY_USAGE_LIMIT: &str = "usage_limit";
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct Pause {
-    pub reason: String,
-    #[serde(default)]
-    pub by: String,
-    /// Running attempts were told to checkpoint.
-    #[serde(default)]
-    pub stop: bool,
-    /// The breaker's question: the task it was asked on, and its id.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub question: Option<(String, String)>,
-}
 
 /// The breaker's question is answered with one of these.
 fn check_budget_answer(text: &str) -> Result<bool, SchedError> {
@@ -51,7 +38,7 @@ fn check_budget_answer(text: &str) -> Result<bool, SchedError> {
 impl Scheduler {
     /// Whether no new attempt of `key`'s swarm may start.
     pub(super) fn swarm_paused(&self, key: &TaskKey) -> bool {
-        self.swarms.get(&key.swarm).is_some_and(|s| s.state == SwarmState::Paused)
+        self.model.swarms().get(&key.swarm).is_some_and(|s| s.state == SwarmState::Paused)
     }
 
     /// Pauses swarm `id` (again: a second pause may add `stop`).
@@ -83,15 +70,16 @@ impl Scheduler {
         );
         let data = serde_json::json!({ "state": "PAUSED", "from": from.as_str(), "by": pause.by,
             "reason": pause.reason, "stop": stop });
-        let Some(s) = self.swarms.get_mut(id) else { return Ok(()) };
-        s.state = SwarmState::Paused;
+        let Some(s) = self.model.swarms().get(id) else { return Ok(()) };
         // A stop asked once is not taken back by a later pause without it.
         let stop = stop || s.control.paused.as_ref().is_some_and(|p| p.stop);
         // Nor is the breaker's question forgotten: the resume clears it.
         let question =
             pause.question.clone().or_else(|| s.control.paused.as_ref().and_then(|p| p.question.clone()));
-        s.control.paused = Some(Pause { stop, question, ..pause });
-        fx.batch.swarm(s.row());
+        self.edit_swarm(id, fx, |s| {
+            s.state = SwarmState::Paused;
+            s.control.paused = Some(Pause { stop, question, ..pause });
+        });
         tracing::info!("swarm paused");
         self.event(fx, id.as_str(), "", 0, "", kind, message, data);
         if stop {
@@ -103,12 +91,12 @@ impl Scheduler {
 
     /// Tells every live attempt of the swarm (reviewers aside) to checkpoint.
     fn checkpoint_running(&mut self, id: &SwarmId, fx: &mut Effects) {
-        let keys = self.swarms.get(id).map(|s| s.tasks.clone()).unwrap_or_default();
+        let keys = self.model.swarms().get(id).map(|s| s.tasks.clone()).unwrap_or_default();
         for key in keys {
-            let Some(t) = self.tasks.get(&key) else { continue };
+            let Some(t) = self.model.tasks().get(&key) else { continue };
             let number = t.attempts;
-            let live = self.attempts.get(&(key.clone(), number)).is_some_and(|a| a.state.is_live());
-            if t.state == TaskState::Running && live && !self.is_reviewer(&key, number) {
+            let live = self.model.attempts().get(&(key.clone(), number)).is_some_and(|a| a.state.is_live());
+            if t.state() == TaskState::Running && live && !self.is_reviewer(&key, number) {
                 self.send_stop(&key, number, "swarm paused", true, fx);
             }
         }
@@ -121,7 +109,7 @@ impl Scheduler {
         if self.is_reviewer(key, number) {
             return;
         }
-        let stopping_pause = self.swarms.get(&key.swarm).is_some_and(|s| {
+        let stopping_pause = self.model.swarms().get(&key.swarm).is_some_and(|s| {
             s.state == SwarmState::Paused && s.control.paused.as_ref().is_some_and(|p| p.stop)
         });
         if stopping_pause {
@@ -146,10 +134,10 @@ impl Scheduler {
         }
         let _span = tracing::info_span!("swarm.resume", swarm = %id, by).entered();
         let question = swarm.control.paused.as_ref().and_then(|p| p.question.clone());
-        let Some(s) = self.swarms.get_mut(id) else { return Ok(()) };
-        s.state = SwarmState::Active;
-        s.control.paused = None;
-        fx.batch.swarm(s.row());
+        self.edit_swarm(id, fx, |s| {
+            s.state = SwarmState::Active;
+            s.control.paused = None;
+        });
         fx.touched_swarms.insert(id.clone());
         self.budgets.burn.remove(id);
         self.scan.changed();
@@ -167,11 +155,13 @@ impl Scheduler {
         // The breaker's question is moot once the swarm runs again.
         if let Some((task, qid)) = question
             && let Ok(key) = TaskKey::parse(&task)
-            && let Some(t) = self.tasks.get_mut(&key)
-            && t.notes.pending_question.as_ref().is_some_and(|q| q.id == qid)
+            && self
+                .model
+                .tasks()
+                .get(&key)
+                .is_some_and(|t| t.notes.pending_question.as_ref().is_some_and(|q| q.id == qid))
         {
-            t.notes.pending_question = None;
-            fx.dirty_tasks.insert(key);
+            self.edit_task(&key, fx, |t| t.notes.pending_question = None);
         }
         self.count_stalled();
         Ok(())
@@ -183,16 +173,17 @@ impl Scheduler {
     pub(super) fn trip_breaker(&mut self, key: &TaskKey, rate: f64, max: f64, fx: &mut Effects) {
         if self.swarm_paused(key)
             || !self
-                .swarms
+                .model
+                .swarms()
                 .get(&key.swarm)
                 .is_some_and(|s| matches!(s.state, SwarmState::Active | SwarmState::Stalled))
         {
             return;
         }
         let reason = format!("burn rate ${rate:.2} in the last hour is over max_usd_per_hour ${max:.2}");
-        let number = self.tasks.get(key).map(|t| t.attempts).unwrap_or(0);
+        let number = self.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
         let qid = format!("budget-{number}");
-        let asks = self.tasks.get(key).is_some_and(|t| t.notes.pending_question.is_none());
+        let asks = self.model.tasks().get(key).is_some_and(|t| t.notes.pending_question.is_none());
         let pause = Pause {
             reason: reason.clone(),
             by: BY_BREAKER.into(),
@@ -206,16 +197,14 @@ impl Scheduler {
             "swarm {} paused: {reason}. Answer \"resume\" to let it assign again, or \"pause\" to keep it paused (then `swarmctl resume`).",
             key.swarm
         );
-        if let Some(t) = self.tasks.get_mut(key) {
-            t.notes.pending_question = Some(PendingQuestion {
-                id: qid.clone(),
-                text: text.clone(),
-                category: BUDGET_CATEGORY.into(),
-                attempt: number,
-                options: vec!["resume".into(), "pause".into()],
-            });
-            fx.dirty_tasks.insert(key.clone());
-        }
+        let question = PendingQuestion {
+            id: qid.clone(),
+            text: text.clone(),
+            category: BUDGET_CATEGORY.into(),
+            attempt: number,
+            options: vec!["resume".into(), "pause".into()],
+        };
+        self.edit_task(key, fx, |t| t.notes.pending_question = Some(question));
         self.task_event(
             fx,
             key,
@@ -247,7 +236,7 @@ impl Scheduler {
     /// What a task does after its agent's usage limit: wait for the reset
     /// (READY after it), pause the swarm as well, or fail.
     pub(super) fn after_usage_limit(&mut self, key: &TaskKey, number: u32, until: i64, fx: &mut Effects) {
-        let policy = self.tasks.get(key).map(|t| t.spec.on_usage_limit).unwrap_or_default();
+        let policy = self.model.tasks().get(key).map(|t| t.spec.on_usage_limit).unwrap_or_default();
         let wait_s = (until - now_ms()).max(0) / 1000;
         match policy {
             OnUsageLimit::Fail => {

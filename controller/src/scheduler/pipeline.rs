@@ -49,7 +49,7 @@ pub(super) struct Turn {
 pub(super) struct Releaser {
     pub events: broadcast::Sender<Arc<EventRow>>,
     pub metrics: Arc<Metrics>,
-    pub integrator: MergerHandle,
+    pub merger: MergerHandle,
     pub last_committed: Arc<AtomicU64>,
 }
 
@@ -67,7 +67,7 @@ impl Releaser {
             reply();
         }
         for job in r.merges {
-            self.integrator.submit(job);
+            self.merger.submit(job);
         }
     }
 }

@@ -3,7 +3,8 @@
 
 use swarm_core::{TaskKey, TaskState};
 
-use super::command::Reply;
+use tokio::sync::oneshot;
+
 use super::views::{SwarmView, TaskDetailView, TaskView, WorkerView};
 use super::{Effects, Scheduler, now_ms};
 use crate::error::SchedError;
@@ -83,7 +84,11 @@ fn bad_token() -> SchedError {
 /// acks of the previous turn left only after its commit), so a read that
 /// comes first in its turn is answered at once; one after a change waits
 /// for the commit like everything else, and never shows what may not last.
-pub(super) fn reply_read<T: Send + 'static>(fx: &mut Effects, reply: Reply<T>, value: Result<T, SchedError>) {
+pub(super) fn reply_read<T: Send + 'static>(
+    fx: &mut Effects,
+    reply: oneshot::Sender<Result<T, SchedError>>,
+    value: Result<T, SchedError>,
+) {
     if fx.untouched() {
         let _ = reply.send(value);
     } else {
@@ -97,7 +102,8 @@ impl Scheduler {
     pub(super) fn list_swarms(&self, page: &Page) -> (Vec<SwarmView>, String) {
         // Zero-padded so that text order is (created, id) order.
         let keyed = self
-            .swarms
+            .model
+            .swarms()
             .values()
             .map(|s| {
                 (format!("{:020}/{}", s.created_at.max(0), s.id), SwarmView::of(s, self.burn_rate(&s.id)))
@@ -109,7 +115,8 @@ impl Scheduler {
     pub(super) fn list_workers(&self, page: &Page) -> (Vec<WorkerView>, String) {
         let (mono, now) = (self.mono_ms(), now_ms());
         let keyed = self
-            .workers
+            .model
+            .workers()
             .values()
             .map(|w| (w.id.clone(), WorkerView::of(w, mono, self.limited_until(w, now))))
             .collect();
@@ -136,15 +143,15 @@ impl Scheduler {
         let mut next = String::new();
         let mut last = 0;
         for (i, key) in s.tasks.iter().enumerate().skip(start) {
-            let Some(t) = self.tasks.get(key) else { continue };
-            if !states.is_empty() && !states.contains(&t.state) {
+            let Some(t) = self.model.tasks().get(key) else { continue };
+            if !states.is_empty() && !states.contains(&t.state()) {
                 continue;
             }
             if views.len() == page.size {
                 next = last.to_string();
                 break;
             }
-            views.push(TaskView::of(t, self.holder(key), &self.attempts));
+            views.push(TaskView::of(t, self.holder(key), self.model.attempts()));
             last = i;
         }
         Ok((views, next))
@@ -153,13 +160,13 @@ impl Scheduler {
     pub(super) fn task_detail(&self, key: &TaskKey) -> Result<TaskDetailView, SchedError> {
         let t = self.task(key)?;
         let attempts =
-            (1..=t.attempts).filter_map(|n| self.attempts.get(&(key.clone(), n))).cloned().collect();
+            (1..=t.attempts).filter_map(|n| self.model.attempts().get(&(key.clone(), n))).cloned().collect();
         Ok(TaskDetailView {
-            task: TaskView::of(t, self.holder(key), &self.attempts),
+            task: TaskView::of(t, self.holder(key), self.model.attempts()),
             prompt: t.spec.prompt.clone(),
             attempts,
             events: Vec::new(),
-            branch_report: super::review::branch_report(t, &self.attempts),
+            branch_report: super::branch_report::branch_report(t, self.model.attempts()),
         })
     }
 }

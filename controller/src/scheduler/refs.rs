@@ -4,7 +4,7 @@
 //! `swarm/<swarm>/` (its task branches). Nothing else in the repository is
 //! moved, except by Land: fast-forward only, to a target outside every
 //! swarm's refs. These checks live with the scheduler because it alone
-//! knows every swarm; the integrator moves refs only after them.
+//! knows every swarm; the merger moves refs only after them.
 
 use swarm_core::SwarmId;
 use swarm_core::plan::Plan;
@@ -40,7 +40,7 @@ impl Scheduler {
     /// is not compared with itself.
     pub(super) fn check_plan_refs(&self, plan: &Plan) -> Result<(), SchedError> {
         let ours = namespace(&plan.swarm);
-        for other in self.swarms.values().filter(|s| s.id != plan.swarm) {
+        for other in self.model.swarms().values().filter(|s| s.id != plan.swarm) {
             let taken = |field: &str, branch: &str| {
                 Err(SchedError::AlreadyExists(format!(
                     "{field}: {branch:?} belongs to swarm {:?} (its integration branch or under swarm/{}/)",
@@ -72,7 +72,7 @@ impl Scheduler {
         let s = self.swarm(swarm)?;
         let explicit = target.is_some();
         let target = target.unwrap_or_else(|| s.plan.target_branch.clone());
-        if let Some(owner) = self.swarms.values().find(|o| owns(o, &target)) {
+        if let Some(owner) = self.model.swarms().values().find(|o| owns(o, &target)) {
             return Err(SchedError::InvalidArgument {
                 field: "target_branch".into(),
                 rule: format!(

@@ -25,7 +25,7 @@ impl Scheduler {
         report: Report,
         fx: &mut Effects,
     ) {
-        let Some(worker) = self.workers.get(worker_id) else { return };
+        let Some(worker) = self.model.workers().get(worker_id) else { return };
         if worker.session.as_ref().map(|s| s.id) != Some(session) {
             return; // a stream that has been replaced says nothing
         }
@@ -43,8 +43,8 @@ impl Scheduler {
                 tracing::warn_span!("report.fenced", task = %a.task, attempt = a.number, worker = worker_id)
                     .entered();
             self.metrics.fenced_reports.inc();
-            let current_token = self.tasks.get(&a.task).and_then(|t| {
-                self.attempts.get(&(a.task.clone(), t.attempts)).map(|x| (t.attempts, x.token))
+            let current_token = self.model.tasks().get(&a.task).and_then(|t| {
+                self.model.attempts().get(&(a.task.clone(), t.attempts)).map(|x| (t.attempts, x.token))
             });
             // A peer can send fenced reports as fast as it likes; the audit
             // log records the first of each window and a count of the rest.
@@ -63,10 +63,7 @@ impl Scheduler {
             );
         }
         if seq > 0 {
-            if let Some(w) = self.workers.get_mut(worker_id) {
-                w.last_applied_seq = seq;
-                fx.dirty_workers.insert(w.id.clone());
-            }
+            self.edit_worker(worker_id, fx, |w| w.last_applied_seq = seq);
             self.send(worker_id, Outbound::Ack { seq }, fx);
         }
     }
@@ -75,13 +72,15 @@ impl Scheduler {
     /// with that attempt's fencing token.
     fn is_current(&self, worker_id: &str, a: &ReportedAttempt) -> bool {
         let holds = self
-            .workers
+            .model
+            .workers()
             .get(worker_id)
-            .and_then(|w| w.attempt.as_ref())
+            .and_then(|w| w.attempt())
             .is_some_and(|(k, n)| k == &a.task && *n == a.number);
         holds
             && self
-                .attempts
+                .model
+                .attempts()
                 .get(&(a.task.clone(), a.number))
                 .is_some_and(|x| x.token == a.token && x.state.is_live())
     }
@@ -90,7 +89,7 @@ impl Scheduler {
         match report {
             Report::MergeVerified(r) => self.on_merge_verified(worker_id, *r, fx),
             Report::Started { attempt, pid, restarts, sandbox } => {
-                if self.attempts.get(&(attempt.task.clone(), attempt.number)).map(|a| a.state)
+                if self.model.attempts().get(&(attempt.task.clone(), attempt.number)).map(|a| a.state)
                     == Some(AttemptState::Assigned)
                 {
                     self.set_attempt_state(&attempt.task, attempt.number, AttemptState::Running, fx);
@@ -110,10 +109,10 @@ impl Scheduler {
             }
             Report::Progress { attempt, percent, step, usage, session_id } => {
                 // Progress stays in memory: it is reported again and again.
-                if let Some(t) = self.tasks.get_mut(&attempt.task) {
+                self.edit_task_unstored(&attempt.task, |t| {
                     t.percent = percent.min(100);
                     t.step = step;
-                }
+                });
                 // An agent's session and spend so far are kept, though: a
                 // lost attempt's session may still be resumed.
                 self.record_agent(&attempt.task, attempt.number, usage, &session_id, true, fx);
@@ -130,16 +129,14 @@ impl Scheduler {
                 );
             }
             Report::Question { attempt, id, text, category, options } => {
-                if let Some(t) = self.tasks.get_mut(&attempt.task) {
-                    t.notes.pending_question = Some(PendingQuestion {
-                        id: id.clone(),
-                        text: text.clone(),
-                        category: category.clone(),
-                        attempt: attempt.number,
-                        options: options.clone(),
-                    });
-                    fx.dirty_tasks.insert(t.key.clone());
-                }
+                let question = PendingQuestion {
+                    id: id.clone(),
+                    text: text.clone(),
+                    category: category.clone(),
+                    attempt: attempt.number,
+                    options: options.clone(),
+                };
+                self.edit_task(&attempt.task, fx, |t| t.notes.pending_question = Some(question));
                 self.task_event(
                     fx,
                     &attempt.task,
@@ -182,14 +179,14 @@ impl Scheduler {
         let _span =
             tracing::info_span!("attempt.result", swarm = %key.swarm, task = %key, attempt = %key.attempt(number), worker = worker_id, outcome = %r.outcome)
                 .entered();
-        if let Some(a) = self.attempts.get_mut(&(key.clone(), number)) {
+        self.edit_attempt(&key, number, fx, |a| {
             a.outcome = Some(r.outcome);
             a.exit_code = r.exit_code;
             a.summary = r.summary.clone();
             a.error = r.error.clone();
             a.tiers = r.tiers.clone();
             a.result_commit = r.commit.clone().unwrap_or_default();
-        }
+        });
         if !r.session_id.is_empty() || !r.usage.is_zero() {
             self.record_agent(&key, number, Some(r.usage), &r.session_id, false, fx);
             self.metrics.agent_usage(&r.usage);
@@ -202,13 +199,16 @@ impl Scheduler {
         self.free_worker_of(&key, number, fx);
         // A permission request lives and dies with the agent that asked: an
         // answer after its attempt ended would reach nobody.
-        if let Some(t) = self.tasks.get_mut(&key)
-            && t.notes.pending_question.as_ref().is_some_and(|q| q.category == PERMISSION_CATEGORY)
+        if self
+            .model
+            .tasks()
+            .get(&key)
+            .and_then(|t| t.notes.pending_question.as_ref())
+            .is_some_and(|q| q.category == PERMISSION_CATEGORY)
         {
-            t.notes.pending_question = None;
-            fx.dirty_tasks.insert(key.clone());
+            self.edit_task(&key, fx, |t| t.notes.pending_question = None);
         }
-        let cancel_requested = self.tasks.get(&key).is_some_and(|t| t.cancel_requested);
+        let cancel_requested = self.model.tasks().get(&key).is_some_and(|t| t.cancel_requested);
         let detail = if r.error.is_empty() { r.summary.clone() } else { r.error.clone() };
         match r.outcome {
             Outcome::Success => {
@@ -218,7 +218,7 @@ impl Scheduler {
                     return;
                 };
                 self.set_attempt_state(&key, number, AttemptState::Succeeded, fx);
-                if let Some(t) = self.tasks.get_mut(&key) {
+                self.edit_task(&key, fx, |t| {
                     t.result_commit = commit;
                     // Written only when there is something to keep: notes
                     // are allocated on their first write (see `LazyNotes`).
@@ -231,7 +231,7 @@ impl Scheduler {
                     if t.notes.conflict.is_some() {
                         t.notes.conflict = None;
                     }
-                }
+                });
                 self.set_state(&key, TaskState::Succeeded, &format!("attempt {number} succeeded"), fx);
                 self.after_success(&key, number, fx);
             }
@@ -262,14 +262,14 @@ impl Scheduler {
             }
             Outcome::Checkpoint => {
                 self.set_attempt_state(&key, number, AttemptState::Checkpointed, fx);
-                if let Some(t) = self.tasks.get_mut(&key) {
+                self.edit_task(&key, fx, |t| {
                     if let Some(c) = &r.commit {
                         t.resume_commit = c.clone();
                     }
                     t.notes
                         .failures
                         .push(format!("attempt {number}: checkpointed ({})", first_line(&r.summary)));
-                }
+                });
                 if cancel_requested {
                     self.set_state(&key, TaskState::Cancelled, "cancelled by the operator", fx);
                 } else {
@@ -286,13 +286,13 @@ impl Scheduler {
                 // for the reset on the worker that holds its session.
                 self.set_attempt_state(&key, number, AttemptState::RateLimited, fx);
                 let until = self.on_rate_limited(worker_id, r.rate_limit_reset_ms, &r.rate_limit_kind, fx);
-                if let Some(t) = self.tasks.get_mut(&key) {
+                self.edit_task(&key, fx, |t| {
                     if let Some(c) = &r.commit {
                         t.resume_commit = c.clone();
                     }
                     t.not_before = until;
                     t.notes.failures.push(format!("attempt {number}: paused by the agent's usage limit"));
-                }
+                });
                 if cancel_requested {
                     self.set_state(&key, TaskState::Cancelled, "cancelled by the operator", fx);
                 } else {
@@ -305,10 +305,8 @@ impl Scheduler {
             }
             Outcome::Escalation => {
                 self.set_attempt_state(&key, number, AttemptState::Stopped, fx);
-                if let Some(t) = self.tasks.get_mut(&key)
-                    && t.notes.pending_question.is_none()
-                {
-                    t.notes.pending_question = Some(PendingQuestion {
+                if self.model.tasks().get(&key).is_some_and(|t| t.notes.pending_question.is_none()) {
+                    let question = PendingQuestion {
                         id: format!("q{number}"),
                         text: if detail.is_empty() {
                             "escalated without a question".into()
@@ -318,7 +316,8 @@ impl Scheduler {
                         category: r.category.clone(),
                         attempt: number,
                         options: Vec::new(),
-                    });
+                    };
+                    self.edit_task(&key, fx, |t| t.notes.pending_question = Some(question));
                 }
                 let category =
                     if r.category.is_empty() { "escalation".to_string() } else { r.category.clone() };
@@ -336,9 +335,7 @@ impl Scheduler {
                 if cancel_requested {
                     self.set_state(&key, TaskState::Cancelled, "cancelled by the operator", fx);
                 } else {
-                    if let Some(t) = self.tasks.get_mut(&key) {
-                        t.not_before = now_ms() + INFRA_BACKOFF_MS;
-                    }
+                    self.edit_task(&key, fx, |t| t.not_before = now_ms() + INFRA_BACKOFF_MS);
                     let why = format!(
                         "attempt {number}: infrastructure failure, no retry spent: {}",
                         first_line(&detail)
@@ -369,23 +366,26 @@ impl Scheduler {
         live: bool,
         fx: &mut Effects,
     ) {
-        let Some(a) = self.attempts.get_mut(&(key.clone(), number)) else { return };
+        let Some(a) = self.model.attempts().get(&(key.clone(), number)) else { return };
         let before = a.agent.clone();
+        let mut after = before.clone();
         if !session_id.is_empty() {
-            a.agent.session_id = session_id.to_string();
+            after.session_id = session_id.to_string();
         }
         if let Some(u) = usage {
-            a.agent.usage = u;
+            after.usage = u;
         }
-        if a.agent == before {
+        if after == before {
             return;
         }
-        fx.dirty_attempts.insert((key.clone(), number));
-        let after = a.agent.usage;
-        if let Some(swarm) = self.swarms.get_mut(&key.swarm) {
-            swarm.usage.sub(&before.usage);
-            swarm.usage.add(&after);
-        }
+        let after = after.usage;
+        // The model moves the swarm's sum with the attempt's usage.
+        self.edit_attempt(key, number, fx, |a| {
+            if !session_id.is_empty() {
+                a.agent.session_id = session_id.to_string();
+            }
+            a.agent.usage = after;
+        });
         if after != before.usage {
             self.on_usage(key, number, &before.usage, &after, live, fx);
         }
@@ -394,19 +394,22 @@ impl Scheduler {
     /// Exit 1 and its kin: retry with exponential backoff and jitter while
     /// retries last, then FAILED.
     pub(super) fn fail_or_retry(&mut self, key: &TaskKey, number: u32, why: &str, fx: &mut Effects) {
-        let Some(t) = self.tasks.get_mut(key) else { return };
-        t.notes.failures.push(format!("attempt {number}: {why}"));
-        if t.retries_used < t.spec.retry.max_retries {
-            t.retries_used += 1;
+        let Some(t) = self.model.tasks().get(key) else { return };
+        let (used, max) = (t.retries_used + 1, t.spec.retry.max_retries);
+        let failure = format!("attempt {number}: {why}");
+        if t.retries_used < max {
             self.metrics.retries.inc();
-            let base = t.spec.retry.backoff_ms(t.retries_used) as f64;
+            let base = t.spec.retry.backoff_ms(used) as f64;
             let jittered = base * rand::rng().random_range(0.8..=1.2);
-            t.not_before = now_ms() + jittered as i64;
-            let (used, max) = (t.retries_used, t.spec.retry.max_retries);
+            self.edit_task(key, fx, |t| {
+                t.notes.failures.push(failure);
+                t.retries_used = used;
+                t.not_before = now_ms() + jittered as i64;
+            });
             let reason = format!("retry {used}/{max} in {} ms after {why}", jittered as i64);
             self.make_ready(key, &reason, fx);
         } else {
-            let max = t.spec.retry.max_retries;
+            self.edit_task(key, fx, |t| t.notes.failures.push(failure));
             self.set_state(key, TaskState::Failed, &format!("{why} (retries exhausted: {max})"), fx);
         }
     }
@@ -428,9 +431,9 @@ impl Scheduler {
     }
 
     pub(super) fn merge_job(&self, key: &TaskKey, number: u32, recovering: bool) -> Option<MergeJob> {
-        let t = self.tasks.get(key)?;
-        let swarm = self.swarms.get(&key.swarm)?;
-        let attempt = self.attempts.get(&(key.clone(), number))?;
+        let t = self.model.tasks().get(key)?;
+        let swarm = self.model.swarms().get(&key.swarm)?;
+        let attempt = self.model.attempts().get(&(key.clone(), number))?;
         Some(MergeJob {
             task: key.clone(),
             attempt: number,
@@ -450,8 +453,8 @@ impl Scheduler {
     pub(super) fn on_merged(&mut self, result: MergeResult, fx: &mut Effects) {
         let key = result.task.clone();
         let number = result.attempt;
-        let Some(t) = self.tasks.get(&key) else { return };
-        if !matches!(t.state, TaskState::Merging | TaskState::Succeeded) {
+        let Some(t) = self.model.tasks().get(&key) else { return };
+        if !matches!(t.state(), TaskState::Merging | TaskState::Succeeded) {
             return;
         }
         let span = tracing::info_span!("merge.result", swarm = %key.swarm, task = %key, attempt = %key.attempt(number));
@@ -475,14 +478,11 @@ impl Scheduler {
                 if let MergeStats::Integrated { duration, .. } = &stats {
                     crate::metrics::Metrics::observe(&self.metrics.merge_duration, *duration);
                 }
-                if let Some(s) = self.swarms.get_mut(&key.swarm) {
-                    s.integration_head = head.clone();
-                    fx.batch.swarm(s.row());
-                }
-                if let Some(t) = self.tasks.get_mut(&key) {
+                self.edit_swarm(&key.swarm, fx, |s| s.integration_head = head.clone());
+                self.edit_task(&key, fx, |t| {
                     t.merge_commit = merge_commit.clone();
                     t.resume_commit.clear();
-                }
+                });
                 self.task_event(
                     fx,
                     &key,
@@ -493,9 +493,9 @@ impl Scheduler {
                     merged_detail(&stats),
                 );
                 self.set_state(&key, TaskState::Merged, &format!("merged as {}", short(&merge_commit)), fx);
-                let dependents = self.dependents.get(&key).cloned().unwrap_or_default();
+                let dependents = self.model.dependents(&key).to_vec();
                 for d in dependents {
-                    if self.tasks.get(&d).is_some_and(|t| t.state == TaskState::Pending) {
+                    if self.model.tasks().get(&d).is_some_and(|t| t.state() == TaskState::Pending) {
                         self.make_ready(&d, &format!("dependency {} merged", key.task), fx);
                     }
                 }
@@ -511,11 +511,11 @@ impl Scheduler {
                     format!("conflict in {}", paths.join(", ")),
                     serde_json::json!({ "paths": paths, "description": description }),
                 );
-                let policy = self.tasks.get(&key).map(|t| t.spec.on_conflict).unwrap_or_default();
-                if let Some(t) = self.tasks.get_mut(&key) {
+                let policy = self.model.tasks().get(&key).map(|t| t.spec.on_conflict).unwrap_or_default();
+                self.edit_task(&key, fx, |t| {
                     t.notes.conflict = Some(description);
                     t.resume_commit.clear();
-                }
+                });
                 self.set_state(&key, TaskState::Conflict, &format!("conflict in {}", paths.join(", ")), fx);
                 if policy == ConflictPolicy::Return {
                     self.make_ready(
@@ -540,13 +540,9 @@ impl Scheduler {
     /// ends FAILED with the reason, the task forgets the commit, and the
     /// task's retry policy decides what comes next.
     fn refuse_result(&mut self, key: &TaskKey, number: u32, reason: &str, fx: &mut Effects) {
-        if let Some(a) = self.attempts.get_mut(&(key.clone(), number)) {
-            a.error = reason.to_string();
-        }
+        self.edit_attempt(key, number, fx, |a| a.error = reason.to_string());
         self.set_attempt_state(key, number, AttemptState::Failed, fx);
-        if let Some(t) = self.tasks.get_mut(key) {
-            t.result_commit.clear();
-        }
+        self.edit_task(key, fx, |t| t.result_commit.clear());
         self.task_event(
             fx,
             key,

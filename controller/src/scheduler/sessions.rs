@@ -7,14 +7,13 @@
 //! That binding is the resume secret given in Welcome (kept in the
 //! sidecar's journal) or, with credentials, the identity the stream proved.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
 use rand::Rng;
 use swarm_core::{AttemptState, TaskKey};
 
 use super::command::{HelloInfo, PackClaim, ReportedAttempt};
-use super::model::{Session, Worker};
+use super::model::{Session, Transition, Worker};
 use super::outbound::{CloseCode, Outbound};
 use super::{Effects, Scheduler, now_ms};
 use crate::audit::{Hit, Summary};
@@ -47,43 +46,35 @@ impl Scheduler {
             }
         };
         let now = now_ms();
-        let worker = self.workers.entry(hello.worker_id.clone()).or_insert_with(|| Worker {
-            id: hello.worker_id.clone(),
-            host: String::new(),
-            labels: BTreeMap::new(),
-            last_applied_seq: 0,
-            draining: false,
-            session: None,
-            attempt: None,
-            updated_at: now,
-            resume_secret: String::new(),
-            principal: String::new(),
-            verifying: None,
-            holds_secret: false,
+        if !self.model.workers().contains_key(&hello.worker_id) {
+            self.transition(Transition::WorkerAdded(Worker::new(hello.worker_id.clone(), now)), fx);
+        }
+        self.edit_worker(&hello.worker_id, fx, |worker| {
+            // The secret a sidecar proved stays valid, so a Welcome lost with
+            // its stream does not lock the sidecar out; any other claim gets a
+            // fresh one, which ends every older sidecar's claim.
+            if worker.resume_secret.is_empty() || !secrets_match(&hello.resume_secret, &worker.resume_secret)
+            {
+                worker.resume_secret = new_secret();
+            }
+            // A sidecar that proved nothing may never receive the Welcome that
+            // carries its new secret; it gets work once it speaks after it.
+            worker.holds_secret = proven;
+            if let Some(p) = &hello.principal {
+                worker.principal = p.clone();
+            }
+            // A new session replaces the old one; dropping its sender ends the
+            // old stream.
+            worker.session = Some(session.clone());
+            worker.host = hello.host.clone();
+            worker.labels = hello.labels.clone();
+            worker.updated_at = now;
         });
-        // The secret a sidecar proved stays valid, so a Welcome lost with
-        // its stream does not lock the sidecar out; any other claim gets a
-        // fresh one, which ends every older sidecar's claim.
-        if worker.resume_secret.is_empty() || !secrets_match(&hello.resume_secret, &worker.resume_secret) {
-            worker.resume_secret = new_secret();
-        }
-        // A sidecar that proved nothing may never receive the Welcome that
-        // carries its new secret; it gets work once it speaks after it.
-        worker.holds_secret = proven;
-        if let Some(p) = &hello.principal {
-            worker.principal = p.clone();
-        }
-        // A new session replaces the old one; dropping its sender ends the
-        // old stream.
-        worker.session = Some(session.clone());
-        worker.host = hello.host.clone();
-        worker.labels = hello.labels.clone();
-        worker.updated_at = now;
-        let current = worker.attempt.clone();
+        let Some(worker) = self.model.workers().get(&hello.worker_id) else { return };
+        let current = worker.attempt().cloned();
         let last_applied_seq = worker.last_applied_seq;
         let draining = worker.draining;
         let resume_secret = worker.resume_secret.clone();
-        fx.dirty_workers.insert(worker.id.clone());
         self.lease_seen.insert(hello.worker_id.clone(), self.mono_ms());
         // Its labels may be new.
         self.scan.changed();
@@ -91,7 +82,7 @@ impl Scheduler {
         let held = hello.attempt_in_hand.as_ref();
         let resumed = match (&current, held) {
             (Some((key, number)), Some(h)) => {
-                let token = self.attempts.get(&(key.clone(), *number)).map(|a| a.token);
+                let token = self.model.attempts().get(&(key.clone(), *number)).map(|a| a.token);
                 &h.task == key && h.number == *number && Some(h.token) == token
             }
             _ => false,
@@ -121,7 +112,7 @@ impl Scheduler {
                     self.send(&hello.worker_id, Outbound::Assign(Box::new(spec)), fx);
                 }
             }
-            if self.tasks.get(key).is_some_and(|t| t.cancel_requested) {
+            if self.model.tasks().get(key).is_some_and(|t| t.cancel_requested) {
                 self.send_cancel(key, *number, "cancelled by the operator", fx);
             }
             self.stop_again_on_reconnect(key, *number, fx);
@@ -151,7 +142,7 @@ impl Scheduler {
     fn may_claim(&self, hello: &HelloInfo) -> Result<bool, String> {
         let same_identity =
             |w: &Worker| hello.principal.as_deref().is_some_and(|p| !p.is_empty() && p == w.principal);
-        let Some(w) = self.workers.get(&hello.worker_id) else {
+        let Some(w) = self.model.workers().get(&hello.worker_id) else {
             return Ok(hello.principal.as_deref().is_some_and(|p| !p.is_empty()));
         };
         if same_identity(w) || secrets_match(&hello.resume_secret, &w.resume_secret) {
@@ -164,7 +155,7 @@ impl Scheduler {
                  (kept in that sidecar's journal) or its credential"
             ));
         }
-        if let Some((key, number)) = &w.attempt {
+        if let Some((key, number)) = w.attempt() {
             return Err(format!(
                 "worker {id} holds {}; until its lease expires only the sidecar with its resume secret \
                  or credential may resume it",
@@ -178,18 +169,23 @@ impl Scheduler {
     /// Welcome's resume secret (a sidecar journals it before it sends
     /// anything else): from now on it may be given work.
     pub(super) fn on_heard(&mut self, worker_id: &str, session: u64) {
-        let Some(w) = self.workers.get_mut(worker_id) else { return };
+        let Some(w) = self.model.workers().get(worker_id) else { return };
         if w.holds_secret || w.session.as_ref().map(|s| s.id) != Some(session) {
             return;
         }
-        w.holds_secret = true;
+        self.edit_worker_unstored(worker_id, |w| w.holds_secret = true);
         self.scan.changed();
     }
 
     /// A sidecar came back holding an attempt that is no longer current.
     fn fence_stale_hand(&mut self, worker: &str, held: &ReportedAttempt, fx: &mut Effects) {
         let key = (held.task.clone(), held.number);
-        if self.attempts.get(&key).is_some_and(|a| a.state == AttemptState::Lost && a.token == held.token) {
+        if self
+            .model
+            .attempts()
+            .get(&key)
+            .is_some_and(|a| a.state == AttemptState::Lost && a.token == held.token)
+        {
             self.set_attempt_state(&held.task, held.number, AttemptState::Fenced, fx);
         }
         self.task_event(
@@ -208,14 +204,15 @@ impl Scheduler {
     }
 
     pub(super) fn on_disconnected(&mut self, worker_id: &str, session: u64, fx: &mut Effects) {
-        let Some(w) = self.workers.get_mut(worker_id) else { return };
+        let Some(w) = self.model.workers().get(worker_id) else { return };
         if w.session.as_ref().map(|s| s.id) != Some(session) {
             return; // an older session, already replaced
         }
         let seen = w.session.as_ref().map(|s| s.last_seen.load(Ordering::Relaxed)).unwrap_or(0);
-        w.session = None;
-        w.updated_at = now_ms();
-        fx.dirty_workers.insert(w.id.clone());
+        self.edit_worker(worker_id, fx, |w| {
+            w.session = None;
+            w.updated_at = now_ms();
+        });
         let entry = self.lease_seen.entry(worker_id.to_string()).or_insert(seen);
         *entry = (*entry).max(seen);
         self.event(
@@ -235,7 +232,9 @@ impl Scheduler {
     /// again, nothing else), and a gap is refused: the stream is closed
     /// with the reason and nothing changes. Returns whether to apply it.
     pub(super) fn admit_seq(&mut self, worker_id: &str, session: u64, seq: u64, fx: &mut Effects) -> bool {
-        let Some(last) = self.workers.get(worker_id).map(|w| w.last_applied_seq) else { return false };
+        let Some(last) = self.model.workers().get(worker_id).map(|w| w.last_applied_seq) else {
+            return false;
+        };
         if seq <= last {
             self.send(worker_id, Outbound::Ack { seq }, fx);
             return false;
@@ -251,7 +250,7 @@ impl Scheduler {
         tracing::warn!(worker = worker_id, seq, last, "sequence gap; closing the stream");
         let data = serde_json::json!({ "seq": seq, "last_applied": last });
         self.audited(fx, worker_id, "report.seq_gap", None, reason.clone(), data);
-        if let Some(s) = self.workers.get(worker_id).and_then(|w| w.session.clone()) {
+        if let Some(s) = self.model.workers().get(worker_id).and_then(|w| w.session.clone()) {
             fx.outbound.push((s, Outbound::Close { code: CloseCode::FailedPrecondition, message: reason }));
         }
         self.on_disconnected(worker_id, session, fx);
@@ -311,13 +310,14 @@ impl Scheduler {
         }
         let cutoff = now_ms().saturating_sub(self.timing.forget_workers_after.as_millis() as i64);
         let gone: Vec<String> = self
-            .workers
+            .model
+            .workers()
             .values()
-            .filter(|w| w.session.is_none() && w.attempt.is_none() && w.updated_at < cutoff)
+            .filter(|w| w.session.is_none() && w.attempt().is_none() && w.updated_at < cutoff)
             .map(|w| w.id.clone())
             .collect();
         for id in gone {
-            self.workers.remove(&id);
+            self.model.apply(Transition::WorkerForgotten(&id));
             self.lease_seen.remove(&id);
             fx.dirty_workers.remove(&id);
             fx.batch.forget_worker(&id);
@@ -343,7 +343,7 @@ impl Scheduler {
         let denied = |why: String| {
             Err(SchedError::PermissionDenied(format!("pack for worker {}: {why}", claim.worker)))
         };
-        let Some(w) = self.workers.get(&claim.worker) else { return denied("no such worker".into()) };
+        let Some(w) = self.model.workers().get(&claim.worker) else { return denied("no such worker".into()) };
         if w.session.is_none() {
             return denied("it has no live session".into());
         }
@@ -354,9 +354,10 @@ impl Scheduler {
             ));
         }
         let Some(a) = &claim.attempt else { return Ok(()) };
-        let held = w.attempt.as_ref().is_some_and(|(k, n)| k == &a.task && *n == a.number);
+        let held = w.attempt().is_some_and(|(k, n)| k == &a.task && *n == a.number);
         let live = self
-            .attempts
+            .model
+            .attempts()
             .get(&(a.task.clone(), a.number))
             .is_some_and(|x| x.token == a.token && x.state.is_live());
         if held && live {

@@ -12,16 +12,8 @@
 
 use swarm_core::TaskState;
 
+pub use super::model::Stall;
 use super::model::{Swarm, Tasks, state_index};
-
-/// Why a swarm is STALLED, for GetSwarm, Watch and the CLI.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Stall {
-    pub reason: String,
-    /// The tasks that need the operator (retry, answer, cancel), in plan
-    /// order; their PENDING dependents are counted in the reason.
-    pub tasks: Vec<String>,
-}
 
 /// States in which a task may still move on its own: a reviewer attempt
 /// decides a REVIEW, a child swarm moves a RUNNING sub-swarm task.
@@ -47,23 +39,23 @@ pub fn describe(swarm: &Swarm, tasks: &Tasks) -> Stall {
         .tasks
         .iter()
         .filter(|k| {
-            swarm.waits_on_operator.contains(*k)
-                || tasks.get(*k).is_some_and(|t| NEEDS_OPERATOR.contains(&t.state))
+            swarm.waits_on_operator().contains(*k)
+                || tasks.get(*k).is_some_and(|t| NEEDS_OPERATOR.contains(&t.state()))
         })
         .map(|k| k.task.to_string())
         .collect();
     let mut parts: Vec<String> = NEEDS_OPERATOR
         .iter()
-        .filter(|s| swarm.counts[state_index(**s)] > 0)
-        .map(|s| format!("{} {}", swarm.counts[state_index(*s)], s.as_str()))
+        .filter(|s| swarm.counts()[state_index(**s)] > 0)
+        .map(|s| format!("{} {}", swarm.counts()[state_index(*s)], s.as_str()))
         .collect();
     for (state, what) in
         [(TaskState::Review, "REVIEW by the operator"), (TaskState::Running, "sub-swarm STALLED")]
     {
         let n = swarm
-            .waits_on_operator
+            .waits_on_operator()
             .iter()
-            .filter(|k| tasks.get(*k).is_some_and(|t| t.state == state))
+            .filter(|k| tasks.get(*k).is_some_and(|t| t.state() == state))
             .count();
         if n > 0 {
             parts.push(format!("{n} {what}"));
@@ -72,7 +64,7 @@ pub fn describe(swarm: &Swarm, tasks: &Tasks) -> Stall {
     if parts.is_empty() {
         parts.push("no task needs the operator".into());
     }
-    let pending = swarm.counts[state_index(TaskState::Pending)];
+    let pending = swarm.counts()[state_index(TaskState::Pending)];
     let mut reason = format!("nothing can move without the operator: {}", parts.join(", "));
     if pending > 0 {
         reason.push_str(&format!("; {pending} PENDING behind them"));

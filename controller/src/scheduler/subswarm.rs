@@ -1,7 +1,7 @@
 //! Sub-swarms: a task with its own plan runs it as a child swarm.
 //!
 //! When such a task becomes READY it is not offered to a sidecar. Instead
-//! the integrator creates the task's branch at the parent's integration
+//! the merger creates the task's branch at the parent's integration
 //! head (the child's integration branch, so the child's merges land on the
 //! task's branch), and the child swarm `<swarm>/<task>` is created on it and
 //! scheduled like any other swarm, on the same fleet. The parent task is
@@ -22,11 +22,11 @@ use swarm_core::plan::{Plan, PlanError};
 use swarm_core::{AttemptState, SwarmId, TaskKey, TaskState};
 use tokio::sync::oneshot;
 
-use super::model::{Attempt, SwarmState};
+use super::model::{Attempt, SwarmState, Transition};
 use super::{Effects, Scheduler};
 use crate::error::SchedError;
 
-/// The branch of a starting child swarm, on its way from the integrator.
+/// The branch of a starting child swarm, on its way from the merger.
 type BranchReply = oneshot::Receiver<Result<String, SchedError>>;
 
 /// Sub-swarm tasks between READY and their child swarm's creation.
@@ -34,7 +34,7 @@ type BranchReply = oneshot::Receiver<Result<String, SchedError>>;
 pub struct SubSwarms {
     /// READY sub-swarm tasks, started at the next tick.
     to_start: Vec<TaskKey>,
-    /// Tasks whose child's branch the integrator is making: (attempt, reply).
+    /// Tasks whose child's branch the merger is making: (attempt, reply).
     branching: HashMap<TaskKey, (u32, BranchReply)>,
 }
 
@@ -53,48 +53,33 @@ pub fn stored_plan(id: &str, text: &str) -> Result<Arc<Plan>, PlanError> {
 }
 
 impl Scheduler {
-    fn is_subswarm_task(&self, key: &TaskKey) -> bool {
-        self.tasks.get(key).is_some_and(|t| t.spec.subplan.is_some())
-    }
-
-    /// Called by `set_state` after each transition: a READY sub-swarm task
-    /// leaves the ready queue (no sidecar runs it) to be started at the
-    /// next tick, and a RUNNING one holds no ownership (its child's tasks
-    /// own the files, and must not be held off by their own parent).
-    pub(super) fn subswarm_transition(&mut self, key: &TaskKey, to: TaskState) {
-        if !self.is_subswarm_task(key) {
-            return;
-        }
-        match to {
-            TaskState::Ready => {
-                if let Some(seq) = self.ready_seq.remove(key) {
-                    self.ready.remove(&(seq, key.clone()));
-                }
-                if !self.subswarms.to_start.contains(key) {
-                    self.subswarms.to_start.push(key.clone());
-                }
-            }
-            TaskState::Running => self.running.remove(key),
-            _ => {}
+    /// Called by `set_state` when a sub-swarm task becomes READY: no
+    /// sidecar runs it (the model keeps it out of the ready queue); it is
+    /// started at the next tick.
+    pub(super) fn subswarm_ready(&mut self, key: &TaskKey) {
+        if !self.subswarms.to_start.contains(key) {
+            self.subswarms.to_start.push(key.clone());
         }
     }
 
-    /// After recovery: sub-swarm tasks leave the ready queue and the
-    /// ownership set as `subswarm_transition` would have them, and a
-    /// RUNNING one whose child was never created asks for it again.
+    /// After recovery: READY sub-swarm tasks are started at the next tick,
+    /// and a RUNNING one whose child was never created asks for it again.
     pub(super) fn recover_subswarms(&mut self) {
         let keys: Vec<(TaskKey, TaskState)> = self
-            .tasks
+            .model
+            .tasks()
             .values()
             .filter(|t| t.spec.subplan.is_some())
-            .map(|t| (t.key.clone(), t.state))
+            .map(|t| (t.key.clone(), t.state()))
             .collect();
         self.lease_seen.remove(NO_WORKER);
         for (key, state) in keys {
-            self.subswarm_transition(&key, state);
+            if state == TaskState::Ready {
+                self.subswarm_ready(&key);
+            }
             let child = key.swarm.child(&key.task);
-            if state == TaskState::Running && !self.swarms.contains_key(&child) {
-                self.request_branch(&key, self.tasks.get(&key).map(|t| t.attempts).unwrap_or(0));
+            if state == TaskState::Running && !self.model.swarms().contains_key(&child) {
+                self.request_branch(&key, self.model.tasks().get(&key).map(|t| t.attempts).unwrap_or(0));
             }
         }
     }
@@ -103,7 +88,7 @@ impl Scheduler {
     /// branches are ready; called every tick.
     pub(super) fn tick_subswarms(&mut self, fx: &mut Effects) {
         for key in std::mem::take(&mut self.subswarms.to_start) {
-            if self.tasks.get(&key).is_some_and(|t| t.state == TaskState::Ready) {
+            if self.model.tasks().get(&key).is_some_and(|t| t.state() == TaskState::Ready) {
                 self.start_subswarm(&key, fx);
             }
         }
@@ -115,11 +100,9 @@ impl Scheduler {
             match rx.try_recv() {
                 Ok(result) => done.push((key.clone(), *number, result)),
                 Err(oneshot::error::TryRecvError::Empty) => {}
-                Err(oneshot::error::TryRecvError::Closed) => done.push((
-                    key.clone(),
-                    *number,
-                    Err(SchedError::Unavailable("integrator stopped".into())),
-                )),
+                Err(oneshot::error::TryRecvError::Closed) => {
+                    done.push((key.clone(), *number, Err(SchedError::Unavailable("merger stopped".into()))))
+                }
             }
         }
         for (key, number, result) in done {
@@ -140,40 +123,38 @@ impl Scheduler {
     /// one needs its branch first.
     fn start_subswarm(&mut self, key: &TaskKey, fx: &mut Effects) {
         let child = key.swarm.child(&key.task);
-        let base = self.swarms.get(&key.swarm).map(|s| s.integration_head.clone()).unwrap_or_default();
-        if self.swarms.get(&child).is_some_and(|s| s.state == SwarmState::Completed) {
+        let base =
+            self.model.swarms().get(&key.swarm).map(|s| s.integration_head.clone()).unwrap_or_default();
+        if self.model.swarms().get(&child).is_some_and(|s| s.state == SwarmState::Completed) {
             // Its result was refused or conflicted: merging the same head
             // again would meet the same answer, over and over.
             let why = format!(
                 "sub-swarm {child} completed, but its result did not merge ({}); a completed child is not \
                  run again",
-                self.tasks.get(key).map(|t| t.reason.as_str()).unwrap_or_default()
+                self.model.tasks().get(key).map(|t| t.reason.as_str()).unwrap_or_default()
             );
             self.set_state(key, TaskState::Failed, &why, fx);
             return;
         }
-        let Some(task) = self.tasks.get_mut(key) else { return };
-        task.attempts += 1;
-        let number = task.attempts;
+        let Some(task) = self.model.tasks().get(key) else { return };
+        let number = task.attempts + 1;
+        self.edit_task(key, fx, |task| task.attempts = number);
         let span = tracing::info_span!("subswarm.start", swarm = %key.swarm, task = %key, attempt = %key.attempt(number), child = %child);
         let _span = span.entered();
         let token = self.next_token;
         self.next_token += 1;
-        self.attempts.insert(
-            (key.clone(), number),
-            Attempt::begin(
-                key.clone(),
-                number,
-                AttemptState::Running,
-                NO_WORKER.to_string(),
-                token,
-                base,
-                Default::default(),
-            ),
+        let attempt = Attempt::begin(
+            key.clone(),
+            number,
+            AttemptState::Running,
+            NO_WORKER.to_string(),
+            token,
+            base,
+            Default::default(),
         );
-        fx.dirty_attempts.insert((key.clone(), number));
+        self.transition(Transition::AttemptAdded(attempt), fx);
         self.set_state(key, TaskState::Running, &format!("sub-swarm {child} (attempt {number})"), fx);
-        if self.swarms.contains_key(&child) {
+        if self.model.swarms().contains_key(&child) {
             self.resume_child(&child, fx);
         } else {
             self.request_branch(key, number);
@@ -181,10 +162,10 @@ impl Scheduler {
     }
 
     fn request_branch(&mut self, key: &TaskKey, number: u32) {
-        let Some(parent) = self.swarms.get(&key.swarm) else { return };
+        let Some(parent) = self.model.swarms().get(&key.swarm) else { return };
         let child = key.swarm.child(&key.task);
         let Some(plan) = parent.plan.descendant(&child) else { return };
-        match self.integrator.ensure_branch_later(&plan.integration_branch, &parent.plan.integration_branch) {
+        match self.merger.ensure_branch_later(&plan.integration_branch, &parent.plan.integration_branch) {
             Ok(rx) => {
                 self.subswarms.branching.insert(key.clone(), (number, rx));
             }
@@ -195,15 +176,14 @@ impl Scheduler {
     /// The child swarm of `key`, on its branch at `head`.
     fn create_child(&mut self, key: &TaskKey, number: u32, head: &str, fx: &mut Effects) {
         let child = key.swarm.child(&key.task);
-        let Some(parent) = self.swarms.get(&key.swarm) else { return };
+        let Some(parent) = self.model.swarms().get(&key.swarm) else { return };
         let Some(plan) = parent.plan.descendant(&child) else { return };
         // A child stores its root's plan text; `stored_plan` finds it again.
         let root = SwarmId::new(key.swarm.root()).ok();
-        let Some(text) = root.and_then(|r| self.swarms.get(&r)).map(|s| s.plan_text.clone()) else { return };
-        if let Some(a) = self.attempts.get_mut(&(key.clone(), number)) {
-            a.base_commit = head.to_string();
-            fx.dirty_attempts.insert((key.clone(), number));
-        }
+        let Some(text) = root.and_then(|r| self.model.swarms().get(&r)).map(|s| s.plan_text.clone()) else {
+            return;
+        };
+        self.edit_attempt(key, number, fx, |a| a.base_commit = head.to_string());
         let _span = tracing::info_span!("subswarm.create", swarm = %key.swarm, task = %key, attempt = %key.attempt(number), child = %child).entered();
         self.task_event(
             fx,
@@ -220,20 +200,17 @@ impl Scheduler {
     /// A retried parent: its child's failed and cancelled tasks get new
     /// attempts.
     fn resume_child(&mut self, child: &SwarmId, fx: &mut Effects) {
-        let keys = self.swarms.get(child).map(|s| s.tasks.clone()).unwrap_or_default();
+        let keys = self.model.swarms().get(child).map(|s| s.tasks.clone()).unwrap_or_default();
         for k in keys {
-            let state = self.tasks.get(&k).map(|t| t.state);
+            let state = self.model.tasks().get(&k).map(|t| t.state());
             if matches!(state, Some(TaskState::Failed | TaskState::Cancelled))
                 && let Err(e) = self.retry_task(&k, fx)
             {
                 tracing::warn!(task = %k, error = %e, "child task not retried");
             }
         }
-        if let Some(s) = self.swarms.get_mut(child)
-            && s.state != SwarmState::Active
-        {
-            s.state = SwarmState::Active;
-            fx.batch.swarm(s.row());
+        if self.model.swarms().get(child).is_some_and(|s| s.state != SwarmState::Active) {
+            self.edit_swarm(child, fx, |s| s.state = SwarmState::Active);
         }
         fx.touched_swarms.insert(child.clone());
     }
@@ -244,13 +221,14 @@ impl Scheduler {
         let child = key.swarm.child(&key.task);
         if self.subswarms.branching.remove(key).is_some() {
             // Nothing runs yet: the task stops here.
-            let number = self.tasks.get(key).map(|t| t.attempts).unwrap_or(0);
+            let number = self.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
             self.set_attempt_state(key, number, AttemptState::Cancelled, fx);
             self.set_state(key, TaskState::Cancelled, reason, fx);
             return;
         }
         if self
-            .swarms
+            .model
+            .swarms()
             .get(&child)
             .is_some_and(|s| matches!(s.state, SwarmState::Active | SwarmState::Stalled | SwarmState::Paused))
             && let Err(e) = self.cancel_swarm(child.as_str(), reason, fx)
@@ -264,43 +242,40 @@ impl Scheduler {
     /// its parent task, and its end decides the parent task's attempt.
     pub(super) fn after_swarm_refresh(&mut self, id: &SwarmId, fx: &mut Effects) {
         let Some(parent) = id.parent() else { return };
-        let Some(child) = self.swarms.get(id) else { return };
+        let Some(child) = self.model.swarms().get(id) else { return };
         let total = child.tasks.len() as u32;
-        let merged = child.counts[super::model::state_index(TaskState::Merged)];
+        let merged = child.count(TaskState::Merged);
         let state = child.state;
         let head = child.integration_head.clone();
-        let Some(task) = self.tasks.get_mut(&parent) else { return };
-        if task.state != TaskState::Running {
+        let Some(task) = self.model.tasks().get(&parent) else { return };
+        if task.state() != TaskState::Running {
             return;
         }
-        task.percent = (merged * 100).checked_div(total).unwrap_or(0);
-        // A STALLED child waits on the operator, and so does its parent task:
-        // the parent swarm is refreshed when that starts or ends.
-        if let Some(parent_swarm) = self.swarms.get_mut(&parent.swarm) {
-            let changed = if state == SwarmState::Stalled {
-                parent_swarm.waits_on_operator.insert(parent.clone())
-            } else {
-                parent_swarm.waits_on_operator.remove(&parent)
-            };
-            if changed {
-                fx.touched_swarms.insert(parent.swarm.clone());
-            }
-        }
-        task.step = format!("sub-swarm {id}: {merged}/{total} merged, {}", state.as_str());
         let number = task.attempts;
         let cancel_requested = task.cancel_requested;
+        // Progress, not stored: the child's counts say it again.
+        self.edit_task_unstored(&parent, |task| {
+            task.percent = (merged * 100).checked_div(total).unwrap_or(0);
+            task.step = format!("sub-swarm {id}: {merged}/{total} merged, {}", state.as_str());
+        });
+        // A STALLED child waits on the operator, and so does its parent task:
+        // the parent swarm is refreshed when that starts or ends.
+        self.transition(
+            Transition::ChildStalled { parent: &parent, stalled: state == SwarmState::Stalled },
+            fx,
+        );
         let failed = self.failed_children(id);
         let _span = tracing::info_span!("subswarm.result", swarm = %parent.swarm, task = %parent, attempt = %parent.attempt(number), child = %id).entered();
         match state {
             SwarmState::Completed => {
-                if let Some(a) = self.attempts.get_mut(&(parent.clone(), number)) {
+                self.edit_attempt(&parent, number, fx, |a| {
                     a.result_commit = head.clone();
                     a.summary = format!("sub-swarm {id} completed");
-                }
-                if let Some(t) = self.tasks.get_mut(&parent) {
+                });
+                self.edit_task(&parent, fx, |t| {
                     t.result_commit = head.clone();
                     t.notes.summary = format!("sub-swarm {id}: {total} tasks merged");
-                }
+                });
                 self.set_attempt_state(&parent, number, AttemptState::Succeeded, fx);
                 self.set_state(&parent, TaskState::Succeeded, &format!("sub-swarm {id} completed"), fx);
                 // The way every succeeded result goes: review, if the plan
@@ -313,13 +288,9 @@ impl Scheduler {
             }
             SwarmState::Cancelled | SwarmState::Failed | SwarmState::Stalled if !failed.is_empty() => {
                 let why = format!("sub-swarm {id} failed: {}", failed.join(", "));
-                if let Some(a) = self.attempts.get_mut(&(parent.clone(), number)) {
-                    a.error = why.clone();
-                }
+                self.edit_attempt(&parent, number, fx, |a| a.error = why.clone());
                 self.set_attempt_state(&parent, number, AttemptState::Failed, fx);
-                if let Some(t) = self.tasks.get_mut(&parent) {
-                    t.notes.failures.push(format!("attempt {number}: {why}"));
-                }
+                self.edit_task(&parent, fx, |t| t.notes.failures.push(format!("attempt {number}: {why}")));
                 // The child already spent its own tasks' retries.
                 self.set_state(&parent, TaskState::Failed, &why, fx);
             }
@@ -329,13 +300,13 @@ impl Scheduler {
 
     /// The child's tasks that ended FAILED or CANCELLED, with their reasons.
     fn failed_children(&self, id: &SwarmId) -> Vec<String> {
-        let Some(child) = self.swarms.get(id) else { return Vec::new() };
+        let Some(child) = self.model.swarms().get(id) else { return Vec::new() };
         child
             .tasks
             .iter()
-            .filter_map(|k| self.tasks.get(k))
-            .filter(|t| matches!(t.state, TaskState::Failed | TaskState::Cancelled))
-            .map(|t| format!("{} {} ({})", t.key, t.state, t.reason))
+            .filter_map(|k| self.model.tasks().get(k))
+            .filter(|t| matches!(t.state(), TaskState::Failed | TaskState::Cancelled))
+            .map(|t| format!("{} {} ({})", t.key, t.state(), t.reason))
             .collect()
     }
 }

@@ -1,9 +1,8 @@
-//! The scheduler driven turn by turn (no threads but the integrator's),
+//! The scheduler driven turn by turn (no threads but the merger's),
 //! checked against a small model of the task lifecycle.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
-use std::sync::mpsc;
 use std::time::Duration;
 
 use proptest::prelude::*;
@@ -14,6 +13,7 @@ use tokio::sync::{mpsc as tmpsc, oneshot};
 mod agents;
 mod budget;
 mod pipeline;
+mod recovery;
 mod review;
 
 use super::command::{Command, HelloInfo, OperatorOp, Report, ReportedAttempt, ResultReport};
@@ -40,7 +40,7 @@ fn fresh_hello(worker: &str) -> HelloInfo {
 struct Rig {
     _dir: tempfile::TempDir,
     sched: Scheduler,
-    merged: mpsc::Receiver<Command>,
+    merged: flume::Receiver<Command>,
     outbound: tmpsc::Receiver<Outbound>,
     seq: u64,
     base: String,
@@ -85,7 +85,7 @@ impl Rig {
         let base = git(&repo, &["rev-parse", "HEAD"]);
         git(&repo, &["branch", "swarm/s/integration"]);
         let store = Store::open(&dir.path().join("swarm.db")).expect("store");
-        let (results, merged) = mpsc::channel();
+        let (results, merged) = flume::unbounded();
         let (handle, _thread) = merger::spawn(&repo, super::merger_sink(results)).expect("merger");
         let timing =
             Timing { lease_ttl: Duration::from_secs(3600), lost_grace: Duration::ZERO, ..Timing::default() };
@@ -341,7 +341,8 @@ fn a_full_outbound_queue_closes_the_session_and_the_next_hello_sends_the_assign_
         closed: tokio_util::sync::CancellationToken::new(),
     };
     // The sidecar reconnects with the secret its first Welcome gave it.
-    let resume_secret = rig.sched.workers.get("w1").map(|w| w.resume_secret.clone()).unwrap_or_default();
+    let resume_secret =
+        rig.sched.model.workers().get("w1").map(|w| w.resume_secret.clone()).unwrap_or_default();
     let hello = HelloInfo {
         worker_id: "w1".into(),
         labels: Default::default(),

@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 use swarm_core::plan::{Budget, SwarmBudget};
 use swarm_core::{TaskState, Usage};
 
+pub use super::branch_report::BranchReport as BranchReportView;
+pub use super::model::task_usage;
 use super::model::{Attempt, Attempts, Swarm, SwarmState, Task, Worker};
-pub use super::review::BranchReport as BranchReportView;
 use crate::store::EventRow;
 
 #[derive(Debug, Clone)]
@@ -34,7 +35,7 @@ impl SwarmView {
     pub fn of(swarm: &Swarm, usd_last_hour: f64) -> SwarmView {
         let by_state: BTreeMap<String, u32> = TaskState::ALL
             .iter()
-            .zip(swarm.counts)
+            .zip(*swarm.counts())
             .filter(|(_, n)| *n > 0)
             .map(|(s, n)| (s.as_str().to_string(), n))
             .collect();
@@ -51,12 +52,12 @@ impl SwarmView {
             // A stalled swarm cancelled keeps its last description; only
             // STALLED shows one.
             stall: swarm.stall.clone().filter(|_| swarm.state == SwarmState::Stalled),
-            usage: swarm.usage,
+            usage: *swarm.usage(),
             paused_reason: match (&swarm.control.paused, swarm.state) {
                 (Some(p), SwarmState::Paused) => format!("{} (by the {})", p.reason, p.by),
                 _ => String::new(),
             },
-            budget: super::budget::swarm_budget(swarm),
+            budget: super::model::swarm_budget(swarm),
             usd_last_hour,
         }
     }
@@ -97,7 +98,7 @@ impl TaskView {
             swarm: task.key.swarm.to_string(),
             id: task.key.task.to_string(),
             title: task.spec.title.clone(),
-            state: task.state,
+            state: task.state(),
             deps: task.spec.deps.iter().map(|d| d.to_string()).collect(),
             owned_globs: task.spec.files.clone(),
             attempts: task.attempts,
@@ -123,21 +124,10 @@ impl TaskView {
             usage: task_usage(task, attempts),
             first_started_at: attempts.get(&(task.key.clone(), 1)).map(|a| a.started_at).unwrap_or(0),
             last_ended_at: attempts.get(&(task.key.clone(), task.attempts)).map(|a| a.ended_at).unwrap_or(0),
-            recommendation: super::review::recommendation(task),
-            budget: super::budget::task_budget(task),
+            recommendation: super::branch_report::recommendation(task),
+            budget: super::model::task_budget(task),
         }
     }
-}
-
-/// What a task's attempts spent, summed.
-pub fn task_usage(task: &Task, attempts: &Attempts) -> Usage {
-    let mut sum = Usage::default();
-    for n in 1..=task.attempts {
-        if let Some(a) = attempts.get(&(task.key.clone(), n)) {
-            sum.add(&a.agent.usage);
-        }
-    }
-    sum
 }
 
 #[derive(Debug, Clone)]
@@ -176,7 +166,7 @@ impl WorkerView {
             labels: w.labels.clone(),
             connected: w.session.is_some(),
             draining: w.draining,
-            attempt: w.attempt.as_ref().map(|(k, n)| k.attempt(*n).to_string()).unwrap_or_default(),
+            attempt: w.attempt().map(|(k, n)| k.attempt(*n).to_string()).unwrap_or_default(),
             heartbeat_age_ms: if w.session.is_some() { now_ms.saturating_sub(last_seen) } else { 0 },
             last_applied_seq: w.last_applied_seq,
             rate_limit_key: super::limits::limit_key(w),

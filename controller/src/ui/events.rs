@@ -63,7 +63,7 @@ pub async fn stream(
 /// subscription (the receiver is dropped; `Watch` makes its own).
 async fn latest(ui: &Ui) -> Result<u64, ApiError> {
     let (reply, rx) = tokio::sync::oneshot::channel();
-    ui.shared.send(crate::scheduler::Command::Subscribe { reply }).map_err(Status::from)?;
+    ui.shared.send(crate::scheduler::Command::Subscribe { reply }).await.map_err(Status::from)?;
     let (last, _live) = rx.await.map_err(|_| Status::unavailable("scheduler stopped"))?;
     Ok(last)
 }

@@ -11,88 +11,22 @@
 
 use std::collections::BTreeSet;
 
-use serde::{Deserialize, Serialize};
 use swarm_core::plan::{ReviewSpec, task_branch};
 use swarm_core::{AttemptState, Outcome, TaskKey, TaskState};
 
 use super::command::ResultReport;
-use super::model::{AgentRecord, Attempt};
+use super::model::{AgentRecord, Attempt, Task, Transition};
+pub use super::model::{Decision, ReviewRecord};
 use super::outbound::{AgentAssign, AssignSpec, AttemptHandle, Outbound};
 use super::{Effects, Scheduler, now_ms};
 use crate::error::SchedError;
 
-mod report;
-pub use report::{BranchReport, branch_report, recommendation, render_requested};
-use report::{first_line, render_review, short};
+pub use super::branch_report::{branch_report, render_requested};
+use super::branch_report::{first_line, render_review, short};
 
 /// Pause before a reviewer attempt that failed for the sidecar's reasons
 /// (not the reviewer's) is tried again.
 const INFRA_BACKOFF_MS: i64 = 2_000;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Decision {
-    Approve,
-    RequestChanges,
-    Reject,
-}
-
-impl Decision {
-    /// The operator writes `request-changes`, a reviewer's file
-    /// `request_changes`; both are accepted everywhere.
-    pub fn parse(word: &str) -> Option<Decision> {
-        match word.trim().to_ascii_lowercase().as_str() {
-            "approve" | "approved" => Some(Decision::Approve),
-            "request-changes" | "request_changes" | "changes_requested" => Some(Decision::RequestChanges),
-            "reject" | "rejected" => Some(Decision::Reject),
-            _ => None,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Decision::Approve => "approve",
-            Decision::RequestChanges => "request_changes",
-            Decision::Reject => "reject",
-        }
-    }
-}
-
-/// One decision, kept in the task's history.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ReviewRecord {
-    pub decision: Decision,
-    #[serde(default)]
-    pub message: String,
-    /// `operator`, or the reviewer attempt's label.
-    pub by: String,
-    pub commit: String,
-    pub at: i64,
-}
-
-/// What the controller remembers of a task's reviews (stored with its
-/// notes, so a task in REVIEW survives a restart).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct ReviewNotes {
-    /// The commit under review; decisions apply to it alone.
-    #[serde(default)]
-    pub commit: String,
-    /// The attempt that made it.
-    #[serde(default)]
-    pub attempt: u32,
-    /// The live reviewer attempt's number; 0 when none runs.
-    #[serde(default)]
-    pub reviewer: u32,
-    /// Reviewer attempts of this commit that failed (crash, timeout, no
-    /// decision): spent from the task's retries, like any attempt's.
-    #[serde(default)]
-    pub reviewer_failures: u32,
-    /// Changes requested of the next attempt, cleared by its success.
-    #[serde(default)]
-    pub requested: Vec<String>,
-    #[serde(default)]
-    pub history: Vec<ReviewRecord>,
-}
 
 /// Tasks in REVIEW waiting for a reviewer attempt to be assigned.
 #[derive(Debug, Default)]
@@ -104,18 +38,19 @@ impl Scheduler {
     /// A task's attempt succeeded: the merge path, or REVIEW when its plan
     /// asks for one. This is where a succeeded result is ready to merge.
     pub(super) fn after_success(&mut self, key: &TaskKey, number: u32, fx: &mut Effects) {
-        let Some(t) = self.tasks.get_mut(key) else { return };
+        let Some(t) = self.model.tasks().get(key) else { return };
         let Some(spec) = t.spec.review.clone() else {
             self.start_merge(key, number, false, fx);
             return;
         };
-        let review = t.notes.review.get_or_insert_with(Box::default);
-        review.commit = t.result_commit.clone();
-        review.attempt = number;
-        review.reviewer = 0;
-        review.reviewer_failures = 0;
-        review.requested.clear();
-        fx.dirty_tasks.insert(key.clone());
+        self.edit_task(key, fx, |t| {
+            let review = t.notes.review.get_or_insert_with(Box::default);
+            review.commit = t.result_commit.clone();
+            review.attempt = number;
+            review.reviewer = 0;
+            review.reviewer_failures = 0;
+            review.requested.clear();
+        });
         let who =
             if spec.has_reviewer() { format!("a {} reviewer", spec.kind()) } else { "the operator".into() };
         self.set_state(key, TaskState::Review, &format!("attempt {number} waits for review by {who}"), fx);
@@ -128,8 +63,8 @@ impl Scheduler {
     /// Records the branch report as an event (the Watch and the audit log
     /// see each recommendation change).
     fn report_branch(&mut self, key: &TaskKey, fx: &mut Effects) {
-        let Some(t) = self.tasks.get(key) else { return };
-        let r = branch_report(t, &self.attempts);
+        let Some(t) = self.model.tasks().get(key) else { return };
+        let r = branch_report(t, self.model.attempts());
         let data = serde_json::json!({
             "branch": r.branch,
             "recommendation": r.recommendation,
@@ -156,7 +91,8 @@ impl Scheduler {
     pub(super) fn is_reviewer(&self, key: &TaskKey, number: u32) -> bool {
         number > 0
             && self
-                .tasks
+                .model
+                .tasks()
                 .get(key)
                 .and_then(|t| t.notes.review.as_deref())
                 .is_some_and(|r| r.reviewer == number)
@@ -171,12 +107,12 @@ impl Scheduler {
         let now = now_ms();
         let waiting: Vec<TaskKey> = self.reviews.waiting.iter().cloned().collect();
         for key in waiting {
-            let Some(t) = self.tasks.get(&key) else {
+            let Some(t) = self.model.tasks().get(&key) else {
                 self.reviews.waiting.remove(&key);
                 continue;
             };
             let live = t.notes.review.as_deref().is_some_and(|r| r.reviewer != 0);
-            if t.state != TaskState::Review
+            if t.state() != TaskState::Review
                 || live
                 || !t.spec.review.as_deref().is_some_and(ReviewSpec::has_reviewer)
             {
@@ -189,7 +125,8 @@ impl Scheduler {
             }
             let agent = matches!(t.spec.review.as_deref(), Some(ReviewSpec::Agent { .. }));
             let mut idle: Vec<&str> = self
-                .workers
+                .model
+                .workers()
                 .values()
                 .filter(|w| w.is_idle() && !(agent && self.limited_until(w, now).is_some()))
                 .map(|w| w.id.as_str())
@@ -204,17 +141,20 @@ impl Scheduler {
     fn assign_reviewer(&mut self, worker_id: &str, key: &TaskKey, fx: &mut Effects) {
         let token = self.next_token;
         self.next_token += 1;
-        let Some(task) = self.tasks.get_mut(key) else { return };
-        let Some(review) = task.notes.review.as_deref_mut() else { return };
-        task.attempts += 1;
-        let number = task.attempts;
-        review.reviewer = number;
+        let Some(task) = self.model.tasks().get(key) else { return };
+        let Some(review) = task.notes.review.as_deref() else { return };
+        let number = task.attempts + 1;
         let commit = review.commit.clone();
         let kind = match task.spec.review.as_deref() {
             Some(ReviewSpec::Agent { spec, .. }) => spec.kind.as_str().to_string(),
             _ => String::new(),
         };
-        fx.dirty_tasks.insert(key.clone());
+        self.edit_task(key, fx, |task| {
+            task.attempts = number;
+            if let Some(review) = task.notes.review.as_deref_mut() {
+                review.reviewer = number;
+            }
+        });
         let _span = tracing::info_span!("review.assign", swarm = %key.swarm, task = %key, attempt = %key.attempt(number), worker = worker_id)
             .entered();
         let attempt = Attempt::begin(
@@ -226,13 +166,8 @@ impl Scheduler {
             commit.clone(),
             AgentRecord { kind, ..Default::default() },
         );
-        fx.dirty_attempts.insert((key.clone(), number));
-        self.attempts.insert((key.clone(), number), attempt);
-        if let Some(w) = self.workers.get_mut(worker_id) {
-            w.attempt = Some((key.clone(), number));
-            w.updated_at = now_ms();
-            fx.dirty_workers.insert(w.id.clone());
-        }
+        self.transition(Transition::AttemptAdded(attempt), fx);
+        self.edit_worker(worker_id, fx, |w| w.updated_at = now_ms());
         self.lease_seen.insert(worker_id.to_string(), self.mono_ms());
         self.task_event(
             fx,
@@ -253,11 +188,12 @@ impl Scheduler {
         if !self.is_reviewer(key, number) {
             return None;
         }
-        let task = self.tasks.get(key)?;
+        let task = self.model.tasks().get(key)?;
         let review = task.notes.review.as_deref()?;
         let spec = task.spec.review.as_deref()?;
-        let attempt = self.attempts.get(&(key.clone(), number))?;
-        let diff_base = self.attempts.get(&(key.clone(), review.attempt)).map(|a| a.base_commit.clone());
+        let attempt = self.model.attempts().get(&(key.clone(), number))?;
+        let diff_base =
+            self.model.attempts().get(&(key.clone(), review.attempt)).map(|a| a.base_commit.clone());
         let (command, agent) = match spec {
             ReviewSpec::Command(argv) => (argv.clone(), None),
             ReviewSpec::Agent { spec, .. } => {
@@ -303,12 +239,15 @@ impl Scheduler {
     ) {
         let _span = tracing::info_span!("review.result", swarm = %key.swarm, task = %key, attempt = %key.attempt(number), outcome = %r.outcome)
             .entered();
-        let Some(t) = self.tasks.get_mut(key) else { return };
+        let Some(t) = self.model.tasks().get(key) else { return };
         let cancel = t.cancel_requested;
-        let Some(review) = t.notes.review.as_deref_mut() else { return };
-        review.reviewer = 0;
+        let Some(review) = t.notes.review.as_deref() else { return };
         let reviewed = review.commit.clone();
-        fx.dirty_tasks.insert(key.clone());
+        self.edit_task(key, fx, |t| {
+            if let Some(review) = t.notes.review.as_deref_mut() {
+                review.reviewer = 0;
+            }
+        });
         if cancel {
             self.set_attempt_state(key, number, AttemptState::Cancelled, fx);
             self.set_state(key, TaskState::Cancelled, "cancelled by the operator", fx);
@@ -361,9 +300,7 @@ impl Scheduler {
                     AttemptState::Cancelled
                 };
                 self.set_attempt_state(key, number, state, fx);
-                if let Some(t) = self.tasks.get_mut(key) {
-                    t.not_before = now_ms() + INFRA_BACKOFF_MS;
-                }
+                self.edit_task(key, fx, |t| t.not_before = now_ms() + INFRA_BACKOFF_MS);
                 self.requeue_review(
                     key,
                     &format!("reviewer attempt {number} stopped ({}); again", r.outcome),
@@ -385,24 +322,34 @@ impl Scheduler {
 
     fn requeue_review(&mut self, key: &TaskKey, why: &str, fx: &mut Effects) {
         self.reviews.waiting.insert(key.clone());
-        let number = self.tasks.get(key).map(|t| t.attempts).unwrap_or(0);
+        let number = self.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
         self.task_event(fx, key, number, "", "review.requeued", why.to_string(), serde_json::json!({}));
     }
 
     /// A reviewer attempt failed: again after the backoff while the task's
     /// retries last, then FAILED.
     fn reviewer_failed(&mut self, key: &TaskKey, number: u32, why: &str, fx: &mut Effects) {
-        let Some(t) = self.tasks.get_mut(key) else { return };
-        t.notes.failures.push(format!("attempt {number}: {why}"));
-        let Some(review) = t.notes.review.as_deref_mut() else { return };
-        review.reviewer_failures += 1;
-        if review.reviewer_failures <= t.spec.retry.max_retries {
-            let n = review.reviewer_failures;
-            t.not_before = now_ms() + t.spec.retry.backoff_ms(n) as i64;
-            let max = t.spec.retry.max_retries;
+        let Some(t) = self.model.tasks().get(key) else { return };
+        let failure = format!("attempt {number}: {why}");
+        let Some(review) = t.notes.review.as_deref() else {
+            self.edit_task(key, fx, |t| t.notes.failures.push(failure));
+            return;
+        };
+        let n = review.reviewer_failures + 1;
+        let max = t.spec.retry.max_retries;
+        let backoff = t.spec.retry.backoff_ms(n) as i64;
+        self.edit_task(key, fx, |t| {
+            t.notes.failures.push(failure);
+            if let Some(review) = t.notes.review.as_deref_mut() {
+                review.reviewer_failures = n;
+            }
+            if n <= max {
+                t.not_before = now_ms() + backoff;
+            }
+        });
+        if n <= max {
             self.requeue_review(key, &format!("reviewer retry {n}/{max} after {why}"), fx);
         } else {
-            let max = t.spec.retry.max_retries;
             self.set_state(key, TaskState::Failed, &format!("{why} (reviewer retries exhausted: {max})"), fx);
             self.report_branch(key, fx);
         }
@@ -423,13 +370,12 @@ impl Scheduler {
         self.set_attempt_state(key, number, AttemptState::Lost, fx);
         self.free_worker_of(key, number, fx);
         let grace = self.timing.lost_grace.as_millis() as i64;
-        if let Some(t) = self.tasks.get_mut(key) {
+        self.edit_task(key, fx, |t| {
             t.not_before = now_ms() + grace;
             if let Some(r) = t.notes.review.as_deref_mut() {
                 r.reviewer = 0;
             }
-            fx.dirty_tasks.insert(key.clone());
-        }
+        });
         self.requeue_review(
             key,
             &format!("reviewer attempt {number} lost: worker {worker} lease expired"),
@@ -441,12 +387,16 @@ impl Scheduler {
     /// After a restart: tasks in REVIEW whose reviewer is not running wait
     /// for one again (a live reviewer attempt goes back to its worker).
     pub(super) fn requeue_reviews(&mut self) {
-        for t in self.tasks.values() {
-            let waits = t.state == TaskState::Review
+        for t in self.model.tasks().values() {
+            let waits = t.state() == TaskState::Review
                 && t.spec.review.as_deref().is_some_and(ReviewSpec::has_reviewer)
                 && t.notes.review.as_deref().is_none_or(|r| {
                     r.reviewer == 0
-                        || !self.attempts.get(&(t.key.clone(), r.reviewer)).is_some_and(|a| a.state.is_live())
+                        || !self
+                            .model
+                            .attempts()
+                            .get(&(t.key.clone(), r.reviewer))
+                            .is_some_and(|a| a.state.is_live())
                 });
             if waits {
                 self.reviews.waiting.insert(t.key.clone());
@@ -456,9 +406,13 @@ impl Scheduler {
         // (the store holds its end) is not running.
         let stale: Vec<TaskKey> = self.reviews.waiting.iter().cloned().collect();
         for key in stale {
-            if let Some(r) = self.tasks.get_mut(&key).and_then(|t| t.notes.review.as_deref_mut()) {
-                r.reviewer = 0;
-            }
+            // In memory only: the store's row is what it was.
+            let edit = |t: &mut Task| {
+                if let Some(r) = t.notes.review.as_deref_mut() {
+                    r.reviewer = 0;
+                }
+            };
+            self.model.apply(Transition::Task { key: &key, edit: Box::new(edit) });
         }
     }
 
@@ -476,10 +430,10 @@ impl Scheduler {
             rule: format!("must be approve, request-changes or reject, not {word:?}"),
         })?;
         let t = self.task(key)?;
-        if t.state != TaskState::Review {
+        if t.state() != TaskState::Review {
             return Err(SchedError::FailedPrecondition(format!(
                 "task {key} is {}; only a task in REVIEW can be reviewed",
-                t.state
+                t.state()
             )));
         }
         let _span = tracing::info_span!("review.operator", swarm = %key.swarm, task = %key, decision = decision.as_str())
@@ -494,39 +448,43 @@ impl Scheduler {
     /// decided, or cancelled the task. Its late result is fenced.
     pub(super) fn stop_reviewer(&mut self, key: &TaskKey, reason: &str, fx: &mut Effects) {
         self.reviews.waiting.remove(key);
-        let live = self.tasks.get(key).and_then(|t| t.notes.review.as_deref()).map(|r| r.reviewer);
+        let live = self.model.tasks().get(key).and_then(|t| t.notes.review.as_deref()).map(|r| r.reviewer);
         let Some(number) = live.filter(|n| *n > 0) else { return };
         self.send_cancel(key, number, reason, fx);
         self.set_attempt_state(key, number, AttemptState::Cancelled, fx);
         self.free_worker_of(key, number, fx);
-        if let Some(r) = self.tasks.get_mut(key).and_then(|t| t.notes.review.as_deref_mut()) {
-            r.reviewer = 0;
-        }
-        fx.dirty_tasks.insert(key.clone());
+        self.edit_task(key, fx, |t| {
+            if let Some(r) = t.notes.review.as_deref_mut() {
+                r.reviewer = 0;
+            }
+        });
     }
 
     /// Applies a decision on the reviewed commit.
     fn decide(&mut self, key: &TaskKey, decision: Decision, message: &str, by: &str, fx: &mut Effects) {
-        let Some(t) = self.tasks.get_mut(key) else { return };
-        let Some(review) = t.notes.review.as_deref_mut() else { return };
+        let Some(t) = self.model.tasks().get(key) else { return };
+        let Some(review) = t.notes.review.as_deref() else { return };
         let commit = review.commit.clone();
         let reviewed_attempt = review.attempt;
-        review.history.push(ReviewRecord {
+        let number = t.attempts;
+        let record = ReviewRecord {
             decision,
             message: message.to_string(),
             by: by.to_string(),
             commit: commit.clone(),
             at: now_ms(),
+        };
+        self.edit_task(key, fx, |t| {
+            let Some(review) = t.notes.review.as_deref_mut() else { return };
+            review.history.push(record);
+            if decision == Decision::RequestChanges {
+                review.requested.push(if message.trim().is_empty() {
+                    "(no message)".into()
+                } else {
+                    message.to_string()
+                });
+            }
         });
-        if decision == Decision::RequestChanges {
-            review.requested.push(if message.trim().is_empty() {
-                "(no message)".into()
-            } else {
-                message.to_string()
-            });
-        }
-        fx.dirty_tasks.insert(key.clone());
-        let number = t.attempts;
         self.task_event(
             fx,
             key,
@@ -546,10 +504,10 @@ impl Scheduler {
                 // Like a conflict returned to its owner: a new attempt from
                 // the integration head (so the merge sees one base), which
                 // spends no retry; its task text names the reviewed commit.
-                if let Some(t) = self.tasks.get_mut(key) {
+                self.edit_task(key, fx, |t| {
                     t.resume_commit.clear();
                     t.not_before = 0;
-                }
+                });
                 self.make_ready(key, &format!("changes requested by {by}"), fx);
             }
             Decision::Reject => {

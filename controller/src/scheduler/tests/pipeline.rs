@@ -25,8 +25,8 @@ fn a_failed_wal_sync_stops_the_scheduler_and_releases_nothing_it_would_have_cove
     let (first, first_reply) = create(&rig, "synced");
     let (second, second_reply) = create(&rig, "unsynced");
     let Rig { sched, _dir, .. } = rig;
-    let (commands, rx) = std::sync::mpsc::channel();
-    let running = std::thread::spawn(move || sched.run(rx));
+    let (commands, _results, inbox) = super::super::inbox(16);
+    let running = std::thread::spawn(move || sched.run(inbox));
 
     commands.send(first).expect("send");
     let created = first_reply.blocking_recv().expect("the first reply is released after its sync");

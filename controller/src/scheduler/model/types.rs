@@ -5,11 +5,12 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 use serde::{Deserialize, Serialize};
-use swarm_core::plan::{Plan, TaskSpec};
+use swarm_core::plan::{Budget, Plan, SwarmBudget, TaskSpec};
 use swarm_core::{AttemptState, Outcome, SwarmId, TaskKey, TaskState, Usage};
 use tokio::sync::mpsc;
 
-use super::outbound::Outbound;
+use super::messages::Outbound;
+use super::stored::{ReviewNotes, Stall, SwarmControl, TaskBudget};
 use super::{HashMap, now_ms};
 use crate::store::{AttemptRow, SwarmRow, TaskRow, WorkerRow};
 
@@ -63,19 +64,19 @@ pub struct Swarm {
     pub tasks: Vec<TaskKey>,
     /// How many tasks are in each state (indexed like `TaskState::ALL`), so
     /// completion checks and views do not walk every task.
-    pub counts: [u32; TaskState::ALL.len()],
-    /// Why it is STALLED (derived, not stored: rebuilt on recovery).
-    pub stall: Option<super::stall::Stall>,
+    pub(super) counts: [u32; TaskState::ALL.len()],
+    /// Why it is STALLED (derived, not stored: described again on recovery).
+    pub stall: Option<Stall>,
     /// Tasks whose state counts as moving but which only the operator can
     /// move: REVIEW by the operator, and RUNNING sub-swarm tasks whose
     /// child is STALLED. Kept by each transition, so that deciding a stall
-    /// still needs no walk of the swarm (rebuilt on recovery).
-    pub waits_on_operator: BTreeSet<TaskKey>,
+    /// still needs no walk of the swarm.
+    pub(super) waits_on_operator: BTreeSet<TaskKey>,
     /// What its agent attempts spent, kept as their sum so that reading it
-    /// does not walk the swarm (rebuilt from the attempts on recovery).
-    pub usage: Usage,
+    /// does not walk the swarm.
+    pub(super) usage: Usage,
     /// What the operator set: a pause, a budget (stored with the state).
-    pub control: super::budget::SwarmControl,
+    pub control: SwarmControl,
 }
 
 /// Whether a task in `state` waits for the operator's review (no reviewer
@@ -89,6 +90,48 @@ pub fn state_index(s: TaskState) -> usize {
 }
 
 impl Swarm {
+    /// A swarm of `plan` with no task yet: each follows as `TaskAdded`,
+    /// which counts it.
+    pub fn new(
+        plan_text: Arc<str>,
+        plan: Arc<Plan>,
+        state: SwarmState,
+        integration_head: String,
+        created_at: i64,
+        control: SwarmControl,
+    ) -> Swarm {
+        Swarm {
+            id: plan.swarm.clone(),
+            tasks: plan.tasks.iter().map(|t| TaskKey::new(plan.swarm.clone(), t.id.clone())).collect(),
+            plan_text,
+            plan,
+            state,
+            integration_head,
+            created_at,
+            counts: [0; TaskState::ALL.len()],
+            stall: None,
+            waits_on_operator: BTreeSet::new(),
+            usage: Usage::default(),
+            control,
+        }
+    }
+
+    pub fn counts(&self) -> &[u32; TaskState::ALL.len()] {
+        &self.counts
+    }
+
+    pub fn count(&self, state: TaskState) -> u32 {
+        self.counts[state.index()]
+    }
+
+    pub fn waits_on_operator(&self) -> &BTreeSet<TaskKey> {
+        &self.waits_on_operator
+    }
+
+    pub fn usage(&self) -> &Usage {
+        &self.usage
+    }
+
     pub fn row(&self) -> SwarmRow {
         SwarmRow {
             id: self.id.to_string(),
@@ -126,10 +169,10 @@ pub struct Notes {
     pub messages: Vec<String>,
     /// The review gate's record; boxed, since most tasks have none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub review: Option<Box<super::review::ReviewNotes>>,
+    pub review: Option<Box<ReviewNotes>>,
     /// The budget as the operator last set it; `None`: the plan's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub budget: Option<super::budget::TaskBudget>,
+    pub budget: Option<TaskBudget>,
 }
 
 impl Notes {
@@ -206,9 +249,10 @@ pub struct Task {
     pub key: TaskKey,
     pub spec: Arc<TaskSpec>,
     /// Its owned globs compiled, when they are not all plain paths (see
-    /// `assign::Ownership`).
+    /// `Ownership`).
     pub globs: Option<Arc<swarm_core::globs::OwnedGlobs>>,
-    pub state: TaskState,
+    /// Changed only by `Transition::TaskState`, which keeps the indexes.
+    pub(super) state: TaskState,
     pub attempts: u32,
     pub retries_used: u32,
     /// Unix ms before which a READY task is not assigned (retry backoff,
@@ -227,6 +271,32 @@ pub struct Task {
 }
 
 impl Task {
+    /// A task of `spec` in `state`, with nothing else to remember yet.
+    pub fn new(key: TaskKey, spec: Arc<TaskSpec>, state: TaskState, updated_at: i64) -> Task {
+        Task {
+            key,
+            globs: super::Ownership::compile(&spec),
+            spec,
+            state,
+            attempts: 0,
+            retries_used: 0,
+            not_before: 0,
+            resume_commit: String::new(),
+            result_commit: String::new(),
+            merge_commit: String::new(),
+            reason: String::new(),
+            cancel_requested: false,
+            notes: LazyNotes::default(),
+            updated_at,
+            percent: 0,
+            step: String::new(),
+        }
+    }
+
+    pub fn state(&self) -> TaskState {
+        self.state
+    }
+
     pub fn row(&self) -> TaskRow {
         TaskRow {
             swarm: self.key.swarm.to_string(),
@@ -388,8 +458,9 @@ pub struct Worker {
     pub last_applied_seq: u64,
     pub draining: bool,
     pub session: Option<Session>,
-    /// The attempt it holds, if any.
-    pub attempt: Option<(TaskKey, u32)>,
+    /// The attempt it holds, if any: bound by `AttemptAdded`, let go by
+    /// `WorkerFreed`.
+    pub(super) attempt: Option<(TaskKey, u32)>,
     pub updated_at: i64,
     /// Given in Welcome and kept in the sidecar's journal: while the id has
     /// a live session or an attempt, only a Hello carrying it (or the same
@@ -409,6 +480,28 @@ pub struct Worker {
 }
 
 impl Worker {
+    /// A worker first heard of now, with no session yet.
+    pub fn new(id: String, updated_at: i64) -> Worker {
+        Worker {
+            id,
+            host: String::new(),
+            labels: BTreeMap::new(),
+            last_applied_seq: 0,
+            draining: false,
+            session: None,
+            attempt: None,
+            updated_at,
+            resume_secret: String::new(),
+            principal: String::new(),
+            verifying: None,
+            holds_secret: false,
+        }
+    }
+
+    pub fn attempt(&self) -> Option<&(TaskKey, u32)> {
+        self.attempt.as_ref()
+    }
+
     pub fn row(&self) -> WorkerRow {
         WorkerRow {
             id: self.id.clone(),
@@ -435,6 +528,36 @@ impl Worker {
     pub fn satisfies(&self, required: &BTreeMap<String, String>) -> bool {
         required.iter().all(|(k, v)| self.labels.get(k) == Some(v))
     }
+}
+
+/// A task's budget in force: the operator's, else the plan's.
+pub fn task_budget(task: &Task) -> Budget {
+    match task.notes.budget {
+        Some(b) => Budget { usd: b.usd, tokens: b.tokens },
+        None => task.spec.budget,
+    }
+}
+
+/// A swarm's budget in force: the operator's, else the plan's.
+pub fn swarm_budget(swarm: &Swarm) -> SwarmBudget {
+    match swarm.control.budget {
+        Some(b) => SwarmBudget {
+            limit: Budget { usd: b.usd, tokens: b.tokens },
+            max_usd_per_hour: b.max_usd_per_hour,
+        },
+        None => swarm.plan.budget,
+    }
+}
+
+/// What a task's attempts spent, summed.
+pub fn task_usage(task: &Task, attempts: &Attempts) -> Usage {
+    let mut sum = Usage::default();
+    for n in 1..=task.attempts {
+        if let Some(a) = attempts.get(&(task.key.clone(), n)) {
+            sum.add(&a.agent.usage);
+        }
+    }
+    sum
 }
 
 pub type Tasks = HashMap<TaskKey, Task>;

@@ -6,8 +6,7 @@ use std::fmt::Write;
 use swarm_core::TaskState;
 use swarm_core::plan::{ReviewSpec, task_branch};
 
-use super::{Decision, ReviewNotes, ReviewRecord};
-use crate::scheduler::model::Task;
+use super::model::{Attempts, Decision, ReviewNotes, ReviewRecord, Task};
 
 /// A task's branch report: what its branch holds and whether to merge it.
 #[derive(Debug, Clone, Default)]
@@ -26,7 +25,7 @@ pub struct BranchReport {
 /// result passed every gate), `needs_review` or `blocked`; empty while it
 /// still works.
 pub fn recommendation(task: &Task) -> &'static str {
-    match task.state {
+    match task.state() {
         TaskState::Succeeded | TaskState::Merging | TaskState::Merged => "ready",
         TaskState::Review => "needs_review",
         TaskState::Rejected
@@ -39,14 +38,14 @@ pub fn recommendation(task: &Task) -> &'static str {
     }
 }
 
-pub fn branch_report(task: &Task, attempts: &crate::scheduler::model::Attempts) -> BranchReport {
+pub fn branch_report(task: &Task, attempts: &Attempts) -> BranchReport {
     let review = task.notes.review.as_deref();
     let number = review.map(|r| r.attempt).filter(|n| *n > 0).unwrap_or(task.attempts);
     let made_by = attempts.get(&(task.key.clone(), number));
     let reviewer = task.spec.review.as_deref().map(|r| r.kind().to_string()).unwrap_or_default();
     let recommendation = recommendation(task);
     let last = review.and_then(|r| r.history.last());
-    let reason = match (task.state, last) {
+    let reason = match (task.state(), last) {
         (TaskState::Review, _) => {
             format!("waiting for review by {}", if reviewer.is_empty() { "the operator" } else { &reviewer })
         }

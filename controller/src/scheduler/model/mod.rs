@@ -1,0 +1,416 @@
+//! The scheduler's model: every row it holds (swarms, tasks, attempts,
+//! workers) and every index derived from them, behind one door.
+//!
+//! Nothing changes the model but [`Model::apply`], and each [`Transition`]
+//! keeps the indexes it touches: the ready queue, the live ownership set,
+//! the dependents, each swarm's state counts, its tasks waiting on the
+//! operator and its usage sum, and each worker's binding to its live
+//! attempt. Recovery feeds the stored rows through the same `apply` (the
+//! `…Added` transitions), so the indexes after a restart are built by the
+//! very code that keeps them during a run. What a change means beyond the
+//! model (events, metrics, rows to write, messages) is the caller's, told
+//! by the returned [`Applied`]; the model imports nothing else of the
+//! scheduler.
+
+pub mod messages;
+mod ownership;
+mod stored;
+mod types;
+
+use std::collections::BTreeSet;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use swarm_core::{AttemptState, SwarmId, TaskKey, TaskState};
+
+pub use ownership::{LiveOwnership, Ownership};
+pub use stored::*;
+pub use types::*;
+
+/// The scheduler's maps hash with foldhash, seeded per process: SipHash,
+/// the standard library's default, was an eighth of the scheduler thread's
+/// time in the durable benchmark. Their keys are ids the operator's plan
+/// and authenticated sidecars name, each checked against the id rules.
+pub(crate) type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+pub(crate) type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
+
+pub fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+/// A change of the fields of a row that no index reads.
+pub type Edit<'a, T> = Box<dyn FnOnce(&mut T) + 'a>;
+
+/// Every way the model changes.
+pub enum Transition<'a> {
+    /// A swarm, created or loaded; its tasks follow as `TaskAdded`.
+    SwarmAdded(Swarm),
+    /// A task of an added swarm, in the state it is in.
+    TaskAdded(Task),
+    /// An attempt, started or loaded; a live one binds its worker, which
+    /// must have been added before it.
+    AttemptAdded(Attempt),
+    WorkerAdded(Worker),
+    WorkerForgotten(&'a str),
+    TaskState {
+        key: &'a TaskKey,
+        to: TaskState,
+        reason: &'a str,
+    },
+    AttemptState {
+        key: &'a TaskKey,
+        number: u32,
+        to: AttemptState,
+    },
+    /// The worker holding `key#number`, if it still does, lets it go.
+    WorkerFreed {
+        key: &'a TaskKey,
+        number: u32,
+    },
+    /// A RUNNING sub-swarm task waits on the operator while its child
+    /// swarm is STALLED.
+    ChildStalled {
+        parent: &'a TaskKey,
+        stalled: bool,
+    },
+    Task {
+        key: &'a TaskKey,
+        edit: Edit<'a, Task>,
+    },
+    /// An attempt's fields; its usage may change (the swarm's sum follows).
+    Attempt {
+        key: &'a TaskKey,
+        number: u32,
+        edit: Edit<'a, Attempt>,
+    },
+    Worker {
+        id: &'a str,
+        edit: Edit<'a, Worker>,
+    },
+    Swarm {
+        id: &'a SwarmId,
+        edit: Edit<'a, Swarm>,
+    },
+}
+
+/// What a transition changed: the rows (to write, if the caller stores
+/// the change), the swarm whose state may follow, and the states left and
+/// entered.
+#[derive(Debug, Default)]
+pub struct Applied {
+    pub task: Option<TaskKey>,
+    pub attempt: Option<(TaskKey, u32)>,
+    pub worker: Option<String>,
+    pub swarm: Option<SwarmId>,
+    /// A swarm whose state may follow from this change.
+    pub touched: Option<SwarmId>,
+    pub task_state: Option<(TaskState, TaskState)>,
+    pub attempt_state: Option<(AttemptState, AttemptState)>,
+    /// A task became READY or ownership was freed: an idle worker's last
+    /// scan may be out of date.
+    pub frees_work: bool,
+}
+
+#[derive(Default)]
+pub struct Model {
+    swarms: HashMap<SwarmId, Swarm>,
+    tasks: Tasks,
+    attempts: Attempts,
+    workers: HashMap<String, Worker>,
+    /// READY tasks in the order they became ready (sub-swarm tasks are
+    /// never offered to a sidecar, so never here).
+    ready: BTreeSet<(u64, TaskKey)>,
+    ready_seq: HashMap<TaskKey, u64>,
+    next_ready_seq: u64,
+    /// Owned globs of every RUNNING task a sidecar runs.
+    running: LiveOwnership,
+    dependents: HashMap<TaskKey, Vec<TaskKey>>,
+}
+
+impl Model {
+    pub fn apply(&mut self, t: Transition<'_>) -> Applied {
+        match t {
+            Transition::SwarmAdded(swarm) => self.add_swarm(swarm),
+            Transition::TaskAdded(task) => self.add_task(task),
+            Transition::AttemptAdded(attempt) => self.add_attempt(attempt),
+            Transition::WorkerAdded(worker) => {
+                let id = worker.id.clone();
+                self.workers.insert(id.clone(), worker);
+                Applied { worker: Some(id), ..Applied::default() }
+            }
+            Transition::WorkerForgotten(id) => {
+                self.workers.remove(id);
+                Applied::default()
+            }
+            Transition::TaskState { key, to, reason } => self.task_state(key, to, reason),
+            Transition::AttemptState { key, number, to } => self.attempt_state(key, number, to),
+            Transition::WorkerFreed { key, number } => self.free_worker(key, number),
+            Transition::ChildStalled { parent, stalled } => {
+                let Some(sw) = self.swarms.get_mut(&parent.swarm) else { return Applied::default() };
+                let changed = if stalled {
+                    sw.waits_on_operator.insert(parent.clone())
+                } else {
+                    sw.waits_on_operator.remove(parent)
+                };
+                Applied { touched: changed.then(|| parent.swarm.clone()), ..Applied::default() }
+            }
+            Transition::Task { key, edit } => {
+                let Some(t) = self.tasks.get_mut(key) else { return Applied::default() };
+                edit(t);
+                Applied { task: Some(key.clone()), ..Applied::default() }
+            }
+            Transition::Attempt { key, number, edit } => {
+                let id = (key.clone(), number);
+                let Some(a) = self.attempts.get_mut(&id) else { return Applied::default() };
+                let before = a.agent.usage;
+                edit(a);
+                let after = a.agent.usage;
+                if after != before
+                    && let Some(sw) = self.swarms.get_mut(&key.swarm)
+                {
+                    sw.usage.sub(&before);
+                    sw.usage.add(&after);
+                }
+                Applied { attempt: Some(id), ..Applied::default() }
+            }
+            Transition::Worker { id, edit } => {
+                let Some(w) = self.workers.get_mut(id) else { return Applied::default() };
+                edit(w);
+                Applied { worker: Some(id.to_string()), ..Applied::default() }
+            }
+            Transition::Swarm { id, edit } => {
+                let Some(s) = self.swarms.get_mut(id) else { return Applied::default() };
+                edit(s);
+                Applied { swarm: Some(id.clone()), ..Applied::default() }
+            }
+        }
+    }
+
+    fn add_swarm(&mut self, mut swarm: Swarm) -> Applied {
+        let id = swarm.id.clone();
+        swarm.counts = [0; TaskState::ALL.len()];
+        swarm.waits_on_operator.clear();
+        swarm.usage = Default::default();
+        // A child added while its parent task runs (a restart with the
+        // child STALLED) makes the parent wait on the operator.
+        let stalled = swarm.state == SwarmState::Stalled;
+        self.swarms.insert(id.clone(), swarm);
+        if stalled && let Some(parent) = id.parent() {
+            self.mark_parent_waiting(&parent);
+        }
+        // A new swarm's row is written whole by its creator, not as a change.
+        Applied { touched: Some(id), ..Applied::default() }
+    }
+
+    fn mark_parent_waiting(&mut self, parent: &TaskKey) {
+        let running = self.tasks.get(parent).is_some_and(|t| t.state == TaskState::Running);
+        let child_stalled = self
+            .swarms
+            .get(&parent.swarm.child(&parent.task))
+            .is_some_and(|s| s.state == SwarmState::Stalled);
+        if running
+            && child_stalled
+            && let Some(sw) = self.swarms.get_mut(&parent.swarm)
+        {
+            sw.waits_on_operator.insert(parent.clone());
+        }
+    }
+
+    fn add_task(&mut self, task: Task) -> Applied {
+        let key = task.key.clone();
+        let state = task.state;
+        for d in &task.spec.deps {
+            self.dependents.entry(TaskKey::new(key.swarm.clone(), d.clone())).or_default().push(key.clone());
+        }
+        if let Some(sw) = self.swarms.get_mut(&key.swarm) {
+            sw.counts[state.index()] += 1;
+            if in_operator_review(state, &task.spec) {
+                sw.waits_on_operator.insert(key.clone());
+            }
+        }
+        let subswarm = task.spec.subplan.is_some();
+        let ownership = task.ownership();
+        self.tasks.insert(key.clone(), task);
+        self.enter(&key, state, subswarm, ownership);
+        if subswarm {
+            self.mark_parent_waiting(&key);
+        }
+        Applied {
+            task: Some(key.clone()),
+            touched: Some(key.swarm.clone()),
+            frees_work: state == TaskState::Ready,
+            ..Applied::default()
+        }
+    }
+
+    /// The ready queue and the live ownership as a task in `state` has them.
+    fn enter(&mut self, key: &TaskKey, state: TaskState, subswarm: bool, ownership: Ownership) {
+        if let Some(seq) = self.ready_seq.remove(key) {
+            self.ready.remove(&(seq, key.clone()));
+        }
+        // A sub-swarm task is never given to a sidecar, and while RUNNING
+        // it holds no ownership: its child's tasks own the files and must
+        // not be held off by their own parent.
+        if state == TaskState::Ready && !subswarm {
+            let seq = self.next_ready_seq;
+            self.next_ready_seq += 1;
+            self.ready.insert((seq, key.clone()));
+            self.ready_seq.insert(key.clone(), seq);
+        }
+        if state == TaskState::Running && !subswarm {
+            self.running.insert(key.clone(), ownership);
+        } else {
+            self.running.remove(key);
+        }
+    }
+
+    fn task_state(&mut self, key: &TaskKey, to: TaskState, reason: &str) -> Applied {
+        let Some(task) = self.tasks.get_mut(key) else { return Applied::default() };
+        let from = task.state;
+        if from == to && task.reason == reason {
+            return Applied::default();
+        }
+        task.state = to;
+        task.reason = reason.to_string();
+        if let Some(sw) = self.swarms.get_mut(&key.swarm) {
+            sw.counts[from.index()] = sw.counts[from.index()].saturating_sub(1);
+            sw.counts[to.index()] += 1;
+            // Leaving a state ends a wait on the operator (a new reason in
+            // the same state does not: a sub-swarm task's child is still
+            // STALLED); entering a review that has no reviewer starts one.
+            if from != to {
+                sw.waits_on_operator.remove(key);
+            }
+            if in_operator_review(to, &task.spec) {
+                sw.waits_on_operator.insert(key.clone());
+            }
+        }
+        task.updated_at = now_ms();
+        if to == TaskState::Merged {
+            task.percent = 100;
+        }
+        let subswarm = task.spec.subplan.is_some();
+        let ownership = task.ownership();
+        self.enter(key, to, subswarm, ownership);
+        Applied {
+            task: Some(key.clone()),
+            touched: Some(key.swarm.clone()),
+            task_state: Some((from, to)),
+            frees_work: to == TaskState::Ready || from == TaskState::Running,
+            ..Applied::default()
+        }
+    }
+
+    fn add_attempt(&mut self, attempt: Attempt) -> Applied {
+        let id = (attempt.task.clone(), attempt.number);
+        if let Some(sw) = self.swarms.get_mut(&id.0.swarm) {
+            sw.usage.add(&attempt.agent.usage);
+        }
+        let mut worker = None;
+        if attempt.state.is_live()
+            && let Some(w) = self.workers.get_mut(&attempt.worker)
+        {
+            w.attempt = Some(id.clone());
+            worker = Some(w.id.clone());
+        }
+        self.attempts.insert(id.clone(), attempt);
+        Applied { attempt: Some(id), worker, ..Applied::default() }
+    }
+
+    fn attempt_state(&mut self, key: &TaskKey, number: u32, to: AttemptState) -> Applied {
+        let id = (key.clone(), number);
+        let Some(a) = self.attempts.get_mut(&id) else { return Applied::default() };
+        let from = a.state;
+        a.state = to;
+        if !to.is_live() && a.ended_at == 0 {
+            a.ended_at = now_ms();
+        }
+        Applied { attempt: Some(id), attempt_state: Some((from, to)), ..Applied::default() }
+    }
+
+    fn free_worker(&mut self, key: &TaskKey, number: u32) -> Applied {
+        let id = (key.clone(), number);
+        let holder = self.attempts.get(&id).map(|a| a.worker.as_str());
+        let Some(w) = holder.and_then(|h| self.workers.get_mut(h)) else { return Applied::default() };
+        if w.attempt.as_ref() != Some(&id) {
+            return Applied::default();
+        }
+        w.attempt = None;
+        w.updated_at = now_ms();
+        Applied { worker: Some(w.id.clone()), frees_work: true, ..Applied::default() }
+    }
+
+    pub fn swarms(&self) -> &HashMap<SwarmId, Swarm> {
+        &self.swarms
+    }
+
+    pub fn tasks(&self) -> &Tasks {
+        &self.tasks
+    }
+
+    pub fn attempts(&self) -> &Attempts {
+        &self.attempts
+    }
+
+    pub fn workers(&self) -> &HashMap<String, Worker> {
+        &self.workers
+    }
+
+    /// READY tasks a sidecar may take, in the order they became ready.
+    pub fn ready(&self) -> impl Iterator<Item = &TaskKey> {
+        self.ready.iter().map(|(_, k)| k)
+    }
+
+    pub fn nothing_ready(&self) -> bool {
+        self.ready.is_empty()
+    }
+
+    /// The ownership of every RUNNING task a sidecar runs.
+    pub fn running(&self) -> &LiveOwnership {
+        &self.running
+    }
+
+    /// The tasks that name `key` among their dependencies, in plan order.
+    pub fn dependents(&self, key: &TaskKey) -> &[TaskKey] {
+        self.dependents.get(key).map(Vec::as_slice).unwrap_or_default()
+    }
+
+    /// Every derived index, in a form two models can be compared by: what
+    /// recovery must rebuild exactly. The ready queue is compared as a set,
+    /// since a restart queues its READY tasks in plan order.
+    #[cfg(test)]
+    pub fn indexes(&self) -> Indexes {
+        use std::collections::BTreeMap;
+        let swarms = self
+            .swarms
+            .values()
+            .map(|s| {
+                // Sums of floats differ in their last bits by order.
+                let usage =
+                    (s.usage.input_tokens, s.usage.output_tokens, (s.usage.cost_usd * 1e6).round() as i64);
+                (s.id.to_string(), (s.counts.to_vec(), s.waits_on_operator.clone(), usage))
+            })
+            .collect();
+        Indexes {
+            ready: self.ready().cloned().collect(),
+            running: self.running.keys(),
+            dependents: self.dependents.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            swarms,
+            bound: self
+                .workers
+                .values()
+                .filter_map(|w| w.attempt.clone().map(|a| (w.id.clone(), a)))
+                .collect::<BTreeMap<_, _>>(),
+        }
+    }
+}
+
+#[cfg(test)]
+#[derive(Debug, PartialEq)]
+pub struct Indexes {
+    pub ready: BTreeSet<TaskKey>,
+    pub running: BTreeSet<TaskKey>,
+    pub dependents: std::collections::BTreeMap<TaskKey, Vec<TaskKey>>,
+    #[allow(clippy::type_complexity)]
+    pub swarms: std::collections::BTreeMap<String, (Vec<u32>, BTreeSet<TaskKey>, (u64, u64, i64))>,
+    pub bound: std::collections::BTreeMap<String, (TaskKey, u32)>,
+}

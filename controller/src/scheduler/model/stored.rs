@@ -1,0 +1,151 @@
+//! What the operator and the review gate set on swarms and tasks, kept
+//! inside their rows as JSON (a swarm's `control`, a task's notes), so that
+//! it survives a restart with no table of its own; and why a swarm is
+//! STALLED, which is derived.
+
+use serde::{Deserialize, Serialize};
+
+/// A task's budget as the operator set it.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+pub struct TaskBudget {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usd: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<u64>,
+}
+
+/// A swarm's budget as the operator set it.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+pub struct StoredSwarmBudget {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usd: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_usd_per_hour: Option<f64>,
+}
+
+/// What the operator set on a swarm, stored with its state (JSON).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct SwarmControl {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<Pause>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<StoredSwarmBudget>,
+}
+
+impl SwarmControl {
+    pub fn to_json(&self) -> String {
+        if *self == SwarmControl::default() {
+            return String::new();
+        }
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    pub fn from_json(s: &str) -> Result<SwarmControl, serde_json::Error> {
+        if s.is_empty() { Ok(SwarmControl::default()) } else { serde_json::from_str(s) }
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Pause {
+    pub reason: String,
+    #[serde(default)]
+    pub by: String,
+    /// Running attempts were told to checkpoint.
+    #[serde(default)]
+    pub stop: bool,
+    /// The breaker's question: the task it was asked on, and its id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub question: Option<(String, String)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    Approve,
+    RequestChanges,
+    Reject,
+}
+
+impl Decision {
+    /// The operator writes `request-changes`, a reviewer's file
+    /// `request_changes`; both are accepted everywhere.
+    pub fn parse(word: &str) -> Option<Decision> {
+        match word.trim().to_ascii_lowercase().as_str() {
+            "approve" | "approved" => Some(Decision::Approve),
+            "request-changes" | "request_changes" | "changes_requested" => Some(Decision::RequestChanges),
+            "reject" | "rejected" => Some(Decision::Reject),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Approve => "approve",
+            Decision::RequestChanges => "request_changes",
+            Decision::Reject => "reject",
+        }
+    }
+}
+
+/// One decision, kept in the task's history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReviewRecord {
+    pub decision: Decision,
+    #[serde(default)]
+    pub message: String,
+    /// `operator`, or the reviewer attempt's label.
+    pub by: String,
+    pub commit: String,
+    pub at: i64,
+}
+
+/// What the controller remembers of a task's reviews (stored with its
+/// notes, so a task in REVIEW survives a restart).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReviewNotes {
+    /// The commit under review; decisions apply to it alone.
+    #[serde(default)]
+    pub commit: String,
+    /// The attempt that made it.
+    #[serde(default)]
+    pub attempt: u32,
+    /// The live reviewer attempt's number; 0 when none runs.
+    #[serde(default)]
+    pub reviewer: u32,
+    /// Reviewer attempts of this commit that failed (crash, timeout, no
+    /// decision): spent from the task's retries, like any attempt's.
+    #[serde(default)]
+    pub reviewer_failures: u32,
+    /// Changes requested of the next attempt, cleared by its success.
+    #[serde(default)]
+    pub requested: Vec<String>,
+    #[serde(default)]
+    pub history: Vec<ReviewRecord>,
+}
+
+/// Why a swarm is STALLED, for GetSwarm, Watch and the CLI.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stall {
+    pub reason: String,
+    /// The tasks that need the operator (retry, answer, cancel), in plan
+    /// order; their PENDING dependents are counted in the reason.
+    pub tasks: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_is_stored_empty_when_nothing_is_set_and_read_back() {
+        assert_eq!(SwarmControl::default().to_json(), "");
+        assert_eq!(SwarmControl::from_json("").expect("empty"), SwarmControl::default());
+        let c = SwarmControl {
+            paused: Some(Pause { reason: "r".into(), ..Default::default() }),
+            budget: Some(StoredSwarmBudget { usd: Some(3.0), ..Default::default() }),
+        };
+        assert_eq!(SwarmControl::from_json(&c.to_json()).expect("json"), c);
+    }
+}
