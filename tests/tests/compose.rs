@@ -101,6 +101,14 @@ fn plan() -> String {
             "\n[[tasks]]\nid = \"{id}\"\nfiles = [\"{id}.txt\"]\ndeps = [{}]\n",
             deps.join(", ")
         ));
+        if !deps.is_empty() {
+            // The tasks after the first take long enough (four levels of
+            // 4 s) that the leader is surely killed mid-swarm, however
+            // slowly a loaded machine answers the test's polls.
+            plan.push_str(
+                "command = [\"sh\", \"-c\", \"sleep 4; echo $SWARM_TASK_ID > $SWARM_TASK_ID.txt\"]\n",
+            );
+        }
     }
     plan
 }
