@@ -1,0 +1,96 @@
+//! The tree kept honest: every source file of every crate is named in
+//! ARCHITECTURE.md's code map, so a reader finds where any behaviour
+//! lives from there in one hop, and a new file arrives with its line.
+#![allow(clippy::unwrap_used)] // tests: a panic is the report
+
+use std::path::{Path, PathBuf};
+
+use swarm_tests::docker::repo_root;
+
+/// The workspace's members, from the root manifest's `members = [...]`.
+fn members(root: &Path) -> Vec<String> {
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let line = manifest.lines().find(|l| l.trim_start().starts_with("members")).unwrap();
+    line.split('"').skip(1).step_by(2).map(str::to_string).collect()
+}
+
+/// Source files that carry behaviour: not crate roots, and not tests.
+fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if path.is_dir() {
+            if name != "tests" {
+                sources(&path, out);
+            }
+        } else if name.ends_with(".rs")
+            && !["lib.rs", "main.rs", "tests.rs"].contains(&name.as_str())
+            && !name.ends_with("_tests.rs")
+        {
+            out.push(path);
+        }
+    }
+}
+
+/// The words of the document's code spans (`...`), split where a path
+/// cannot go on.
+fn code_words(doc: &str) -> Vec<String> {
+    doc.split('`')
+        .skip(1)
+        .step_by(2)
+        .flat_map(|span| {
+            span.split(|c: char| !(c.is_alphanumeric() || "/._-".contains(c)))
+                .filter(|w| !w.is_empty())
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Whether `file` (a module file, or a `mod.rs` standing for its directory)
+/// is named by one of `words`: by its name, its file name, or a path
+/// ending in either.
+fn named(file: &Path, words: &[String]) -> bool {
+    let stem = file.file_stem().unwrap().to_string_lossy().into_owned();
+    if stem == "mod" {
+        let dir = file.parent().unwrap().file_name().unwrap().to_string_lossy().into_owned();
+        let as_dir = format!("{dir}/");
+        return words
+            .iter()
+            .any(|w| w == &dir || w.starts_with(&as_dir) || w.ends_with(&format!("/{as_dir}")));
+    }
+    let file_name = format!("{stem}.rs");
+    words.iter().any(|w| w == &stem || w == &file_name || w.ends_with(&format!("/{file_name}")))
+}
+
+#[test]
+fn every_source_file_is_named_in_the_architecture_code_map() {
+    let root = repo_root();
+    let doc = std::fs::read_to_string(root.join("ARCHITECTURE.md")).unwrap();
+    let words = code_words(&doc);
+    let mut files = Vec::new();
+    for member in members(&root) {
+        sources(&root.join(&member).join("src"), &mut files);
+    }
+    assert!(files.len() > 100, "found only {} source files under the members' src/", files.len());
+    let missing: Vec<String> = files
+        .iter()
+        .filter(|f| !named(f, &words))
+        .map(|f| f.strip_prefix(&root).unwrap_or(f).display().to_string())
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "ARCHITECTURE.md's code map does not name these files; add a line for each where its crate is described:\n  {}",
+        missing.join("\n  ")
+    );
+}
+
+#[test]
+fn a_file_the_document_does_not_name_is_found() {
+    let words = code_words("the `scheduler/` and `model/types.rs`, and `views.rs` (reads)");
+    assert!(named(Path::new("c/src/scheduler/mod.rs"), &words));
+    assert!(named(Path::new("c/src/scheduler/model/types.rs"), &words));
+    assert!(named(Path::new("c/src/scheduler/views.rs"), &words));
+    assert!(!named(Path::new("c/src/scheduler/reads.rs"), &words), "prose outside code spans does not count");
+    assert!(!named(Path::new("c/src/stall.rs"), &words));
+}
