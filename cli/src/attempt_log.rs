@@ -48,7 +48,7 @@ pub async fn print(url: &client::Target, args: &LogsArgs) -> anyhow::Result<()> 
         };
         // Only a follower that got somewhere retries: the first call's
         // error (no such attempt, a sidecar that is gone) is the answer.
-        if !args.follow || at.next.is_none() || !crate::watch::retryable(&error) {
+        if !args.follow || at.next.is_none() || !client::retryable(&error) {
             return Err(error);
         }
         eprintln!(

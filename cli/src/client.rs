@@ -192,3 +192,23 @@ pub async fn all_workers(c: &mut Client) -> anyhow::Result<Vec<v1::Worker>> {
     })
     .await
 }
+
+/// Whether waiting and reconnecting can fix `e`: the controller being
+/// unreachable or the connection breaking, not a refusal.
+pub fn retryable(e: &anyhow::Error) -> bool {
+    if e.downcast_ref::<Unreachable>().is_some() {
+        return true;
+    }
+    match e.downcast_ref::<tonic::Status>() {
+        Some(s) => !matches!(
+            s.code(),
+            tonic::Code::InvalidArgument
+                | tonic::Code::NotFound
+                | tonic::Code::PermissionDenied
+                | tonic::Code::Unauthenticated
+                | tonic::Code::Unimplemented
+                | tonic::Code::FailedPrecondition
+        ),
+        None => false,
+    }
+}

@@ -6,11 +6,10 @@ use std::time::Duration;
 use futures::StreamExt as _;
 use swarm_core::TaskKey;
 use swarm_proto::v1;
-use tonic::Code;
 
 use crate::cli::{LogsArgs, WatchArgs};
 use crate::client::{self, connect};
-use crate::exit::{Unreachable, Usage};
+use crate::exit::Usage;
 use crate::ops::task_events;
 use crate::output::{EventView, print_event};
 
@@ -82,7 +81,7 @@ async fn follow(
         let broken = match stream_once(url, swarm_id, &mut after, &mut on_event, &mut backoff).await {
             Ok(Flow::Done) => return Ok(()),
             Ok(Flow::Ended) => "the controller ended the stream".to_string(),
-            Err(e) if retryable(&e) => e.to_string(),
+            Err(e) if client::retryable(&e) => e.to_string(),
             Err(e) => return Err(e),
         };
         eprintln!("watch: {broken}; reconnecting in {} ms (after event {after})", backoff.as_millis());
@@ -121,24 +120,4 @@ async fn stream_once(
         }
     }
     Ok(Flow::Ended)
-}
-
-/// Whether waiting and reconnecting can fix `e`: the controller being
-/// unreachable or the connection breaking, not a refusal.
-pub(crate) fn retryable(e: &anyhow::Error) -> bool {
-    if e.downcast_ref::<Unreachable>().is_some() {
-        return true;
-    }
-    match e.downcast_ref::<tonic::Status>() {
-        Some(s) => !matches!(
-            s.code(),
-            Code::InvalidArgument
-                | Code::NotFound
-                | Code::PermissionDenied
-                | Code::Unauthenticated
-                | Code::Unimplemented
-                | Code::FailedPrecondition
-        ),
-        None => false,
-    }
 }

@@ -12,14 +12,73 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt as _;
-use std::path::Path;
-
-use crate::index_file::{IndexFileError, put_entry, stage};
+use std::path::{Path, PathBuf};
 
 /// The stat fields, the object id and the flags: what precedes the
 /// extended flags (when present) and the path of an encoded entry.
 const FIXED: usize = 62;
 const FLAG_EXTENDED: u16 = 0x4000;
+/// The stage and assume-valid bits of an entry's flags (libgit2 keeps the
+/// name length in the low bits; the writer computes it).
+const FLAGS_KEPT: u16 = 0xb000;
+const NAME_MASK: usize = 0x0fff;
+/// The extended flags git writes (intent-to-add, skip-worktree); libgit2
+/// keeps in-memory bits beside them that never reach the file.
+const EXTENDED_KEPT: u16 = 0x6000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum IndexFileError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("index entry {path:?}: {rule}")]
+    Entry { path: String, rule: &'static str },
+    #[error("the cache of tree ids covers {tree} entries but the index has {entries}")]
+    TreeMismatch { tree: u32, entries: u32 },
+    #[error("git: {0}")]
+    Git(#[from] git2::Error),
+}
+
+/// One entry, as the index stores it; returns whether it needs version 3.
+pub(crate) fn put_entry(out: &mut Vec<u8>, e: &git2::IndexEntry) -> Result<bool, IndexFileError> {
+    let bad = |rule| IndexFileError::Entry { path: String::from_utf8_lossy(&e.path).into_owned(), rule };
+    if e.path.is_empty() || e.path.contains(&0) || e.path.starts_with(b"/") || e.path.ends_with(b"/") {
+        return Err(bad("a path is relative, not empty, with no NUL byte and no trailing '/'"));
+    }
+    let extended = e.flags_extended & EXTENDED_KEPT;
+    let start = out.len();
+    for v in [
+        e.ctime.seconds() as u32,
+        e.ctime.nanoseconds(),
+        e.mtime.seconds() as u32,
+        e.mtime.nanoseconds(),
+        e.dev,
+        e.ino,
+        e.mode,
+        e.uid,
+        e.gid,
+        e.file_size,
+    ] {
+        out.extend_from_slice(&v.to_be_bytes());
+    }
+    out.extend_from_slice(e.id.as_bytes());
+    let mut flags = (e.flags & FLAGS_KEPT) | e.path.len().min(NAME_MASK) as u16;
+    if extended != 0 {
+        flags |= FLAG_EXTENDED;
+    }
+    out.extend_from_slice(&flags.to_be_bytes());
+    if extended != 0 {
+        out.extend_from_slice(&extended.to_be_bytes());
+    }
+    out.extend_from_slice(&e.path);
+    // NUL-padded to a multiple of 8, with at least one NUL.
+    let len = out.len() - start;
+    out.resize(start + (len + 8) / 8 * 8, 0);
+    Ok(extended != 0)
+}
+
+pub(crate) fn stage(e: &git2::IndexEntry) -> u16 {
+    (e.flags >> 12) & 3
+}
 
 /// Encoded index entries (version 2, or 3 when one has extended flags).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -26,77 +26,14 @@ use std::path::{Path, PathBuf};
 use sha1::{Digest as _, Sha1};
 
 pub use crate::cache_tree::CacheTree;
-pub use crate::index_entries::Encoded;
+pub use crate::index_entries::{Encoded, IndexFileError};
 
 /// The SHA-1 at the end of an index file, over everything before it.
 pub type Checksum = [u8; 20];
 
 const SIGNATURE: &[u8; 4] = b"DIRC";
-/// The stage and assume-valid bits of an entry's flags (libgit2 keeps the
-/// name length in the low bits; the writer computes it).
-const FLAGS_KEPT: u16 = 0xb000;
-const FLAG_EXTENDED: u16 = 0x4000;
-const NAME_MASK: usize = 0x0fff;
-/// The extended flags git writes (intent-to-add, skip-worktree); libgit2
-/// keeps in-memory bits beside them that never reach the file.
-const EXTENDED_KEPT: u16 = 0x6000;
-
-#[derive(Debug, thiserror::Error)]
-pub enum IndexFileError {
-    #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
-    #[error("index entry {path:?}: {rule}")]
-    Entry { path: String, rule: &'static str },
-    #[error("the cache of tree ids covers {tree} entries but the index has {entries}")]
-    TreeMismatch { tree: u32, entries: u32 },
-    #[error("git: {0}")]
-    Git(#[from] git2::Error),
-}
-
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> IndexFileError + '_ {
     move |source| IndexFileError::Io { path: path.to_path_buf(), source }
-}
-
-/// One entry, as the index stores it; returns whether it needs version 3.
-pub(crate) fn put_entry(out: &mut Vec<u8>, e: &git2::IndexEntry) -> Result<bool, IndexFileError> {
-    let bad = |rule| IndexFileError::Entry { path: String::from_utf8_lossy(&e.path).into_owned(), rule };
-    if e.path.is_empty() || e.path.contains(&0) || e.path.starts_with(b"/") || e.path.ends_with(b"/") {
-        return Err(bad("a path is relative, not empty, with no NUL byte and no trailing '/'"));
-    }
-    let extended = e.flags_extended & EXTENDED_KEPT;
-    let start = out.len();
-    for v in [
-        e.ctime.seconds() as u32,
-        e.ctime.nanoseconds(),
-        e.mtime.seconds() as u32,
-        e.mtime.nanoseconds(),
-        e.dev,
-        e.ino,
-        e.mode,
-        e.uid,
-        e.gid,
-        e.file_size,
-    ] {
-        out.extend_from_slice(&v.to_be_bytes());
-    }
-    out.extend_from_slice(e.id.as_bytes());
-    let mut flags = (e.flags & FLAGS_KEPT) | e.path.len().min(NAME_MASK) as u16;
-    if extended != 0 {
-        flags |= FLAG_EXTENDED;
-    }
-    out.extend_from_slice(&flags.to_be_bytes());
-    if extended != 0 {
-        out.extend_from_slice(&extended.to_be_bytes());
-    }
-    out.extend_from_slice(&e.path);
-    // NUL-padded to a multiple of 8, with at least one NUL.
-    let len = out.len() - start;
-    out.resize(start + (len + 8) / 8 * 8, 0);
-    Ok(extended != 0)
-}
-
-pub(crate) fn stage(e: &git2::IndexEntry) -> u16 {
-    (e.flags >> 12) & 3
 }
 
 /// The bytes of an index of `entries` (in index order: by path, then

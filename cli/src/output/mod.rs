@@ -12,6 +12,7 @@ use swarm_proto::v1;
 
 use crate::cli::Format;
 
+mod branch_report;
 mod usage;
 pub use usage::UsageView;
 
@@ -484,7 +485,7 @@ pub struct TaskDetailView {
     pub prompt: String,
     pub attempts: Vec<AttemptView>,
     pub events: Vec<EventView>,
-    pub branch_report: Option<crate::review::BranchReportView>,
+    pub branch_report: Option<branch_report::BranchReportView>,
 }
 
 impl From<&v1::TaskDetail> for TaskDetailView {
@@ -494,7 +495,7 @@ impl From<&v1::TaskDetail> for TaskDetailView {
             prompt: d.prompt.clone(),
             attempts: d.attempts.iter().map(AttemptView::from).collect(),
             events: d.events.iter().map(EventView::from).collect(),
-            branch_report: d.branch_report.as_ref().map(crate::review::BranchReportView::from),
+            branch_report: d.branch_report.as_ref().map(branch_report::BranchReportView::from),
         }
     }
 }

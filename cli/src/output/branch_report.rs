@@ -1,0 +1,92 @@
+//! The branch report `describe task` shows: what a task's branch holds,
+//! the reviews of it, and whether it should merge.
+
+use serde::Serialize;
+use swarm_proto::v1;
+
+use super::short_commit;
+
+#[derive(Debug, Serialize)]
+pub struct ReviewView {
+    pub decision: String,
+    pub message: String,
+    pub by: String,
+    pub commit: String,
+    pub at_unix_ms: i64,
+}
+
+/// What a task's branch holds and whether it should merge.
+#[derive(Debug, Serialize)]
+pub struct BranchReportView {
+    pub branch: String,
+    /// `ready`, `needs_review` or `blocked`; empty while the task works.
+    pub recommendation: String,
+    pub reason: String,
+    pub commit: String,
+    pub base_commit: String,
+    pub files_changed: Vec<String>,
+    pub reviewer: String,
+    pub reviews: Vec<ReviewView>,
+}
+
+impl From<&v1::BranchReport> for BranchReportView {
+    fn from(r: &v1::BranchReport) -> Self {
+        BranchReportView {
+            branch: r.branch.clone(),
+            recommendation: r.recommendation.clone(),
+            reason: r.reason.clone(),
+            commit: r.commit.clone(),
+            base_commit: r.base_commit.clone(),
+            files_changed: r.files_changed.clone(),
+            reviewer: r.reviewer.clone(),
+            reviews: r
+                .reviews
+                .iter()
+                .map(|x| ReviewView {
+                    decision: x.decision.clone(),
+                    message: x.message.clone(),
+                    by: x.by.clone(),
+                    commit: x.commit.clone(),
+                    at_unix_ms: x.at_unix_ms,
+                })
+                .collect(),
+        }
+    }
+}
+
+impl BranchReportView {
+    /// The `Branch report:` section of `describe task`.
+    pub fn text(&self) -> String {
+        let mut out = String::from("Branch report:\n");
+        let rec = if self.recommendation.is_empty() { "- (still working)" } else { &self.recommendation };
+        out.push_str(&format!("  {:<16}{}\n", "Branch:", self.branch));
+        out.push_str(&format!("  {:<16}{rec}\n", "Recommendation:"));
+        if !self.reason.is_empty() {
+            out.push_str(&format!("  {:<16}{}\n", "Why:", self.reason));
+        }
+        if !self.commit.is_empty() {
+            out.push_str(&format!(
+                "  {:<16}{} (base {})\n",
+                "Commit:",
+                short_commit(&self.commit),
+                short_commit(&self.base_commit)
+            ));
+        }
+        if !self.files_changed.is_empty() {
+            out.push_str(&format!("  {:<16}{}\n", "Files changed:", self.files_changed.join(", ")));
+        }
+        if !self.reviewer.is_empty() {
+            out.push_str(&format!("  {:<16}{}\n", "Reviewer:", self.reviewer));
+        }
+        for r in &self.reviews {
+            let message = if r.message.is_empty() { String::new() } else { format!(": {}", r.message) };
+            out.push_str(&format!(
+                "  - {} by {} of {}{message}\n",
+                r.decision,
+                r.by,
+                short_commit(&r.commit)
+            ));
+        }
+        out
+    }
+}
