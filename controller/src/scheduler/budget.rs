@@ -204,8 +204,7 @@ impl Scheduler {
     fn stop_swarm_at_budget(&mut self, id: &SwarmId, why: &str, fx: &mut Effects) {
         let _span = tracing::warn_span!("swarm.budget_reached", swarm = %id).entered();
         tracing::warn!(reason = why, "swarm reached its budget; stopping its agent attempts");
-        self.event(
-            fx,
+        fx.event(
             id.as_str(),
             "",
             0,
@@ -244,8 +243,7 @@ impl Scheduler {
                 .entered();
         tracing::info!(reason = why, "stopping the attempt at its budget");
         self.send_stop(key, number, why, true, fx);
-        self.task_event(
-            fx,
+        fx.task_event(
             key,
             number,
             "",
@@ -288,8 +286,7 @@ impl Scheduler {
         }
         self.set_state(key, TaskState::Blocked, why, fx);
         let attempt = self.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
-        self.task_event(
-            fx,
+        fx.task_event(
             key,
             attempt,
             "",
@@ -364,8 +361,7 @@ impl Scheduler {
         let keys = self.model.swarms().get(id).map(|s| s.tasks.clone()).unwrap_or_default();
         let unblocked = self.unblock_budget(&keys, fx);
         tracing::info!(?budget, unblocked, "swarm budget set");
-        self.event(
-            fx,
+        fx.event(
             id.as_str(),
             "",
             0,
@@ -395,8 +391,7 @@ impl Scheduler {
         let unblocked = self.unblock_budget(std::slice::from_ref(key), fx);
         tracing::info!(?budget, unblocked, "task budget set");
         let attempt = self.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
-        self.task_event(
-            fx,
+        fx.task_event(
             key,
             attempt,
             "",

@@ -92,8 +92,7 @@ impl Scheduler {
         self.metrics.rate_limited_attempts.inc();
         let wait_s = (until - now) / 1000;
         tracing::warn!(worker = worker_id, limit = %key, kind, until, "agent usage limit; holding agent tasks back");
-        self.event(
-            fx,
+        fx.event(
             "",
             "",
             0,
@@ -115,8 +114,7 @@ impl Scheduler {
         self.scan.changed();
         for key in ended {
             tracing::info!(limit = %key, "agent usage limit lifted");
-            self.event(
-                fx,
+            fx.event(
                 "",
                 "",
                 0,

@@ -103,8 +103,7 @@ impl Scheduler {
             &format!("attempt {number} queued for integration verify"),
             fx,
         );
-        self.task_event(
-            fx,
+        fx.task_event(
             key,
             number,
             "",
@@ -152,8 +151,7 @@ impl Scheduler {
                             }
                         };
                         self.model.apply(Transition::Worker { id: &id, edit: Box::new(edit) });
-                        self.event(
-                            fx,
+                        fx.event(
                             swarm.as_str(),
                             "",
                             0,
@@ -212,8 +210,7 @@ impl Scheduler {
             tracing::info_span!("merge_queue.batch", swarm = %swarm, job, tasks = items.len(), bisecting)
                 .entered();
         self.metrics.merge_queue_batch_size.set(items.len() as i64);
-        self.event(
-            fx,
+        fx.event(
             swarm.as_str(),
             "",
             0,
@@ -276,8 +273,7 @@ impl Scheduler {
         for key in &keys {
             self.set_state(key, TaskState::Merging, &reason, fx);
         }
-        self.event(
-            fx,
+        fx.event(
             swarm.as_str(),
             "",
             0,
@@ -314,8 +310,7 @@ impl Scheduler {
                 }
                 if let Some(error) = error {
                     q.retry_at = now + RETRY_MS;
-                    self.event(
-                        fx,
+                    fx.event(
                         swarm.as_str(),
                         "",
                         0,
@@ -352,8 +347,7 @@ impl Scheduler {
                     // head as it is now.
                     q.queue.requeue_front(chained.iter().map(|c| c.task.clone()).collect());
                     q.retry_at = now + RETRY_MS;
-                    self.event(
-                        fx,
+                    fx.event(
                         swarm.as_str(),
                         "",
                         0,
@@ -364,8 +358,7 @@ impl Scheduler {
                     );
                 } else {
                     let tasks: Vec<String> = chained.iter().map(|c| c.task.task.to_string()).collect();
-                    self.event(
-                        fx,
+                    fx.event(
                         swarm.as_str(),
                         "",
                         0,
@@ -427,8 +420,7 @@ impl Scheduler {
             {
                 *worker = None;
             }
-            self.event(
-                fx,
+            fx.event(
                 swarm.as_str(),
                 "",
                 0,
@@ -449,8 +441,7 @@ impl Scheduler {
         let size = q.queue.batch_size();
         let (kind, what) =
             if r.passed { ("merge_queue.passed", "passed") } else { ("merge_queue.failed", "failed") };
-        self.event(
-            fx,
+        fx.event(
             swarm.as_str(),
             "",
             0,
@@ -518,8 +509,7 @@ impl Scheduler {
              Failing integration verify output:\n\n```\n{failure}\n```\n"
         );
         let _span = tracing::info_span!("merge_queue.culprit", swarm = %key.swarm, task = %key, attempt = %key.attempt(number)).entered();
-        self.task_event(
-            fx,
+        fx.task_event(
             key,
             number,
             "",

@@ -175,9 +175,58 @@ struct Effects {
     /// An earlier turn's commit is still in flight: the model is ahead of
     /// the store even before this turn changes anything.
     behind_store: bool,
+    /// The id the turn's next event gets: taken from the scheduler when the
+    /// turn starts and given back when it ends, so that whatever records an
+    /// event needs only the turn's effects, not the scheduler.
+    next_event_id: u64,
 }
 
 impl Effects {
+    /// Appends an event to the batch and returns its id. `swarm` and `task`
+    /// may be empty (worker events, swarm events).
+    #[allow(clippy::too_many_arguments)]
+    fn event(
+        &mut self,
+        swarm: &str,
+        task: &str,
+        attempt: u32,
+        worker: &str,
+        kind: &str,
+        message: String,
+        data: impl serde::Serialize,
+    ) -> u64 {
+        let id = self.next_event_id;
+        self.next_event_id += 1;
+        self.batch.event(EventRow {
+            id,
+            at: now_ms(),
+            swarm: swarm.to_string(),
+            task: task.to_string(),
+            attempt,
+            worker: worker.to_string(),
+            kind: kind.to_string(),
+            message,
+            // Straight to text: the hot events pass borrowed structs, not a
+            // `serde_json::Value` built key by key and then printed.
+            data: serde_json::to_string(&data).unwrap_or_else(|_| "{}".into()),
+        });
+        id
+    }
+
+    /// An event about one task (and attempt, when non-zero).
+    #[allow(clippy::too_many_arguments)]
+    fn task_event(
+        &mut self,
+        key: &TaskKey,
+        attempt: u32,
+        worker: &str,
+        kind: &str,
+        message: String,
+        data: impl serde::Serialize,
+    ) -> u64 {
+        self.event(key.swarm.as_str(), key.task.as_str(), attempt, worker, kind, message, data)
+    }
+
     /// Nothing has changed in this turn yet: the model is what the store holds.
     fn untouched(&self) -> bool {
         !self.behind_store
@@ -333,7 +382,7 @@ impl Scheduler {
         commands: impl IntoIterator<Item = Command>,
         behind_store: bool,
     ) -> (bool, Effects) {
-        let mut fx = Effects { behind_store, ..Effects::default() };
+        let mut fx = Effects { behind_store, next_event_id: self.next_event_id, ..Effects::default() };
         let mut keep_running = true;
         for cmd in commands {
             if matches!(cmd, Command::Shutdown) {
@@ -371,6 +420,7 @@ impl Scheduler {
                 fx.batch.worker(w.row());
             }
         }
+        self.next_event_id = fx.next_event_id;
         (keep_running, fx)
     }
 
@@ -423,8 +473,7 @@ impl Scheduler {
     /// Records, in the swarm's audit log, that a stale lock on its
     /// integration ref was removed.
     fn on_lock_removed(&mut self, removed: swarm_git::merge::LockRemoved, fx: &mut Effects) {
-        self.event(
-            fx,
+        fx.event(
             &removed.swarm,
             "",
             0,
@@ -438,8 +487,7 @@ impl Scheduler {
     /// Records, in the swarm's audit log, that its integration ref was
     /// behind the recorded head at start, or unreadable, and was put back.
     fn on_ref_repaired(&mut self, repaired: swarm_git::merge::RefRepaired, fx: &mut Effects) {
-        self.event(
-            fx,
+        fx.event(
             &repaired.swarm,
             "",
             0,
@@ -460,53 +508,6 @@ impl Scheduler {
 
     fn mono_ms(&self) -> u64 {
         self.started.elapsed().as_millis() as u64
-    }
-
-    /// Appends an event to the batch and returns its id. `swarm` and `task`
-    /// may be empty (worker events, swarm events).
-    #[allow(clippy::too_many_arguments)]
-    fn event(
-        &mut self,
-        fx: &mut Effects,
-        swarm: &str,
-        task: &str,
-        attempt: u32,
-        worker: &str,
-        kind: &str,
-        message: String,
-        data: impl serde::Serialize,
-    ) -> u64 {
-        let id = self.next_event_id;
-        self.next_event_id += 1;
-        fx.batch.event(EventRow {
-            id,
-            at: now_ms(),
-            swarm: swarm.to_string(),
-            task: task.to_string(),
-            attempt,
-            worker: worker.to_string(),
-            kind: kind.to_string(),
-            message,
-            // Straight to text: the hot events pass borrowed structs, not a
-            // `serde_json::Value` built key by key and then printed.
-            data: serde_json::to_string(&data).unwrap_or_else(|_| "{}".into()),
-        });
-        id
-    }
-
-    /// An event about one task (and attempt, when non-zero).
-    #[allow(clippy::too_many_arguments)]
-    fn task_event(
-        &mut self,
-        fx: &mut Effects,
-        key: &TaskKey,
-        attempt: u32,
-        worker: &str,
-        kind: &str,
-        message: String,
-        data: impl serde::Serialize,
-    ) -> u64 {
-        self.event(fx, key.swarm.as_str(), key.task.as_str(), attempt, worker, kind, message, data)
     }
 
     /// The one place a task changes state (the model keeps the ready
@@ -552,8 +553,7 @@ impl Scheduler {
         }
         let message =
             if reason.is_empty() { format!("{from} -> {to}") } else { format!("{from} -> {to}: {reason}") };
-        self.task_event(
-            fx,
+        fx.task_event(
             key,
             attempt,
             "",
@@ -580,8 +580,7 @@ impl Scheduler {
         let worker =
             self.model.attempts().get(&(key.clone(), number)).map(|a| a.worker.clone()).unwrap_or_default();
         tracing::info!(attempt = %key.attempt(number), %from, %to, "attempt state");
-        self.task_event(
-            fx,
+        fx.task_event(
             key,
             number,
             &worker,
@@ -721,8 +720,7 @@ impl Scheduler {
         match stall {
             Some(stall) => {
                 tracing::warn!(reason = %stall.reason, tasks = ?stall.tasks, "swarm stalled");
-                self.event(
-                    fx,
+                fx.event(
                     id.as_str(),
                     "",
                     0,
@@ -733,8 +731,7 @@ impl Scheduler {
                 );
             }
             None => {
-                self.event(
-                    fx,
+                fx.event(
                     id.as_str(),
                     "",
                     0,

@@ -233,8 +233,7 @@ impl Scheduler {
             Default::default(),
         );
         fx.batch.new_swarm(swarm.row());
-        self.event(
-            fx,
+        fx.event(
             plan.swarm.as_str(),
             "",
             0,
@@ -273,8 +272,7 @@ impl Scheduler {
             TaskState::Running => {
                 let number = t.attempts;
                 self.edit_task(key, fx, |t| t.cancel_requested = true);
-                self.task_event(
-                    fx,
+                fx.task_event(
                     key,
                     number,
                     "",
@@ -317,8 +315,7 @@ impl Scheduler {
         if let Ok(id) = SwarmId::new(id) {
             self.edit_swarm(&id, fx, |s| s.state = SwarmState::Cancelled);
         }
-        self.event(
-            fx,
+        fx.event(
             id,
             "",
             0,
@@ -440,8 +437,7 @@ impl Scheduler {
             text: text.to_string(),
         };
         self.send(&worker, message, fx);
-        self.task_event(
-            fx,
+        fx.task_event(
             key,
             number,
             &worker,
@@ -470,8 +466,7 @@ impl Scheduler {
             t.notes.pending_question = None;
         });
         let attempt = self.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
-        self.task_event(
-            fx,
+        fx.task_event(
             key,
             attempt,
             "",
@@ -492,8 +487,7 @@ impl Scheduler {
         };
         let view = WorkerView::of(w, now, self.limited_until(w, now_ms()));
         self.send(worker, Outbound::Drain { reason: "drained by the operator".into() }, fx);
-        self.event(
-            fx,
+        fx.event(
             "",
             "",
             0,

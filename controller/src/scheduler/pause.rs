@@ -81,7 +81,7 @@ impl Scheduler {
             s.control.paused = Some(Pause { stop, question, ..pause });
         });
         tracing::info!("swarm paused");
-        self.event(fx, id.as_str(), "", 0, "", kind, message, data);
+        fx.event(id.as_str(), "", 0, "", kind, message, data);
         if stop {
             self.checkpoint_running(id, fx);
         }
@@ -142,8 +142,7 @@ impl Scheduler {
         self.budgets.burn.remove(id);
         self.scan.changed();
         tracing::info!("swarm resumed");
-        self.event(
-            fx,
+        fx.event(
             id.as_str(),
             "",
             0,
@@ -205,8 +204,7 @@ impl Scheduler {
             options: vec!["resume".into(), "pause".into()],
         };
         self.edit_task(key, fx, |t| t.notes.pending_question = Some(question));
-        self.task_event(
-            fx,
+        fx.task_event(
             key,
             number,
             "",

@@ -107,7 +107,7 @@ impl Scheduler {
                 serde_json::json!({ "target": target, "reason": reason }),
             ),
         };
-        self.event(fx, swarm, "", 0, "", kind, message, data);
+        fx.event(swarm, "", 0, "", kind, message, data);
         Ok(())
     }
 }

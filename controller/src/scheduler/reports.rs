@@ -94,8 +94,7 @@ impl Scheduler {
                 {
                     self.set_attempt_state(&attempt.task, attempt.number, AttemptState::Running, fx);
                 }
-                self.task_event(
-                    fx,
+                fx.task_event(
                     &attempt.task,
                     attempt.number,
                     worker_id,
@@ -118,8 +117,7 @@ impl Scheduler {
                 self.record_agent(&attempt.task, attempt.number, usage, &session_id, true, fx);
             }
             Report::Status { attempt, status, message } => {
-                self.task_event(
-                    fx,
+                fx.task_event(
                     &attempt.task,
                     attempt.number,
                     worker_id,
@@ -137,8 +135,7 @@ impl Scheduler {
                     options: options.clone(),
                 };
                 self.edit_task(&attempt.task, fx, |t| t.notes.pending_question = Some(question));
-                self.task_event(
-                    fx,
+                fx.task_event(
                     &attempt.task,
                     attempt.number,
                     worker_id,
@@ -149,8 +146,7 @@ impl Scheduler {
             }
             Report::Result(result) => self.on_result(worker_id, *result, fx),
             Report::Orphans { worktrees, removed } => {
-                self.event(
-                    fx,
+                fx.event(
                     "",
                     "",
                     0,
@@ -463,8 +459,7 @@ impl Scheduler {
         }
         let _span = span.entered();
         if !result.ownership_warning.is_empty() {
-            self.task_event(
-                fx,
+            fx.task_event(
                 &key,
                 number,
                 "",
@@ -483,8 +478,7 @@ impl Scheduler {
                     t.merge_commit = merge_commit.clone();
                     t.resume_commit.clear();
                 });
-                self.task_event(
-                    fx,
+                fx.task_event(
                     &key,
                     number,
                     "",
@@ -502,8 +496,7 @@ impl Scheduler {
             }
             Verdict::Conflict(conflict) => {
                 let (paths, description) = (conflict.path_names(), conflict_description(&conflict));
-                self.task_event(
-                    fx,
+                fx.task_event(
                     &key,
                     number,
                     "",
@@ -543,8 +536,7 @@ impl Scheduler {
         self.edit_attempt(key, number, fx, |a| a.error = reason.to_string());
         self.set_attempt_state(key, number, AttemptState::Failed, fx);
         self.edit_task(key, fx, |t| t.result_commit.clear());
-        self.task_event(
-            fx,
+        fx.task_event(
             key,
             number,
             "",

@@ -21,8 +21,7 @@ impl Scheduler {
         if !s.missing.is_empty() {
             message.push_str(&format!("; not enforced: {}", s.missing.join("; ")));
         }
-        self.task_event(
-            fx,
+        fx.task_event(
             &attempt.task,
             attempt.number,
             worker_id,

@@ -120,8 +120,7 @@ impl Scheduler {
         if draining {
             self.send(&hello.worker_id, Outbound::Drain { reason: "draining".into() }, fx);
         }
-        self.event(
-            fx,
+        fx.event(
             "",
             "",
             0,
@@ -188,8 +187,7 @@ impl Scheduler {
         {
             self.set_attempt_state(&held.task, held.number, AttemptState::Fenced, fx);
         }
-        self.task_event(
-            fx,
+        fx.task_event(
             &held.task,
             held.number,
             worker,
@@ -215,8 +213,7 @@ impl Scheduler {
         });
         let entry = self.lease_seen.entry(worker_id.to_string()).or_insert(seen);
         *entry = (*entry).max(seen);
-        self.event(
-            fx,
+        fx.event(
             "",
             "",
             0,
@@ -276,16 +273,15 @@ impl Scheduler {
             return false;
         }
         match about {
-            Some((key, attempt)) => self.task_event(fx, key, attempt, client, kind, message, data),
-            None => self.event(fx, "", "", 0, client, kind, message, data),
+            Some((key, attempt)) => fx.task_event(key, attempt, client, kind, message, data),
+            None => fx.event("", "", 0, client, kind, message, data),
         };
         true
     }
 
     fn audit_summary(&mut self, fx: &mut Effects, s: Summary) {
         let message = s.message();
-        self.event(
-            fx,
+        fx.event(
             "",
             "",
             0,
@@ -321,8 +317,7 @@ impl Scheduler {
             self.lease_seen.remove(&id);
             fx.dirty_workers.remove(&id);
             fx.batch.forget_worker(&id);
-            self.event(
-                fx,
+            fx.event(
                 "",
                 "",
                 0,

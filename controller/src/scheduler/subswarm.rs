@@ -185,8 +185,7 @@ impl Scheduler {
         };
         self.edit_attempt(key, number, fx, |a| a.base_commit = head.to_string());
         let _span = tracing::info_span!("subswarm.create", swarm = %key.swarm, task = %key, attempt = %key.attempt(number), child = %child).entered();
-        self.task_event(
-            fx,
+        fx.task_event(
             key,
             number,
             "",

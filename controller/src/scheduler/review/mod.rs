@@ -76,8 +76,7 @@ impl Scheduler {
             "reviews": r.reviews,
         });
         let number = t.attempts;
-        self.task_event(
-            fx,
+        fx.task_event(
             key,
             number,
             "",
@@ -169,8 +168,7 @@ impl Scheduler {
         self.transition(Transition::AttemptAdded(attempt), fx);
         self.edit_worker(worker_id, fx, |w| w.updated_at = now_ms());
         self.lease_seen.insert(worker_id.to_string(), self.mono_ms());
-        self.task_event(
-            fx,
+        fx.task_event(
             key,
             number,
             worker_id,
@@ -323,7 +321,7 @@ impl Scheduler {
     fn requeue_review(&mut self, key: &TaskKey, why: &str, fx: &mut Effects) {
         self.reviews.waiting.insert(key.clone());
         let number = self.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
-        self.task_event(fx, key, number, "", "review.requeued", why.to_string(), serde_json::json!({}));
+        fx.task_event(key, number, "", "review.requeued", why.to_string(), serde_json::json!({}));
     }
 
     /// A reviewer attempt failed: again after the backoff while the task's
@@ -485,8 +483,7 @@ impl Scheduler {
                 });
             }
         });
-        self.task_event(
-            fx,
+        fx.task_event(
             key,
             number,
             "",
