@@ -86,7 +86,7 @@ impl Scheduler {
                         }
                         continue;
                     }
-                    if let Some(until) = self.limited_until(worker, now) {
+                    if let Some(until) = self.limits.limited_until(worker, now) {
                         self.scan.due_ms = self.scan.due_ms.min(until);
                         continue;
                     }

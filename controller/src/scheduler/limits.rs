@@ -10,8 +10,9 @@ use super::HashMap;
 
 use rand::Rng as _;
 
-use super::model::Worker;
-use super::{Effects, Scheduler, now_ms};
+use super::model::{Model, Worker};
+use super::{Effects, now_ms};
+use crate::metrics::Metrics;
 
 /// The worker label naming the agent account a limit belongs to.
 pub const ACCOUNT_LABEL: &str = "account";
@@ -70,26 +71,26 @@ impl RateLimits {
     }
 }
 
-impl Scheduler {
+/// The component's side of the turn: it reads the model, records what it
+/// did in the turn's effects, and imports no other component.
+impl RateLimits {
     /// `worker_id`'s agent hit its usage limit: hold back agent tasks on
     /// every worker sharing it; returns when they may start again.
     pub(super) fn on_rate_limited(
         &mut self,
+        model: &Model,
+        metrics: &Metrics,
         worker_id: &str,
         reset_ms: u64,
         kind: &str,
         fx: &mut Effects,
     ) -> i64 {
         let now = now_ms();
-        let key = self
-            .model
-            .workers()
-            .get(worker_id)
-            .map(limit_key)
-            .unwrap_or_else(|| format!("worker={worker_id}"));
-        let until = self.limits.hit(&key, reset_ms, now);
-        self.metrics.rate_limits_active.set(self.limits.len() as i64);
-        self.metrics.rate_limited_attempts.inc();
+        let key =
+            model.workers().get(worker_id).map(limit_key).unwrap_or_else(|| format!("worker={worker_id}"));
+        let until = self.hit(&key, reset_ms, now);
+        metrics.rate_limits_active.set(self.len() as i64);
+        metrics.rate_limited_attempts.inc();
         let wait_s = (until - now) / 1000;
         tracing::warn!(worker = worker_id, limit = %key, kind, until, "agent usage limit; holding agent tasks back");
         fx.event(
@@ -104,14 +105,14 @@ impl Scheduler {
         until
     }
 
-    /// Lifts the limits whose time has come (called every tick).
-    pub(super) fn lift_rate_limits(&mut self, fx: &mut Effects) {
-        let ended = self.limits.expire(now_ms());
+    /// Lifts the limits whose time has come (called every tick); whether
+    /// any was lifted (idle workers may then find agent tasks again).
+    pub(super) fn lift(&mut self, metrics: &Metrics, fx: &mut Effects) -> bool {
+        let ended = self.expire(now_ms());
         if ended.is_empty() {
-            return;
+            return false;
         }
-        self.metrics.rate_limits_active.set(self.limits.len() as i64);
-        self.scan.changed();
+        metrics.rate_limits_active.set(self.len() as i64);
         for key in ended {
             tracing::info!(limit = %key, "agent usage limit lifted");
             fx.event(
@@ -124,14 +125,15 @@ impl Scheduler {
                 serde_json::json!({ "limit": key }),
             );
         }
+        true
     }
 
     /// When `worker` may take agent tasks again, if a limit holds it back.
     pub(super) fn limited_until(&self, worker: &Worker, now: i64) -> Option<i64> {
-        if self.limits.len() == 0 {
+        if self.len() == 0 {
             return None;
         }
-        self.limits.holds(&limit_key(worker), now)
+        self.holds(&limit_key(worker), now)
     }
 }
 

@@ -635,7 +635,9 @@ impl Scheduler {
             self.on_disconnected(&worker, session, fx);
         }
         self.sweep_registry(fx);
-        self.lift_rate_limits(fx);
+        if self.limits.lift(&self.metrics, fx) {
+            self.scan.changed();
+        }
         self.tick_subswarms(fx);
         self.tick_merge_queues(fx);
         let connected = self.model.workers().values().filter(|w| w.session.is_some()).count();

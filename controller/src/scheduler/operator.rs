@@ -485,7 +485,7 @@ impl Scheduler {
         let Some(w) = self.model.workers().get(worker) else {
             return Err(SchedError::NotFound(worker.to_string()));
         };
-        let view = WorkerView::of(w, now, self.limited_until(w, now_ms()));
+        let view = WorkerView::of(w, now, self.limits.limited_until(w, now_ms()));
         self.send(worker, Outbound::Drain { reason: "drained by the operator".into() }, fx);
         fx.event(
             "",

@@ -118,7 +118,7 @@ impl Scheduler {
             .model
             .workers()
             .values()
-            .map(|w| (w.id.clone(), WorkerView::of(w, mono, self.limited_until(w, now))))
+            .map(|w| (w.id.clone(), WorkerView::of(w, mono, self.limits.limited_until(w, now))))
             .collect();
         page.take(keyed)
     }

@@ -281,7 +281,14 @@ impl Scheduler {
                 // spent, the work is kept as a WIP commit, and the task waits
                 // for the reset on the worker that holds its session.
                 self.set_attempt_state(&key, number, AttemptState::RateLimited, fx);
-                let until = self.on_rate_limited(worker_id, r.rate_limit_reset_ms, &r.rate_limit_kind, fx);
+                let until = self.limits.on_rate_limited(
+                    &self.model,
+                    &self.metrics,
+                    worker_id,
+                    r.rate_limit_reset_ms,
+                    &r.rate_limit_kind,
+                    fx,
+                );
                 self.edit_task(&key, fx, |t| {
                     if let Some(c) = &r.commit {
                         t.resume_commit = c.clone();

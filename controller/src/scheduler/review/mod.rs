@@ -127,7 +127,7 @@ impl Scheduler {
                 .model
                 .workers()
                 .values()
-                .filter(|w| w.is_idle() && !(agent && self.limited_until(w, now).is_some()))
+                .filter(|w| w.is_idle() && !(agent && self.limits.limited_until(w, now).is_some()))
                 .map(|w| w.id.as_str())
                 .collect();
             idle.sort_unstable();
