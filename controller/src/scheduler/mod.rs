@@ -15,6 +15,7 @@ mod budget;
 pub mod command;
 mod limits;
 mod merge_queue;
+mod merged;
 mod model;
 mod operator;
 pub mod outbound;

@@ -1,10 +1,9 @@
-//! What sidecars tell the scheduler: reports, fencing, the exit-code
-//! transitions and merge results. Sessions and claims are in `sessions`.
+//! What sidecars tell the scheduler: reports, fencing and the exit-code
+//! transitions. Sessions and claims are in `sessions`, merge results in
+//! `merged`.
 
 use rand::Rng;
-use swarm_core::plan::ConflictPolicy;
 use swarm_core::{AttemptState, Outcome, TaskKey, TaskState, Usage};
-use swarm_git::merge::{Conflict, MergeJob, MergeResult, MergeStats, Verdict};
 
 use super::command::{Report, ReportedAttempt, ResultReport};
 use super::model::PendingQuestion;
@@ -420,178 +419,6 @@ impl Scheduler {
     pub(super) fn send_cancel(&mut self, key: &TaskKey, number: u32, reason: &str, fx: &mut Effects) {
         self.send_stop(key, number, reason, false, fx);
     }
-
-    /// SUCCEEDED → MERGING, and the job goes to the merger after commit.
-    /// The one way in for a task ready to merge: a swarm with
-    /// `integration_verify` queues it for a verified batch instead.
-    pub(super) fn start_merge(&mut self, key: &TaskKey, number: u32, recovering: bool, fx: &mut Effects) {
-        if self.queues_merges(&key.swarm) {
-            return self.enqueue_merge(key, number, fx);
-        }
-        let Some(job) = self.merge_job(key, number, recovering) else { return };
-        self.set_state(key, TaskState::Merging, &format!("merging attempt {number}"), fx);
-        fx.merges.push(job);
-    }
-
-    pub(super) fn merge_job(&self, key: &TaskKey, number: u32, recovering: bool) -> Option<MergeJob> {
-        let t = self.model.tasks().get(key)?;
-        let swarm = self.model.swarms().get(&key.swarm)?;
-        let attempt = self.model.attempts().get(&(key.clone(), number))?;
-        Some(MergeJob {
-            task: key.clone(),
-            attempt: number,
-            attempt_label: key.attempt(number).to_string(),
-            integration_branch: swarm.plan.integration_branch.clone(),
-            task_commit: t.result_commit.clone(),
-            base_commit: attempt.base_commit.clone(),
-            strategy: t.spec.strategy,
-            ownership: t.spec.ownership,
-            owned_globs: t.spec.files.clone(),
-            title: t.spec.title.clone(),
-            summary: t.notes.summary.clone(),
-            recovering,
-        })
-    }
-
-    pub(super) fn on_merged(&mut self, result: MergeResult, fx: &mut Effects) {
-        let key = result.task.clone();
-        let number = result.attempt;
-        let Some(t) = self.model.tasks().get(&key) else { return };
-        if !matches!(t.state(), TaskState::Merging | TaskState::Succeeded) {
-            return;
-        }
-        let span = tracing::info_span!("merge.result", swarm = %key.swarm, task = %key, attempt = %key.attempt(number));
-        if !span.is_disabled() {
-            swarm_telemetry::join_swarm_trace(&span, key.swarm.as_str(), &key.to_string());
-        }
-        let _span = span.entered();
-        if !result.ownership_warning.is_empty() {
-            fx.task_event(
-                &key,
-                number,
-                "",
-                "task.ownership_warning",
-                format!("touched files outside its globs: {}", result.ownership_warning.join(", ")),
-                serde_json::json!({ "paths": result.ownership_warning }),
-            );
-        }
-        match result.verdict {
-            Verdict::Merged { head, merge_commit, stats } => {
-                if let MergeStats::Integrated { duration, .. } = &stats {
-                    crate::metrics::Metrics::observe(&self.metrics.merge_duration, *duration);
-                }
-                self.edit_swarm(&key.swarm, fx, |s| s.integration_head = head.clone());
-                self.edit_task(&key, fx, |t| {
-                    t.merge_commit = merge_commit.clone();
-                    t.resume_commit.clear();
-                });
-                fx.task_event(
-                    &key,
-                    number,
-                    "",
-                    "task.merged",
-                    format!("merged as {merge_commit}"),
-                    merged_detail(&stats),
-                );
-                self.set_state(&key, TaskState::Merged, &format!("merged as {}", short(&merge_commit)), fx);
-                let dependents = self.model.dependents(&key).to_vec();
-                for d in dependents {
-                    if self.model.tasks().get(&d).is_some_and(|t| t.state() == TaskState::Pending) {
-                        self.make_ready(&d, &format!("dependency {} merged", key.task), fx);
-                    }
-                }
-            }
-            Verdict::Conflict(conflict) => {
-                let (paths, description) = (conflict.path_names(), conflict_description(&conflict));
-                fx.task_event(
-                    &key,
-                    number,
-                    "",
-                    "task.conflict",
-                    format!("conflict in {}", paths.join(", ")),
-                    serde_json::json!({ "paths": paths, "description": description }),
-                );
-                let policy = self.model.tasks().get(&key).map(|t| t.spec.on_conflict).unwrap_or_default();
-                self.edit_task(&key, fx, |t| {
-                    t.notes.conflict = Some(description);
-                    t.resume_commit.clear();
-                });
-                self.set_state(&key, TaskState::Conflict, &format!("conflict in {}", paths.join(", ")), fx);
-                if policy == ConflictPolicy::Return {
-                    self.make_ready(
-                        &key,
-                        "conflict returned to its owner: new attempt from the integration head",
-                        fx,
-                    );
-                }
-            }
-            Verdict::Refused(refusal) => self.refuse_result(&key, number, &refusal.to_string(), fx),
-            Verdict::Failed(failure) => {
-                self.refuse_result(&key, number, &format!("merge failed: {failure}"), fx)
-            }
-        }
-    }
-}
-
-impl Scheduler {
-    /// The merge service would not merge what the attempt reported (a commit
-    /// it lacks, an unrelated history, paths outside the owned globs,
-    /// changes under `.swarm/`): the attempt did not succeed after all. It
-    /// ends FAILED with the reason, the task forgets the commit, and the
-    /// task's retry policy decides what comes next.
-    fn refuse_result(&mut self, key: &TaskKey, number: u32, reason: &str, fx: &mut Effects) {
-        self.edit_attempt(key, number, fx, |a| a.error = reason.to_string());
-        self.set_attempt_state(key, number, AttemptState::Failed, fx);
-        self.edit_task(key, fx, |t| t.result_commit.clear());
-        fx.task_event(
-            key,
-            number,
-            "",
-            "task.result_refused",
-            format!("{} refused: {reason}", key.attempt(number)),
-            serde_json::json!({ "reason": reason }),
-        );
-        self.fail_or_retry(key, number, reason, fx);
-    }
-}
-
-/// The `task.merged` event's detail: its field names are what operators'
-/// tools and the tests read, one shape per way a merge lands.
-fn merged_detail(stats: &MergeStats) -> serde_json::Value {
-    match stats {
-        MergeStats::Integrated { strategy, base, result, files_changed, duration, cas_retries } => {
-            serde_json::json!({
-                "strategy": strategy.as_str(),
-                "base": base,
-                "result": result,
-                "files_changed": files_changed,
-                "duration_us": duration.as_micros() as u64,
-                "cas_retries": cas_retries,
-            })
-        }
-        MergeStats::Recovered { strategy } => {
-            serde_json::json!({ "strategy": strategy.as_str(), "recovered": true })
-        }
-        MergeStats::AlreadyContained { strategy } => {
-            serde_json::json!({ "strategy": strategy.as_str(), "already_contained": true })
-        }
-        MergeStats::Verified { result, files_changed, job } => {
-            serde_json::json!({ "verified": true, "result": result, "files_changed": files_changed, "job": job })
-        }
-    }
-}
-
-/// What the task's next attempt is told of its conflict (its task text).
-fn conflict_description(c: &Conflict) -> String {
-    let mut description = format!(
-        "Your previous result (commit {}) conflicted with the integration branch {} at {}.\n\
-         This attempt starts from that head; redo the change on top of it.\n\nConflicting paths:\n",
-        c.task_commit, c.branch, c.head
-    );
-    for p in &c.paths {
-        description.push_str(&format!("- `{}` (the integration branch {} it)\n", p.path, p.ours));
-    }
-    description
 }
 
 fn report_kind(r: &Report) -> &'static str {
@@ -608,8 +435,4 @@ fn report_kind(r: &Report) -> &'static str {
 
 fn first_line(s: &str) -> &str {
     s.lines().next().unwrap_or("")
-}
-
-fn short(id: &str) -> &str {
-    id.get(..12).unwrap_or(id)
 }
