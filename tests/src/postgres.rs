@@ -125,8 +125,7 @@ fn find_bin() -> Option<PathBuf> {
 
 /// Root runs the server as `nobody`; anyone else as themselves.
 fn unprivileged() -> Option<(u32, u32)> {
-    let me = Command::new("id").arg("-u").output().ok()?;
-    if String::from_utf8_lossy(&me.stdout).trim() != "0" {
+    if !crate::is_root() {
         return None;
     }
     let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();

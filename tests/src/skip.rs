@@ -63,7 +63,6 @@ pub fn skip_for(test: &str, needs: Needs, why: &str) {
         !(in_ci() && needs.known_here()),
         "{test} cannot run ({why}), though CI is set and this machine has {needs:?}"
     );
-    eprintln!("SKIPPED {test}: {why}");
     record(test, why);
 }
 
@@ -71,7 +70,6 @@ pub fn skip_for(test: &str, needs: Needs, why: &str) {
 /// root, PyPI): under CI a skip always fails.
 pub fn skip(test: &str, why: &str) {
     assert!(!in_ci(), "{test} cannot run, and CI is set: {why}");
-    eprintln!("SKIPPED {test}: {why}");
     record(test, why);
 }
 
@@ -81,9 +79,10 @@ pub fn current_test() -> String {
     std::thread::current().name().unwrap_or("an unnamed test").to_string()
 }
 
-/// Appends `test` to the skip log; a log that cannot be written leaves the
-/// skip on stderr only.
+/// Says that `test` is skipped, on stderr and in the skip log (a log that
+/// cannot be written leaves it on stderr only).
 fn record(test: &str, why: &str) {
+    eprintln!("SKIPPED {test}: {why}");
     let Some(path) = skip_log() else { return };
     let line = format!("{test}\t{}\n", why.replace(['\n', '\t'], " "));
     // One short write with O_APPEND: lines of concurrent test processes
