@@ -179,7 +179,7 @@ async fn describe(url: &client::Target, what: DescribeWhat) -> anyhow::Result<()
             let mut c = connect(url).await?;
             let detail = c.get_task(v1::GetTaskRequest { task_id }).await?.into_inner();
             let view = TaskDetailView::from(&detail);
-            print_value(&view, out.output, || view.text())
+            print_value(&view, out.output, || output::describe_text(&view))
         }
         DescribeWhat::Swarm { swarm, out } => {
             let swarm_id = client::swarm_id(&swarm)?;

@@ -54,7 +54,7 @@ pub async fn swarms(State(ui): State<Ui>) -> Reply<Vec<dto::Swarm>> {
     for _ in 0..MAX_PAGES {
         let req = v1::ListSwarmsRequest { page_size: 0, page_token: token };
         let page = ui.reads.list_swarms(Request::new(req)).await?.into_inner();
-        out.extend(page.swarms.into_iter().map(dto::Swarm::from));
+        out.extend(page.swarms.iter().map(dto::Swarm::from));
         token = page.next_page_token;
         if token.is_empty() {
             break;
@@ -83,13 +83,13 @@ pub async fn swarm(State(ui): State<Ui>, Path(swarm): Path<String>) -> Reply<Swa
             page_token: token,
         };
         let page = ui.reads.list_tasks(Request::new(req)).await?.into_inner();
-        tasks.extend(page.tasks.into_iter().map(dto::Task::from));
+        tasks.extend(page.tasks.iter().map(dto::Task::from));
         token = page.next_page_token;
         if token.is_empty() {
             break;
         }
     }
-    Ok(Json(SwarmPage { swarm: view.into(), tasks }))
+    Ok(Json(SwarmPage { swarm: dto::Swarm::from(&view), tasks }))
 }
 
 #[tracing::instrument(skip_all, fields(swarm = %swarm, task = %task))]
@@ -100,7 +100,7 @@ pub async fn task(
     let req = v1::GetTaskRequest { task_id: format!("{swarm}/{task}") };
     let detail = ui.reads.get_task(Request::new(req)).await?.into_inner();
     let attempted = detail.attempts.len();
-    let mut page = dto::TaskDetail::new(detail, DETAIL_EVENTS);
+    let mut page = dto::TaskDetail::new(&detail, DETAIL_EVENTS);
     if attempted == 0 {
         page.log = "No attempt yet.".into();
         return Ok(Json(page));
@@ -120,7 +120,7 @@ pub async fn workers(State(ui): State<Ui>) -> Reply<Vec<dto::Worker>> {
     for _ in 0..MAX_PAGES {
         let req = v1::ListWorkersRequest { page_size: 0, page_token: token };
         let page = ui.reads.list_workers(Request::new(req)).await?.into_inner();
-        out.extend(page.workers.into_iter().map(dto::Worker::from));
+        out.extend(page.workers.iter().map(dto::Worker::from));
         token = page.next_page_token;
         if token.is_empty() {
             break;

@@ -49,7 +49,7 @@ pub async fn stream(
         Ok(match item {
             Ok(e) => {
                 let id = e.id.to_string();
-                let json = serde_json::to_string(&dto::Event::from(e)).unwrap_or_else(|_| "{}".into());
+                let json = serde_json::to_string(&dto::Event::from(&e)).unwrap_or_else(|_| "{}".into());
                 Event::default().id(id).data(json)
             }
             // The browser sees why, then reconnects with its last id.

@@ -66,9 +66,9 @@
     let e;
     try { e = JSON.parse(data); } catch { return true; }
     const r = route();
-    if (r.page === "swarm") return e.swarm_id === r.swarm;
-    if (r.page === "task") return e.swarm_id === r.swarm && (e.task_id === r.task || e.task_id === "");
-    if (r.page === "workers") return e.worker_id !== "" || e.kind.startsWith("worker.");
+    if (r.page === "swarm") return e.swarm === r.swarm;
+    if (r.page === "task") return e.swarm === r.swarm && (e.task === r.task || e.task === "");
+    if (r.page === "workers") return e.worker !== "" || e.kind.startsWith("worker.");
     return true;
   }
 

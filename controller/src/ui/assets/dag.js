@@ -23,17 +23,17 @@ const SwarmDag = (() => {
   // Columns by depth, in Kahn's order, so a long chain needs no recursion.
   // A task on a cycle (a plan never has one) goes in a last column.
   function depths(tasks) {
-    const ids = new Set(tasks.map((t) => t.id));
+    const ids = new Set(tasks.map((t) => t.task));
     const indeg = new Map(), children = new Map(), depth = new Map();
     for (const t of tasks) {
       const deps = depIds(t).filter((d) => ids.has(d));
-      indeg.set(t.id, deps.length);
+      indeg.set(t.task, deps.length);
       for (const d of deps) {
         if (!children.has(d)) children.set(d, []);
-        children.get(d).push(t.id);
+        children.get(d).push(t.task);
       }
     }
-    const queue = tasks.filter((t) => indeg.get(t.id) === 0).map((t) => t.id);
+    const queue = tasks.filter((t) => indeg.get(t.task) === 0).map((t) => t.task);
     for (const id of queue) depth.set(id, 0);
     for (let i = 0; i < queue.length; i++) {
       const id = queue[i];
@@ -45,17 +45,17 @@ const SwarmDag = (() => {
     }
     let last = 0;
     for (const d of depth.values()) last = Math.max(last, d + 1);
-    for (const t of tasks) if (!depth.has(t.id)) depth.set(t.id, last);
+    for (const t of tasks) if (!depth.has(t.task)) depth.set(t.task, last);
     return depth;
   }
 
   // Positions {id: {x, y}} and the drawing's size.
   function layout(tasks) {
     const depth = depths(tasks);
-    const order = new Map(tasks.map((t, i) => [t.id, i]));
+    const order = new Map(tasks.map((t, i) => [t.task, i]));
     const columns = [];
     for (const t of tasks) {
-      const d = depth.get(t.id);
+      const d = depth.get(t.task);
       while (columns.length <= d) columns.push([]);
       columns[d].push(t);
     }
@@ -64,16 +64,16 @@ const SwarmDag = (() => {
       if (c > 0) {
         const mean = (t) => {
           const rows = depIds(t).filter((d) => row.has(d)).map((d) => row.get(d));
-          return rows.length ? rows.reduce((a, b) => a + b, 0) / rows.length : order.get(t.id);
+          return rows.length ? rows.reduce((a, b) => a + b, 0) / rows.length : order.get(t.task);
         };
-        const key = new Map(col.map((t) => [t.id, mean(t)]));
+        const key = new Map(col.map((t) => [t.task, mean(t)]));
         col.sort((a, b) => key.get(a.id) - key.get(b.id) || order.get(a.id) - order.get(b.id));
       }
-      col.forEach((t, r) => row.set(t.id, r));
+      col.forEach((t, r) => row.set(t.task, r));
     });
     const pos = new Map();
     columns.forEach((col, c) =>
-      col.forEach((t, r) => pos.set(t.id, { x: PAD + c * (W + GAP_X), y: PAD + r * (H + GAP_Y) })));
+      col.forEach((t, r) => pos.set(t.task, { x: PAD + c * (W + GAP_X), y: PAD + r * (H + GAP_Y) })));
     const tallest = columns.reduce((m, c) => Math.max(m, c.length), 1);
     return {
       pos,
@@ -100,28 +100,28 @@ const SwarmDag = (() => {
     svg.appendChild(el("title", {}, `task graph: ${tasks.length} tasks`));
     const edges = el("g", { class: "edges" });
     for (const t of tasks) {
-      const to = pos.get(t.id);
+      const to = pos.get(t.task);
       for (const d of depIds(t)) {
         const from = pos.get(d);
         if (!from) continue;
         const [x1, y1, x2, y2] = [from.x + W, from.y + H / 2, to.x, to.y + H / 2];
         const mid = (x1 + x2) / 2;
         edges.appendChild(el("path", {
-          class: "edge", "data-from": d, "data-to": t.id,
+          class: "edge", "data-from": d, "data-to": t.task,
           d: `M${x1},${y1} C${mid},${y1} ${mid},${y2} ${x2},${y2}`,
         }));
       }
     }
     svg.appendChild(edges);
     for (const t of tasks) {
-      const p = pos.get(t.id);
+      const p = pos.get(t.task);
       const link = el("a", { href: href(t) });
-      const g = el("g", { class: "node", "data-task": t.id, "data-state": t.state, transform: `translate(${p.x},${p.y})` });
-      g.appendChild(el("title", {}, `${t.id}: ${t.title || ""}\n${t.state}${t.reason ? " — " + t.reason : ""}`));
+      const g = el("g", { class: "node", "data-task": t.task, "data-state": t.state, transform: `translate(${p.x},${p.y})` });
+      g.appendChild(el("title", {}, `${t.task}: ${t.title || ""}\n${t.state}${t.reason ? " — " + t.reason : ""}`));
       g.appendChild(el("rect", { width: W, height: H, fill: COLORS[t.state] || COLORS.UNKNOWN }));
-      g.appendChild(el("text", { x: 8, y: 17 }, clip(t.id, 24)));
+      g.appendChild(el("text", { x: 8, y: 17 }, clip(t.task, 24)));
       const sub = t.state === "RUNNING" && t.percent ? `${t.state} ${t.percent}%` : t.state;
-      g.appendChild(el("text", { x: 8, y: 33, class: "sub" }, sub + (t.worker_id ? ` · ${clip(t.worker_id, 12)}` : "")));
+      g.appendChild(el("text", { x: 8, y: 33, class: "sub" }, sub + (t.worker ? ` · ${clip(t.worker, 12)}` : "")));
       link.appendChild(g);
       svg.appendChild(link);
     }

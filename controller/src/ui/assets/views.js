@@ -53,7 +53,7 @@ const Views = (() => {
     const s = page.swarm;
     const merged = s.tasks_by_state.MERGED || 0;
     const graph = page.tasks.length <= MAX_DRAWN
-      ? h("div", { class: "dag", id: "dag" }, SwarmDag.render(page.tasks, (t) => taskHref(s.id, t.id)))
+      ? h("div", { class: "dag", id: "dag" }, SwarmDag.render(page.tasks, (t) => taskHref(s.id, t.task)))
       : h("p", { class: "muted" }, `${page.tasks.length} tasks: too many to draw; see the table.`);
     return h("div", { id: "swarm", "data-swarm": s.id },
       h("h1", {}, "Swarm ", h("code", {}, s.id), " ", badge(s.state)),
@@ -61,7 +61,7 @@ const Views = (() => {
         ["progress", `${merged} of ${s.task_count} merged`],
         ["base", s.base_branch], ["integration", `${s.integration_branch} @ ${short(s.integration_head)}`],
         ["created", when(s.created_at_unix_ms)], ["cost", cost(s.usage)],
-        ["stalled", s.stalled_reason ? `${s.stalled_reason} (${s.stalled_tasks.join(", ")})` : ""],
+        ["stalled", s.stalled_reason ? `${s.stalled_reason} (${(s.stalled_tasks || []).join(", ")})` : ""],
         ["paused", s.paused_reason],
         ["budget", s.budget_usd || s.budget_tokens
           ? [s.budget_usd ? `$${s.budget_usd.toFixed(2)}` : "", s.budget_tokens ? `${s.budget_tokens} tokens` : ""].filter(Boolean).join(", ")
@@ -72,11 +72,11 @@ const Views = (() => {
       h("h2", {}, "Tasks"),
       h("table", { id: "tasks" },
         h("thead", {}, h("tr", {}, ["task", "state", "deps", "worker", "attempts", "step", "reason"].map((c) => h("th", {}, c)))),
-        h("tbody", {}, page.tasks.map((t) => h("tr", { "data-task": t.id, "data-state": t.state },
-          h("td", {}, h("a", { href: taskHref(s.id, t.id) }, t.id), t.title ? h("div", { class: "muted" }, t.title) : null),
+        h("tbody", {}, page.tasks.map((t) => h("tr", { "data-task": t.task, "data-state": t.state },
+          h("td", {}, h("a", { href: taskHref(s.id, t.task) }, t.task), t.title ? h("div", { class: "muted" }, t.title) : null),
           h("td", {}, badge(t.state), t.state === "RUNNING" && t.percent ? ` ${t.percent}%` : ""),
           h("td", {}, t.deps.join(", ")),
-          h("td", {}, t.worker_id),
+          h("td", {}, t.worker),
           h("td", {}, t.attempts),
           h("td", {}, t.step),
           h("td", {}, t.pending_question ? `question: ${t.pending_question}` : t.reason))))));
@@ -97,7 +97,7 @@ const Views = (() => {
     return h("section", { class: "attempt", "data-attempt": a.number },
       h("h2", {}, `Attempt ${a.number} `, badge(a.state), a.outcome ? ` ${a.outcome}` : ""),
       kv([
-        ["worker", a.worker_id], ["started", when(a.started_at_unix_ms)], ["ended", when(a.ended_at_unix_ms)],
+        ["worker", a.worker], ["started", when(a.started_at_unix_ms)], ["ended", when(a.ended_at_unix_ms)],
         ["base", short(a.base_commit)], ["result", short(a.result_commit)], ["exit code", String(a.exit_code)],
         ["agent", a.agent], ["cost", cost(a.usage)], ["summary", a.summary], ["error", a.error],
       ]),
@@ -127,16 +127,16 @@ const Views = (() => {
   function task(d, swarmId) {
     const t = d.task;
     const report = d.merge_report;
-    return h("div", { id: "task", "data-task": t.id, "data-state": t.state },
+    return h("div", { id: "task", "data-task": t.task, "data-state": t.state },
       h("p", {}, h("a", { href: `#/swarm/${enc(swarmId)}` }, `← swarm ${swarmId}`)),
-      h("h1", {}, "Task ", h("code", {}, `${swarmId}/${t.id}`), " ", badge(t.state)),
+      h("h1", {}, "Task ", h("code", {}, `${t.id}`), " ", badge(t.state)),
       kv([
-        ["title", t.title], ["deps", t.deps.join(", ")], ["files", t.owned_globs.join(", ")],
-        ["worker", t.worker_id], ["attempts", `${t.attempts} (${t.retries_used} retries used)`],
+        ["title", t.title], ["deps", t.deps.join(", ")], ["files", t.files.join(", ")],
+        ["worker", t.worker], ["attempts", `${t.attempts} (${t.retries_used} retries used)`],
         ["merge commit", t.merge_commit], ["reason", t.reason], ["step", t.step],
         ["question", t.pending_question],
         ["options", (t.pending_options || []).map((o, i) => `${i + 1}. ${o}`).join("   ")],
-        ["answer with", t.pending_question ? `swarmctl answer ${swarmId}/${t.id} <number, option or text>` : ""],
+        ["answer with", t.pending_question ? `swarmctl answer ${t.id} <number, option or text>` : ""],
         ["cost", cost(t.usage)],
       ]),
       h("h2", {}, "Merge report"),

@@ -1,4 +1,4 @@
-//! What agent attempts spent, as `get` and `describe` show it.
+//! What agent attempts spent.
 
 use serde::Serialize;
 use swarm_proto::v1;

@@ -4,7 +4,7 @@
 use serde::Serialize;
 use swarm_proto::v1;
 
-use super::short_commit;
+use crate::text::short_commit;
 
 #[derive(Debug, Serialize)]
 pub struct ReviewView {

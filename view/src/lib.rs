@@ -1,0 +1,28 @@
+//! One view of what the controller holds, made from the Operator API's
+//! messages. `swarmctl get`/`describe`/`report` print it, the dashboard
+//! serves it as JSON and the MCP tools return it, so the three cannot drift
+//! apart: a field added here shows everywhere, with the same name.
+//!
+//! Prost types end at this crate's `From` impls. Enum values become their
+//! plain names (`"MERGED"`, not `TASK_STATE_MERGED` or 7), ids are whole
+//! (`swarm/task`, with the parts beside them), and times are unix ms.
+
+mod attempt;
+mod branch_report;
+mod event;
+pub mod names;
+pub mod report;
+mod swarm;
+mod task;
+pub mod text;
+mod usage;
+mod worker;
+
+pub use attempt::{AttemptView, TierView};
+pub use branch_report::{BranchReportView, ReviewView};
+pub use event::EventView;
+pub use report::{Health, Report};
+pub use swarm::SwarmView;
+pub use task::{TaskDetailView, TaskView};
+pub use usage::UsageView;
+pub use worker::WorkerView;

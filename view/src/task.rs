@@ -1,0 +1,124 @@
+//! A task, and its whole record: prompt, attempts, events, branch report.
+
+use serde::Serialize;
+use swarm_proto::v1;
+
+use crate::names::task_state;
+use crate::{AttemptView, BranchReportView, EventView, UsageView};
+
+#[derive(Debug, Serialize)]
+pub struct TaskView {
+    /// Whole id: `swarm/task`.
+    pub id: String,
+    pub swarm: String,
+    /// The task's id within its swarm, as `deps` name tasks.
+    pub task: String,
+    pub title: String,
+    pub state: String,
+    pub deps: Vec<String>,
+    /// The globs of the files it owns.
+    pub files: Vec<String>,
+    pub attempts: u32,
+    pub retries_used: u32,
+    pub worker: String,
+    pub merge_commit: String,
+    pub reason: String,
+    pub percent: u32,
+    pub step: String,
+    pub pending_question: String,
+    /// Choices offered with the pending question; the answer may be one of
+    /// them or free text.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pending_options: Vec<String>,
+    pub updated_at_unix_ms: i64,
+    pub usage: UsageView,
+    /// The branch report's merge recommendation once the work is done.
+    pub recommendation: String,
+}
+
+impl From<&v1::Task> for TaskView {
+    fn from(t: &v1::Task) -> Self {
+        TaskView {
+            id: format!("{}/{}", t.swarm_id, t.id),
+            swarm: t.swarm_id.clone(),
+            task: t.id.clone(),
+            title: t.title.clone(),
+            state: task_state(t.state),
+            deps: t.deps.clone(),
+            files: t.owned_globs.clone(),
+            attempts: t.attempts,
+            retries_used: t.retries_used,
+            worker: t.worker_id.clone(),
+            merge_commit: t.merge_commit.clone(),
+            reason: t.reason.clone(),
+            percent: t.percent,
+            step: t.step.clone(),
+            pending_question: t.pending_question.clone(),
+            pending_options: t.pending_options.clone(),
+            updated_at_unix_ms: t.updated_at_unix_ms,
+            usage: UsageView::from(t.usage.as_ref()),
+            recommendation: t.recommendation.clone(),
+        }
+    }
+}
+
+/// Everything known of one task.
+#[derive(Debug, Serialize)]
+pub struct TaskDetailView {
+    pub task: TaskView,
+    pub prompt: String,
+    pub attempts: Vec<AttemptView>,
+    pub events: Vec<EventView>,
+    pub branch_report: Option<BranchReportView>,
+}
+
+impl From<&v1::TaskDetail> for TaskDetailView {
+    fn from(d: &v1::TaskDetail) -> Self {
+        TaskDetailView {
+            task: TaskView::from(d.task.as_ref().unwrap_or(&v1::Task::default())),
+            prompt: d.prompt.clone(),
+            attempts: d.attempts.iter().map(AttemptView::from).collect(),
+            events: d.events.iter().map(EventView::from).collect(),
+            branch_report: d.branch_report.as_ref().map(BranchReportView::from),
+        }
+    }
+}
+
+impl TaskDetailView {
+    /// The latest merge report (`task.merged` or `task.conflict`), if any.
+    pub fn merge_report(&self) -> Option<&EventView> {
+        self.events.iter().rev().find(|e| e.is_merge_report())
+    }
+
+    /// Keeps only the latest `keep` events; returns how many were dropped.
+    pub fn keep_latest_events(&mut self, keep: usize) -> usize {
+        let omitted = self.events.len().saturating_sub(keep);
+        self.events.drain(..omitted);
+        omitted
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_task_has_its_whole_id_and_its_parts() {
+        let t = v1::Task { swarm_id: "app/auth".into(), id: "api".into(), ..Default::default() };
+        let v = TaskView::from(&t);
+        assert_eq!((v.id.as_str(), v.swarm.as_str(), v.task.as_str()), ("app/auth/api", "app/auth", "api"));
+    }
+
+    #[test]
+    fn detail_keeps_the_latest_events_and_finds_the_last_merge_report() {
+        let ev = |id: u64, kind: &str| v1::Event { id, kind: kind.into(), ..Default::default() };
+        let d = v1::TaskDetail {
+            events: vec![ev(1, "task.merged"), ev(2, "a"), ev(3, "task.conflict"), ev(4, "b")],
+            ..Default::default()
+        };
+        let mut view = TaskDetailView::from(&d);
+        assert_eq!(view.merge_report().map(|e| e.id), Some(3));
+        assert_eq!(view.keep_latest_events(2), 2);
+        assert_eq!(view.events.iter().map(|e| e.id).collect::<Vec<_>>(), vec![3, 4]);
+    }
+}
