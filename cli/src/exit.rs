@@ -49,6 +49,10 @@ impl Failure {
                 } else {
                     status.message().to_string()
                 };
+                let message = match credential_hint(status.code()) {
+                    Some(hint) => format!("{message}\n{hint}"),
+                    None => message,
+                };
                 return Failure { code: status_code(status.code()), message };
             }
             if cause.downcast_ref::<PlanError>().is_some() || cause.downcast_ref::<Usage>().is_some() {
@@ -62,6 +66,23 @@ impl Failure {
     }
 }
 
+/// What a person refused for their credential does next: the controller
+/// says what was wrong with it, only swarmctl knows its own flags.
+fn credential_hint(code: Code) -> Option<&'static str> {
+    match code {
+        Code::Unauthenticated => Some(
+            "hint: give an operator's bearer token (--token, SWARM_TOKEN or --token-file; \
+             `swarmctl token create --role operator` makes one for the controller's --tokens file) \
+             or a client certificate (--cert and --key, with --ca for https://)",
+        ),
+        Code::PermissionDenied => Some(
+            "hint: this credential is known but its role may not do this; \
+             operator commands need a token or certificate of role operator or admin",
+        ),
+        _ => None,
+    }
+}
+
 pub fn status_code(code: Code) -> u8 {
     match code {
         Code::InvalidArgument | Code::OutOfRange => USAGE,
@@ -69,5 +90,24 @@ pub fn status_code(code: Code) -> u8 {
         Code::FailedPrecondition | Code::AlreadyExists | Code::Aborted => PRECONDITION,
         Code::Unavailable => UNAVAILABLE,
         _ => FAILURE,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_credential_says_which_flags_give_one() {
+        let e = anyhow::Error::new(tonic::Status::unauthenticated("unknown bearer token"));
+        let f = Failure::from_error(&e);
+        assert_eq!(f.code, FAILURE);
+        assert!(f.message.starts_with("unknown bearer token\nhint:"), "{}", f.message);
+        assert!(f.message.contains("--token") && f.message.contains("--cert"), "{}", f.message);
+        let e = anyhow::Error::new(tonic::Status::permission_denied("token:w1 has role sidecar"));
+        assert!(Failure::from_error(&e).message.contains("role operator or admin"));
+        let e = anyhow::Error::new(tonic::Status::not_found("task a/b not found"));
+        let f = Failure::from_error(&e);
+        assert_eq!((f.code, f.message.as_str()), (NOT_FOUND, "task a/b not found"));
     }
 }
