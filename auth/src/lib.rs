@@ -194,28 +194,32 @@ impl Authenticator {
         headers: &http::HeaderMap,
         extensions: &http::Extensions,
     ) -> Result<Option<Identity>, Denial> {
-        let Some(need) = required_role(path) else { return Ok(None) };
+        if required_role(path).is_none() {
+            return Ok(None);
+        }
         let identity = self.identify(headers, extensions).map_err(|status| Denial {
             status,
             principal: None,
             what: path.to_string(),
         })?;
-        if !identity.grants(need) {
-            return Err(Denial {
-                status: Status::permission_denied(format!(
-                    "{} has role {} but {path} needs role {}",
-                    identity.principal,
-                    identity.role.as_str(),
-                    need.as_str()
-                )),
-                principal: Some(identity.principal),
-                what: path.to_string(),
-            });
-        }
+        Authenticator::authorize(&identity, path)?;
         Ok(Some(identity))
     }
 
     fn identify(&self, headers: &http::HeaderMap, extensions: &http::Extensions) -> Result<Identity, Status> {
+        let certs = extensions.get::<TlsConnectInfo<TcpConnectInfo>>().and_then(|i| i.peer_certs());
+        self.identify_caller(headers, certs.as_deref().and_then(|c| c.first()).map(|der| der.as_ref()))
+    }
+
+    /// Who the caller is, from its bearer token or the DER of its verified
+    /// client certificate, without a role check: for an endpoint that
+    /// authorizes each call it makes later (the MCP endpoint, whose tools
+    /// call the Operator API in-process).
+    pub fn identify_caller(
+        &self,
+        headers: &http::HeaderMap,
+        peer_cert: Option<&[u8]>,
+    ) -> Result<Identity, Status> {
         if self.open {
             return Ok(Identity::anonymous());
         }
@@ -229,14 +233,31 @@ impl Authenticator {
                 .ok_or_else(|| Status::unauthenticated("authorization header: expected `Bearer <token>`"))?;
             return self.token_identity(token);
         }
-        let certs = extensions.get::<TlsConnectInfo<TcpConnectInfo>>().and_then(|i| i.peer_certs());
-        match certs.as_deref().and_then(|c| c.first()) {
-            Some(der) if self.client_certs => cert::identity(der.as_ref())
+        match peer_cert {
+            Some(der) if self.client_certs => cert::identity(der)
                 .map_err(|reason| Status::unauthenticated(format!("client certificate: {reason}"))),
             _ => Err(Status::unauthenticated(
                 "no credential: send `authorization: Bearer <token>` or connect with a client certificate",
             )),
         }
+    }
+
+    /// Checks that an identity already resolved may call `path`.
+    pub fn authorize(identity: &Identity, path: &str) -> Result<(), Denial> {
+        let Some(need) = required_role(path) else { return Ok(()) };
+        if identity.grants(need) {
+            return Ok(());
+        }
+        Err(Denial {
+            status: Status::permission_denied(format!(
+                "{} has role {} but {path} needs role {}",
+                identity.principal,
+                identity.role.as_str(),
+                need.as_str()
+            )),
+            principal: Some(identity.principal.clone()),
+            what: path.to_string(),
+        })
     }
 
     fn token_identity(&self, token: &str) -> Result<Identity, Status> {

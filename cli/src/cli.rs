@@ -93,6 +93,11 @@ pub enum Command {
     /// A full-screen live view: swarms, tasks, workers, questions and
     /// events, with keys to answer, retry, cancel and drain.
     Top(TopArgs),
+    /// Serve swarm's MCP tools on stdin/stdout, for an orchestrating agent
+    /// (`claude mcp add swarm -- swarmctl mcp`): plan, create, report, wait,
+    /// answer, review, message, cancel, retry and land, with this
+    /// command's controller and credentials.
+    Mcp,
     /// Cancel a task (SWARM/TASK) or a whole swarm (--swarm S).
     Cancel {
         #[arg(required_unless_present = "swarm", conflicts_with = "swarm")]

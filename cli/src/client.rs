@@ -30,6 +30,11 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(250);
 /// (`http://` or `https://host:port`, comma-separated): the first that
 /// answers as leader, following the leader a standby names.
 pub async fn connect(target: &Target) -> anyhow::Result<Client> {
+    Ok(OperatorServiceClient::new(connect_channel(target).await?))
+}
+
+/// The channel to the leading controller, with the target's credentials.
+pub async fn connect_channel(target: &Target) -> anyhow::Result<AuthChannel> {
     let mut controllers = Controllers::parse(&target.url).map_err(|e| Usage(e.to_string()))?;
     let mut tried: Vec<String> = Vec::new();
     let mut backoff = FIRST_BACKOFF;
@@ -37,7 +42,7 @@ pub async fn connect(target: &Target) -> anyhow::Result<Client> {
     loop {
         let url = controllers.current();
         let failure = match try_leader(target, &url).await? {
-            Ok(client) => return Ok(client),
+            Ok(channel) => return Ok(channel),
             Err(failure) => failure,
         };
         tracing::debug!(%url, reason = %failure.reason, "controller not usable");
@@ -65,7 +70,7 @@ struct NotUsable {
 /// Connects to `url` and asks it one cheap question to learn whether it
 /// leads; any answer but a standby's refusal (even a denial) means it
 /// does, and the command then meets that answer itself.
-async fn try_leader(target: &Target, url: &str) -> anyhow::Result<Result<Client, NotUsable>> {
+async fn try_leader(target: &Target, url: &str) -> anyhow::Result<Result<AuthChannel, NotUsable>> {
     let endpoint =
         target.auth.endpoint(url).map_err(|e| Usage(e.to_string()))?.connect_timeout(Duration::from_secs(5));
     let channel = match endpoint.connect().await {
@@ -76,7 +81,7 @@ async fn try_leader(target: &Target, url: &str) -> anyhow::Result<Result<Client,
         }
     };
     let channel = target.auth.wrap(channel).map_err(|e| Usage(e.to_string()))?;
-    let mut client = OperatorServiceClient::new(channel);
+    let mut client = OperatorServiceClient::new(channel.clone());
     let probe = client.list_swarms(v1::ListSwarmsRequest { page_size: 1, ..Default::default() }).await;
     match probe {
         Err(status) if transport::is_transport(&status) => {
@@ -86,9 +91,9 @@ async fn try_leader(target: &Target, url: &str) -> anyhow::Result<Result<Client,
         }
         Err(status) => match standby_refusal(&status) {
             Some(leader) => Ok(Err(NotUsable { reason: NOT_LEADER.to_string(), leader })),
-            None => Ok(Ok(client)),
+            None => Ok(Ok(channel)),
         },
-        Ok(_) => Ok(Ok(client)),
+        Ok(_) => Ok(Ok(channel)),
     }
 }
 

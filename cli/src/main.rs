@@ -11,6 +11,7 @@ mod client;
 mod demo;
 mod exit;
 mod local;
+mod mcp;
 mod ops;
 mod output;
 mod report;
@@ -80,6 +81,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
             Command::Watch(args) => watch::watch(&target, args).await,
             Command::Top(args) => top::run(&target, args).await,
             Command::Logs(args) => watch::logs(&target, args).await,
+            Command::Mcp => mcp::serve_stdio(&target).await,
             other => ops::run(&target, other).await,
         }
         .map(|()| exit::SUCCESS),

@@ -131,6 +131,7 @@ pub async fn run(url: &client::Target, command: Command) -> anyhow::Result<()> {
         | Command::Token(_)
         | Command::Watch(_)
         | Command::Top(_)
+        | Command::Mcp
         | Command::Logs(_) => Err(anyhow::anyhow!("not an operator command")),
     }
 }

@@ -105,7 +105,8 @@ async fn stream_once(
     backoff: &mut Duration,
 ) -> anyhow::Result<Flow> {
     let mut c = connect(url).await?;
-    let req = v1::WatchRequest { after_event_id: *after, swarm_id: swarm_id.to_string() };
+    let req =
+        v1::WatchRequest { after_event_id: *after, swarm_id: swarm_id.to_string(), ..Default::default() };
     let mut stream = c.watch(req).await?.into_inner();
     // Connected: the next failure starts its backoff afresh.
     *backoff = FIRST_BACKOFF;

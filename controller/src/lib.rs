@@ -9,6 +9,7 @@ pub mod api;
 pub mod audit;
 pub mod error;
 pub mod leader;
+pub mod mcp;
 pub mod merger;
 pub mod metrics;
 pub mod probes;
@@ -61,6 +62,9 @@ pub struct Config {
     pub security: Security,
     /// Where to serve the read-only web dashboard; none by default.
     pub ui_listen: Option<SocketAddr>,
+    /// Where to serve the MCP endpoint (`/mcp`) for orchestrating agents;
+    /// none by default.
+    pub mcp_listen: Option<SocketAddr>,
 }
 
 impl Config {
@@ -81,6 +85,7 @@ impl Config {
             max_pack_bytes: api::sidecar::MAX_PACK_BYTES,
             security: Security::default(),
             ui_listen: None,
+            mcp_listen: None,
         }
     }
 
@@ -108,6 +113,7 @@ pub struct Controller {
     tasks: TaskTracker,
     metrics_addr: Option<SocketAddr>,
     ui_addr: Option<SocketAddr>,
+    mcp_addr: Option<SocketAddr>,
 }
 
 /// Opens the store, rebuilds state and starts serving.
@@ -129,6 +135,9 @@ pub async fn start_with(
     let server_auth = config.security.prepare(config.listen).map_err(ControllerError::Security)?;
     if let Some(at) = config.ui_listen {
         ui::check_listen(at, &config.security).map_err(ControllerError::Security)?;
+    }
+    if let Some(at) = config.mcp_listen {
+        mcp::check_listen(at, &config.security).map_err(ControllerError::Security)?;
     }
     let repo = git2::Repository::open(&config.repo).map_err(|e| repo_err(e.message().to_string()))?;
     let workdir = repo.workdir().map(|p| p.to_path_buf()).unwrap_or_else(|| repo.path().to_path_buf());
@@ -193,6 +202,14 @@ pub async fn start_with(
         ),
         None => None,
     };
+    let mcp_addr = match config.mcp_listen {
+        Some(at) => Some(
+            mcp::serve(at, shared.clone(), authenticator.clone(), &config.security, shutdown.clone())
+                .await
+                .map_err(|source| ControllerError::Listen { addr: at.to_string(), source })?,
+        ),
+        None => None,
+    };
     let auth_layer = api::auth::AuthLayer::new(authenticator, shared.clone());
     let sidecar = SidecarServiceServer::new(api::sidecar::SidecarApi::new(
         shared.clone(),
@@ -247,6 +264,7 @@ pub async fn start_with(
         tasks,
         metrics_addr,
         ui_addr,
+        mcp_addr,
     })
 }
 
@@ -263,6 +281,11 @@ impl Controller {
     /// Where the dashboard is served, when `ui_listen` was set.
     pub fn ui_addr(&self) -> Option<SocketAddr> {
         self.ui_addr
+    }
+
+    /// Where `/mcp` is served, when `mcp_listen` was set.
+    pub fn mcp_addr(&self) -> Option<SocketAddr> {
+        self.mcp_addr
     }
 
     /// Completes when the controller stops on its own: a supervised thread

@@ -84,6 +84,10 @@ struct Args {
     /// Serve the read-only web dashboard at http(s)://ADDR/ (see README "Dashboard").
     #[arg(long, env = "SWARM_UI_LISTEN")]
     ui_listen: Option<SocketAddr>,
+    /// Serve the MCP endpoint for orchestrating agents at http(s)://ADDR/mcp,
+    /// with the Operator API's credentials (see README "Driving swarm from an agent").
+    #[arg(long, env = "SWARM_MCP_LISTEN")]
+    mcp_listen: Option<SocketAddr>,
     /// Server certificate chain (PEM): serve TLS. Needs --tls-key.
     #[arg(long, env = "SWARM_TLS_CERT", requires = "tls_key")]
     tls_cert: Option<PathBuf>,
@@ -136,6 +140,7 @@ async fn main() -> anyhow::Result<()> {
             insecure: args.insecure,
         },
         ui_listen: args.ui_listen,
+        mcp_listen: args.mcp_listen,
     };
     let shutdown = CancellationToken::new();
     let signals = shutdown.clone();

@@ -32,7 +32,7 @@ async fn watch_resumes_across_the_replay_live_switch_without_gaps_or_duplicates(
     tokio::time::sleep(Duration::from_millis(50)).await;
     let mut op = h.operator();
     let mut early = op
-        .watch(v1::WatchRequest { after_event_id: 0, swarm_id: String::new() })
+        .watch(v1::WatchRequest { after_event_id: 0, swarm_id: String::new(), ..Default::default() })
         .await
         .expect("watch")
         .into_inner();
@@ -45,7 +45,7 @@ async fn watch_resumes_across_the_replay_live_switch_without_gaps_or_duplicates(
     };
     let resume_from = first[2];
     let mut resumed = op
-        .watch(v1::WatchRequest { after_event_id: resume_from, swarm_id: "s".into() })
+        .watch(v1::WatchRequest { after_event_id: resume_from, swarm_id: "s".into(), ..Default::default() })
         .await
         .expect("watch")
         .into_inner();

@@ -167,7 +167,7 @@ pub async fn create_swarm(url: &str, plan: &str) -> v1::Swarm {
 pub async fn events(url: &str, swarm: &str, after: u64, min: usize) -> Vec<v1::Event> {
     use tokio_stream::StreamExt as _;
     let mut op = operator(url).await;
-    let req = v1::WatchRequest { after_event_id: after, swarm_id: swarm.to_string() };
+    let req = v1::WatchRequest { after_event_id: after, swarm_id: swarm.to_string(), ..Default::default() };
     let mut stream = op.watch(req).await.expect("Watch").into_inner();
     let mut out = Vec::new();
     loop {

@@ -196,8 +196,10 @@ async fn follow(
 ) -> anyhow::Result<Ended> {
     let swarm_id = plan.swarm.to_string();
     tokio::pin!(controller_stopped);
-    let mut stream =
-        client.watch(v1::WatchRequest { after_event_id: 0, swarm_id: swarm_id.clone() }).await?.into_inner();
+    let mut stream = client
+        .watch(v1::WatchRequest { after_event_id: 0, swarm_id: swarm_id.clone(), ..Default::default() })
+        .await?
+        .into_inner();
     let mut progress = Progress::new(live, plan.tasks.len());
     let mut answered: BTreeMap<String, String> = BTreeMap::new();
     let mut tick = tokio::time::interval(Duration::from_millis(250));

@@ -134,7 +134,7 @@ async fn stream_once(
     backoff: &mut Duration,
 ) -> anyhow::Result<()> {
     let mut c = connect(target).await?;
-    let req = v1::WatchRequest { after_event_id: *after, swarm_id: swarm.to_string() };
+    let req = v1::WatchRequest { after_event_id: *after, swarm_id: swarm.to_string(), ..Default::default() };
     let mut stream = c.watch(req).await?.into_inner();
     *backoff = FIRST_BACKOFF;
     // A reconnect may follow a restart that changed anything: list afresh.

@@ -158,7 +158,8 @@ impl OperatorService for OperatorApi {
     async fn watch(&self, request: Request<v1::WatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
         let req = request.into_inner();
         let swarm = if req.swarm_id.is_empty() { None } else { Some(swarm_id("swarm_id", &req.swarm_id)?) };
-        let stream = watch::watch(self.shared.clone(), req.after_event_id, swarm).await?;
+        let after = if req.from_now { watch::FROM_NOW } else { req.after_event_id };
+        let stream = watch::watch(self.shared.clone(), after, swarm).await?;
         Ok(Response::new(stream))
     }
 

@@ -20,6 +20,8 @@ use crate::scheduler::Command;
 use crate::store::{EventRow, Reader};
 
 const PAGE: usize = 1000;
+/// `after` for a stream of the events committed from now on only.
+pub const FROM_NOW: u64 = u64::MAX;
 
 pub async fn watch(
     shared: Shared,
@@ -29,6 +31,7 @@ pub async fn watch(
     let (reply, rx) = oneshot::channel();
     shared.send(Command::Subscribe { reply }).await?;
     let (last_committed, live) = rx.await.map_err(|_| Status::unavailable("scheduler stopped"))?;
+    let after = if after == FROM_NOW { last_committed } else { after };
     let (tx, out) = mpsc::channel(256);
     let span = tracing::info_span!("watch", after, last_committed, swarm = swarm.as_deref().unwrap_or(""));
     let sh = shared.clone();

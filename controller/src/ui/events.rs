@@ -43,7 +43,11 @@ pub async fn stream(
         Some(id) => id,
         None => latest(&ui).await?,
     };
-    let req = v1::WatchRequest { after_event_id: after, swarm_id: params.swarm.unwrap_or_default() };
+    let req = v1::WatchRequest {
+        after_event_id: after,
+        swarm_id: params.swarm.unwrap_or_default(),
+        ..Default::default()
+    };
     let events = ui.reads.watch(Request::new(req)).await?.into_inner();
     let sse = events.map(|item| {
         Ok(match item {

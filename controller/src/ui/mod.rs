@@ -86,7 +86,7 @@ pub async fn serve(
 }
 
 /// Serves `app` on `listener` as a task the controller's shutdown waits for.
-fn spawn_server<L>(
+pub(crate) fn spawn_server<L>(
     listener: L,
     app: Router,
     shared: &Shared,

@@ -98,7 +98,7 @@ impl Harness {
     pub async fn events(&self) -> Vec<v1::Event> {
         let mut stream = self
             .operator()
-            .watch(v1::WatchRequest { after_event_id: 0, swarm_id: String::new() })
+            .watch(v1::WatchRequest { after_event_id: 0, swarm_id: String::new(), ..Default::default() })
             .await
             .expect("watch")
             .into_inner();

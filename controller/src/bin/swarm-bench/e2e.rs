@@ -216,8 +216,10 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
 
     let chans = channels(&controller.addr, 1).await?;
     let mut op = OperatorServiceClient::new(chans[0].clone());
-    let mut stream =
-        op.watch(v1::WatchRequest { after_event_id: 0, swarm_id: String::new() }).await?.into_inner();
+    let mut stream = op
+        .watch(v1::WatchRequest { after_event_id: 0, swarm_id: String::new(), ..Default::default() })
+        .await?
+        .into_inner();
     let (tx, mut rx) = mpsc::unbounded_channel::<Ev>();
     let reader = tokio::spawn(async move {
         while let Some(Ok(e)) = stream.next().await {

@@ -1,0 +1,318 @@
+//! The tools: each checks its arguments (an error names the argument and
+//! the rule, and nothing is sent), makes one or a few Operator API calls,
+//! and returns `swarm_view`'s JSON. A refusal of the Operator API (not
+//! found, not allowed now, no permission) comes back as the tool's error
+//! with the controller's words.
+
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{CallToolResult, Implementation, ServerCapabilities, ServerConfig};
+use rmcp::service::RequestContext;
+use rmcp::{RoleServer, ServerHandler, tool, tool_handler, tool_router};
+use serde::Serialize;
+use swarm_core::TaskKey;
+use swarm_core::plan::Plan;
+use swarm_proto::v1;
+use swarm_view::{SwarmView, TaskDetailView, TaskView};
+
+use crate::args::{
+    CancelArgs, LandArgs, ListTasksArgs, PlanArgs, ReviewArgs, SwarmArgs, TaskArgs, TextArgs, WaitArgs,
+};
+use crate::{Operator, pages, wait};
+
+/// What a tool returns: its JSON, or why it did nothing.
+pub type ToolResult = Result<CallToolResult, String>;
+
+/// The events `describe_task` returns, the latest ones: enough to see what
+/// happened lately without filling a model's context.
+const DESCRIBE_EVENTS: usize = 30;
+
+const INSTRUCTIONS: &str = "swarm runs a plan of coding tasks on a fleet of agents, each task in its own git \
+worktree, merging finished tasks into the swarm's integration branch in dependency order. \
+Write a plan (TOML), check it with check_plan, start it with create_swarm, then call wait \
+(not a loop of report calls) until the swarm ends or needs you: answer questions with answer, \
+decide reviews with review, steer running tasks with message, and land the integration \
+branch with land when the swarm is COMPLETED. Tasks are named SWARM/TASK.";
+
+#[derive(Clone)]
+pub struct SwarmTools {
+    op: Operator,
+    tool_router: ToolRouter<SwarmTools>,
+}
+
+#[tool_router]
+impl SwarmTools {
+    pub fn new(op: Operator) -> SwarmTools {
+        SwarmTools { op, tool_router: Self::tool_router() }
+    }
+
+    #[tool(description = "Validate a plan without starting it. Returns {valid: true, swarm, tasks} or \
+                       {valid: false, error: {path, rule}} naming the field (e.g. tasks[2].deps[0]) \
+                       and the rule it breaks. Changes nothing.")]
+    async fn check_plan(&self, Parameters(args): Parameters<PlanArgs>) -> ToolResult {
+        Ok(json(&match Plan::parse(&args.plan_toml) {
+            Ok(plan) => serde_json::json!({
+                "valid": true,
+                "swarm": plan.swarm.as_str(),
+                "tasks": plan.tasks.len(),
+            }),
+            Err(e) => serde_json::json!({ "valid": false, "error": { "path": e.path, "rule": e.rule } }),
+        }))
+    }
+
+    #[tool(description = "Start a swarm from a plan (TOML). Returns the swarm and whether it was created \
+                       (false: a swarm with this name and the same plan already exists, so calling \
+                       again is safe). A bad plan is refused with the field and the rule.")]
+    async fn create_swarm(
+        &self,
+        ctx: RequestContext<RoleServer>,
+        Parameters(args): Parameters<PlanArgs>,
+    ) -> ToolResult {
+        Plan::parse(&args.plan_toml).map_err(|e| format!("plan_toml: {e}"))?;
+        let req = v1::CreateSwarmRequest { plan_toml: args.plan_toml };
+        let resp = self.op.clone().create_swarm(request(&ctx, req)).await.map_err(refused)?.into_inner();
+        let swarm = resp.swarm.unwrap_or_default();
+        Ok(json(&serde_json::json!({ "created": resp.created, "swarm": SwarmView::from(&swarm) })))
+    }
+
+    #[tool(description = "A swarm's progress report: state, health (green/yellow/red) with reasons, each \
+                       task's branch, state, progress and checklist, the integration queue, spending, \
+                       and the reports of child swarms nested under the tasks that started them.")]
+    async fn report(
+        &self,
+        ctx: RequestContext<RoleServer>,
+        Parameters(args): Parameters<SwarmArgs>,
+    ) -> ToolResult {
+        let swarm_id = swarm_arg("swarm", &args.swarm)?;
+        let op = self.op.clone();
+        let req = request(&ctx, v1::GetSwarmRequest { swarm_id: swarm_id.clone() });
+        let root = op.clone().get_swarm(req).await.map_err(refused)?.into_inner();
+        let workers = pages::workers(&op, &ctx).await.map_err(refused)?;
+        let prefix = format!("{swarm_id}/");
+        let all = pages::swarms(&op, &ctx).await.map_err(refused)?;
+        let now = swarm_view::text::now_ms();
+        let mut reports = Vec::new();
+        for s in all.into_iter().filter(|s| s.id.starts_with(&prefix)).chain(std::iter::once(root)) {
+            let tasks = pages::tasks(&op, &ctx, &s.id, Vec::new()).await.map_err(refused)?;
+            reports.push(swarm_view::report::build(&s, &tasks, &workers, now));
+        }
+        let report = swarm_view::report::nest(&swarm_id, reports).ok_or("swarm: no report")?;
+        Ok(json(&report))
+    }
+
+    #[tool(description = "A swarm's tasks (optionally only those in the given states), each with its \
+                          state, reason, worker, progress, pending question and spending.")]
+    async fn list_tasks(
+        &self,
+        ctx: RequestContext<RoleServer>,
+        Parameters(args): Parameters<ListTasksArgs>,
+    ) -> ToolResult {
+        let swarm_id = swarm_arg("swarm", &args.swarm)?;
+        let states = args
+            .states
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                wait::task_state(s).map(|s| s as i32).map_err(|rule| format!("states[{i}]: {rule}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let tasks = pages::tasks(&self.op, &ctx, &swarm_id, states).await.map_err(refused)?;
+        Ok(json(&tasks.iter().map(TaskView::from).collect::<Vec<_>>()))
+    }
+
+    #[tool(description = "Everything about one task: its state and reason, prompt, every attempt (worker, \
+                       outcome, verify tiers, summary, error), its branch report and review decisions, \
+                       and its latest events.")]
+    async fn describe_task(
+        &self,
+        ctx: RequestContext<RoleServer>,
+        Parameters(args): Parameters<TaskArgs>,
+    ) -> ToolResult {
+        let task_id = task_arg("task", &args.task)?;
+        let detail = self.op.clone().get_task(request(&ctx, v1::GetTaskRequest { task_id })).await;
+        let mut view = TaskDetailView::from(&detail.map_err(refused)?.into_inner());
+        view.keep_latest_events(DESCRIBE_EVENTS);
+        Ok(json(&view))
+    }
+
+    #[tool(description = "Answer the question a task is waiting on (its pending_question): one of its \
+                          options, the option's number, or free text. The task resumes with it.")]
+    async fn answer(
+        &self,
+        ctx: RequestContext<RoleServer>,
+        Parameters(args): Parameters<TextArgs>,
+    ) -> ToolResult {
+        let task_id = task_arg("task", &args.task)?;
+        let text = non_empty("text", args.text)?;
+        let req = v1::AnswerRequest { task_id, text, ..Default::default() };
+        let resp = self.op.clone().answer(request(&ctx, req)).await.map_err(refused)?.into_inner();
+        Ok(task_json(resp.task))
+    }
+
+    #[tool(description = "Decide a task in REVIEW: approve (it goes on to merge), request-changes (a \
+                          new attempt is asked to change what `message` says) or reject.")]
+    async fn review(
+        &self,
+        ctx: RequestContext<RoleServer>,
+        Parameters(args): Parameters<ReviewArgs>,
+    ) -> ToolResult {
+        let task_id = task_arg("task", &args.task)?;
+        if !matches!(args.decision.as_str(), "approve" | "request-changes" | "reject") {
+            return Err(format!(
+                "decision: must be approve, request-changes or reject, not {:?}",
+                args.decision
+            ));
+        }
+        if args.decision == "request-changes" && args.message.trim().is_empty() {
+            return Err("message: required with request-changes: say what to change".into());
+        }
+        let req = v1::ReviewTaskRequest { task_id, decision: args.decision, message: args.message };
+        let resp = self.op.clone().review_task(request(&ctx, req)).await.map_err(refused)?.into_inner();
+        Ok(task_json(resp.task))
+    }
+
+    #[tool(description = "Send a message to a RUNNING task's worker: its agent reads it as its next \
+                          message (and it is written to the task's .swarm/messages/).")]
+    async fn message(
+        &self,
+        ctx: RequestContext<RoleServer>,
+        Parameters(args): Parameters<TextArgs>,
+    ) -> ToolResult {
+        let task_id = task_arg("task", &args.task)?;
+        let text = non_empty("text", args.text)?;
+        let req = v1::SendMessageRequest { task_id, text };
+        let resp = self.op.clone().send_message(request(&ctx, req)).await.map_err(refused)?.into_inner();
+        Ok(json(&serde_json::json!({
+            "message_id": resp.message_id,
+            "task": resp.task.as_ref().map(TaskView::from),
+        })))
+    }
+
+    #[tool(description = "Cancel a task (its running attempt is stopped) or, with `swarm`, every task of \
+                          a swarm that has not ended. Merged work stays merged.")]
+    async fn cancel(
+        &self,
+        ctx: RequestContext<RoleServer>,
+        Parameters(args): Parameters<CancelArgs>,
+    ) -> ToolResult {
+        match (args.task, args.swarm) {
+            (Some(task), None) => {
+                let task_id = task_arg("task", &task)?;
+                let req = v1::CancelTaskRequest { task_id, reason: args.reason };
+                let resp = self.op.clone().cancel_task(request(&ctx, req)).await.map_err(refused)?;
+                Ok(task_json(resp.into_inner().task))
+            }
+            (None, Some(swarm)) => {
+                let swarm_id = swarm_arg("swarm", &swarm)?;
+                let req = v1::CancelSwarmRequest { swarm_id, reason: args.reason };
+                let resp = self.op.clone().cancel_swarm(request(&ctx, req)).await.map_err(refused)?;
+                Ok(json(&serde_json::json!({ "cancelled": resp.into_inner().cancelled })))
+            }
+            _ => Err("task, swarm: give exactly one of them".into()),
+        }
+    }
+
+    #[tool(description = "Run a FAILED, BLOCKED, ESCALATED, CONFLICT or CANCELLED task again, with a \
+                          fresh retry budget.")]
+    async fn retry(
+        &self,
+        ctx: RequestContext<RoleServer>,
+        Parameters(args): Parameters<TaskArgs>,
+    ) -> ToolResult {
+        let task_id = task_arg("task", &args.task)?;
+        let resp = self.op.clone().retry_task(request(&ctx, v1::RetryTaskRequest { task_id })).await;
+        Ok(task_json(resp.map_err(refused)?.into_inner().task))
+    }
+
+    #[tool(description = "Land a COMPLETED swarm: move its target branch (the plan's, or \
+                          target_branch) to the integration branch's head, fast-forward only.")]
+    async fn land(
+        &self,
+        ctx: RequestContext<RoleServer>,
+        Parameters(args): Parameters<LandArgs>,
+    ) -> ToolResult {
+        let swarm_id = swarm_arg("swarm", &args.swarm)?;
+        let req = v1::LandRequest { swarm_id, target_branch: args.target_branch };
+        let resp = self.op.clone().land(request(&ctx, req)).await.map_err(refused)?.into_inner();
+        Ok(json(&serde_json::json!({
+            "target_branch": resp.target_branch,
+            "old_commit": resp.old_commit,
+            "new_commit": resp.new_commit,
+        })))
+    }
+
+    #[tool(description = "Block until a swarm or a task reaches one of `states` (default: an end state), a \
+                       task asks the operator a question, or `timeout_secs` passes. Returns what \
+                       happened ({reason: state|question|timeout, ...} with the swarm or task), so \
+                       there is no need to poll. Call again after answering to keep waiting.")]
+    async fn wait(
+        &self,
+        ctx: RequestContext<RoleServer>,
+        Parameters(args): Parameters<WaitArgs>,
+    ) -> ToolResult {
+        let waited = wait::Wait::from_args(args)?;
+        let outcome = waited.run(&self.op, &ctx).await.map_err(refused)?;
+        Ok(json(&outcome))
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for SwarmTools {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("swarm", env!("CARGO_PKG_VERSION")))
+            .with_instructions(INSTRUCTIONS)
+    }
+}
+
+/// A request carrying what the transport knows of the caller: over HTTP,
+/// the extensions the controller's authentication put on the request (its
+/// identity), which the in-process Operator API authorizes.
+pub(crate) fn request<T>(ctx: &RequestContext<RoleServer>, message: T) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(message);
+    if let Some(parts) = ctx.extensions.get::<http::request::Parts>() {
+        *req.extensions_mut() = parts.extensions.clone();
+    }
+    req
+}
+
+fn json(value: &impl Serialize) -> CallToolResult {
+    match serde_json::to_value(value) {
+        Ok(v) => CallToolResult::structured(v),
+        Err(e) => CallToolResult::structured_error(serde_json::json!({ "error": e.to_string() })),
+    }
+}
+
+fn task_json(task: Option<v1::Task>) -> CallToolResult {
+    json(&TaskView::from(&task.unwrap_or_default()))
+}
+
+/// The Operator API's refusal, in its words (they name the field and the
+/// rule, or the state that does not allow the call).
+pub(crate) fn refused(status: tonic::Status) -> String {
+    let code = match status.code() {
+        tonic::Code::NotFound => "not found",
+        tonic::Code::InvalidArgument => "invalid argument",
+        tonic::Code::FailedPrecondition => "not allowed now",
+        tonic::Code::PermissionDenied => "permission denied",
+        tonic::Code::Unauthenticated => "unauthenticated",
+        tonic::Code::Unavailable => "controller unavailable",
+        tonic::Code::ResourceExhausted => "too many requests",
+        _ => "failed",
+    };
+    format!("{code}: {}", status.message())
+}
+
+fn non_empty(field: &str, text: String) -> Result<String, String> {
+    if text.trim().is_empty() { Err(format!("{field}: must not be empty")) } else { Ok(text) }
+}
+
+pub(crate) fn task_arg(field: &str, task: &str) -> Result<String, String> {
+    TaskKey::parse(task)
+        .map(|k| k.to_string())
+        .map_err(|rule| format!("{field}: {rule} (expected SWARM/TASK)"))
+}
+
+pub(crate) fn swarm_arg(field: &str, swarm: &str) -> Result<String, String> {
+    swarm_core::SwarmId::new(swarm).map(|s| s.to_string()).map_err(|rule| format!("{field}: {rule}"))
+}
