@@ -27,7 +27,6 @@ use swarm_core::plan::{Budget, SwarmBudget};
 use swarm_core::{SwarmId, TaskKey, TaskState, Usage};
 
 pub use super::model::{StoredSwarmBudget, TaskBudget, swarm_budget, task_budget};
-use super::outbound::{AttemptHandle, Outbound};
 use super::{Effects, HashMap, HashSet, Scheduler, now_ms};
 
 /// The prefix of a task reason that says a budget blocked it.
@@ -133,10 +132,10 @@ impl Scheduler {
     /// What a task's attempts spent, and the first budget that says it may
     /// spend no more (its own, then its swarm's), as a reason.
     pub(super) fn over_budget(&self, key: &TaskKey) -> Option<String> {
-        let task = self.model.tasks().get(key)?;
+        let task = self.shared.model.tasks().get(key)?;
         task.spec.agent.as_ref()?;
         if let Some(why) =
-            task_budget(task).exceeded_by(&super::model::task_usage(task, self.model.attempts()))
+            task_budget(task).exceeded_by(&super::model::task_usage(task, self.shared.model.attempts()))
         {
             return Some(format!("{BUDGET_REASON}: task {why}"));
         }
@@ -144,7 +143,7 @@ impl Scheduler {
     }
 
     fn swarm_over_budget(&self, id: &SwarmId) -> Option<String> {
-        let swarm = self.model.swarms().get(id)?;
+        let swarm = self.shared.model.swarms().get(id)?;
         swarm_budget(swarm)
             .limit
             .exceeded_by(swarm.usage())
@@ -168,16 +167,17 @@ impl Scheduler {
             let window = self.budgets.burn.entry(key.swarm.clone()).or_default();
             window.add(now, delta);
             let rate = window.last_hour(now);
-            let max = self.model.swarms().get(&key.swarm).and_then(|s| swarm_budget(s).max_usd_per_hour);
+            let max =
+                self.shared.model.swarms().get(&key.swarm).and_then(|s| swarm_budget(s).max_usd_per_hour);
             if let Some(max) = max
                 && rate > max
             {
                 self.trip_breaker(key, rate, max, fx);
             }
         }
-        let live =
-            live && self.model.attempts().get(&(key.clone(), number)).is_some_and(|a| a.state.is_live());
-        if live && !self.is_reviewer(key, number) {
+        let live = live
+            && self.shared.model.attempts().get(&(key.clone(), number)).is_some_and(|a| a.state.is_live());
+        if live && !self.shared.model.is_reviewer(key, number) {
             self.enforce_budgets(key, fx);
         }
     }
@@ -192,7 +192,7 @@ impl Scheduler {
             self.stop_swarm_at_budget(&key.swarm, &why, fx);
         }
         let Some(why) = self.over_budget(key) else { return };
-        match self.model.tasks().get(key).map(|t| (t.state(), t.attempts)) {
+        match self.shared.model.tasks().get(key).map(|t| (t.state(), t.attempts)) {
             Some((TaskState::Running, number)) => self.stop_at_budget(key, number, &why, fx),
             Some((TaskState::Ready, _)) => self.block_at_budget(key, &why, fx),
             _ => {}
@@ -213,16 +213,16 @@ impl Scheduler {
             format!("swarm {id} {why}; its agent attempts stop and no new one starts"),
             serde_json::json!({ "reason": BUDGET_REASON, "detail": why }),
         );
-        let keys = self.model.swarms().get(id).map(|s| s.tasks.clone()).unwrap_or_default();
+        let keys = self.shared.model.swarms().get(id).map(|s| s.tasks.clone()).unwrap_or_default();
         for key in keys {
-            let Some(t) = self.model.tasks().get(&key) else { continue };
+            let Some(t) = self.shared.model.tasks().get(&key) else { continue };
             if t.spec.agent.is_none() {
                 continue;
             }
             match t.state() {
                 TaskState::Running => {
                     let number = t.attempts;
-                    if !self.is_reviewer(&key, number) {
+                    if !self.shared.model.is_reviewer(&key, number) {
                         self.stop_at_budget(&key, number, why, fx);
                     }
                 }
@@ -242,7 +242,7 @@ impl Scheduler {
             tracing::info_span!("attempt.budget_stop", swarm = %key.swarm, task = %key, attempt = number)
                 .entered();
         tracing::info!(reason = why, "stopping the attempt at its budget");
-        self.send_stop(key, number, why, true, fx);
+        self.core(fx).send_stop(key, number, why, true);
         fx.task_event(
             key,
             number,
@@ -258,34 +258,13 @@ impl Scheduler {
         self.budgets.stopping.remove(&(key.clone(), number));
     }
 
-    /// Sends the worker of `key#number` a Cancel; with `checkpoint` it
-    /// keeps the work (WIP commit, agent session) and reports CHECKPOINT.
-    pub(super) fn send_stop(
-        &mut self,
-        key: &TaskKey,
-        number: u32,
-        reason: &str,
-        checkpoint: bool,
-        fx: &mut Effects,
-    ) {
-        let Some(a) = self.model.attempts().get(&(key.clone(), number)) else { return };
-        let message = Outbound::Cancel {
-            attempt: AttemptHandle { task: key.clone(), number, token: a.token },
-            grace_ms: self.timing.cancel_grace.as_millis() as u32,
-            reason: reason.to_string(),
-            checkpoint,
-        };
-        let worker = a.worker.clone();
-        self.send(&worker, message, fx);
-    }
-
     /// READY → BLOCKED with a budget reason.
     pub(super) fn block_at_budget(&mut self, key: &TaskKey, why: &str, fx: &mut Effects) {
-        if self.model.tasks().get(key).map(|t| t.state()) != Some(TaskState::Ready) {
+        if self.shared.model.tasks().get(key).map(|t| t.state()) != Some(TaskState::Ready) {
             return;
         }
-        self.set_state(key, TaskState::Blocked, why, fx);
-        let attempt = self.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
+        self.core(fx).set_state(key, TaskState::Blocked, why);
+        let attempt = self.shared.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
         fx.task_event(
             key,
             attempt,
@@ -303,16 +282,16 @@ impl Scheduler {
         // The agent stopped at its budget took its open question with it:
         // its resumed session goes on without an answer.
         if self.budgets.stopping.remove(&(key.clone(), number))
-            && self.model.tasks().get(key).is_some_and(|t| {
+            && self.shared.model.tasks().get(key).is_some_and(|t| {
                 t.notes
                     .pending_question
                     .as_ref()
                     .is_some_and(|q| q.attempt == number && q.category != super::pause::BUDGET_CATEGORY)
             })
         {
-            self.edit_task(key, fx, |t| t.notes.pending_question = None);
+            self.core(fx).edit_task(key, |t| t.notes.pending_question = None);
         }
-        if self.model.tasks().get(key).is_some_and(|t| t.state() == TaskState::Ready) {
+        if self.shared.model.tasks().get(key).is_some_and(|t| t.state() == TaskState::Ready) {
             self.enforce_budgets(key, fx);
         }
     }
@@ -323,12 +302,13 @@ impl Scheduler {
         let mut n = 0;
         for key in keys {
             let blocked = self
+                .shared
                 .model
                 .tasks()
                 .get(key)
                 .is_some_and(|t| t.state() == TaskState::Blocked && t.reason.starts_with(BUDGET_REASON));
             if blocked && self.over_budget(key).is_none() {
-                self.make_ready(key, "budget raised; resumes from its checkpoint", fx);
+                self.core(fx).make_ready(key, "budget raised; resumes from its checkpoint");
                 n += 1;
             }
         }
@@ -346,7 +326,7 @@ impl Scheduler {
         let swarm = self.swarm(id.as_str())?;
         let _span = tracing::info_span!("budget.set", swarm = %id).entered();
         let budget = change.swarm(swarm_budget(swarm));
-        self.edit_swarm(id, fx, |s| s.control.budget = Some(budget));
+        self.core(fx).edit_swarm(id, |s| s.control.budget = Some(budget));
         match self.swarm_over_budget(id) {
             None => {
                 self.budgets.over.remove(id);
@@ -358,7 +338,7 @@ impl Scheduler {
                 }
             }
         }
-        let keys = self.model.swarms().get(id).map(|s| s.tasks.clone()).unwrap_or_default();
+        let keys = self.shared.model.swarms().get(id).map(|s| s.tasks.clone()).unwrap_or_default();
         let unblocked = self.unblock_budget(&keys, fx);
         tracing::info!(?budget, unblocked, "swarm budget set");
         fx.event(
@@ -387,10 +367,10 @@ impl Scheduler {
         let task = self.task(key)?;
         let _span = tracing::info_span!("budget.set", swarm = %key.swarm, task = %key).entered();
         let budget = change.task(task_budget(task));
-        self.edit_task(key, fx, |t| t.notes.budget = Some(budget));
+        self.core(fx).edit_task(key, |t| t.notes.budget = Some(budget));
         let unblocked = self.unblock_budget(std::slice::from_ref(key), fx);
         tracing::info!(?budget, unblocked, "task budget set");
-        let attempt = self.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
+        let attempt = self.shared.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
         fx.task_event(
             key,
             attempt,
@@ -401,7 +381,7 @@ impl Scheduler {
                 "unblocked": unblocked }),
         );
         // Lowered below what it spent: stop it now.
-        if self.model.tasks().get(key).is_some_and(|t| t.state() == TaskState::Running) {
+        if self.shared.model.tasks().get(key).is_some_and(|t| t.state() == TaskState::Running) {
             self.enforce_budgets(key, fx);
         }
         Ok(())

@@ -72,7 +72,7 @@ pub(super) struct Queues {
 
 impl Scheduler {
     fn integration_of(&self, swarm: &SwarmId) -> Option<std::sync::Arc<IntegrationVerify>> {
-        self.model.swarms().get(swarm).and_then(|s| s.plan.integration.clone())
+        self.shared.model.swarms().get(swarm).and_then(|s| s.plan.integration.clone())
     }
 
     /// Whether a swarm's succeeded tasks go through the merge queue.
@@ -97,11 +97,10 @@ impl Scheduler {
         let Some(q) = self.swarm_queue(&key.swarm) else { return };
         q.queue.push(key.clone());
         let waiting = q.queue.waiting().count();
-        self.set_state(
+        self.core(fx).set_state(
             key,
             TaskState::Merging,
             &format!("attempt {number} queued for integration verify"),
-            fx,
         );
         fx.task_event(
             key,
@@ -127,7 +126,7 @@ impl Scheduler {
         if self.merge_queues.by_swarm.is_empty() {
             return;
         }
-        let now = self.mono_ms();
+        let now = self.shared.mono_ms();
         let swarms: Vec<SwarmId> = self.merge_queues.by_swarm.keys().cloned().collect();
         for swarm in swarms {
             let free = self.has_verifier(&swarm);
@@ -139,7 +138,7 @@ impl Scheduler {
                     self.start_batch(&swarm, fx)
                 }
                 Stage::Verifying { worker: Some((id, session)), job, .. } => {
-                    let w = self.model.workers().get(id.as_str());
+                    let w = self.shared.model.workers().get(id.as_str());
                     if w.and_then(|w| w.session.as_ref()).map(|s| s.id) != Some(*session) {
                         let (id, job) = (id.clone(), *job);
                         if let Stage::Verifying { worker, .. } = &mut q.stage {
@@ -150,7 +149,7 @@ impl Scheduler {
                                 w.verifying = None;
                             }
                         };
-                        self.model.apply(Transition::Worker { id: &id, edit: Box::new(edit) });
+                        self.shared.model.apply(Transition::Worker { id: &id, edit: Box::new(edit) });
                         fx.event(
                             swarm.as_str(),
                             "",
@@ -180,8 +179,9 @@ impl Scheduler {
         let mut jobs = Vec::with_capacity(items.len());
         let mut gone = Vec::new();
         for key in &items {
-            let number = self.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
-            let still_merging = self.model.tasks().get(key).is_some_and(|t| t.state() == TaskState::Merging);
+            let number = self.shared.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
+            let still_merging =
+                self.shared.model.tasks().get(key).is_some_and(|t| t.state() == TaskState::Merging);
             match self.merge_job(key, number, recovering.contains(key)) {
                 Some(job) if still_merging => jobs.push(job),
                 _ => gone.push(key.clone()),
@@ -200,7 +200,8 @@ impl Scheduler {
         }
         self.merge_queues.next_job += 1;
         let job = self.merge_queues.next_job;
-        let Some(branch) = self.model.swarms().get(swarm).map(|s| s.plan.integration_branch.clone()) else {
+        let Some(branch) = self.shared.model.swarms().get(swarm).map(|s| s.plan.integration_branch.clone())
+        else {
             return;
         };
         let tasks: Vec<String> = items.iter().map(|k| k.task.to_string()).collect();
@@ -209,7 +210,7 @@ impl Scheduler {
         let _span =
             tracing::info_span!("merge_queue.batch", swarm = %swarm, job, tasks = items.len(), bisecting)
                 .entered();
-        self.metrics.merge_queue_batch_size.set(items.len() as i64);
+        self.shared.metrics.merge_queue_batch_size.set(items.len() as i64);
         fx.event(
             swarm.as_str(),
             "",
@@ -227,7 +228,7 @@ impl Scheduler {
 
     fn has_verifier(&self, swarm: &SwarmId) -> bool {
         let Some(iv) = self.integration_of(swarm) else { return false };
-        self.model.workers().values().any(|w| w.is_idle() && w.satisfies(&iv.labels))
+        self.shared.model.workers().values().any(|w| w.is_idle() && w.satisfies(&iv.labels))
     }
 
     /// Picks an idle sidecar with the plan's verifier labels and sends it
@@ -243,6 +244,7 @@ impl Scheduler {
         let attempts: Vec<String> = chained.iter().map(|c| c.task.attempt(c.attempt).to_string()).collect();
         let keys: Vec<TaskKey> = chained.iter().map(|c| c.task.clone()).collect();
         let mut idle: Vec<&str> = self
+            .shared
             .model
             .workers()
             .values()
@@ -251,11 +253,12 @@ impl Scheduler {
             .collect();
         idle.sort();
         let Some(worker) = idle.first().map(|w| w.to_string()) else { return };
-        let Some(session) = self.model.workers().get(&worker).and_then(|w| w.session.as_ref()).map(|s| s.id)
+        let Some(session) =
+            self.shared.model.workers().get(&worker).and_then(|w| w.session.as_ref()).map(|s| s.id)
         else {
             return;
         };
-        self.edit_worker_unstored(&worker, |w| w.verifying = Some(job));
+        self.core(fx).edit_worker_unstored(&worker, |w| w.verifying = Some(job));
         if let Some(Stage::Verifying { worker: w, .. }) =
             self.merge_queues.by_swarm.get_mut(swarm).map(|q| &mut q.stage)
         {
@@ -263,7 +266,7 @@ impl Scheduler {
         }
         let _span =
             tracing::info_span!("merge_queue.verify", swarm = %swarm, job, worker = %worker).entered();
-        self.metrics.merge_queue_verifications.inc();
+        self.shared.metrics.merge_queue_verifications.inc();
         // The reason is what `get tasks` and the report show of the queue.
         let reason = format!(
             "integration verify: {} task(s) merged at {} on {worker}",
@@ -271,7 +274,7 @@ impl Scheduler {
             &head[..head.len().min(12)]
         );
         for key in &keys {
-            self.set_state(key, TaskState::Merging, &reason, fx);
+            self.core(fx).set_state(key, TaskState::Merging, &reason);
         }
         fx.event(
             swarm.as_str(),
@@ -291,14 +294,14 @@ impl Scheduler {
             traceparent: String::new(),
             sandbox: iv.sandbox.clone(),
         }));
-        self.send(&worker, message, fx);
+        self.core(fx).send(&worker, message);
     }
 
     /// The merger's answer to a speculation or a landing.
     pub(super) fn on_queue_report(&mut self, report: QueueReport, fx: &mut Effects) {
         match report {
             QueueReport::Speculated { swarm, job, base, head, chained, decided, error } => {
-                let now = self.mono_ms();
+                let now = self.shared.mono_ms();
                 let Some(q) = self.merge_queues.by_swarm.get_mut(&swarm) else { return };
                 if !matches!(q.stage, Stage::Speculating { job: j } if j == job) {
                     return;
@@ -335,7 +338,7 @@ impl Scheduler {
                 self.dispatch_verify(&swarm, fx);
             }
             QueueReport::Advanced { swarm, job, head, error } => {
-                let now = self.mono_ms();
+                let now = self.shared.mono_ms();
                 let Some(q) = self.merge_queues.by_swarm.get_mut(&swarm) else { return };
                 let Stage::Landing { job: j, .. } = &q.stage else { return };
                 if *j != job {
@@ -400,9 +403,9 @@ impl Scheduler {
 
     /// A sidecar's verdict on a speculative merge.
     pub(super) fn on_merge_verified(&mut self, worker_id: &str, r: VerifiedReport, fx: &mut Effects) {
-        if self.model.workers().get(worker_id).is_some_and(|w| w.verifying == Some(r.job)) {
-            self.edit_worker_unstored(worker_id, |w| w.verifying = None);
-            self.scan.changed();
+        if self.shared.model.workers().get(worker_id).is_some_and(|w| w.verifying == Some(r.job)) {
+            self.core(fx).edit_worker_unstored(worker_id, |w| w.verifying = None);
+            self.shared.scan.changed();
         }
         let found = self.merge_queues.by_swarm.iter().find_map(|(swarm, q)| match &q.stage {
             Stage::Verifying { job, head, worker: Some((w, _)), .. }
@@ -461,7 +464,8 @@ impl Scheduler {
         }
         match land {
             Some(items) => {
-                let Some(branch) = self.model.swarms().get(&swarm).map(|s| s.plan.integration_branch.clone())
+                let Some(branch) =
+                    self.shared.model.swarms().get(&swarm).map(|s| s.plan.integration_branch.clone())
                 else {
                     return;
                 };
@@ -487,14 +491,15 @@ impl Scheduler {
             q.recovering.remove(key);
             q.last_failure.clone()
         });
-        let Some(t) = self.model.tasks().get(key) else { return };
+        let Some(t) = self.shared.model.tasks().get(key) else { return };
         if t.state() != TaskState::Merging {
             return;
         }
         let number = t.attempts;
         let (commit, branch) = (
             t.result_commit.clone(),
-            self.model
+            self.shared
+                .model
                 .swarms()
                 .get(&key.swarm)
                 .map(|s| s.plan.integration_branch.clone())
@@ -517,14 +522,14 @@ impl Scheduler {
             "integration verify fails with this task's change".to_string(),
             serde_json::json!({ "commit": commit, "output": failure }),
         );
-        self.edit_task(key, fx, |t| {
+        self.core(fx).edit_task(key, |t| {
             t.notes.conflict = Some(description);
             t.resume_commit.clear();
         });
         // Unlike a textual conflict, a culprit spends a retry: a change that
         // keeps breaking the merged tree must not loop through the queue
         // forever.
-        self.fail_or_retry(key, number, "integration verify failed with this change", fx);
+        self.core(fx).fail_or_retry(key, number, "integration verify failed with this change");
     }
 }
 

@@ -6,6 +6,7 @@ use swarm_core::plan::Plan;
 use swarm_core::{SwarmId, TaskKey, TaskState};
 
 use super::command::{OperatorOp, Reply};
+use super::core::{find_swarm, find_task};
 use super::model::{QuestionAnswer, Swarm, SwarmState, Task, Transition};
 use super::outbound::{AttemptHandle, Outbound};
 use super::reads::reply_read;
@@ -157,10 +158,7 @@ impl Scheduler {
     }
 
     pub(super) fn swarm(&self, id: &str) -> Result<&Swarm, SchedError> {
-        SwarmId::new(id)
-            .ok()
-            .and_then(|id| self.model.swarms().get(&id))
-            .ok_or_else(|| SchedError::NotFound(format!("swarm {id:?} not found")))
+        find_swarm(&self.shared.model, id)
     }
 
     pub(super) fn swarm_view(&self, id: &str) -> Result<SwarmView, SchedError> {
@@ -168,19 +166,19 @@ impl Scheduler {
     }
 
     pub(super) fn task(&self, key: &TaskKey) -> Result<&Task, SchedError> {
-        self.model.tasks().get(key).ok_or_else(|| SchedError::NotFound(format!("task {key} not found")))
+        find_task(&self.shared.model, key)
     }
 
     pub(super) fn holder(&self, key: &TaskKey) -> Option<&str> {
-        let t = self.model.tasks().get(key)?;
+        let t = self.shared.model.tasks().get(key)?;
         if t.state() != TaskState::Running {
             return None;
         }
-        self.model.attempts().get(&(key.clone(), t.attempts)).map(|a| a.worker.as_str())
+        self.shared.model.attempts().get(&(key.clone(), t.attempts)).map(|a| a.worker.as_str())
     }
 
     pub(super) fn task_view(&self, key: &TaskKey) -> Result<TaskView, SchedError> {
-        self.task(key).map(|t| TaskView::of(t, self.holder(key), self.model.attempts()))
+        self.task(key).map(|t| TaskView::of(t, self.holder(key), self.shared.model.attempts()))
     }
 
     fn create_swarm(
@@ -197,7 +195,7 @@ impl Scheduler {
                 rule: "a nested swarm id is only given to a task's child swarm".into(),
             });
         }
-        if let Some(existing) = self.model.swarms().get(&plan.swarm) {
+        if let Some(existing) = self.shared.model.swarms().get(&plan.swarm) {
             if *existing.plan_text == *plan_text {
                 return Ok((SwarmView::of(existing, self.burn_rate(&existing.id)), false));
             }
@@ -242,18 +240,18 @@ impl Scheduler {
             format!("swarm {} created with {} tasks at {}", plan.swarm, plan.tasks.len(), head),
             serde_json::json!({ "integration_head": head, "tasks": plan.tasks.len() }),
         );
-        self.transition(Transition::SwarmAdded(swarm), fx);
+        self.core(fx).transition(Transition::SwarmAdded(swarm));
         for spec in &plan.tasks {
             let key = TaskKey::new(plan.swarm.clone(), spec.id.clone());
             // Becomes READY or PENDING just below; the transition is
             // recorded from this initial state.
             let task = Task::new(key, spec.clone(), TaskState::Pending, now);
-            self.metrics.task_state(None, task.state());
-            self.transition(Transition::TaskAdded(task), fx);
+            self.shared.metrics.task_state(None, task.state());
+            self.core(fx).transition(Transition::TaskAdded(task));
         }
-        for key in self.model.swarms().get(&plan.swarm).map(|s| s.tasks.clone()).unwrap_or_default() {
-            if self.model.tasks().get(&key).is_some_and(|t| t.spec.deps.is_empty()) {
-                self.make_ready(&key, "no dependencies", fx);
+        for key in self.shared.model.swarms().get(&plan.swarm).map(|s| s.tasks.clone()).unwrap_or_default() {
+            if self.shared.model.tasks().get(&key).is_some_and(|t| t.spec.deps.is_empty()) {
+                self.core(fx).make_ready(&key, "no dependencies");
             }
         }
     }
@@ -271,7 +269,7 @@ impl Scheduler {
             }
             TaskState::Running => {
                 let number = t.attempts;
-                self.edit_task(key, fx, |t| t.cancel_requested = true);
+                self.core(fx).edit_task(key, |t| t.cancel_requested = true);
                 fx.task_event(
                     key,
                     number,
@@ -280,14 +278,14 @@ impl Scheduler {
                     reason.to_string(),
                     serde_json::json!({}),
                 );
-                self.send_cancel(key, number, reason, fx);
+                self.core(fx).send_cancel(key, number, reason);
                 self.cancel_child(key, reason, fx);
                 Ok(())
             }
             _ => {
-                self.edit_task(key, fx, |t| t.cancel_requested = true);
+                self.core(fx).edit_task(key, |t| t.cancel_requested = true);
                 self.stop_reviewer(key, reason, fx);
-                self.set_state(key, TaskState::Cancelled, reason, fx);
+                self.core(fx).set_state(key, TaskState::Cancelled, reason);
                 Ok(())
             }
         }
@@ -302,7 +300,7 @@ impl Scheduler {
         let keys = self.swarm(id)?.tasks.clone();
         let mut n = 0;
         for key in keys {
-            let state = self.model.tasks().get(&key).map(|t| t.state());
+            let state = self.shared.model.tasks().get(&key).map(|t| t.state());
             if matches!(
                 state,
                 Some(TaskState::Merged | TaskState::Cancelled | TaskState::Merging | TaskState::Succeeded)
@@ -313,7 +311,7 @@ impl Scheduler {
             n += 1;
         }
         if let Ok(id) = SwarmId::new(id) {
-            self.edit_swarm(&id, fx, |s| s.state = SwarmState::Cancelled);
+            self.core(fx).edit_swarm(&id, |s| s.state = SwarmState::Cancelled);
         }
         fx.event(
             id,
@@ -336,17 +334,17 @@ impl Scheduler {
             | TaskState::Conflict
             | TaskState::Rejected
             | TaskState::Cancelled => {
-                self.edit_task(key, fx, |t| {
+                self.core(fx).edit_task(key, |t| {
                     t.retries_used = 0;
                     t.cancel_requested = false;
                     t.not_before = 0;
                 });
-                if self.model.swarms().get(&key.swarm).is_some_and(|s| {
+                if self.shared.model.swarms().get(&key.swarm).is_some_and(|s| {
                     !matches!(s.state, SwarmState::Active | SwarmState::Stalled | SwarmState::Paused)
                 }) {
-                    self.edit_swarm(&key.swarm, fx, |s| s.state = SwarmState::Active);
+                    self.core(fx).edit_swarm(&key.swarm, |s| s.state = SwarmState::Active);
                 }
-                self.make_ready(key, "retried by the operator", fx);
+                self.core(fx).make_ready(key, "retried by the operator");
                 Ok(())
             }
             other => Err(SchedError::FailedPrecondition(format!(
@@ -388,20 +386,20 @@ impl Scheduler {
         match state {
             TaskState::Escalated | TaskState::Blocked => {
                 self.record_answer(key, &qid, &question, text, fx);
-                self.make_ready(key, &format!("answered ({qid})"), fx);
+                self.core(fx).make_ready(key, &format!("answered ({qid})"));
                 Ok(())
             }
             TaskState::Running if pending.is_some() => {
-                let number = self.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
+                let number = self.shared.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
                 self.record_answer(key, &qid, &question, text, fx);
-                if let Some(a) = self.model.attempts().get(&(key.clone(), number)) {
+                if let Some(a) = self.shared.model.attempts().get(&(key.clone(), number)) {
                     let message = Outbound::Answer {
                         attempt: AttemptHandle { task: key.clone(), number, token: a.token },
                         question_id: qid.clone(),
                         text: text.to_string(),
                     };
                     let worker = a.worker.clone();
-                    self.send(&worker, message, fx);
+                    self.core(fx).send(&worker, message);
                 }
                 Ok(())
             }
@@ -422,21 +420,21 @@ impl Scheduler {
             )));
         }
         let number = t.attempts;
-        let Some(a) = self.model.attempts().get(&(key.clone(), number)) else {
+        let Some(a) = self.shared.model.attempts().get(&(key.clone(), number)) else {
             return Err(SchedError::FailedPrecondition(format!("task {key} has no live attempt")));
         };
         let (worker, token) = (a.worker.clone(), a.token);
-        let Some(t) = self.model.tasks().get(key) else {
+        let Some(t) = self.shared.model.tasks().get(key) else {
             return Err(SchedError::NotFound(format!("task {key} not found")));
         };
         let id = format!("m{}", t.notes.messages.len() + 1);
-        self.edit_task(key, fx, |t| t.notes.messages.push(text.to_string()));
+        self.core(fx).edit_task(key, |t| t.notes.messages.push(text.to_string()));
         let message = Outbound::Message {
             attempt: AttemptHandle { task: key.clone(), number, token },
             message_id: id.clone(),
             text: text.to_string(),
         };
-        self.send(&worker, message, fx);
+        self.core(fx).send(&worker, message);
         fx.task_event(
             key,
             number,
@@ -461,11 +459,11 @@ impl Scheduler {
             question: question.to_string(),
             answer: text.to_string(),
         };
-        self.edit_task(key, fx, |t| {
+        self.core(fx).edit_task(key, |t| {
             t.notes.answers.push(answer);
             t.notes.pending_question = None;
         });
-        let attempt = self.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
+        let attempt = self.shared.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
         fx.task_event(
             key,
             attempt,
@@ -477,16 +475,16 @@ impl Scheduler {
     }
 
     fn drain(&mut self, worker: &str, fx: &mut Effects) -> Result<WorkerView, SchedError> {
-        let now = self.mono_ms();
-        if !self.model.workers().contains_key(worker) {
+        let now = self.shared.mono_ms();
+        if !self.shared.model.workers().contains_key(worker) {
             return Err(SchedError::NotFound(format!("worker {worker:?} not found")));
         }
-        self.edit_worker(worker, fx, |w| w.draining = true);
-        let Some(w) = self.model.workers().get(worker) else {
+        self.core(fx).edit_worker(worker, |w| w.draining = true);
+        let Some(w) = self.shared.model.workers().get(worker) else {
             return Err(SchedError::NotFound(worker.to_string()));
         };
         let view = WorkerView::of(w, now, self.limits.limited_until(w, now_ms()));
-        self.send(worker, Outbound::Drain { reason: "drained by the operator".into() }, fx);
+        self.core(fx).send(worker, Outbound::Drain { reason: "drained by the operator".into() });
         fx.event(
             "",
             "",

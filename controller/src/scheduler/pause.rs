@@ -38,7 +38,7 @@ fn check_budget_answer(text: &str) -> Result<bool, SchedError> {
 impl Scheduler {
     /// Whether no new attempt of `key`'s swarm may start.
     pub(super) fn swarm_paused(&self, key: &TaskKey) -> bool {
-        self.model.swarms().get(&key.swarm).is_some_and(|s| s.state == SwarmState::Paused)
+        self.shared.model.swarms().get(&key.swarm).is_some_and(|s| s.state == SwarmState::Paused)
     }
 
     /// Pauses swarm `id` (again: a second pause may add `stop`).
@@ -70,13 +70,13 @@ impl Scheduler {
         );
         let data = serde_json::json!({ "state": "PAUSED", "from": from.as_str(), "by": pause.by,
             "reason": pause.reason, "stop": stop });
-        let Some(s) = self.model.swarms().get(id) else { return Ok(()) };
+        let Some(s) = self.shared.model.swarms().get(id) else { return Ok(()) };
         // A stop asked once is not taken back by a later pause without it.
         let stop = stop || s.control.paused.as_ref().is_some_and(|p| p.stop);
         // Nor is the breaker's question forgotten: the resume clears it.
         let question =
             pause.question.clone().or_else(|| s.control.paused.as_ref().and_then(|p| p.question.clone()));
-        self.edit_swarm(id, fx, |s| {
+        self.core(fx).edit_swarm(id, |s| {
             s.state = SwarmState::Paused;
             s.control.paused = Some(Pause { stop, question, ..pause });
         });
@@ -85,19 +85,20 @@ impl Scheduler {
         if stop {
             self.checkpoint_running(id, fx);
         }
-        self.count_stalled();
+        self.shared.count_stalled();
         Ok(())
     }
 
     /// Tells every live attempt of the swarm (reviewers aside) to checkpoint.
     fn checkpoint_running(&mut self, id: &SwarmId, fx: &mut Effects) {
-        let keys = self.model.swarms().get(id).map(|s| s.tasks.clone()).unwrap_or_default();
+        let keys = self.shared.model.swarms().get(id).map(|s| s.tasks.clone()).unwrap_or_default();
         for key in keys {
-            let Some(t) = self.model.tasks().get(&key) else { continue };
+            let Some(t) = self.shared.model.tasks().get(&key) else { continue };
             let number = t.attempts;
-            let live = self.model.attempts().get(&(key.clone(), number)).is_some_and(|a| a.state.is_live());
-            if t.state() == TaskState::Running && live && !self.is_reviewer(&key, number) {
-                self.send_stop(&key, number, "swarm paused", true, fx);
+            let live =
+                self.shared.model.attempts().get(&(key.clone(), number)).is_some_and(|a| a.state.is_live());
+            if t.state() == TaskState::Running && live && !self.shared.model.is_reviewer(&key, number) {
+                self.core(fx).send_stop(&key, number, "swarm paused", true);
             }
         }
     }
@@ -106,14 +107,14 @@ impl Scheduler {
     /// have been lost with its old stream (or never sent, while it had
     /// none), so a checkpointing pause or a budget stops it again.
     pub(super) fn stop_again_on_reconnect(&mut self, key: &TaskKey, number: u32, fx: &mut Effects) {
-        if self.is_reviewer(key, number) {
+        if self.shared.model.is_reviewer(key, number) {
             return;
         }
-        let stopping_pause = self.model.swarms().get(&key.swarm).is_some_and(|s| {
+        let stopping_pause = self.shared.model.swarms().get(&key.swarm).is_some_and(|s| {
             s.state == SwarmState::Paused && s.control.paused.as_ref().is_some_and(|p| p.stop)
         });
         if stopping_pause {
-            self.send_stop(key, number, "swarm paused", true, fx);
+            self.core(fx).send_stop(key, number, "swarm paused", true);
             return;
         }
         self.forget_budget_stop(key, number);
@@ -134,13 +135,13 @@ impl Scheduler {
         }
         let _span = tracing::info_span!("swarm.resume", swarm = %id, by).entered();
         let question = swarm.control.paused.as_ref().and_then(|p| p.question.clone());
-        self.edit_swarm(id, fx, |s| {
+        self.core(fx).edit_swarm(id, |s| {
             s.state = SwarmState::Active;
             s.control.paused = None;
         });
         fx.touched_swarms.insert(id.clone());
         self.budgets.burn.remove(id);
-        self.scan.changed();
+        self.shared.scan.changed();
         tracing::info!("swarm resumed");
         fx.event(
             id.as_str(),
@@ -155,14 +156,15 @@ impl Scheduler {
         if let Some((task, qid)) = question
             && let Ok(key) = TaskKey::parse(&task)
             && self
+                .shared
                 .model
                 .tasks()
                 .get(&key)
                 .is_some_and(|t| t.notes.pending_question.as_ref().is_some_and(|q| q.id == qid))
         {
-            self.edit_task(&key, fx, |t| t.notes.pending_question = None);
+            self.core(fx).edit_task(&key, |t| t.notes.pending_question = None);
         }
-        self.count_stalled();
+        self.shared.count_stalled();
         Ok(())
     }
 
@@ -172,6 +174,7 @@ impl Scheduler {
     pub(super) fn trip_breaker(&mut self, key: &TaskKey, rate: f64, max: f64, fx: &mut Effects) {
         if self.swarm_paused(key)
             || !self
+                .shared
                 .model
                 .swarms()
                 .get(&key.swarm)
@@ -180,9 +183,9 @@ impl Scheduler {
             return;
         }
         let reason = format!("burn rate ${rate:.2} in the last hour is over max_usd_per_hour ${max:.2}");
-        let number = self.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
+        let number = self.shared.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
         let qid = format!("budget-{number}");
-        let asks = self.model.tasks().get(key).is_some_and(|t| t.notes.pending_question.is_none());
+        let asks = self.shared.model.tasks().get(key).is_some_and(|t| t.notes.pending_question.is_none());
         let pause = Pause {
             reason: reason.clone(),
             by: BY_BREAKER.into(),
@@ -203,7 +206,7 @@ impl Scheduler {
             attempt: number,
             options: vec!["resume".into(), "pause".into()],
         };
-        self.edit_task(key, fx, |t| t.notes.pending_question = Some(question));
+        self.core(fx).edit_task(key, |t| t.notes.pending_question = Some(question));
         fx.task_event(
             key,
             number,
@@ -234,20 +237,20 @@ impl Scheduler {
     /// What a task does after its agent's usage limit: wait for the reset
     /// (READY after it), pause the swarm as well, or fail.
     pub(super) fn after_usage_limit(&mut self, key: &TaskKey, number: u32, until: i64, fx: &mut Effects) {
-        let policy = self.model.tasks().get(key).map(|t| t.spec.on_usage_limit).unwrap_or_default();
+        let policy = self.shared.model.tasks().get(key).map(|t| t.spec.on_usage_limit).unwrap_or_default();
         let wait_s = (until - now_ms()).max(0) / 1000;
         match policy {
             OnUsageLimit::Fail => {
                 let why = format!(
                     "attempt {number} hit the agent's usage limit (on_usage_limit = \"fail\"); its work is in the WIP commit"
                 );
-                self.set_state(key, TaskState::Failed, &why, fx);
+                self.core(fx).set_state(key, TaskState::Failed, &why);
             }
             OnUsageLimit::Wait | OnUsageLimit::Pause => {
                 let why = format!(
                     "attempt {number} hit the agent's usage limit; resumes in {wait_s} s, no retry spent"
                 );
-                self.make_ready(key, &why, fx);
+                self.core(fx).make_ready(key, &why);
                 if policy == OnUsageLimit::Pause {
                     self.pause_for_usage_limit(key, &format!("agent usage limit, resets in {wait_s} s"), fx);
                 }

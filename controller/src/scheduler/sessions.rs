@@ -31,7 +31,7 @@ impl Scheduler {
             Ok(proven) => proven,
             Err(reason) => {
                 tracing::warn!(%reason, "hello refused");
-                self.metrics.refused_hellos.inc();
+                self.shared.metrics.refused_hellos.inc();
                 self.audited(
                     fx,
                     &hello.worker_id,
@@ -46,10 +46,10 @@ impl Scheduler {
             }
         };
         let now = now_ms();
-        if !self.model.workers().contains_key(&hello.worker_id) {
-            self.transition(Transition::WorkerAdded(Worker::new(hello.worker_id.clone(), now)), fx);
+        if !self.shared.model.workers().contains_key(&hello.worker_id) {
+            self.core(fx).transition(Transition::WorkerAdded(Worker::new(hello.worker_id.clone(), now)));
         }
-        self.edit_worker(&hello.worker_id, fx, |worker| {
+        self.core(fx).edit_worker(&hello.worker_id, |worker| {
             // The secret a sidecar proved stays valid, so a Welcome lost with
             // its stream does not lock the sidecar out; any other claim gets a
             // fresh one, which ends every older sidecar's claim.
@@ -70,19 +70,19 @@ impl Scheduler {
             worker.labels = hello.labels.clone();
             worker.updated_at = now;
         });
-        let Some(worker) = self.model.workers().get(&hello.worker_id) else { return };
+        let Some(worker) = self.shared.model.workers().get(&hello.worker_id) else { return };
         let current = worker.attempt().cloned();
         let last_applied_seq = worker.last_applied_seq;
         let draining = worker.draining;
         let resume_secret = worker.resume_secret.clone();
-        self.lease_seen.insert(hello.worker_id.clone(), self.mono_ms());
+        self.shared.lease_seen.insert(hello.worker_id.clone(), self.shared.mono_ms());
         // Its labels may be new.
-        self.scan.changed();
+        self.shared.scan.changed();
 
         let held = hello.attempt_in_hand.as_ref();
         let resumed = match (&current, held) {
             (Some((key, number)), Some(h)) => {
-                let token = self.model.attempts().get(&(key.clone(), *number)).map(|a| a.token);
+                let token = self.shared.model.attempts().get(&(key.clone(), *number)).map(|a| a.token);
                 &h.task == key && h.number == *number && Some(h.token) == token
             }
             _ => false,
@@ -94,9 +94,9 @@ impl Scheduler {
             session,
             Outbound::Welcome {
                 session_id: format!("{}-{}", hello.worker_id, self.next_session_id),
-                heartbeat_interval_ms: self.timing.heartbeat_interval.as_millis() as u32,
-                heartbeat_jitter_ms: self.timing.heartbeat_jitter.as_millis() as u32,
-                lease_ttl_ms: self.timing.lease_ttl.as_millis() as u32,
+                heartbeat_interval_ms: self.shared.timing.heartbeat_interval.as_millis() as u32,
+                heartbeat_jitter_ms: self.shared.timing.heartbeat_jitter.as_millis() as u32,
+                lease_ttl_ms: self.shared.timing.lease_ttl.as_millis() as u32,
                 last_applied_seq,
                 attempt_resumed: resumed,
                 resume_secret,
@@ -109,16 +109,16 @@ impl Scheduler {
                 // Assign was lost with the stream): the same attempt, same
                 // token, is sent again.
                 if let Some(spec) = self.assign_spec(key, *number) {
-                    self.send(&hello.worker_id, Outbound::Assign(Box::new(spec)), fx);
+                    self.core(fx).send(&hello.worker_id, Outbound::Assign(Box::new(spec)));
                 }
             }
-            if self.model.tasks().get(key).is_some_and(|t| t.cancel_requested) {
-                self.send_cancel(key, *number, "cancelled by the operator", fx);
+            if self.shared.model.tasks().get(key).is_some_and(|t| t.cancel_requested) {
+                self.core(fx).send_cancel(key, *number, "cancelled by the operator");
             }
             self.stop_again_on_reconnect(key, *number, fx);
         }
         if draining {
-            self.send(&hello.worker_id, Outbound::Drain { reason: "draining".into() }, fx);
+            self.core(fx).send(&hello.worker_id, Outbound::Drain { reason: "draining".into() });
         }
         fx.event(
             "",
@@ -141,7 +141,7 @@ impl Scheduler {
     fn may_claim(&self, hello: &HelloInfo) -> Result<bool, String> {
         let same_identity =
             |w: &Worker| hello.principal.as_deref().is_some_and(|p| !p.is_empty() && p == w.principal);
-        let Some(w) = self.model.workers().get(&hello.worker_id) else {
+        let Some(w) = self.shared.model.workers().get(&hello.worker_id) else {
             return Ok(hello.principal.as_deref().is_some_and(|p| !p.is_empty()));
         };
         if same_identity(w) || secrets_match(&hello.resume_secret, &w.resume_secret) {
@@ -167,25 +167,26 @@ impl Scheduler {
     /// The sidecar of `session` spoke after its Welcome, so it keeps the
     /// Welcome's resume secret (a sidecar journals it before it sends
     /// anything else): from now on it may be given work.
-    pub(super) fn on_heard(&mut self, worker_id: &str, session: u64) {
-        let Some(w) = self.model.workers().get(worker_id) else { return };
+    pub(super) fn on_heard(&mut self, worker_id: &str, session: u64, fx: &mut Effects) {
+        let Some(w) = self.shared.model.workers().get(worker_id) else { return };
         if w.holds_secret || w.session.as_ref().map(|s| s.id) != Some(session) {
             return;
         }
-        self.edit_worker_unstored(worker_id, |w| w.holds_secret = true);
-        self.scan.changed();
+        self.core(fx).edit_worker_unstored(worker_id, |w| w.holds_secret = true);
+        self.shared.scan.changed();
     }
 
     /// A sidecar came back holding an attempt that is no longer current.
     fn fence_stale_hand(&mut self, worker: &str, held: &ReportedAttempt, fx: &mut Effects) {
         let key = (held.task.clone(), held.number);
         if self
+            .shared
             .model
             .attempts()
             .get(&key)
             .is_some_and(|a| a.state == AttemptState::Lost && a.token == held.token)
         {
-            self.set_attempt_state(&held.task, held.number, AttemptState::Fenced, fx);
+            self.core(fx).set_attempt_state(&held.task, held.number, AttemptState::Fenced);
         }
         fx.task_event(
             &held.task,
@@ -202,16 +203,16 @@ impl Scheduler {
     }
 
     pub(super) fn on_disconnected(&mut self, worker_id: &str, session: u64, fx: &mut Effects) {
-        let Some(w) = self.model.workers().get(worker_id) else { return };
+        let Some(w) = self.shared.model.workers().get(worker_id) else { return };
         if w.session.as_ref().map(|s| s.id) != Some(session) {
             return; // an older session, already replaced
         }
         let seen = w.session.as_ref().map(|s| s.last_seen.load(Ordering::Relaxed)).unwrap_or(0);
-        self.edit_worker(worker_id, fx, |w| {
+        self.core(fx).edit_worker(worker_id, |w| {
             w.session = None;
             w.updated_at = now_ms();
         });
-        let entry = self.lease_seen.entry(worker_id.to_string()).or_insert(seen);
+        let entry = self.shared.lease_seen.entry(worker_id.to_string()).or_insert(seen);
         *entry = (*entry).max(seen);
         fx.event(
             "",
@@ -229,11 +230,11 @@ impl Scheduler {
     /// again, nothing else), and a gap is refused: the stream is closed
     /// with the reason and nothing changes. Returns whether to apply it.
     pub(super) fn admit_seq(&mut self, worker_id: &str, session: u64, seq: u64, fx: &mut Effects) -> bool {
-        let Some(last) = self.model.workers().get(worker_id).map(|w| w.last_applied_seq) else {
+        let Some(last) = self.shared.model.workers().get(worker_id).map(|w| w.last_applied_seq) else {
             return false;
         };
         if seq <= last {
-            self.send(worker_id, Outbound::Ack { seq }, fx);
+            self.core(fx).send(worker_id, Outbound::Ack { seq });
             return false;
         }
         if last.checked_add(1) == Some(seq) {
@@ -247,7 +248,7 @@ impl Scheduler {
         tracing::warn!(worker = worker_id, seq, last, "sequence gap; closing the stream");
         let data = serde_json::json!({ "seq": seq, "last_applied": last });
         self.audited(fx, worker_id, "report.seq_gap", None, reason.clone(), data);
-        if let Some(s) = self.model.workers().get(worker_id).and_then(|w| w.session.clone()) {
+        if let Some(s) = self.shared.model.workers().get(worker_id).and_then(|w| w.session.clone()) {
             fx.outbound.push((s, Outbound::Close { code: CloseCode::FailedPrecondition, message: reason }));
         }
         self.on_disconnected(worker_id, session, fx);
@@ -265,7 +266,7 @@ impl Scheduler {
         message: String,
         data: serde_json::Value,
     ) -> bool {
-        let (hit, summary) = self.audit.hit(client, kind, self.mono_ms());
+        let (hit, summary) = self.audit.hit(client, kind, self.shared.mono_ms());
         if let Some(s) = summary {
             self.audit_summary(fx, s);
         }
@@ -296,7 +297,7 @@ impl Scheduler {
     /// nothing once `forget_workers_after` has passed (their events stay),
     /// so that a stream of Hellos cannot grow the registry forever.
     pub(super) fn sweep_registry(&mut self, fx: &mut Effects) {
-        let mono = self.mono_ms();
+        let mono = self.shared.mono_ms();
         if mono.saturating_sub(self.last_sweep_ms) < FORGET_SWEEP_MS {
             return;
         }
@@ -304,8 +305,9 @@ impl Scheduler {
         for s in self.audit.expire(mono) {
             self.audit_summary(fx, s);
         }
-        let cutoff = now_ms().saturating_sub(self.timing.forget_workers_after.as_millis() as i64);
+        let cutoff = now_ms().saturating_sub(self.shared.timing.forget_workers_after.as_millis() as i64);
         let gone: Vec<String> = self
+            .shared
             .model
             .workers()
             .values()
@@ -313,8 +315,8 @@ impl Scheduler {
             .map(|w| w.id.clone())
             .collect();
         for id in gone {
-            self.model.apply(Transition::WorkerForgotten(&id));
-            self.lease_seen.remove(&id);
+            self.shared.model.apply(Transition::WorkerForgotten(&id));
+            self.shared.lease_seen.remove(&id);
             fx.dirty_workers.remove(&id);
             fx.batch.forget_worker(&id);
             fx.event(
@@ -325,7 +327,7 @@ impl Scheduler {
                 "worker.forgotten",
                 format!(
                     "worker {id} forgotten: gone, holding nothing, for longer than {:?}",
-                    self.timing.forget_workers_after
+                    self.shared.timing.forget_workers_after
                 ),
                 serde_json::json!({}),
             );
@@ -338,7 +340,9 @@ impl Scheduler {
         let denied = |why: String| {
             Err(SchedError::PermissionDenied(format!("pack for worker {}: {why}", claim.worker)))
         };
-        let Some(w) = self.model.workers().get(&claim.worker) else { return denied("no such worker".into()) };
+        let Some(w) = self.shared.model.workers().get(&claim.worker) else {
+            return denied("no such worker".into());
+        };
         if w.session.is_none() {
             return denied("it has no live session".into());
         }
@@ -351,6 +355,7 @@ impl Scheduler {
         let Some(a) = &claim.attempt else { return Ok(()) };
         let held = w.attempt().is_some_and(|(k, n)| k == &a.task && *n == a.number);
         let live = self
+            .shared
             .model
             .attempts()
             .get(&(a.task.clone(), a.number))

@@ -66,20 +66,24 @@ impl Scheduler {
     /// and a RUNNING one whose child was never created asks for it again.
     pub(super) fn recover_subswarms(&mut self) {
         let keys: Vec<(TaskKey, TaskState)> = self
+            .shared
             .model
             .tasks()
             .values()
             .filter(|t| t.spec.subplan.is_some())
             .map(|t| (t.key.clone(), t.state()))
             .collect();
-        self.lease_seen.remove(NO_WORKER);
+        self.shared.lease_seen.remove(NO_WORKER);
         for (key, state) in keys {
             if state == TaskState::Ready {
                 self.subswarm_ready(&key);
             }
             let child = key.swarm.child(&key.task);
-            if state == TaskState::Running && !self.model.swarms().contains_key(&child) {
-                self.request_branch(&key, self.model.tasks().get(&key).map(|t| t.attempts).unwrap_or(0));
+            if state == TaskState::Running && !self.shared.model.swarms().contains_key(&child) {
+                self.request_branch(
+                    &key,
+                    self.shared.model.tasks().get(&key).map(|t| t.attempts).unwrap_or(0),
+                );
             }
         }
     }
@@ -88,7 +92,7 @@ impl Scheduler {
     /// branches are ready; called every tick.
     pub(super) fn tick_subswarms(&mut self, fx: &mut Effects) {
         for key in std::mem::take(&mut self.subswarms.to_start) {
-            if self.model.tasks().get(&key).is_some_and(|t| t.state() == TaskState::Ready) {
+            if self.shared.model.tasks().get(&key).is_some_and(|t| t.state() == TaskState::Ready) {
                 self.start_subswarm(&key, fx);
             }
         }
@@ -111,8 +115,8 @@ impl Scheduler {
                 Ok(head) => self.create_child(&key, number, &head, fx),
                 Err(e) => {
                     let why = format!("could not create the child swarm's branch: {e}");
-                    self.set_attempt_state(&key, number, AttemptState::Failed, fx);
-                    self.fail_or_retry(&key, number, &why, fx);
+                    self.core(fx).set_attempt_state(&key, number, AttemptState::Failed);
+                    self.core(fx).fail_or_retry(&key, number, &why);
                 }
             }
         }
@@ -123,26 +127,31 @@ impl Scheduler {
     /// one needs its branch first.
     fn start_subswarm(&mut self, key: &TaskKey, fx: &mut Effects) {
         let child = key.swarm.child(&key.task);
-        let base =
-            self.model.swarms().get(&key.swarm).map(|s| s.integration_head.clone()).unwrap_or_default();
-        if self.model.swarms().get(&child).is_some_and(|s| s.state == SwarmState::Completed) {
+        let base = self
+            .shared
+            .model
+            .swarms()
+            .get(&key.swarm)
+            .map(|s| s.integration_head.clone())
+            .unwrap_or_default();
+        if self.shared.model.swarms().get(&child).is_some_and(|s| s.state == SwarmState::Completed) {
             // Its result was refused or conflicted: merging the same head
             // again would meet the same answer, over and over.
             let why = format!(
                 "sub-swarm {child} completed, but its result did not merge ({}); a completed child is not \
                  run again",
-                self.model.tasks().get(key).map(|t| t.reason.as_str()).unwrap_or_default()
+                self.shared.model.tasks().get(key).map(|t| t.reason.as_str()).unwrap_or_default()
             );
-            self.set_state(key, TaskState::Failed, &why, fx);
+            self.core(fx).set_state(key, TaskState::Failed, &why);
             return;
         }
-        let Some(task) = self.model.tasks().get(key) else { return };
+        let Some(task) = self.shared.model.tasks().get(key) else { return };
         let number = task.attempts + 1;
-        self.edit_task(key, fx, |task| task.attempts = number);
+        self.core(fx).edit_task(key, |task| task.attempts = number);
         let span = tracing::info_span!("subswarm.start", swarm = %key.swarm, task = %key, attempt = %key.attempt(number), child = %child);
         let _span = span.entered();
-        let token = self.next_token;
-        self.next_token += 1;
+        let token = self.shared.next_token;
+        self.shared.next_token += 1;
         let attempt = Attempt::begin(
             key.clone(),
             number,
@@ -152,9 +161,9 @@ impl Scheduler {
             base,
             Default::default(),
         );
-        self.transition(Transition::AttemptAdded(attempt), fx);
-        self.set_state(key, TaskState::Running, &format!("sub-swarm {child} (attempt {number})"), fx);
-        if self.model.swarms().contains_key(&child) {
+        self.core(fx).transition(Transition::AttemptAdded(attempt));
+        self.core(fx).set_state(key, TaskState::Running, &format!("sub-swarm {child} (attempt {number})"));
+        if self.shared.model.swarms().contains_key(&child) {
             self.resume_child(&child, fx);
         } else {
             self.request_branch(key, number);
@@ -162,7 +171,7 @@ impl Scheduler {
     }
 
     fn request_branch(&mut self, key: &TaskKey, number: u32) {
-        let Some(parent) = self.model.swarms().get(&key.swarm) else { return };
+        let Some(parent) = self.shared.model.swarms().get(&key.swarm) else { return };
         let child = key.swarm.child(&key.task);
         let Some(plan) = parent.plan.descendant(&child) else { return };
         match self.merger.ensure_branch_later(&plan.integration_branch, &parent.plan.integration_branch) {
@@ -176,14 +185,15 @@ impl Scheduler {
     /// The child swarm of `key`, on its branch at `head`.
     fn create_child(&mut self, key: &TaskKey, number: u32, head: &str, fx: &mut Effects) {
         let child = key.swarm.child(&key.task);
-        let Some(parent) = self.model.swarms().get(&key.swarm) else { return };
+        let Some(parent) = self.shared.model.swarms().get(&key.swarm) else { return };
         let Some(plan) = parent.plan.descendant(&child) else { return };
         // A child stores its root's plan text; `stored_plan` finds it again.
         let root = SwarmId::new(key.swarm.root()).ok();
-        let Some(text) = root.and_then(|r| self.model.swarms().get(&r)).map(|s| s.plan_text.clone()) else {
+        let Some(text) = root.and_then(|r| self.shared.model.swarms().get(&r)).map(|s| s.plan_text.clone())
+        else {
             return;
         };
-        self.edit_attempt(key, number, fx, |a| a.base_commit = head.to_string());
+        self.core(fx).edit_attempt(key, number, |a| a.base_commit = head.to_string());
         let _span = tracing::info_span!("subswarm.create", swarm = %key.swarm, task = %key, attempt = %key.attempt(number), child = %child).entered();
         fx.task_event(
             key,
@@ -199,17 +209,17 @@ impl Scheduler {
     /// A retried parent: its child's failed and cancelled tasks get new
     /// attempts.
     fn resume_child(&mut self, child: &SwarmId, fx: &mut Effects) {
-        let keys = self.model.swarms().get(child).map(|s| s.tasks.clone()).unwrap_or_default();
+        let keys = self.shared.model.swarms().get(child).map(|s| s.tasks.clone()).unwrap_or_default();
         for k in keys {
-            let state = self.model.tasks().get(&k).map(|t| t.state());
+            let state = self.shared.model.tasks().get(&k).map(|t| t.state());
             if matches!(state, Some(TaskState::Failed | TaskState::Cancelled))
                 && let Err(e) = self.retry_task(&k, fx)
             {
                 tracing::warn!(task = %k, error = %e, "child task not retried");
             }
         }
-        if self.model.swarms().get(child).is_some_and(|s| s.state != SwarmState::Active) {
-            self.edit_swarm(child, fx, |s| s.state = SwarmState::Active);
+        if self.shared.model.swarms().get(child).is_some_and(|s| s.state != SwarmState::Active) {
+            self.core(fx).edit_swarm(child, |s| s.state = SwarmState::Active);
         }
         fx.touched_swarms.insert(child.clone());
     }
@@ -220,12 +230,13 @@ impl Scheduler {
         let child = key.swarm.child(&key.task);
         if self.subswarms.branching.remove(key).is_some() {
             // Nothing runs yet: the task stops here.
-            let number = self.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
-            self.set_attempt_state(key, number, AttemptState::Cancelled, fx);
-            self.set_state(key, TaskState::Cancelled, reason, fx);
+            let number = self.shared.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
+            self.core(fx).set_attempt_state(key, number, AttemptState::Cancelled);
+            self.core(fx).set_state(key, TaskState::Cancelled, reason);
             return;
         }
         if self
+            .shared
             .model
             .swarms()
             .get(&child)
@@ -241,57 +252,56 @@ impl Scheduler {
     /// its parent task, and its end decides the parent task's attempt.
     pub(super) fn after_swarm_refresh(&mut self, id: &SwarmId, fx: &mut Effects) {
         let Some(parent) = id.parent() else { return };
-        let Some(child) = self.model.swarms().get(id) else { return };
+        let Some(child) = self.shared.model.swarms().get(id) else { return };
         let total = child.tasks.len() as u32;
         let merged = child.count(TaskState::Merged);
         let state = child.state;
         let head = child.integration_head.clone();
-        let Some(task) = self.model.tasks().get(&parent) else { return };
+        let Some(task) = self.shared.model.tasks().get(&parent) else { return };
         if task.state() != TaskState::Running {
             return;
         }
         let number = task.attempts;
         let cancel_requested = task.cancel_requested;
         // Progress, not stored: the child's counts say it again.
-        self.edit_task_unstored(&parent, |task| {
+        self.core(fx).edit_task_unstored(&parent, |task| {
             task.percent = (merged * 100).checked_div(total).unwrap_or(0);
             task.step = format!("sub-swarm {id}: {merged}/{total} merged, {}", state.as_str());
         });
         // A STALLED child waits on the operator, and so does its parent task:
         // the parent swarm is refreshed when that starts or ends.
-        self.transition(
-            Transition::ChildStalled { parent: &parent, stalled: state == SwarmState::Stalled },
-            fx,
-        );
+        self.core(fx)
+            .transition(Transition::ChildStalled { parent: &parent, stalled: state == SwarmState::Stalled });
         let failed = self.failed_children(id);
         let _span = tracing::info_span!("subswarm.result", swarm = %parent.swarm, task = %parent, attempt = %parent.attempt(number), child = %id).entered();
         match state {
             SwarmState::Completed => {
-                self.edit_attempt(&parent, number, fx, |a| {
+                self.core(fx).edit_attempt(&parent, number, |a| {
                     a.result_commit = head.clone();
                     a.summary = format!("sub-swarm {id} completed");
                 });
-                self.edit_task(&parent, fx, |t| {
+                self.core(fx).edit_task(&parent, |t| {
                     t.result_commit = head.clone();
                     t.notes.summary = format!("sub-swarm {id}: {total} tasks merged");
                 });
-                self.set_attempt_state(&parent, number, AttemptState::Succeeded, fx);
-                self.set_state(&parent, TaskState::Succeeded, &format!("sub-swarm {id} completed"), fx);
+                self.core(fx).set_attempt_state(&parent, number, AttemptState::Succeeded);
+                self.core(fx).set_state(&parent, TaskState::Succeeded, &format!("sub-swarm {id} completed"));
                 // The way every succeeded result goes: review, if the plan
                 // asks for one, then the merge path.
                 self.after_success(&parent, number, fx);
             }
             _ if cancel_requested && matches!(state, SwarmState::Cancelled | SwarmState::Failed) => {
-                self.set_attempt_state(&parent, number, AttemptState::Cancelled, fx);
-                self.set_state(&parent, TaskState::Cancelled, &format!("sub-swarm {id} cancelled"), fx);
+                self.core(fx).set_attempt_state(&parent, number, AttemptState::Cancelled);
+                self.core(fx).set_state(&parent, TaskState::Cancelled, &format!("sub-swarm {id} cancelled"));
             }
             SwarmState::Cancelled | SwarmState::Failed | SwarmState::Stalled if !failed.is_empty() => {
                 let why = format!("sub-swarm {id} failed: {}", failed.join(", "));
-                self.edit_attempt(&parent, number, fx, |a| a.error = why.clone());
-                self.set_attempt_state(&parent, number, AttemptState::Failed, fx);
-                self.edit_task(&parent, fx, |t| t.notes.failures.push(format!("attempt {number}: {why}")));
+                self.core(fx).edit_attempt(&parent, number, |a| a.error = why.clone());
+                self.core(fx).set_attempt_state(&parent, number, AttemptState::Failed);
+                self.core(fx)
+                    .edit_task(&parent, |t| t.notes.failures.push(format!("attempt {number}: {why}")));
                 // The child already spent its own tasks' retries.
-                self.set_state(&parent, TaskState::Failed, &why, fx);
+                self.core(fx).set_state(&parent, TaskState::Failed, &why);
             }
             _ => {}
         }
@@ -299,11 +309,11 @@ impl Scheduler {
 
     /// The child's tasks that ended FAILED or CANCELLED, with their reasons.
     fn failed_children(&self, id: &SwarmId) -> Vec<String> {
-        let Some(child) = self.model.swarms().get(id) else { return Vec::new() };
+        let Some(child) = self.shared.model.swarms().get(id) else { return Vec::new() };
         child
             .tasks
             .iter()
-            .filter_map(|k| self.model.tasks().get(k))
+            .filter_map(|k| self.shared.model.tasks().get(k))
             .filter(|t| matches!(t.state(), TaskState::Failed | TaskState::Cancelled))
             .map(|t| format!("{} {} ({})", t.key, t.state(), t.reason))
             .collect()

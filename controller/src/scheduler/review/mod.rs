@@ -38,12 +38,12 @@ impl Scheduler {
     /// A task's attempt succeeded: the merge path, or REVIEW when its plan
     /// asks for one. This is where a succeeded result is ready to merge.
     pub(super) fn after_success(&mut self, key: &TaskKey, number: u32, fx: &mut Effects) {
-        let Some(t) = self.model.tasks().get(key) else { return };
+        let Some(t) = self.shared.model.tasks().get(key) else { return };
         let Some(spec) = t.spec.review.clone() else {
             self.start_merge(key, number, false, fx);
             return;
         };
-        self.edit_task(key, fx, |t| {
+        self.core(fx).edit_task(key, |t| {
             let review = t.notes.review.get_or_insert_with(Box::default);
             review.commit = t.result_commit.clone();
             review.attempt = number;
@@ -53,7 +53,11 @@ impl Scheduler {
         });
         let who =
             if spec.has_reviewer() { format!("a {} reviewer", spec.kind()) } else { "the operator".into() };
-        self.set_state(key, TaskState::Review, &format!("attempt {number} waits for review by {who}"), fx);
+        self.core(fx).set_state(
+            key,
+            TaskState::Review,
+            &format!("attempt {number} waits for review by {who}"),
+        );
         if spec.has_reviewer() {
             self.reviews.waiting.insert(key.clone());
         }
@@ -63,8 +67,8 @@ impl Scheduler {
     /// Records the branch report as an event (the Watch and the audit log
     /// see each recommendation change).
     fn report_branch(&mut self, key: &TaskKey, fx: &mut Effects) {
-        let Some(t) = self.model.tasks().get(key) else { return };
-        let r = branch_report(t, self.model.attempts());
+        let Some(t) = self.shared.model.tasks().get(key) else { return };
+        let r = branch_report(t, self.shared.model.attempts());
         let data = serde_json::json!({
             "branch": r.branch,
             "recommendation": r.recommendation,
@@ -86,17 +90,6 @@ impl Scheduler {
         );
     }
 
-    /// Whether `key#number` is the task's live reviewer attempt.
-    pub(super) fn is_reviewer(&self, key: &TaskKey, number: u32) -> bool {
-        number > 0
-            && self
-                .model
-                .tasks()
-                .get(key)
-                .and_then(|t| t.notes.review.as_deref())
-                .is_some_and(|r| r.reviewer == number)
-    }
-
     /// Gives tasks waiting for a reviewer to idle sidecars (any: a review
     /// needs no labels of the task's).
     pub(super) fn schedule_reviews(&mut self, fx: &mut Effects) {
@@ -106,7 +99,7 @@ impl Scheduler {
         let now = now_ms();
         let waiting: Vec<TaskKey> = self.reviews.waiting.iter().cloned().collect();
         for key in waiting {
-            let Some(t) = self.model.tasks().get(&key) else {
+            let Some(t) = self.shared.model.tasks().get(&key) else {
                 self.reviews.waiting.remove(&key);
                 continue;
             };
@@ -124,6 +117,7 @@ impl Scheduler {
             }
             let agent = matches!(t.spec.review.as_deref(), Some(ReviewSpec::Agent { .. }));
             let mut idle: Vec<&str> = self
+                .shared
                 .model
                 .workers()
                 .values()
@@ -138,9 +132,9 @@ impl Scheduler {
     }
 
     fn assign_reviewer(&mut self, worker_id: &str, key: &TaskKey, fx: &mut Effects) {
-        let token = self.next_token;
-        self.next_token += 1;
-        let Some(task) = self.model.tasks().get(key) else { return };
+        let token = self.shared.next_token;
+        self.shared.next_token += 1;
+        let Some(task) = self.shared.model.tasks().get(key) else { return };
         let Some(review) = task.notes.review.as_deref() else { return };
         let number = task.attempts + 1;
         let commit = review.commit.clone();
@@ -148,7 +142,7 @@ impl Scheduler {
             Some(ReviewSpec::Agent { spec, .. }) => spec.kind.as_str().to_string(),
             _ => String::new(),
         };
-        self.edit_task(key, fx, |task| {
+        self.core(fx).edit_task(key, |task| {
             task.attempts = number;
             if let Some(review) = task.notes.review.as_deref_mut() {
                 review.reviewer = number;
@@ -165,9 +159,9 @@ impl Scheduler {
             commit.clone(),
             AgentRecord { kind, ..Default::default() },
         );
-        self.transition(Transition::AttemptAdded(attempt), fx);
-        self.edit_worker(worker_id, fx, |w| w.updated_at = now_ms());
-        self.lease_seen.insert(worker_id.to_string(), self.mono_ms());
+        self.core(fx).transition(Transition::AttemptAdded(attempt));
+        self.core(fx).edit_worker(worker_id, |w| w.updated_at = now_ms());
+        self.shared.lease_seen.insert(worker_id.to_string(), self.shared.mono_ms());
         fx.task_event(
             key,
             number,
@@ -177,21 +171,21 @@ impl Scheduler {
             serde_json::json!({ "commit": commit }),
         );
         if let Some(spec) = self.review_assign_spec(key, number) {
-            self.send(worker_id, Outbound::Assign(Box::new(spec)), fx);
+            self.core(fx).send(worker_id, Outbound::Assign(Box::new(spec)));
         }
     }
 
     /// The Assign of a reviewer attempt; `None` when `number` is not one.
     pub(super) fn review_assign_spec(&self, key: &TaskKey, number: u32) -> Option<AssignSpec> {
-        if !self.is_reviewer(key, number) {
+        if !self.shared.model.is_reviewer(key, number) {
             return None;
         }
-        let task = self.model.tasks().get(key)?;
+        let task = self.shared.model.tasks().get(key)?;
         let review = task.notes.review.as_deref()?;
         let spec = task.spec.review.as_deref()?;
-        let attempt = self.model.attempts().get(&(key.clone(), number))?;
+        let attempt = self.shared.model.attempts().get(&(key.clone(), number))?;
         let diff_base =
-            self.model.attempts().get(&(key.clone(), review.attempt)).map(|a| a.base_commit.clone());
+            self.shared.model.attempts().get(&(key.clone(), review.attempt)).map(|a| a.base_commit.clone());
         let (command, agent) = match spec {
             ReviewSpec::Command(argv) => (argv.clone(), None),
             ReviewSpec::Agent { spec, .. } => {
@@ -237,18 +231,18 @@ impl Scheduler {
     ) {
         let _span = tracing::info_span!("review.result", swarm = %key.swarm, task = %key, attempt = %key.attempt(number), outcome = %r.outcome)
             .entered();
-        let Some(t) = self.model.tasks().get(key) else { return };
+        let Some(t) = self.shared.model.tasks().get(key) else { return };
         let cancel = t.cancel_requested;
         let Some(review) = t.notes.review.as_deref() else { return };
         let reviewed = review.commit.clone();
-        self.edit_task(key, fx, |t| {
+        self.core(fx).edit_task(key, |t| {
             if let Some(review) = t.notes.review.as_deref_mut() {
                 review.reviewer = 0;
             }
         });
         if cancel {
-            self.set_attempt_state(key, number, AttemptState::Cancelled, fx);
-            self.set_state(key, TaskState::Cancelled, "cancelled by the operator", fx);
+            self.core(fx).set_attempt_state(key, number, AttemptState::Cancelled);
+            self.core(fx).set_state(key, TaskState::Cancelled, "cancelled by the operator");
             return;
         }
         let detail = if r.error.is_empty() { r.summary.clone() } else { r.error.clone() };
@@ -275,12 +269,12 @@ impl Scheduler {
                 };
                 match (why, decision) {
                     (None, Some(decision)) => {
-                        self.set_attempt_state(key, number, AttemptState::Succeeded, fx);
+                        self.core(fx).set_attempt_state(key, number, AttemptState::Succeeded);
                         let by = key.attempt(number).to_string();
                         self.decide(key, decision, &verdict.message, &by, fx);
                     }
                     (why, _) => {
-                        self.set_attempt_state(key, number, AttemptState::Failed, fx);
+                        self.core(fx).set_attempt_state(key, number, AttemptState::Failed);
                         let why = why.unwrap_or_else(|| "no decision".into());
                         self.reviewer_failed(key, number, &format!("reviewer {why}"), fx);
                     }
@@ -297,8 +291,8 @@ impl Scheduler {
                 } else {
                     AttemptState::Cancelled
                 };
-                self.set_attempt_state(key, number, state, fx);
-                self.edit_task(key, fx, |t| t.not_before = now_ms() + INFRA_BACKOFF_MS);
+                self.core(fx).set_attempt_state(key, number, state);
+                self.core(fx).edit_task(key, |t| t.not_before = now_ms() + INFRA_BACKOFF_MS);
                 self.requeue_review(
                     key,
                     &format!("reviewer attempt {number} stopped ({}); again", r.outcome),
@@ -306,7 +300,7 @@ impl Scheduler {
                 );
             }
             _ => {
-                self.set_attempt_state(key, number, AttemptState::Failed, fx);
+                self.core(fx).set_attempt_state(key, number, AttemptState::Failed);
                 let why = match r.outcome {
                     Outcome::Signaled => format!("reviewer killed by signal {}", r.signal.unwrap_or(0)),
                     Outcome::Stalled => "reviewer stalled past its restarts".to_string(),
@@ -320,23 +314,23 @@ impl Scheduler {
 
     fn requeue_review(&mut self, key: &TaskKey, why: &str, fx: &mut Effects) {
         self.reviews.waiting.insert(key.clone());
-        let number = self.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
+        let number = self.shared.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
         fx.task_event(key, number, "", "review.requeued", why.to_string(), serde_json::json!({}));
     }
 
     /// A reviewer attempt failed: again after the backoff while the task's
     /// retries last, then FAILED.
     fn reviewer_failed(&mut self, key: &TaskKey, number: u32, why: &str, fx: &mut Effects) {
-        let Some(t) = self.model.tasks().get(key) else { return };
+        let Some(t) = self.shared.model.tasks().get(key) else { return };
         let failure = format!("attempt {number}: {why}");
         let Some(review) = t.notes.review.as_deref() else {
-            self.edit_task(key, fx, |t| t.notes.failures.push(failure));
+            self.core(fx).edit_task(key, |t| t.notes.failures.push(failure));
             return;
         };
         let n = review.reviewer_failures + 1;
         let max = t.spec.retry.max_retries;
         let backoff = t.spec.retry.backoff_ms(n) as i64;
-        self.edit_task(key, fx, |t| {
+        self.core(fx).edit_task(key, |t| {
             t.notes.failures.push(failure);
             if let Some(review) = t.notes.review.as_deref_mut() {
                 review.reviewer_failures = n;
@@ -348,7 +342,11 @@ impl Scheduler {
         if n <= max {
             self.requeue_review(key, &format!("reviewer retry {n}/{max} after {why}"), fx);
         } else {
-            self.set_state(key, TaskState::Failed, &format!("{why} (reviewer retries exhausted: {max})"), fx);
+            self.core(fx).set_state(
+                key,
+                TaskState::Failed,
+                &format!("{why} (reviewer retries exhausted: {max})"),
+            );
             self.report_branch(key, fx);
         }
     }
@@ -362,13 +360,13 @@ impl Scheduler {
         number: u32,
         fx: &mut Effects,
     ) -> bool {
-        if !self.is_reviewer(key, number) {
+        if !self.shared.model.is_reviewer(key, number) {
             return false;
         }
-        self.set_attempt_state(key, number, AttemptState::Lost, fx);
-        self.free_worker_of(key, number, fx);
-        let grace = self.timing.lost_grace.as_millis() as i64;
-        self.edit_task(key, fx, |t| {
+        self.core(fx).set_attempt_state(key, number, AttemptState::Lost);
+        self.core(fx).free_worker_of(key, number);
+        let grace = self.shared.timing.lost_grace.as_millis() as i64;
+        self.core(fx).edit_task(key, |t| {
             t.not_before = now_ms() + grace;
             if let Some(r) = t.notes.review.as_deref_mut() {
                 r.reviewer = 0;
@@ -385,12 +383,13 @@ impl Scheduler {
     /// After a restart: tasks in REVIEW whose reviewer is not running wait
     /// for one again (a live reviewer attempt goes back to its worker).
     pub(super) fn requeue_reviews(&mut self) {
-        for t in self.model.tasks().values() {
+        for t in self.shared.model.tasks().values() {
             let waits = t.state() == TaskState::Review
                 && t.spec.review.as_deref().is_some_and(ReviewSpec::has_reviewer)
                 && t.notes.review.as_deref().is_none_or(|r| {
                     r.reviewer == 0
                         || !self
+                            .shared
                             .model
                             .attempts()
                             .get(&(t.key.clone(), r.reviewer))
@@ -410,7 +409,7 @@ impl Scheduler {
                     r.reviewer = 0;
                 }
             };
-            self.model.apply(Transition::Task { key: &key, edit: Box::new(edit) });
+            self.shared.model.apply(Transition::Task { key: &key, edit: Box::new(edit) });
         }
     }
 
@@ -446,12 +445,13 @@ impl Scheduler {
     /// decided, or cancelled the task. Its late result is fenced.
     pub(super) fn stop_reviewer(&mut self, key: &TaskKey, reason: &str, fx: &mut Effects) {
         self.reviews.waiting.remove(key);
-        let live = self.model.tasks().get(key).and_then(|t| t.notes.review.as_deref()).map(|r| r.reviewer);
+        let live =
+            self.shared.model.tasks().get(key).and_then(|t| t.notes.review.as_deref()).map(|r| r.reviewer);
         let Some(number) = live.filter(|n| *n > 0) else { return };
-        self.send_cancel(key, number, reason, fx);
-        self.set_attempt_state(key, number, AttemptState::Cancelled, fx);
-        self.free_worker_of(key, number, fx);
-        self.edit_task(key, fx, |t| {
+        self.core(fx).send_cancel(key, number, reason);
+        self.core(fx).set_attempt_state(key, number, AttemptState::Cancelled);
+        self.core(fx).free_worker_of(key, number);
+        self.core(fx).edit_task(key, |t| {
             if let Some(r) = t.notes.review.as_deref_mut() {
                 r.reviewer = 0;
             }
@@ -460,7 +460,7 @@ impl Scheduler {
 
     /// Applies a decision on the reviewed commit.
     fn decide(&mut self, key: &TaskKey, decision: Decision, message: &str, by: &str, fx: &mut Effects) {
-        let Some(t) = self.model.tasks().get(key) else { return };
+        let Some(t) = self.shared.model.tasks().get(key) else { return };
         let Some(review) = t.notes.review.as_deref() else { return };
         let commit = review.commit.clone();
         let reviewed_attempt = review.attempt;
@@ -472,7 +472,7 @@ impl Scheduler {
             commit: commit.clone(),
             at: now_ms(),
         };
-        self.edit_task(key, fx, |t| {
+        self.core(fx).edit_task(key, |t| {
             let Some(review) = t.notes.review.as_deref_mut() else { return };
             review.history.push(record);
             if decision == Decision::RequestChanges {
@@ -493,7 +493,7 @@ impl Scheduler {
         );
         match decision {
             Decision::Approve => {
-                self.set_state(key, TaskState::Succeeded, &format!("approved by {by}"), fx);
+                self.core(fx).set_state(key, TaskState::Succeeded, &format!("approved by {by}"));
                 self.report_branch(key, fx);
                 self.start_merge(key, reviewed_attempt, false, fx);
             }
@@ -501,11 +501,11 @@ impl Scheduler {
                 // Like a conflict returned to its owner: a new attempt from
                 // the integration head (so the merge sees one base), which
                 // spends no retry; its task text names the reviewed commit.
-                self.edit_task(key, fx, |t| {
+                self.core(fx).edit_task(key, |t| {
                     t.resume_commit.clear();
                     t.not_before = 0;
                 });
-                self.make_ready(key, &format!("changes requested by {by}"), fx);
+                self.core(fx).make_ready(key, &format!("changes requested by {by}"));
             }
             Decision::Reject => {
                 let why = if message.trim().is_empty() {
@@ -513,7 +513,7 @@ impl Scheduler {
                 } else {
                     format!(": {}", first_line(message))
                 };
-                self.set_state(key, TaskState::Rejected, &format!("rejected by {by}{why}"), fx);
+                self.core(fx).set_state(key, TaskState::Rejected, &format!("rejected by {by}{why}"));
                 self.report_branch(key, fx);
             }
         }
