@@ -50,7 +50,7 @@ impl Scheduler {
                     self.shared.scan.due_ms = self.shared.scan.due_ms.min(task.not_before);
                     continue;
                 }
-                if !worker.satisfies(&task.spec.labels) || self.swarm_paused(key) {
+                if !worker.satisfies(&task.spec.labels) || self.shared.model.is_paused(&key.swarm) {
                     continue;
                 }
                 if task.spec.agent.is_some() {

@@ -172,7 +172,7 @@ impl Scheduler {
             if let Some(max) = max
                 && rate > max
             {
-                self.trip_breaker(key, rate, max, fx);
+                super::pause::trip_breaker(&mut self.core(fx), key, rate, max);
             }
         }
         let live = live
@@ -286,7 +286,7 @@ impl Scheduler {
                 t.notes
                     .pending_question
                     .as_ref()
-                    .is_some_and(|q| q.attempt == number && q.category != super::pause::BUDGET_CATEGORY)
+                    .is_some_and(|q| q.attempt == number && q.category != super::model::BUDGET_CATEGORY)
             })
         {
             self.core(fx).edit_task(key, |t| t.notes.pending_question = None);

@@ -403,6 +403,11 @@ impl Core<'_> {
     pub fn send_cancel(&mut self, key: &TaskKey, number: u32, reason: &str) {
         self.send_stop(key, number, reason, false);
     }
+
+    /// The stalled-swarms gauge, after swarm states may have changed.
+    pub fn count_stalled(&self) {
+        count_stalled(self.model, self.metrics);
+    }
 }
 
 fn count_stalled(model: &Model, metrics: &Metrics) {

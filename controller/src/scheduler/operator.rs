@@ -9,6 +9,7 @@ use super::command::{OperatorOp, Reply};
 use super::core::{find_swarm, find_task};
 use super::model::{QuestionAnswer, Swarm, SwarmState, Task, Transition};
 use super::outbound::{AttemptHandle, Outbound};
+use super::pause;
 use super::reads::reply_read;
 use super::views::{SwarmView, TaskView, WorkerView};
 use super::{Effects, Scheduler, now_ms};
@@ -110,19 +111,14 @@ impl Scheduler {
             }
             OperatorOp::PauseSwarm { swarm, stop, reason, reply } => {
                 let reason = if reason.is_empty() { "paused by the operator".to_string() } else { reason };
-                let pause = super::pause::Pause {
-                    reason,
-                    by: super::pause::BY_OPERATOR.into(),
-                    stop,
-                    question: None,
-                };
-                let r = self.pause_swarm(&swarm, pause, fx).and_then(|_| self.swarm_view(swarm.as_str()));
+                let p = pause::Pause { reason, by: pause::BY_OPERATOR.into(), stop, question: None };
+                let r = pause::pause(&mut self.core(fx), &swarm, p);
+                let r = r.and_then(|_| self.swarm_view(swarm.as_str()));
                 later(fx, reply, r);
             }
             OperatorOp::ResumeSwarm { swarm, reply } => {
-                let r = self
-                    .resume_swarm(&swarm, super::pause::BY_OPERATOR, fx)
-                    .and_then(|_| self.swarm_view(swarm.as_str()));
+                let r = self.resume_swarm(&swarm, pause::BY_OPERATOR, fx);
+                let r = r.and_then(|_| self.swarm_view(swarm.as_str()));
                 later(fx, reply, r);
             }
             OperatorOp::Landed { swarm, target, outcome, reply } => {
@@ -131,6 +127,36 @@ impl Scheduler {
                 later(fx, reply, r);
             }
         }
+    }
+
+    /// Resumes a paused swarm; the breaker's window starts afresh.
+    pub(super) fn resume_swarm(
+        &mut self,
+        id: &SwarmId,
+        by: &str,
+        fx: &mut Effects,
+    ) -> Result<(), SchedError> {
+        if pause::resume(&mut self.core(fx), id, by)? {
+            self.budgets.burn.remove(id);
+        }
+        Ok(())
+    }
+
+    /// The operator's answer to the breaker's question on `key`.
+    fn answer_budget_question(
+        &mut self,
+        key: &TaskKey,
+        qid: &str,
+        question: &str,
+        text: &str,
+        fx: &mut Effects,
+    ) -> Result<(), SchedError> {
+        let resume = pause::check_budget_answer(text)?;
+        self.record_answer(key, qid, question, text, fx);
+        if resume {
+            self.resume_swarm(&key.swarm, pause::BY_OPERATOR, fx)?;
+        }
+        Ok(())
     }
 
     fn set_budget(
@@ -380,7 +406,7 @@ impl Scheduler {
         let qid = pending.as_ref().map(|p| p.id.clone()).unwrap_or_else(|| question_id.to_string());
         let question = pending.as_ref().map(|p| p.text.clone()).unwrap_or_default();
         // The breaker asks about the swarm, not the task's worker.
-        if pending.as_ref().is_some_and(|p| p.category == super::pause::BUDGET_CATEGORY) {
+        if pending.as_ref().is_some_and(|p| p.category == pause::BUDGET_CATEGORY) {
             return self.answer_budget_question(key, &qid, &question, text, fx);
         }
         match state {

@@ -299,7 +299,7 @@ impl Scheduler {
                 if cancel_requested {
                     self.core(fx).set_state(&key, TaskState::Cancelled, "cancelled by the operator");
                 } else {
-                    self.after_usage_limit(&key, number, until, fx);
+                    super::pause::after_usage_limit(&mut self.core(fx), &key, number, until);
                 }
             }
             Outcome::Blocked => {

@@ -131,6 +131,20 @@ impl Scheduler {
         );
     }
 
+    /// A worker reconnected holding `key#number`: a stop it was sent may
+    /// have been lost with its old stream (or never sent, while it had
+    /// none), so a checkpointing pause or a budget stops it again.
+    fn stop_again_on_reconnect(&mut self, key: &TaskKey, number: u32, fx: &mut Effects) {
+        if self.shared.model.is_reviewer(key, number) {
+            return;
+        }
+        if super::pause::stop_again_on_reconnect(&mut self.core(fx), key, number) {
+            return;
+        }
+        self.forget_budget_stop(key, number);
+        self.enforce_budgets(key, fx);
+    }
+
     /// Whether this Hello may claim its worker id, and whether it proved
     /// the claim. A known id with a live session or an attempt in hand
     /// belongs to the sidecar that can prove it: by its resume secret, or

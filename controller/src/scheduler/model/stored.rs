@@ -47,6 +47,9 @@ impl SwarmControl {
     }
 }
 
+/// The question category of the burn-rate breaker's question.
+pub const BUDGET_CATEGORY: &str = "budget";
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Pause {
     pub reason: String,

@@ -112,7 +112,7 @@ impl Scheduler {
                 continue;
             }
             // A paused swarm starts no attempt, a reviewer's included.
-            if t.not_before > now || self.swarm_paused(&key) {
+            if t.not_before > now || self.shared.model.is_paused(&key.swarm) {
                 continue;
             }
             let agent = matches!(t.spec.review.as_deref(), Some(ReviewSpec::Agent { .. }));
