@@ -6,7 +6,7 @@ use swarm_core::{AttemptState, TaskKey, TaskState};
 
 use super::model::{AgentRecord, Attempt, Task, Transition};
 use super::outbound::{AgentAssign, AssignSpec, AttemptHandle, Outbound};
-use super::{Effects, Scheduler, now_ms, task_text};
+use super::{Effects, Scheduler, budget, now_ms, task_text};
 
 impl Scheduler {
     /// Gives READY tasks to idle workers until one side runs out.
@@ -54,7 +54,7 @@ impl Scheduler {
                     continue;
                 }
                 if task.spec.agent.is_some() {
-                    if let Some(why) = self.over_budget(key) {
+                    if let Some(why) = budget::over_budget(&self.shared.model, key) {
                         if !over_budget.iter().any(|(k, _)| k == key) {
                             over_budget.push((key.clone(), why));
                         }
@@ -84,7 +84,7 @@ impl Scheduler {
             self.assign(&worker_id, &key, fx);
         }
         for (key, why) in over_budget {
-            self.block_at_budget(&key, &why, fx);
+            budget::block(&mut self.core(fx), &key, &why);
         }
     }
 

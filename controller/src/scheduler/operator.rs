@@ -137,7 +137,7 @@ impl Scheduler {
         fx: &mut Effects,
     ) -> Result<(), SchedError> {
         if pause::resume(&mut self.core(fx), id, by)? {
-            self.budgets.burn.remove(id);
+            self.budgets.forget_burn(id);
         }
         Ok(())
     }
@@ -167,7 +167,7 @@ impl Scheduler {
     ) -> Result<(SwarmView, Option<TaskView>), SchedError> {
         match target {
             super::command::BudgetTarget::Swarm(id) => {
-                self.set_swarm_budget(&id, change, fx)?;
+                self.budgets.set_swarm(&mut self.shared.core(fx), &id, change)?;
                 Ok((self.swarm_view(id.as_str())?, None))
             }
             super::command::BudgetTarget::Task(key) => {
@@ -177,7 +177,7 @@ impl Scheduler {
                         rule: "the burn-rate breaker is set on a swarm, not a task".into(),
                     });
                 }
-                self.set_task_budget(&key, change, fx)?;
+                self.budgets.set_task(&mut self.shared.core(fx), &key, change)?;
                 Ok((self.swarm_view(key.swarm.as_str())?, Some(self.task_view(&key)?)))
             }
         }
@@ -188,7 +188,7 @@ impl Scheduler {
     }
 
     pub(super) fn swarm_view(&self, id: &str) -> Result<SwarmView, SchedError> {
-        self.swarm(id).map(|s| SwarmView::of(s, self.burn_rate(&s.id)))
+        self.swarm(id).map(|s| SwarmView::of(s, self.budgets.burn_rate(&s.id)))
     }
 
     pub(super) fn task(&self, key: &TaskKey) -> Result<&Task, SchedError> {
@@ -223,7 +223,7 @@ impl Scheduler {
         }
         if let Some(existing) = self.shared.model.swarms().get(&plan.swarm) {
             if *existing.plan_text == *plan_text {
-                return Ok((SwarmView::of(existing, self.burn_rate(&existing.id)), false));
+                return Ok((SwarmView::of(existing, self.budgets.burn_rate(&existing.id)), false));
             }
             return Err(SchedError::AlreadyExists(format!(
                 "swarm {:?} already exists with a different plan",

@@ -107,7 +107,10 @@ impl Scheduler {
             .swarms()
             .values()
             .map(|s| {
-                (format!("{:020}/{}", s.created_at.max(0), s.id), SwarmView::of(s, self.burn_rate(&s.id)))
+                (
+                    format!("{:020}/{}", s.created_at.max(0), s.id),
+                    SwarmView::of(s, self.budgets.burn_rate(&s.id)),
+                )
             })
             .collect();
         page.take(keyed)

@@ -166,7 +166,7 @@ impl Scheduler {
     fn on_result(&mut self, worker_id: &str, r: ResultReport, fx: &mut Effects) {
         let (key, number) = (r.attempt.task.clone(), r.attempt.number);
         self.apply_result(worker_id, r, fx);
-        self.after_result_budget(&key, number, fx);
+        self.budgets.after_result(&mut self.shared.core(fx), &key, number);
     }
 
     fn apply_result(&mut self, worker_id: &str, r: ResultReport, fx: &mut Effects) {
@@ -393,7 +393,12 @@ impl Scheduler {
             a.agent.usage = after;
         });
         if after != before.usage {
-            self.on_usage(key, number, &before.usage, &after, live, fx);
+            if let Some((rate, max)) = self.budgets.spent(&self.shared.model, key, &before.usage, &after) {
+                super::pause::trip_breaker(&mut self.core(fx), key, rate, max);
+            }
+            if live {
+                self.budgets.on_live_usage(&mut self.shared.core(fx), key, number);
+            }
         }
     }
 }

@@ -141,8 +141,8 @@ impl Scheduler {
         if super::pause::stop_again_on_reconnect(&mut self.core(fx), key, number) {
             return;
         }
-        self.forget_budget_stop(key, number);
-        self.enforce_budgets(key, fx);
+        self.budgets.forget_stop(key, number);
+        self.budgets.enforce(&mut self.shared.core(fx), key);
     }
 
     /// Whether this Hello may claim its worker id, and whether it proved
