@@ -11,6 +11,7 @@ use std::sync::Arc;
 use rand::Rng as _;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use swarm_core::plan::Plan;
 use swarm_core::{AttemptState, SwarmId, TaskKey, TaskState};
 use swarm_git::merge::MergeJob;
 
@@ -191,6 +192,7 @@ impl Shared {
             metrics: &self.metrics,
             timing: &self.timing,
             scan: &mut self.scan,
+            next_token: &mut self.next_token,
         }
     }
 
@@ -212,9 +214,17 @@ pub(super) struct Core<'t> {
     pub metrics: &'t Metrics,
     pub timing: &'t Timing,
     pub scan: &'t mut ScanMemo,
+    next_token: &'t mut u64,
 }
 
 impl Core<'_> {
+    /// A fresh fencing token.
+    pub fn next_token(&mut self) -> u64 {
+        let token = *self.next_token;
+        *self.next_token += 1;
+        token
+    }
+
     /// Applies `t` to the model and notes what it changed in the turn's
     /// effects: its rows are written (a swarm's at once, the others once
     /// at the end of the turn), its swarm refreshed, idle workers
@@ -383,6 +393,76 @@ impl Core<'_> {
         } else {
             self.edit_task(key, |t| t.notes.failures.push(failure));
             self.set_state(key, TaskState::Failed, &format!("{why} (retries exhausted: {max})"));
+        }
+    }
+
+    /// Adds a swarm on its integration branch at `head` and makes its
+    /// first tasks READY: a swarm the operator created, or a task's child.
+    pub fn insert_swarm(&mut self, plan_text: Arc<str>, plan: Arc<Plan>, head: &str) {
+        let _span =
+            tracing::info_span!("swarm.create", swarm = %plan.swarm, tasks = plan.tasks.len()).entered();
+        let now = now_ms();
+        let swarm = model::Swarm::new(
+            plan_text,
+            plan.clone(),
+            SwarmState::Active,
+            head.to_string(),
+            now,
+            Default::default(),
+        );
+        self.fx.batch.new_swarm(swarm.row());
+        self.fx.event(
+            plan.swarm.as_str(),
+            "",
+            0,
+            "",
+            "swarm.created",
+            format!("swarm {} created with {} tasks at {}", plan.swarm, plan.tasks.len(), head),
+            serde_json::json!({ "integration_head": head, "tasks": plan.tasks.len() }),
+        );
+        self.transition(Transition::SwarmAdded(swarm));
+        for spec in &plan.tasks {
+            let key = TaskKey::new(plan.swarm.clone(), spec.id.clone());
+            // Becomes READY or PENDING just below; the transition is
+            // recorded from this initial state.
+            let task = model::Task::new(key, spec.clone(), TaskState::Pending, now);
+            self.metrics.task_state(None, task.state());
+            self.transition(Transition::TaskAdded(task));
+        }
+        for key in self.model.swarms().get(&plan.swarm).map(|s| s.tasks.clone()).unwrap_or_default() {
+            if self.model.tasks().get(&key).is_some_and(|t| t.spec.deps.is_empty()) {
+                self.make_ready(&key, "no dependencies");
+            }
+        }
+    }
+
+    /// The operator's retry: a task that ended or stopped short of MERGED is
+    /// made READY again (or PENDING) with its retries restored.
+    pub fn retry(&mut self, key: &TaskKey) -> Result<(), SchedError> {
+        let t = find_task(self.model, key)?;
+        match t.state() {
+            TaskState::Failed
+            | TaskState::Blocked
+            | TaskState::Escalated
+            | TaskState::Conflict
+            | TaskState::Rejected
+            | TaskState::Cancelled => {
+                self.edit_task(key, |t| {
+                    t.retries_used = 0;
+                    t.cancel_requested = false;
+                    t.not_before = 0;
+                });
+                if self.model.swarms().get(&key.swarm).is_some_and(|s| {
+                    !matches!(s.state, SwarmState::Active | SwarmState::Stalled | SwarmState::Paused)
+                }) {
+                    self.edit_swarm(&key.swarm, |s| s.state = SwarmState::Active);
+                }
+                self.make_ready(key, "retried by the operator");
+                Ok(())
+            }
+            other => Err(SchedError::FailedPrecondition(format!(
+                "task {key} is {other}; only FAILED, BLOCKED, ESCALATED, CONFLICT, REJECTED or CANCELLED tasks can be retried"
+            ))),
         }
     }
 

@@ -293,7 +293,11 @@ impl Scheduler {
             while !fx.touched_swarms.is_empty() {
                 for swarm in std::mem::take(&mut fx.touched_swarms) {
                     self.refresh_swarm(&swarm, &mut fx);
-                    self.after_swarm_refresh(&swarm, &mut fx);
+                    if let Some((parent, number, span)) =
+                        subswarm::after_refresh(&mut self.core(&mut fx), &swarm)
+                    {
+                        span.in_scope(|| self.after_success(&parent, number, &mut fx));
+                    }
                 }
             }
             self.shared.count_stalled();
@@ -409,7 +413,7 @@ impl Scheduler {
     /// Hands what the core noted for a component to it.
     fn route_follow_ups(&mut self, fx: &mut Effects) {
         for key in std::mem::take(&mut fx.ready_subswarms) {
-            self.subswarm_ready(&key);
+            self.subswarms.ready(&key);
         }
     }
 
@@ -452,7 +456,7 @@ impl Scheduler {
             self.shared.scan.changed();
         }
         self.route_follow_ups(fx);
-        self.tick_subswarms(fx);
+        self.subswarms.tick(&mut self.shared.core(fx), &self.merger);
         self.tick_merge_queues(fx);
         let connected = self.shared.model.workers().values().filter(|w| w.session.is_some()).count();
         self.shared.metrics.workers_connected.set(connected as i64);

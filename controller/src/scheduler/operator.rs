@@ -7,7 +7,7 @@ use swarm_core::{SwarmId, TaskKey, TaskState};
 
 use super::command::{OperatorOp, Reply};
 use super::core::{find_swarm, find_task};
-use super::model::{QuestionAnswer, Swarm, SwarmState, Task, Transition};
+use super::model::{QuestionAnswer, Swarm, SwarmState, Task};
 use super::outbound::{AttemptHandle, Outbound};
 use super::pause;
 use super::reads::reply_read;
@@ -77,7 +77,8 @@ impl Scheduler {
                 later(fx, reply, r);
             }
             OperatorOp::RetryTask { task, reply } => {
-                let r = self.retry_task(&task, fx).and_then(|_| self.task_view(&task));
+                let r = self.core(fx).retry(&task);
+                let r = r.and_then(|_| self.task_view(&task));
                 later(fx, reply, r);
             }
             OperatorOp::ReviewTask { task, decision, message, reply } => {
@@ -231,55 +232,9 @@ impl Scheduler {
             )));
         }
         let id = plan.swarm.clone();
-        self.insert_swarm(plan_text.into(), plan, head, fx);
+        self.core(fx).insert_swarm(plan_text.into(), plan, head);
         let view = self.swarm_view(id.as_str())?;
         Ok((view, true))
-    }
-
-    /// Adds a swarm on its integration branch at `head` and makes its
-    /// first tasks READY: a swarm the operator created, or a task's child.
-    pub(super) fn insert_swarm(
-        &mut self,
-        plan_text: Arc<str>,
-        plan: Arc<Plan>,
-        head: &str,
-        fx: &mut Effects,
-    ) {
-        let _span =
-            tracing::info_span!("swarm.create", swarm = %plan.swarm, tasks = plan.tasks.len()).entered();
-        let now = now_ms();
-        let swarm = Swarm::new(
-            plan_text,
-            plan.clone(),
-            SwarmState::Active,
-            head.to_string(),
-            now,
-            Default::default(),
-        );
-        fx.batch.new_swarm(swarm.row());
-        fx.event(
-            plan.swarm.as_str(),
-            "",
-            0,
-            "",
-            "swarm.created",
-            format!("swarm {} created with {} tasks at {}", plan.swarm, plan.tasks.len(), head),
-            serde_json::json!({ "integration_head": head, "tasks": plan.tasks.len() }),
-        );
-        self.core(fx).transition(Transition::SwarmAdded(swarm));
-        for spec in &plan.tasks {
-            let key = TaskKey::new(plan.swarm.clone(), spec.id.clone());
-            // Becomes READY or PENDING just below; the transition is
-            // recorded from this initial state.
-            let task = Task::new(key, spec.clone(), TaskState::Pending, now);
-            self.shared.metrics.task_state(None, task.state());
-            self.core(fx).transition(Transition::TaskAdded(task));
-        }
-        for key in self.shared.model.swarms().get(&plan.swarm).map(|s| s.tasks.clone()).unwrap_or_default() {
-            if self.shared.model.tasks().get(&key).is_some_and(|t| t.spec.deps.is_empty()) {
-                self.core(fx).make_ready(&key, "no dependencies");
-            }
-        }
     }
 
     fn cancel_task(&mut self, key: &TaskKey, reason: &str, fx: &mut Effects) -> Result<(), SchedError> {
@@ -305,7 +260,11 @@ impl Scheduler {
                     serde_json::json!({}),
                 );
                 self.core(fx).send_cancel(key, number, reason);
-                self.cancel_child(key, reason, fx);
+                if let Some(child) = self.subswarms.cancel_child(&mut self.shared.core(fx), key, reason)
+                    && let Err(e) = self.cancel_swarm(child.as_str(), reason, fx)
+                {
+                    tracing::warn!(child = %child, error = %e, "child swarm not cancelled");
+                }
                 Ok(())
             }
             _ => {
@@ -349,34 +308,6 @@ impl Scheduler {
             serde_json::json!({ "state": "CANCELLED" }),
         );
         Ok(n)
-    }
-
-    pub(super) fn retry_task(&mut self, key: &TaskKey, fx: &mut Effects) -> Result<(), SchedError> {
-        let t = self.task(key)?;
-        match t.state() {
-            TaskState::Failed
-            | TaskState::Blocked
-            | TaskState::Escalated
-            | TaskState::Conflict
-            | TaskState::Rejected
-            | TaskState::Cancelled => {
-                self.core(fx).edit_task(key, |t| {
-                    t.retries_used = 0;
-                    t.cancel_requested = false;
-                    t.not_before = 0;
-                });
-                if self.shared.model.swarms().get(&key.swarm).is_some_and(|s| {
-                    !matches!(s.state, SwarmState::Active | SwarmState::Stalled | SwarmState::Paused)
-                }) {
-                    self.core(fx).edit_swarm(&key.swarm, |s| s.state = SwarmState::Active);
-                }
-                self.core(fx).make_ready(key, "retried by the operator");
-                Ok(())
-            }
-            other => Err(SchedError::FailedPrecondition(format!(
-                "task {key} is {other}; only FAILED, BLOCKED, ESCALATED, CONFLICT, REJECTED or CANCELLED tasks can be retried"
-            ))),
-        }
     }
 
     fn answer(

@@ -58,7 +58,13 @@ pub fn recover(mut store: Store, timing: Timing, merger: MergerHandle) -> Result
     }
     // Live attempts' workers get a full TTL to reconnect to the restarted
     // controller.
-    for a in s.shared.model.attempts().values().filter(|a| a.state.is_live()) {
+    for a in s
+        .shared
+        .model
+        .attempts()
+        .values()
+        .filter(|a| a.state.is_live() && a.worker != super::subswarm::NO_WORKER)
+    {
         s.shared.lease_seen.insert(a.worker.clone(), 0);
     }
 
@@ -83,7 +89,7 @@ pub fn recover(mut store: Store, timing: Timing, merger: MergerHandle) -> Result
         }
     }
     s.requeue_reviews();
-    s.recover_subswarms();
+    s.subswarms.recover(&s.shared.model, &s.merger);
     // A controller killed while moving an integration ref leaves its lock
     // behind, and a power loss can leave the ref empty; restore those first
     // (the merger handles requests in order).
