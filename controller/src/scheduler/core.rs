@@ -193,6 +193,8 @@ impl Shared {
             timing: &self.timing,
             scan: &mut self.scan,
             next_token: &mut self.next_token,
+            lease_seen: &mut self.lease_seen,
+            started: self.started,
         }
     }
 
@@ -214,10 +216,17 @@ pub(super) struct Core<'t> {
     pub metrics: &'t Metrics,
     pub timing: &'t Timing,
     pub scan: &'t mut ScanMemo,
+    /// Mono ms each worker's lease was last renewed.
+    pub lease_seen: &'t mut HashMap<String, u64>,
     next_token: &'t mut u64,
+    started: Instant,
 }
 
 impl Core<'_> {
+    pub fn mono_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
     /// A fresh fencing token.
     pub fn next_token(&mut self) -> u64 {
         let token = *self.next_token;

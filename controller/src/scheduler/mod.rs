@@ -155,11 +155,8 @@ pub struct Scheduler {
     last_committed_event: Arc<AtomicU64>,
     events: broadcast::Sender<Arc<EventRow>>,
     merger: MergerHandle,
-    next_session_id: u64,
-    /// Windows of the rate-limited audit events.
-    audit: crate::audit::Aggregator,
-    /// Mono ms of the last registry sweep.
-    last_sweep_ms: u64,
+    /// Who may claim which worker id; the audit's windows.
+    sessions: sessions::Sessions,
     /// Agent usage limits holding agent tasks back.
     limits: limits::RateLimits,
     /// Sub-swarm tasks whose child swarm is being started.
@@ -337,8 +334,10 @@ impl Scheduler {
             Command::Report { worker, session, seq, report } => {
                 self.on_report(&worker, session, seq, report, fx)
             }
-            Command::Disconnected { worker, session } => self.on_disconnected(&worker, session, fx),
-            Command::Heard { worker, session } => self.on_heard(&worker, session, fx),
+            Command::Disconnected { worker, session } => {
+                sessions::disconnected(&mut self.core(fx), &worker, session)
+            }
+            Command::Heard { worker, session } => sessions::heard(&mut self.core(fx), &worker, session),
             Command::Operator(op) => self.on_operator(op, fx),
             Command::Subscribe { reply } => {
                 // On the thread that broadcasts, after the commits before it:
@@ -358,11 +357,12 @@ impl Scheduler {
             Command::RefRepaired(repaired) => self.on_ref_repaired(repaired, fx),
             Command::Queue(report) => self.on_queue_report(report, fx),
             Command::Denied { client, message } => {
-                self.audited(fx, &client, "auth.denied", None, message, serde_json::json!({}));
+                let data = serde_json::json!({});
+                self.sessions.audited(&mut self.shared.core(fx), &client, "auth.denied", None, message, data);
             }
             Command::AuthorizePack { claim, reply } => {
                 // Nothing is written, so the answer need not wait for a commit.
-                let _ = reply.send(self.authorize_pack(&claim));
+                let _ = reply.send(sessions::authorize_pack(&self.shared.model, &claim));
             }
             Command::Shutdown => {}
         }
@@ -449,9 +449,9 @@ impl Scheduler {
             .map(|(id, s)| (id, s.id))
             .collect();
         for (worker, session) in silent {
-            self.on_disconnected(&worker, session, fx);
+            sessions::disconnected(&mut self.core(fx), &worker, session);
         }
-        self.sweep_registry(fx);
+        self.sessions.sweep(&mut self.shared.core(fx));
         if self.limits.lift(&self.shared.metrics, fx) {
             self.shared.scan.changed();
         }

@@ -1,20 +1,55 @@
-//! What sidecars tell the scheduler: reports, fencing and the exit-code
-//! transitions. Sessions and claims are in `sessions`, merge results in
-//! `merged`.
+//! What sidecars tell the scheduler: hellos, reports, fencing and the
+//! exit-code transitions. Sessions and claims are in `sessions`, merge
+//! results in `merged`.
 
 use swarm_core::{AttemptState, Outcome, TaskKey, TaskState, Usage};
 
-use super::command::{Report, ReportedAttempt, ResultReport};
-use super::model::PendingQuestion;
+use super::command::{HelloInfo, Report, ReportedAttempt, ResultReport};
+use super::model::{PendingQuestion, Session};
 use super::operator::PERMISSION_CATEGORY;
 use super::outbound::Outbound;
-use super::{Effects, Scheduler, now_ms};
+use super::{Effects, Scheduler, now_ms, pause, sessions};
 
 /// Pause before a task whose attempt failed for infrastructure reasons is
 /// assigned again.
 const INFRA_BACKOFF_MS: i64 = 2_000;
 
 impl Scheduler {
+    pub(super) fn on_hello(&mut self, hello: HelloInfo, session: Session, fx: &mut Effects) {
+        let _span =
+            tracing::info_span!("sidecar.hello", worker = %hello.worker_id, session = session.id).entered();
+        let Some(welcomed) = self.sessions.hello(&mut self.shared.core(fx), &hello, session) else { return };
+        if let Some((key, number)) = &welcomed.current {
+            if !welcomed.resumed {
+                // It does not hold its attempt (restarted without it, or the
+                // Assign was lost with the stream): the same attempt, same
+                // token, is sent again.
+                if let Some(spec) = self.assign_spec(key, *number) {
+                    self.core(fx).send(&hello.worker_id, Outbound::Assign(Box::new(spec)));
+                }
+            }
+            if self.shared.model.tasks().get(key).is_some_and(|t| t.cancel_requested) {
+                self.core(fx).send_cancel(key, *number, "cancelled by the operator");
+            }
+            self.stop_again_on_reconnect(key, *number, fx);
+        }
+        sessions::connected(&mut self.core(fx), &hello, &welcomed);
+    }
+
+    /// A worker reconnected holding `key#number`: a stop it was sent may
+    /// have been lost with its old stream (or never sent, while it had
+    /// none), so a checkpointing pause or a budget stops it again.
+    fn stop_again_on_reconnect(&mut self, key: &TaskKey, number: u32, fx: &mut Effects) {
+        if self.shared.model.is_reviewer(key, number) {
+            return;
+        }
+        if pause::stop_again_on_reconnect(&mut self.core(fx), key, number) {
+            return;
+        }
+        self.budgets.forget_stop(key, number);
+        self.budgets.enforce(&mut self.shared.core(fx), key);
+    }
+
     pub(super) fn on_report(
         &mut self,
         worker_id: &str,
@@ -27,7 +62,7 @@ impl Scheduler {
         if worker.session.as_ref().map(|s| s.id) != Some(session) {
             return; // a stream that has been replaced says nothing
         }
-        if seq > 0 && !self.admit_seq(worker_id, session, seq, fx) {
+        if seq > 0 && !self.sessions.admit_seq(&mut self.shared.core(fx), worker_id, session, seq) {
             return;
         }
         let current = match report.attempt() {
@@ -46,8 +81,8 @@ impl Scheduler {
             });
             // A peer can send fenced reports as fast as it likes; the audit
             // log records the first of each window and a count of the rest.
-            self.audited(
-                fx,
+            self.sessions.audited(
+                &mut self.shared.core(fx),
                 worker_id,
                 "report.fenced",
                 Some((&a.task.clone(), a.number)),
@@ -299,7 +334,7 @@ impl Scheduler {
                 if cancel_requested {
                     self.core(fx).set_state(&key, TaskState::Cancelled, "cancelled by the operator");
                 } else {
-                    super::pause::after_usage_limit(&mut self.core(fx), &key, number, until);
+                    pause::after_usage_limit(&mut self.core(fx), &key, number, until);
                 }
             }
             Outcome::Blocked => {
@@ -394,7 +429,7 @@ impl Scheduler {
         });
         if after != before.usage {
             if let Some((rate, max)) = self.budgets.spent(&self.shared.model, key, &before.usage, &after) {
-                super::pause::trip_breaker(&mut self.core(fx), key, rate, max);
+                pause::trip_breaker(&mut self.core(fx), key, rate, max);
             }
             if live {
                 self.budgets.on_live_usage(&mut self.shared.core(fx), key, number);
