@@ -5,41 +5,34 @@
 
 use swarm_core::plan::ConflictPolicy;
 use swarm_core::{AttemptState, TaskKey, TaskState};
-use swarm_git::merge::{Conflict, MergeJob, MergeResult, MergeStats, Verdict};
+use swarm_git::merge::{Conflict, MergeResult, MergeStats, QueueReport, Verdict};
 
-use super::{Effects, Scheduler};
+use super::{Effects, Scheduler, merge_queue};
 
 impl Scheduler {
     /// SUCCEEDED → MERGING, and the job goes to the merger after commit.
     /// The one way in for a task ready to merge: a swarm with
     /// `integration_verify` queues it for a verified batch instead.
     pub(super) fn start_merge(&mut self, key: &TaskKey, number: u32, recovering: bool, fx: &mut Effects) {
-        if self.queues_merges(&key.swarm) {
-            return self.enqueue_merge(key, number, fx);
+        if merge_queue::queues_merges(&self.shared.model, &key.swarm) {
+            return self.merge_queues.enqueue(&mut self.shared.core(fx), key, number);
         }
-        let Some(job) = self.merge_job(key, number, recovering) else { return };
+        let Some(job) = merge_queue::merge_job(&self.shared.model, key, number, recovering) else { return };
         self.core(fx).set_state(key, TaskState::Merging, &format!("merging attempt {number}"));
         fx.merges.push(job);
     }
 
-    pub(super) fn merge_job(&self, key: &TaskKey, number: u32, recovering: bool) -> Option<MergeJob> {
-        let t = self.shared.model.tasks().get(key)?;
-        let swarm = self.shared.model.swarms().get(&key.swarm)?;
-        let attempt = self.shared.model.attempts().get(&(key.clone(), number))?;
-        Some(MergeJob {
-            task: key.clone(),
-            attempt: number,
-            attempt_label: key.attempt(number).to_string(),
-            integration_branch: swarm.plan.integration_branch.clone(),
-            task_commit: t.result_commit.clone(),
-            base_commit: attempt.base_commit.clone(),
-            strategy: t.spec.strategy,
-            ownership: t.spec.ownership,
-            owned_globs: t.spec.files.clone(),
-            title: t.spec.title.clone(),
-            summary: t.notes.summary.clone(),
-            recovering,
-        })
+    /// A merge queue's report: the results it decided move their tasks as
+    /// the merger's own do, and a culprit found with a landing goes back
+    /// after them.
+    pub(super) fn on_queue_report(&mut self, report: QueueReport, fx: &mut Effects) {
+        let decided = self.merge_queues.on_report(&mut self.shared.core(fx), report);
+        for r in decided.merged {
+            self.on_merged(r, fx);
+        }
+        if let Some(key) = decided.culprit {
+            self.merge_queues.return_culprit(&mut self.shared.core(fx), &key);
+        }
     }
 
     pub(super) fn on_merged(&mut self, result: MergeResult, fx: &mut Effects) {

@@ -457,7 +457,7 @@ impl Scheduler {
         }
         self.route_follow_ups(fx);
         self.subswarms.tick(&mut self.shared.core(fx), &self.merger);
-        self.tick_merge_queues(fx);
+        self.merge_queues.tick(&mut self.shared.core(fx), &self.merger);
         let connected = self.shared.model.workers().values().filter(|w| w.session.is_some()).count();
         self.shared.metrics.workers_connected.set(connected as i64);
     }

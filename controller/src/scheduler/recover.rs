@@ -74,12 +74,14 @@ pub fn recover(mut store: Store, timing: Timing, merger: MergerHandle) -> Result
     for key in order {
         let Some(t) = s.shared.model.tasks().get(&key) else { continue };
         match t.state() {
-            TaskState::Merging | TaskState::Succeeded if s.queues_merges(&key.swarm) => {
-                s.requeue_recovered(&key)
+            TaskState::Merging | TaskState::Succeeded
+                if super::merge_queue::queues_merges(&s.shared.model, &key.swarm) =>
+            {
+                s.merge_queues.requeue_recovered(&s.shared.model, &key)
             }
             TaskState::Merging | TaskState::Succeeded => {
                 let number = t.attempts;
-                if let Some(job) = s.merge_job(&key, number, true) {
+                if let Some(job) = super::merge_queue::merge_job(&s.shared.model, &key, number, true) {
                     fx.merges.push(job);
                 }
             }

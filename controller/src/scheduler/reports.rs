@@ -122,7 +122,9 @@ impl Scheduler {
 
     fn apply(&mut self, worker_id: &str, report: Report, fx: &mut Effects) {
         match report {
-            Report::MergeVerified(r) => self.on_merge_verified(worker_id, *r, fx),
+            Report::MergeVerified(r) => {
+                self.merge_queues.on_verified(&mut self.shared.core(fx), &self.merger, worker_id, *r)
+            }
             Report::Started { attempt, pid, restarts, sandbox } => {
                 if self.shared.model.attempts().get(&(attempt.task.clone(), attempt.number)).map(|a| a.state)
                     == Some(AttemptState::Assigned)
