@@ -6,7 +6,7 @@ use swarm_core::{AttemptState, TaskKey, TaskState};
 
 use super::model::{AgentRecord, Attempt, Task, Transition};
 use super::outbound::{AgentAssign, AssignSpec, AttemptHandle, Outbound};
-use super::{Effects, Scheduler, budget, now_ms, task_text};
+use super::{Effects, Scheduler, budget, now_ms, review, task_text};
 
 impl Scheduler {
     /// Gives READY tasks to idle workers until one side runs out.
@@ -135,7 +135,7 @@ impl Scheduler {
     /// sidecar reconnects without it).
     pub(super) fn assign_spec(&self, key: &TaskKey, number: u32) -> Option<AssignSpec> {
         if self.shared.model.is_reviewer(key, number) {
-            return self.review_assign_spec(key, number);
+            return review::assign_spec(&self.shared.model, key, number);
         }
         let task = self.shared.model.tasks().get(key)?;
         let attempt = self.shared.model.attempts().get(&(key.clone(), number))?;

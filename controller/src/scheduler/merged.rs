@@ -10,6 +10,14 @@ use swarm_git::merge::{Conflict, MergeResult, MergeStats, QueueReport, Verdict};
 use super::{Effects, Scheduler, merge_queue};
 
 impl Scheduler {
+    /// A task's attempt succeeded: the one way in for a succeeded result,
+    /// to REVIEW when its plan asks for one, else the merge path.
+    pub(super) fn after_success(&mut self, key: &TaskKey, number: u32, fx: &mut Effects) {
+        if self.reviews.after_success(&mut self.shared.core(fx), key, number) {
+            self.start_merge(key, number, false, fx);
+        }
+    }
+
     /// SUCCEEDED → MERGING, and the job goes to the merger after commit.
     /// The one way in for a task ready to merge: a swarm with
     /// `integration_verify` queues it for a verified batch instead.

@@ -283,7 +283,9 @@ impl Scheduler {
         }
         self.tick(&mut fx);
         self.schedule(&mut fx);
-        self.schedule_reviews(&mut fx);
+        let limits = &self.limits;
+        self.reviews
+            .schedule(&mut self.shared.core(&mut fx), |w, now| limits.limited_until(w, now).is_some());
         if !fx.touched_swarms.is_empty() {
             // A child swarm's end moves its parent task, which touches the
             // parent swarm: refresh until nothing more moves.
@@ -464,7 +466,7 @@ impl Scheduler {
 
     fn lose_attempt(&mut self, worker: &str, key: &TaskKey, number: u32, fx: &mut Effects) {
         let _span = tracing::warn_span!("lease.expired", task = %key, attempt = number, worker).entered();
-        if self.lose_reviewer(worker, key, number, fx) {
+        if self.reviews.lose_reviewer(&mut self.shared.core(fx), worker, key, number) {
             return;
         }
         self.core(fx).set_attempt_state(key, number, AttemptState::Lost);

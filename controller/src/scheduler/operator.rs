@@ -11,6 +11,7 @@ use super::model::{QuestionAnswer, Swarm, SwarmState, Task};
 use super::outbound::{AttemptHandle, Outbound};
 use super::pause;
 use super::reads::reply_read;
+use super::review;
 use super::views::{SwarmView, TaskView, WorkerView};
 use super::{Effects, Scheduler, now_ms};
 use crate::error::SchedError;
@@ -160,6 +161,26 @@ impl Scheduler {
         Ok(())
     }
 
+    /// The operator's decision on a task in REVIEW; nothing changes when
+    /// the decision or the task's state is wrong.
+    fn operator_review(
+        &mut self,
+        key: &TaskKey,
+        word: &str,
+        message: &str,
+        fx: &mut Effects,
+    ) -> Result<(), SchedError> {
+        let decision = review::check_operator_review(&self.shared.model, key, word)?;
+        let _span = tracing::info_span!("review.operator", swarm = %key.swarm, task = %key, decision = decision.as_str())
+            .entered();
+        if let Some(reviewed) =
+            self.reviews.operator_review(&mut self.shared.core(fx), key, decision, message)
+        {
+            self.start_merge(key, reviewed, false, fx);
+        }
+        Ok(())
+    }
+
     fn set_budget(
         &mut self,
         target: super::command::BudgetTarget,
@@ -269,7 +290,7 @@ impl Scheduler {
             }
             _ => {
                 self.core(fx).edit_task(key, |t| t.cancel_requested = true);
-                self.stop_reviewer(key, reason, fx);
+                self.reviews.stop_reviewer(&mut self.shared.core(fx), key, reason);
                 self.core(fx).set_state(key, TaskState::Cancelled, reason);
                 Ok(())
             }

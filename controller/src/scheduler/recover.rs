@@ -88,7 +88,7 @@ pub fn recover(mut store: Store, timing: Timing, merger: MergerHandle) -> Result
             _ => {}
         }
     }
-    s.requeue_reviews();
+    s.reviews.recover(&mut s.shared.model);
     s.subswarms.recover(&s.shared.model, &s.merger);
     // A controller killed while moving an integration ref leaves its lock
     // behind, and a power loss can leave the ref empty; restore those first

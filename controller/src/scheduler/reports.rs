@@ -397,6 +397,16 @@ impl Scheduler {
         }
     }
 
+    /// A reviewer attempt's result: the review gate decides, and an
+    /// approval starts the reviewed attempt's merge.
+    fn on_review_result(&mut self, key: &TaskKey, number: u32, r: &ResultReport, fx: &mut Effects) {
+        let _span = tracing::info_span!("review.result", swarm = %key.swarm, task = %key, attempt = %key.attempt(number), outcome = %r.outcome)
+            .entered();
+        if let Some(reviewed) = self.reviews.on_result(&mut self.shared.core(fx), key, number, r) {
+            self.start_merge(key, reviewed, false, fx);
+        }
+    }
+
     /// Keeps an agent attempt's session id and its running usage total,
     /// keeping the swarm's sum in step; a `live` report (progress, not a
     /// result) may stop the attempt at its budget.
