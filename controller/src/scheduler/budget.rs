@@ -27,61 +27,17 @@
 
 use std::collections::VecDeque;
 
-use swarm_core::plan::{Budget, SwarmBudget};
 use swarm_core::{SwarmId, TaskKey, TaskState, Usage};
 
 use super::core::{Core, find_swarm, find_task};
-use super::model::{BUDGET_CATEGORY, Model, now_ms, task_usage};
-pub use super::model::{StoredSwarmBudget, TaskBudget, swarm_budget, task_budget};
-use super::{HashMap, HashSet};
+use super::model::{BUDGET_CATEGORY, HashMap, HashSet, Model, now_ms, task_usage};
+use super::model::{BudgetChange, swarm_budget, task_budget};
 use crate::error::SchedError;
 
 /// The prefix of a task reason that says a budget blocked it.
 pub const BUDGET_REASON: &str = "budget";
 /// How far back the breaker looks.
 const BURN_WINDOW_MS: i64 = 3_600_000;
-
-/// A change of budget asked for: `None` leaves a field as it is, `Some(0)`
-/// removes that cap.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct BudgetChange {
-    pub usd: Option<f64>,
-    pub tokens: Option<u64>,
-    pub max_usd_per_hour: Option<f64>,
-}
-
-fn apply_usd(current: Option<f64>, change: Option<f64>) -> Option<f64> {
-    match change {
-        None => current,
-        Some(v) if v <= 0.0 => None,
-        Some(v) => Some(v),
-    }
-}
-
-fn apply_tokens(current: Option<u64>, change: Option<u64>) -> Option<u64> {
-    match change {
-        None => current,
-        Some(0) => None,
-        Some(v) => Some(v),
-    }
-}
-
-impl BudgetChange {
-    pub fn task(&self, current: Budget) -> TaskBudget {
-        TaskBudget {
-            usd: apply_usd(current.usd, self.usd),
-            tokens: apply_tokens(current.tokens, self.tokens),
-        }
-    }
-
-    pub fn swarm(&self, current: SwarmBudget) -> StoredSwarmBudget {
-        StoredSwarmBudget {
-            usd: apply_usd(current.limit.usd, self.usd),
-            tokens: apply_tokens(current.limit.tokens, self.tokens),
-            max_usd_per_hour: apply_usd(current.max_usd_per_hour, self.max_usd_per_hour),
-        }
-    }
-}
 
 /// What a swarm spent over the last hour, from the cost increments of its
 /// agents' reports.
@@ -408,6 +364,9 @@ fn describe(usd: Option<f64>, tokens: Option<u64>) -> String {
 
 #[cfg(test)]
 mod tests {
+    use swarm_core::plan::{Budget, SwarmBudget};
+
+    use super::super::model::StoredSwarmBudget;
     use super::*;
 
     #[test]

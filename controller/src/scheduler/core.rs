@@ -7,21 +7,49 @@
 //! [`Effects`]).
 
 use std::sync::Arc;
-
-use rand::Rng as _;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use rand::Rng as _;
 use swarm_core::plan::Plan;
 use swarm_core::{AttemptState, SwarmId, TaskKey, TaskState};
 use swarm_git::merge::MergeJob;
 
-use super::model::{self, Applied, Attempt, Model, Session, SwarmState, Transition, now_ms};
+use super::model::{
+    self, Applied, Attempt, HashMap, HashSet, Model, Session, SwarmState, Transition, now_ms,
+};
 use super::outbound::{AttemptHandle, Outbound};
 use super::pipeline::Released;
-use super::{HashMap, HashSet, Timing};
 use crate::error::SchedError;
 use crate::metrics::Metrics;
 use crate::store::{Batch, EventRow};
+
+/// Timing knobs. 15 s heartbeats and a 60 s lease: a sidecar survives three
+/// lost heartbeats before its attempt is taken away.
+#[derive(Debug, Clone)]
+pub struct Timing {
+    pub heartbeat_interval: Duration,
+    pub heartbeat_jitter: Duration,
+    pub lease_ttl: Duration,
+    /// How long a task whose attempt was LOST waits before it is READY.
+    pub lost_grace: Duration,
+    /// Grace between the signals of a Cancel, passed to the sidecar.
+    pub cancel_grace: Duration,
+    /// A worker that is gone and holds nothing is forgotten after this.
+    pub forget_workers_after: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            heartbeat_interval: Duration::from_secs(15),
+            heartbeat_jitter: Duration::from_secs(3),
+            lease_ttl: Duration::from_secs(60),
+            lost_grace: Duration::from_secs(2),
+            cancel_grace: Duration::from_secs(5),
+            forget_workers_after: Duration::from_secs(3600),
+        }
+    }
+}
 
 /// A unix-ms stamp as a time.
 pub(super) fn unix_time(ms: i64) -> SystemTime {

@@ -13,15 +13,13 @@
 //! What the merger decided (merged, conflicting or refused tasks) goes back
 //! to the dispatcher, which moves those tasks as on the direct path.
 
-use super::{HashMap, HashSet};
-
 use swarm_core::plan::integration::IntegrationVerify;
 use swarm_core::{SwarmId, TaskKey, TaskState};
 use swarm_git::merge::{Chained, MergeJob, MergeResult, MergeStats, QueueReport, QueueRequest, Verdict};
 
 use super::bisect::{Decision, MergeQueue};
 use super::core::Core;
-use super::model::{Model, TierOutcome, Transition, Worker};
+use super::model::{HashMap, HashSet, Model, TierOutcome, Transition, Worker};
 use super::outbound::{Outbound, VerifyMergeSpec};
 use crate::merger::MergerHandle;
 
@@ -432,7 +430,8 @@ impl Queues {
         Decided { merged, culprit }
     }
 
-    /// A sidecar's verdict on a speculative merge.
+    /// A sidecar's verdict on a speculative merge. Long: its checks, its
+    /// event and the landing or the culprit read in the order they happen.
     pub fn on_verified(
         &mut self,
         core: &mut Core,

@@ -43,6 +43,8 @@ impl Scheduler {
         }
     }
 
+    /// A merge's verdict moves its task. Long: one arm per verdict, so a
+    /// merge's consequences read in one place.
     pub(super) fn on_merged(&mut self, result: MergeResult, fx: &mut Effects) {
         let key = result.task.clone();
         let number = result.attempt;

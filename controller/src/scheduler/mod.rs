@@ -49,46 +49,19 @@ pub use command::{
     merger_sink,
 };
 pub use merge_queue::VerifiedReport;
+pub(crate) use model::HashMap;
 pub use model::{AgentRecord, Attempt, Session, SwarmState, TierOutcome, now_ms};
-pub(crate) use model::{HashMap, HashSet};
 pub use outbound::{AgentAssign, AssignSpec, AttemptHandle, CloseCode, Outbound};
 pub use reads::Page;
 pub use refs::LandTarget;
 
+pub use self::core::Timing;
 use self::core::{Core, Effects, Shared, unix_time};
 use crate::merger::MergerHandle;
 use crate::metrics::Metrics;
 use crate::store::{EventRow, Store};
 use model::Transition;
 use pipeline::{Pipeline, Releaser, Turn};
-
-/// Timing knobs. 15 s heartbeats and a 60 s lease: a sidecar survives three
-/// lost heartbeats before its attempt is taken away.
-#[derive(Debug, Clone)]
-pub struct Timing {
-    pub heartbeat_interval: Duration,
-    pub heartbeat_jitter: Duration,
-    pub lease_ttl: Duration,
-    /// How long a task whose attempt was LOST waits before it is READY.
-    pub lost_grace: Duration,
-    /// Grace between the signals of a Cancel, passed to the sidecar.
-    pub cancel_grace: Duration,
-    /// A worker that is gone and holds nothing is forgotten after this.
-    pub forget_workers_after: Duration,
-}
-
-impl Default for Timing {
-    fn default() -> Self {
-        Timing {
-            heartbeat_interval: Duration::from_secs(15),
-            heartbeat_jitter: Duration::from_secs(3),
-            lease_ttl: Duration::from_secs(60),
-            lost_grace: Duration::from_secs(2),
-            cancel_grace: Duration::from_secs(5),
-            forget_workers_after: Duration::from_secs(3600),
-        }
-    }
-}
 
 /// Most commands applied in one group commit.
 const MAX_BATCH: usize = 4096;

@@ -43,6 +43,7 @@ fn later<T: Send + 'static>(fx: &mut Effects, reply: Reply<T>, value: Result<T, 
 }
 
 impl Scheduler {
+    /// Long: one short arm per operator request, each a call and its reply.
     pub(super) fn on_operator(&mut self, op: OperatorOp, fx: &mut Effects) {
         match op {
             OperatorOp::CreateSwarm { plan_text, plan, integration_head, reply } => {
@@ -184,7 +185,7 @@ impl Scheduler {
     fn set_budget(
         &mut self,
         target: super::command::BudgetTarget,
-        change: super::budget::BudgetChange,
+        change: super::model::BudgetChange,
         fx: &mut Effects,
     ) -> Result<(SwarmView, Option<TaskView>), SchedError> {
         match target {

@@ -22,6 +22,8 @@ fn corrupt(table: &'static str, key: String, reason: impl Into<String>) -> Contr
     ControllerError::Store(StoreError::Corrupt { table, key, reason: reason.into() })
 }
 
+/// Long: the order of its steps (rows, stalls, leases, requeued merges,
+/// reviews and sub-swarms, the refs) is the point, so they stand together.
 pub fn recover(mut store: Store, timing: Timing, merger: MergerHandle) -> Result<Scheduler, ControllerError> {
     let snap = store.load()?;
     let (events, _) = broadcast::channel(65_536);

@@ -206,6 +206,8 @@ impl Scheduler {
         self.budgets.after_result(&mut self.shared.core(fx), &key, number);
     }
 
+    /// Long: one arm per outcome, each a few transitions, so what a
+    /// result does reads as one table.
     fn apply_result(&mut self, worker_id: &str, r: ResultReport, fx: &mut Effects) {
         let key = r.attempt.task.clone();
         let number = r.attempt.number;

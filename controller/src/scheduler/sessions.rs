@@ -16,8 +16,8 @@ use std::sync::atomic::Ordering;
 use rand::Rng;
 use swarm_core::{AttemptState, TaskKey};
 
-use super::command::{HelloInfo, PackClaim, ReportedAttempt};
 use super::core::Core;
+use super::model::messages::{HelloInfo, PackClaim, ReportedAttempt};
 use super::model::{Model, Session, Transition, Worker, now_ms};
 use super::outbound::{CloseCode, Outbound};
 use crate::audit::{Aggregator, Hit, Summary};
@@ -55,7 +55,8 @@ impl Sessions {
     /// A sidecar's Hello: the worker id is claimed (or refused, and the
     /// stream closed) and the sidecar welcomed. The caller enters the
     /// `sidecar.hello` span, sees to the attempt it holds, then calls
-    /// [`connected`].
+    /// [`connected`]. Long: the claim, the worker's row and the Welcome,
+    /// in the protocol's order.
     pub fn hello(&mut self, core: &mut Core, hello: &HelloInfo, session: Session) -> Option<Welcomed> {
         let proven = match may_claim(core.model, hello) {
             Ok(proven) => proven,

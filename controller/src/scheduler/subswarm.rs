@@ -20,7 +20,6 @@
 //! own tasks, go back to the dispatcher, which owns the review gate and
 //! the operator's cancel.
 
-use super::HashMap;
 use std::sync::Arc;
 
 use swarm_core::plan::{Plan, PlanError};
@@ -28,7 +27,7 @@ use swarm_core::{AttemptState, SwarmId, TaskKey, TaskState};
 use tokio::sync::oneshot;
 
 use super::core::Core;
-use super::model::{Attempt, Model, SwarmState, Transition};
+use super::model::{Attempt, HashMap, Model, SwarmState, Transition};
 use crate::error::SchedError;
 use crate::merger::MergerHandle;
 

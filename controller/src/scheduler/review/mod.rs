@@ -18,8 +18,8 @@ use std::collections::BTreeSet;
 use swarm_core::plan::{ReviewSpec, task_branch};
 use swarm_core::{AttemptState, Outcome, TaskKey, TaskState};
 
-use super::command::ResultReport;
 use super::core::{Core, find_task};
+use super::model::messages::ResultReport;
 use super::model::{AgentRecord, Attempt, Model, Task, Transition, Worker, now_ms};
 pub use super::model::{Decision, ReviewRecord};
 use super::outbound::{AgentAssign, AssignSpec, AttemptHandle, Outbound};
@@ -106,7 +106,7 @@ impl ReviewQueue {
     /// commit and carries a readable decision decides; a crash, a timeout
     /// or a missing decision is retried like any failed attempt.
     /// The caller enters the `review.result` span; an approval returns
-    /// the reviewed attempt, to merge inside it.
+    /// the reviewed attempt, to merge inside it. Long: one arm per outcome.
     pub fn on_result(
         &mut self,
         core: &mut Core,
