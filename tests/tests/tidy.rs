@@ -94,3 +94,66 @@ fn a_file_the_document_does_not_name_is_found() {
     assert!(!named(Path::new("c/src/scheduler/reads.rs"), &words), "prose outside code spans does not count");
     assert!(!named(Path::new("c/src/stall.rs"), &words));
 }
+
+/// The scheduler's components: each works on the core (`scheduler/core.rs`)
+/// and the model, and none imports another; what one must hear of another
+/// goes through the dispatcher (`mod.rs` and the files of its `impl
+/// Scheduler`), which may use them all.
+const SCHEDULER_COMPONENTS: &[&str] =
+    &["budget", "limits", "merge_queue", "pause", "review", "sessions", "stall", "subswarm"];
+
+/// The other components that `source`, component `own`'s code, names
+/// through `super::` or `crate::scheduler::`.
+fn components_named(own: &str, source: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    for prefix in ["super::", "scheduler::"] {
+        for (at, _) in source.match_indices(prefix) {
+            let rest = &source[at + prefix.len()..];
+            let listed = match rest.strip_prefix('{') {
+                Some(group) => &group[..group.find('}').unwrap_or(group.len())],
+                None => rest,
+            };
+            let words = if rest.starts_with('{') {
+                listed.split(',').map(str::trim).collect::<Vec<_>>()
+            } else {
+                vec![listed]
+            };
+            for w in words {
+                let name: String = w.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                if name != own && SCHEDULER_COMPONENTS.contains(&name.as_str()) && !names.contains(&name) {
+                    names.push(name);
+                }
+            }
+        }
+    }
+    names
+}
+
+#[test]
+fn a_scheduler_component_imports_no_other_component() {
+    let dir = repo_root().join("controller/src/scheduler");
+    let mut crossings = Vec::new();
+    for own in SCHEDULER_COMPONENTS {
+        let file =
+            [dir.join(format!("{own}.rs")), dir.join(own).join("mod.rs")].into_iter().find(|f| f.exists());
+        let file =
+            file.unwrap_or_else(|| panic!("component {own} has no file under controller/src/scheduler/"));
+        let source = std::fs::read_to_string(&file).unwrap();
+        for other in components_named(own, &source) {
+            crossings.push(format!("{own} -> {other}"));
+        }
+    }
+    assert!(
+        crossings.is_empty(),
+        "a scheduler component names another; return what the other must hear of, or note it in `Effects`, \
+         and let the dispatcher route it:\n  {}",
+        crossings.join("\n  ")
+    );
+}
+
+#[test]
+fn a_component_naming_another_is_found() {
+    let source = "use super::core::Core;\nuse super::{HashMap, pause, now_ms};\nlet x = super::budget::over_budget(m, k);";
+    assert_eq!(components_named("review", source), ["pause", "budget"]);
+    assert!(components_named("pause", "use super::pause::Pause;\nuse super::model::Pause;").is_empty());
+}

@@ -1,39 +1,12 @@
 //! Matching READY tasks to idle workers: labels, and exclusive file
 //! ownership between live attempts.
 
-use super::HashMap;
-
 use swarm_core::plan::task_branch;
 use swarm_core::{AttemptState, TaskKey, TaskState};
 
 use super::model::{AgentRecord, Attempt, Task, Transition};
 use super::outbound::{AgentAssign, AssignSpec, AttemptHandle, Outbound};
-use super::{Effects, Scheduler, now_ms, task_text};
-
-/// What the last scans of the ready set found, so they are not repeated
-/// while nothing that could change their answer has changed.
-#[derive(Debug, Default)]
-pub(super) struct ScanMemo {
-    /// Bumped by every change that can make a task assignable.
-    pub epoch: u64,
-    /// Workers whose full scan at that epoch found nothing.
-    pub found_nothing: HashMap<String, u64>,
-    /// When the earliest task skipped for its backoff becomes assignable.
-    pub due_ms: i64,
-    /// Scans made, for tests and metrics.
-    pub full_scans: u64,
-}
-
-impl ScanMemo {
-    pub fn new() -> ScanMemo {
-        ScanMemo { epoch: 0, found_nothing: HashMap::default(), due_ms: i64::MAX, full_scans: 0 }
-    }
-
-    /// Something changed that may make a task assignable.
-    pub fn changed(&mut self) {
-        self.epoch += 1;
-    }
-}
+use super::{Effects, Scheduler, budget, now_ms, review, task_text};
 
 impl Scheduler {
     /// Gives READY tasks to idle workers until one side runs out.
@@ -44,20 +17,21 @@ impl Scheduler {
     /// ran out. So an idle fleet facing tasks it cannot take costs nothing
     /// per tick, however many tasks wait.
     pub(super) fn schedule(&mut self, fx: &mut Effects) {
-        if self.model.nothing_ready() {
+        if self.shared.model.nothing_ready() {
             return;
         }
         let now = now_ms();
-        if now >= self.scan.due_ms {
-            self.scan.found_nothing.clear();
-            self.scan.due_ms = i64::MAX;
+        if now >= self.shared.scan.due_ms {
+            self.shared.scan.found_nothing.clear();
+            self.shared.scan.due_ms = i64::MAX;
         }
-        let epoch = self.scan.epoch;
+        let epoch = self.shared.scan.epoch;
         let mut idle: Vec<String> = self
+            .shared
             .model
             .workers()
             .values()
-            .filter(|w| w.is_idle() && self.scan.found_nothing.get(&w.id) != Some(&epoch))
+            .filter(|w| w.is_idle() && self.shared.scan.found_nothing.get(&w.id) != Some(&epoch))
             .map(|w| w.id.clone())
             .collect();
         if idle.is_empty() {
@@ -67,42 +41,42 @@ impl Scheduler {
         // READY agent tasks a budget holds: BLOCKED after the scan.
         let mut over_budget: Vec<(TaskKey, String)> = Vec::new();
         for worker_id in idle {
-            let Some(worker) = self.model.workers().get(&worker_id) else { continue };
-            self.scan.full_scans += 1;
+            let Some(worker) = self.shared.model.workers().get(&worker_id) else { continue };
+            self.shared.scan.full_scans += 1;
             let mut chosen = None;
-            for key in self.model.ready() {
-                let Some(task) = self.model.tasks().get(key) else { continue };
+            for key in self.shared.model.ready() {
+                let Some(task) = self.shared.model.tasks().get(key) else { continue };
                 if task.not_before > now {
-                    self.scan.due_ms = self.scan.due_ms.min(task.not_before);
+                    self.shared.scan.due_ms = self.shared.scan.due_ms.min(task.not_before);
                     continue;
                 }
-                if !worker.satisfies(&task.spec.labels) || self.swarm_paused(key) {
+                if !worker.satisfies(&task.spec.labels) || self.shared.model.is_paused(&key.swarm) {
                     continue;
                 }
                 if task.spec.agent.is_some() {
-                    if let Some(why) = self.over_budget(key) {
+                    if let Some(why) = budget::over_budget(&self.shared.model, key) {
                         if !over_budget.iter().any(|(k, _)| k == key) {
                             over_budget.push((key.clone(), why));
                         }
                         continue;
                     }
                     if let Some(until) = self.limits.limited_until(worker, now) {
-                        self.scan.due_ms = self.scan.due_ms.min(until);
+                        self.shared.scan.due_ms = self.shared.scan.due_ms.min(until);
                         continue;
                     }
                     if self.waits_for_its_session(task, &worker_id) {
                         continue;
                     }
                 }
-                if self.model.running().conflicts(&task.ownership()) {
+                if self.shared.model.running().conflicts(&task.ownership()) {
                     continue;
                 }
                 chosen = Some(key.clone());
                 break;
             }
             let Some(key) = chosen else {
-                self.scan.found_nothing.insert(worker_id, epoch);
-                if self.model.nothing_ready() {
+                self.shared.scan.found_nothing.insert(worker_id, epoch);
+                if self.shared.model.nothing_ready() {
                     break;
                 }
                 continue;
@@ -110,18 +84,18 @@ impl Scheduler {
             self.assign(&worker_id, &key, fx);
         }
         for (key, why) in over_budget {
-            self.block_at_budget(&key, &why, fx);
+            budget::block(&mut self.core(fx), &key, &why);
         }
     }
 
     /// Creates the next attempt of `key` on `worker_id`.
     fn assign(&mut self, worker_id: &str, key: &TaskKey, fx: &mut Effects) {
-        let token = self.next_token;
-        self.next_token += 1;
-        let Some(task) = self.model.tasks().get(key) else { return };
+        let token = self.shared.next_token;
+        self.shared.next_token += 1;
+        let Some(task) = self.shared.model.tasks().get(key) else { return };
         let number = task.attempts + 1;
         let base = if task.resume_commit.is_empty() {
-            self.model.swarms().get(&key.swarm).map(|s| s.integration_head.clone()).unwrap_or_default()
+            self.shared.model.swarms().get(&key.swarm).map(|s| s.integration_head.clone()).unwrap_or_default()
         } else {
             task.resume_commit.clone()
         };
@@ -139,33 +113,37 @@ impl Scheduler {
                 ..Default::default()
             },
         );
-        self.edit_task(key, fx, |task| {
+        self.core(fx).edit_task(key, |task| {
             task.attempts = number;
             task.percent = 0;
             task.step.clear();
         });
-        self.transition(Transition::AttemptAdded(attempt), fx);
-        self.edit_worker(worker_id, fx, |w| w.updated_at = now_ms());
-        self.lease_seen.insert(worker_id.to_string(), self.mono_ms());
-        self.set_state(key, TaskState::Running, &format!("attempt {number} assigned to {worker_id}"), fx);
+        self.core(fx).transition(Transition::AttemptAdded(attempt));
+        self.core(fx).edit_worker(worker_id, |w| w.updated_at = now_ms());
+        self.shared.lease_seen.insert(worker_id.to_string(), self.shared.mono_ms());
+        self.core(fx).set_state(
+            key,
+            TaskState::Running,
+            &format!("attempt {number} assigned to {worker_id}"),
+        );
         if let Some(spec) = self.assign_spec(key, number) {
-            self.send(worker_id, Outbound::Assign(Box::new(spec)), fx);
+            self.core(fx).send(worker_id, Outbound::Assign(Box::new(spec)));
         }
     }
 
     /// The Assign message for an existing attempt (also re-sent when its
     /// sidecar reconnects without it).
     pub(super) fn assign_spec(&self, key: &TaskKey, number: u32) -> Option<AssignSpec> {
-        if self.is_reviewer(key, number) {
-            return self.review_assign_spec(key, number);
+        if self.shared.model.is_reviewer(key, number) {
+            return review::assign_spec(&self.shared.model, key, number);
         }
-        let task = self.model.tasks().get(key)?;
-        let attempt = self.model.attempts().get(&(key.clone(), number))?;
+        let task = self.shared.model.tasks().get(key)?;
+        let attempt = self.shared.model.attempts().get(&(key.clone(), number))?;
         let deps: Vec<(String, String)> = task
             .spec
             .deps
             .iter()
-            .filter_map(|d| self.model.tasks().get(&TaskKey::new(key.swarm.clone(), d.clone())))
+            .filter_map(|d| self.shared.model.tasks().get(&TaskKey::new(key.swarm.clone(), d.clone())))
             .map(|t| (t.key.task.to_string(), t.notes.summary.clone()))
             .collect();
         Some(AssignSpec {
@@ -203,7 +181,7 @@ impl Scheduler {
     /// own worker can resume it: the session and the worktree holding its
     /// work live there.
     pub(super) fn resumable_session(&self, task: &Task, number: u32) -> Option<&Attempt> {
-        let previous = self.model.attempts().get(&(task.key.clone(), number.checked_sub(1)?))?;
+        let previous = self.shared.model.attempts().get(&(task.key.clone(), number.checked_sub(1)?))?;
         let kept = matches!(
             previous.state,
             AttemptState::Checkpointed
@@ -220,6 +198,11 @@ impl Scheduler {
     fn waits_for_its_session(&self, task: &Task, worker_id: &str) -> bool {
         let Some(previous) = self.resumable_session(task, task.attempts + 1) else { return false };
         previous.worker != worker_id
-            && self.model.workers().get(&previous.worker).is_some_and(|w| w.session.is_some() && !w.draining)
+            && self
+                .shared
+                .model
+                .workers()
+                .get(&previous.worker)
+                .is_some_and(|w| w.session.is_some() && !w.draining)
     }
 }

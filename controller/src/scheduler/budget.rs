@@ -18,64 +18,26 @@
 //! task whose report tipped it. Its window lives in memory: after a restart
 //! it counts again from zero.
 //!
+//! `Budgets` is a component: it works on the core and imports no other
+//! component; the breaker's pause is the dispatcher's to make, from what
+//! `spent` returns.
+//!
 //! What the operator set is stored: a task's budget in its notes, a
 //! swarm's (and its pause) in the swarm's `control` column.
 
 use std::collections::VecDeque;
 
-use swarm_core::plan::{Budget, SwarmBudget};
 use swarm_core::{SwarmId, TaskKey, TaskState, Usage};
 
-pub use super::model::{StoredSwarmBudget, TaskBudget, swarm_budget, task_budget};
-use super::outbound::{AttemptHandle, Outbound};
-use super::{Effects, HashMap, HashSet, Scheduler, now_ms};
+use super::core::{Core, find_swarm, find_task};
+use super::model::{BUDGET_CATEGORY, HashMap, HashSet, Model, now_ms, task_usage};
+use super::model::{BudgetChange, swarm_budget, task_budget};
+use crate::error::SchedError;
 
 /// The prefix of a task reason that says a budget blocked it.
 pub const BUDGET_REASON: &str = "budget";
 /// How far back the breaker looks.
 const BURN_WINDOW_MS: i64 = 3_600_000;
-
-/// A change of budget asked for: `None` leaves a field as it is, `Some(0)`
-/// removes that cap.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct BudgetChange {
-    pub usd: Option<f64>,
-    pub tokens: Option<u64>,
-    pub max_usd_per_hour: Option<f64>,
-}
-
-fn apply_usd(current: Option<f64>, change: Option<f64>) -> Option<f64> {
-    match change {
-        None => current,
-        Some(v) if v <= 0.0 => None,
-        Some(v) => Some(v),
-    }
-}
-
-fn apply_tokens(current: Option<u64>, change: Option<u64>) -> Option<u64> {
-    match change {
-        None => current,
-        Some(0) => None,
-        Some(v) => Some(v),
-    }
-}
-
-impl BudgetChange {
-    pub fn task(&self, current: Budget) -> TaskBudget {
-        TaskBudget {
-            usd: apply_usd(current.usd, self.usd),
-            tokens: apply_tokens(current.tokens, self.tokens),
-        }
-    }
-
-    pub fn swarm(&self, current: SwarmBudget) -> StoredSwarmBudget {
-        StoredSwarmBudget {
-            usd: apply_usd(current.limit.usd, self.usd),
-            tokens: apply_tokens(current.limit.tokens, self.tokens),
-            max_usd_per_hour: apply_usd(current.max_usd_per_hour, self.max_usd_per_hour),
-        }
-    }
-}
 
 /// What a swarm spent over the last hour, from the cost increments of its
 /// agents' reports.
@@ -126,85 +88,81 @@ pub(super) struct Budgets {
     /// Swarms found over their budget whose attempts were stopped and
     /// READY agent tasks blocked, so the swarm is walked once.
     over: HashSet<SwarmId>,
-    pub burn: HashMap<SwarmId, BurnWindow>,
+    burn: HashMap<SwarmId, BurnWindow>,
 }
 
-impl Scheduler {
-    /// What a task's attempts spent, and the first budget that says it may
-    /// spend no more (its own, then its swarm's), as a reason.
-    pub(super) fn over_budget(&self, key: &TaskKey) -> Option<String> {
-        let task = self.model.tasks().get(key)?;
-        task.spec.agent.as_ref()?;
-        if let Some(why) =
-            task_budget(task).exceeded_by(&super::model::task_usage(task, self.model.attempts()))
-        {
-            return Some(format!("{BUDGET_REASON}: task {why}"));
-        }
-        self.swarm_over_budget(&key.swarm)
+impl Budgets {
+    /// Dollars the swarm's agents spent in the last hour, as the breaker
+    /// sees it (for reads).
+    pub fn burn_rate(&self, id: &SwarmId) -> f64 {
+        self.burn.get(id).map(|w| w.peek(now_ms())).unwrap_or(0.0)
     }
 
-    fn swarm_over_budget(&self, id: &SwarmId) -> Option<String> {
-        let swarm = self.model.swarms().get(id)?;
-        swarm_budget(swarm)
-            .limit
-            .exceeded_by(swarm.usage())
-            .map(|why| format!("{BUDGET_REASON}: swarm {why}"))
+    /// The breaker's window starts afresh (the swarm was resumed).
+    pub fn forget_burn(&mut self, id: &SwarmId) {
+        self.burn.remove(id);
+    }
+
+    /// Lets a budget stop of `key#number` be sent again.
+    pub fn forget_stop(&mut self, key: &TaskKey, number: u32) {
+        self.stopping.remove(&(key.clone(), number));
     }
 
     /// An agent attempt's running total moved from `before` to `after`:
-    /// feed the breaker and, for a live attempt, stop it at a budget.
-    pub(super) fn on_usage(
+    /// feeds the breaker's window, and returns the last hour's spend and
+    /// the swarm's `max_usd_per_hour` when it is over it (the dispatcher
+    /// trips the breaker).
+    pub fn spent(
         &mut self,
+        model: &Model,
         key: &TaskKey,
-        number: u32,
         before: &Usage,
         after: &Usage,
-        live: bool,
-        fx: &mut Effects,
-    ) {
+    ) -> Option<(f64, f64)> {
         let delta = after.cost_usd - before.cost_usd;
-        if delta > 0.0 {
-            let now = now_ms();
-            let window = self.budgets.burn.entry(key.swarm.clone()).or_default();
-            window.add(now, delta);
-            let rate = window.last_hour(now);
-            let max = self.model.swarms().get(&key.swarm).and_then(|s| swarm_budget(s).max_usd_per_hour);
-            if let Some(max) = max
-                && rate > max
-            {
-                self.trip_breaker(key, rate, max, fx);
-            }
+        if delta <= 0.0 {
+            return None;
         }
-        let live =
-            live && self.model.attempts().get(&(key.clone(), number)).is_some_and(|a| a.state.is_live());
-        if live && !self.is_reviewer(key, number) {
-            self.enforce_budgets(key, fx);
+        let now = now_ms();
+        let window = self.burn.entry(key.swarm.clone()).or_default();
+        window.add(now, delta);
+        let rate = window.last_hour(now);
+        let max = model.swarms().get(&key.swarm).and_then(|s| swarm_budget(s).max_usd_per_hour)?;
+        (rate > max).then_some((rate, max))
+    }
+
+    /// After a live report's usage: a live attempt (no reviewer) over a
+    /// budget is stopped.
+    pub fn on_live_usage(&mut self, core: &mut Core, key: &TaskKey, number: u32) {
+        let live = core.model.attempts().get(&(key.clone(), number)).is_some_and(|a| a.state.is_live());
+        if live && !core.model.is_reviewer(key, number) {
+            self.enforce(core, key);
         }
     }
 
     /// Applies the budgets to `key` and its swarm: a live attempt over
     /// budget is stopped, a READY task over budget is BLOCKED, and a swarm
     /// found over its budget has every such task of its own handled too.
-    pub(super) fn enforce_budgets(&mut self, key: &TaskKey, fx: &mut Effects) {
-        if let Some(why) = self.swarm_over_budget(&key.swarm)
-            && self.budgets.over.insert(key.swarm.clone())
+    pub fn enforce(&mut self, core: &mut Core, key: &TaskKey) {
+        if let Some(why) = swarm_over_budget(core.model, &key.swarm)
+            && self.over.insert(key.swarm.clone())
         {
-            self.stop_swarm_at_budget(&key.swarm, &why, fx);
+            self.stop_swarm(core, &key.swarm, &why);
         }
-        let Some(why) = self.over_budget(key) else { return };
-        match self.model.tasks().get(key).map(|t| (t.state(), t.attempts)) {
-            Some((TaskState::Running, number)) => self.stop_at_budget(key, number, &why, fx),
-            Some((TaskState::Ready, _)) => self.block_at_budget(key, &why, fx),
+        let Some(why) = over_budget(core.model, key) else { return };
+        match core.model.tasks().get(key).map(|t| (t.state(), t.attempts)) {
+            Some((TaskState::Running, number)) => self.stop(core, key, number, &why),
+            Some((TaskState::Ready, _)) => block(core, key, &why),
             _ => {}
         }
     }
 
     /// The swarm reached its budget: stop its live agent attempts and
     /// block its READY agent tasks (one walk of the swarm).
-    fn stop_swarm_at_budget(&mut self, id: &SwarmId, why: &str, fx: &mut Effects) {
+    fn stop_swarm(&mut self, core: &mut Core, id: &SwarmId, why: &str) {
         let _span = tracing::warn_span!("swarm.budget_reached", swarm = %id).entered();
         tracing::warn!(reason = why, "swarm reached its budget; stopping its agent attempts");
-        fx.event(
+        core.fx.event(
             id.as_str(),
             "",
             0,
@@ -213,20 +171,20 @@ impl Scheduler {
             format!("swarm {id} {why}; its agent attempts stop and no new one starts"),
             serde_json::json!({ "reason": BUDGET_REASON, "detail": why }),
         );
-        let keys = self.model.swarms().get(id).map(|s| s.tasks.clone()).unwrap_or_default();
+        let keys = core.model.swarms().get(id).map(|s| s.tasks.clone()).unwrap_or_default();
         for key in keys {
-            let Some(t) = self.model.tasks().get(&key) else { continue };
+            let Some(t) = core.model.tasks().get(&key) else { continue };
             if t.spec.agent.is_none() {
                 continue;
             }
             match t.state() {
                 TaskState::Running => {
                     let number = t.attempts;
-                    if !self.is_reviewer(&key, number) {
-                        self.stop_at_budget(&key, number, why, fx);
+                    if !core.model.is_reviewer(&key, number) {
+                        self.stop(core, &key, number, why);
                     }
                 }
-                TaskState::Ready => self.block_at_budget(&key, why, fx),
+                TaskState::Ready => block(core, &key, why),
                 _ => {}
             }
         }
@@ -234,16 +192,16 @@ impl Scheduler {
 
     /// Stops a live attempt at a budget, once: its work is kept as a WIP
     /// commit and its result (CHECKPOINT) blocks the task.
-    fn stop_at_budget(&mut self, key: &TaskKey, number: u32, why: &str, fx: &mut Effects) {
-        if !self.budgets.stopping.insert((key.clone(), number)) {
+    fn stop(&mut self, core: &mut Core, key: &TaskKey, number: u32, why: &str) {
+        if !self.stopping.insert((key.clone(), number)) {
             return;
         }
         let _span =
             tracing::info_span!("attempt.budget_stop", swarm = %key.swarm, task = %key, attempt = number)
                 .entered();
         tracing::info!(reason = why, "stopping the attempt at its budget");
-        self.send_stop(key, number, why, true, fx);
-        fx.task_event(
+        core.send_stop(key, number, why, true);
+        core.fx.task_event(
             key,
             number,
             "",
@@ -253,115 +211,54 @@ impl Scheduler {
         );
     }
 
-    /// Lets a budget stop of `key#number` be sent again.
-    pub(super) fn forget_budget_stop(&mut self, key: &TaskKey, number: u32) {
-        self.budgets.stopping.remove(&(key.clone(), number));
-    }
-
-    /// Sends the worker of `key#number` a Cancel; with `checkpoint` it
-    /// keeps the work (WIP commit, agent session) and reports CHECKPOINT.
-    pub(super) fn send_stop(
-        &mut self,
-        key: &TaskKey,
-        number: u32,
-        reason: &str,
-        checkpoint: bool,
-        fx: &mut Effects,
-    ) {
-        let Some(a) = self.model.attempts().get(&(key.clone(), number)) else { return };
-        let message = Outbound::Cancel {
-            attempt: AttemptHandle { task: key.clone(), number, token: a.token },
-            grace_ms: self.timing.cancel_grace.as_millis() as u32,
-            reason: reason.to_string(),
-            checkpoint,
-        };
-        let worker = a.worker.clone();
-        self.send(&worker, message, fx);
-    }
-
-    /// READY → BLOCKED with a budget reason.
-    pub(super) fn block_at_budget(&mut self, key: &TaskKey, why: &str, fx: &mut Effects) {
-        if self.model.tasks().get(key).map(|t| t.state()) != Some(TaskState::Ready) {
-            return;
-        }
-        self.set_state(key, TaskState::Blocked, why, fx);
-        let attempt = self.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
-        fx.task_event(
-            key,
-            attempt,
-            "",
-            "task.blocked",
-            format!("{key} blocked: {why}"),
-            serde_json::json!({ "reason": BUDGET_REASON, "detail": why }),
-        );
-    }
-
     /// After an attempt's result: the stop it may have been sent is done
     /// with, and a task that went back to READY while over budget is
     /// BLOCKED instead.
-    pub(super) fn after_result_budget(&mut self, key: &TaskKey, number: u32, fx: &mut Effects) {
+    pub fn after_result(&mut self, core: &mut Core, key: &TaskKey, number: u32) {
         // The agent stopped at its budget took its open question with it:
         // its resumed session goes on without an answer.
-        if self.budgets.stopping.remove(&(key.clone(), number))
-            && self.model.tasks().get(key).is_some_and(|t| {
+        if self.stopping.remove(&(key.clone(), number))
+            && core.model.tasks().get(key).is_some_and(|t| {
                 t.notes
                     .pending_question
                     .as_ref()
-                    .is_some_and(|q| q.attempt == number && q.category != super::pause::BUDGET_CATEGORY)
+                    .is_some_and(|q| q.attempt == number && q.category != BUDGET_CATEGORY)
             })
         {
-            self.edit_task(key, fx, |t| t.notes.pending_question = None);
+            core.edit_task(key, |t| t.notes.pending_question = None);
         }
-        if self.model.tasks().get(key).is_some_and(|t| t.state() == TaskState::Ready) {
-            self.enforce_budgets(key, fx);
+        if core.model.tasks().get(key).is_some_and(|t| t.state() == TaskState::Ready) {
+            self.enforce(core, key);
         }
-    }
-
-    /// Makes READY again the tasks of `keys` a budget blocked and that no
-    /// budget holds any more.
-    fn unblock_budget(&mut self, keys: &[TaskKey], fx: &mut Effects) -> u32 {
-        let mut n = 0;
-        for key in keys {
-            let blocked = self
-                .model
-                .tasks()
-                .get(key)
-                .is_some_and(|t| t.state() == TaskState::Blocked && t.reason.starts_with(BUDGET_REASON));
-            if blocked && self.over_budget(key).is_none() {
-                self.make_ready(key, "budget raised; resumes from its checkpoint", fx);
-                n += 1;
-            }
-        }
-        n
     }
 
     /// SetBudget on a swarm: stores the new budget and unblocks what it
     /// allows.
-    pub(super) fn set_swarm_budget(
+    pub fn set_swarm(
         &mut self,
+        core: &mut Core,
         id: &SwarmId,
         change: BudgetChange,
-        fx: &mut Effects,
-    ) -> Result<(), crate::error::SchedError> {
-        let swarm = self.swarm(id.as_str())?;
+    ) -> Result<(), SchedError> {
+        let swarm = find_swarm(core.model, id.as_str())?;
         let _span = tracing::info_span!("budget.set", swarm = %id).entered();
         let budget = change.swarm(swarm_budget(swarm));
-        self.edit_swarm(id, fx, |s| s.control.budget = Some(budget));
-        match self.swarm_over_budget(id) {
+        core.edit_swarm(id, |s| s.control.budget = Some(budget));
+        match swarm_over_budget(core.model, id) {
             None => {
-                self.budgets.over.remove(id);
+                self.over.remove(id);
             }
             // Lowered below what it spent: stop now, not at the next report.
             Some(why) => {
-                if self.budgets.over.insert(id.clone()) {
-                    self.stop_swarm_at_budget(id, &why, fx);
+                if self.over.insert(id.clone()) {
+                    self.stop_swarm(core, id, &why);
                 }
             }
         }
-        let keys = self.model.swarms().get(id).map(|s| s.tasks.clone()).unwrap_or_default();
-        let unblocked = self.unblock_budget(&keys, fx);
+        let keys = core.model.swarms().get(id).map(|s| s.tasks.clone()).unwrap_or_default();
+        let unblocked = unblock(core, &keys);
         tracing::info!(?budget, unblocked, "swarm budget set");
-        fx.event(
+        core.fx.event(
             id.as_str(),
             "",
             0,
@@ -378,20 +275,20 @@ impl Scheduler {
     }
 
     /// SetBudget on a task.
-    pub(super) fn set_task_budget(
+    pub fn set_task(
         &mut self,
+        core: &mut Core,
         key: &TaskKey,
         change: BudgetChange,
-        fx: &mut Effects,
-    ) -> Result<(), crate::error::SchedError> {
-        let task = self.task(key)?;
+    ) -> Result<(), SchedError> {
+        let task = find_task(core.model, key)?;
         let _span = tracing::info_span!("budget.set", swarm = %key.swarm, task = %key).entered();
         let budget = change.task(task_budget(task));
-        self.edit_task(key, fx, |t| t.notes.budget = Some(budget));
-        let unblocked = self.unblock_budget(std::slice::from_ref(key), fx);
+        core.edit_task(key, |t| t.notes.budget = Some(budget));
+        let unblocked = unblock(core, std::slice::from_ref(key));
         tracing::info!(?budget, unblocked, "task budget set");
-        let attempt = self.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
-        fx.task_event(
+        let attempt = core.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
+        core.fx.task_event(
             key,
             attempt,
             "",
@@ -401,16 +298,62 @@ impl Scheduler {
                 "unblocked": unblocked }),
         );
         // Lowered below what it spent: stop it now.
-        if self.model.tasks().get(key).is_some_and(|t| t.state() == TaskState::Running) {
-            self.enforce_budgets(key, fx);
+        if core.model.tasks().get(key).is_some_and(|t| t.state() == TaskState::Running) {
+            self.enforce(core, key);
         }
         Ok(())
     }
+}
 
-    /// The breaker's view of a swarm's last hour, for reads.
-    pub(super) fn burn_rate(&self, id: &SwarmId) -> f64 {
-        self.budgets.burn.get(id).map(|w| w.peek(now_ms())).unwrap_or(0.0)
+/// The first budget that says an agent task may spend no more (its own,
+/// then its swarm's), as a reason.
+pub(super) fn over_budget(model: &Model, key: &TaskKey) -> Option<String> {
+    let task = model.tasks().get(key)?;
+    task.spec.agent.as_ref()?;
+    if let Some(why) = task_budget(task).exceeded_by(&task_usage(task, model.attempts())) {
+        return Some(format!("{BUDGET_REASON}: task {why}"));
     }
+    swarm_over_budget(model, &key.swarm)
+}
+
+fn swarm_over_budget(model: &Model, id: &SwarmId) -> Option<String> {
+    let swarm = model.swarms().get(id)?;
+    swarm_budget(swarm).limit.exceeded_by(swarm.usage()).map(|why| format!("{BUDGET_REASON}: swarm {why}"))
+}
+
+/// READY → BLOCKED with a budget reason.
+pub(super) fn block(core: &mut Core, key: &TaskKey, why: &str) {
+    if core.model.tasks().get(key).map(|t| t.state()) != Some(TaskState::Ready) {
+        return;
+    }
+    core.set_state(key, TaskState::Blocked, why);
+    let attempt = core.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
+    core.fx.task_event(
+        key,
+        attempt,
+        "",
+        "task.blocked",
+        format!("{key} blocked: {why}"),
+        serde_json::json!({ "reason": BUDGET_REASON, "detail": why }),
+    );
+}
+
+/// Makes READY again the tasks of `keys` a budget blocked and that no
+/// budget holds any more.
+fn unblock(core: &mut Core, keys: &[TaskKey]) -> u32 {
+    let mut n = 0;
+    for key in keys {
+        let blocked = core
+            .model
+            .tasks()
+            .get(key)
+            .is_some_and(|t| t.state() == TaskState::Blocked && t.reason.starts_with(BUDGET_REASON));
+        if blocked && over_budget(core.model, key).is_none() {
+            core.make_ready(key, "budget raised; resumes from its checkpoint");
+            n += 1;
+        }
+    }
+    n
 }
 
 fn describe(usd: Option<f64>, tokens: Option<u64>) -> String {
@@ -421,6 +364,9 @@ fn describe(usd: Option<f64>, tokens: Option<u64>) -> String {
 
 #[cfg(test)]
 mod tests {
+    use swarm_core::plan::{Budget, SwarmBudget};
+
+    use super::super::model::StoredSwarmBudget;
     use super::*;
 
     #[test]

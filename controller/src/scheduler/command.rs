@@ -2,84 +2,24 @@
 //! validated and converted at the API edge), operator requests and the
 //! merge service's reports.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use swarm_core::plan::Plan;
-use swarm_core::{Outcome, SwarmId, TaskKey, TaskState, Usage};
+use swarm_core::{SwarmId, TaskKey, TaskState, Usage};
 use swarm_git::merge::{self, LockRemoved, MergeResult, QueueReport, RefRepaired};
 use tokio::sync::{broadcast, oneshot};
 
-pub use super::budget::BudgetChange;
-use super::model::{Session, TierOutcome};
+pub use super::model::BudgetChange;
+use super::model::Session;
+pub use super::model::messages::{
+    HelloInfo, PackClaim, ReportedAttempt, ResultReport, ReviewVerdict, SandboxReported,
+};
 use super::reads::Page;
 use super::refs::LandTarget;
 use super::views::{SwarmView, TaskDetailView, TaskView, WorkerView};
 use crate::error::SchedError;
 use crate::merger::ReportSink;
 use crate::store::EventRow;
-
-/// An attempt as a sidecar names it in a report.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ReportedAttempt {
-    pub task: TaskKey,
-    pub number: u32,
-    pub token: u64,
-}
-
-/// How a sidecar says it confined an attempt's worker.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SandboxReported {
-    pub mode: String,
-    pub enforced: Vec<String>,
-    pub missing: Vec<String>,
-}
-
-#[derive(Debug, Clone)]
-pub struct HelloInfo {
-    pub worker_id: String,
-    pub labels: BTreeMap<String, String>,
-    pub host: String,
-    pub last_acked_seq: u64,
-    pub attempt_in_hand: Option<ReportedAttempt>,
-    /// The secret the sidecar's last Welcome gave it; empty if it has none.
-    pub resume_secret: String,
-    /// The credential the stream was authenticated with, when there is one.
-    pub principal: Option<String>,
-}
-
-#[derive(Debug, Clone)]
-pub struct ResultReport {
-    pub attempt: ReportedAttempt,
-    pub outcome: Outcome,
-    pub exit_code: i32,
-    pub signal: Option<i32>,
-    pub commit: Option<String>,
-    pub files_changed: Vec<String>,
-    pub tiers: Vec<TierOutcome>,
-    pub summary: String,
-    pub error: String,
-    pub log_tail: Vec<String>,
-    pub category: String,
-    /// Agent attempts: what was spent, and the session to resume.
-    pub usage: Usage,
-    pub session_id: String,
-    /// RATE_LIMITED: when the limit resets (unix ms; 0 unknown) and its kind.
-    pub rate_limit_reset_ms: u64,
-    pub rate_limit_kind: String,
-    /// A reviewer attempt's decision, as its reviewer left it.
-    pub review: Option<ReviewVerdict>,
-}
-
-/// What a reviewer attempt decided (validated by the scheduler, which
-/// knows the reviewed commit).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct ReviewVerdict {
-    pub decision: String,
-    pub message: String,
-    /// Why the sidecar could not read the decision; empty when it could.
-    pub error: String,
-}
 
 #[derive(Debug, Clone)]
 pub enum Report {
@@ -313,16 +253,6 @@ pub enum Command {
         message: String,
     },
     Shutdown,
-}
-
-/// Who a pack transfer says it is for.
-#[derive(Debug, Clone)]
-pub struct PackClaim {
-    pub worker: String,
-    pub resume_secret: String,
-    pub principal: Option<String>,
-    /// The attempt an upload belongs to; none for a download.
-    pub attempt: Option<ReportedAttempt>,
 }
 
 /// The merger's report sink: its reports become commands of the

@@ -6,12 +6,10 @@
 //! are not held back. Limits live in memory: after a controller restart the
 //! first agent to hit the limit again reinstates it.
 
-use super::HashMap;
-
 use rand::Rng as _;
 
-use super::model::{Model, Worker};
-use super::{Effects, now_ms};
+use super::core::Effects;
+use super::model::{HashMap, Model, Worker, now_ms};
 use crate::metrics::Metrics;
 
 /// The worker label naming the agent account a limit belongs to.

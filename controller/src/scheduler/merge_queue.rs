@@ -8,16 +8,20 @@
 //! of such a swarm back in the queue (marked recovering, so the merger
 //! first looks for a landing that happened before the crash), and a batch
 //! that was being verified is verified again.
-
-use super::{HashMap, HashSet};
+//!
+//! `Queues` is a component: it works on the core and imports no other.
+//! What the merger decided (merged, conflicting or refused tasks) goes back
+//! to the dispatcher, which moves those tasks as on the direct path.
 
 use swarm_core::plan::integration::IntegrationVerify;
 use swarm_core::{SwarmId, TaskKey, TaskState};
-use swarm_git::merge::{Chained, MergeResult, MergeStats, QueueReport, QueueRequest, Verdict};
+use swarm_git::merge::{Chained, MergeJob, MergeResult, MergeStats, QueueReport, QueueRequest, Verdict};
 
 use super::bisect::{Decision, MergeQueue};
-use super::model::{TierOutcome, Transition, Worker};
-use super::{Effects, Outbound, Scheduler};
+use super::core::Core;
+use super::model::{HashMap, HashSet, Model, TierOutcome, Transition, Worker};
+use super::outbound::{Outbound, VerifyMergeSpec};
+use crate::merger::MergerHandle;
 
 /// A failed speculation (a missing branch, a failed write) is tried again
 /// after this, not in a hot loop.
@@ -70,19 +74,53 @@ pub(super) struct Queues {
     next_job: u64,
 }
 
-impl Scheduler {
-    fn integration_of(&self, swarm: &SwarmId) -> Option<std::sync::Arc<IntegrationVerify>> {
-        self.model.swarms().get(swarm).and_then(|s| s.plan.integration.clone())
-    }
+/// What a queue report decided, for the dispatcher: merge results to apply
+/// as the merger's own, then a culprit to hand back.
+#[derive(Default)]
+pub(super) struct Decided {
+    pub merged: Vec<MergeResult>,
+    pub culprit: Option<TaskKey>,
+}
 
-    /// Whether a swarm's succeeded tasks go through the merge queue.
-    pub(super) fn queues_merges(&self, swarm: &SwarmId) -> bool {
-        self.integration_of(swarm).is_some()
-    }
+/// The merge job of attempt `number` of `key`.
+pub(super) fn merge_job(model: &Model, key: &TaskKey, number: u32, recovering: bool) -> Option<MergeJob> {
+    let t = model.tasks().get(key)?;
+    let swarm = model.swarms().get(&key.swarm)?;
+    let attempt = model.attempts().get(&(key.clone(), number))?;
+    Some(MergeJob {
+        task: key.clone(),
+        attempt: number,
+        attempt_label: key.attempt(number).to_string(),
+        integration_branch: swarm.plan.integration_branch.clone(),
+        task_commit: t.result_commit.clone(),
+        base_commit: attempt.base_commit.clone(),
+        strategy: t.spec.strategy,
+        ownership: t.spec.ownership,
+        owned_globs: t.spec.files.clone(),
+        title: t.spec.title.clone(),
+        summary: t.notes.summary.clone(),
+        recovering,
+    })
+}
 
-    fn swarm_queue(&mut self, swarm: &SwarmId) -> Option<&mut SwarmQueue> {
-        let max = self.integration_of(swarm)?.max_batch as usize;
-        Some(self.merge_queues.by_swarm.entry(swarm.clone()).or_insert_with(|| SwarmQueue {
+fn integration_of(model: &Model, swarm: &SwarmId) -> Option<std::sync::Arc<IntegrationVerify>> {
+    model.swarms().get(swarm).and_then(|s| s.plan.integration.clone())
+}
+
+/// Whether a swarm's succeeded tasks go through the merge queue.
+pub(super) fn queues_merges(model: &Model, swarm: &SwarmId) -> bool {
+    integration_of(model, swarm).is_some()
+}
+
+fn has_verifier(model: &Model, swarm: &SwarmId) -> bool {
+    let Some(iv) = integration_of(model, swarm) else { return false };
+    model.workers().values().any(|w| w.is_idle() && w.satisfies(&iv.labels))
+}
+
+impl Queues {
+    fn swarm_queue(&mut self, model: &Model, swarm: &SwarmId) -> Option<&mut SwarmQueue> {
+        let max = integration_of(model, swarm)?.max_batch as usize;
+        Some(self.by_swarm.entry(swarm.clone()).or_insert_with(|| SwarmQueue {
             queue: MergeQueue::new(max),
             stage: Stage::Idle,
             recovering: HashSet::default(),
@@ -93,17 +131,12 @@ impl Scheduler {
 
     /// A succeeded task of a queued swarm enters the queue (MERGING); the
     /// next tick starts a batch if none is under way.
-    pub(super) fn enqueue_merge(&mut self, key: &TaskKey, number: u32, fx: &mut Effects) {
-        let Some(q) = self.swarm_queue(&key.swarm) else { return };
+    pub fn enqueue(&mut self, core: &mut Core, key: &TaskKey, number: u32) {
+        let Some(q) = self.swarm_queue(core.model, &key.swarm) else { return };
         q.queue.push(key.clone());
         let waiting = q.queue.waiting().count();
-        self.set_state(
-            key,
-            TaskState::Merging,
-            &format!("attempt {number} queued for integration verify"),
-            fx,
-        );
-        fx.task_event(
+        core.set_state(key, TaskState::Merging, &format!("attempt {number} queued for integration verify"));
+        core.fx.task_event(
             key,
             number,
             "",
@@ -115,31 +148,31 @@ impl Scheduler {
 
     /// After a restart: back in the queue without an event (the store
     /// already says MERGING), marked so a landed merge is found first.
-    pub(super) fn requeue_recovered(&mut self, key: &TaskKey) {
-        if let Some(q) = self.swarm_queue(&key.swarm) {
+    pub fn requeue_recovered(&mut self, model: &Model, key: &TaskKey) {
+        if let Some(q) = self.swarm_queue(model, &key.swarm) {
             q.queue.push(key.clone());
             q.recovering.insert(key.clone());
         }
     }
 
     /// Each turn: start batches, find verifiers, notice lost ones.
-    pub(super) fn tick_merge_queues(&mut self, fx: &mut Effects) {
-        if self.merge_queues.by_swarm.is_empty() {
+    pub fn tick(&mut self, core: &mut Core, merger: &MergerHandle) {
+        if self.by_swarm.is_empty() {
             return;
         }
-        let now = self.mono_ms();
-        let swarms: Vec<SwarmId> = self.merge_queues.by_swarm.keys().cloned().collect();
+        let now = core.mono_ms();
+        let swarms: Vec<SwarmId> = self.by_swarm.keys().cloned().collect();
         for swarm in swarms {
-            let free = self.has_verifier(&swarm);
-            let Some(q) = self.merge_queues.by_swarm.get_mut(&swarm) else { continue };
+            let free = has_verifier(core.model, &swarm);
+            let Some(q) = self.by_swarm.get_mut(&swarm) else { continue };
             match &mut q.stage {
                 // A batch is formed when a verifier is free to take it, so
                 // everything that queued up meanwhile is verified together.
                 Stage::Idle if q.retry_at <= now && !q.queue.is_empty() && free => {
-                    self.start_batch(&swarm, fx)
+                    self.start_batch(core, merger, &swarm)
                 }
                 Stage::Verifying { worker: Some((id, session)), job, .. } => {
-                    let w = self.model.workers().get(id.as_str());
+                    let w = core.model.workers().get(id.as_str());
                     if w.and_then(|w| w.session.as_ref()).map(|s| s.id) != Some(*session) {
                         let (id, job) = (id.clone(), *job);
                         if let Stage::Verifying { worker, .. } = &mut q.stage {
@@ -150,8 +183,8 @@ impl Scheduler {
                                 w.verifying = None;
                             }
                         };
-                        self.model.apply(Transition::Worker { id: &id, edit: Box::new(edit) });
-                        fx.event(
+                        core.model.apply(Transition::Worker { id: &id, edit: Box::new(edit) });
+                        core.fx.event(
                             swarm.as_str(),
                             "",
                             0,
@@ -160,10 +193,10 @@ impl Scheduler {
                             format!("verifier {id} lost; verifying elsewhere"),
                             serde_json::json!({ "job": job }),
                         );
-                        self.dispatch_verify(&swarm, fx);
+                        self.dispatch_verify(core, &swarm);
                     }
                 }
-                Stage::Verifying { worker: None, .. } => self.dispatch_verify(&swarm, fx),
+                Stage::Verifying { worker: None, .. } => self.dispatch_verify(core, &swarm),
                 _ => {}
             }
         }
@@ -171,8 +204,8 @@ impl Scheduler {
 
     /// Sends the items under verification (a fresh batch or the next half
     /// of a bisection) to the merger to be merged in memory.
-    fn start_batch(&mut self, swarm: &SwarmId, fx: &mut Effects) {
-        let Some(q) = self.merge_queues.by_swarm.get_mut(swarm) else { return };
+    fn start_batch(&mut self, core: &mut Core, merger: &MergerHandle, swarm: &SwarmId) {
+        let Some(q) = self.by_swarm.get_mut(swarm) else { return };
         let Some(items) = q.queue.next().map(<[TaskKey]>::to_vec) else { return };
         let bisecting = q.queue.is_bisecting();
         let size = q.queue.batch_size();
@@ -180,9 +213,9 @@ impl Scheduler {
         let mut jobs = Vec::with_capacity(items.len());
         let mut gone = Vec::new();
         for key in &items {
-            let number = self.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
-            let still_merging = self.model.tasks().get(key).is_some_and(|t| t.state() == TaskState::Merging);
-            match self.merge_job(key, number, recovering.contains(key)) {
+            let number = core.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
+            let still_merging = core.model.tasks().get(key).is_some_and(|t| t.state() == TaskState::Merging);
+            match merge_job(core.model, key, number, recovering.contains(key)) {
                 Some(job) if still_merging => jobs.push(job),
                 _ => gone.push(key.clone()),
             }
@@ -190,7 +223,7 @@ impl Scheduler {
         if !gone.is_empty() {
             // Cancelled or otherwise decided meanwhile: the batch changes,
             // so it is formed afresh next tick.
-            if let Some(q) = self.merge_queues.by_swarm.get_mut(swarm) {
+            if let Some(q) = self.by_swarm.get_mut(swarm) {
                 for key in &gone {
                     q.queue.remove(key);
                     q.recovering.remove(key);
@@ -198,9 +231,9 @@ impl Scheduler {
             }
             return;
         }
-        self.merge_queues.next_job += 1;
-        let job = self.merge_queues.next_job;
-        let Some(branch) = self.model.swarms().get(swarm).map(|s| s.plan.integration_branch.clone()) else {
+        self.next_job += 1;
+        let job = self.next_job;
+        let Some(branch) = core.model.swarms().get(swarm).map(|s| s.plan.integration_branch.clone()) else {
             return;
         };
         let tasks: Vec<String> = items.iter().map(|k| k.task.to_string()).collect();
@@ -209,8 +242,8 @@ impl Scheduler {
         let _span =
             tracing::info_span!("merge_queue.batch", swarm = %swarm, job, tasks = items.len(), bisecting)
                 .entered();
-        self.metrics.merge_queue_batch_size.set(items.len() as i64);
-        fx.event(
+        core.metrics.merge_queue_batch_size.set(items.len() as i64);
+        core.fx.event(
             swarm.as_str(),
             "",
             0,
@@ -219,30 +252,25 @@ impl Scheduler {
             format!("{what} of {}: {}", items.len(), tasks.join(", ")),
             serde_json::json!({ "job": job, "tasks": tasks, "batch_size": size }),
         );
-        if let Some(q) = self.merge_queues.by_swarm.get_mut(swarm) {
+        if let Some(q) = self.by_swarm.get_mut(swarm) {
             q.stage = Stage::Speculating { job };
         }
-        self.merger.queue(QueueRequest::Speculate { swarm: swarm.clone(), job, branch, jobs });
-    }
-
-    fn has_verifier(&self, swarm: &SwarmId) -> bool {
-        let Some(iv) = self.integration_of(swarm) else { return false };
-        self.model.workers().values().any(|w| w.is_idle() && w.satisfies(&iv.labels))
+        merger.queue(QueueRequest::Speculate { swarm: swarm.clone(), job, branch, jobs });
     }
 
     /// Picks an idle sidecar with the plan's verifier labels and sends it
     /// the merged commit; without one, the next tick tries again.
-    fn dispatch_verify(&mut self, swarm: &SwarmId, fx: &mut Effects) {
-        let Some(iv) = self.integration_of(swarm) else { return };
+    fn dispatch_verify(&mut self, core: &mut Core, swarm: &SwarmId) {
+        let Some(iv) = integration_of(core.model, swarm) else { return };
         let Some(Stage::Verifying { job, head, chained, worker: None, .. }) =
-            self.merge_queues.by_swarm.get(swarm).map(|q| &q.stage)
+            self.by_swarm.get(swarm).map(|q| &q.stage)
         else {
             return;
         };
         let (job, head) = (*job, head.clone());
         let attempts: Vec<String> = chained.iter().map(|c| c.task.attempt(c.attempt).to_string()).collect();
         let keys: Vec<TaskKey> = chained.iter().map(|c| c.task.clone()).collect();
-        let mut idle: Vec<&str> = self
+        let mut idle: Vec<&str> = core
             .model
             .workers()
             .values()
@@ -251,19 +279,17 @@ impl Scheduler {
             .collect();
         idle.sort();
         let Some(worker) = idle.first().map(|w| w.to_string()) else { return };
-        let Some(session) = self.model.workers().get(&worker).and_then(|w| w.session.as_ref()).map(|s| s.id)
+        let Some(session) = core.model.workers().get(&worker).and_then(|w| w.session.as_ref()).map(|s| s.id)
         else {
             return;
         };
-        self.edit_worker_unstored(&worker, |w| w.verifying = Some(job));
-        if let Some(Stage::Verifying { worker: w, .. }) =
-            self.merge_queues.by_swarm.get_mut(swarm).map(|q| &mut q.stage)
-        {
+        core.edit_worker_unstored(&worker, |w| w.verifying = Some(job));
+        if let Some(Stage::Verifying { worker: w, .. }) = self.by_swarm.get_mut(swarm).map(|q| &mut q.stage) {
             *w = Some((worker.clone(), session));
         }
         let _span =
             tracing::info_span!("merge_queue.verify", swarm = %swarm, job, worker = %worker).entered();
-        self.metrics.merge_queue_verifications.inc();
+        core.metrics.merge_queue_verifications.inc();
         // The reason is what `get tasks` and the report show of the queue.
         let reason = format!(
             "integration verify: {} task(s) merged at {} on {worker}",
@@ -271,9 +297,9 @@ impl Scheduler {
             &head[..head.len().min(12)]
         );
         for key in &keys {
-            self.set_state(key, TaskState::Merging, &reason, fx);
+            core.set_state(key, TaskState::Merging, &reason);
         }
-        fx.event(
+        core.fx.event(
             swarm.as_str(),
             "",
             0,
@@ -282,7 +308,7 @@ impl Scheduler {
             format!("verifying {} on {worker}", &head[..head.len().min(12)]),
             serde_json::json!({ "job": job, "commit": head, "attempts": attempts }),
         );
-        let message = Outbound::VerifyMerge(Box::new(super::outbound::VerifyMergeSpec {
+        let message = Outbound::VerifyMerge(Box::new(VerifyMergeSpec {
             job,
             swarm: swarm.to_string(),
             commit: head,
@@ -291,17 +317,19 @@ impl Scheduler {
             traceparent: String::new(),
             sandbox: iv.sandbox.clone(),
         }));
-        self.send(&worker, message, fx);
+        core.send(&worker, message);
     }
 
-    /// The merger's answer to a speculation or a landing.
-    pub(super) fn on_queue_report(&mut self, report: QueueReport, fx: &mut Effects) {
+    /// The merger's answer to a speculation or a landing. What it decided
+    /// is returned: the dispatcher applies those merge results, then hands
+    /// the culprit back.
+    pub fn on_report(&mut self, core: &mut Core, report: QueueReport) -> Decided {
         match report {
             QueueReport::Speculated { swarm, job, base, head, chained, decided, error } => {
-                let now = self.mono_ms();
-                let Some(q) = self.merge_queues.by_swarm.get_mut(&swarm) else { return };
+                let now = core.mono_ms();
+                let Some(q) = self.by_swarm.get_mut(&swarm) else { return Decided::default() };
                 if !matches!(q.stage, Stage::Speculating { job: j } if j == job) {
-                    return;
+                    return Decided::default();
                 }
                 q.stage = Stage::Idle;
                 for r in &decided {
@@ -310,7 +338,7 @@ impl Scheduler {
                 }
                 if let Some(error) = error {
                     q.retry_at = now + RETRY_MS;
-                    fx.event(
+                    core.fx.event(
                         swarm.as_str(),
                         "",
                         0,
@@ -322,89 +350,100 @@ impl Scheduler {
                 }
                 // Conflicts, refusals and merges found landed are decided as
                 // on the direct path; the rest form a new batch next tick.
-                let changed = !decided.is_empty();
-                for r in decided {
-                    self.on_merged(r, fx);
+                if !decided.is_empty() || chained.is_empty() {
+                    return Decided { merged: decided, culprit: None };
                 }
-                if changed || chained.is_empty() {
-                    return;
-                }
-                if let Some(q) = self.merge_queues.by_swarm.get_mut(&swarm) {
+                if let Some(q) = self.by_swarm.get_mut(&swarm) {
                     q.stage = Stage::Verifying { job, base, head, chained, worker: None };
                 }
-                self.dispatch_verify(&swarm, fx);
+                self.dispatch_verify(core, &swarm);
+                Decided::default()
             }
-            QueueReport::Advanced { swarm, job, head, error } => {
-                let now = self.mono_ms();
-                let Some(q) = self.merge_queues.by_swarm.get_mut(&swarm) else { return };
-                let Stage::Landing { job: j, .. } = &q.stage else { return };
-                if *j != job {
-                    return;
-                }
-                let Stage::Landing { chained, culprit, .. } = std::mem::take(&mut q.stage) else { return };
-                if let Some(error) = error {
-                    // The ref moved or is locked: verify these again on the
-                    // head as it is now.
-                    q.queue.requeue_front(chained.iter().map(|c| c.task.clone()).collect());
-                    q.retry_at = now + RETRY_MS;
-                    fx.event(
-                        swarm.as_str(),
-                        "",
-                        0,
-                        "",
-                        "merge_queue.error",
-                        format!("verified batch did not land: {error}"),
-                        serde_json::json!({ "job": job }),
-                    );
-                } else {
-                    let tasks: Vec<String> = chained.iter().map(|c| c.task.task.to_string()).collect();
-                    fx.event(
-                        swarm.as_str(),
-                        "",
-                        0,
-                        "",
-                        "merge_queue.landed",
-                        format!("landed {} verified: {}", chained.len(), tasks.join(", ")),
-                        serde_json::json!({ "job": job, "head": head, "tasks": tasks }),
-                    );
-                    for c in chained {
-                        if let Some(q) = self.merge_queues.by_swarm.get_mut(&swarm) {
-                            q.recovering.remove(&c.task);
-                        }
-                        self.on_merged(
-                            MergeResult {
-                                task: c.task,
-                                attempt: c.attempt,
-                                verdict: Verdict::Merged {
-                                    head: head.clone(),
-                                    stats: MergeStats::Verified {
-                                        result: c.merge_commit.clone(),
-                                        files_changed: c.files_changed,
-                                        job,
-                                    },
-                                    merge_commit: c.merge_commit,
-                                },
-                                ownership_warning: Vec::new(),
-                                lock_removed: None,
-                            },
-                            fx,
-                        );
-                    }
-                }
-                if let Some(key) = culprit {
-                    self.return_culprit(&key, fx);
-                }
-            }
+            QueueReport::Advanced { swarm, job, head, error } => self.advanced(core, swarm, job, head, error),
         }
     }
 
-    /// A sidecar's verdict on a speculative merge.
-    pub(super) fn on_merge_verified(&mut self, worker_id: &str, r: VerifiedReport, fx: &mut Effects) {
-        if self.model.workers().get(worker_id).is_some_and(|w| w.verifying == Some(r.job)) {
-            self.edit_worker_unstored(worker_id, |w| w.verifying = None);
-            self.scan.changed();
+    /// The merger's answer to a landing: the batch's merge results, and the
+    /// culprit found with it; or the batch back in the queue.
+    fn advanced(
+        &mut self,
+        core: &mut Core,
+        swarm: SwarmId,
+        job: u64,
+        head: String,
+        error: Option<swarm_git::MergeError>,
+    ) -> Decided {
+        let now = core.mono_ms();
+        let Some(q) = self.by_swarm.get_mut(&swarm) else { return Decided::default() };
+        let Stage::Landing { job: j, .. } = &q.stage else { return Decided::default() };
+        if *j != job {
+            return Decided::default();
         }
-        let found = self.merge_queues.by_swarm.iter().find_map(|(swarm, q)| match &q.stage {
+        let Stage::Landing { chained, culprit, .. } = std::mem::take(&mut q.stage) else {
+            return Decided::default();
+        };
+        let mut merged = Vec::new();
+        if let Some(error) = error {
+            // The ref moved or is locked: verify these again on the
+            // head as it is now.
+            q.queue.requeue_front(chained.iter().map(|c| c.task.clone()).collect());
+            q.retry_at = now + RETRY_MS;
+            core.fx.event(
+                swarm.as_str(),
+                "",
+                0,
+                "",
+                "merge_queue.error",
+                format!("verified batch did not land: {error}"),
+                serde_json::json!({ "job": job }),
+            );
+        } else {
+            let tasks: Vec<String> = chained.iter().map(|c| c.task.task.to_string()).collect();
+            core.fx.event(
+                swarm.as_str(),
+                "",
+                0,
+                "",
+                "merge_queue.landed",
+                format!("landed {} verified: {}", chained.len(), tasks.join(", ")),
+                serde_json::json!({ "job": job, "head": head, "tasks": tasks }),
+            );
+            for c in chained {
+                q.recovering.remove(&c.task);
+                merged.push(MergeResult {
+                    task: c.task,
+                    attempt: c.attempt,
+                    verdict: Verdict::Merged {
+                        head: head.clone(),
+                        stats: MergeStats::Verified {
+                            result: c.merge_commit.clone(),
+                            files_changed: c.files_changed,
+                            job,
+                        },
+                        merge_commit: c.merge_commit,
+                    },
+                    ownership_warning: Vec::new(),
+                    lock_removed: None,
+                });
+            }
+        }
+        Decided { merged, culprit }
+    }
+
+    /// A sidecar's verdict on a speculative merge. Long: its checks, its
+    /// event and the landing or the culprit read in the order they happen.
+    pub fn on_verified(
+        &mut self,
+        core: &mut Core,
+        merger: &MergerHandle,
+        worker_id: &str,
+        r: VerifiedReport,
+    ) {
+        if core.model.workers().get(worker_id).is_some_and(|w| w.verifying == Some(r.job)) {
+            core.edit_worker_unstored(worker_id, |w| w.verifying = None);
+            core.scan.changed();
+        }
+        let found = self.by_swarm.iter().find_map(|(swarm, q)| match &q.stage {
             Stage::Verifying { job, head, worker: Some((w, _)), .. }
                 if *job == r.job && w == worker_id && *head == r.commit =>
             {
@@ -415,12 +454,11 @@ impl Scheduler {
         let Some(swarm) = found else { return }; // late or unknown: the verdict is not wanted
         let _span = tracing::info_span!("merge_queue.verdict", swarm = %swarm, job = r.job, worker = worker_id, passed = r.passed).entered();
         if !r.error.is_empty() {
-            if let Some(Stage::Verifying { worker, .. }) =
-                self.merge_queues.by_swarm.get_mut(&swarm).map(|q| &mut q.stage)
+            if let Some(Stage::Verifying { worker, .. }) = self.by_swarm.get_mut(&swarm).map(|q| &mut q.stage)
             {
                 *worker = None;
             }
-            fx.event(
+            core.fx.event(
                 swarm.as_str(),
                 "",
                 0,
@@ -431,7 +469,7 @@ impl Scheduler {
             );
             return; // the next tick sends it to a verifier again
         }
-        let Some(q) = self.merge_queues.by_swarm.get_mut(&swarm) else { return };
+        let Some(q) = self.by_swarm.get_mut(&swarm) else { return };
         let Stage::Verifying { base, head, chained, .. } = std::mem::take(&mut q.stage) else { return };
         let tasks: Vec<String> = chained.iter().map(|c| c.task.task.to_string()).collect();
         if !r.passed {
@@ -441,7 +479,7 @@ impl Scheduler {
         let size = q.queue.batch_size();
         let (kind, what) =
             if r.passed { ("merge_queue.passed", "passed") } else { ("merge_queue.failed", "failed") };
-        fx.event(
+        core.fx.event(
             swarm.as_str(),
             "",
             0,
@@ -461,20 +499,20 @@ impl Scheduler {
         }
         match land {
             Some(items) => {
-                let Some(branch) = self.model.swarms().get(&swarm).map(|s| s.plan.integration_branch.clone())
+                let Some(branch) = core.model.swarms().get(&swarm).map(|s| s.plan.integration_branch.clone())
                 else {
                     return;
                 };
                 debug_assert_eq!(items.len(), chained.len());
                 let count = chained.len();
-                if let Some(q) = self.merge_queues.by_swarm.get_mut(&swarm) {
+                if let Some(q) = self.by_swarm.get_mut(&swarm) {
                     q.stage = Stage::Landing { job: r.job, chained, culprit };
                 }
-                self.merger.queue(QueueRequest::Advance { swarm, job: r.job, branch, base, head, count });
+                merger.queue(QueueRequest::Advance { swarm, job: r.job, branch, base, head, count });
             }
             None => {
                 if let Some(key) = culprit {
-                    self.return_culprit(&key, fx);
+                    self.return_culprit(core, &key);
                 }
             }
         }
@@ -482,19 +520,19 @@ impl Scheduler {
 
     /// The culprit of a failed verification goes back to its owner, with
     /// the failing tiers' output, as a conflict does.
-    fn return_culprit(&mut self, key: &TaskKey, fx: &mut Effects) {
-        let failure = self.merge_queues.by_swarm.get_mut(&key.swarm).map(|q| {
+    pub fn return_culprit(&mut self, core: &mut Core, key: &TaskKey) {
+        let failure = self.by_swarm.get_mut(&key.swarm).map(|q| {
             q.recovering.remove(key);
             q.last_failure.clone()
         });
-        let Some(t) = self.model.tasks().get(key) else { return };
+        let Some(t) = core.model.tasks().get(key) else { return };
         if t.state() != TaskState::Merging {
             return;
         }
         let number = t.attempts;
         let (commit, branch) = (
             t.result_commit.clone(),
-            self.model
+            core.model
                 .swarms()
                 .get(&key.swarm)
                 .map(|s| s.plan.integration_branch.clone())
@@ -509,7 +547,7 @@ impl Scheduler {
              Failing integration verify output:\n\n```\n{failure}\n```\n"
         );
         let _span = tracing::info_span!("merge_queue.culprit", swarm = %key.swarm, task = %key, attempt = %key.attempt(number)).entered();
-        fx.task_event(
+        core.fx.task_event(
             key,
             number,
             "",
@@ -517,14 +555,14 @@ impl Scheduler {
             "integration verify fails with this task's change".to_string(),
             serde_json::json!({ "commit": commit, "output": failure }),
         );
-        self.edit_task(key, fx, |t| {
+        core.edit_task(key, |t| {
             t.notes.conflict = Some(description);
             t.resume_commit.clear();
         });
         // Unlike a textual conflict, a culprit spends a retry: a change that
         // keeps breaking the merged tree must not loop through the queue
         // forever.
-        self.fail_or_retry(key, number, "integration verify failed with this change", fx);
+        core.fail_or_retry(key, number, "integration verify failed with this change");
     }
 }
 

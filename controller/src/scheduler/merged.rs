@@ -5,47 +5,50 @@
 
 use swarm_core::plan::ConflictPolicy;
 use swarm_core::{AttemptState, TaskKey, TaskState};
-use swarm_git::merge::{Conflict, MergeJob, MergeResult, MergeStats, Verdict};
+use swarm_git::merge::{Conflict, MergeResult, MergeStats, QueueReport, Verdict};
 
-use super::{Effects, Scheduler};
+use super::{Effects, Scheduler, merge_queue};
 
 impl Scheduler {
+    /// A task's attempt succeeded: the one way in for a succeeded result,
+    /// to REVIEW when its plan asks for one, else the merge path.
+    pub(super) fn after_success(&mut self, key: &TaskKey, number: u32, fx: &mut Effects) {
+        if self.reviews.after_success(&mut self.shared.core(fx), key, number) {
+            self.start_merge(key, number, false, fx);
+        }
+    }
+
     /// SUCCEEDED → MERGING, and the job goes to the merger after commit.
     /// The one way in for a task ready to merge: a swarm with
     /// `integration_verify` queues it for a verified batch instead.
     pub(super) fn start_merge(&mut self, key: &TaskKey, number: u32, recovering: bool, fx: &mut Effects) {
-        if self.queues_merges(&key.swarm) {
-            return self.enqueue_merge(key, number, fx);
+        if merge_queue::queues_merges(&self.shared.model, &key.swarm) {
+            return self.merge_queues.enqueue(&mut self.shared.core(fx), key, number);
         }
-        let Some(job) = self.merge_job(key, number, recovering) else { return };
-        self.set_state(key, TaskState::Merging, &format!("merging attempt {number}"), fx);
+        let Some(job) = merge_queue::merge_job(&self.shared.model, key, number, recovering) else { return };
+        self.core(fx).set_state(key, TaskState::Merging, &format!("merging attempt {number}"));
         fx.merges.push(job);
     }
 
-    pub(super) fn merge_job(&self, key: &TaskKey, number: u32, recovering: bool) -> Option<MergeJob> {
-        let t = self.model.tasks().get(key)?;
-        let swarm = self.model.swarms().get(&key.swarm)?;
-        let attempt = self.model.attempts().get(&(key.clone(), number))?;
-        Some(MergeJob {
-            task: key.clone(),
-            attempt: number,
-            attempt_label: key.attempt(number).to_string(),
-            integration_branch: swarm.plan.integration_branch.clone(),
-            task_commit: t.result_commit.clone(),
-            base_commit: attempt.base_commit.clone(),
-            strategy: t.spec.strategy,
-            ownership: t.spec.ownership,
-            owned_globs: t.spec.files.clone(),
-            title: t.spec.title.clone(),
-            summary: t.notes.summary.clone(),
-            recovering,
-        })
+    /// A merge queue's report: the results it decided move their tasks as
+    /// the merger's own do, and a culprit found with a landing goes back
+    /// after them.
+    pub(super) fn on_queue_report(&mut self, report: QueueReport, fx: &mut Effects) {
+        let decided = self.merge_queues.on_report(&mut self.shared.core(fx), report);
+        for r in decided.merged {
+            self.on_merged(r, fx);
+        }
+        if let Some(key) = decided.culprit {
+            self.merge_queues.return_culprit(&mut self.shared.core(fx), &key);
+        }
     }
 
+    /// A merge's verdict moves its task. Long: one arm per verdict, so a
+    /// merge's consequences read in one place.
     pub(super) fn on_merged(&mut self, result: MergeResult, fx: &mut Effects) {
         let key = result.task.clone();
         let number = result.attempt;
-        let Some(t) = self.model.tasks().get(&key) else { return };
+        let Some(t) = self.shared.model.tasks().get(&key) else { return };
         if !matches!(t.state(), TaskState::Merging | TaskState::Succeeded) {
             return;
         }
@@ -67,10 +70,10 @@ impl Scheduler {
         match result.verdict {
             Verdict::Merged { head, merge_commit, stats } => {
                 if let MergeStats::Integrated { duration, .. } = &stats {
-                    crate::metrics::Metrics::observe(&self.metrics.merge_duration, *duration);
+                    crate::metrics::Metrics::observe(&self.shared.metrics.merge_duration, *duration);
                 }
-                self.edit_swarm(&key.swarm, fx, |s| s.integration_head = head.clone());
-                self.edit_task(&key, fx, |t| {
+                self.core(fx).edit_swarm(&key.swarm, |s| s.integration_head = head.clone());
+                self.core(fx).edit_task(&key, |t| {
                     t.merge_commit = merge_commit.clone();
                     t.resume_commit.clear();
                 });
@@ -82,11 +85,15 @@ impl Scheduler {
                     format!("merged as {merge_commit}"),
                     merged_detail(&stats),
                 );
-                self.set_state(&key, TaskState::Merged, &format!("merged as {}", short(&merge_commit)), fx);
-                let dependents = self.model.dependents(&key).to_vec();
+                self.core(fx).set_state(
+                    &key,
+                    TaskState::Merged,
+                    &format!("merged as {}", short(&merge_commit)),
+                );
+                let dependents = self.shared.model.dependents(&key).to_vec();
                 for d in dependents {
-                    if self.model.tasks().get(&d).is_some_and(|t| t.state() == TaskState::Pending) {
-                        self.make_ready(&d, &format!("dependency {} merged", key.task), fx);
+                    if self.shared.model.tasks().get(&d).is_some_and(|t| t.state() == TaskState::Pending) {
+                        self.core(fx).make_ready(&d, &format!("dependency {} merged", key.task));
                     }
                 }
             }
@@ -100,17 +107,21 @@ impl Scheduler {
                     format!("conflict in {}", paths.join(", ")),
                     serde_json::json!({ "paths": paths, "description": description }),
                 );
-                let policy = self.model.tasks().get(&key).map(|t| t.spec.on_conflict).unwrap_or_default();
-                self.edit_task(&key, fx, |t| {
+                let policy =
+                    self.shared.model.tasks().get(&key).map(|t| t.spec.on_conflict).unwrap_or_default();
+                self.core(fx).edit_task(&key, |t| {
                     t.notes.conflict = Some(description);
                     t.resume_commit.clear();
                 });
-                self.set_state(&key, TaskState::Conflict, &format!("conflict in {}", paths.join(", ")), fx);
+                self.core(fx).set_state(
+                    &key,
+                    TaskState::Conflict,
+                    &format!("conflict in {}", paths.join(", ")),
+                );
                 if policy == ConflictPolicy::Return {
-                    self.make_ready(
+                    self.core(fx).make_ready(
                         &key,
                         "conflict returned to its owner: new attempt from the integration head",
-                        fx,
                     );
                 }
             }
@@ -127,9 +138,9 @@ impl Scheduler {
     /// ends FAILED with the reason, the task forgets the commit, and the
     /// task's retry policy decides what comes next.
     fn refuse_result(&mut self, key: &TaskKey, number: u32, reason: &str, fx: &mut Effects) {
-        self.edit_attempt(key, number, fx, |a| a.error = reason.to_string());
-        self.set_attempt_state(key, number, AttemptState::Failed, fx);
-        self.edit_task(key, fx, |t| t.result_commit.clear());
+        self.core(fx).edit_attempt(key, number, |a| a.error = reason.to_string());
+        self.core(fx).set_attempt_state(key, number, AttemptState::Failed);
+        self.core(fx).edit_task(key, |t| t.result_commit.clear());
         fx.task_event(
             key,
             number,
@@ -138,7 +149,7 @@ impl Scheduler {
             format!("{} refused: {reason}", key.attempt(number)),
             serde_json::json!({ "reason": reason }),
         );
-        self.fail_or_retry(key, number, reason, fx);
+        self.core(fx).fail_or_retry(key, number, reason);
     }
 }
 

@@ -13,6 +13,7 @@ mod bisect;
 mod branch_report;
 mod budget;
 pub mod command;
+mod core;
 mod limits;
 mod merge_queue;
 mod merged;
@@ -33,15 +34,13 @@ pub mod subswarm;
 mod task_text;
 #[cfg(test)]
 mod tests;
-mod transition;
 pub mod views;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use swarm_core::{AttemptState, SwarmId, TaskKey, TaskState};
-use swarm_git::merge::MergeJob;
 use tokio::sync::broadcast;
 
 pub use command::{BudgetChange, BudgetTarget, ReviewVerdict};
@@ -50,45 +49,19 @@ pub use command::{
     merger_sink,
 };
 pub use merge_queue::VerifiedReport;
+pub(crate) use model::HashMap;
 pub use model::{AgentRecord, Attempt, Session, SwarmState, TierOutcome, now_ms};
-pub(crate) use model::{HashMap, HashSet};
 pub use outbound::{AgentAssign, AssignSpec, AttemptHandle, CloseCode, Outbound};
 pub use reads::Page;
 pub use refs::LandTarget;
 
+pub use self::core::Timing;
+use self::core::{Core, Effects, Shared, unix_time};
 use crate::merger::MergerHandle;
 use crate::metrics::Metrics;
-use crate::store::{Batch, EventRow, Store};
-use model::{Model, Transition};
-use pipeline::{Pipeline, Released, Releaser, Turn};
-
-/// Timing knobs. 15 s heartbeats and a 60 s lease: a sidecar survives three
-/// lost heartbeats before its attempt is taken away.
-#[derive(Debug, Clone)]
-pub struct Timing {
-    pub heartbeat_interval: Duration,
-    pub heartbeat_jitter: Duration,
-    pub lease_ttl: Duration,
-    /// How long a task whose attempt was LOST waits before it is READY.
-    pub lost_grace: Duration,
-    /// Grace between the signals of a Cancel, passed to the sidecar.
-    pub cancel_grace: Duration,
-    /// A worker that is gone and holds nothing is forgotten after this.
-    pub forget_workers_after: Duration,
-}
-
-impl Default for Timing {
-    fn default() -> Self {
-        Timing {
-            heartbeat_interval: Duration::from_secs(15),
-            heartbeat_jitter: Duration::from_secs(3),
-            lease_ttl: Duration::from_secs(60),
-            lost_grace: Duration::from_secs(2),
-            cancel_grace: Duration::from_secs(5),
-            forget_workers_after: Duration::from_secs(3600),
-        }
-    }
-}
+use crate::store::{EventRow, Store};
+use model::Transition;
+use pipeline::{Pipeline, Releaser, Turn};
 
 /// Most commands applied in one group commit.
 const MAX_BATCH: usize = 4096;
@@ -146,131 +119,17 @@ impl Inbox {
 }
 const TICK: Duration = Duration::from_millis(50);
 
-/// A unix-ms stamp as a time.
-fn unix_time(ms: i64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)
-}
-
-/// The data of a `task.state` or `attempt.state` event.
-#[derive(serde::Serialize)]
-struct StateChange<'a> {
-    from: &'a str,
-    to: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    reason: Option<&'a str>,
-}
-
-/// Side effects of one turn, released after its commit.
-#[derive(Default)]
-struct Effects {
-    batch: Batch,
-    outbound: Vec<(Session, Outbound)>,
-    replies: Vec<Box<dyn FnOnce() + Send>>,
-    merges: Vec<MergeJob>,
-    touched_swarms: HashSet<SwarmId>,
-    /// Rows changed this turn; written once each, from their final state,
-    /// just before the commit.
-    dirty_tasks: HashSet<TaskKey>,
-    dirty_attempts: HashSet<(TaskKey, u32)>,
-    dirty_workers: HashSet<String>,
-    /// An earlier turn's commit is still in flight: the model is ahead of
-    /// the store even before this turn changes anything.
-    behind_store: bool,
-    /// The id the turn's next event gets: taken from the scheduler when the
-    /// turn starts and given back when it ends, so that whatever records an
-    /// event needs only the turn's effects, not the scheduler.
-    next_event_id: u64,
-}
-
-impl Effects {
-    /// Appends an event to the batch and returns its id. `swarm` and `task`
-    /// may be empty (worker events, swarm events).
-    #[allow(clippy::too_many_arguments)]
-    fn event(
-        &mut self,
-        swarm: &str,
-        task: &str,
-        attempt: u32,
-        worker: &str,
-        kind: &str,
-        message: String,
-        data: impl serde::Serialize,
-    ) -> u64 {
-        let id = self.next_event_id;
-        self.next_event_id += 1;
-        self.batch.event(EventRow {
-            id,
-            at: now_ms(),
-            swarm: swarm.to_string(),
-            task: task.to_string(),
-            attempt,
-            worker: worker.to_string(),
-            kind: kind.to_string(),
-            message,
-            // Straight to text: the hot events pass borrowed structs, not a
-            // `serde_json::Value` built key by key and then printed.
-            data: serde_json::to_string(&data).unwrap_or_else(|_| "{}".into()),
-        });
-        id
-    }
-
-    /// An event about one task (and attempt, when non-zero).
-    #[allow(clippy::too_many_arguments)]
-    fn task_event(
-        &mut self,
-        key: &TaskKey,
-        attempt: u32,
-        worker: &str,
-        kind: &str,
-        message: String,
-        data: impl serde::Serialize,
-    ) -> u64 {
-        self.event(key.swarm.as_str(), key.task.as_str(), attempt, worker, kind, message, data)
-    }
-
-    /// Nothing has changed in this turn yet: the model is what the store holds.
-    fn untouched(&self) -> bool {
-        !self.behind_store
-            && self.batch.is_empty()
-            && self.outbound.is_empty()
-            && self.merges.is_empty()
-            && self.touched_swarms.is_empty()
-            && self.dirty_tasks.is_empty()
-            && self.dirty_attempts.is_empty()
-            && self.dirty_workers.is_empty()
-    }
-}
-
-impl Effects {
-    /// The rows to commit, and what leaves once they are committed.
-    fn split(self) -> (Batch, Released) {
-        let Effects { batch, outbound, replies, merges, .. } = self;
-        (batch, Released { outbound, replies, merges })
-    }
-}
-
 pub struct Scheduler {
     store: Store,
-    timing: Timing,
-    started: Instant,
-    /// The rows and their indexes, changed only through `Model::apply`.
-    model: Model,
-    /// Mono ms each worker's lease was last renewed.
-    lease_seen: HashMap<String, u64>,
-    next_token: u64,
+    /// The model and what a change of it needs, shared by the components.
+    shared: Shared,
     next_event_id: u64,
     /// The newest event whose commit is done (and which was broadcast).
     last_committed_event: Arc<AtomicU64>,
     events: broadcast::Sender<Arc<EventRow>>,
     merger: MergerHandle,
-    next_session_id: u64,
-    metrics: Arc<Metrics>,
-    /// Windows of the rate-limited audit events.
-    audit: crate::audit::Aggregator,
-    /// Mono ms of the last registry sweep.
-    last_sweep_ms: u64,
-    /// Scans of the ready set that found nothing, until something changes.
-    scan: assign::ScanMemo,
+    /// Who may claim which worker id; the audit's windows.
+    sessions: sessions::Sessions,
     /// Agent usage limits holding agent tasks back.
     limits: limits::RateLimits,
     /// Sub-swarm tasks whose child swarm is being started.
@@ -296,11 +155,11 @@ impl Scheduler {
     /// Reports into `metrics` from now on, starting with the current task
     /// states.
     pub fn set_metrics(&mut self, metrics: Arc<Metrics>) {
-        for t in self.model.tasks().values() {
+        for t in self.shared.model.tasks().values() {
             metrics.task_state(None, t.state());
         }
-        self.metrics = metrics;
-        self.count_stalled();
+        self.shared.metrics = metrics;
+        self.shared.count_stalled();
     }
 
     /// The loop; returns when told to shut down or when a commit fails (the
@@ -315,7 +174,7 @@ impl Scheduler {
     /// produces leaves before a durable commit that holds it and everything
     /// before it.
     pub fn run(mut self, inbox: Inbox) -> Result<(), crate::error::ControllerError> {
-        let pipeline = Pipeline::start(self.store.reopen()?, self.releaser(), self.metrics.clone())?;
+        let pipeline = Pipeline::start(self.store.reopen()?, self.releaser(), self.shared.metrics.clone())?;
         let mut pending: Vec<Command> = Vec::with_capacity(MAX_BATCH);
         // A merger that stopped is the supervisor's to report; the
         // scheduler goes on without its results.
@@ -364,8 +223,11 @@ impl Scheduler {
         if !batch.is_empty() {
             match self.store.commit(&batch) {
                 Ok(stats) => {
-                    self.metrics.batch_rows.observe(stats.rows as f64);
-                    Metrics::observe(&self.metrics.commit_latency, Duration::from_micros(stats.micros));
+                    self.shared.metrics.batch_rows.observe(stats.rows as f64);
+                    Metrics::observe(
+                        &self.shared.metrics.commit_latency,
+                        Duration::from_micros(stats.micros),
+                    );
                 }
                 Err(e) => {
                     tracing::error!(error = %e, "store commit failed; stopping the scheduler");
@@ -394,30 +256,37 @@ impl Scheduler {
         }
         self.tick(&mut fx);
         self.schedule(&mut fx);
-        self.schedule_reviews(&mut fx);
+        let limits = &self.limits;
+        self.reviews
+            .schedule(&mut self.shared.core(&mut fx), |w, now| limits.limited_until(w, now).is_some());
         if !fx.touched_swarms.is_empty() {
             // A child swarm's end moves its parent task, which touches the
             // parent swarm: refresh until nothing more moves.
             while !fx.touched_swarms.is_empty() {
                 for swarm in std::mem::take(&mut fx.touched_swarms) {
                     self.refresh_swarm(&swarm, &mut fx);
-                    self.after_swarm_refresh(&swarm, &mut fx);
+                    if let Some((parent, number, span)) =
+                        subswarm::after_refresh(&mut self.core(&mut fx), &swarm)
+                    {
+                        span.in_scope(|| self.after_success(&parent, number, &mut fx));
+                    }
                 }
             }
-            self.count_stalled();
+            self.shared.count_stalled();
         }
+        self.route_follow_ups(&mut fx);
         for key in std::mem::take(&mut fx.dirty_tasks) {
-            if let Some(t) = self.model.tasks().get(&key) {
+            if let Some(t) = self.shared.model.tasks().get(&key) {
                 fx.batch.task(t.row());
             }
         }
         for key in std::mem::take(&mut fx.dirty_attempts) {
-            if let Some(a) = self.model.attempts().get(&key) {
+            if let Some(a) = self.shared.model.attempts().get(&key) {
                 fx.batch.attempt(a.row());
             }
         }
         for id in std::mem::take(&mut fx.dirty_workers) {
-            if let Some(w) = self.model.workers().get(&id) {
+            if let Some(w) = self.shared.model.workers().get(&id) {
                 fx.batch.worker(w.row());
             }
         }
@@ -428,7 +297,7 @@ impl Scheduler {
     fn releaser(&self) -> Releaser {
         Releaser {
             events: self.events.clone(),
-            metrics: self.metrics.clone(),
+            metrics: self.shared.metrics.clone(),
             merger: self.merger.clone(),
             last_committed: self.last_committed_event.clone(),
         }
@@ -440,8 +309,10 @@ impl Scheduler {
             Command::Report { worker, session, seq, report } => {
                 self.on_report(&worker, session, seq, report, fx)
             }
-            Command::Disconnected { worker, session } => self.on_disconnected(&worker, session, fx),
-            Command::Heard { worker, session } => self.on_heard(&worker, session),
+            Command::Disconnected { worker, session } => {
+                sessions::disconnected(&mut self.core(fx), &worker, session)
+            }
+            Command::Heard { worker, session } => sessions::heard(&mut self.core(fx), &worker, session),
             Command::Operator(op) => self.on_operator(op, fx),
             Command::Subscribe { reply } => {
                 // On the thread that broadcasts, after the commits before it:
@@ -461,11 +332,12 @@ impl Scheduler {
             Command::RefRepaired(repaired) => self.on_ref_repaired(repaired, fx),
             Command::Queue(report) => self.on_queue_report(report, fx),
             Command::Denied { client, message } => {
-                self.audited(fx, &client, "auth.denied", None, message, serde_json::json!({}));
+                let data = serde_json::json!({});
+                self.sessions.audited(&mut self.shared.core(fx), &client, "auth.denied", None, message, data);
             }
             Command::AuthorizePack { claim, reply } => {
                 // Nothing is written, so the answer need not wait for a commit.
-                let _ = reply.send(self.authorize_pack(&claim));
+                let _ = reply.send(sessions::authorize_pack(&self.shared.model, &claim));
             }
             Command::Shutdown => {}
         }
@@ -504,113 +376,31 @@ impl Scheduler {
 
     /// The clock origin of lease timestamps.
     pub fn started(&self) -> Instant {
-        self.started
+        self.shared.started
     }
 
-    fn mono_ms(&self) -> u64 {
-        self.started.elapsed().as_millis() as u64
+    /// The core, for a call that needs nothing else of the scheduler (a
+    /// component's call borrows `self.shared.core(fx)` beside it).
+    fn core<'t>(&'t mut self, fx: &'t mut Effects) -> Core<'t> {
+        self.shared.core(fx)
     }
 
-    /// The one place a task changes state (the model keeps the ready
-    /// queue, the live ownership and the swarm's counts); records the
-    /// transition as an event.
-    fn set_state(&mut self, key: &TaskKey, to: TaskState, reason: &str, fx: &mut Effects) {
-        let Some(task) = self.model.tasks().get(key) else { return };
-        let from = task.state();
-        if from == to && task.reason == reason {
-            return;
-        }
-        let span =
-            tracing::info_span!("task.transition", swarm = %key.swarm, task = %key, from = %from, to = %to);
-        if !span.is_disabled() {
-            swarm_telemetry::join_swarm_trace(&span, key.swarm.as_str(), &key.to_string());
-        }
-        let _span = span.entered();
-        if from != to {
-            self.metrics.task_state(Some(from), to);
-            if from == TaskState::Ready && to == TaskState::Running {
-                let waited = now_ms().saturating_sub(task.updated_at.max(task.not_before)).max(0);
-                Metrics::observe(&self.metrics.assignment_latency, Duration::from_millis(waited as u64));
-            }
-        }
-        let attempt = task.attempts;
-        let subswarm = task.spec.subplan.is_some();
-        let applied = self.transition(Transition::TaskState { key, to, reason }, fx);
-        let Some((from, to)) = applied.task_state else { return };
-        if to.is_terminal() && from != to {
-            // The task's span in the swarm's trace: the parent its attempts'
-            // and merges' spans name; it lives from the swarm's creation.
-            let created = self.model.swarms().get(&key.swarm).map(|s| s.created_at).unwrap_or(0);
-            swarm_telemetry::export_task_span(
-                key.swarm.as_str(),
-                &key.to_string(),
-                unix_time(created),
-                SystemTime::now(),
-                to.as_str(),
-            );
-        }
-        if subswarm && to == TaskState::Ready {
-            self.subswarm_ready(key);
-        }
-        let message =
-            if reason.is_empty() { format!("{from} -> {to}") } else { format!("{from} -> {to}: {reason}") };
-        fx.task_event(
-            key,
-            attempt,
-            "",
-            "task.state",
-            message,
-            StateChange { from: from.as_str(), to: to.as_str(), reason: Some(reason) },
-        );
-    }
-
-    /// READY when every dependency is MERGED, PENDING otherwise.
-    fn make_ready(&mut self, key: &TaskKey, reason: &str, fx: &mut Effects) {
-        let Some(task) = self.model.tasks().get(key) else { return };
-        let deps_merged = task.spec.deps.iter().all(|d| {
-            let dep = TaskKey::new(key.swarm.clone(), d.clone());
-            self.model.tasks().get(&dep).is_some_and(|t| t.state() == TaskState::Merged)
-        });
-        let to = if deps_merged { TaskState::Ready } else { TaskState::Pending };
-        self.set_state(key, to, reason, fx);
-    }
-
-    fn set_attempt_state(&mut self, key: &TaskKey, number: u32, to: AttemptState, fx: &mut Effects) {
-        let applied = self.transition(Transition::AttemptState { key, number, to }, fx);
-        let Some((from, to)) = applied.attempt_state else { return };
-        let worker =
-            self.model.attempts().get(&(key.clone(), number)).map(|a| a.worker.clone()).unwrap_or_default();
-        tracing::info!(attempt = %key.attempt(number), %from, %to, "attempt state");
-        fx.task_event(
-            key,
-            number,
-            &worker,
-            "attempt.state",
-            format!("{} {from} -> {to}", key.attempt(number)),
-            StateChange { from: from.as_str(), to: to.as_str(), reason: None },
-        );
-    }
-
-    /// Releases the worker holding `key#number`, if any.
-    fn free_worker_of(&mut self, key: &TaskKey, number: u32, fx: &mut Effects) {
-        self.transition(Transition::WorkerFreed { key, number }, fx);
-    }
-
-    fn send(&self, worker: &str, message: Outbound, fx: &mut Effects) {
-        if let Some(session) = self.model.workers().get(worker).and_then(|w| w.session.clone()) {
-            fx.outbound.push((session, message));
+    /// Hands what the core noted for a component to it.
+    fn route_follow_ups(&mut self, fx: &mut Effects) {
+        for key in std::mem::take(&mut fx.ready_subswarms) {
+            self.subswarms.ready(&key);
         }
     }
 
     /// Lease expiry: a worker not heard from for the lease TTL loses its
     /// attempt, and the task is READY again after the grace period.
     fn tick(&mut self, fx: &mut Effects) {
-        let now = self.mono_ms();
-        let ttl = self.timing.lease_ttl.as_millis() as u64;
+        let now = self.shared.mono_ms();
+        let ttl = self.shared.timing.lease_ttl.as_millis() as u64;
         let mut expired = Vec::new();
-        for (id, w) in self.model.workers() {
+        for (id, w) in self.shared.model.workers() {
             let Some((key, number)) = w.attempt().cloned() else { continue };
-            let seen = self.lease_seen.entry(id.clone()).or_insert(now);
+            let seen = self.shared.lease_seen.entry(id.clone()).or_insert(now);
             if let Some(s) = &w.session {
                 *seen = (*seen).max(s.last_seen.load(std::sync::atomic::Ordering::Relaxed));
             }
@@ -625,6 +415,7 @@ impl Scheduler {
         // without an attempt: its stream is dropped (so a live one
         // reconnects and is told what is current) and it gets no new work.
         let silent: Vec<(String, u64)> = self
+            .shared
             .model
             .workers()
             .values()
@@ -633,40 +424,44 @@ impl Scheduler {
             .map(|(id, s)| (id, s.id))
             .collect();
         for (worker, session) in silent {
-            self.on_disconnected(&worker, session, fx);
+            sessions::disconnected(&mut self.core(fx), &worker, session);
         }
-        self.sweep_registry(fx);
-        if self.limits.lift(&self.metrics, fx) {
-            self.scan.changed();
+        self.sessions.sweep(&mut self.shared.core(fx));
+        if self.limits.lift(&self.shared.metrics, fx) {
+            self.shared.scan.changed();
         }
-        self.tick_subswarms(fx);
-        self.tick_merge_queues(fx);
-        let connected = self.model.workers().values().filter(|w| w.session.is_some()).count();
-        self.metrics.workers_connected.set(connected as i64);
+        self.route_follow_ups(fx);
+        self.subswarms.tick(&mut self.shared.core(fx), &self.merger);
+        self.merge_queues.tick(&mut self.shared.core(fx), &self.merger);
+        let connected = self.shared.model.workers().values().filter(|w| w.session.is_some()).count();
+        self.shared.metrics.workers_connected.set(connected as i64);
     }
 
     fn lose_attempt(&mut self, worker: &str, key: &TaskKey, number: u32, fx: &mut Effects) {
         let _span = tracing::warn_span!("lease.expired", task = %key, attempt = number, worker).entered();
-        if self.lose_reviewer(worker, key, number, fx) {
+        if self.reviews.lose_reviewer(&mut self.shared.core(fx), worker, key, number) {
             return;
         }
-        self.set_attempt_state(key, number, AttemptState::Lost, fx);
-        self.free_worker_of(key, number, fx);
-        let grace = self.timing.lost_grace.as_millis() as i64;
-        let cancel = self.model.tasks().get(key).is_some_and(|t| t.cancel_requested);
+        self.core(fx).set_attempt_state(key, number, AttemptState::Lost);
+        self.core(fx).free_worker_of(key, number);
+        let grace = self.shared.timing.lost_grace.as_millis() as i64;
+        let cancel = self.shared.model.tasks().get(key).is_some_and(|t| t.cancel_requested);
         let edit = |task: &mut model::Task| {
             task.notes.failures.push(format!("attempt {number}: worker {worker} lost (lease expired)"));
             task.not_before = now_ms() + grace;
         };
-        self.transition(Transition::Task { key, edit: Box::new(edit) }, fx);
+        self.core(fx).transition(Transition::Task { key, edit: Box::new(edit) });
         if cancel {
-            self.set_state(key, TaskState::Cancelled, "cancelled by the operator; its worker was lost", fx);
+            self.core(fx).set_state(
+                key,
+                TaskState::Cancelled,
+                "cancelled by the operator; its worker was lost",
+            );
         } else {
-            self.set_state(
+            self.core(fx).set_state(
                 key,
                 TaskState::Ready,
                 &format!("attempt {number} lost: worker {worker} lease expired"),
-                fx,
             );
         }
     }
@@ -674,7 +469,7 @@ impl Scheduler {
     /// Moves a swarm between ACTIVE, STALLED and its end states, from its
     /// state counts (a task walk only to describe a stall).
     fn refresh_swarm(&mut self, id: &SwarmId, fx: &mut Effects) {
-        let Some(swarm) = self.model.swarms().get(id) else { return };
+        let Some(swarm) = self.shared.model.swarms().get(id) else { return };
         if !matches!(swarm.state, SwarmState::Active | SwarmState::Stalled | SwarmState::Paused) {
             return;
         }
@@ -695,10 +490,10 @@ impl Scheduler {
         if from == SwarmState::Paused && !matches!(next, SwarmState::Completed | SwarmState::Failed) {
             return;
         }
-        let stall = (next == SwarmState::Stalled).then(|| stall::describe(swarm, self.model.tasks()));
+        let stall = (next == SwarmState::Stalled).then(|| stall::describe(swarm, self.shared.model.tasks()));
         let described = stall.clone();
         let edit = |swarm: &mut model::Swarm| swarm.stall = described;
-        self.model.apply(Transition::Swarm { id, edit: Box::new(edit) });
+        self.shared.model.apply(Transition::Swarm { id, edit: Box::new(edit) });
         if next == from {
             return;
         }
@@ -706,8 +501,8 @@ impl Scheduler {
             swarm.state = next;
             swarm.control.paused = None;
         };
-        self.transition(Transition::Swarm { id, edit: Box::new(edit) }, fx);
-        let created_at = self.model.swarms().get(id).map(|s| s.created_at).unwrap_or(0);
+        self.core(fx).transition(Transition::Swarm { id, edit: Box::new(edit) });
+        let created_at = self.shared.model.swarms().get(id).map(|s| s.created_at).unwrap_or(0);
         if matches!(next, SwarmState::Completed | SwarmState::Failed | SwarmState::Cancelled) {
             // The root of the swarm's trace, which its tasks' spans name.
             swarm_telemetry::export_swarm_span(
@@ -745,11 +540,5 @@ impl Scheduler {
                 );
             }
         }
-    }
-
-    /// The stalled-swarms gauge, after swarm states may have changed.
-    fn count_stalled(&self) {
-        let stalled = self.model.swarms().values().filter(|s| s.state == SwarmState::Stalled).count();
-        self.metrics.swarms_stalled.set(stalled as i64);
     }
 }

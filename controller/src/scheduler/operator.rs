@@ -6,9 +6,12 @@ use swarm_core::plan::Plan;
 use swarm_core::{SwarmId, TaskKey, TaskState};
 
 use super::command::{OperatorOp, Reply};
-use super::model::{QuestionAnswer, Swarm, SwarmState, Task, Transition};
+use super::core::{find_swarm, find_task};
+use super::model::{QuestionAnswer, Swarm, SwarmState, Task};
 use super::outbound::{AttemptHandle, Outbound};
+use super::pause;
 use super::reads::reply_read;
+use super::review;
 use super::views::{SwarmView, TaskView, WorkerView};
 use super::{Effects, Scheduler, now_ms};
 use crate::error::SchedError;
@@ -40,6 +43,7 @@ fn later<T: Send + 'static>(fx: &mut Effects, reply: Reply<T>, value: Result<T, 
 }
 
 impl Scheduler {
+    /// Long: one short arm per operator request, each a call and its reply.
     pub(super) fn on_operator(&mut self, op: OperatorOp, fx: &mut Effects) {
         match op {
             OperatorOp::CreateSwarm { plan_text, plan, integration_head, reply } => {
@@ -75,7 +79,8 @@ impl Scheduler {
                 later(fx, reply, r);
             }
             OperatorOp::RetryTask { task, reply } => {
-                let r = self.retry_task(&task, fx).and_then(|_| self.task_view(&task));
+                let r = self.core(fx).retry(&task);
+                let r = r.and_then(|_| self.task_view(&task));
                 later(fx, reply, r);
             }
             OperatorOp::ReviewTask { task, decision, message, reply } => {
@@ -109,19 +114,14 @@ impl Scheduler {
             }
             OperatorOp::PauseSwarm { swarm, stop, reason, reply } => {
                 let reason = if reason.is_empty() { "paused by the operator".to_string() } else { reason };
-                let pause = super::pause::Pause {
-                    reason,
-                    by: super::pause::BY_OPERATOR.into(),
-                    stop,
-                    question: None,
-                };
-                let r = self.pause_swarm(&swarm, pause, fx).and_then(|_| self.swarm_view(swarm.as_str()));
+                let p = pause::Pause { reason, by: pause::BY_OPERATOR.into(), stop, question: None };
+                let r = pause::pause(&mut self.core(fx), &swarm, p);
+                let r = r.and_then(|_| self.swarm_view(swarm.as_str()));
                 later(fx, reply, r);
             }
             OperatorOp::ResumeSwarm { swarm, reply } => {
-                let r = self
-                    .resume_swarm(&swarm, super::pause::BY_OPERATOR, fx)
-                    .and_then(|_| self.swarm_view(swarm.as_str()));
+                let r = self.resume_swarm(&swarm, pause::BY_OPERATOR, fx);
+                let r = r.and_then(|_| self.swarm_view(swarm.as_str()));
                 later(fx, reply, r);
             }
             OperatorOp::Landed { swarm, target, outcome, reply } => {
@@ -132,15 +132,65 @@ impl Scheduler {
         }
     }
 
+    /// Resumes a paused swarm; the breaker's window starts afresh.
+    pub(super) fn resume_swarm(
+        &mut self,
+        id: &SwarmId,
+        by: &str,
+        fx: &mut Effects,
+    ) -> Result<(), SchedError> {
+        if pause::resume(&mut self.core(fx), id, by)? {
+            self.budgets.forget_burn(id);
+        }
+        Ok(())
+    }
+
+    /// The operator's answer to the breaker's question on `key`.
+    fn answer_budget_question(
+        &mut self,
+        key: &TaskKey,
+        qid: &str,
+        question: &str,
+        text: &str,
+        fx: &mut Effects,
+    ) -> Result<(), SchedError> {
+        let resume = pause::check_budget_answer(text)?;
+        self.record_answer(key, qid, question, text, fx);
+        if resume {
+            self.resume_swarm(&key.swarm, pause::BY_OPERATOR, fx)?;
+        }
+        Ok(())
+    }
+
+    /// The operator's decision on a task in REVIEW; nothing changes when
+    /// the decision or the task's state is wrong.
+    fn operator_review(
+        &mut self,
+        key: &TaskKey,
+        word: &str,
+        message: &str,
+        fx: &mut Effects,
+    ) -> Result<(), SchedError> {
+        let decision = review::check_operator_review(&self.shared.model, key, word)?;
+        let _span = tracing::info_span!("review.operator", swarm = %key.swarm, task = %key, decision = decision.as_str())
+            .entered();
+        if let Some(reviewed) =
+            self.reviews.operator_review(&mut self.shared.core(fx), key, decision, message)
+        {
+            self.start_merge(key, reviewed, false, fx);
+        }
+        Ok(())
+    }
+
     fn set_budget(
         &mut self,
         target: super::command::BudgetTarget,
-        change: super::budget::BudgetChange,
+        change: super::model::BudgetChange,
         fx: &mut Effects,
     ) -> Result<(SwarmView, Option<TaskView>), SchedError> {
         match target {
             super::command::BudgetTarget::Swarm(id) => {
-                self.set_swarm_budget(&id, change, fx)?;
+                self.budgets.set_swarm(&mut self.shared.core(fx), &id, change)?;
                 Ok((self.swarm_view(id.as_str())?, None))
             }
             super::command::BudgetTarget::Task(key) => {
@@ -150,37 +200,34 @@ impl Scheduler {
                         rule: "the burn-rate breaker is set on a swarm, not a task".into(),
                     });
                 }
-                self.set_task_budget(&key, change, fx)?;
+                self.budgets.set_task(&mut self.shared.core(fx), &key, change)?;
                 Ok((self.swarm_view(key.swarm.as_str())?, Some(self.task_view(&key)?)))
             }
         }
     }
 
     pub(super) fn swarm(&self, id: &str) -> Result<&Swarm, SchedError> {
-        SwarmId::new(id)
-            .ok()
-            .and_then(|id| self.model.swarms().get(&id))
-            .ok_or_else(|| SchedError::NotFound(format!("swarm {id:?} not found")))
+        find_swarm(&self.shared.model, id)
     }
 
     pub(super) fn swarm_view(&self, id: &str) -> Result<SwarmView, SchedError> {
-        self.swarm(id).map(|s| SwarmView::of(s, self.burn_rate(&s.id)))
+        self.swarm(id).map(|s| SwarmView::of(s, self.budgets.burn_rate(&s.id)))
     }
 
     pub(super) fn task(&self, key: &TaskKey) -> Result<&Task, SchedError> {
-        self.model.tasks().get(key).ok_or_else(|| SchedError::NotFound(format!("task {key} not found")))
+        find_task(&self.shared.model, key)
     }
 
     pub(super) fn holder(&self, key: &TaskKey) -> Option<&str> {
-        let t = self.model.tasks().get(key)?;
+        let t = self.shared.model.tasks().get(key)?;
         if t.state() != TaskState::Running {
             return None;
         }
-        self.model.attempts().get(&(key.clone(), t.attempts)).map(|a| a.worker.as_str())
+        self.shared.model.attempts().get(&(key.clone(), t.attempts)).map(|a| a.worker.as_str())
     }
 
     pub(super) fn task_view(&self, key: &TaskKey) -> Result<TaskView, SchedError> {
-        self.task(key).map(|t| TaskView::of(t, self.holder(key), self.model.attempts()))
+        self.task(key).map(|t| TaskView::of(t, self.holder(key), self.shared.model.attempts()))
     }
 
     fn create_swarm(
@@ -197,9 +244,9 @@ impl Scheduler {
                 rule: "a nested swarm id is only given to a task's child swarm".into(),
             });
         }
-        if let Some(existing) = self.model.swarms().get(&plan.swarm) {
+        if let Some(existing) = self.shared.model.swarms().get(&plan.swarm) {
             if *existing.plan_text == *plan_text {
-                return Ok((SwarmView::of(existing, self.burn_rate(&existing.id)), false));
+                return Ok((SwarmView::of(existing, self.budgets.burn_rate(&existing.id)), false));
             }
             return Err(SchedError::AlreadyExists(format!(
                 "swarm {:?} already exists with a different plan",
@@ -207,55 +254,9 @@ impl Scheduler {
             )));
         }
         let id = plan.swarm.clone();
-        self.insert_swarm(plan_text.into(), plan, head, fx);
+        self.core(fx).insert_swarm(plan_text.into(), plan, head);
         let view = self.swarm_view(id.as_str())?;
         Ok((view, true))
-    }
-
-    /// Adds a swarm on its integration branch at `head` and makes its
-    /// first tasks READY: a swarm the operator created, or a task's child.
-    pub(super) fn insert_swarm(
-        &mut self,
-        plan_text: Arc<str>,
-        plan: Arc<Plan>,
-        head: &str,
-        fx: &mut Effects,
-    ) {
-        let _span =
-            tracing::info_span!("swarm.create", swarm = %plan.swarm, tasks = plan.tasks.len()).entered();
-        let now = now_ms();
-        let swarm = Swarm::new(
-            plan_text,
-            plan.clone(),
-            SwarmState::Active,
-            head.to_string(),
-            now,
-            Default::default(),
-        );
-        fx.batch.new_swarm(swarm.row());
-        fx.event(
-            plan.swarm.as_str(),
-            "",
-            0,
-            "",
-            "swarm.created",
-            format!("swarm {} created with {} tasks at {}", plan.swarm, plan.tasks.len(), head),
-            serde_json::json!({ "integration_head": head, "tasks": plan.tasks.len() }),
-        );
-        self.transition(Transition::SwarmAdded(swarm), fx);
-        for spec in &plan.tasks {
-            let key = TaskKey::new(plan.swarm.clone(), spec.id.clone());
-            // Becomes READY or PENDING just below; the transition is
-            // recorded from this initial state.
-            let task = Task::new(key, spec.clone(), TaskState::Pending, now);
-            self.metrics.task_state(None, task.state());
-            self.transition(Transition::TaskAdded(task), fx);
-        }
-        for key in self.model.swarms().get(&plan.swarm).map(|s| s.tasks.clone()).unwrap_or_default() {
-            if self.model.tasks().get(&key).is_some_and(|t| t.spec.deps.is_empty()) {
-                self.make_ready(&key, "no dependencies", fx);
-            }
-        }
     }
 
     fn cancel_task(&mut self, key: &TaskKey, reason: &str, fx: &mut Effects) -> Result<(), SchedError> {
@@ -271,7 +272,7 @@ impl Scheduler {
             }
             TaskState::Running => {
                 let number = t.attempts;
-                self.edit_task(key, fx, |t| t.cancel_requested = true);
+                self.core(fx).edit_task(key, |t| t.cancel_requested = true);
                 fx.task_event(
                     key,
                     number,
@@ -280,14 +281,18 @@ impl Scheduler {
                     reason.to_string(),
                     serde_json::json!({}),
                 );
-                self.send_cancel(key, number, reason, fx);
-                self.cancel_child(key, reason, fx);
+                self.core(fx).send_cancel(key, number, reason);
+                if let Some(child) = self.subswarms.cancel_child(&mut self.shared.core(fx), key, reason)
+                    && let Err(e) = self.cancel_swarm(child.as_str(), reason, fx)
+                {
+                    tracing::warn!(child = %child, error = %e, "child swarm not cancelled");
+                }
                 Ok(())
             }
             _ => {
-                self.edit_task(key, fx, |t| t.cancel_requested = true);
-                self.stop_reviewer(key, reason, fx);
-                self.set_state(key, TaskState::Cancelled, reason, fx);
+                self.core(fx).edit_task(key, |t| t.cancel_requested = true);
+                self.reviews.stop_reviewer(&mut self.shared.core(fx), key, reason);
+                self.core(fx).set_state(key, TaskState::Cancelled, reason);
                 Ok(())
             }
         }
@@ -302,7 +307,7 @@ impl Scheduler {
         let keys = self.swarm(id)?.tasks.clone();
         let mut n = 0;
         for key in keys {
-            let state = self.model.tasks().get(&key).map(|t| t.state());
+            let state = self.shared.model.tasks().get(&key).map(|t| t.state());
             if matches!(
                 state,
                 Some(TaskState::Merged | TaskState::Cancelled | TaskState::Merging | TaskState::Succeeded)
@@ -313,7 +318,7 @@ impl Scheduler {
             n += 1;
         }
         if let Ok(id) = SwarmId::new(id) {
-            self.edit_swarm(&id, fx, |s| s.state = SwarmState::Cancelled);
+            self.core(fx).edit_swarm(&id, |s| s.state = SwarmState::Cancelled);
         }
         fx.event(
             id,
@@ -325,34 +330,6 @@ impl Scheduler {
             serde_json::json!({ "state": "CANCELLED" }),
         );
         Ok(n)
-    }
-
-    pub(super) fn retry_task(&mut self, key: &TaskKey, fx: &mut Effects) -> Result<(), SchedError> {
-        let t = self.task(key)?;
-        match t.state() {
-            TaskState::Failed
-            | TaskState::Blocked
-            | TaskState::Escalated
-            | TaskState::Conflict
-            | TaskState::Rejected
-            | TaskState::Cancelled => {
-                self.edit_task(key, fx, |t| {
-                    t.retries_used = 0;
-                    t.cancel_requested = false;
-                    t.not_before = 0;
-                });
-                if self.model.swarms().get(&key.swarm).is_some_and(|s| {
-                    !matches!(s.state, SwarmState::Active | SwarmState::Stalled | SwarmState::Paused)
-                }) {
-                    self.edit_swarm(&key.swarm, fx, |s| s.state = SwarmState::Active);
-                }
-                self.make_ready(key, "retried by the operator", fx);
-                Ok(())
-            }
-            other => Err(SchedError::FailedPrecondition(format!(
-                "task {key} is {other}; only FAILED, BLOCKED, ESCALATED, CONFLICT, REJECTED or CANCELLED tasks can be retried"
-            ))),
-        }
     }
 
     fn answer(
@@ -382,26 +359,26 @@ impl Scheduler {
         let qid = pending.as_ref().map(|p| p.id.clone()).unwrap_or_else(|| question_id.to_string());
         let question = pending.as_ref().map(|p| p.text.clone()).unwrap_or_default();
         // The breaker asks about the swarm, not the task's worker.
-        if pending.as_ref().is_some_and(|p| p.category == super::pause::BUDGET_CATEGORY) {
+        if pending.as_ref().is_some_and(|p| p.category == pause::BUDGET_CATEGORY) {
             return self.answer_budget_question(key, &qid, &question, text, fx);
         }
         match state {
             TaskState::Escalated | TaskState::Blocked => {
                 self.record_answer(key, &qid, &question, text, fx);
-                self.make_ready(key, &format!("answered ({qid})"), fx);
+                self.core(fx).make_ready(key, &format!("answered ({qid})"));
                 Ok(())
             }
             TaskState::Running if pending.is_some() => {
-                let number = self.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
+                let number = self.shared.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
                 self.record_answer(key, &qid, &question, text, fx);
-                if let Some(a) = self.model.attempts().get(&(key.clone(), number)) {
+                if let Some(a) = self.shared.model.attempts().get(&(key.clone(), number)) {
                     let message = Outbound::Answer {
                         attempt: AttemptHandle { task: key.clone(), number, token: a.token },
                         question_id: qid.clone(),
                         text: text.to_string(),
                     };
                     let worker = a.worker.clone();
-                    self.send(&worker, message, fx);
+                    self.core(fx).send(&worker, message);
                 }
                 Ok(())
             }
@@ -422,21 +399,21 @@ impl Scheduler {
             )));
         }
         let number = t.attempts;
-        let Some(a) = self.model.attempts().get(&(key.clone(), number)) else {
+        let Some(a) = self.shared.model.attempts().get(&(key.clone(), number)) else {
             return Err(SchedError::FailedPrecondition(format!("task {key} has no live attempt")));
         };
         let (worker, token) = (a.worker.clone(), a.token);
-        let Some(t) = self.model.tasks().get(key) else {
+        let Some(t) = self.shared.model.tasks().get(key) else {
             return Err(SchedError::NotFound(format!("task {key} not found")));
         };
         let id = format!("m{}", t.notes.messages.len() + 1);
-        self.edit_task(key, fx, |t| t.notes.messages.push(text.to_string()));
+        self.core(fx).edit_task(key, |t| t.notes.messages.push(text.to_string()));
         let message = Outbound::Message {
             attempt: AttemptHandle { task: key.clone(), number, token },
             message_id: id.clone(),
             text: text.to_string(),
         };
-        self.send(&worker, message, fx);
+        self.core(fx).send(&worker, message);
         fx.task_event(
             key,
             number,
@@ -461,11 +438,11 @@ impl Scheduler {
             question: question.to_string(),
             answer: text.to_string(),
         };
-        self.edit_task(key, fx, |t| {
+        self.core(fx).edit_task(key, |t| {
             t.notes.answers.push(answer);
             t.notes.pending_question = None;
         });
-        let attempt = self.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
+        let attempt = self.shared.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
         fx.task_event(
             key,
             attempt,
@@ -477,16 +454,16 @@ impl Scheduler {
     }
 
     fn drain(&mut self, worker: &str, fx: &mut Effects) -> Result<WorkerView, SchedError> {
-        let now = self.mono_ms();
-        if !self.model.workers().contains_key(worker) {
+        let now = self.shared.mono_ms();
+        if !self.shared.model.workers().contains_key(worker) {
             return Err(SchedError::NotFound(format!("worker {worker:?} not found")));
         }
-        self.edit_worker(worker, fx, |w| w.draining = true);
-        let Some(w) = self.model.workers().get(worker) else {
+        self.core(fx).edit_worker(worker, |w| w.draining = true);
+        let Some(w) = self.shared.model.workers().get(worker) else {
             return Err(SchedError::NotFound(worker.to_string()));
         };
         let view = WorkerView::of(w, now, self.limits.limited_until(w, now_ms()));
-        self.send(worker, Outbound::Drain { reason: "drained by the operator".into() }, fx);
+        self.core(fx).send(worker, Outbound::Drain { reason: "drained by the operator".into() });
         fx.event(
             "",
             "",

@@ -102,19 +102,24 @@ impl Scheduler {
     pub(super) fn list_swarms(&self, page: &Page) -> (Vec<SwarmView>, String) {
         // Zero-padded so that text order is (created, id) order.
         let keyed = self
+            .shared
             .model
             .swarms()
             .values()
             .map(|s| {
-                (format!("{:020}/{}", s.created_at.max(0), s.id), SwarmView::of(s, self.burn_rate(&s.id)))
+                (
+                    format!("{:020}/{}", s.created_at.max(0), s.id),
+                    SwarmView::of(s, self.budgets.burn_rate(&s.id)),
+                )
             })
             .collect();
         page.take(keyed)
     }
 
     pub(super) fn list_workers(&self, page: &Page) -> (Vec<WorkerView>, String) {
-        let (mono, now) = (self.mono_ms(), now_ms());
+        let (mono, now) = (self.shared.mono_ms(), now_ms());
         let keyed = self
+            .shared
             .model
             .workers()
             .values()
@@ -143,7 +148,7 @@ impl Scheduler {
         let mut next = String::new();
         let mut last = 0;
         for (i, key) in s.tasks.iter().enumerate().skip(start) {
-            let Some(t) = self.model.tasks().get(key) else { continue };
+            let Some(t) = self.shared.model.tasks().get(key) else { continue };
             if !states.is_empty() && !states.contains(&t.state()) {
                 continue;
             }
@@ -151,7 +156,7 @@ impl Scheduler {
                 next = last.to_string();
                 break;
             }
-            views.push(TaskView::of(t, self.holder(key), self.model.attempts()));
+            views.push(TaskView::of(t, self.holder(key), self.shared.model.attempts()));
             last = i;
         }
         Ok((views, next))
@@ -159,14 +164,16 @@ impl Scheduler {
 
     pub(super) fn task_detail(&self, key: &TaskKey) -> Result<TaskDetailView, SchedError> {
         let t = self.task(key)?;
-        let attempts =
-            (1..=t.attempts).filter_map(|n| self.model.attempts().get(&(key.clone(), n))).cloned().collect();
+        let attempts = (1..=t.attempts)
+            .filter_map(|n| self.shared.model.attempts().get(&(key.clone(), n)))
+            .cloned()
+            .collect();
         Ok(TaskDetailView {
-            task: TaskView::of(t, self.holder(key), self.model.attempts()),
+            task: TaskView::of(t, self.holder(key), self.shared.model.attempts()),
             prompt: t.spec.prompt.clone(),
             attempts,
             events: Vec::new(),
-            branch_report: super::branch_report::branch_report(t, self.model.attempts()),
+            branch_report: super::branch_report::branch_report(t, self.shared.model.attempts()),
         })
     }
 }

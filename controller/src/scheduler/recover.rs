@@ -3,7 +3,6 @@
 use super::HashMap;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Instant;
 
 use swarm_core::plan::TaskSpec;
 use swarm_core::{AttemptState, Outcome, SwarmId, TaskId, TaskKey, TaskState};
@@ -14,7 +13,7 @@ use super::model::{
     AgentRecord, Attempt, Model, Notes, Stall, Swarm, SwarmControl, SwarmState, Task, TierOutcome,
     Transition, Worker,
 };
-use super::{Effects, Scheduler, Timing};
+use super::{Effects, Scheduler, Shared, Timing};
 use crate::error::ControllerError;
 use crate::merger::MergerHandle;
 use crate::store::{AttemptRow, Snapshot, Store, StoreError};
@@ -23,77 +22,81 @@ fn corrupt(table: &'static str, key: String, reason: impl Into<String>) -> Contr
     ControllerError::Store(StoreError::Corrupt { table, key, reason: reason.into() })
 }
 
+/// Long: the order of its steps (rows, stalls, leases, requeued merges,
+/// reviews and sub-swarms, the refs) is the point, so they stand together.
 pub fn recover(mut store: Store, timing: Timing, merger: MergerHandle) -> Result<Scheduler, ControllerError> {
     let snap = store.load()?;
     let (events, _) = broadcast::channel(65_536);
     let mut s = Scheduler {
         store,
-        timing,
-        started: Instant::now(),
-        model: Model::default(),
-        lease_seen: HashMap::default(),
-        next_token: 1,
+        shared: Shared::new(timing),
         next_event_id: snap.last_event_id + 1,
         last_committed_event: Arc::new(std::sync::atomic::AtomicU64::new(snap.last_event_id)),
         events,
         merger,
-        next_session_id: 1,
-        metrics: Default::default(),
-        audit: Default::default(),
-        last_sweep_ms: 0,
-        scan: super::assign::ScanMemo::new(),
+        sessions: Default::default(),
         limits: Default::default(),
         subswarms: Default::default(),
         merge_queues: Default::default(),
         reviews: Default::default(),
         budgets: Default::default(),
     };
-    load(&mut s.model, snap)?;
-    s.next_token = s.model.attempts().values().map(|a| a.token + 1).max().unwrap_or(1);
+    load(&mut s.shared.model, snap)?;
+    s.shared.next_token = s.shared.model.attempts().values().map(|a| a.token + 1).max().unwrap_or(1);
     // Why a STALLED swarm is stalled is described, not stored.
     let stalled: Vec<(SwarmId, Stall)> = s
+        .shared
         .model
         .swarms()
         .values()
         .filter(|sw| sw.state == SwarmState::Stalled)
-        .map(|sw| (sw.id.clone(), super::stall::describe(sw, s.model.tasks())))
+        .map(|sw| (sw.id.clone(), super::stall::describe(sw, s.shared.model.tasks())))
         .collect();
     for (id, stall) in stalled {
         let edit = |sw: &mut Swarm| sw.stall = Some(stall);
-        s.model.apply(Transition::Swarm { id: &id, edit: Box::new(edit) });
+        s.shared.model.apply(Transition::Swarm { id: &id, edit: Box::new(edit) });
     }
     // Live attempts' workers get a full TTL to reconnect to the restarted
     // controller.
-    for a in s.model.attempts().values().filter(|a| a.state.is_live()) {
-        s.lease_seen.insert(a.worker.clone(), 0);
+    for a in s
+        .shared
+        .model
+        .attempts()
+        .values()
+        .filter(|a| a.state.is_live() && a.worker != super::subswarm::NO_WORKER)
+    {
+        s.shared.lease_seen.insert(a.worker.clone(), 0);
     }
 
     // Ready queue in plan order; merges that were in flight are submitted
     // again, marked as recovering so the merger first looks for a merge
     // that landed before the crash.
     let mut fx = Effects::default();
-    let order: Vec<TaskKey> = s.model.swarms().values().flat_map(|sw| sw.tasks.clone()).collect();
+    let order: Vec<TaskKey> = s.shared.model.swarms().values().flat_map(|sw| sw.tasks.clone()).collect();
     for key in order {
-        let Some(t) = s.model.tasks().get(&key) else { continue };
+        let Some(t) = s.shared.model.tasks().get(&key) else { continue };
         match t.state() {
-            TaskState::Merging | TaskState::Succeeded if s.queues_merges(&key.swarm) => {
-                s.requeue_recovered(&key)
+            TaskState::Merging | TaskState::Succeeded
+                if super::merge_queue::queues_merges(&s.shared.model, &key.swarm) =>
+            {
+                s.merge_queues.requeue_recovered(&s.shared.model, &key)
             }
             TaskState::Merging | TaskState::Succeeded => {
                 let number = t.attempts;
-                if let Some(job) = s.merge_job(&key, number, true) {
+                if let Some(job) = super::merge_queue::merge_job(&s.shared.model, &key, number, true) {
                     fx.merges.push(job);
                 }
             }
             _ => {}
         }
     }
-    s.requeue_reviews();
-    s.recover_subswarms();
+    s.reviews.recover(&mut s.shared.model);
+    s.subswarms.recover(&s.shared.model, &s.merger);
     // A controller killed while moving an integration ref leaves its lock
     // behind, and a power loss can leave the ref empty; restore those first
     // (the merger handles requests in order).
     let owned = s
+        .shared
         .model
         .swarms()
         .values()
@@ -108,10 +111,10 @@ pub fn recover(mut store: Store, timing: Timing, merger: MergerHandle) -> Result
         s.merger.submit(job);
     }
     tracing::info!(
-        swarms = s.model.swarms().len(),
-        tasks = s.model.tasks().len(),
-        attempts = s.model.attempts().len(),
-        workers = s.model.workers().len(),
+        swarms = s.shared.model.swarms().len(),
+        tasks = s.shared.model.tasks().len(),
+        attempts = s.shared.model.attempts().len(),
+        workers = s.shared.model.workers().len(),
         last_event = s.last_committed_event.load(std::sync::atomic::Ordering::Relaxed),
         "state rebuilt from the store"
     );

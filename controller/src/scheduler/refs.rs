@@ -40,7 +40,7 @@ impl Scheduler {
     /// is not compared with itself.
     pub(super) fn check_plan_refs(&self, plan: &Plan) -> Result<(), SchedError> {
         let ours = namespace(&plan.swarm);
-        for other in self.model.swarms().values().filter(|s| s.id != plan.swarm) {
+        for other in self.shared.model.swarms().values().filter(|s| s.id != plan.swarm) {
             let taken = |field: &str, branch: &str| {
                 Err(SchedError::AlreadyExists(format!(
                     "{field}: {branch:?} belongs to swarm {:?} (its integration branch or under swarm/{}/)",
@@ -72,7 +72,7 @@ impl Scheduler {
         let s = self.swarm(swarm)?;
         let explicit = target.is_some();
         let target = target.unwrap_or_else(|| s.plan.target_branch.clone());
-        if let Some(owner) = self.model.swarms().values().find(|o| owns(o, &target)) {
+        if let Some(owner) = self.shared.model.swarms().values().find(|o| owns(o, &target)) {
             return Err(SchedError::InvalidArgument {
                 field: "target_branch".into(),
                 rule: format!(

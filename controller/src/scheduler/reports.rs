@@ -1,21 +1,55 @@
-//! What sidecars tell the scheduler: reports, fencing and the exit-code
-//! transitions. Sessions and claims are in `sessions`, merge results in
-//! `merged`.
+//! What sidecars tell the scheduler: hellos, reports, fencing and the
+//! exit-code transitions. Sessions and claims are in `sessions`, merge
+//! results in `merged`.
 
-use rand::Rng;
 use swarm_core::{AttemptState, Outcome, TaskKey, TaskState, Usage};
 
-use super::command::{Report, ReportedAttempt, ResultReport};
-use super::model::PendingQuestion;
+use super::command::{HelloInfo, Report, ReportedAttempt, ResultReport};
+use super::model::{PendingQuestion, Session};
 use super::operator::PERMISSION_CATEGORY;
 use super::outbound::Outbound;
-use super::{Effects, Scheduler, now_ms};
+use super::{Effects, Scheduler, now_ms, pause, sessions};
 
 /// Pause before a task whose attempt failed for infrastructure reasons is
 /// assigned again.
 const INFRA_BACKOFF_MS: i64 = 2_000;
 
 impl Scheduler {
+    pub(super) fn on_hello(&mut self, hello: HelloInfo, session: Session, fx: &mut Effects) {
+        let _span =
+            tracing::info_span!("sidecar.hello", worker = %hello.worker_id, session = session.id).entered();
+        let Some(welcomed) = self.sessions.hello(&mut self.shared.core(fx), &hello, session) else { return };
+        if let Some((key, number)) = &welcomed.current {
+            if !welcomed.resumed {
+                // It does not hold its attempt (restarted without it, or the
+                // Assign was lost with the stream): the same attempt, same
+                // token, is sent again.
+                if let Some(spec) = self.assign_spec(key, *number) {
+                    self.core(fx).send(&hello.worker_id, Outbound::Assign(Box::new(spec)));
+                }
+            }
+            if self.shared.model.tasks().get(key).is_some_and(|t| t.cancel_requested) {
+                self.core(fx).send_cancel(key, *number, "cancelled by the operator");
+            }
+            self.stop_again_on_reconnect(key, *number, fx);
+        }
+        sessions::connected(&mut self.core(fx), &hello, &welcomed);
+    }
+
+    /// A worker reconnected holding `key#number`: a stop it was sent may
+    /// have been lost with its old stream (or never sent, while it had
+    /// none), so a checkpointing pause or a budget stops it again.
+    fn stop_again_on_reconnect(&mut self, key: &TaskKey, number: u32, fx: &mut Effects) {
+        if self.shared.model.is_reviewer(key, number) {
+            return;
+        }
+        if pause::stop_again_on_reconnect(&mut self.core(fx), key, number) {
+            return;
+        }
+        self.budgets.forget_stop(key, number);
+        self.budgets.enforce(&mut self.shared.core(fx), key);
+    }
+
     pub(super) fn on_report(
         &mut self,
         worker_id: &str,
@@ -24,11 +58,11 @@ impl Scheduler {
         report: Report,
         fx: &mut Effects,
     ) {
-        let Some(worker) = self.model.workers().get(worker_id) else { return };
+        let Some(worker) = self.shared.model.workers().get(worker_id) else { return };
         if worker.session.as_ref().map(|s| s.id) != Some(session) {
             return; // a stream that has been replaced says nothing
         }
-        if seq > 0 && !self.admit_seq(worker_id, session, seq, fx) {
+        if seq > 0 && !self.sessions.admit_seq(&mut self.shared.core(fx), worker_id, session, seq) {
             return;
         }
         let current = match report.attempt() {
@@ -41,14 +75,14 @@ impl Scheduler {
             let _span =
                 tracing::warn_span!("report.fenced", task = %a.task, attempt = a.number, worker = worker_id)
                     .entered();
-            self.metrics.fenced_reports.inc();
-            let current_token = self.model.tasks().get(&a.task).and_then(|t| {
-                self.model.attempts().get(&(a.task.clone(), t.attempts)).map(|x| (t.attempts, x.token))
+            self.shared.metrics.fenced_reports.inc();
+            let current_token = self.shared.model.tasks().get(&a.task).and_then(|t| {
+                self.shared.model.attempts().get(&(a.task.clone(), t.attempts)).map(|x| (t.attempts, x.token))
             });
             // A peer can send fenced reports as fast as it likes; the audit
             // log records the first of each window and a count of the rest.
-            self.audited(
-                fx,
+            self.sessions.audited(
+                &mut self.shared.core(fx),
                 worker_id,
                 "report.fenced",
                 Some((&a.task.clone(), a.number)),
@@ -62,8 +96,8 @@ impl Scheduler {
             );
         }
         if seq > 0 {
-            self.edit_worker(worker_id, fx, |w| w.last_applied_seq = seq);
-            self.send(worker_id, Outbound::Ack { seq }, fx);
+            self.core(fx).edit_worker(worker_id, |w| w.last_applied_seq = seq);
+            self.core(fx).send(worker_id, Outbound::Ack { seq });
         }
     }
 
@@ -71,6 +105,7 @@ impl Scheduler {
     /// with that attempt's fencing token.
     fn is_current(&self, worker_id: &str, a: &ReportedAttempt) -> bool {
         let holds = self
+            .shared
             .model
             .workers()
             .get(worker_id)
@@ -78,6 +113,7 @@ impl Scheduler {
             .is_some_and(|(k, n)| k == &a.task && *n == a.number);
         holds
             && self
+                .shared
                 .model
                 .attempts()
                 .get(&(a.task.clone(), a.number))
@@ -86,12 +122,14 @@ impl Scheduler {
 
     fn apply(&mut self, worker_id: &str, report: Report, fx: &mut Effects) {
         match report {
-            Report::MergeVerified(r) => self.on_merge_verified(worker_id, *r, fx),
+            Report::MergeVerified(r) => {
+                self.merge_queues.on_verified(&mut self.shared.core(fx), &self.merger, worker_id, *r)
+            }
             Report::Started { attempt, pid, restarts, sandbox } => {
-                if self.model.attempts().get(&(attempt.task.clone(), attempt.number)).map(|a| a.state)
+                if self.shared.model.attempts().get(&(attempt.task.clone(), attempt.number)).map(|a| a.state)
                     == Some(AttemptState::Assigned)
                 {
-                    self.set_attempt_state(&attempt.task, attempt.number, AttemptState::Running, fx);
+                    self.core(fx).set_attempt_state(&attempt.task, attempt.number, AttemptState::Running);
                 }
                 fx.task_event(
                     &attempt.task,
@@ -107,7 +145,7 @@ impl Scheduler {
             }
             Report::Progress { attempt, percent, step, usage, session_id } => {
                 // Progress stays in memory: it is reported again and again.
-                self.edit_task_unstored(&attempt.task, |t| {
+                self.core(fx).edit_task_unstored(&attempt.task, |t| {
                     t.percent = percent.min(100);
                     t.step = step;
                 });
@@ -133,7 +171,7 @@ impl Scheduler {
                     attempt: attempt.number,
                     options: options.clone(),
                 };
-                self.edit_task(&attempt.task, fx, |t| t.notes.pending_question = Some(question));
+                self.core(fx).edit_task(&attempt.task, |t| t.notes.pending_question = Some(question));
                 fx.task_event(
                     &attempt.task,
                     attempt.number,
@@ -165,16 +203,18 @@ impl Scheduler {
     fn on_result(&mut self, worker_id: &str, r: ResultReport, fx: &mut Effects) {
         let (key, number) = (r.attempt.task.clone(), r.attempt.number);
         self.apply_result(worker_id, r, fx);
-        self.after_result_budget(&key, number, fx);
+        self.budgets.after_result(&mut self.shared.core(fx), &key, number);
     }
 
+    /// Long: one arm per outcome, each a few transitions, so what a
+    /// result does reads as one table.
     fn apply_result(&mut self, worker_id: &str, r: ResultReport, fx: &mut Effects) {
         let key = r.attempt.task.clone();
         let number = r.attempt.number;
         let _span =
             tracing::info_span!("attempt.result", swarm = %key.swarm, task = %key, attempt = %key.attempt(number), worker = worker_id, outcome = %r.outcome)
                 .entered();
-        self.edit_attempt(&key, number, fx, |a| {
+        self.core(fx).edit_attempt(&key, number, |a| {
             a.outcome = Some(r.outcome);
             a.exit_code = r.exit_code;
             a.summary = r.summary.clone();
@@ -184,36 +224,37 @@ impl Scheduler {
         });
         if !r.session_id.is_empty() || !r.usage.is_zero() {
             self.record_agent(&key, number, Some(r.usage), &r.session_id, false, fx);
-            self.metrics.agent_usage(&r.usage);
+            self.shared.metrics.agent_usage(&r.usage);
         }
-        if self.is_reviewer(&key, number) {
-            self.free_worker_of(&key, number, fx);
+        if self.shared.model.is_reviewer(&key, number) {
+            self.core(fx).free_worker_of(&key, number);
             self.on_review_result(&key, number, &r, fx);
             return;
         }
-        self.free_worker_of(&key, number, fx);
+        self.core(fx).free_worker_of(&key, number);
         // A permission request lives and dies with the agent that asked: an
         // answer after its attempt ended would reach nobody.
         if self
+            .shared
             .model
             .tasks()
             .get(&key)
             .and_then(|t| t.notes.pending_question.as_ref())
             .is_some_and(|q| q.category == PERMISSION_CATEGORY)
         {
-            self.edit_task(&key, fx, |t| t.notes.pending_question = None);
+            self.core(fx).edit_task(&key, |t| t.notes.pending_question = None);
         }
-        let cancel_requested = self.model.tasks().get(&key).is_some_and(|t| t.cancel_requested);
+        let cancel_requested = self.shared.model.tasks().get(&key).is_some_and(|t| t.cancel_requested);
         let detail = if r.error.is_empty() { r.summary.clone() } else { r.error.clone() };
         match r.outcome {
             Outcome::Success => {
                 let Some(commit) = r.commit.clone() else {
-                    self.set_attempt_state(&key, number, AttemptState::Failed, fx);
-                    self.fail_or_retry(&key, number, "reported success without a commit", fx);
+                    self.core(fx).set_attempt_state(&key, number, AttemptState::Failed);
+                    self.core(fx).fail_or_retry(&key, number, "reported success without a commit");
                     return;
                 };
-                self.set_attempt_state(&key, number, AttemptState::Succeeded, fx);
-                self.edit_task(&key, fx, |t| {
+                self.core(fx).set_attempt_state(&key, number, AttemptState::Succeeded);
+                self.core(fx).edit_task(&key, |t| {
                     t.result_commit = commit;
                     // Written only when there is something to keep: notes
                     // are allocated on their first write (see `LazyNotes`).
@@ -227,11 +268,11 @@ impl Scheduler {
                         t.notes.conflict = None;
                     }
                 });
-                self.set_state(&key, TaskState::Succeeded, &format!("attempt {number} succeeded"), fx);
+                self.core(fx).set_state(&key, TaskState::Succeeded, &format!("attempt {number} succeeded"));
                 self.after_success(&key, number, fx);
             }
             Outcome::Error | Outcome::VerifyFailed | Outcome::Signaled | Outcome::Stalled => {
-                self.set_attempt_state(&key, number, AttemptState::Failed, fx);
+                self.core(fx).set_attempt_state(&key, number, AttemptState::Failed);
                 let why = match r.outcome {
                     Outcome::VerifyFailed => {
                         let failed: Vec<&str> = r
@@ -250,14 +291,14 @@ impl Scheduler {
                 };
                 let why = if detail.is_empty() { why } else { format!("{why}: {}", first_line(&detail)) };
                 if cancel_requested {
-                    self.set_state(&key, TaskState::Cancelled, "cancelled by the operator", fx);
+                    self.core(fx).set_state(&key, TaskState::Cancelled, "cancelled by the operator");
                 } else {
-                    self.fail_or_retry(&key, number, &why, fx);
+                    self.core(fx).fail_or_retry(&key, number, &why);
                 }
             }
             Outcome::Checkpoint => {
-                self.set_attempt_state(&key, number, AttemptState::Checkpointed, fx);
-                self.edit_task(&key, fx, |t| {
+                self.core(fx).set_attempt_state(&key, number, AttemptState::Checkpointed);
+                self.core(fx).edit_task(&key, |t| {
                     if let Some(c) = &r.commit {
                         t.resume_commit = c.clone();
                     }
@@ -266,12 +307,11 @@ impl Scheduler {
                         .push(format!("attempt {number}: checkpointed ({})", first_line(&r.summary)));
                 });
                 if cancel_requested {
-                    self.set_state(&key, TaskState::Cancelled, "cancelled by the operator", fx);
+                    self.core(fx).set_state(&key, TaskState::Cancelled, "cancelled by the operator");
                 } else {
-                    self.make_ready(
+                    self.core(fx).make_ready(
                         &key,
                         &format!("attempt {number} checkpointed; resumes from its WIP commit"),
-                        fx,
                     );
                 }
             }
@@ -279,16 +319,16 @@ impl Scheduler {
                 // The provider's limit, not the task's fault: no retry is
                 // spent, the work is kept as a WIP commit, and the task waits
                 // for the reset on the worker that holds its session.
-                self.set_attempt_state(&key, number, AttemptState::RateLimited, fx);
+                self.core(fx).set_attempt_state(&key, number, AttemptState::RateLimited);
                 let until = self.limits.on_rate_limited(
-                    &self.model,
-                    &self.metrics,
+                    &self.shared.model,
+                    &self.shared.metrics,
                     worker_id,
                     r.rate_limit_reset_ms,
                     &r.rate_limit_kind,
                     fx,
                 );
-                self.edit_task(&key, fx, |t| {
+                self.core(fx).edit_task(&key, |t| {
                     if let Some(c) = &r.commit {
                         t.resume_commit = c.clone();
                     }
@@ -296,18 +336,22 @@ impl Scheduler {
                     t.notes.failures.push(format!("attempt {number}: paused by the agent's usage limit"));
                 });
                 if cancel_requested {
-                    self.set_state(&key, TaskState::Cancelled, "cancelled by the operator", fx);
+                    self.core(fx).set_state(&key, TaskState::Cancelled, "cancelled by the operator");
                 } else {
-                    self.after_usage_limit(&key, number, until, fx);
+                    pause::after_usage_limit(&mut self.core(fx), &key, number, until);
                 }
             }
             Outcome::Blocked => {
-                self.set_attempt_state(&key, number, AttemptState::Stopped, fx);
-                self.set_state(&key, TaskState::Blocked, &format!("blocked: {}", first_line(&detail)), fx);
+                self.core(fx).set_attempt_state(&key, number, AttemptState::Stopped);
+                self.core(fx).set_state(
+                    &key,
+                    TaskState::Blocked,
+                    &format!("blocked: {}", first_line(&detail)),
+                );
             }
             Outcome::Escalation => {
-                self.set_attempt_state(&key, number, AttemptState::Stopped, fx);
-                if self.model.tasks().get(&key).is_some_and(|t| t.notes.pending_question.is_none()) {
+                self.core(fx).set_attempt_state(&key, number, AttemptState::Stopped);
+                if self.shared.model.tasks().get(&key).is_some_and(|t| t.notes.pending_question.is_none()) {
                     let question = PendingQuestion {
                         id: format!("q{number}"),
                         text: if detail.is_empty() {
@@ -319,40 +363,49 @@ impl Scheduler {
                         attempt: number,
                         options: Vec::new(),
                     };
-                    self.edit_task(&key, fx, |t| t.notes.pending_question = Some(question));
+                    self.core(fx).edit_task(&key, |t| t.notes.pending_question = Some(question));
                 }
                 let category =
                     if r.category.is_empty() { "escalation".to_string() } else { r.category.clone() };
-                self.set_state(
+                self.core(fx).set_state(
                     &key,
                     TaskState::Escalated,
                     &format!("{category}: {}", first_line(&detail)),
-                    fx,
                 );
             }
             Outcome::InfraFailed => {
                 // The sidecar's machinery failed, not the task: no retry is
                 // spent; a short pause keeps a broken host from spinning.
-                self.set_attempt_state(&key, number, AttemptState::Failed, fx);
+                self.core(fx).set_attempt_state(&key, number, AttemptState::Failed);
                 if cancel_requested {
-                    self.set_state(&key, TaskState::Cancelled, "cancelled by the operator", fx);
+                    self.core(fx).set_state(&key, TaskState::Cancelled, "cancelled by the operator");
                 } else {
-                    self.edit_task(&key, fx, |t| t.not_before = now_ms() + INFRA_BACKOFF_MS);
+                    self.core(fx).edit_task(&key, |t| t.not_before = now_ms() + INFRA_BACKOFF_MS);
                     let why = format!(
                         "attempt {number}: infrastructure failure, no retry spent: {}",
                         first_line(&detail)
                     );
-                    self.make_ready(&key, &why, fx);
+                    self.core(fx).make_ready(&key, &why);
                 }
             }
             Outcome::Interrupted | Outcome::Cancelled => {
-                self.set_attempt_state(&key, number, AttemptState::Cancelled, fx);
+                self.core(fx).set_attempt_state(&key, number, AttemptState::Cancelled);
                 if cancel_requested {
-                    self.set_state(&key, TaskState::Cancelled, "cancelled by the operator", fx);
+                    self.core(fx).set_state(&key, TaskState::Cancelled, "cancelled by the operator");
                 } else {
-                    self.make_ready(&key, &format!("attempt {number} interrupted"), fx);
+                    self.core(fx).make_ready(&key, &format!("attempt {number} interrupted"));
                 }
             }
+        }
+    }
+
+    /// A reviewer attempt's result: the review gate decides, and an
+    /// approval starts the reviewed attempt's merge.
+    fn on_review_result(&mut self, key: &TaskKey, number: u32, r: &ResultReport, fx: &mut Effects) {
+        let _span = tracing::info_span!("review.result", swarm = %key.swarm, task = %key, attempt = %key.attempt(number), outcome = %r.outcome)
+            .entered();
+        if let Some(reviewed) = self.reviews.on_result(&mut self.shared.core(fx), key, number, r) {
+            self.start_merge(key, reviewed, false, fx);
         }
     }
 
@@ -368,7 +421,7 @@ impl Scheduler {
         live: bool,
         fx: &mut Effects,
     ) {
-        let Some(a) = self.model.attempts().get(&(key.clone(), number)) else { return };
+        let Some(a) = self.shared.model.attempts().get(&(key.clone(), number)) else { return };
         let before = a.agent.clone();
         let mut after = before.clone();
         if !session_id.is_empty() {
@@ -382,42 +435,20 @@ impl Scheduler {
         }
         let after = after.usage;
         // The model moves the swarm's sum with the attempt's usage.
-        self.edit_attempt(key, number, fx, |a| {
+        self.core(fx).edit_attempt(key, number, |a| {
             if !session_id.is_empty() {
                 a.agent.session_id = session_id.to_string();
             }
             a.agent.usage = after;
         });
         if after != before.usage {
-            self.on_usage(key, number, &before.usage, &after, live, fx);
+            if let Some((rate, max)) = self.budgets.spent(&self.shared.model, key, &before.usage, &after) {
+                pause::trip_breaker(&mut self.core(fx), key, rate, max);
+            }
+            if live {
+                self.budgets.on_live_usage(&mut self.shared.core(fx), key, number);
+            }
         }
-    }
-
-    /// Exit 1 and its kin: retry with exponential backoff and jitter while
-    /// retries last, then FAILED.
-    pub(super) fn fail_or_retry(&mut self, key: &TaskKey, number: u32, why: &str, fx: &mut Effects) {
-        let Some(t) = self.model.tasks().get(key) else { return };
-        let (used, max) = (t.retries_used + 1, t.spec.retry.max_retries);
-        let failure = format!("attempt {number}: {why}");
-        if t.retries_used < max {
-            self.metrics.retries.inc();
-            let base = t.spec.retry.backoff_ms(used) as f64;
-            let jittered = base * rand::rng().random_range(0.8..=1.2);
-            self.edit_task(key, fx, |t| {
-                t.notes.failures.push(failure);
-                t.retries_used = used;
-                t.not_before = now_ms() + jittered as i64;
-            });
-            let reason = format!("retry {used}/{max} in {} ms after {why}", jittered as i64);
-            self.make_ready(key, &reason, fx);
-        } else {
-            self.edit_task(key, fx, |t| t.notes.failures.push(failure));
-            self.set_state(key, TaskState::Failed, &format!("{why} (retries exhausted: {max})"), fx);
-        }
-    }
-
-    pub(super) fn send_cancel(&mut self, key: &TaskKey, number: u32, reason: &str, fx: &mut Effects) {
-        self.send_stop(key, number, reason, false, fx);
     }
 }
 

@@ -14,24 +14,29 @@
 //! parent task reach the child. The hierarchy lives in the ids (`app/auth`
 //! is the child of task `auth` of swarm `app`), so recovery after a restart
 //! needs nothing stored beyond the swarms themselves.
+//!
+//! `SubSwarms` is a component: it works on the core and imports no other.
+//! A succeeded child's result, and a cancel that must reach the child's
+//! own tasks, go back to the dispatcher, which owns the review gate and
+//! the operator's cancel.
 
-use super::HashMap;
 use std::sync::Arc;
 
 use swarm_core::plan::{Plan, PlanError};
 use swarm_core::{AttemptState, SwarmId, TaskKey, TaskState};
 use tokio::sync::oneshot;
 
-use super::model::{Attempt, SwarmState, Transition};
-use super::{Effects, Scheduler};
+use super::core::Core;
+use super::model::{Attempt, HashMap, Model, SwarmState, Transition};
 use crate::error::SchedError;
+use crate::merger::MergerHandle;
 
 /// The branch of a starting child swarm, on its way from the merger.
 type BranchReply = oneshot::Receiver<Result<String, SchedError>>;
 
 /// Sub-swarm tasks between READY and their child swarm's creation.
 #[derive(Default)]
-pub struct SubSwarms {
+pub(super) struct SubSwarms {
     /// READY sub-swarm tasks, started at the next tick.
     to_start: Vec<TaskKey>,
     /// Tasks whose child's branch the merger is making: (attempt, reply).
@@ -39,7 +44,7 @@ pub struct SubSwarms {
 }
 
 /// The worker field of a sub-swarm task's attempts: no sidecar holds them.
-const NO_WORKER: &str = "";
+pub(super) const NO_WORKER: &str = "";
 
 /// A stored swarm's plan: a child swarm stores its root's plan text (the
 /// only text the operator gave) and takes its own plan out of it.
@@ -52,51 +57,49 @@ pub fn stored_plan(id: &str, text: &str) -> Result<Arc<Plan>, PlanError> {
     })
 }
 
-impl Scheduler {
-    /// Called by `set_state` when a sub-swarm task becomes READY: no
-    /// sidecar runs it (the model keeps it out of the ready queue); it is
-    /// started at the next tick.
-    pub(super) fn subswarm_ready(&mut self, key: &TaskKey) {
-        if !self.subswarms.to_start.contains(key) {
-            self.subswarms.to_start.push(key.clone());
+impl SubSwarms {
+    /// A sub-swarm task became READY: no sidecar runs it (the model keeps
+    /// it out of the ready queue); it is started at the next tick.
+    pub fn ready(&mut self, key: &TaskKey) {
+        if !self.to_start.contains(key) {
+            self.to_start.push(key.clone());
         }
     }
 
     /// After recovery: READY sub-swarm tasks are started at the next tick,
     /// and a RUNNING one whose child was never created asks for it again.
-    pub(super) fn recover_subswarms(&mut self) {
-        let keys: Vec<(TaskKey, TaskState)> = self
-            .model
+    pub fn recover(&mut self, model: &Model, merger: &MergerHandle) {
+        let keys: Vec<(TaskKey, TaskState)> = model
             .tasks()
             .values()
             .filter(|t| t.spec.subplan.is_some())
             .map(|t| (t.key.clone(), t.state()))
             .collect();
-        self.lease_seen.remove(NO_WORKER);
         for (key, state) in keys {
             if state == TaskState::Ready {
-                self.subswarm_ready(&key);
+                self.ready(&key);
             }
             let child = key.swarm.child(&key.task);
-            if state == TaskState::Running && !self.model.swarms().contains_key(&child) {
-                self.request_branch(&key, self.model.tasks().get(&key).map(|t| t.attempts).unwrap_or(0));
+            if state == TaskState::Running && !model.swarms().contains_key(&child) {
+                let number = model.tasks().get(&key).map(|t| t.attempts).unwrap_or(0);
+                self.request_branch(model, merger, &key, number);
             }
         }
     }
 
     /// Starts the READY sub-swarm tasks and creates the children whose
     /// branches are ready; called every tick.
-    pub(super) fn tick_subswarms(&mut self, fx: &mut Effects) {
-        for key in std::mem::take(&mut self.subswarms.to_start) {
-            if self.model.tasks().get(&key).is_some_and(|t| t.state() == TaskState::Ready) {
-                self.start_subswarm(&key, fx);
+    pub fn tick(&mut self, core: &mut Core, merger: &MergerHandle) {
+        for key in std::mem::take(&mut self.to_start) {
+            if core.model.tasks().get(&key).is_some_and(|t| t.state() == TaskState::Ready) {
+                self.start(core, merger, &key);
             }
         }
-        if self.subswarms.branching.is_empty() {
+        if self.branching.is_empty() {
             return;
         }
         let mut done = Vec::new();
-        for (key, (number, rx)) in &mut self.subswarms.branching {
+        for (key, (number, rx)) in &mut self.branching {
             match rx.try_recv() {
                 Ok(result) => done.push((key.clone(), *number, result)),
                 Err(oneshot::error::TryRecvError::Empty) => {}
@@ -106,13 +109,13 @@ impl Scheduler {
             }
         }
         for (key, number, result) in done {
-            self.subswarms.branching.remove(&key);
+            self.branching.remove(&key);
             match result {
-                Ok(head) => self.create_child(&key, number, &head, fx),
+                Ok(head) => create_child(core, &key, number, &head),
                 Err(e) => {
                     let why = format!("could not create the child swarm's branch: {e}");
-                    self.set_attempt_state(&key, number, AttemptState::Failed, fx);
-                    self.fail_or_retry(&key, number, &why, fx);
+                    core.set_attempt_state(&key, number, AttemptState::Failed);
+                    core.fail_or_retry(&key, number, &why);
                 }
             }
         }
@@ -121,28 +124,27 @@ impl Scheduler {
     /// A new attempt for a READY sub-swarm task: a child that already
     /// exists (a retry) has its failed and cancelled tasks retried; a new
     /// one needs its branch first.
-    fn start_subswarm(&mut self, key: &TaskKey, fx: &mut Effects) {
+    fn start(&mut self, core: &mut Core, merger: &MergerHandle, key: &TaskKey) {
         let child = key.swarm.child(&key.task);
         let base =
-            self.model.swarms().get(&key.swarm).map(|s| s.integration_head.clone()).unwrap_or_default();
-        if self.model.swarms().get(&child).is_some_and(|s| s.state == SwarmState::Completed) {
+            core.model.swarms().get(&key.swarm).map(|s| s.integration_head.clone()).unwrap_or_default();
+        if core.model.swarms().get(&child).is_some_and(|s| s.state == SwarmState::Completed) {
             // Its result was refused or conflicted: merging the same head
             // again would meet the same answer, over and over.
             let why = format!(
                 "sub-swarm {child} completed, but its result did not merge ({}); a completed child is not \
                  run again",
-                self.model.tasks().get(key).map(|t| t.reason.as_str()).unwrap_or_default()
+                core.model.tasks().get(key).map(|t| t.reason.as_str()).unwrap_or_default()
             );
-            self.set_state(key, TaskState::Failed, &why, fx);
+            core.set_state(key, TaskState::Failed, &why);
             return;
         }
-        let Some(task) = self.model.tasks().get(key) else { return };
+        let Some(task) = core.model.tasks().get(key) else { return };
         let number = task.attempts + 1;
-        self.edit_task(key, fx, |task| task.attempts = number);
+        core.edit_task(key, |task| task.attempts = number);
         let span = tracing::info_span!("subswarm.start", swarm = %key.swarm, task = %key, attempt = %key.attempt(number), child = %child);
         let _span = span.entered();
-        let token = self.next_token;
-        self.next_token += 1;
+        let token = core.next_token();
         let attempt = Attempt::begin(
             key.clone(),
             number,
@@ -152,160 +154,160 @@ impl Scheduler {
             base,
             Default::default(),
         );
-        self.transition(Transition::AttemptAdded(attempt), fx);
-        self.set_state(key, TaskState::Running, &format!("sub-swarm {child} (attempt {number})"), fx);
-        if self.model.swarms().contains_key(&child) {
-            self.resume_child(&child, fx);
+        core.transition(Transition::AttemptAdded(attempt));
+        core.set_state(key, TaskState::Running, &format!("sub-swarm {child} (attempt {number})"));
+        if core.model.swarms().contains_key(&child) {
+            resume_child(core, &child);
         } else {
-            self.request_branch(key, number);
+            self.request_branch(core.model, merger, key, number);
         }
     }
 
-    fn request_branch(&mut self, key: &TaskKey, number: u32) {
-        let Some(parent) = self.model.swarms().get(&key.swarm) else { return };
+    fn request_branch(&mut self, model: &Model, merger: &MergerHandle, key: &TaskKey, number: u32) {
+        let Some(parent) = model.swarms().get(&key.swarm) else { return };
         let child = key.swarm.child(&key.task);
         let Some(plan) = parent.plan.descendant(&child) else { return };
-        match self.merger.ensure_branch_later(&plan.integration_branch, &parent.plan.integration_branch) {
+        match merger.ensure_branch_later(&plan.integration_branch, &parent.plan.integration_branch) {
             Ok(rx) => {
-                self.subswarms.branching.insert(key.clone(), (number, rx));
+                self.branching.insert(key.clone(), (number, rx));
             }
             Err(e) => tracing::error!(task = %key, error = %e, "child swarm's branch not requested"),
         }
     }
 
-    /// The child swarm of `key`, on its branch at `head`.
-    fn create_child(&mut self, key: &TaskKey, number: u32, head: &str, fx: &mut Effects) {
-        let child = key.swarm.child(&key.task);
-        let Some(parent) = self.model.swarms().get(&key.swarm) else { return };
-        let Some(plan) = parent.plan.descendant(&child) else { return };
-        // A child stores its root's plan text; `stored_plan` finds it again.
-        let root = SwarmId::new(key.swarm.root()).ok();
-        let Some(text) = root.and_then(|r| self.model.swarms().get(&r)).map(|s| s.plan_text.clone()) else {
-            return;
-        };
-        self.edit_attempt(key, number, fx, |a| a.base_commit = head.to_string());
-        let _span = tracing::info_span!("subswarm.create", swarm = %key.swarm, task = %key, attempt = %key.attempt(number), child = %child).entered();
-        fx.task_event(
-            key,
-            number,
-            "",
-            "task.subswarm",
-            format!("child swarm {child} created at {head}"),
-            serde_json::json!({ "child": child.as_str(), "head": head, "tasks": plan.tasks.len() }),
-        );
-        self.insert_swarm(text, plan, head, fx);
-    }
-
-    /// A retried parent: its child's failed and cancelled tasks get new
-    /// attempts.
-    fn resume_child(&mut self, child: &SwarmId, fx: &mut Effects) {
-        let keys = self.model.swarms().get(child).map(|s| s.tasks.clone()).unwrap_or_default();
-        for k in keys {
-            let state = self.model.tasks().get(&k).map(|t| t.state());
-            if matches!(state, Some(TaskState::Failed | TaskState::Cancelled))
-                && let Err(e) = self.retry_task(&k, fx)
-            {
-                tracing::warn!(task = %k, error = %e, "child task not retried");
-            }
-        }
-        if self.model.swarms().get(child).is_some_and(|s| s.state != SwarmState::Active) {
-            self.edit_swarm(child, fx, |s| s.state = SwarmState::Active);
-        }
-        fx.touched_swarms.insert(child.clone());
-    }
-
     /// Cancelling a RUNNING sub-swarm task cancels its child swarm; the
-    /// task is CANCELLED once the child has stopped.
-    pub(super) fn cancel_child(&mut self, key: &TaskKey, reason: &str, fx: &mut Effects) {
+    /// task is CANCELLED once the child has stopped. Returns the child
+    /// when it is live, for the dispatcher to cancel as the operator would.
+    pub fn cancel_child(&mut self, core: &mut Core, key: &TaskKey, reason: &str) -> Option<SwarmId> {
         let child = key.swarm.child(&key.task);
-        if self.subswarms.branching.remove(key).is_some() {
+        if self.branching.remove(key).is_some() {
             // Nothing runs yet: the task stops here.
-            let number = self.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
-            self.set_attempt_state(key, number, AttemptState::Cancelled, fx);
-            self.set_state(key, TaskState::Cancelled, reason, fx);
-            return;
+            let number = core.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
+            core.set_attempt_state(key, number, AttemptState::Cancelled);
+            core.set_state(key, TaskState::Cancelled, reason);
+            return None;
         }
-        if self
-            .model
+        core.fx.touched_swarms.insert(child.clone());
+        core.model
             .swarms()
             .get(&child)
             .is_some_and(|s| matches!(s.state, SwarmState::Active | SwarmState::Stalled | SwarmState::Paused))
-            && let Err(e) = self.cancel_swarm(child.as_str(), reason, fx)
+            .then_some(child)
+    }
+}
+
+/// The child swarm of `key`, on its branch at `head`.
+fn create_child(core: &mut Core, key: &TaskKey, number: u32, head: &str) {
+    let child = key.swarm.child(&key.task);
+    let Some(parent) = core.model.swarms().get(&key.swarm) else { return };
+    let Some(plan) = parent.plan.descendant(&child) else { return };
+    // A child stores its root's plan text; `stored_plan` finds it again.
+    let root = SwarmId::new(key.swarm.root()).ok();
+    let Some(text) = root.and_then(|r| core.model.swarms().get(&r)).map(|s| s.plan_text.clone()) else {
+        return;
+    };
+    core.edit_attempt(key, number, |a| a.base_commit = head.to_string());
+    let _span = tracing::info_span!("subswarm.create", swarm = %key.swarm, task = %key, attempt = %key.attempt(number), child = %child).entered();
+    core.fx.task_event(
+        key,
+        number,
+        "",
+        "task.subswarm",
+        format!("child swarm {child} created at {head}"),
+        serde_json::json!({ "child": child.as_str(), "head": head, "tasks": plan.tasks.len() }),
+    );
+    core.insert_swarm(text, plan, head);
+}
+
+/// A retried parent: its child's failed and cancelled tasks get new
+/// attempts.
+fn resume_child(core: &mut Core, child: &SwarmId) {
+    let keys = core.model.swarms().get(child).map(|s| s.tasks.clone()).unwrap_or_default();
+    for k in keys {
+        let state = core.model.tasks().get(&k).map(|t| t.state());
+        if matches!(state, Some(TaskState::Failed | TaskState::Cancelled))
+            && let Err(e) = core.retry(&k)
         {
-            tracing::warn!(child = %child, error = %e, "child swarm not cancelled");
+            tracing::warn!(task = %k, error = %e, "child task not retried");
         }
-        fx.touched_swarms.insert(child);
     }
+    if core.model.swarms().get(child).is_some_and(|s| s.state != SwarmState::Active) {
+        core.edit_swarm(child, |s| s.state = SwarmState::Active);
+    }
+    core.fx.touched_swarms.insert(child.clone());
+}
 
-    /// After a swarm's state is refreshed: a child swarm's progress shows on
-    /// its parent task, and its end decides the parent task's attempt.
-    pub(super) fn after_swarm_refresh(&mut self, id: &SwarmId, fx: &mut Effects) {
-        let Some(parent) = id.parent() else { return };
-        let Some(child) = self.model.swarms().get(id) else { return };
-        let total = child.tasks.len() as u32;
-        let merged = child.count(TaskState::Merged);
-        let state = child.state;
-        let head = child.integration_head.clone();
-        let Some(task) = self.model.tasks().get(&parent) else { return };
-        if task.state() != TaskState::Running {
-            return;
-        }
-        let number = task.attempts;
-        let cancel_requested = task.cancel_requested;
-        // Progress, not stored: the child's counts say it again.
-        self.edit_task_unstored(&parent, |task| {
-            task.percent = (merged * 100).checked_div(total).unwrap_or(0);
-            task.step = format!("sub-swarm {id}: {merged}/{total} merged, {}", state.as_str());
-        });
-        // A STALLED child waits on the operator, and so does its parent task:
-        // the parent swarm is refreshed when that starts or ends.
-        self.transition(
-            Transition::ChildStalled { parent: &parent, stalled: state == SwarmState::Stalled },
-            fx,
-        );
-        let failed = self.failed_children(id);
-        let _span = tracing::info_span!("subswarm.result", swarm = %parent.swarm, task = %parent, attempt = %parent.attempt(number), child = %id).entered();
-        match state {
-            SwarmState::Completed => {
-                self.edit_attempt(&parent, number, fx, |a| {
-                    a.result_commit = head.clone();
-                    a.summary = format!("sub-swarm {id} completed");
-                });
-                self.edit_task(&parent, fx, |t| {
-                    t.result_commit = head.clone();
-                    t.notes.summary = format!("sub-swarm {id}: {total} tasks merged");
-                });
-                self.set_attempt_state(&parent, number, AttemptState::Succeeded, fx);
-                self.set_state(&parent, TaskState::Succeeded, &format!("sub-swarm {id} completed"), fx);
-                // The way every succeeded result goes: review, if the plan
-                // asks for one, then the merge path.
-                self.after_success(&parent, number, fx);
-            }
-            _ if cancel_requested && matches!(state, SwarmState::Cancelled | SwarmState::Failed) => {
-                self.set_attempt_state(&parent, number, AttemptState::Cancelled, fx);
-                self.set_state(&parent, TaskState::Cancelled, &format!("sub-swarm {id} cancelled"), fx);
-            }
-            SwarmState::Cancelled | SwarmState::Failed | SwarmState::Stalled if !failed.is_empty() => {
-                let why = format!("sub-swarm {id} failed: {}", failed.join(", "));
-                self.edit_attempt(&parent, number, fx, |a| a.error = why.clone());
-                self.set_attempt_state(&parent, number, AttemptState::Failed, fx);
-                self.edit_task(&parent, fx, |t| t.notes.failures.push(format!("attempt {number}: {why}")));
-                // The child already spent its own tasks' retries.
-                self.set_state(&parent, TaskState::Failed, &why, fx);
-            }
-            _ => {}
-        }
+/// After a swarm's state is refreshed: a child swarm's progress shows on
+/// its parent task, and its end decides the parent task's attempt. A
+/// succeeded parent attempt is returned with its span: it goes where
+/// every succeeded result goes (the review gate, then the merge path),
+/// inside that span.
+pub(super) fn after_refresh(core: &mut Core, id: &SwarmId) -> Option<(TaskKey, u32, tracing::Span)> {
+    let parent = id.parent()?;
+    let child = core.model.swarms().get(id)?;
+    let total = child.tasks.len() as u32;
+    let merged = child.count(TaskState::Merged);
+    let state = child.state;
+    let head = child.integration_head.clone();
+    let task = core.model.tasks().get(&parent)?;
+    if task.state() != TaskState::Running {
+        return None;
     }
+    let number = task.attempts;
+    let cancel_requested = task.cancel_requested;
+    // Progress, not stored: the child's counts say it again.
+    core.edit_task_unstored(&parent, |task| {
+        task.percent = (merged * 100).checked_div(total).unwrap_or(0);
+        task.step = format!("sub-swarm {id}: {merged}/{total} merged, {}", state.as_str());
+    });
+    // A STALLED child waits on the operator, and so does its parent task:
+    // the parent swarm is refreshed when that starts or ends.
+    core.transition(Transition::ChildStalled { parent: &parent, stalled: state == SwarmState::Stalled });
+    let failed = failed_children(core.model, id);
+    let span = tracing::info_span!("subswarm.result", swarm = %parent.swarm, task = %parent, attempt = %parent.attempt(number), child = %id);
+    let entered = span.enter();
+    match state {
+        SwarmState::Completed => {
+            core.edit_attempt(&parent, number, |a| {
+                a.result_commit = head.clone();
+                a.summary = format!("sub-swarm {id} completed");
+            });
+            core.edit_task(&parent, |t| {
+                t.result_commit = head.clone();
+                t.notes.summary = format!("sub-swarm {id}: {total} tasks merged");
+            });
+            core.set_attempt_state(&parent, number, AttemptState::Succeeded);
+            core.set_state(&parent, TaskState::Succeeded, &format!("sub-swarm {id} completed"));
+            // The way every succeeded result goes: review, if the plan
+            // asks for one, then the merge path.
+            drop(entered);
+            return Some((parent, number, span));
+        }
+        _ if cancel_requested && matches!(state, SwarmState::Cancelled | SwarmState::Failed) => {
+            core.set_attempt_state(&parent, number, AttemptState::Cancelled);
+            core.set_state(&parent, TaskState::Cancelled, &format!("sub-swarm {id} cancelled"));
+        }
+        SwarmState::Cancelled | SwarmState::Failed | SwarmState::Stalled if !failed.is_empty() => {
+            let why = format!("sub-swarm {id} failed: {}", failed.join(", "));
+            core.edit_attempt(&parent, number, |a| a.error = why.clone());
+            core.set_attempt_state(&parent, number, AttemptState::Failed);
+            core.edit_task(&parent, |t| t.notes.failures.push(format!("attempt {number}: {why}")));
+            // The child already spent its own tasks' retries.
+            core.set_state(&parent, TaskState::Failed, &why);
+        }
+        _ => {}
+    }
+    None
+}
 
-    /// The child's tasks that ended FAILED or CANCELLED, with their reasons.
-    fn failed_children(&self, id: &SwarmId) -> Vec<String> {
-        let Some(child) = self.model.swarms().get(id) else { return Vec::new() };
-        child
-            .tasks
-            .iter()
-            .filter_map(|k| self.model.tasks().get(k))
-            .filter(|t| matches!(t.state(), TaskState::Failed | TaskState::Cancelled))
-            .map(|t| format!("{} {} ({})", t.key, t.state(), t.reason))
-            .collect()
-    }
+/// The child's tasks that ended FAILED or CANCELLED, with their reasons.
+fn failed_children(model: &Model, id: &SwarmId) -> Vec<String> {
+    let Some(child) = model.swarms().get(id) else { return Vec::new() };
+    child
+        .tasks
+        .iter()
+        .filter_map(|k| model.tasks().get(k))
+        .filter(|t| matches!(t.state(), TaskState::Failed | TaskState::Cancelled))
+        .map(|t| format!("{} {} ({})", t.key, t.state(), t.reason))
+        .collect()
 }

@@ -342,7 +342,7 @@ fn a_full_outbound_queue_closes_the_session_and_the_next_hello_sends_the_assign_
     };
     // The sidecar reconnects with the secret its first Welcome gave it.
     let resume_secret =
-        rig.sched.model.workers().get("w1").map(|w| w.resume_secret.clone()).unwrap_or_default();
+        rig.sched.shared.model.workers().get("w1").map(|w| w.resume_secret.clone()).unwrap_or_default();
     let hello = HelloInfo {
         worker_id: "w1".into(),
         labels: Default::default(),
@@ -370,12 +370,12 @@ fn an_idle_worker_that_can_take_nothing_is_not_rescanned_until_something_changes
         .map(|i| format!("[[tasks]]\nid = \"t{i}\"\nfiles = [\"t{i}.txt\"]\nlabels = {{ gpu = \"yes\" }}\n"))
         .collect();
     let mut rig = Rig::build(0, 64, &tasks);
-    let after_hello = rig.sched.scan.full_scans;
+    let after_hello = rig.sched.shared.scan.full_scans;
     assert!(after_hello >= 1, "w1 looked once");
     for _ in 0..20 {
         rig.sched.turn([]).expect("turn");
     }
-    assert_eq!(rig.sched.scan.full_scans, after_hello, "no rescans while nothing changes");
+    assert_eq!(rig.sched.shared.scan.full_scans, after_hello, "no rescans while nothing changes");
     assert!(rig.take_assign().is_none(), "w1 has no gpu label");
 
     // A worker that can take the tasks changes the answer.

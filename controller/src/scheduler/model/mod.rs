@@ -374,6 +374,21 @@ impl Model {
         self.dependents.get(key).map(Vec::as_slice).unwrap_or_default()
     }
 
+    /// Whether no new attempt of `swarm`'s tasks may start.
+    pub fn is_paused(&self, swarm: &SwarmId) -> bool {
+        self.swarms.get(swarm).is_some_and(|s| s.state == SwarmState::Paused)
+    }
+
+    /// Whether `key#number` is the task's live reviewer attempt.
+    pub fn is_reviewer(&self, key: &TaskKey, number: u32) -> bool {
+        number > 0
+            && self
+                .tasks()
+                .get(key)
+                .and_then(|t| t.notes.review.as_deref())
+                .is_some_and(|r| r.reviewer == number)
+    }
+
     /// Every derived index, in a form two models can be compared by: what
     /// recovery must rebuild exactly. The ready queue is compared as a set,
     /// since a restart queues its READY tasks in plan order.

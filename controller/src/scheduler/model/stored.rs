@@ -4,6 +4,7 @@
 //! STALLED, which is derived.
 
 use serde::{Deserialize, Serialize};
+use swarm_core::plan::{Budget, SwarmBudget};
 
 /// A task's budget as the operator set it.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
@@ -23,6 +24,48 @@ pub struct StoredSwarmBudget {
     pub tokens: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_usd_per_hour: Option<f64>,
+}
+
+/// A change of budget asked for: `None` leaves a field as it is, `Some(0)`
+/// removes that cap.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct BudgetChange {
+    pub usd: Option<f64>,
+    pub tokens: Option<u64>,
+    pub max_usd_per_hour: Option<f64>,
+}
+
+fn apply_usd(current: Option<f64>, change: Option<f64>) -> Option<f64> {
+    match change {
+        None => current,
+        Some(v) if v <= 0.0 => None,
+        Some(v) => Some(v),
+    }
+}
+
+fn apply_tokens(current: Option<u64>, change: Option<u64>) -> Option<u64> {
+    match change {
+        None => current,
+        Some(0) => None,
+        Some(v) => Some(v),
+    }
+}
+
+impl BudgetChange {
+    pub fn task(&self, current: Budget) -> TaskBudget {
+        TaskBudget {
+            usd: apply_usd(current.usd, self.usd),
+            tokens: apply_tokens(current.tokens, self.tokens),
+        }
+    }
+
+    pub fn swarm(&self, current: SwarmBudget) -> StoredSwarmBudget {
+        StoredSwarmBudget {
+            usd: apply_usd(current.limit.usd, self.usd),
+            tokens: apply_tokens(current.limit.tokens, self.tokens),
+            max_usd_per_hour: apply_usd(current.max_usd_per_hour, self.max_usd_per_hour),
+        }
+    }
 }
 
 /// What the operator set on a swarm, stored with its state (JSON).
@@ -46,6 +89,9 @@ impl SwarmControl {
         if s.is_empty() { Ok(SwarmControl::default()) } else { serde_json::from_str(s) }
     }
 }
+
+/// The question category of the burn-rate breaker's question.
+pub const BUDGET_CATEGORY: &str = "budget";
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Pause {

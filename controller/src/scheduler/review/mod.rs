@@ -8,17 +8,21 @@
 //! A decision only ever applies to the commit that was reviewed: the
 //! commit is recorded when the task enters REVIEW, and a reviewer attempt
 //! that reports any other commit decides nothing.
+//!
+//! `ReviewQueue` is a component: it works on the core and imports no other.
+//! Where a review lets a result through to the merge path it returns the
+//! attempt to merge, and the dispatcher starts the merge.
 
 use std::collections::BTreeSet;
 
 use swarm_core::plan::{ReviewSpec, task_branch};
 use swarm_core::{AttemptState, Outcome, TaskKey, TaskState};
 
-use super::command::ResultReport;
-use super::model::{AgentRecord, Attempt, Task, Transition};
+use super::core::{Core, find_task};
+use super::model::messages::ResultReport;
+use super::model::{AgentRecord, Attempt, Model, Task, Transition, Worker, now_ms};
 pub use super::model::{Decision, ReviewRecord};
 use super::outbound::{AgentAssign, AssignSpec, AttemptHandle, Outbound};
-use super::{Effects, Scheduler, now_ms};
 use crate::error::SchedError;
 
 pub use super::branch_report::{branch_report, render_requested};
@@ -34,16 +38,13 @@ pub struct ReviewQueue {
     waiting: BTreeSet<TaskKey>,
 }
 
-impl Scheduler {
-    /// A task's attempt succeeded: the merge path, or REVIEW when its plan
-    /// asks for one. This is where a succeeded result is ready to merge.
-    pub(super) fn after_success(&mut self, key: &TaskKey, number: u32, fx: &mut Effects) {
-        let Some(t) = self.model.tasks().get(key) else { return };
-        let Some(spec) = t.spec.review.clone() else {
-            self.start_merge(key, number, false, fx);
-            return;
-        };
-        self.edit_task(key, fx, |t| {
+impl ReviewQueue {
+    /// A task's attempt succeeded: REVIEW when its plan asks for one.
+    /// Whether it goes straight to the merge path instead.
+    pub fn after_success(&mut self, core: &mut Core, key: &TaskKey, number: u32) -> bool {
+        let Some(t) = core.model.tasks().get(key) else { return false };
+        let Some(spec) = t.spec.review.clone() else { return true };
+        core.edit_task(key, |t| {
             let review = t.notes.review.get_or_insert_with(Box::default);
             review.commit = t.result_commit.clone();
             review.attempt = number;
@@ -53,61 +54,25 @@ impl Scheduler {
         });
         let who =
             if spec.has_reviewer() { format!("a {} reviewer", spec.kind()) } else { "the operator".into() };
-        self.set_state(key, TaskState::Review, &format!("attempt {number} waits for review by {who}"), fx);
+        core.set_state(key, TaskState::Review, &format!("attempt {number} waits for review by {who}"));
         if spec.has_reviewer() {
-            self.reviews.waiting.insert(key.clone());
+            self.waiting.insert(key.clone());
         }
-        self.report_branch(key, fx);
-    }
-
-    /// Records the branch report as an event (the Watch and the audit log
-    /// see each recommendation change).
-    fn report_branch(&mut self, key: &TaskKey, fx: &mut Effects) {
-        let Some(t) = self.model.tasks().get(key) else { return };
-        let r = branch_report(t, self.model.attempts());
-        let data = serde_json::json!({
-            "branch": r.branch,
-            "recommendation": r.recommendation,
-            "reason": r.reason,
-            "commit": r.commit,
-            "base_commit": r.base_commit,
-            "files_changed": r.files_changed,
-            "reviewer": r.reviewer,
-            "reviews": r.reviews,
-        });
-        let number = t.attempts;
-        fx.task_event(
-            key,
-            number,
-            "",
-            "task.branch_report",
-            format!("{}: {} ({})", r.branch, r.recommendation, r.reason),
-            data,
-        );
-    }
-
-    /// Whether `key#number` is the task's live reviewer attempt.
-    pub(super) fn is_reviewer(&self, key: &TaskKey, number: u32) -> bool {
-        number > 0
-            && self
-                .model
-                .tasks()
-                .get(key)
-                .and_then(|t| t.notes.review.as_deref())
-                .is_some_and(|r| r.reviewer == number)
+        report_branch(core, key);
+        false
     }
 
     /// Gives tasks waiting for a reviewer to idle sidecars (any: a review
     /// needs no labels of the task's).
-    pub(super) fn schedule_reviews(&mut self, fx: &mut Effects) {
-        if self.reviews.waiting.is_empty() {
+    pub fn schedule(&mut self, core: &mut Core, limited: impl Fn(&Worker, i64) -> bool) {
+        if self.waiting.is_empty() {
             return;
         }
         let now = now_ms();
-        let waiting: Vec<TaskKey> = self.reviews.waiting.iter().cloned().collect();
+        let waiting: Vec<TaskKey> = self.waiting.iter().cloned().collect();
         for key in waiting {
-            let Some(t) = self.model.tasks().get(&key) else {
-                self.reviews.waiting.remove(&key);
+            let Some(t) = core.model.tasks().get(&key) else {
+                self.waiting.remove(&key);
                 continue;
             };
             let live = t.notes.review.as_deref().is_some_and(|r| r.reviewer != 0);
@@ -115,141 +80,53 @@ impl Scheduler {
                 || live
                 || !t.spec.review.as_deref().is_some_and(ReviewSpec::has_reviewer)
             {
-                self.reviews.waiting.remove(&key);
+                self.waiting.remove(&key);
                 continue;
             }
             // A paused swarm starts no attempt, a reviewer's included.
-            if t.not_before > now || self.swarm_paused(&key) {
+            if t.not_before > now || core.model.is_paused(&key.swarm) {
                 continue;
             }
             let agent = matches!(t.spec.review.as_deref(), Some(ReviewSpec::Agent { .. }));
-            let mut idle: Vec<&str> = self
+            let mut idle: Vec<&str> = core
                 .model
                 .workers()
                 .values()
-                .filter(|w| w.is_idle() && !(agent && self.limits.limited_until(w, now).is_some()))
+                .filter(|w| w.is_idle() && !(agent && limited(w, now)))
                 .map(|w| w.id.as_str())
                 .collect();
             idle.sort_unstable();
             let Some(worker) = idle.first().map(|w| w.to_string()) else { return };
-            self.reviews.waiting.remove(&key);
-            self.assign_reviewer(&worker, &key, fx);
+            self.waiting.remove(&key);
+            assign_reviewer(core, &worker, &key);
         }
-    }
-
-    fn assign_reviewer(&mut self, worker_id: &str, key: &TaskKey, fx: &mut Effects) {
-        let token = self.next_token;
-        self.next_token += 1;
-        let Some(task) = self.model.tasks().get(key) else { return };
-        let Some(review) = task.notes.review.as_deref() else { return };
-        let number = task.attempts + 1;
-        let commit = review.commit.clone();
-        let kind = match task.spec.review.as_deref() {
-            Some(ReviewSpec::Agent { spec, .. }) => spec.kind.as_str().to_string(),
-            _ => String::new(),
-        };
-        self.edit_task(key, fx, |task| {
-            task.attempts = number;
-            if let Some(review) = task.notes.review.as_deref_mut() {
-                review.reviewer = number;
-            }
-        });
-        let _span = tracing::info_span!("review.assign", swarm = %key.swarm, task = %key, attempt = %key.attempt(number), worker = worker_id)
-            .entered();
-        let attempt = Attempt::begin(
-            key.clone(),
-            number,
-            AttemptState::Assigned,
-            worker_id.to_string(),
-            token,
-            commit.clone(),
-            AgentRecord { kind, ..Default::default() },
-        );
-        self.transition(Transition::AttemptAdded(attempt), fx);
-        self.edit_worker(worker_id, fx, |w| w.updated_at = now_ms());
-        self.lease_seen.insert(worker_id.to_string(), self.mono_ms());
-        fx.task_event(
-            key,
-            number,
-            worker_id,
-            "review.assigned",
-            format!("reviewer attempt {} of {} on {worker_id}", key.attempt(number), short(&commit)),
-            serde_json::json!({ "commit": commit }),
-        );
-        if let Some(spec) = self.review_assign_spec(key, number) {
-            self.send(worker_id, Outbound::Assign(Box::new(spec)), fx);
-        }
-    }
-
-    /// The Assign of a reviewer attempt; `None` when `number` is not one.
-    pub(super) fn review_assign_spec(&self, key: &TaskKey, number: u32) -> Option<AssignSpec> {
-        if !self.is_reviewer(key, number) {
-            return None;
-        }
-        let task = self.model.tasks().get(key)?;
-        let review = task.notes.review.as_deref()?;
-        let spec = task.spec.review.as_deref()?;
-        let attempt = self.model.attempts().get(&(key.clone(), number))?;
-        let diff_base =
-            self.model.attempts().get(&(key.clone(), review.attempt)).map(|a| a.base_commit.clone());
-        let (command, agent) = match spec {
-            ReviewSpec::Command(argv) => (argv.clone(), None),
-            ReviewSpec::Agent { spec, .. } => {
-                (Vec::new(), Some(AgentAssign { spec: (**spec).clone(), resume_session: String::new() }))
-            }
-            ReviewSpec::Operator => return None,
-        };
-        Some(AssignSpec {
-            attempt: AttemptHandle { task: key.clone(), number, token: attempt.token },
-            base_commit: review.commit.clone(),
-            branch: task_branch(&key.swarm, key.task.as_str()),
-            title: format!("Review: {}", task.spec.title),
-            task_text: render_review(task, review, spec, number),
-            command,
-            env: task.spec.env.clone(),
-            // An agent reviewer may write its decision and nothing else.
-            owned_globs: match spec {
-                ReviewSpec::Agent { .. } => vec![swarm_core::plan::review::DECISION_FILE.to_string()],
-                _ => task.spec.files.clone(),
-            },
-            verify: Vec::new(),
-            idle_timeout_secs: task.spec.idle_timeout_secs,
-            max_restarts: task.spec.max_restarts,
-            setup: task.spec.setup.clone(),
-            setup_every_attempt: task.spec.setup_on == swarm_core::plan::SetupOn::Attempt,
-            traceparent: String::new(),
-            agent,
-            review_diff_base: Some(diff_base.unwrap_or_default()),
-            sandbox: task.spec.sandbox.clone(),
-            secrets: task.spec.secrets.clone(),
-        })
     }
 
     /// A reviewer attempt's result. Only a success that names the reviewed
     /// commit and carries a readable decision decides; a crash, a timeout
     /// or a missing decision is retried like any failed attempt.
-    pub(super) fn on_review_result(
+    /// The caller enters the `review.result` span; an approval returns
+    /// the reviewed attempt, to merge inside it. Long: one arm per outcome.
+    pub fn on_result(
         &mut self,
+        core: &mut Core,
         key: &TaskKey,
         number: u32,
         r: &ResultReport,
-        fx: &mut Effects,
-    ) {
-        let _span = tracing::info_span!("review.result", swarm = %key.swarm, task = %key, attempt = %key.attempt(number), outcome = %r.outcome)
-            .entered();
-        let Some(t) = self.model.tasks().get(key) else { return };
+    ) -> Option<u32> {
+        let t = core.model.tasks().get(key)?;
         let cancel = t.cancel_requested;
-        let Some(review) = t.notes.review.as_deref() else { return };
+        let review = t.notes.review.as_deref()?;
         let reviewed = review.commit.clone();
-        self.edit_task(key, fx, |t| {
+        core.edit_task(key, |t| {
             if let Some(review) = t.notes.review.as_deref_mut() {
                 review.reviewer = 0;
             }
         });
         if cancel {
-            self.set_attempt_state(key, number, AttemptState::Cancelled, fx);
-            self.set_state(key, TaskState::Cancelled, "cancelled by the operator", fx);
-            return;
+            core.set_attempt_state(key, number, AttemptState::Cancelled);
+            core.set_state(key, TaskState::Cancelled, "cancelled by the operator");
+            return None;
         }
         let detail = if r.error.is_empty() { r.summary.clone() } else { r.error.clone() };
         match r.outcome {
@@ -275,14 +152,14 @@ impl Scheduler {
                 };
                 match (why, decision) {
                     (None, Some(decision)) => {
-                        self.set_attempt_state(key, number, AttemptState::Succeeded, fx);
+                        core.set_attempt_state(key, number, AttemptState::Succeeded);
                         let by = key.attempt(number).to_string();
-                        self.decide(key, decision, &verdict.message, &by, fx);
+                        return decide(core, key, decision, &verdict.message, &by);
                     }
                     (why, _) => {
-                        self.set_attempt_state(key, number, AttemptState::Failed, fx);
+                        core.set_attempt_state(key, number, AttemptState::Failed);
                         let why = why.unwrap_or_else(|| "no decision".into());
-                        self.reviewer_failed(key, number, &format!("reviewer {why}"), fx);
+                        self.reviewer_failed(core, key, number, &format!("reviewer {why}"));
                     }
                 }
             }
@@ -297,46 +174,43 @@ impl Scheduler {
                 } else {
                     AttemptState::Cancelled
                 };
-                self.set_attempt_state(key, number, state, fx);
-                self.edit_task(key, fx, |t| t.not_before = now_ms() + INFRA_BACKOFF_MS);
-                self.requeue_review(
-                    key,
-                    &format!("reviewer attempt {number} stopped ({}); again", r.outcome),
-                    fx,
-                );
+                core.set_attempt_state(key, number, state);
+                core.edit_task(key, |t| t.not_before = now_ms() + INFRA_BACKOFF_MS);
+                self.requeue(core, key, &format!("reviewer attempt {number} stopped ({}); again", r.outcome));
             }
             _ => {
-                self.set_attempt_state(key, number, AttemptState::Failed, fx);
+                core.set_attempt_state(key, number, AttemptState::Failed);
                 let why = match r.outcome {
                     Outcome::Signaled => format!("reviewer killed by signal {}", r.signal.unwrap_or(0)),
                     Outcome::Stalled => "reviewer stalled past its restarts".to_string(),
                     _ => format!("reviewer exit {}", r.exit_code),
                 };
                 let why = if detail.is_empty() { why } else { format!("{why}: {}", first_line(&detail)) };
-                self.reviewer_failed(key, number, &why, fx);
+                self.reviewer_failed(core, key, number, &why);
             }
         }
+        None
     }
 
-    fn requeue_review(&mut self, key: &TaskKey, why: &str, fx: &mut Effects) {
-        self.reviews.waiting.insert(key.clone());
-        let number = self.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
-        fx.task_event(key, number, "", "review.requeued", why.to_string(), serde_json::json!({}));
+    fn requeue(&mut self, core: &mut Core, key: &TaskKey, why: &str) {
+        self.waiting.insert(key.clone());
+        let number = core.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
+        core.fx.task_event(key, number, "", "review.requeued", why.to_string(), serde_json::json!({}));
     }
 
     /// A reviewer attempt failed: again after the backoff while the task's
     /// retries last, then FAILED.
-    fn reviewer_failed(&mut self, key: &TaskKey, number: u32, why: &str, fx: &mut Effects) {
-        let Some(t) = self.model.tasks().get(key) else { return };
+    fn reviewer_failed(&mut self, core: &mut Core, key: &TaskKey, number: u32, why: &str) {
+        let Some(t) = core.model.tasks().get(key) else { return };
         let failure = format!("attempt {number}: {why}");
         let Some(review) = t.notes.review.as_deref() else {
-            self.edit_task(key, fx, |t| t.notes.failures.push(failure));
+            core.edit_task(key, |t| t.notes.failures.push(failure));
             return;
         };
         let n = review.reviewer_failures + 1;
         let max = t.spec.retry.max_retries;
         let backoff = t.spec.retry.backoff_ms(n) as i64;
-        self.edit_task(key, fx, |t| {
+        core.edit_task(key, |t| {
             t.notes.failures.push(failure);
             if let Some(review) = t.notes.review.as_deref_mut() {
                 review.reviewer_failures = n;
@@ -346,63 +220,52 @@ impl Scheduler {
             }
         });
         if n <= max {
-            self.requeue_review(key, &format!("reviewer retry {n}/{max} after {why}"), fx);
+            self.requeue(core, key, &format!("reviewer retry {n}/{max} after {why}"));
         } else {
-            self.set_state(key, TaskState::Failed, &format!("{why} (reviewer retries exhausted: {max})"), fx);
-            self.report_branch(key, fx);
+            core.set_state(key, TaskState::Failed, &format!("{why} (reviewer retries exhausted: {max})"));
+            report_branch(core, key);
         }
     }
 
     /// A reviewer attempt's lease expired: its worker is gone; the review
     /// is assigned again after the grace. True when `number` was one.
-    pub(super) fn lose_reviewer(
-        &mut self,
-        worker: &str,
-        key: &TaskKey,
-        number: u32,
-        fx: &mut Effects,
-    ) -> bool {
-        if !self.is_reviewer(key, number) {
+    pub fn lose_reviewer(&mut self, core: &mut Core, worker: &str, key: &TaskKey, number: u32) -> bool {
+        if !core.model.is_reviewer(key, number) {
             return false;
         }
-        self.set_attempt_state(key, number, AttemptState::Lost, fx);
-        self.free_worker_of(key, number, fx);
-        let grace = self.timing.lost_grace.as_millis() as i64;
-        self.edit_task(key, fx, |t| {
+        core.set_attempt_state(key, number, AttemptState::Lost);
+        core.free_worker_of(key, number);
+        let grace = core.timing.lost_grace.as_millis() as i64;
+        core.edit_task(key, |t| {
             t.not_before = now_ms() + grace;
             if let Some(r) = t.notes.review.as_deref_mut() {
                 r.reviewer = 0;
             }
         });
-        self.requeue_review(
-            key,
-            &format!("reviewer attempt {number} lost: worker {worker} lease expired"),
-            fx,
-        );
+        self.requeue(core, key, &format!("reviewer attempt {number} lost: worker {worker} lease expired"));
         true
     }
 
     /// After a restart: tasks in REVIEW whose reviewer is not running wait
     /// for one again (a live reviewer attempt goes back to its worker).
-    pub(super) fn requeue_reviews(&mut self) {
-        for t in self.model.tasks().values() {
+    pub fn recover(&mut self, model: &mut Model) {
+        for t in model.tasks().values() {
             let waits = t.state() == TaskState::Review
                 && t.spec.review.as_deref().is_some_and(ReviewSpec::has_reviewer)
                 && t.notes.review.as_deref().is_none_or(|r| {
                     r.reviewer == 0
-                        || !self
-                            .model
+                        || !model
                             .attempts()
                             .get(&(t.key.clone(), r.reviewer))
                             .is_some_and(|a| a.state.is_live())
                 });
             if waits {
-                self.reviews.waiting.insert(t.key.clone());
+                self.waiting.insert(t.key.clone());
             }
         }
         // A reviewer recorded as running whose attempt is no longer live
         // (the store holds its end) is not running.
-        let stale: Vec<TaskKey> = self.reviews.waiting.iter().cloned().collect();
+        let stale: Vec<TaskKey> = self.waiting.iter().cloned().collect();
         for key in stale {
             // In memory only: the store's row is what it was.
             let edit = |t: &mut Task| {
@@ -410,112 +273,232 @@ impl Scheduler {
                     r.reviewer = 0;
                 }
             };
-            self.model.apply(Transition::Task { key: &key, edit: Box::new(edit) });
+            model.apply(Transition::Task { key: &key, edit: Box::new(edit) });
         }
     }
 
-    /// The operator's decision on a task in REVIEW. Checked before anything
-    /// changes: a bad word or a task not in REVIEW changes nothing.
-    pub(super) fn operator_review(
+    /// Applies the operator's checked decision; the caller enters the
+    /// `review.operator` span. An approval returns the reviewed attempt,
+    /// to merge inside it.
+    pub fn operator_review(
         &mut self,
+        core: &mut Core,
         key: &TaskKey,
-        word: &str,
+        decision: Decision,
         message: &str,
-        fx: &mut Effects,
-    ) -> Result<(), SchedError> {
-        let decision = Decision::parse(word).ok_or_else(|| SchedError::InvalidArgument {
-            field: "decision".into(),
-            rule: format!("must be approve, request-changes or reject, not {word:?}"),
-        })?;
-        let t = self.task(key)?;
-        if t.state() != TaskState::Review {
-            return Err(SchedError::FailedPrecondition(format!(
-                "task {key} is {}; only a task in REVIEW can be reviewed",
-                t.state()
-            )));
-        }
-        let _span = tracing::info_span!("review.operator", swarm = %key.swarm, task = %key, decision = decision.as_str())
-            .entered();
+    ) -> Option<u32> {
         // The operator's word settles it: a reviewer still at work is stopped.
-        self.stop_reviewer(key, "the operator reviewed the task", fx);
-        self.decide(key, decision, message, "operator", fx);
-        Ok(())
+        self.stop_reviewer(core, key, "the operator reviewed the task");
+        decide(core, key, decision, message, "operator")
     }
 
     /// Stops a task's reviewer attempt, if one runs or waits: the operator
     /// decided, or cancelled the task. Its late result is fenced.
-    pub(super) fn stop_reviewer(&mut self, key: &TaskKey, reason: &str, fx: &mut Effects) {
-        self.reviews.waiting.remove(key);
-        let live = self.model.tasks().get(key).and_then(|t| t.notes.review.as_deref()).map(|r| r.reviewer);
+    pub fn stop_reviewer(&mut self, core: &mut Core, key: &TaskKey, reason: &str) {
+        self.waiting.remove(key);
+        let live = core.model.tasks().get(key).and_then(|t| t.notes.review.as_deref()).map(|r| r.reviewer);
         let Some(number) = live.filter(|n| *n > 0) else { return };
-        self.send_cancel(key, number, reason, fx);
-        self.set_attempt_state(key, number, AttemptState::Cancelled, fx);
-        self.free_worker_of(key, number, fx);
-        self.edit_task(key, fx, |t| {
+        core.send_cancel(key, number, reason);
+        core.set_attempt_state(key, number, AttemptState::Cancelled);
+        core.free_worker_of(key, number);
+        core.edit_task(key, |t| {
             if let Some(r) = t.notes.review.as_deref_mut() {
                 r.reviewer = 0;
             }
         });
     }
+}
 
-    /// Applies a decision on the reviewed commit.
-    fn decide(&mut self, key: &TaskKey, decision: Decision, message: &str, by: &str, fx: &mut Effects) {
-        let Some(t) = self.model.tasks().get(key) else { return };
-        let Some(review) = t.notes.review.as_deref() else { return };
-        let commit = review.commit.clone();
-        let reviewed_attempt = review.attempt;
-        let number = t.attempts;
-        let record = ReviewRecord {
-            decision,
-            message: message.to_string(),
-            by: by.to_string(),
-            commit: commit.clone(),
-            at: now_ms(),
-        };
-        self.edit_task(key, fx, |t| {
-            let Some(review) = t.notes.review.as_deref_mut() else { return };
-            review.history.push(record);
-            if decision == Decision::RequestChanges {
-                review.requested.push(if message.trim().is_empty() {
-                    "(no message)".into()
-                } else {
-                    message.to_string()
-                });
-            }
-        });
-        fx.task_event(
-            key,
-            number,
-            "",
-            "task.reviewed",
-            format!("{} by {by} of {}: {}", decision.as_str(), short(&commit), first_line(message)),
-            serde_json::json!({ "decision": decision.as_str(), "message": message, "by": by, "commit": commit }),
-        );
-        match decision {
-            Decision::Approve => {
-                self.set_state(key, TaskState::Succeeded, &format!("approved by {by}"), fx);
-                self.report_branch(key, fx);
-                self.start_merge(key, reviewed_attempt, false, fx);
-            }
-            Decision::RequestChanges => {
-                // Like a conflict returned to its owner: a new attempt from
-                // the integration head (so the merge sees one base), which
-                // spends no retry; its task text names the reviewed commit.
-                self.edit_task(key, fx, |t| {
-                    t.resume_commit.clear();
-                    t.not_before = 0;
-                });
-                self.make_ready(key, &format!("changes requested by {by}"), fx);
-            }
-            Decision::Reject => {
-                let why = if message.trim().is_empty() {
-                    String::new()
-                } else {
-                    format!(": {}", first_line(message))
-                };
-                self.set_state(key, TaskState::Rejected, &format!("rejected by {by}{why}"), fx);
-                self.report_branch(key, fx);
-            }
+/// The operator's decision on a task in REVIEW, checked before anything
+/// changes: a bad word or a task not in REVIEW changes nothing.
+pub(super) fn check_operator_review(
+    model: &Model,
+    key: &TaskKey,
+    word: &str,
+) -> Result<Decision, SchedError> {
+    let decision = Decision::parse(word).ok_or_else(|| SchedError::InvalidArgument {
+        field: "decision".into(),
+        rule: format!("must be approve, request-changes or reject, not {word:?}"),
+    })?;
+    let t = find_task(model, key)?;
+    if t.state() != TaskState::Review {
+        return Err(SchedError::FailedPrecondition(format!(
+            "task {key} is {}; only a task in REVIEW can be reviewed",
+            t.state()
+        )));
+    }
+    Ok(decision)
+}
+
+/// Records the branch report as an event (the Watch and the audit log
+/// see each recommendation change).
+fn report_branch(core: &mut Core, key: &TaskKey) {
+    let Some(t) = core.model.tasks().get(key) else { return };
+    let r = branch_report(t, core.model.attempts());
+    let data = serde_json::json!({
+        "branch": r.branch,
+        "recommendation": r.recommendation,
+        "reason": r.reason,
+        "commit": r.commit,
+        "base_commit": r.base_commit,
+        "files_changed": r.files_changed,
+        "reviewer": r.reviewer,
+        "reviews": r.reviews,
+    });
+    let number = t.attempts;
+    core.fx.task_event(
+        key,
+        number,
+        "",
+        "task.branch_report",
+        format!("{}: {} ({})", r.branch, r.recommendation, r.reason),
+        data,
+    );
+}
+
+fn assign_reviewer(core: &mut Core, worker_id: &str, key: &TaskKey) {
+    let token = core.next_token();
+    let Some(task) = core.model.tasks().get(key) else { return };
+    let Some(review) = task.notes.review.as_deref() else { return };
+    let number = task.attempts + 1;
+    let commit = review.commit.clone();
+    let kind = match task.spec.review.as_deref() {
+        Some(ReviewSpec::Agent { spec, .. }) => spec.kind.as_str().to_string(),
+        _ => String::new(),
+    };
+    core.edit_task(key, |task| {
+        task.attempts = number;
+        if let Some(review) = task.notes.review.as_deref_mut() {
+            review.reviewer = number;
+        }
+    });
+    let _span = tracing::info_span!("review.assign", swarm = %key.swarm, task = %key, attempt = %key.attempt(number), worker = worker_id)
+        .entered();
+    let attempt = Attempt::begin(
+        key.clone(),
+        number,
+        AttemptState::Assigned,
+        worker_id.to_string(),
+        token,
+        commit.clone(),
+        AgentRecord { kind, ..Default::default() },
+    );
+    core.transition(Transition::AttemptAdded(attempt));
+    core.edit_worker(worker_id, |w| w.updated_at = now_ms());
+    let mono = core.mono_ms();
+    core.lease_seen.insert(worker_id.to_string(), mono);
+    core.fx.task_event(
+        key,
+        number,
+        worker_id,
+        "review.assigned",
+        format!("reviewer attempt {} of {} on {worker_id}", key.attempt(number), short(&commit)),
+        serde_json::json!({ "commit": commit }),
+    );
+    if let Some(spec) = assign_spec(core.model, key, number) {
+        core.send(worker_id, Outbound::Assign(Box::new(spec)));
+    }
+}
+
+/// The Assign of a reviewer attempt; `None` when `number` is not one.
+pub(super) fn assign_spec(model: &Model, key: &TaskKey, number: u32) -> Option<AssignSpec> {
+    if !model.is_reviewer(key, number) {
+        return None;
+    }
+    let task = model.tasks().get(key)?;
+    let review = task.notes.review.as_deref()?;
+    let spec = task.spec.review.as_deref()?;
+    let attempt = model.attempts().get(&(key.clone(), number))?;
+    let diff_base = model.attempts().get(&(key.clone(), review.attempt)).map(|a| a.base_commit.clone());
+    let (command, agent) = match spec {
+        ReviewSpec::Command(argv) => (argv.clone(), None),
+        ReviewSpec::Agent { spec, .. } => {
+            (Vec::new(), Some(AgentAssign { spec: (**spec).clone(), resume_session: String::new() }))
+        }
+        ReviewSpec::Operator => return None,
+    };
+    Some(AssignSpec {
+        attempt: AttemptHandle { task: key.clone(), number, token: attempt.token },
+        base_commit: review.commit.clone(),
+        branch: task_branch(&key.swarm, key.task.as_str()),
+        title: format!("Review: {}", task.spec.title),
+        task_text: render_review(task, review, spec, number),
+        command,
+        env: task.spec.env.clone(),
+        // An agent reviewer may write its decision and nothing else.
+        owned_globs: match spec {
+            ReviewSpec::Agent { .. } => vec![swarm_core::plan::review::DECISION_FILE.to_string()],
+            _ => task.spec.files.clone(),
+        },
+        verify: Vec::new(),
+        idle_timeout_secs: task.spec.idle_timeout_secs,
+        max_restarts: task.spec.max_restarts,
+        setup: task.spec.setup.clone(),
+        setup_every_attempt: task.spec.setup_on == swarm_core::plan::SetupOn::Attempt,
+        traceparent: String::new(),
+        agent,
+        review_diff_base: Some(diff_base.unwrap_or_default()),
+        sandbox: task.spec.sandbox.clone(),
+        secrets: task.spec.secrets.clone(),
+    })
+}
+
+/// Applies a decision on the reviewed commit.
+/// An approval returns the reviewed attempt, for the merge path.
+fn decide(core: &mut Core, key: &TaskKey, decision: Decision, message: &str, by: &str) -> Option<u32> {
+    let t = core.model.tasks().get(key)?;
+    let review = t.notes.review.as_deref()?;
+    let commit = review.commit.clone();
+    let reviewed_attempt = review.attempt;
+    let number = t.attempts;
+    let record = ReviewRecord {
+        decision,
+        message: message.to_string(),
+        by: by.to_string(),
+        commit: commit.clone(),
+        at: now_ms(),
+    };
+    core.edit_task(key, |t| {
+        let Some(review) = t.notes.review.as_deref_mut() else { return };
+        review.history.push(record);
+        if decision == Decision::RequestChanges {
+            review.requested.push(if message.trim().is_empty() {
+                "(no message)".into()
+            } else {
+                message.to_string()
+            });
+        }
+    });
+    core.fx.task_event(
+        key,
+        number,
+        "",
+        "task.reviewed",
+        format!("{} by {by} of {}: {}", decision.as_str(), short(&commit), first_line(message)),
+        serde_json::json!({ "decision": decision.as_str(), "message": message, "by": by, "commit": commit }),
+    );
+    match decision {
+        Decision::Approve => {
+            core.set_state(key, TaskState::Succeeded, &format!("approved by {by}"));
+            report_branch(core, key);
+            return Some(reviewed_attempt);
+        }
+        Decision::RequestChanges => {
+            // Like a conflict returned to its owner: a new attempt from
+            // the integration head (so the merge sees one base), which
+            // spends no retry; its task text names the reviewed commit.
+            core.edit_task(key, |t| {
+                t.resume_commit.clear();
+                t.not_before = 0;
+            });
+            core.make_ready(key, &format!("changes requested by {by}"));
+        }
+        Decision::Reject => {
+            let why =
+                if message.trim().is_empty() { String::new() } else { format!(": {}", first_line(message)) };
+            core.set_state(key, TaskState::Rejected, &format!("rejected by {by}{why}"));
+            report_branch(core, key);
         }
     }
+    None
 }

@@ -29,8 +29,8 @@ fn a_recovered_model_has_the_indexes_the_live_run_built() {
                  [[tasks]]\nid = \"e\"\nfiles = [\"e.txt\"]\ndeps = [\"b\", \"c\"]\n";
     let mut rig = Rig::build(0, 64, tasks);
     let check = |rig: &Rig, when: &str| {
-        let live = rig.sched.model.indexes();
-        let again = recovered(rig).model.indexes();
+        let live = rig.sched.shared.model.indexes();
+        let again = recovered(rig).shared.model.indexes();
         assert_eq!(again, live, "{when}");
     };
     check(&rig, "created, a READY and assigned");
@@ -42,7 +42,7 @@ fn a_recovered_model_has_the_indexes_the_live_run_built() {
     rig.sched.turn([]).expect("turn");
     let next = rig.take_assign().expect("next assigned");
     check(&rig, "a MERGED, one task RUNNING on w1, others READY or PENDING");
-    let live = rig.sched.model.indexes();
+    let live = rig.sched.shared.model.indexes();
     assert!(live.running.contains(&next.task), "{live:?}");
     assert!(live.bound.contains_key("w1"), "{live:?}");
     assert!(!live.ready.is_empty() && !live.dependents.is_empty(), "{live:?}");
@@ -59,8 +59,8 @@ fn a_recovered_reviewer_attempt_holds_its_worker_and_no_ownership_as_in_the_live
     rig.sched.turn([]).expect("turn");
     let reviewer = rig.take_assign().expect("the reviewer is assigned to w1");
     assert_eq!(reviewer.task, Rig::key());
-    let live = rig.sched.model.indexes();
+    let live = rig.sched.shared.model.indexes();
     assert!(live.bound.contains_key("w1"), "{live:?}");
     assert!(!live.running.contains(&Rig::key()), "a reviewer owns nothing: {live:?}");
-    assert_eq!(recovered(&rig).model.indexes(), live);
+    assert_eq!(recovered(&rig).shared.model.indexes(), live);
 }
