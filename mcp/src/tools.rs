@@ -100,8 +100,8 @@ impl SwarmTools {
         Ok(json(&report))
     }
 
-    #[tool(description = "A swarm's tasks (optionally only those in the given states), each with its \
-                          state, reason, worker, progress, pending question and spending.")]
+    #[tool(description = "A swarm's tasks (optionally only those in the given states) as {tasks: [...]}, \
+                          each with its state, reason, worker, progress, pending question and spending.")]
     async fn list_tasks(
         &self,
         ctx: RequestContext<RoleServer>,
@@ -117,7 +117,8 @@ impl SwarmTools {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let tasks = pages::tasks(&self.op, &ctx, &swarm_id, states).await.map_err(refused)?;
-        Ok(json(&tasks.iter().map(TaskView::from).collect::<Vec<_>>()))
+        // Structured content is an object: the list goes under a name.
+        Ok(json(&serde_json::json!({ "tasks": tasks.iter().map(TaskView::from).collect::<Vec<_>>() })))
     }
 
     #[tool(description = "Everything about one task: its state and reason, prompt, every attempt (worker, \

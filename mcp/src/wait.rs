@@ -211,15 +211,14 @@ fn outcome(reason: &'static str, swarm: Option<&v1::Swarm>, task: Option<&v1::Ta
     }
 }
 
-/// The swarm's tasks that wait on an answer (RUNNING or BLOCKED with a
-/// pending question).
+/// The swarm's tasks with a question waiting for its answer (a running
+/// agent's, or one an ended attempt left: BLOCKED, ESCALATED).
 async fn questions(
     op: &Operator,
     ctx: &RequestContext<RoleServer>,
     swarm: &str,
 ) -> Result<Vec<v1::Task>, Status> {
-    let waiting = vec![v1::TaskState::Running as i32, v1::TaskState::Blocked as i32];
-    let tasks = crate::pages::tasks(op, ctx, swarm, waiting).await?;
+    let tasks = crate::pages::tasks(op, ctx, swarm, Vec::new()).await?;
     Ok(tasks.into_iter().filter(|t| !t.pending_question.is_empty()).collect())
 }
 
