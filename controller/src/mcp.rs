@@ -30,7 +30,7 @@ use tonic::body::Body;
 use crate::api::Shared;
 use crate::api::auth::{Authenticator, Identity, Security, on_denied};
 use crate::api::operator::OperatorApi;
-use crate::ui::tls::{self, PeerCert};
+use crate::ui::tls::PeerCert;
 
 /// Largest JSON-RPC request body: a plan is at most 1 MiB of TOML, escaped.
 const MAX_BODY_BYTES: usize = 4 << 20;
@@ -38,14 +38,7 @@ const MAX_BODY_BYTES: usize = 4 << 20;
 /// Refuses an `--mcp-listen` that would expose the operator's verbs without
 /// TLS and credentials, as `--ui-listen` is refused.
 pub fn check_listen(addr: SocketAddr, security: &Security) -> Result<(), String> {
-    let protected = security.tls_cert.is_some() && security.has_credentials();
-    if addr.ip().is_loopback() || protected || security.insecure {
-        return Ok(());
-    }
-    Err(format!(
-        "refusing --mcp-listen {addr}, which is not a loopback address, without TLS and credentials: give \
-         --tls-cert and --tls-key, plus --tokens and/or --client-ca, or --insecure"
-    ))
+    crate::ui::check_listen_for("--mcp-listen", "the MCP endpoint", addr, security)
 }
 
 /// Serves `/mcp` on `addr` until `shutdown`; returns the bound address.
@@ -56,7 +49,6 @@ pub async fn serve(
     security: &Security,
     shutdown: CancellationToken,
 ) -> Result<SocketAddr, std::io::Error> {
-    let tls = tls::config(security).map_err(std::io::Error::other)?;
     let operator = swarm_mcp::operator(InProcess {
         api: OperatorServiceServer::new(OperatorApi::new(shared.clone())),
         shared: shared.clone(),
@@ -78,16 +70,8 @@ pub async fn serve(
     let app = Router::new()
         .nest_service("/mcp", service)
         .layer(axum::middleware::from_fn_with_state(gate, identify));
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    let bound = listener.local_addr()?;
-    let span = tracing::info_span!("mcp.serve", %bound, tls = tls.is_some());
-    match tls {
-        Some(config) => {
-            let listener = tls::TlsListener::new(listener, config, &shared.tasks, shutdown.clone());
-            crate::ui::spawn_server(listener, app, &shared, shutdown, span);
-        }
-        None => crate::ui::spawn_server(listener, app, &shared, shutdown, span),
-    }
+    let span = |bound, tls| tracing::info_span!("mcp.serve", %bound, tls);
+    let bound = crate::ui::serve_app(addr, app, &shared, security, shutdown, span).await?;
     tracing::info!(%bound, "MCP serving at /mcp");
     Ok(bound)
 }

@@ -43,17 +43,23 @@ pub struct Ui {
 /// starts: the same rule as the gRPC port, since the dashboard shows what
 /// the Operator API's reads show.
 pub fn check_listen(addr: SocketAddr, security: &Security) -> Result<(), String> {
+    check_listen_for("--ui-listen", "the dashboard", addr, security)
+}
+
+/// The rule for any HTTP endpoint that serves the Operator API's data or
+/// verbs (`flag` serves `what`).
+pub fn check_listen_for(flag: &str, what: &str, addr: SocketAddr, security: &Security) -> Result<(), String> {
     let protected = security.tls_cert.is_some() && security.has_credentials();
     if addr.ip().is_loopback() || protected {
         return Ok(());
     }
     if security.insecure {
-        tracing::warn!(%addr, "--insecure: serving the dashboard on a non-loopback address without TLS and credentials");
+        tracing::warn!(%addr, flag, "--insecure: serving {what} on a non-loopback address without TLS and credentials");
         return Ok(());
     }
     Err(format!(
-        "refusing --ui-listen {addr}, which is not a loopback address, without TLS and credentials: give \
-         --tls-cert and --tls-key, plus --tokens and/or --client-ca (the dashboard then serves HTTPS with \
+        "refusing {flag} {addr}, which is not a loopback address, without TLS and credentials: give \
+         --tls-cert and --tls-key, plus --tokens and/or --client-ca ({what} then serves HTTPS with \
          the same certificate and asks for the operator credential), or --insecure"
     ))
 }
@@ -67,26 +73,42 @@ pub async fn serve(
     security: &Security,
     shutdown: CancellationToken,
 ) -> Result<SocketAddr, std::io::Error> {
-    let tls = tls::config(security).map_err(std::io::Error::other)?;
-    let gate = gate::Gate::new(auth, shared.clone(), tls.is_some(), security.client_ca.is_some());
+    let tls_on = security.tls_cert.is_some();
+    let gate = gate::Gate::new(auth, shared.clone(), tls_on, security.client_ca.is_some());
     let ui = Ui { reads: Arc::new(OperatorApi::new(shared.clone())), shared: shared.clone() };
-    let app = router(ui, gate);
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    let bound = listener.local_addr()?;
-    let span = tracing::info_span!("ui.serve", %bound, tls = tls.is_some());
-    match tls {
-        Some(config) => {
-            let listener = tls::TlsListener::new(listener, config, &shared.tasks, shutdown.clone());
-            spawn_server(listener, app, &shared, shutdown, span);
-        }
-        None => spawn_server(listener, app, &shared, shutdown, span),
-    }
+    let span = |bound, tls| tracing::info_span!("ui.serve", %bound, tls);
+    let bound = serve_app(addr, router(ui, gate), &shared, security, shutdown, span).await?;
     tracing::info!(%bound, "dashboard serving");
     Ok(bound)
 }
 
-/// Serves `app` on `listener` as a task the controller's shutdown waits for.
-pub(crate) fn spawn_server<L>(
+/// Binds `addr` and serves `app` on it until `shutdown`, over HTTPS with
+/// the controller's certificate when it has one, with each connection's
+/// client certificate (if any) as [`tls::PeerCert`]; returns the bound
+/// address. The dashboard and the MCP endpoint are served this way.
+pub(crate) async fn serve_app(
+    addr: SocketAddr,
+    app: Router,
+    shared: &Shared,
+    security: &Security,
+    shutdown: CancellationToken,
+    span: impl FnOnce(SocketAddr, bool) -> tracing::Span,
+) -> Result<SocketAddr, std::io::Error> {
+    let tls = tls::config(security).map_err(std::io::Error::other)?;
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    let span = span(bound, tls.is_some());
+    match tls {
+        Some(config) => {
+            let listener = tls::TlsListener::new(listener, config, &shared.tasks, shutdown.clone());
+            spawn_server(listener, app, shared, shutdown, span);
+        }
+        None => spawn_server(listener, app, shared, shutdown, span),
+    }
+    Ok(bound)
+}
+
+fn spawn_server<L>(
     listener: L,
     app: Router,
     shared: &Shared,
