@@ -103,10 +103,12 @@ fn plan() -> String {
         ));
         if !deps.is_empty() {
             // The tasks after the first take long enough (four levels of
-            // 4 s) that the leader is surely killed mid-swarm, however
-            // slowly a loaded machine answers the test's polls.
+            // 8 s) that the leader is surely killed mid-swarm, however
+            // slowly a loaded machine answers the test's polls (each a
+            // `docker compose exec`; 4 s levels were once not enough
+            // while a build ran beside the suite).
             plan.push_str(
-                "command = [\"sh\", \"-c\", \"sleep 4; echo $SWARM_TASK_ID > $SWARM_TASK_ID.txt\"]\n",
+                "command = [\"sh\", \"-c\", \"sleep 8; echo $SWARM_TASK_ID > $SWARM_TASK_ID.txt\"]\n",
             );
         }
     }
