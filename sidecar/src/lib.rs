@@ -108,13 +108,16 @@ pub mod verify_job;
 pub mod wire;
 pub mod worker_files;
 pub mod worker_git;
+pub mod worker_mcp;
 pub mod worktree;
 
 /// Runs one of the binary's helper modes when `argv[1]` selects it (a
 /// worker's supervisor, or the sandbox trampoline) and returns its exit
 /// code. Call first thing in `main`, before any argument parsing or thread.
 pub fn main_if_helper() -> Option<i32> {
-    sandbox::main_if_requested().or_else(supervisor::main_if_requested)
+    sandbox::main_if_requested()
+        .or_else(supervisor::main_if_requested)
+        .or_else(worker_mcp::bridge::main_if_requested)
 }
 
 pub use config::Config;

@@ -2,7 +2,7 @@
 //! ownership between live attempts.
 
 use swarm_core::plan::task_branch;
-use swarm_core::{AttemptState, TaskKey, TaskState};
+use swarm_core::{AttemptState, Outcome, TaskKey, TaskState};
 
 use super::model::{AgentRecord, Attempt, Task, Transition};
 use super::outbound::{AgentAssign, AssignSpec, AttemptHandle, Outbound};
@@ -177,7 +177,8 @@ impl Scheduler {
 
     /// The attempt before `number` if its agent session can be continued:
     /// it stopped with its work kept (checkpoint, usage limit, interrupt,
-    /// lost worker) rather than failing, and it named its session. Only its
+    /// lost worker, an escalation with a WIP commit) rather than failing,
+    /// and it named its session. Only its
     /// own worker can resume it: the session and the worktree holding its
     /// work live there.
     pub(super) fn resumable_session(&self, task: &Task, number: u32) -> Option<&Attempt> {
@@ -188,7 +189,7 @@ impl Scheduler {
                 | AttemptState::RateLimited
                 | AttemptState::Cancelled
                 | AttemptState::Lost
-        );
+        ) || (previous.outcome == Some(Outcome::Escalation) && !previous.result_commit.is_empty());
         (kept && !previous.agent.session_id.is_empty()).then_some(previous)
     }
 

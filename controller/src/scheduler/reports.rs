@@ -351,6 +351,11 @@ impl Scheduler {
             }
             Outcome::Escalation => {
                 self.core(fx).set_attempt_state(&key, number, AttemptState::Stopped);
+                // An agent that escalated through its tool kept its work: the
+                // answered task resumes from it, in the same session.
+                if let Some(c) = &r.commit {
+                    self.core(fx).edit_task(&key, |t| t.resume_commit = c.clone());
+                }
                 if self.shared.model.tasks().get(&key).is_some_and(|t| t.notes.pending_question.is_none()) {
                     let question = PendingQuestion {
                         id: format!("q{number}"),

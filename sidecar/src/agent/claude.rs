@@ -43,6 +43,8 @@ use serde_json::{Value, json};
 use swarm_core::Usage;
 use swarm_core::plan::AgentKind;
 
+use crate::worker_mcp::{SERVER_NAME, StdioServer};
+
 use super::{
     Agent, AgentConfig, AgentEvent, AskedQuestion, FollowUp, Opening, RateLimit, TurnEnd, Verdict, clip,
     now_unix_ms, step_for_tool, unix_to_ms, usage_limit_in_text,
@@ -123,6 +125,9 @@ impl Agent for Claude {
         }
         if let Some(p) = &cfg.append_system_prompt {
             opt("--append-system-prompt", p.clone());
+        }
+        if let Some(server) = &cfg.mcp {
+            opt("--mcp-config", mcp_config(server));
         }
         if let Some(s) = resume {
             opt("--resume", s.to_string());
@@ -350,7 +355,10 @@ impl Claude {
 
     fn system(&mut self, v: &Value, out: &mut Vec<AgentEvent>) {
         match str_at(v, "subtype") {
-            Some("init") => self.note_session(v, out),
+            Some("init") => {
+                self.note_session(v, out);
+                tools_server_state(v, out);
+            }
             // The CLI retries failed API calls itself; the operator sees why it is slow.
             Some("api_retry") => {
                 let n = |k: &str| v.get(k).and_then(Value::as_u64).unwrap_or(0);
@@ -513,6 +521,32 @@ impl Claude {
     }
 }
 
+/// The CLI carries on when an MCP server fails to start, so `init`'s list
+/// is where swarm learns that its tools are out of the agent's reach.
+fn tools_server_state(v: &Value, out: &mut Vec<AgentEvent>) {
+    let servers = v.get("mcp_servers").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    let ours = servers.iter().find(|s| s.get("name").and_then(Value::as_str) == Some(SERVER_NAME));
+    let status = ours.and_then(|s| s.get("status")).and_then(Value::as_str).unwrap_or_default();
+    if ours.is_some() && !matches!(status, "connected" | "pending") {
+        out.push(AgentEvent::ToolsUnavailable(clip(status, 64)));
+    }
+}
+
+/// `--mcp-config`'s JSON for swarm's tools: added to the user's own
+/// servers (no `--strict-mcp-config`), under the name the tools are
+/// allowed by (`mcp__swarm__*`).
+fn mcp_config(server: &StdioServer) -> String {
+    let env: serde_json::Map<String, Value> =
+        server.env.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
+    json!({"mcpServers": {SERVER_NAME: {
+        "type": "stdio",
+        "command": server.command,
+        "args": server.args,
+        "env": env,
+    }}})
+    .to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -542,6 +576,7 @@ mod tests {
             otherwise: swarm_core::plan::Otherwise::Ask,
             resume_session: None,
             instructions: Default::default(),
+            mcp: None,
         }
     }
 
@@ -567,6 +602,35 @@ mod tests {
         }
         let bare = AgentConfig { model: None, max_turns: 0, max_budget_usd: 0.0, ..cfg() };
         assert!(!c.argv(&bare, None).iter().any(|a| a == "--resume" || a == "--model" || a == "--max-turns"));
+    }
+
+    #[test]
+    fn swarms_tools_go_in_through_mcp_config_and_a_failed_server_is_noticed() {
+        let server = StdioServer {
+            command: "/usr/bin/swarm-sidecar".into(),
+            args: vec!["__mcp-bridge".into()],
+            env: vec![("SWARM_MCP_TOKEN".into(), "t0k".into())],
+        };
+        let argv = Claude::default().argv(&AgentConfig { mcp: Some(server), ..cfg() }, None);
+        let at = argv.iter().position(|a| a == "--mcp-config").expect("--mcp-config");
+        let config: Value = serde_json::from_str(&argv[at + 1]).expect("json");
+        assert_eq!(
+            config,
+            json!({"mcpServers": {"swarm": {"type": "stdio", "command": "/usr/bin/swarm-sidecar",
+                   "args": ["__mcp-bridge"], "env": {"SWARM_MCP_TOKEN": "t0k"}}}})
+        );
+        assert!(!argv.iter().any(|a| a == "--strict-mcp-config"), "the user's own servers stay");
+
+        let mut c = Claude::default();
+        let init = |status: &str| {
+            format!(
+                r#"{{"type":"system","subtype":"init","session_id":"s","mcp_servers":[{{"name":"other","status":"failed"}},{{"name":"swarm","status":"{status}"}}]}}"#
+            )
+        };
+        let failed = c.parse_line(&init("failed"));
+        assert!(failed.contains(&AgentEvent::ToolsUnavailable("failed".into())), "{failed:?}");
+        let connected = c.parse_line(&init("connected"));
+        assert!(!connected.iter().any(|e| matches!(e, AgentEvent::ToolsUnavailable(_))), "{connected:?}");
     }
 
     #[test]

@@ -13,6 +13,8 @@ use serde_json::Value;
 use swarm_core::Usage;
 use swarm_core::plan::AgentKind;
 
+use crate::worker_mcp::{SERVER_NAME, StdioServer};
+
 use super::{
     Agent, AgentConfig, AgentEvent, FollowUp, Opening, RateLimit, TurnEnd, Verdict, clip, now_unix_ms,
     usage_limit_in_text,
@@ -35,6 +37,9 @@ impl Agent for Codex {
         let mut v = vec![cfg.program.clone(), "exec".into(), "--json".into()];
         if let Some(m) = &cfg.model {
             v.extend(["--model".into(), m.clone()]);
+        }
+        if let Some(server) = &cfg.mcp {
+            v.extend(mcp_overrides(server));
         }
         v.extend(cfg.extra_args.iter().cloned());
         if let Some(s) = resume {
@@ -200,6 +205,23 @@ impl Codex {
     }
 }
 
+/// swarm's tools as `-c` overrides of Codex's `mcp_servers` table: each
+/// value is TOML, so strings go in as JSON strings (valid TOML basic strings).
+fn mcp_overrides(server: &StdioServer) -> Vec<String> {
+    let quote = |s: &str| serde_json::to_string(s).unwrap_or_default();
+    let key = format!("mcp_servers.{SERVER_NAME}");
+    let args: Vec<String> = server.args.iter().map(|a| quote(a)).collect();
+    let env: Vec<String> = server.env.iter().map(|(k, v)| format!("{} = {}", quote(k), quote(v))).collect();
+    vec![
+        "-c".into(),
+        format!("{key}.command={}", quote(&server.command)),
+        "-c".into(),
+        format!("{key}.args=[{}]", args.join(", ")),
+        "-c".into(),
+        format!("{key}.env={{ {} }}", env.join(", ")),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -220,6 +242,32 @@ mod tests {
             otherwise: swarm_core::plan::Otherwise::Ask,
             resume_session: None,
             instructions: Default::default(),
+            mcp: None,
+        }
+    }
+
+    #[test]
+    fn swarms_tools_are_given_as_mcp_servers_overrides_in_toml() {
+        let server = StdioServer {
+            command: "/opt/swarm sidecar".into(),
+            args: vec!["__mcp-bridge".into()],
+            env: vec![("SWARM_MCP_TOKEN".into(), "t\"0k".into())],
+        };
+        let argv = Codex::default().argv(&AgentConfig { mcp: Some(server), ..cfg() }, None);
+        let overrides: Vec<&str> = argv.windows(2).filter(|w| w[0] == "-c").map(|w| w[1].as_str()).collect();
+        assert_eq!(
+            overrides,
+            [
+                r#"mcp_servers.swarm.command="/opt/swarm sidecar""#,
+                r#"mcp_servers.swarm.args=["__mcp-bridge"]"#,
+                r#"mcp_servers.swarm.env={ "SWARM_MCP_TOKEN" = "t\"0k" }"#,
+            ]
+        );
+        // Each value is TOML, as Codex parses a `-c key=value`.
+        for o in overrides {
+            let (key, value) = o.split_once('=').expect("key=value");
+            let doc = format!("{} = {value}", key.rsplit('.').next().expect("key"));
+            toml::from_str::<toml::Table>(&doc).unwrap_or_else(|e| panic!("{o}: {e}"));
         }
     }
 

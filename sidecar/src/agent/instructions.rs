@@ -12,7 +12,7 @@
 use super::AgentConfig;
 
 /// Bumped whenever the text below changes meaning.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 /// Whether the agent gets the built-in note, the plan's own, or none.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -39,19 +39,26 @@ pub fn note(cfg: &AgentConfig, owned_globs: &[String]) -> Option<String> {
     match &cfg.instructions {
         Instructions::Off => None,
         Instructions::Custom(text) => Some(text.clone()),
-        Instructions::BuiltIn => Some(built_in(owned_globs)),
+        Instructions::BuiltIn => Some(built_in(owned_globs, cfg.mcp.is_some())),
     }
 }
 
-fn built_in(owned_globs: &[String]) -> String {
+fn built_in(owned_globs: &[String], tools: bool) -> String {
     let owned = if owned_globs.is_empty() { "none".to_string() } else { owned_globs.join(", ") };
+    let ask = if tools {
+        "- swarm's tools (server swarm): progress to report, ask to ask the operator (it returns the answer), \
+         escalate if the task cannot be done as written, checkpoint to stop and resume later, context for the task."
+    } else {
+        "- To ask the operator, use your AskUserQuestion tool and wait for the answer. If you cannot go on, write \
+         .swarm/status.json as {\"status\": \"blocked\", \"message\": \"why\"} and end your turn."
+    };
     format!(
         "# Working in swarm (instructions v{VERSION})
 You are one of several agents working in parallel, each in its own git worktree, coordinated by swarm.
 - Your task is in .swarm/task.md (with answers and messages added as they come).
 - You may change only files matching: {owned}. Edits elsewhere are refused; if the task needs them, say so.
 - Do not commit, push or switch branches: when you finish, swarm commits your changes, runs the task's checks and merges them.
-- To ask the operator, use your AskUserQuestion tool and wait for the answer. If you cannot go on, write .swarm/status.json as {{\"status\": \"blocked\", \"message\": \"why\"}} and end your turn.
+{ask}
 - If you are stopped, your work so far is kept and this session resumes later.
 - End with a short summary of what you changed and anything left open."
     )
@@ -63,13 +70,16 @@ mod tests {
 
     #[test]
     fn the_note_names_the_owned_files_and_its_version() {
-        let text = built_in(&["src/api/**".into(), "docs/api.md".into()]);
+        let text = built_in(&["src/api/**".into(), "docs/api.md".into()], false);
         assert!(text.contains("src/api/**, docs/api.md"), "{text}");
         assert!(text.starts_with(&format!("# Working in swarm (instructions v{VERSION})")));
         assert!(text.contains(".swarm/status.json") && text.contains("AskUserQuestion"));
         // Sent with every API call: keep it near a hundred tokens (~4 bytes each).
         assert!(text.len() < 1000, "{} bytes", text.len());
-        assert!(built_in(&[]).contains("matching: none."));
+        assert!(built_in(&[], false).contains("matching: none."));
+        let with_tools = built_in(&[], true);
+        assert!(with_tools.contains("ask to ask the operator") && with_tools.contains("checkpoint"));
+        assert!(with_tools.len() < 1000, "{} bytes", with_tools.len());
     }
 
     #[test]

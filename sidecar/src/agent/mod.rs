@@ -65,6 +65,9 @@ pub struct AgentConfig {
     pub otherwise: Otherwise,
     pub resume_session: Option<String>,
     pub instructions: instructions::Instructions,
+    /// swarm's tools for this attempt, as the agent starts them; set by
+    /// the attempt once its server listens.
+    pub mcp: Option<crate::worker_mcp::StdioServer>,
 }
 
 /// How an agent takes a message after its first one.
@@ -276,6 +279,8 @@ pub enum AgentEvent {
     Send(String),
     TurnEnded(TurnEnd),
     Unparseable(String),
+    /// swarm's tool server did not start in the agent (its status).
+    ToolsUnavailable(String),
 }
 
 /// Short form of hostile text for logs and reports.

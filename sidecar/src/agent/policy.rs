@@ -24,6 +24,10 @@ const READ_TOOLS: &[&str] = &["Read", "Glob", "Grep", "LS"];
 /// The one file under `.swarm/` an agent must be able to write: its status
 /// (questions, blocked). `.swarm/` is never committed, so ownership does not apply.
 const STATUS_FILE: &str = ".swarm/status.json";
+/// The tools swarm serves the agent (see `crate::worker_mcp`): reporting to
+/// swarm is what the agent is there to do, so no rule has to allow them
+/// (a deny rule still can refuse them).
+const SWARM_TOOLS: &str = "mcp__swarm";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
@@ -146,6 +150,9 @@ impl Policy {
     pub fn decide(&self, tool: &str, input: &Value) -> Decision {
         if let Some(why) = self.forbids(tool, input) {
             return Decision::Deny { why };
+        }
+        if tool.strip_prefix(SWARM_TOOLS).is_some_and(|rest| rest.starts_with("__")) {
+            return Decision::Allow { why: "swarm's own tools".into() };
         }
         let req = self.request(tool, input);
         if let Some(r) = self.allow.iter().find(|r| self.matches(r, &req)) {
@@ -312,6 +319,7 @@ mod tests {
             otherwise,
             resume_session: None,
             instructions: Default::default(),
+            mcp: None,
         };
         Policy::new(&cfg, &["src/**".into(), "docs/".into()], wt).expect("policy")
     }
@@ -390,6 +398,21 @@ mod tests {
         assert_eq!(p.decide("mcp__githubx__y", &json!({})), Decision::Ask);
         let strict = policy(dir.path(), &[], &[], Otherwise::Deny);
         assert!(is_deny(&strict.decide("Bash", &json!({"command": "ls"})), "not allowed"));
+    }
+
+    #[test]
+    fn swarms_own_tools_need_no_rule_but_a_deny_rule_still_refuses_them() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let strict = policy(dir.path(), &[], &[], Otherwise::Deny);
+        assert!(matches!(strict.decide("mcp__swarm__ask", &json!({})), Decision::Allow { .. }));
+        assert!(
+            matches!(strict.decide("mcp__swarmy__ask", &json!({})), Decision::Deny { .. }),
+            "another server"
+        );
+        assert!(matches!(strict.decide("mcp__swarm", &json!({})), Decision::Deny { .. }));
+        let denied = policy(dir.path(), &[], &["mcp__swarm__escalate"], Otherwise::Deny);
+        assert!(matches!(denied.decide("mcp__swarm__escalate", &json!({})), Decision::Deny { .. }));
+        assert!(matches!(denied.decide("mcp__swarm__progress", &json!({})), Decision::Allow { .. }));
     }
 
     #[test]

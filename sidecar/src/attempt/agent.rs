@@ -13,12 +13,13 @@ use tokio::sync::{mpsc, watch};
 
 use super::finish::{self, Next, Ran};
 use super::prepare::{Prepared, own_worktree};
-use crate::agent::driver::{self, Channels, End, Ran as Driven, Setup};
+use crate::agent::driver::{self, Channels, End, Ending, Ran as Driven, Setup};
 use crate::agent::{AgentConfig, session};
 use crate::assignment::{Assignment, Context};
 use crate::outcome::{AttemptOutcome, Failure, UsageLimit};
 use crate::report::{Answers, Event, Report, Sink, Stop};
 use crate::status::WorkerStatus;
+use crate::worker_mcp::{self, ToolServer};
 
 /// An agent attempt's setting.
 pub(super) struct AgentRun<'a> {
@@ -35,12 +36,15 @@ pub(super) async fn run(
     sink: &Sink,
 ) -> Option<Ran> {
     let AgentRun { ctx, a, cfg, prepared: p } = run;
+    let mut tools = serve_tools(ctx, a, p, sink);
+    let cfg = AgentConfig { mcp: tools.as_ref().map(|t| t.stdio.clone()), ..cfg.clone() };
     let setup = Setup {
-        cfg,
+        cfg: &cfg,
         owned_globs: &a.owned_globs,
         worktree: &p.worktree,
         launch: p.launch.clone(),
         base_commit: &a.base_commit,
+        branch: &a.branch,
         task_text: &a.task_text,
         attempt: a.attempt.clone(),
         idle: a.idle_timeout.or(ctx.default_idle_timeout),
@@ -48,11 +52,15 @@ pub(super) async fn run(
         status_file: p.files.status.clone(),
     };
     let span = tracing::info_span!("run", agent = %cfg.kind);
-    let ran = tracing::Instrument::instrument(
-        driver::run(&setup, Channels { stop, answers, tx: &sink.tx, log: &mut p.log }),
-        span,
-    )
-    .await;
+    let channels = Channels {
+        stop,
+        answers,
+        tx: &sink.tx,
+        log: &mut p.log,
+        tools: tools.as_mut().map(|t| &mut t.calls),
+    };
+    let ran = tracing::Instrument::instrument(driver::run(&setup, channels), span).await;
+    drop(tools);
     let _ = p.log.flush().await;
     let blocked = std::fs::read(&p.files.status)
         .ok()
@@ -61,6 +69,26 @@ pub(super) async fn run(
         .map(|s| s.message);
     let outcome = common(a, &ran);
     ended(a, ran.end, blocked, outcome)
+}
+
+/// swarm's tools for the agent, on a socket in the attempt's private
+/// directory. A reviewer has none (it only reads and gives a verdict); an
+/// agent whose server cannot start runs without it, and the event log says so.
+fn serve_tools(ctx: &Context, a: &Assignment, p: &Prepared, sink: &Sink) -> Option<ToolServer> {
+    if a.review.is_some() {
+        return None;
+    }
+    match worker_mcp::start(&p.scratch.tmp, &ctx.supervisor) {
+        Ok(server) => Some(server),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot serve swarm's tools to the agent");
+            sink.journaled(Event::note(
+                &a.attempt,
+                format!("swarm's tools are not served to the agent: {e}"),
+            ));
+            None
+        }
+    }
 }
 
 /// The outcome for how the run ended, and what is left to keep; `blocked`
@@ -140,6 +168,19 @@ fn ended(a: &Assignment, end: End, blocked: Option<String>, mut o: AttemptOutcom
             o.outcome = Outcome::Error;
             o.error = e;
             Next::Report
+        }
+        // The agent's own call: its work is kept as a WIP commit and the
+        // session resumes in the next attempt, as for any checkpoint.
+        End::ByTool(Ending::Checkpoint { summary, next_action }) => {
+            o.outcome = Outcome::Checkpoint;
+            o.summary = bounded(&format!("checkpointed by the agent: {summary}\nNext: {next_action}"));
+            Next::Checkpoint { message: wip_message(a, "checkpointed by the agent", &o.session_id) }
+        }
+        End::ByTool(Ending::Escalate { category, detail }) => {
+            o.outcome = Outcome::Escalation;
+            o.category = category;
+            o.error = bounded(&detail);
+            Next::Checkpoint { message: wip_message(a, "escalated by the agent", &o.session_id) }
         }
     };
     Some(Ran { outcome: o, next })

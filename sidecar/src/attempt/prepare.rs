@@ -28,7 +28,7 @@ pub(super) struct Prepared {
     /// The worker's log, which the sidecar's notes go into too.
     pub log: tokio::fs::File,
     /// Kept until the attempt is over, then removed.
-    _scratch: Scratch,
+    pub scratch: Scratch,
 }
 
 /// Prepares a new attempt, or finds the worktree of a re-adopted one
@@ -60,7 +60,7 @@ pub(super) async fn prepare(
     let log = worker_files::append(&log_path)
         .map(tokio::fs::File::from_std)
         .map_err(|source| InfraFailure::Open { path: log_path.clone(), source })?;
-    Ok(Prepared { worktree: wt, files, launch, log_path, log, _scratch: scratch })
+    Ok(Prepared { worktree: wt, files, launch, log_path, log, scratch })
 }
 
 /// A fresh `.swarm/`; a reviewer's task text carries the diff, which only

@@ -250,7 +250,11 @@ pub fn confine(
     if settings.is_off() || kernel.abi == 0 {
         return Ok(None);
     }
-    let policy = Policy::for_attempt(settings, place, env);
+    let mut policy = Policy::for_attempt(settings, place, env);
+    if place.agent.is_some() && !place.review {
+        // The agent starts this binary as the bridge to swarm's tools.
+        policy.read.push(exe.to_path_buf());
+    }
     Ok(Some(Confinement { exe: exe.to_path_buf(), policy: Arc::new(policy) }))
 }
 

@@ -127,6 +127,7 @@ fn agent(s: &v1::AgentSpec) -> Result<AgentConfig, FieldError> {
         otherwise,
         resume_session,
         instructions: instructions::Instructions::from_wire(s.instructions.as_deref()),
+        mcp: None,
     })
 }
 

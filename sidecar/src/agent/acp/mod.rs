@@ -45,6 +45,16 @@ mod fs;
 mod permission;
 mod updates;
 
+/// swarm's tool server as a session's stdio MCP server.
+fn mcp_server(server: &crate::worker_mcp::StdioServer) -> schema::McpServer {
+    let env = server.env.iter().map(|(k, v)| schema::EnvVariable::new(k.clone(), v.clone())).collect();
+    schema::McpServer::Stdio(
+        schema::McpServerStdio::new(crate::worker_mcp::SERVER_NAME, server.command.clone())
+            .args(server.args.clone())
+            .env(env),
+    )
+}
+
 #[cfg(test)]
 mod tests;
 
@@ -86,6 +96,8 @@ pub struct Acp {
     /// The process's usage so far (cost from `usage_update`, tokens from a
     /// prompt response's `usage`, where an agent reports them).
     usage: Usage,
+    /// swarm's tools, given to every session (stdio, which every agent supports).
+    mcp_servers: Vec<schema::McpServer>,
 }
 
 impl Acp {
@@ -103,6 +115,7 @@ impl Acp {
             turn: updates::Turn::default(),
             perms: permission::Pending::default(),
             usage: Usage::default(),
+            mcp_servers: cfg.mcp.iter().map(mcp_server).collect(),
         })
     }
 
@@ -248,7 +261,8 @@ impl Acp {
         let line = match self.resume.clone() {
             Some(id) if self.can_load => {
                 self.loading = true;
-                let req = schema::LoadSessionRequest::new(id.clone(), cwd).mcp_servers(Vec::new());
+                let req =
+                    schema::LoadSessionRequest::new(id.clone(), cwd).mcp_servers(self.mcp_servers.clone());
                 self.request(Sent::LoadSession(id), "session/load", req)
             }
             resume => {
@@ -257,7 +271,7 @@ impl Acp {
                         "the agent cannot load sessions (no loadSession); a new session replaces {id}"
                     )));
                 }
-                let req = schema::NewSessionRequest::new(cwd).mcp_servers(Vec::new());
+                let req = schema::NewSessionRequest::new(cwd).mcp_servers(self.mcp_servers.clone());
                 self.request(Sent::NewSession, "session/new", req)
             }
         };

@@ -22,6 +22,7 @@ fn cfg(deny: &[&str]) -> AgentConfig {
         otherwise: Otherwise::Ask,
         resume_session: None,
         instructions: Default::default(),
+        mcp: None,
     }
 }
 
@@ -441,4 +442,24 @@ fn files_are_served_inside_the_worktree_only_and_written_only_when_owned() {
     }
     assert_eq!(std::fs::read_to_string(outside.path().join("secret")).expect("read"), "s", "untouched");
     assert!(!wt.join("Cargo.toml").exists());
+}
+
+#[test]
+fn a_new_session_gets_swarms_tools_as_a_stdio_server() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = crate::worker_mcp::StdioServer {
+        command: "/usr/bin/swarm-sidecar".into(),
+        args: vec!["__mcp-bridge".into()],
+        env: vec![("SWARM_MCP_TOKEN".into(), "t0k".into())],
+    };
+    let with_tools = AgentConfig { mcp: Some(server), ..cfg(&[]) };
+    let mut a = Acp::new(&with_tools, dir.path(), &["src/**".into()]).expect("adapter");
+    let init: Value = serde_json::from_str(a.opening("go", None).input.trim()).expect("json");
+    let ev = feed(&mut a, response(&init["id"], json!({"protocolVersion": 1, "agentCapabilities": {}})));
+    let new = sent(&ev).remove(0);
+    assert_eq!(
+        new["params"]["mcpServers"],
+        json!([{"name": "swarm", "command": "/usr/bin/swarm-sidecar", "args": ["__mcp-bridge"],
+                "env": [{"name": "SWARM_MCP_TOKEN", "value": "t0k"}]}])
+    );
 }

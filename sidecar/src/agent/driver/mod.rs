@@ -27,11 +27,14 @@ use crate::launch::Launch;
 use crate::report::{Event, Report, Stop};
 use crate::runner::{ExitInfo, SpawnSpec};
 use crate::status::{StatusWatcher, WorkerStatus};
+use crate::worker_mcp::ToolCall;
 
 mod permissions;
 mod report;
 mod stop;
+mod tools;
 pub use permissions::describe;
+pub use tools::{Ending, TOOL_ASK_PREFIX};
 
 /// Marks an operator's message on the answers channel (question ids never
 /// contain a colon).
@@ -53,6 +56,7 @@ pub struct Setup<'a> {
     pub worktree: &'a Path,
     pub launch: Launch,
     pub base_commit: &'a str,
+    pub branch: &'a str,
     pub task_text: &'a str,
     pub attempt: AttemptRef,
     pub idle: Option<Duration>,
@@ -67,6 +71,8 @@ pub struct Channels<'a> {
     pub answers: &'a mut mpsc::UnboundedReceiver<(String, String)>,
     pub tx: &'a mpsc::UnboundedSender<Report>,
     pub log: &'a mut tokio::fs::File,
+    /// The agent's calls to swarm's tools, when they are served.
+    pub tools: Option<&'a mut mpsc::Receiver<ToolCall>>,
 }
 
 /// How the run ended.
@@ -82,6 +88,8 @@ pub enum End {
     Idle(Duration),
     /// It could not be started (or its policy could not be built).
     Failed(String),
+    /// The agent ended the attempt through a tool (checkpoint, escalate).
+    ByTool(Ending),
 }
 
 #[derive(Debug, Clone)]
@@ -145,6 +153,11 @@ struct Driver<'s, 'c> {
     progress_sent: Instant,
     last_activity: Instant,
     unparseable: (Option<Instant>, u32),
+    /// `ask` calls waiting on the operator.
+    tool_asks: Vec<tools::PendingAsk>,
+    tool_asks_made: u32,
+    /// Set by `checkpoint` or `escalate`, with when.
+    ending: Option<(Ending, Instant)>,
 }
 
 enum Wake {
@@ -152,6 +165,7 @@ enum Wake {
     Exit(ExitInfo),
     Stop(Option<Stop>),
     Answer(Option<(String, String)>),
+    Tool(Option<ToolCall>),
     Tick,
 }
 
@@ -209,6 +223,9 @@ pub async fn run(s: &Setup<'_>, ch: Channels<'_>) -> Ran {
         progress_sent: Instant::now() - PROGRESS_EVERY,
         last_activity: Instant::now(),
         unparseable: (None, 0),
+        tool_asks: Vec::new(),
+        tool_asks_made: 0,
+        ending: None,
     };
     let end = d.drive().await;
     d.into_ran(end)
@@ -237,6 +254,10 @@ impl Driver<'_, '_> {
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            if let Some(ending) = self.tool_end_due() {
+                self.let_go().await;
+                return End::ByTool(ending);
+            }
             if let Some(end) = self.between_processes().await {
                 return end;
             }
@@ -252,6 +273,9 @@ impl Driver<'_, '_> {
                 Wake::Stop(None) => {}
                 Wake::Answer(Some((id, text))) => self.on_answer(id, text).await,
                 Wake::Answer(None) => {}
+                Wake::Tool(Some(call)) => self.on_tool(call).await,
+                // The server is gone; the agent carries on without it.
+                Wake::Tool(None) => self.ch.tools = None,
                 Wake::Tick => {
                     if let Some(end) = self.on_tick().await {
                         return end;
@@ -279,12 +303,17 @@ impl Driver<'_, '_> {
             None => (Either::Right(std::future::pending()), Either::Right(std::future::pending())),
         };
         let stop = &mut *self.ch.stop;
+        let tool = match self.ch.tools.as_deref_mut() {
+            Some(rx) => Either::Left(rx.recv()),
+            None => Either::Right(std::future::pending()),
+        };
         tokio::select! {
             biased;
             o = out => Wake::Out(o),
             e = exit => Wake::Exit(e),
             c = stop.changed() => Wake::Stop(if c.is_ok() { *stop.borrow_and_update() } else { Some(Stop::Shutdown) }),
             a = self.ch.answers.recv() => Wake::Answer(a),
+            t = tool => Wake::Tool(t),
             _ = tick.tick() => Wake::Tick,
         }
     }
@@ -389,6 +418,7 @@ impl Driver<'_, '_> {
         self.progress_dirty = true;
         // Requests of a process that is gone cannot be answered any more.
         self.perm_queue.clear();
+        self.tool_asks.clear();
         if let Some(p) = self.asking.take() {
             self.log(&format!("permission question {} dropped: the agent exited", p.question_id)).await;
         }
@@ -463,6 +493,14 @@ impl Driver<'_, '_> {
             AgentEvent::Error(e) => self.push_tail(format!("error: {}", clip(&e, 300))),
             AgentEvent::Send(text) => self.write(&text).await,
             AgentEvent::TurnEnded(t) => self.on_turn_end(t).await,
+            AgentEvent::ToolsUnavailable(status) => {
+                self.audit(&format!(
+                    "the agent could not start swarm's tools (server {}: {status}); it can still report \
+                     through .swarm/status.json",
+                    crate::worker_mcp::SERVER_NAME
+                ))
+                .await
+            }
             AgentEvent::Unparseable(why) => {
                 self.unparseable(&format!("{why}: {}", clip(line, 200))).await;
             }
@@ -504,6 +542,10 @@ impl Driver<'_, '_> {
             return;
         }
         self.seen_rate_limit = None;
+        // The agent ended the attempt through a tool: this was its last turn.
+        if self.ending.is_some() {
+            return;
+        }
         if !self.held_answers.is_empty() {
             let text = std::mem::take(&mut self.held_answers).join("\n\n");
             self.continue_with(text).await;
@@ -558,6 +600,10 @@ impl Driver<'_, '_> {
             }
             return;
         }
+        if self.answer_tool_ask(&id, &text) {
+            self.log(&format!("operator answered {id}; returned to the agent's ask")).await;
+            return;
+        }
         if self.asking.as_ref().is_some_and(|p| p.question_id == id) {
             self.resolve_permission(&text).await;
             return;
@@ -581,7 +627,7 @@ impl Driver<'_, '_> {
         if self.progress_dirty && self.progress_sent.elapsed() >= PROGRESS_EVERY {
             self.send_progress();
         }
-        let on_operator = self.waiting || self.asking.is_some();
+        let on_operator = self.waiting || self.asking.is_some() || !self.tool_asks.is_empty();
         if on_operator {
             self.last_activity = Instant::now();
         }

@@ -1,0 +1,188 @@
+//! The agent's calls to swarm's tools (see [`crate::worker_mcp`]), answered
+//! by the driver, which owns the attempt: a progress call is journaled as
+//! a status report and sent as Progress; `ask` is journaled as a question
+//! and answered when the operator's answer arrives (the idle timer counts
+//! the wait as the operator's, not the agent's); `escalate` and
+//! `checkpoint` end the attempt once the agent's turn ends, with its work
+//! kept for the resumed session; `context` is read from the assignment.
+
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use super::Driver;
+use crate::report::{Event, StatusKind};
+use crate::status::WorkerStatus;
+use crate::worker_mcp::{ToolCall, ToolRequest};
+
+/// How long an agent may go on after `escalate` or `checkpoint` before it
+/// is stopped: long enough to say a last word and end its turn.
+const WIND_DOWN: Duration = Duration::from_secs(60);
+/// Marks the questions asked through the `ask` tool.
+pub const TOOL_ASK_PREFIX: &str = "tool-ask-";
+
+/// How the agent itself ended the attempt through a tool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ending {
+    Checkpoint { summary: String, next_action: String },
+    Escalate { category: String, detail: String },
+}
+
+/// A question the `ask` tool is waiting on.
+pub(super) struct PendingAsk {
+    pub id: String,
+    reply: oneshot::Sender<Result<serde_json::Value, String>>,
+}
+
+impl Driver<'_, '_> {
+    pub(super) async fn on_tool(&mut self, call: ToolCall) {
+        self.last_activity = Instant::now();
+        let ToolCall { request, reply } = call;
+        let mut reply = Some(reply);
+        let tool = request.name();
+        let span = tracing::info_span!("tool", tool, attempt = %self.label());
+        if let Some((ending, _)) = &self.ending {
+            let what = match ending {
+                Ending::Checkpoint { .. } => "checkpointed",
+                Ending::Escalate { .. } => "escalated",
+            };
+            if let Some(reply) = reply {
+                let _ = reply.send(Err(format!("this attempt has {what} and is ending: end your turn")));
+            }
+            return;
+        }
+        let result = span.in_scope(|| match request {
+            ToolRequest::Progress { step, percent, note } => Some(self.tool_progress(step, percent, note)),
+            ToolRequest::Ask { question, choices } => {
+                if let Some(reply) = reply.take() {
+                    self.tool_ask(question, choices, reply);
+                }
+                None
+            }
+            ToolRequest::Escalate { category, detail } => {
+                self.end_by_tool(Ending::Escalate { category: category.clone(), detail });
+                Some(Ok(json!({
+                    "escalated": category,
+                    "next": "End your turn now. Your work is kept; this session resumes with the \
+                             operator's answer.",
+                })))
+            }
+            ToolRequest::Checkpoint { summary, next_action } => {
+                self.end_by_tool(Ending::Checkpoint { summary, next_action });
+                Some(Ok(json!({
+                    "checkpointed": true,
+                    "next": "End your turn now. swarm commits your work and resumes this session later.",
+                })))
+            }
+            ToolRequest::Context => Some(Ok(self.tool_context())),
+        });
+        let (Some(result), Some(reply)) = (result, reply) else { return };
+        self.log(&format!("{tool}: {}", if result.is_ok() { "answered" } else { "refused" })).await;
+        let _ = reply.send(result);
+    }
+
+    fn tool_progress(
+        &mut self,
+        step: String,
+        percent: Option<u32>,
+        note: String,
+    ) -> Result<serde_json::Value, String> {
+        if !step.is_empty() {
+            self.step = step.clone();
+        }
+        if let Some(p) = percent {
+            self.percent = p;
+        }
+        if !note.is_empty() {
+            self.push_tail(note.clone());
+        }
+        let percent_text = percent.map(|p| format!("{p}% ")).unwrap_or_default();
+        let message = match (step.is_empty(), note.is_empty()) {
+            (false, false) => format!("{percent_text}{step}: {note}"),
+            (false, true) => format!("{percent_text}{step}"),
+            (true, _) => format!("{percent_text}{note}"),
+        };
+        self.journal(Event::Status {
+            attempt: self.s.attempt.clone(),
+            status: StatusKind::Worker(WorkerStatus::Working),
+            message: message.trim().to_string(),
+        });
+        self.send_progress();
+        Ok(json!({ "recorded": true }))
+    }
+
+    fn tool_ask(
+        &mut self,
+        question: String,
+        choices: Vec<String>,
+        reply: oneshot::Sender<Result<serde_json::Value, String>>,
+    ) {
+        self.tool_asks_made += 1;
+        let id = format!("{TOOL_ASK_PREFIX}{}", self.tool_asks_made);
+        tracing::info!(question = %id, "the agent asks the operator");
+        self.journal(Event::Question {
+            attempt: self.s.attempt.clone(),
+            id: id.clone(),
+            text: question,
+            category: "question".into(),
+            options: choices,
+        });
+        self.tool_asks.push(PendingAsk { id, reply });
+    }
+
+    /// Answers a pending `ask`; false when `id` is not one.
+    pub(super) fn answer_tool_ask(&mut self, id: &str, text: &str) -> bool {
+        let Some(i) = self.tool_asks.iter().position(|a| a.id == id) else { return false };
+        let ask = self.tool_asks.swap_remove(i);
+        self.last_activity = Instant::now();
+        let _ = ask.reply.send(Ok(json!({ "answer": text.trim() })));
+        true
+    }
+
+    fn end_by_tool(&mut self, ending: Ending) {
+        let note = match &ending {
+            Ending::Checkpoint { summary, .. } => format!("the agent checkpoints: {summary}"),
+            Ending::Escalate { category, detail } => format!("the agent escalates ({category}): {detail}"),
+        };
+        self.journal(Event::note(&self.s.attempt, note));
+        self.ending = Some((ending, Instant::now()));
+    }
+
+    /// The ending to return now: the agent's turn is over, or it has had
+    /// its wind-down.
+    pub(super) fn tool_end_due(&self) -> Option<Ending> {
+        let (ending, since) = self.ending.as_ref()?;
+        (!self.turn_open || self.proc.is_none() || since.elapsed() >= WIND_DOWN).then(|| ending.clone())
+    }
+
+    fn tool_context(&self) -> serde_json::Value {
+        json!({
+            "attempt": self.label(),
+            "task": self.s.task_text,
+            "owned_files": self.s.owned_globs,
+            "branch": self.s.branch,
+            "base_commit": self.s.base_commit,
+        })
+    }
+}
+
+impl Driver<'_, '_> {
+    fn label(&self) -> String {
+        let a = &self.s.attempt;
+        format!("{}#{}", a.task, a.number)
+    }
+}
+
+impl ToolRequest {
+    fn name(&self) -> &'static str {
+        match self {
+            ToolRequest::Progress { .. } => "progress",
+            ToolRequest::Ask { .. } => "ask",
+            ToolRequest::Escalate { .. } => "escalate",
+            ToolRequest::Checkpoint { .. } => "checkpoint",
+            ToolRequest::Context => "context",
+        }
+    }
+}

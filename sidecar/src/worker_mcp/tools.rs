@@ -1,0 +1,203 @@
+//! The tools as the agent sees them: names, descriptions and input
+//! schemas written for a model, arguments checked here (an error names
+//! the argument and the rule, and nothing reaches the driver), then one
+//! [`ToolCall`] to the driver, whose reply is the tool's result.
+
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{CallToolResult, Implementation, ServerCapabilities, ServerConfig};
+use rmcp::schemars::{self, JsonSchema};
+use rmcp::{ServerHandler, ServiceExt as _, tool, tool_handler, tool_router};
+use serde::Deserialize;
+use swarm_proto::limits::{MAX_CATEGORY, MAX_OPTION, MAX_OPTIONS, MAX_STEP, MAX_TEXT};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{mpsc, oneshot};
+
+use super::{ToolCall, ToolRequest};
+
+type ToolResult = Result<CallToolResult, String>;
+
+/// The escalation categories of the worker protocol: what kind of
+/// ambiguity stops the task, so the operator knows what is asked of them.
+pub const ESCALATION_CATEGORIES: &[&str] = &["ambiguous_spec", "dependency_missing", "verification_unclear"];
+
+const INSTRUCTIONS: &str = "Your line to swarm, which runs this task as one attempt in a swarm of coding \
+agents and merges your commit when you finish. Report progress with progress; ask the operator with ask \
+(it waits for the answer) instead of guessing; call escalate when the task cannot be done as specified; \
+call checkpoint to stop now and be resumed later in this session with your work kept; call context for \
+the task, what finished before it and the files you own. To finish, end your turn: swarm commits your \
+changes.";
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProgressArgs {
+    /// What you are doing now, in a few words ("writing the parser tests").
+    #[serde(default)]
+    pub step: String,
+    /// How far the task is, 0 to 100.
+    #[serde(default)]
+    pub percent: Option<u32>,
+    /// Anything the operator should know (a decision taken, a surprise).
+    #[serde(default)]
+    pub note: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AskArgs {
+    /// The question for the operator, with what they need to answer it.
+    pub question: String,
+    /// Answers to choose from, if the question has a few (at most 16); the
+    /// operator may still answer in their own words.
+    #[serde(default)]
+    pub choices: Vec<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EscalateArgs {
+    /// ambiguous_spec: the task is unclear or contradicts itself;
+    /// dependency_missing: something it needs is not there;
+    /// verification_unclear: you cannot tell whether it is done.
+    pub category: String,
+    /// What exactly is wrong and what you would need to go on.
+    pub detail: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointArgs {
+    /// What is done so far.
+    pub summary: String,
+    /// What to do first when the work resumes.
+    pub next_action: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NoArgs {}
+
+#[derive(Clone)]
+pub struct WorkerTools {
+    calls: mpsc::Sender<ToolCall>,
+    tool_router: ToolRouter<WorkerTools>,
+}
+
+/// Serves one connection until the agent closes it.
+pub async fn serve<S>(stream: S, calls: mpsc::Sender<ToolCall>)
+where
+    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let tools = WorkerTools { calls, tool_router: WorkerTools::tool_router() };
+    match tools.serve(stream).await {
+        Ok(running) => {
+            let _ = running.waiting().await;
+        }
+        Err(e) => tracing::warn!(error = %e, "the agent's MCP session did not start"),
+    }
+}
+
+#[tool_router]
+impl WorkerTools {
+    #[tool(
+        description = "Tell the operator how far the task is: the current step, a percentage and a note. \
+                          Shows in the swarm's event log and progress report. Returns at once."
+    )]
+    async fn progress(&self, Parameters(args): Parameters<ProgressArgs>) -> ToolResult {
+        let step = bounded("step", args.step, MAX_STEP)?;
+        let note = bounded("note", args.note, MAX_TEXT)?;
+        if let Some(p) = args.percent.filter(|p| *p > 100) {
+            return Err(format!("percent: must be 0 to 100, got {p}"));
+        }
+        if step.is_empty() && note.is_empty() && args.percent.is_none() {
+            return Err("step, percent or note: give at least one".into());
+        }
+        self.call(ToolRequest::Progress { step, percent: args.percent, note }).await
+    }
+
+    #[tool(description = "Ask the operator a question and wait for the answer, which this call returns \
+                          ({answer}). Use it instead of guessing when the task leaves a decision open. \
+                          It may take minutes or hours; that is expected.")]
+    async fn ask(&self, Parameters(args): Parameters<AskArgs>) -> ToolResult {
+        let question = required("question", args.question, MAX_TEXT)?;
+        if args.choices.len() > MAX_OPTIONS {
+            return Err(format!("choices: at most {MAX_OPTIONS}, got {}", args.choices.len()));
+        }
+        let choices = args
+            .choices
+            .into_iter()
+            .enumerate()
+            .map(|(i, c)| required(&format!("choices[{i}]"), c, MAX_OPTION))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.call(ToolRequest::Ask { question, choices }).await
+    }
+
+    #[tool(description = "Stop and hand the task to the operator because it cannot be done as specified. \
+                          category: ambiguous_spec, dependency_missing or verification_unclear. Your work so \
+                          far is kept, and this session resumes with the operator's answer. After this \
+                          call, end your turn.")]
+    async fn escalate(&self, Parameters(args): Parameters<EscalateArgs>) -> ToolResult {
+        let category = args.category.trim().to_string();
+        if category.len() > MAX_CATEGORY || !ESCALATION_CATEGORIES.contains(&category.as_str()) {
+            return Err(format!("category: must be one of {}", ESCALATION_CATEGORIES.join(", ")));
+        }
+        let detail = required("detail", args.detail, MAX_TEXT)?;
+        self.call(ToolRequest::Escalate { category, detail }).await
+    }
+
+    #[tool(description = "Stop now and resume later in this same session: swarm commits your work so far \
+                          as a work-in-progress commit and runs the task again from it. Use it to hand \
+                          over at a clean point. After this call, end your turn.")]
+    async fn checkpoint(&self, Parameters(args): Parameters<CheckpointArgs>) -> ToolResult {
+        let summary = required("summary", args.summary, MAX_TEXT)?;
+        let next_action = required("next_action", args.next_action, MAX_TEXT)?;
+        self.call(ToolRequest::Checkpoint { summary, next_action }).await
+    }
+
+    #[tool(
+        description = "The task as swarm gave it (with the summaries of the tasks it depends on, earlier \
+                          attempts' failures and the operator's answers), the files this task owns (edits \
+                          elsewhere are refused), its attempt, branch and base commit."
+    )]
+    async fn context(&self, Parameters(_): Parameters<NoArgs>) -> ToolResult {
+        self.call(ToolRequest::Context).await
+    }
+}
+
+impl WorkerTools {
+    async fn call(&self, request: ToolRequest) -> ToolResult {
+        let (reply, answer) = oneshot::channel();
+        let gone = || "swarm is no longer running this attempt".to_string();
+        self.calls.send(ToolCall { request, reply }).await.map_err(|_| gone())?;
+        let value = answer.await.map_err(|_| gone())??;
+        Ok(CallToolResult::structured(value))
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for WorkerTools {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new(super::SERVER_NAME, env!("CARGO_PKG_VERSION")))
+            .with_instructions(INSTRUCTIONS)
+    }
+}
+
+fn bounded(field: &str, text: String, max: usize) -> Result<String, String> {
+    let text = text.trim().to_string();
+    if text.len() > max {
+        return Err(format!("{field}: at most {max} bytes, got {}", text.len()));
+    }
+    if text.chars().any(|c| c.is_control() && c != '\n' && c != '\t') {
+        return Err(format!("{field}: must not contain control characters"));
+    }
+    Ok(text)
+}
+
+fn required(field: &str, text: String, max: usize) -> Result<String, String> {
+    let text = bounded(field, text, max)?;
+    if text.is_empty() {
+        return Err(format!("{field}: must not be empty"));
+    }
+    Ok(text)
+}
