@@ -243,9 +243,11 @@ impl SwarmTools {
     }
 
     #[tool(description = "Block until a swarm or a task reaches one of `states` (default: an end state), a \
-                       task asks the operator a question, or `timeout_secs` passes. Returns what \
-                       happened ({reason: state|question|timeout, ...} with the swarm or task), so \
-                       there is no need to poll. Call again after answering to keep waiting.")]
+                       task asks the operator a question, a task waits for the operator's review, or \
+                       `timeout_secs` passes. Returns what happened ({reason: \
+                       state|question|review|timeout, ...} with the swarm or task, and the questions \
+                       or reviews waiting), so there is no need to poll. Call again after answering \
+                       or reviewing to keep waiting.")]
     async fn wait(
         &self,
         ctx: RequestContext<RoleServer>,

@@ -1,5 +1,6 @@
 //! `wait`: blocks until a swarm or a task is in one of the wanted states,
-//! or a task asks the operator, or the time is up — so an orchestrating
+//! or a task asks the operator or waits for the operator's review, or the
+//! time is up — so an orchestrating
 //! agent makes one call instead of polling.
 //!
 //! It subscribes to the swarm's events *before* reading the state, then
@@ -44,7 +45,8 @@ enum Target {
 #[derive(Debug, Serialize)]
 pub struct Outcome {
     /// `state` (in a wanted state), `question` (a task waits on the
-    /// operator) or `timeout`.
+    /// operator's answer), `review` (a task waits on the operator's
+    /// review) or `timeout`.
     pub reason: &'static str,
     pub waited_secs: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -55,6 +57,10 @@ pub struct Outcome {
     /// `question`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub questions: Vec<TaskView>,
+    /// The tasks in REVIEW whose gate is the operator, when `reason` is
+    /// `review`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub reviews: Vec<TaskView>,
 }
 
 impl Wait {
@@ -153,10 +159,25 @@ impl Wait {
                 if self.states.contains(&swarm.state) {
                     return Ok(Some(outcome("state", Some(&swarm), None)));
                 }
-                let asking = questions(op, ctx, swarm_id).await?;
+                let tasks = crate::pages::tasks(op, ctx, swarm_id, Vec::new()).await?;
+                let asking: Vec<TaskView> =
+                    tasks.iter().filter(|t| !t.pending_question.is_empty()).map(TaskView::from).collect();
                 if !asking.is_empty() {
                     let mut o = outcome("question", Some(&swarm), None);
-                    o.questions = asking.iter().map(TaskView::from).collect();
+                    o.questions = asking;
+                    return Ok(Some(o));
+                }
+                let mut reviews = Vec::new();
+                for t in tasks.iter().filter(|t| t.state == v1::TaskState::Review as i32) {
+                    let req = v1::GetTaskRequest { task_id: format!("{}/{}", t.swarm_id, t.id) };
+                    let detail = op.clone().get_task(request(ctx, req)).await?.into_inner();
+                    if awaits_operator_review(&detail) {
+                        reviews.push(TaskView::from(t));
+                    }
+                }
+                if !reviews.is_empty() {
+                    let mut o = outcome("review", Some(&swarm), None);
+                    o.reviews = reviews;
                     return Ok(Some(o));
                 }
                 Ok(None)
@@ -164,13 +185,18 @@ impl Wait {
             Target::Task { swarm, task } => {
                 let req = v1::GetTaskRequest { task_id: format!("{swarm}/{task}") };
                 let detail = op.clone().get_task(request(ctx, req)).await?.into_inner();
-                let t = detail.task.unwrap_or_default();
+                let t = detail.task.clone().unwrap_or_default();
                 if self.states.contains(&t.state) {
                     return Ok(Some(outcome("state", None, Some(&t))));
                 }
                 if !t.pending_question.is_empty() {
                     let mut o = outcome("question", None, Some(&t));
                     o.questions = vec![TaskView::from(&t)];
+                    return Ok(Some(o));
+                }
+                if awaits_operator_review(&detail) {
+                    let mut o = outcome("review", None, Some(&t));
+                    o.reviews = vec![TaskView::from(&t)];
                     return Ok(Some(o));
                 }
                 Ok(None)
@@ -208,18 +234,15 @@ fn outcome(reason: &'static str, swarm: Option<&v1::Swarm>, task: Option<&v1::Ta
         swarm: swarm.map(SwarmView::from),
         task: task.map(TaskView::from),
         questions: Vec::new(),
+        reviews: Vec::new(),
     }
 }
 
-/// The swarm's tasks with a question waiting for its answer (a running
-/// agent's, or one an ended attempt left: BLOCKED, ESCALATED).
-async fn questions(
-    op: &Operator,
-    ctx: &RequestContext<RoleServer>,
-    swarm: &str,
-) -> Result<Vec<v1::Task>, Status> {
-    let tasks = crate::pages::tasks(op, ctx, swarm, Vec::new()).await?;
-    Ok(tasks.into_iter().filter(|t| !t.pending_question.is_empty()).collect())
+/// In REVIEW behind a gate only the operator opens (an agent or command
+/// reviewer decides by itself).
+fn awaits_operator_review(detail: &v1::TaskDetail) -> bool {
+    let in_review = detail.task.as_ref().is_some_and(|t| t.state == v1::TaskState::Review as i32);
+    in_review && detail.branch_report.as_ref().is_some_and(|b| b.reviewer == "operator")
 }
 
 /// A stream that broke because the controller went away, not because the

@@ -21,12 +21,14 @@ const ASK: &str = r#"if [ "$SWARM_ATTEMPT" = 1 ]; then
 fi
 grep -o "colour is [a-z]*" "$SWARM_TASK_FILE" > ask.txt"#;
 
-/// The orchestrator's turns: check and start the plan, wait, answer the
-/// question, wait for the end.
+/// The orchestrator's turns: check and start the plan, wait, approve the
+/// review, wait, answer the question, wait for the end.
 fn orchestration(swarm: &str, plan: &str) -> Vec<Step> {
     vec![
         Step::tool("mcp__swarm__check_plan", json!({"plan_toml": plan})),
         Step::tool("mcp__swarm__create_swarm", json!({"plan_toml": plan})),
+        Step::tool("mcp__swarm__wait", json!({"swarm": swarm, "timeout_secs": 90})),
+        Step::tool("mcp__swarm__review", json!({"task": format!("{swarm}/a"), "decision": "approve"})),
         Step::tool("mcp__swarm__wait", json!({"swarm": swarm, "timeout_secs": 90})),
         Step::tool("mcp__swarm__answer", json!({"task": format!("{swarm}/ask"), "text": "colour is green"})),
         Step::tool("mcp__swarm__wait", json!({"swarm": swarm, "states": ["COMPLETED"], "timeout_secs": 90})),
@@ -101,6 +103,8 @@ fn check_orchestration(claude: &RealClaude, script: &str, out: &Output, repo: &T
             "mcp__swarm__check_plan",
             "mcp__swarm__create_swarm",
             "mcp__swarm__wait",
+            "mcp__swarm__review",
+            "mcp__swarm__wait",
             "mcp__swarm__answer",
             "mcp__swarm__wait"
         ],
@@ -111,19 +115,29 @@ fn check_orchestration(claude: &RealClaude, script: &str, out: &Output, repo: &T
     }
     assert!(got[0].2.contains("\"valid\":true"), "{}", got[0].2);
     assert!(got[1].2.contains("\"created\":true"), "{}", got[1].2);
+    assert!(got[2].2.contains("\"reason\":\"review\"") && got[2].2.contains("\"reviews\""), "{}", got[2].2);
+    // The reviewed task, past its gate.
     assert!(
-        got[2].2.contains("\"reason\":\"question\"") && got[2].2.contains("Which colour?"),
+        got[3].2.contains(&format!("\"swarm\":\"{swarm}\"")) && !got[3].2.contains("REVIEW"),
         "{}",
-        got[2].2
+        got[3].2
     );
-    assert!(got[4].2.contains("\"state\":\"COMPLETED\""), "{}", got[4].2);
+    assert!(
+        got[4].2.contains("\"reason\":\"question\"") && got[4].2.contains("Which colour?"),
+        "{}",
+        got[4].2
+    );
+    assert!(got[6].2.contains("\"state\":\"COMPLETED\""), "{}", got[6].2);
     assert_eq!(repo.tree(&format!("swarm/{swarm}/integration"))["ask.txt"], "colour is green\n");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn claude_code_orchestrates_a_swarm_through_swarmctl_mcp() {
     const TEST: &str = "claude_code_orchestrates_a_swarm_through_swarmctl_mcp";
-    let plan = PlanBuilder::new("orch").task(task("a")).task(task("ask").deps(&["a"])).build();
+    let plan = PlanBuilder::new("orch")
+        .task(task("a").set("review", "\"operator\""))
+        .task(task("ask").deps(&["a"]))
+        .build();
     let Some(claude) = RealClaude::start(TEST, vec![Script::new("stdio", orchestration("orch", &plan))])
     else {
         return;
@@ -142,7 +156,10 @@ async fn claude_code_orchestrates_a_swarm_through_swarmctl_mcp() {
 #[tokio::test(flavor = "multi_thread")]
 async fn claude_code_orchestrates_a_swarm_through_the_controllers_mcp_endpoint_with_a_token() {
     const TEST: &str = "claude_code_orchestrates_a_swarm_through_the_controllers_mcp_endpoint_with_a_token";
-    let plan = PlanBuilder::new("web").task(task("a")).task(task("ask").deps(&["a"])).build();
+    let plan = PlanBuilder::new("web")
+        .task(task("a").set("review", "\"operator\""))
+        .task(task("ask").deps(&["a"]))
+        .build();
     let Some(claude) = RealClaude::start(TEST, vec![Script::new("http", orchestration("web", &plan))]) else {
         return;
     };
