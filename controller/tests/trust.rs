@@ -280,6 +280,40 @@ async fn packs_move_only_for_the_live_attempt_of_the_caller() {
     assert!(client.fetch_pack(fetch).await.is_ok());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_context_is_told_only_to_the_sidecar_holding_the_attempt() {
+    let h = Harness::start().await;
+    h.create(ONE).await;
+    let mut sc = h.sidecar("w1").await;
+    let a = sc.assign().await;
+    let secret = sc.secret();
+    let mut client = SidecarServiceClient::new(h.channel.clone());
+    let ask = |attempt: v1::AttemptRef| v1::GetTaskContextRequest { attempt: Some(attempt) };
+
+    let forged = v1::AttemptRef { fencing_token: attempt_ref(&a).fencing_token + 1, ..attempt_ref(&a) };
+    let other_task = v1::AttemptRef { task_id: "zz".into(), ..attempt_ref(&a) };
+    let cases = [
+        (attempt_ref(&a), "w1", "", Code::PermissionDenied),
+        (attempt_ref(&a), "w2", secret.as_str(), Code::PermissionDenied),
+        (forged, "w1", secret.as_str(), Code::PermissionDenied),
+        (other_task, "w1", secret.as_str(), Code::PermissionDenied),
+    ];
+    for (i, (attempt, worker, secret, code)) in cases.into_iter().enumerate() {
+        let status = client.get_task_context(with_claim(ask(attempt), worker, secret)).await.expect_err("refused");
+        assert_eq!(status.code(), code, "case {}: {}", i + 1, status.message());
+    }
+    let none = with_claim(v1::GetTaskContextRequest { attempt: None }, "w1", &secret);
+    let status = client.get_task_context(none).await.expect_err("no attempt");
+    assert_eq!(status.code(), Code::InvalidArgument, "{}", status.message());
+    assert!(status.message().starts_with("attempt"), "{}", status.message());
+    let status = client.get_task_context(ask(attempt_ref(&a))).await.expect_err("no claim at all");
+    assert_eq!(status.code(), Code::Unauthenticated, "{}", status.message());
+
+    let ok = client.get_task_context(with_claim(ask(attempt_ref(&a)), "w1", &secret)).await;
+    let context = ok.expect("the live attempt's holder is told").into_inner();
+    assert!(context.dependencies.is_empty() && context.siblings.is_empty(), "{context:?}");
+}
+
 fn count_packs(repo: &std::path::Path) -> usize {
     std::fs::read_dir(repo.join(".git/objects/pack")).map(|d| d.count()).unwrap_or(0)
 }

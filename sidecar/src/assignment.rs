@@ -54,6 +54,8 @@ pub struct Context {
     /// Used when the Assign has no idle timeout.
     pub default_idle_timeout: Option<Duration>,
     pub remote: Option<crate::remote::Remote>,
+    /// The session's calls to the controller (the agent's `context` tool).
+    pub link: crate::link::ControllerLink,
     /// The executable run as `<exe> __supervise ...` to supervise workers
     /// (the sidecar's own binary; see [`crate::supervisor`]).
     pub supervisor: PathBuf,

@@ -87,6 +87,7 @@ pub mod index_entries;
 pub mod index_file;
 pub mod journal;
 mod launch;
+pub mod link;
 pub mod locks;
 pub mod log_serve;
 pub mod orphans;

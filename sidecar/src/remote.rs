@@ -2,15 +2,11 @@
 //! `FetchPack` and result commits go out with `PushPack`.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 
-use swarm_proto::client::AuthChannel;
 use swarm_proto::convert::AttemptRef;
-use swarm_proto::limits::{SECRET_HEADER, WORKER_HEADER};
 use swarm_proto::v1;
-use swarm_proto::v1::sidecar_service_client::SidecarServiceClient;
-use tonic::Request;
-use tonic::metadata::MetadataValue;
+
+use crate::link::{ControllerLink, LinkSession};
 
 /// Chunk size for uploads.
 const CHUNK: usize = 1 << 20;
@@ -27,52 +23,15 @@ pub enum RemoteError {
     TooLarge(String),
 }
 
-/// Pack transfer over the controller's SidecarService.
+/// Pack transfer over the controller's SidecarService, on the session's link.
 #[derive(Debug, Clone)]
 pub struct Remote {
-    worker: String,
-    /// The current session: packs go to the controller that welcomed it
-    /// (with several controllers, only the leader answers), and it moves
-    /// them only for the sidecar holding the worker id's live session.
-    session: Arc<Mutex<Option<PackSession>>>,
-}
-
-#[derive(Debug, Clone)]
-struct PackSession {
-    client: SidecarServiceClient<AuthChannel>,
-    secret: String,
+    link: ControllerLink,
 }
 
 impl Remote {
-    pub fn new(worker: &str) -> Remote {
-        Remote { worker: worker.to_string(), session: Arc::new(Mutex::new(None)) }
-    }
-
-    /// A new session (from its Welcome): the channel it came on and its secret.
-    pub fn set_session(&self, client: SidecarServiceClient<AuthChannel>, secret: &str) {
-        if let Ok(mut s) = self.session.lock() {
-            *s = Some(PackSession { client, secret: secret.to_string() });
-        }
-    }
-
-    /// The client and secret of the current session.
-    fn session(&self) -> Result<PackSession, RemoteError> {
-        self.session
-            .lock()
-            .ok()
-            .and_then(|s| s.clone())
-            .ok_or_else(|| RemoteError::Rpc(tonic::Status::unavailable("no session with the controller yet")))
-    }
-
-    /// Names the caller as the controller's pack RPCs require.
-    fn request<T>(&self, secret: &str, message: T) -> Request<T> {
-        let mut request = Request::new(message);
-        for (key, value) in [(WORKER_HEADER, self.worker.as_str()), (SECRET_HEADER, secret)] {
-            if let Ok(v) = MetadataValue::try_from(value) {
-                request.metadata_mut().insert(key, v);
-            }
-        }
-        request
+    pub fn new(link: ControllerLink) -> Remote {
+        Remote { link }
     }
 
     /// Fetches `commit` (and what it needs) unless the repository has it.
@@ -89,9 +48,11 @@ impl Remote {
         if present {
             return Ok(());
         }
-        let PackSession { mut client, secret } = self.session()?;
+        let LinkSession { mut client, secret } = self.link.session()?;
         let mut stream = client
-            .fetch_pack(self.request(&secret, v1::FetchPackRequest { want: commit.to_string(), have: haves }))
+            .fetch_pack(
+                self.link.request(&secret, v1::FetchPackRequest { want: commit.to_string(), have: haves }),
+            )
             .await?
             .into_inner();
         let mut pack = Vec::new();
@@ -132,8 +93,9 @@ impl Remote {
         if chunks.is_empty() {
             chunks.push(push_chunk(true, attempt, tip, Vec::new()));
         }
-        let PackSession { mut client, secret } = self.session()?;
-        let resp = client.push_pack(self.request(&secret, tokio_stream::iter(chunks))).await?.into_inner();
+        let LinkSession { mut client, secret } = self.link.session()?;
+        let resp =
+            client.push_pack(self.link.request(&secret, tokio_stream::iter(chunks))).await?.into_inner();
         if resp.tip != tip {
             return Err(RemoteError::Git(format!("controller stored tip {:?}, expected {tip}", resp.tip)));
         }

@@ -70,14 +70,16 @@ async fn a_worker_reports_asks_and_checkpoints_through_its_tools_and_resumes_its
         ],
     );
     let test = "a_worker_reports_asks_and_checkpoints_through_its_tools_and_resumes_its_session";
-    let Some(claude) = RealClaude::start(test, vec![script]) else { return };
+    let later = Script::new("later", vec![Step::text("Nothing to do.")]);
+    let Some(claude) = RealClaude::start(test, vec![script, later]) else { return };
     let repo = TempRepo::with_files(&[]);
     let plan = claude
         .plan_env("wt", &[("ENABLE_TOOL_SEARCH", "false")])
         .default("retries", "0")
         .default("idle_timeout_secs", &IDLE_SECS.to_string())
-        .default("permissions", r#"{ allow = ["Edit(src/**)"], otherwise = "deny" }"#)
+        .default("permissions", r#"{ allow = ["Edit(src/**)", "Edit(docs/**)"], otherwise = "deny" }"#)
         .task(claude_task("t", &["src/**"], "tools", "Write the colour files."))
+        .task(claude_task("later", &["docs/**"], "later", "Document the colours.").deps(&["t"]))
         .build();
     let cluster = claude.cluster(&repo, 1);
     let url = cluster.url();
@@ -115,6 +117,14 @@ async fn a_worker_reports_asks_and_checkpoints_through_its_tools_and_resumes_its
         "the task and its files: {context}"
     );
     assert!(context.contains("wt/t#1"), "{context}");
+    let context: Value = serde_json::from_str(context).unwrap();
+    assert_eq!(
+        context["siblings"][0]["id"], "later",
+        "the swarm around the task, from the controller: {context}"
+    );
+    assert_eq!(context["siblings"][0]["state"], "PENDING", "{context}");
+    assert_eq!(context["siblings"][0]["owned_files"], json!(["docs/**"]), "{context}");
+    assert_eq!(context["dependencies"], json!([]), "{context}");
     assert!(by_tool("mcp__swarm__ask").content.contains("\"answer\":\"green\""), "{seen:#?}");
     assert!(by_tool("mcp__swarm__checkpoint").content.contains("\"checkpointed\":true"), "{seen:#?}");
 

@@ -19,6 +19,7 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
 use super::{Shared, convert};
+use crate::scheduler::views::ContextTask;
 use crate::scheduler::{Command, Outbound, PackClaim, ReportedAttempt, Session};
 
 /// How long a new stream may take to say Hello, by default.
@@ -174,6 +175,33 @@ impl SidecarService for SidecarApi {
         .map_err(|e| Status::internal(e.to_string()))?
         .map_err(|e| Status::invalid_argument(format!("data: {e}")))?;
         Ok(Response::new(v1::PushPackResponse { tip, objects }))
+    }
+
+    async fn get_task_context(
+        &self,
+        request: Request<v1::GetTaskContextRequest>,
+    ) -> Result<Response<v1::TaskContext>, Status> {
+        let (metadata, extensions, req) = request.into_parts();
+        let attempt = required_attempt("attempt", req.attempt.as_ref())?;
+        let reported =
+            ReportedAttempt { task: attempt.task, number: attempt.number, token: attempt.fencing_token };
+        let span = tracing::info_span!("task.context", swarm = %reported.task.swarm, task = %reported.task, attempt = %reported.task.attempt(reported.number));
+        let claim = self.pack_claim(&metadata, &extensions, Some(reported))?;
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.shared.send(Command::TaskContext { claim, reply }).instrument(span).await?;
+        let view = answer.await.map_err(|_| Status::unavailable("scheduler stopped"))??;
+        let task = |t: &ContextTask| v1::ContextTask {
+            id: t.id.clone(),
+            title: t.title.clone(),
+            state: v1::TaskState::from(t.state) as i32,
+            reason: t.reason.clone(),
+            summary: t.summary.clone(),
+            owned_globs: t.owned_globs.clone(),
+        };
+        Ok(Response::new(v1::TaskContext {
+            dependencies: view.dependencies.iter().map(task).collect(),
+            siblings: view.siblings.iter().map(task).collect(),
+        }))
     }
 }
 

@@ -240,6 +240,12 @@ pub enum Command {
         claim: PackClaim,
         reply: oneshot::Sender<Result<(), SchedError>>,
     },
+    /// The context tool of a running attempt's agent: the caller must
+    /// hold the attempt, as for an upload.
+    TaskContext {
+        claim: PackClaim,
+        reply: oneshot::Sender<Result<super::views::ContextView, SchedError>>,
+    },
     /// A stale integration-ref lock removed at start.
     LockRemoved(LockRemoved),
     /// An integration ref a power loss undid, put back at the store's head

@@ -339,6 +339,18 @@ impl Scheduler {
                 // Nothing is written, so the answer need not wait for a commit.
                 let _ = reply.send(sessions::authorize_pack(&self.shared.model, &claim));
             }
+            Command::TaskContext { claim, reply } => {
+                let model = &self.shared.model;
+                let context = match (&claim.attempt, sessions::authorize_pack(model, &claim)) {
+                    (Some(a), Ok(())) => Ok(views::ContextView::of(model, &a.task)),
+                    (None, Ok(())) => Err(crate::SchedError::InvalidArgument {
+                        field: "attempt".into(),
+                        rule: "required".into(),
+                    }),
+                    (_, Err(e)) => Err(e),
+                };
+                let _ = reply.send(context);
+            }
             Command::Shutdown => {}
         }
     }

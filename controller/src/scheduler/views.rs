@@ -174,3 +174,57 @@ impl WorkerView {
         }
     }
 }
+
+/// What a running attempt's agent may know of its task's surroundings:
+/// the tasks it depends on and the other tasks of its swarm.
+#[derive(Debug, Clone, Default)]
+pub struct ContextView {
+    pub dependencies: Vec<ContextTask>,
+    pub siblings: Vec<ContextTask>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ContextTask {
+    pub id: String,
+    pub title: String,
+    pub state: TaskState,
+    pub reason: String,
+    pub summary: String,
+    pub owned_globs: Vec<String>,
+}
+
+impl ContextTask {
+    fn of(task: &Task) -> ContextTask {
+        ContextTask {
+            id: task.key.task.to_string(),
+            title: task.spec.title.clone(),
+            state: task.state(),
+            reason: task.reason.clone(),
+            summary: task.notes.summary.clone(),
+            owned_globs: task.spec.files.clone(),
+        }
+    }
+}
+
+impl ContextView {
+    pub fn of(model: &super::model::Model, key: &swarm_core::TaskKey) -> ContextView {
+        let Some(task) = model.tasks().get(key) else { return ContextView::default() };
+        let of_swarm = |id: &swarm_core::TaskId| swarm_core::TaskKey::new(key.swarm.clone(), id.clone());
+        let dependencies = task
+            .spec
+            .deps
+            .iter()
+            .filter_map(|d| model.tasks().get(&of_swarm(d)))
+            .map(ContextTask::of)
+            .collect();
+        let siblings = model
+            .swarms()
+            .get(&key.swarm)
+            .map(|s| s.tasks.iter().filter(|k| *k != key).filter_map(|k| model.tasks().get(k)))
+            .into_iter()
+            .flatten()
+            .map(ContextTask::of)
+            .collect();
+        ContextView { dependencies, siblings }
+    }
+}

@@ -50,6 +50,7 @@ pub(super) async fn run(
         idle: a.idle_timeout.or(ctx.default_idle_timeout),
         stop_grace: ctx.stop_grace,
         status_file: p.files.status.clone(),
+        link: ctx.link.clone(),
     };
     let span = tracing::info_span!("run", agent = %cfg.kind);
     let channels = Channels {

@@ -80,6 +80,7 @@ impl Session {
             stop_grace: self.cfg.stop_grace(),
             default_idle_timeout: self.cfg.default_idle_timeout(),
             remote: self.remote.clone(),
+            link: self.link.clone(),
             supervisor: self.supervisor.clone(),
             tracker: self.tracker.clone(),
             standby: self.standby.clone(),

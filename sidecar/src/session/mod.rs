@@ -122,6 +122,8 @@ struct Session {
     /// After a shutdown request, give up waiting for acks at this point.
     give_up_at: Option<tokio::time::Instant>,
     shutdown: CancellationToken,
+    /// The session's unary calls to the controller (context, packs).
+    link: crate::link::ControllerLink,
     remote: Option<crate::remote::Remote>,
     /// The controllers to connect to, and which one is tried next.
     controllers: Controllers,
@@ -195,7 +197,8 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Sidecar
         journal.append_report(crate::wire::fitted(Event::Orphans { worktrees: orphan_ids, removed }))?;
     }
     let controllers = Controllers::parse(&cfg.controller).map_err(|e| SidecarError::Config(e.to_string()))?;
-    let remote = cfg.remote.then(|| crate::remote::Remote::new(&worker_id));
+    let link = crate::link::ControllerLink::new(&worker_id);
+    let remote = cfg.remote.then(|| crate::remote::Remote::new(link.clone()));
     let (reports_tx, reports_rx) = mpsc::unbounded_channel();
     let (verified_tx, verified_rx) = mpsc::unbounded_channel();
     let sandbox = crate::sandbox::probe();
@@ -225,6 +228,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Sidecar
         shutting_down: false,
         give_up_at: None,
         shutdown,
+        link,
         remote,
         controllers,
         back_off: true,
@@ -353,9 +357,7 @@ impl Session {
             resumed = welcome.attempt_resumed, "connected");
         self.journal.applied_up_to(welcome.last_applied_seq)?;
         self.journal.set_resume_secret(&welcome.resume_secret)?;
-        if let Some(r) = &self.remote {
-            r.set_session(client, &welcome.resume_secret);
-        }
+        self.link.set_session(client, &welcome.resume_secret);
         self.stream(out, &mut inbound, welcome).await
     }
 

@@ -23,6 +23,7 @@ pub fn ctx(repo: &Path, worker_id: &str, idle_timeout: Option<Duration>) -> Cont
         stop_grace: Duration::from_millis(200),
         default_idle_timeout: idle_timeout,
         remote: None,
+        link: swarm_sidecar::link::ControllerLink::new(worker_id),
         supervisor: PathBuf::from(env!("CARGO_BIN_EXE_swarm-sidecar")),
         tracker: Default::default(),
         standby: Default::default(),

@@ -62,6 +62,8 @@ pub struct Setup<'a> {
     pub idle: Option<Duration>,
     pub stop_grace: Duration,
     pub status_file: PathBuf,
+    /// The session's calls to the controller, for the `context` tool.
+    pub link: crate::link::ControllerLink,
 }
 
 /// The attempt's inputs and outputs while the agent runs.

@@ -22,6 +22,8 @@ use crate::worker_mcp::{ToolCall, ToolRequest};
 const WIND_DOWN: Duration = Duration::from_secs(60);
 /// Marks the questions asked through the `ask` tool.
 pub const TOOL_ASK_PREFIX: &str = "tool-ask-";
+/// How long `context` waits for the controller's part.
+const CONTEXT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How the agent itself ended the attempt through a tool.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,8 +78,13 @@ impl Driver<'_, '_> {
                     "next": "End your turn now. swarm commits your work and resumes this session later.",
                 })))
             }
-            ToolRequest::Context => Some(Ok(self.tool_context())),
+            ToolRequest::Context => None,
         });
+        let result = match result {
+            Some(result) => Some(result),
+            None if tool == "context" => Some(Ok(self.tool_context().await)),
+            None => None,
+        };
         let (Some(result), Some(reply)) = (result, reply) else { return };
         self.log(&format!("{tool}: {}", if result.is_ok() { "answered" } else { "refused" })).await;
         let _ = reply.send(result);
@@ -157,15 +164,42 @@ impl Driver<'_, '_> {
         (!self.turn_open || self.proc.is_none() || since.elapsed() >= WIND_DOWN).then(|| ending.clone())
     }
 
-    fn tool_context(&self) -> serde_json::Value {
-        json!({
+    /// The assignment's view, and the swarm around the task as the
+    /// controller has it now; without the controller the agent still gets
+    /// the first part, and is told why the rest is missing. (`&mut`: the
+    /// attempt's future must be Send, and the driver is Send, not Sync.)
+    async fn tool_context(&mut self) -> serde_json::Value {
+        let mut context = json!({
             "attempt": self.label(),
             "task": self.s.task_text,
             "owned_files": self.s.owned_globs,
             "branch": self.s.branch,
             "base_commit": self.s.base_commit,
-        })
+        });
+        let asked = tokio::time::timeout(CONTEXT_TIMEOUT, self.s.link.task_context(&self.s.attempt)).await;
+        match asked {
+            Ok(Ok(now)) => {
+                context["dependencies"] = now.dependencies.iter().map(context_task).collect();
+                context["siblings"] = now.siblings.iter().map(context_task).collect();
+            }
+            Ok(Err(status)) => context["swarm_unavailable"] = json!(status.message()),
+            Err(_) => context["swarm_unavailable"] = json!("the controller did not answer in time"),
+        }
+        context
     }
+}
+
+fn context_task(t: &swarm_proto::v1::ContextTask) -> serde_json::Value {
+    let state =
+        swarm_proto::v1::TaskState::try_from(t.state).unwrap_or(swarm_proto::v1::TaskState::Unspecified);
+    json!({
+        "id": t.id,
+        "title": t.title,
+        "state": state.as_str_name().trim_start_matches("TASK_STATE_"),
+        "reason": t.reason,
+        "summary": t.summary,
+        "owned_files": t.owned_globs,
+    })
 }
 
 impl Driver<'_, '_> {
