@@ -299,7 +299,8 @@ async fn a_task_context_is_told_only_to_the_sidecar_holding_the_attempt() {
         (other_task, "w1", secret.as_str(), Code::PermissionDenied),
     ];
     for (i, (attempt, worker, secret, code)) in cases.into_iter().enumerate() {
-        let status = client.get_task_context(with_claim(ask(attempt), worker, secret)).await.expect_err("refused");
+        let status =
+            client.get_task_context(with_claim(ask(attempt), worker, secret)).await.expect_err("refused");
         assert_eq!(status.code(), code, "case {}: {}", i + 1, status.message());
     }
     let none = with_claim(v1::GetTaskContextRequest { attempt: None }, "w1", &secret);

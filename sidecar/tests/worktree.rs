@@ -110,3 +110,38 @@ fn a_branch_checked_out_in_a_lost_sidecars_worktree_can_be_taken_over() {
     // it now resolves to the new commit; that sidecar's reports are fenced).
     assert_eq!(std::fs::read_to_string(lost.path.join("a.txt")).expect("lost file"), "a1");
 }
+
+/// A sidecar makes its worktree before its first task (at the repository's
+/// HEAD), and the first task then moves it only by the paths that differ;
+/// a worktree that is already there is never touched by the warm-up.
+#[test]
+fn the_worktree_is_made_ahead_at_head_and_an_existing_one_is_left_alone() {
+    let repo = TempRepo::new();
+    let c1 = repo.commit_on_branch("main", &[("a.txt", Some("a1")), ("keep.txt", Some("k"))], "one");
+    git2::Repository::open(repo.path()).expect("open").set_head("refs/heads/main").expect("HEAD");
+    let tracker = swarm_sidecar::changes::SharedTracker::default();
+
+    swarm_sidecar::attempt::warm_worktree(&tracker, repo.path(), "w1");
+    let path = repo.path().join(".git/workspaces/w1");
+    assert_eq!(worktree::head(&path).expect("head").0.to_string(), c1, "made at HEAD");
+    assert_eq!(std::fs::read_to_string(path.join("a.txt")).expect("a"), "a1");
+    assert!(tracker.lock().expect("lock").is_some(), "its changes are tracked from the checkout on");
+    let keep_before = std::fs::metadata(path.join("keep.txt")).expect("meta");
+
+    // The first task: at a later base, moved there by the changed paths.
+    let c2 = repo.commit_on_branch("main", &[("a.txt", Some("a2"))], "two");
+    let p = worktree::prepare(repo.path(), "w1", "swarm/s/t", &c2).expect("prepare");
+    assert!(!p.created, "the warm worktree is the one used");
+    assert_eq!(std::fs::read_to_string(p.path.join("a.txt")).expect("a"), "a2");
+    assert_eq!(std::fs::metadata(p.path.join("keep.txt")).expect("meta").ino(), keep_before.ino());
+
+    // A later start finds it (with an attempt's work in it): untouched.
+    std::fs::write(p.path.join("wip.txt"), "work").expect("wip");
+    assert_eq!(worktree::warm(repo.path(), "w1", &c1).expect("warm"), None);
+    let fresh = swarm_sidecar::changes::SharedTracker::default();
+    swarm_sidecar::attempt::warm_worktree(&fresh, repo.path(), "w1");
+    assert!(fresh.lock().expect("lock").is_none(), "nothing vouches for an existing worktree");
+    assert_eq!(std::fs::read_to_string(p.path.join("wip.txt")).expect("wip"), "work");
+    assert_eq!(worktree::head(&p.path).expect("head").0.to_string(), c2);
+    assert!(worktree::warm(repo.path(), "w1", "abc").is_err(), "a bad commit is refused");
+}

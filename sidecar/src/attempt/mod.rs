@@ -20,6 +20,7 @@ use crate::outcome::{AttemptOutcome, Failure};
 pub use crate::report::{Answers, Event, Report, Sink, Stop};
 pub use crate::swarm_files::{SwarmFiles, record_answer, record_message};
 pub use agent::checkpoint_lost;
+pub use prepare::warm_worktree;
 
 /// Runs one attempt to its end. Sends exactly one result unless stopped
 /// with [`Stop::Silent`].

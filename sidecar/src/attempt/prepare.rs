@@ -166,6 +166,39 @@ async fn prepare_with_repairs(
     Err(InfraFailure::Prepare { last, tries: INFRA_TRIES })
 }
 
+/// Prepares the worker's worktree before any task asks for it (see
+/// [`worktree::warm`]): at the repository's HEAD, which is where swarms
+/// most often start (and, in a clone of a remote sidecar, close to it, so
+/// the first move is a small diff). Holds the tracker's lock throughout, so
+/// an attempt that arrives meanwhile waits for it instead of racing it; a
+/// worktree that already exists is left alone and untracked, since nothing
+/// vouches for what happened in it before this process.
+pub fn warm_worktree(tracker: &crate::changes::SharedTracker, repo: &Path, id: &str) {
+    let _span = tracing::info_span!("worktree.warm", worker = id).entered();
+    let mut slot = tracker.lock().unwrap_or_else(|e| e.into_inner());
+    if slot.is_some() {
+        return;
+    }
+    let head = git2::Repository::open(repo)
+        .and_then(|r| r.head().and_then(|h| h.peel_to_commit()).map(|c| c.id().to_string()));
+    let Ok(head) = head else {
+        tracing::info!("no HEAD commit to prepare the worktree at; the first attempt makes it");
+        return;
+    };
+    let started = std::time::Instant::now();
+    match worktree::warm(repo, id, &head) {
+        Ok(Some(path)) => {
+            match crate::changes::Tracker::start(&path) {
+                Ok(t) => *slot = Some(t),
+                Err(e) => tracing::info!(error = %e, "not tracking worktree changes; every attempt walks it"),
+            }
+            tracing::info!(at = %head, ms = started.elapsed().as_millis() as u64, "worktree prepared ahead of the first task");
+        }
+        Ok(None) => {}
+        Err(e) => tracing::warn!(error = %e, "could not prepare the worktree ahead; the first attempt will"),
+    }
+}
+
 /// Moves the worktree to the attempt's base: only the paths that differ
 /// when the tracker vouches that nothing changed since the last commit,
 /// otherwise (and after any failure of that) a full checkout, after which

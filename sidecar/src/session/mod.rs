@@ -235,6 +235,16 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Sidecar
         _lock: lock,
     };
     let span = tracing::info_span!("sidecar", worker = %s.worker_id);
+    if s.held.is_none() {
+        // Before the Hello: a sidecar takes work only once its worktree is
+        // ready, so no task waits for a checkout of the whole tree.
+        let (tracker, repo, id) = (s.tracker.clone(), s.repo.clone(), s.worker_id.clone());
+        let warm = span.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            warm.in_scope(|| crate::attempt::warm_worktree(&tracker, &repo, &id))
+        })
+        .await;
+    }
     s.run().instrument(span).await
 }
 

@@ -123,6 +123,30 @@ pub fn prepare(
     Ok(Prepared { path, created: false, cleared_locks })
 }
 
+/// Makes the worker's worktree at `base` if it has none, left detached
+/// there, so that its first attempt moves it by the paths that differ
+/// instead of writing every file while the task waits. Returns the path
+/// when it made one, None when a usable worktree was already there (it is
+/// left untouched: it may hold an attempt's work).
+pub fn warm(repo_path: &Path, worker_id: &str, base: &str) -> Result<Option<PathBuf>, WorktreeError> {
+    check_commit(base).map_err(|rule| WorktreeError::Invalid { what: "base commit", rule })?;
+    let repo = Repository::open(repo_path)?;
+    exclude_swarm_dir(&repo)?;
+    let path = worktree_path(&repo, worker_id)?;
+    if path.is_dir() {
+        repair_git_file(&path)?;
+        if path.join(".git").exists() && Repository::open(&path).is_ok() {
+            return Ok(None);
+        }
+    }
+    let oid = Oid::from_str(base)?;
+    if repo.find_commit(oid).is_err() {
+        return Err(WorktreeError::MissingBase(base.to_string()));
+    }
+    crate::locks::clear_stale(repo.commondir(), worker_id, None)?;
+    create(&repo, worker_id, &path, oid).map(Some)
+}
+
 /// Points the worktree's `.git` at its admin directory again, whatever a
 /// worker left there: the file lies inside the worktree, which the worker
 /// may write, and a `.git` naming another repository (the user's checkout,
