@@ -14,6 +14,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // The generated `connect(dst)` constructor collides with the
         // `Connect` RPC; clients build a Channel and call `new` instead.
         .build_transport(false)
+        // Small first buffers: a controller holds a stream per sidecar.
+        .codec_path("crate::codec::Codec")
         .compile_fds(descriptors.clone())?;
     // Kept for gRPC reflection, so grpcurl works without the .proto files.
     std::fs::write(out_dir.join("swarm_v1_descriptor.bin"), prost::Message::encode_to_vec(&descriptors))?;

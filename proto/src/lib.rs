@@ -13,6 +13,7 @@ pub mod v1 {
 /// Encoded `FileDescriptorSet` of swarm.v1, for gRPC reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("swarm_v1_descriptor");
 
+pub mod codec;
 pub mod convert;
 pub mod limits;
 

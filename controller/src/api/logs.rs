@@ -26,6 +26,11 @@ use crate::scheduler::OperatorOp;
 
 /// Log requests queued per sidecar stream before a new one is refused.
 pub const REQUEST_QUEUE: usize = 16;
+
+/// A log request on its way down a sidecar's stream, boxed: every stream
+/// has such a queue (flume's, which allocates as requests come), and one
+/// waiting request should not cost the 760 bytes of the message enum.
+pub type LogRequestMessage = Box<v1::ControllerMessage>;
 /// Requests waiting for an answer, over all sidecars.
 const MAX_PENDING: usize = 1024;
 /// How long a sidecar may take to answer one request.
@@ -68,7 +73,7 @@ impl From<LogError> for Status {
 
 struct Conn {
     session: u64,
-    tx: mpsc::Sender<v1::ControllerMessage>,
+    tx: flume::Sender<LogRequestMessage>,
 }
 
 struct Pending {
@@ -95,7 +100,7 @@ pub struct Range {
 impl LogRelay {
     /// Called when the scheduler's Welcome goes down a session's stream: from
     /// then on the stream is the worker's (a later session replaces it).
-    pub fn register(&self, worker: &str, session: u64, tx: mpsc::Sender<v1::ControllerMessage>) {
+    pub fn register(&self, worker: &str, session: u64, tx: flume::Sender<LogRequestMessage>) {
         lock(&self.streams).insert(worker.to_string(), Conn { session, tx });
     }
 
@@ -157,12 +162,12 @@ impl LogRelay {
             max_bytes: 0,
         };
         let message = v1::ControllerMessage { body: Some(v1::controller_message::Body::LogRequest(request)) };
-        if let Err(e) = tx.try_send(message) {
+        if let Err(e) = tx.try_send(Box::new(message)) {
             lock(&self.pending).remove(&id);
             let (worker, attempt) = names();
             return Err(match e {
-                mpsc::error::TrySendError::Full(_) => LogError::Busy,
-                mpsc::error::TrySendError::Closed(_) => LogError::Gone { worker, attempt },
+                flume::TrySendError::Full(_) => LogError::Busy,
+                flume::TrySendError::Disconnected(_) => LogError::Gone { worker, attempt },
             });
         }
         let chunk = match tokio::time::timeout(ANSWER_TIMEOUT, answer).await {

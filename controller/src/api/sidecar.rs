@@ -13,12 +13,13 @@ use swarm_proto::v1;
 use swarm_proto::v1::sidecar_service_server::SidecarService;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::Semaphore;
-use tokio::sync::mpsc;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument;
 
+use super::logs::LogRequestMessage;
 use super::{Shared, convert};
+use crate::scheduler::outbound::{OutboundRx, outbound_queue};
 use crate::scheduler::views::ContextTask;
 use crate::scheduler::{Command, Outbound, PackClaim, ReportedAttempt, Session};
 
@@ -78,9 +79,9 @@ impl SidecarService for SidecarApi {
         let worker_span = worker.clone();
         let session_id = self.next_session.fetch_add(1, Ordering::Relaxed);
         let span = tracing::info_span!("sidecar.session", worker = %worker, session = session_id);
-        let (tx, rx) = mpsc::channel::<Outbound>(OUTBOUND_QUEUE);
-        let (err_tx, err_rx) = mpsc::channel::<Status>(1);
-        let (log_tx, log_rx) = mpsc::channel(super::logs::REQUEST_QUEUE);
+        let (tx, rx) = outbound_queue(OUTBOUND_QUEUE);
+        let (err_tx, err_rx) = flume::bounded::<Status>(1);
+        let (log_tx, log_rx) = flume::bounded(super::logs::REQUEST_QUEUE);
         let last_seen = Arc::new(AtomicU64::new(self.shared.mono_ms()));
         let closed = self.shared.shutdown.child_token();
         let session = Session { id: session_id, tx, last_seen: last_seen.clone(), closed: closed.clone() };
@@ -260,7 +261,7 @@ async fn read_reports(
     worker: String,
     session: u64,
     last_seen: Arc<AtomicU64>,
-    errors: mpsc::Sender<Status>,
+    errors: flume::Sender<Status>,
     closed: tokio_util::sync::CancellationToken,
 ) {
     // A sidecar sends nothing after its Hello until it has the Welcome.
@@ -332,9 +333,9 @@ async fn read_reports(
 struct Outgoing {
     worker: String,
     session: u64,
-    rx: mpsc::Receiver<Outbound>,
-    err_rx: mpsc::Receiver<Status>,
-    logs: (mpsc::Sender<v1::ControllerMessage>, mpsc::Receiver<v1::ControllerMessage>),
+    rx: OutboundRx,
+    err_rx: flume::Receiver<Status>,
+    logs: (flume::Sender<LogRequestMessage>, flume::Receiver<LogRequestMessage>),
 }
 
 /// The response stream: the scheduler's messages and log requests, ended
@@ -348,23 +349,23 @@ fn responses(
     closed: tokio_util::sync::CancellationToken,
 ) -> impl Stream<Item = Result<v1::ControllerMessage, Status>> + Send {
     futures::stream::unfold(Some((out, shared, closed)), |state| async move {
-        let (mut out, shared, closed) = state?;
+        let (out, shared, closed) = state?;
         let shutdown = shared.shutdown.clone();
         let next = tokio::select! {
             biased;
             _ = shutdown.cancelled() => Err(Status::unavailable("controller shutting down")),
             _ = closed.cancelled() => Err(Status::resource_exhausted("outbound queue full; reconnect")),
-            Some(status) = out.err_rx.recv() => Err(status),
-            m = out.rx.recv() => match m {
-                None => return None,
-                Some(m) => {
+            Ok(status) = out.err_rx.recv_async() => Err(status),
+            m = out.rx.recv_async() => match m {
+                Err(_) => return None,
+                Ok(m) => {
                     if matches!(m, Outbound::Welcome { .. }) {
                         shared.logs.register(&out.worker, out.session, out.logs.0.clone());
                     }
                     convert::outbound(traced(m, &out.worker))
                 }
             },
-            Some(request) = out.logs.1.recv() => Ok(request),
+            Ok(request) = out.logs.1.recv_async() => Ok(*request),
         };
         match next {
             Ok(m) => Some((Ok(m), Some((out, shared, closed)))),

@@ -2,7 +2,19 @@
 //! The messages themselves are data the model's sessions queue, so they
 //! live with it (`model::messages`).
 
-use tokio::sync::mpsc::error::TrySendError;
+use flume::TrySendError;
+
+/// A sidecar session's queue of messages to send. flume, not tokio's
+/// mpsc: tokio allocates a block of 32 slots when a channel is made, 3 KiB
+/// of `Outbound` for every connected sidecar even while it is idle; flume
+/// allocates as messages come.
+pub type OutboundTx = flume::Sender<Outbound>;
+pub type OutboundRx = flume::Receiver<Outbound>;
+
+/// A session's queue holding at most `capacity` messages.
+pub fn outbound_queue(capacity: usize) -> (OutboundTx, OutboundRx) {
+    flume::bounded(capacity)
+}
 
 use super::model::Session;
 pub use super::model::messages::{
@@ -27,7 +39,7 @@ pub(crate) fn deliver(session: &Session, message: Outbound, metrics: &Metrics) {
             metrics.sessions_closed_full.inc();
             session.closed.cancel();
         }
-        Err(TrySendError::Closed(_)) => {
+        Err(TrySendError::Disconnected(_)) => {
             tracing::debug!(session = session.id, "sidecar stream already closed");
         }
     }

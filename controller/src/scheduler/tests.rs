@@ -8,7 +8,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use swarm_core::plan::Plan;
 use swarm_core::{Outcome, TaskKey, TaskState};
-use tokio::sync::{mpsc as tmpsc, oneshot};
+use tokio::sync::oneshot;
 
 mod agents;
 mod budget;
@@ -41,7 +41,7 @@ struct Rig {
     _dir: tempfile::TempDir,
     sched: Scheduler,
     merged: flume::Receiver<Command>,
-    outbound: tmpsc::Receiver<Outbound>,
+    outbound: crate::scheduler::outbound::OutboundRx,
     seq: u64,
     base: String,
     repo: std::path::PathBuf,
@@ -104,7 +104,7 @@ impl Rig {
             })])
             .expect("turn");
         rx.try_recv().expect("replied").expect("created");
-        let (tx, outbound) = tmpsc::channel(queue);
+        let (tx, outbound) = crate::scheduler::outbound::outbound_queue(queue);
         let closed = tokio_util::sync::CancellationToken::new();
         let session =
             Session { id: 1, tx, last_seen: Arc::new(AtomicU64::new(u64::MAX / 2)), closed: closed.clone() };
@@ -333,7 +333,7 @@ fn a_full_outbound_queue_closes_the_session_and_the_next_hello_sends_the_assign_
     // The stream reader ends on the close and reports the disconnect; the
     // sidecar reconnects without the attempt it never received.
     rig.sched.turn([Command::Disconnected { worker: "w1".into(), session: 1 }]).expect("turn");
-    let (tx, mut outbound) = tmpsc::channel(64);
+    let (tx, outbound) = crate::scheduler::outbound::outbound_queue(64);
     let session = Session {
         id: 2,
         tx,
@@ -379,7 +379,7 @@ fn an_idle_worker_that_can_take_nothing_is_not_rescanned_until_something_changes
     assert!(rig.take_assign().is_none(), "w1 has no gpu label");
 
     // A worker that can take the tasks changes the answer.
-    let (tx, mut outbound) = tmpsc::channel(64);
+    let (tx, outbound) = crate::scheduler::outbound::outbound_queue(64);
     let session = Session {
         id: 2,
         tx,
@@ -411,8 +411,8 @@ fn hello_without_secret(
     worker: &str,
     id: u64,
     heard: bool,
-) -> (Vec<Outbound>, tmpsc::Receiver<Outbound>) {
-    let (tx, mut outbound) = tmpsc::channel(64);
+) -> (Vec<Outbound>, crate::scheduler::outbound::OutboundRx) {
+    let (tx, outbound) = crate::scheduler::outbound::outbound_queue(64);
     let closed = tokio_util::sync::CancellationToken::new();
     let session = Session { id, tx, last_seen: Arc::new(AtomicU64::new(u64::MAX / 2)), closed };
     let hello = fresh_hello(worker);
@@ -436,7 +436,7 @@ fn work_waits_until_the_sidecar_speaks_after_its_welcome_so_a_lost_welcome_locks
     rig.sched.turn([Command::Disconnected { worker: "w2".into(), session: 2 }]).expect("turn");
     // So the sidecar, which has no secret, may claim its id again at once,
     // and gets work once it speaks after the Welcome.
-    let (sent, mut outbound) = hello_without_secret(&mut rig, "w2", 3, false);
+    let (sent, outbound) = hello_without_secret(&mut rig, "w2", 3, false);
     assert!(matches!(sent.as_slice(), [Outbound::Welcome { .. }]), "claimed afresh: {sent:?}");
     rig.sched.turn([Command::Heard { worker: "w2".into(), session: 3 }]).expect("turn");
     assert!(matches!(outbound.try_recv(), Ok(Outbound::Assign(_))), "w2 gets a task once heard");

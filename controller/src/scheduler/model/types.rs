@@ -7,9 +7,7 @@ use std::sync::atomic::AtomicU64;
 use serde::{Deserialize, Serialize};
 use swarm_core::plan::{Budget, Plan, SwarmBudget, TaskSpec};
 use swarm_core::{AttemptState, Outcome, SwarmId, TaskKey, TaskState, Usage};
-use tokio::sync::mpsc;
 
-use super::messages::Outbound;
 use super::stored::{ReviewNotes, Stall, SwarmControl, TaskBudget};
 use super::{HashMap, now_ms};
 use crate::store::{AttemptRow, SwarmRow, TaskRow, WorkerRow};
@@ -438,7 +436,7 @@ impl Attempt {
 #[derive(Debug, Clone)]
 pub struct Session {
     pub id: u64,
-    pub tx: mpsc::Sender<Outbound>,
+    pub tx: crate::scheduler::outbound::OutboundTx,
     /// Milliseconds since the controller started at which the sidecar was
     /// last heard from; written by the stream reader without a round trip
     /// through the scheduler.

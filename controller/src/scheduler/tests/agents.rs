@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 use swarm_core::{AttemptState, Outcome, TaskKey, TaskState, Usage};
-use tokio::sync::{mpsc as tmpsc, oneshot};
+use tokio::sync::oneshot;
 
 use super::super::command::{Command, HelloInfo, OperatorOp, Report, ReportedAttempt, ResultReport};
 use super::super::model::Session;
@@ -21,7 +21,7 @@ pub(super) fn key(t: &str) -> TaskKey {
     TaskKey::parse(&format!("s/{t}")).expect("key")
 }
 
-fn assigns(rx: &mut tmpsc::Receiver<Outbound>) -> Vec<AssignSpec> {
+fn assigns(rx: &mut crate::scheduler::outbound::OutboundRx) -> Vec<AssignSpec> {
     let mut out = Vec::new();
     while let Ok(m) = rx.try_recv() {
         if let Outbound::Assign(a) = m {
@@ -63,8 +63,13 @@ impl Rig {
         self.sched.turn([cmd]).expect("turn");
     }
 
-    fn connect(&mut self, worker: &str, id: u64, labels: &[(&str, &str)]) -> tmpsc::Receiver<Outbound> {
-        let (tx, rx) = tmpsc::channel(64);
+    fn connect(
+        &mut self,
+        worker: &str,
+        id: u64,
+        labels: &[(&str, &str)],
+    ) -> crate::scheduler::outbound::OutboundRx {
+        let (tx, rx) = crate::scheduler::outbound::outbound_queue(64);
         let session = Session {
             id,
             tx,

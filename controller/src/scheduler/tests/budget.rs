@@ -1,7 +1,7 @@
 //! Budgets, the breaker and pausing, turn by turn.
 
 use swarm_core::{Outcome, SwarmId, TaskState, Usage};
-use tokio::sync::{mpsc as tmpsc, oneshot};
+use tokio::sync::oneshot;
 
 use super::super::command::{BudgetChange, BudgetTarget, Command, OperatorOp, Report, ReportedAttempt};
 use super::super::model::SwarmState;
@@ -10,7 +10,7 @@ use super::super::views::SwarmView;
 use super::Rig;
 use super::agents::{handle, key, result};
 
-fn drain(rx: &mut tmpsc::Receiver<Outbound>) -> Vec<Outbound> {
+fn drain(rx: &mut crate::scheduler::outbound::OutboundRx) -> Vec<Outbound> {
     let mut out = Vec::new();
     while let Ok(m) = rx.try_recv() {
         out.push(m);
@@ -231,8 +231,12 @@ fn secret(messages: &[Outbound]) -> String {
 }
 
 /// w1's sidecar reconnects (session 2) still holding `attempt`.
-fn reconnect(rig: &mut Rig, secret: String, attempt: ReportedAttempt) -> tmpsc::Receiver<Outbound> {
-    let (tx, rx) = tmpsc::channel(64);
+fn reconnect(
+    rig: &mut Rig,
+    secret: String,
+    attempt: ReportedAttempt,
+) -> crate::scheduler::outbound::OutboundRx {
+    let (tx, rx) = crate::scheduler::outbound::outbound_queue(64);
     let session = super::super::model::Session {
         id: 2,
         tx,
