@@ -152,7 +152,7 @@ impl Sender<'_> {
     async fn deliver(&self, job: &Job, counters: &Counters) {
         let attempts = self.policy.attempts.max(1);
         for n in 1..=attempts {
-            let why = match self.attempt(job).await {
+            match self.attempt(job).await {
                 Attempt::Delivered => {
                     counters.delivered.inc();
                     tracing::debug!(attempt = n, "webhook delivered");
@@ -164,19 +164,20 @@ impl Sender<'_> {
                     tracing::warn!(attempt = n, error = %why, "webhook refused; not retried");
                     return;
                 }
-                Attempt::Retry(why, _) if n == attempts => why,
+                Attempt::Retry(why, _) if n == attempts => {
+                    counters.attempts_failed.inc();
+                    counters.failed.inc();
+                    tracing::warn!(attempts, error = %why, "webhook delivery failed; giving up");
+                    return;
+                }
                 Attempt::Retry(why, after) => {
                     counters.attempts_failed.inc();
                     let wait =
                         self.policy.backoff(n).max(after.unwrap_or_default()).min(self.policy.max_backoff);
                     tracing::info!(attempt = n, error = %why, retry_in = ?wait, "webhook attempt failed");
                     tokio::time::sleep(wait).await;
-                    continue;
                 }
-            };
-            counters.attempts_failed.inc();
-            counters.failed.inc();
-            tracing::warn!(attempts, error = %why, "webhook delivery failed; giving up");
+            }
         }
     }
 

@@ -137,7 +137,7 @@ impl NotifyConfig {
             ),
             None => None,
         };
-        if endpoints.is_empty() && (signer.is_some()) {
+        if endpoints.is_empty() && signer.is_some() {
             return Err(err("--notify-secret-file", "", "needs at least one --notify URL".into()));
         }
         Ok(NotifyConfig { endpoints, events, signer, policy: Policy::default() })
