@@ -56,4 +56,7 @@ pub enum ControllerError {
     /// TLS, credentials or the secure-by-default rule.
     #[error("{0}")]
     Security(String),
+    /// The operator webhooks could not start.
+    #[error("operator webhooks: {0}")]
+    Notify(String),
 }

@@ -12,6 +12,7 @@ pub mod leader;
 pub mod mcp;
 pub mod merger;
 pub mod metrics;
+pub mod notify;
 pub mod probes;
 pub mod scheduler;
 /// The store is its own crate; the scheduler names it `crate::store`.
@@ -65,6 +66,8 @@ pub struct Config {
     /// Where to serve the MCP endpoint (`/mcp`) for orchestrating agents;
     /// none by default.
     pub mcp_listen: Option<SocketAddr>,
+    /// Operator webhooks; none by default.
+    pub notify: notify::NotifyConfig,
 }
 
 impl Config {
@@ -86,6 +89,7 @@ impl Config {
             security: Security::default(),
             ui_listen: None,
             mcp_listen: None,
+            notify: notify::NotifyConfig::default(),
         }
     }
 
@@ -182,6 +186,10 @@ pub async fn start_with(
         None => None,
     };
     let tasks = TaskTracker::new();
+    // Before the API serves: no swarm can be created, nor wait, unheard.
+    notify::start(config.notify.clone(), &commands, metrics.clone(), &tasks, shutdown.clone())
+        .await
+        .map_err(ControllerError::Notify)?;
     let shared = api::Shared {
         scheduler: commands.clone(),
         merger,

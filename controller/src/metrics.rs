@@ -19,6 +19,9 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio_util::sync::CancellationToken;
 
 type StateLabel = Vec<(&'static str, &'static str)>;
+/// A webhook endpoint by its host: never the full URL, whose path or
+/// query may hold the hook's token.
+pub type EndpointLabel = Vec<(&'static str, String)>;
 
 pub struct Metrics {
     registry: Registry,
@@ -53,6 +56,23 @@ pub struct Metrics {
     pub merge_queue_verifications: Counter,
     /// Tasks in the merge queue's latest batch or bisection half.
     pub merge_queue_batch_size: Gauge,
+    pub notify: NotifyMetrics,
+}
+
+/// The operator webhooks' counts, per endpoint (`notify/`).
+#[derive(Default)]
+pub struct NotifyMetrics {
+    /// Notifications the endpoint accepted (a 2xx).
+    pub delivered: Family<EndpointLabel, Counter>,
+    /// Notifications given up on: attempts exhausted or refused for good.
+    pub failed: Family<EndpointLabel, Counter>,
+    /// Attempts that failed (each retry counts), so a flapping endpoint shows before it loses one.
+    pub attempts_failed: Family<EndpointLabel, Counter>,
+    /// Oldest notifications dropped because the endpoint's queue was full.
+    pub dropped: Family<EndpointLabel, Counter>,
+    pub queued: Family<EndpointLabel, Gauge>,
+    /// Events the notifier missed because it fell behind the scheduler's feed.
+    pub lagged: Counter,
 }
 
 impl Default for Metrics {
@@ -86,6 +106,7 @@ impl Default for Metrics {
             rate_limited_attempts: Counter::default(),
             merge_queue_verifications: Counter::default(),
             merge_queue_batch_size: Gauge::default(),
+            notify: NotifyMetrics::default(),
             registry: Registry::default(),
         };
         registry.register("tasks", "Tasks by state", m.tasks.clone());
@@ -156,7 +177,39 @@ impl Default for Metrics {
             "Tasks verified together in the merge queue's latest verification",
             m.merge_queue_batch_size.clone(),
         );
+        m.notify.register(&mut registry);
         Metrics { registry, ..m }
+    }
+}
+
+impl NotifyMetrics {
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "notify_delivered",
+            "Webhook notifications the endpoint accepted",
+            self.delivered.clone(),
+        );
+        registry.register(
+            "notify_failed",
+            "Webhook notifications given up on (attempts exhausted or refused)",
+            self.failed.clone(),
+        );
+        registry.register(
+            "notify_attempts_failed",
+            "Webhook delivery attempts that failed, retries included",
+            self.attempts_failed.clone(),
+        );
+        registry.register(
+            "notify_dropped",
+            "Webhook notifications dropped, oldest first, from a full endpoint queue",
+            self.dropped.clone(),
+        );
+        registry.register("notify_queued", "Webhook notifications waiting for delivery", self.queued.clone());
+        registry.register(
+            "notify_lagged",
+            "Events the webhook notifier skipped because it fell behind the event feed",
+            self.lagged.clone(),
+        );
     }
 }
 

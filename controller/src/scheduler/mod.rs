@@ -51,7 +51,11 @@ pub use command::{
 pub use merge_queue::VerifiedReport;
 pub(crate) use model::HashMap;
 pub use model::{AgentRecord, Attempt, Session, SwarmState, TierOutcome, now_ms};
+// What a question's category and a pause's author mean to the operator's webhooks.
+pub use model::BUDGET_CATEGORY;
+pub use operator::PERMISSION_CATEGORY;
 pub use outbound::{AgentAssign, AssignSpec, AttemptHandle, CloseCode, Outbound};
+pub use pause::BY_BREAKER;
 pub use reads::Page;
 pub use refs::LandTarget;
 
