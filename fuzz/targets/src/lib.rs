@@ -1,0 +1,87 @@
+//! One input to each parser whose input comes from a file, a peer or an
+//! agent: the plan, a sidecar's messages through the controller's own
+//! validation, the worker's `status.json`, the Claude Code and Codex
+//! output parsers, the tokens file and the sidecar's journal. Each target
+//! must return for any bytes, without a panic, in bounded time.
+//!
+//! The cargo-fuzz targets in `fuzz/fuzz_targets/` call these, and
+//! `tests/replay.rs` calls them on every input in `fuzz/regressions/`, so
+//! what the fuzzer once found stays fixed in the ordinary test suite.
+
+use prost::Message as _;
+use swarm_proto::v1;
+use swarm_sidecar::agent::Agent as _;
+
+/// What a target does with one input.
+pub type Target = fn(&[u8]);
+
+/// Every target by name, as the regression directories are named.
+pub const TARGETS: &[(&str, Target)] = &[
+    ("plan", plan),
+    ("sidecar_message", sidecar_message),
+    ("status", status),
+    ("claude_lines", claude_lines),
+    ("codex_lines", codex_lines),
+    ("tokens", tokens),
+    ("journal", journal),
+];
+
+/// A plan file, as `swarmctl` and `CreateSwarm` read it.
+pub fn plan(data: &[u8]) {
+    if let Ok(text) = std::str::from_utf8(data) {
+        let _ = swarm_core::plan::Plan::parse(text);
+    }
+}
+
+/// A sidecar's message on the wire, through the controller's checks.
+pub fn sidecar_message(data: &[u8]) {
+    let Ok(message) = v1::SidecarMessage::decode(data) else { return };
+    match &message.body {
+        Some(v1::sidecar_message::Body::Hello(hello)) => {
+            let _ = swarm_controller::api::convert::hello(hello);
+        }
+        Some(body) => {
+            let _ = swarm_controller::api::convert::report(message.seq, body);
+        }
+        None => {}
+    }
+}
+
+/// The worker's `.swarm/status.json`.
+pub fn status(data: &[u8]) {
+    let _ = swarm_sidecar::status::parse(data);
+}
+
+/// Claude Code's stream-json output, line by line through one parser (it
+/// keeps state between lines: the session, pending tool uses, usage).
+pub fn claude_lines(data: &[u8]) {
+    let mut claude = swarm_sidecar::agent::claude::Claude::default();
+    for line in String::from_utf8_lossy(data).lines() {
+        let _ = claude.parse_line(line);
+    }
+}
+
+/// Codex's `exec --json` output, line by line through one parser.
+pub fn codex_lines(data: &[u8]) {
+    let mut codex = swarm_sidecar::agent::codex::Codex::default();
+    for line in String::from_utf8_lossy(data).lines() {
+        let _ = codex.parse_line(line);
+    }
+}
+
+/// The controller's tokens file.
+pub fn tokens(data: &[u8]) {
+    if let Ok(text) = std::str::from_utf8(data) {
+        let _ = swarm_auth::tokens::parse(text);
+    }
+}
+
+/// A journal file as a restarted sidecar finds it (torn, corrupt, or
+/// written by another version).
+pub fn journal(data: &[u8]) {
+    let Ok(dir) = tempfile::tempdir() else { return };
+    let path = dir.path().join("journal");
+    if std::fs::write(&path, data).is_ok() {
+        let _ = swarm_sidecar::journal::Journal::open(&path);
+    }
+}
