@@ -4,7 +4,7 @@
 //! output parsers, the tokens file and the sidecar's journal. Each target
 //! must return for any bytes, without a panic, in bounded time.
 //!
-//! The cargo-fuzz targets in `fuzz/fuzz_targets/` call these, and
+//! The cargo-fuzz targets in `fuzz/libfuzzer/fuzz_targets/` call these, and
 //! `tests/replay.rs` calls them on every input in `fuzz/regressions/`, so
 //! what the fuzzer once found stays fixed in the ordinary test suite.
 
