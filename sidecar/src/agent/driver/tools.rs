@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde_json::json;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
+use tracing::Instrument as _;
 
 use super::Driver;
 use crate::report::{Event, StatusKind};
@@ -42,7 +43,6 @@ impl Driver<'_, '_> {
     pub(super) async fn on_tool(&mut self, call: ToolCall) {
         self.last_activity = Instant::now();
         let ToolCall { request, reply } = call;
-        let mut reply = Some(reply);
         let tool = request.name();
         let span = tracing::info_span!("tool", tool, attempt = %self.label());
         if let Some((ending, _)) = &self.ending {
@@ -50,42 +50,34 @@ impl Driver<'_, '_> {
                 Ending::Checkpoint { .. } => "checkpointed",
                 Ending::Escalate { .. } => "escalated",
             };
-            if let Some(reply) = reply {
-                let _ = reply.send(Err(format!("this attempt has {what} and is ending: end your turn")));
-            }
+            let _ = reply.send(Err(format!("this attempt has {what} and is ending: end your turn")));
             return;
         }
-        let result = span.in_scope(|| match request {
-            ToolRequest::Progress { step, percent, note } => Some(self.tool_progress(step, percent, note)),
+        let result = match request {
+            // Answered when the operator's answer comes, not now.
             ToolRequest::Ask { question, choices } => {
-                if let Some(reply) = reply.take() {
-                    self.tool_ask(question, choices, reply);
-                }
-                None
+                return span.in_scope(|| self.tool_ask(question, choices, reply));
+            }
+            ToolRequest::Context => Ok(self.tool_context().instrument(span).await),
+            ToolRequest::Progress { step, percent, note } => {
+                span.in_scope(|| self.tool_progress(step, percent, note))
             }
             ToolRequest::Escalate { category, detail } => {
-                self.end_by_tool(Ending::Escalate { category: category.clone(), detail });
-                Some(Ok(json!({
+                span.in_scope(|| self.end_by_tool(Ending::Escalate { category: category.clone(), detail }));
+                Ok(json!({
                     "escalated": category,
                     "next": "End your turn now. Your work is kept; this session resumes with the \
                              operator's answer.",
-                })))
+                }))
             }
             ToolRequest::Checkpoint { summary, next_action } => {
-                self.end_by_tool(Ending::Checkpoint { summary, next_action });
-                Some(Ok(json!({
+                span.in_scope(|| self.end_by_tool(Ending::Checkpoint { summary, next_action }));
+                Ok(json!({
                     "checkpointed": true,
                     "next": "End your turn now. swarm commits your work and resumes this session later.",
-                })))
+                }))
             }
-            ToolRequest::Context => None,
-        });
-        let result = match result {
-            Some(result) => Some(result),
-            None if tool == "context" => Some(Ok(self.tool_context().await)),
-            None => None,
         };
-        let (Some(result), Some(reply)) = (result, reply) else { return };
         self.log(&format!("{tool}: {}", if result.is_ok() { "answered" } else { "refused" })).await;
         let _ = reply.send(result);
     }
