@@ -606,11 +606,7 @@ mod tests {
 
     #[test]
     fn swarms_tools_go_in_through_mcp_config_and_a_failed_server_is_noticed() {
-        let server = StdioServer {
-            command: "/usr/bin/swarm-sidecar".into(),
-            args: vec!["__mcp-bridge".into()],
-            env: vec![("SWARM_MCP_TOKEN".into(), "t0k".into())],
-        };
+        let server = crate::worker_mcp::sample_stdio();
         let argv = Claude::default().argv(&AgentConfig { mcp: Some(server), ..cfg() }, None);
         let at = argv.iter().position(|a| a == "--mcp-config").expect("--mcp-config");
         let config: Value = serde_json::from_str(&argv[at + 1]).expect("json");

@@ -167,5 +167,15 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// The server as the agents' adapters' tests give it to an agent.
+#[cfg(test)]
+pub(crate) fn sample_stdio() -> StdioServer {
+    StdioServer {
+        command: "/usr/bin/swarm-sidecar".into(),
+        args: vec![BRIDGE_ARG.into()],
+        env: vec![(TOKEN_ENV.into(), "t0k".into())],
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -447,11 +447,7 @@ fn files_are_served_inside_the_worktree_only_and_written_only_when_owned() {
 #[test]
 fn a_new_session_gets_swarms_tools_as_a_stdio_server() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let server = crate::worker_mcp::StdioServer {
-        command: "/usr/bin/swarm-sidecar".into(),
-        args: vec!["__mcp-bridge".into()],
-        env: vec![("SWARM_MCP_TOKEN".into(), "t0k".into())],
-    };
+    let server = crate::worker_mcp::sample_stdio();
     let with_tools = AgentConfig { mcp: Some(server), ..cfg(&[]) };
     let mut a = Acp::new(&with_tools, dir.path(), &["src/**".into()]).expect("adapter");
     let init: Value = serde_json::from_str(a.opening("go", None).input.trim()).expect("json");
