@@ -24,7 +24,8 @@ pub use tokens::{TokenEntry, TokensError};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
-    /// Connect, FetchPack, PushPack and GetTaskContext, for the worker ids it may claim.
+    /// Connect, FetchPack, PushPack, GetTaskContext, SpawnChildren and GetChildren, for the
+    /// worker ids it may claim.
     Sidecar,
     /// The Operator API's reads and Create, Cancel, Retry, Answer.
     Operator,
@@ -121,6 +122,8 @@ const METHODS: &[(&str, Role)] = &[
     ("/swarm.v1.SidecarService/FetchPack", Role::Sidecar),
     ("/swarm.v1.SidecarService/PushPack", Role::Sidecar),
     ("/swarm.v1.SidecarService/GetTaskContext", Role::Sidecar),
+    ("/swarm.v1.SidecarService/SpawnChildren", Role::Sidecar),
+    ("/swarm.v1.SidecarService/GetChildren", Role::Sidecar),
     ("/swarm.v1.OperatorService/CreateSwarm", Role::Operator),
     ("/swarm.v1.OperatorService/GetSwarm", Role::Operator),
     ("/swarm.v1.OperatorService/ListSwarms", Role::Operator),

@@ -31,8 +31,16 @@ enum Request {
     Merge(MergeJob),
     Queue(QueueRequest),
     RestoreRefs(Vec<RecordedRef>),
-    EnsureBranch { branch: String, from: String, reply: oneshot::Sender<Result<String, SchedError>> },
+    EnsureBranch { branch: String, from: BranchStart, reply: oneshot::Sender<Result<String, SchedError>> },
     FastForward { target: String, new_head: String, reply: oneshot::Sender<Result<Landed, SchedError>> },
+}
+
+/// Where a branch that does not exist yet is created.
+enum BranchStart {
+    /// At another branch's head.
+    Branch(String),
+    /// At a commit.
+    Commit(String),
 }
 
 #[derive(Clone)]
@@ -73,7 +81,15 @@ impl MergerHandle {
     /// the branch's head.
     pub async fn ensure_branch(&self, branch: &str, from: &str) -> Result<String, SchedError> {
         let (reply, rx) = oneshot::channel();
-        self.call(Request::EnsureBranch { branch: branch.into(), from: from.into(), reply })?;
+        self.call(Request::EnsureBranch { branch: branch.into(), from: BranchStart::Branch(from.into()), reply })?;
+        rx.await.map_err(|_| gone())?
+    }
+
+    /// Creates `branch` at `commit` unless it exists; returns its head.
+    pub async fn ensure_branch_at(&self, branch: &str, commit: &str) -> Result<String, SchedError> {
+        let (reply, rx) = oneshot::channel();
+        let from = BranchStart::Commit(commit.into());
+        self.call(Request::EnsureBranch { branch: branch.into(), from, reply })?;
         rx.await.map_err(|_| gone())?
     }
 
@@ -85,7 +101,7 @@ impl MergerHandle {
         from: &str,
     ) -> Result<oneshot::Receiver<Result<String, SchedError>>, SchedError> {
         let (reply, rx) = oneshot::channel();
-        self.call(Request::EnsureBranch { branch: branch.into(), from: from.into(), reply })?;
+        self.call(Request::EnsureBranch { branch: branch.into(), from: BranchStart::Branch(from.into()), reply })?;
         Ok(rx)
     }
 
@@ -163,9 +179,11 @@ fn serve(service: MergeService, rx: mpsc::Receiver<Request>, reports: ReportSink
                 Request::Queue(r) => reports(Report::Queue(service.queue(r))),
                 Request::RestoreRefs(refs) => service.restore_refs(&refs, &reports),
                 Request::EnsureBranch { branch, from, reply } => {
-                    let r = service
-                        .ensure_branch(&branch, &from)
-                        .map_err(|e| SchedError::FailedPrecondition(e.to_string()));
+                    let r = match &from {
+                        BranchStart::Branch(from) => service.ensure_branch(&branch, from),
+                        BranchStart::Commit(at) => service.ensure_branch_at(&branch, at),
+                    };
+                    let r = r.map_err(|e| SchedError::FailedPrecondition(e.to_string()));
                     let _ = reply.send(r);
                     true
                 }

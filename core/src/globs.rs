@@ -45,7 +45,7 @@ impl OwnedGlobs {
         let mut builder = GlobSetBuilder::new();
         for g in globs {
             // `docs/` is a directory: everything below it.
-            let pattern = if g.ends_with('/') { format!("{g}**") } else { g.clone() };
+            let pattern = directory_pattern(g);
             match pattern.find(WILDCARDS) {
                 None => {
                     literals.push(pattern);
@@ -112,6 +112,30 @@ impl OwnedGlobs {
             .any(|a| other.prefixes.iter().any(|b| a.starts_with(b.as_str()) || b.starts_with(a.as_str())))
     }
 
+    /// Whether every path `glob` could match is owned here, so a task owning
+    /// `glob` stays inside these globs (a sub-plan's tasks own parts of
+    /// their parent's files). Conservative: a wildcard glob is covered only
+    /// by the same glob or by a directory glob (`dir/`, `dir/**`) above it;
+    /// `src/*.rs` under `src/*` counts as not covered, which refuses a plan
+    /// rather than letting a child's result fail its parent's merge.
+    pub fn covers(&self, glob: &str) -> bool {
+        if self.everything {
+            return true;
+        }
+        let pattern = directory_pattern(glob);
+        if !pattern.contains(WILDCARDS) {
+            return self.matches(&pattern);
+        }
+        self.text.iter().map(|g| directory_pattern(g)).any(|owned| {
+            if owned == pattern {
+                return true;
+            }
+            owned.strip_suffix("**").is_some_and(|dir| {
+                !dir.contains(WILDCARDS) && (dir.is_empty() || dir.ends_with('/')) && pattern.starts_with(dir)
+            })
+        })
+    }
+
     /// Plain paths owned (no wildcard), for indexes keyed by path.
     pub fn literals(&self) -> &[String] {
         &self.literals
@@ -123,6 +147,11 @@ impl OwnedGlobs {
     }
 }
 
+/// `docs/` is a directory: everything below it.
+fn directory_pattern(glob: &str) -> String {
+    if glob.ends_with('/') { format!("{glob}**") } else { glob.to_string() }
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -131,6 +160,20 @@ mod tests {
 
     fn owned(globs: &[&str]) -> OwnedGlobs {
         OwnedGlobs::new(&globs.iter().map(|g| g.to_string()).collect::<Vec<_>>()).expect("globs")
+    }
+
+    #[test]
+    fn a_glob_is_covered_only_by_globs_that_own_every_path_it_could_match() {
+        let auth = owned(&["auth/**", "api.txt", "src/*.rs"]);
+        for inside in ["auth/login.txt", "auth/login/**", "auth/login/", "auth/*.txt", "api.txt", "src/*.rs", "src/a.rs"]
+        {
+            assert!(auth.covers(inside), "{inside} is inside");
+        }
+        for outside in ["authx/a.txt", "auth", "api.md", "src/**", "src/a/b.rs", "**", "*.txt"] {
+            assert!(!auth.covers(outside), "{outside} is outside");
+        }
+        assert!(owned(&["docs/"]).covers("docs/guide/**"), "a directory covers what is below it");
+        assert!(OwnedGlobs::everything().covers("**"));
     }
 
     #[test]

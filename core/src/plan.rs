@@ -22,6 +22,7 @@ pub mod integration;
 pub mod review;
 pub mod sandbox;
 pub mod secrets;
+pub mod spawn;
 pub mod subplan;
 pub use agent::{AgentInstructions, AgentKind, AgentSpec, Otherwise, PermissionPolicy, PermissionRule};
 pub use budget::{Budget, OnUsageLimit, SwarmBudget};

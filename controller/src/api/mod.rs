@@ -4,6 +4,7 @@
 
 pub mod auth;
 mod budget;
+mod children;
 pub mod convert;
 pub mod logs;
 pub mod operator;

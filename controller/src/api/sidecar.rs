@@ -204,6 +204,24 @@ impl SidecarService for SidecarApi {
             siblings: view.siblings.iter().map(task).collect(),
         }))
     }
+
+    async fn spawn_children(
+        &self,
+        request: Request<v1::SpawnChildrenRequest>,
+    ) -> Result<Response<v1::ChildrenStatus>, Status> {
+        let (metadata, extensions, req) = request.into_parts();
+        let claim = self.attempt_claim(&metadata, &extensions, req.attempt.as_ref())?;
+        super::children::spawn(&self.shared, claim, req.plan_toml).await.map(Response::new)
+    }
+
+    async fn get_children(
+        &self,
+        request: Request<v1::GetChildrenRequest>,
+    ) -> Result<Response<v1::ChildrenStatus>, Status> {
+        let (metadata, extensions, req) = request.into_parts();
+        let claim = self.attempt_claim(&metadata, &extensions, req.attempt.as_ref())?;
+        super::children::status(&self.shared, claim).await.map(Response::new)
+    }
 }
 
 impl SidecarApi {
@@ -231,6 +249,19 @@ impl SidecarApi {
 impl SidecarApi {
     /// The worker a pack transfer is for, from its metadata; the caller's
     /// credential must cover that worker id, as for its Hello.
+    /// The claim of a call about one attempt (the caller must hold it).
+    fn attempt_claim(
+        &self,
+        metadata: &MetadataMap,
+        extensions: &tonic::Extensions,
+        attempt: Option<&v1::AttemptRef>,
+    ) -> Result<PackClaim, Status> {
+        let attempt = required_attempt("attempt", attempt)?;
+        let reported =
+            ReportedAttempt { task: attempt.task, number: attempt.number, token: attempt.fencing_token };
+        self.pack_claim(metadata, extensions, Some(reported))
+    }
+
     fn pack_claim(
         &self,
         metadata: &MetadataMap,

@@ -68,7 +68,7 @@ impl Scheduler {
                         continue;
                     }
                 }
-                if self.shared.model.running().conflicts(&task.ownership()) {
+                if self.shared.model.running().conflicts_for(key, &task.ownership()) {
                     continue;
                 }
                 chosen = Some(key.clone());

@@ -246,6 +246,27 @@ pub enum Command {
         claim: PackClaim,
         reply: oneshot::Sender<Result<super::views::ContextView, SchedError>>,
     },
+    /// An agent's `spawn`, first step: checked and composed, or the
+    /// child as it is when it exists.
+    PlanSpawn {
+        claim: PackClaim,
+        fragment: String,
+        reply: oneshot::Sender<Result<super::spawn::SpawnPlan, SchedError>>,
+    },
+    /// An agent's `spawn`, second step: the child created on its branch
+    /// (answered once stored).
+    SpawnChildren {
+        claim: PackClaim,
+        text: Arc<str>,
+        plan: Arc<Plan>,
+        head: String,
+        reply: oneshot::Sender<Result<super::views::ChildrenView, SchedError>>,
+    },
+    /// The attempt's spawned child as it is now.
+    Children {
+        claim: PackClaim,
+        reply: oneshot::Sender<Result<super::views::ChildrenView, SchedError>>,
+    },
     /// A stale integration-ref lock removed at start.
     LockRemoved(LockRemoved),
     /// An integration ref a power loss undid, put back at the store's head

@@ -29,6 +29,7 @@ mod reports;
 mod review;
 mod sandbox;
 mod sessions;
+pub mod spawn;
 pub mod stall;
 pub mod subswarm;
 mod task_text;
@@ -354,6 +355,18 @@ impl Scheduler {
                     (_, Err(e)) => Err(e),
                 };
                 let _ = reply.send(context);
+            }
+            Command::PlanSpawn { claim, fragment, reply } => {
+                let r = self.plan_spawn(&claim, &fragment, fx);
+                operator::later(fx, reply, r);
+            }
+            Command::SpawnChildren { claim, text, plan, head, reply } => {
+                let r = self.spawn_children(&claim, text, plan, &head, fx);
+                operator::later(fx, reply, r);
+            }
+            Command::Children { claim, reply } => {
+                let r = self.children(&claim);
+                reads::reply_read(fx, reply, r);
             }
             Command::Shutdown => {}
         }

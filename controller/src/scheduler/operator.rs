@@ -36,7 +36,7 @@ fn check_permission_answer(text: &str) -> Result<(), SchedError> {
 
 /// Replies after the batch commits, so a caller never sees a change the
 /// store does not hold.
-fn later<T: Send + 'static>(fx: &mut Effects, reply: Reply<T>, value: Result<T, SchedError>) {
+pub(super) fn later<T: Send + 'static>(fx: &mut Effects, reply: Reply<T>, value: Result<T, SchedError>) {
     fx.replies.push(Box::new(move || {
         let _ = reply.send(value);
     }));

@@ -219,9 +219,9 @@ fn create_child(core: &mut Core, key: &TaskKey, number: u32, head: &str) {
     core.insert_swarm(text, plan, head);
 }
 
-/// A retried parent: its child's failed and cancelled tasks get new
-/// attempts.
-fn resume_child(core: &mut Core, child: &SwarmId) {
+/// A retried parent (or an agent spawning the same child again): its
+/// child's failed and cancelled tasks get new attempts.
+pub(super) fn resume_child(core: &mut Core, child: &SwarmId) {
     let keys = core.model.swarms().get(child).map(|s| s.tasks.clone()).unwrap_or_default();
     for k in keys {
         let state = core.model.tasks().get(&k).map(|t| t.state());
@@ -250,7 +250,9 @@ pub(super) fn after_refresh(core: &mut Core, id: &SwarmId) -> Option<(TaskKey, u
     let state = child.state;
     let head = child.integration_head.clone();
     let task = core.model.tasks().get(&parent)?;
-    if task.state() != TaskState::Running {
+    // A child its parent's agent spawned is waited for by that agent,
+    // which merges it and ends the task itself.
+    if task.state() != TaskState::Running || task.spec.subplan.is_none() {
         return None;
     }
     let number = task.attempts;

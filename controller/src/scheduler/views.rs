@@ -228,3 +228,48 @@ impl ContextView {
         ContextView { dependencies, siblings }
     }
 }
+
+/// A spawned child swarm as its parent's agent sees it (`wait_children`).
+#[derive(Debug, Clone, Default)]
+pub struct ChildrenView {
+    /// Empty when the task has no child.
+    pub swarm: String,
+    pub state: String,
+    pub integration_head: String,
+    pub tasks: Vec<ChildTaskView>,
+    pub stalled: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct ChildTaskView {
+    pub id: String,
+    pub state: TaskState,
+    pub reason: String,
+    pub summary: String,
+    pub merge_commit: String,
+}
+
+impl ChildrenView {
+    pub fn of(model: &super::model::Model, child: &swarm_core::SwarmId) -> ChildrenView {
+        let Some(swarm) = model.swarms().get(child) else { return ChildrenView::default() };
+        let tasks = swarm
+            .tasks
+            .iter()
+            .filter_map(|k| model.tasks().get(k))
+            .map(|t| ChildTaskView {
+                id: t.key.task.to_string(),
+                state: t.state(),
+                reason: t.reason.clone(),
+                summary: t.notes.summary.clone(),
+                merge_commit: t.merge_commit.clone(),
+            })
+            .collect();
+        ChildrenView {
+            swarm: child.to_string(),
+            state: swarm.state.as_str().to_string(),
+            integration_head: swarm.integration_head.clone(),
+            tasks,
+            stalled: swarm.stall.as_ref().map(|s| s.reason.clone()).unwrap_or_default(),
+        }
+    }
+}

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 
 use super::{Plan, PlanError, RawDefaults, RawTask, err, task_branch, validate_body};
+use crate::globs::OwnedGlobs;
 use crate::ids::{SwarmId, TaskId};
 
 /// How deep sub-plans may nest below the root plan unless the plan says
@@ -124,7 +125,31 @@ pub(super) fn child(
         _ => format!("tasks[{i}].{field}.{path}"),
     };
     let plan = validate_body(child, body_defaults, tasks).map_err(|e| err(prefix(e.path), e.rule))?;
+    inside_parent(task, &plan).map_err(|e| err(prefix(e.path), e.rule))?;
     Ok(Some(Arc::new(plan)))
+}
+
+/// Every glob a sub-plan's task owns must lie inside its parent task's:
+/// the child's merged work is the parent's result, which may change only
+/// the parent's files, so a child owning more would fail its parent's
+/// merge after all its work was done. (Invalid parent globs are reported
+/// by the parent's own checks.)
+fn inside_parent(parent: &RawTask, plan: &Plan) -> Result<(), PlanError> {
+    let Ok(owned) = OwnedGlobs::new(&parent.files) else { return Ok(()) };
+    for (j, task) in plan.tasks.iter().enumerate() {
+        if let Some((k, glob)) = task.files.iter().enumerate().find(|(_, g)| !owned.covers(g)) {
+            return Err(err(
+                format!("tasks[{j}].files[{k}]"),
+                format!(
+                    "{glob:?} is not inside the files its parent task {:?} owns ({}); a sub-plan's tasks \
+                     own parts of their parent's files",
+                    parent.id,
+                    parent.files.join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 impl Plan {

@@ -112,7 +112,7 @@ files = ["auth/**"]
 [tasks.subplan]
 name = "auth-plan"
 defaults = { command = "sh child.sh", retries = 0 }
-tasks = [{ id = "login", files = ["auth/login.txt"] }, { id = "bad", files = ["x"], deps = ["bad"] }]
+tasks = [{ id = "login", files = ["auth/login.txt"] }, { id = "bad", files = ["auth/x"], deps = ["bad"] }]
 "#;
     assert_eq!(error_of(text), "tasks[0].subplan.tasks[1].deps[0]: a task cannot depend on itself");
     let plan = Plan::parse(&text.replace(", deps = [\"bad\"]", "")).expect("valid");
@@ -134,4 +134,16 @@ fn a_file_reference_must_be_inlined_before_submission() {
 fn a_root_plan_name_is_one_id_component() {
     let text = TWO_LEVELS.replace("name = \"app\"", "name = \"app/x\"");
     assert!(error_of(&text).starts_with("name: "), "{}", error_of(&text));
+}
+
+#[test]
+fn a_sub_plans_tasks_own_only_parts_of_their_parents_files() {
+    let outside = TWO_LEVELS.replace("files = [\"auth/logout.txt\"]", "files = [\"api/logout.txt\"]");
+    let e = error_of(&outside);
+    assert!(
+        e.starts_with("tasks[1].subtasks[1].files[0]: \"api/logout.txt\" is not inside the files its parent task \"auth\" owns"),
+        "{e}"
+    );
+    let wider = TWO_LEVELS.replace("files = [\"auth/login/form.txt\"]", "files = [\"auth/**\"]");
+    assert!(error_of(&wider).starts_with("tasks[1].subtasks[0].subtasks[0].files[0]: \"auth/**\" is not inside"));
 }

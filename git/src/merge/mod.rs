@@ -165,6 +165,11 @@ impl MergeService {
         Ok(self.integrator.ensure_branch(branch, &base)?)
     }
 
+    /// Creates `branch` at `commit` unless it exists; returns its head.
+    pub fn ensure_branch_at(&self, branch: &str, commit: &str) -> Result<String, MergeFailure> {
+        Ok(self.integrator.ensure_branch(branch, commit)?)
+    }
+
     /// Moves `target` (a ref the controller does not own) to `new_head`
     /// only as a fast-forward.
     pub fn fast_forward(&self, target: &str, new_head: &str) -> Result<FastForward, MergeError> {

@@ -130,6 +130,23 @@ impl LiveOwnership {
     }
 }
 
+impl LiveOwnership {
+    /// [`LiveOwnership::conflicts`] for task `key`, leaving out its
+    /// ancestors: the tasks of a child an agent spawned own parts of the
+    /// files of the task that spawned them, which is RUNNING meanwhile and
+    /// merges their work.
+    pub fn conflicts_for(&self, key: &TaskKey, own: &Ownership) -> bool {
+        // Ids nest a few levels deep at most, so this walk is short.
+        let ancestors: Vec<TaskKey> = std::iter::successors(key.swarm.parent(), |p| p.swarm.parent())
+            .filter(|p| self.all.contains_key(p))
+            .collect();
+        if ancestors.is_empty() {
+            return self.conflicts(own);
+        }
+        self.all.iter().any(|(k, o)| !ancestors.contains(k) && o.overlaps(own))
+    }
+}
+
 /// The plan parser has checked every glob; should one still not compile,
 /// the task is taken to own everything, which only serializes it.
 pub fn ownership_of(globs: &[String]) -> Arc<OwnedGlobs> {

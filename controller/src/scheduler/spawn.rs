@@ -1,0 +1,123 @@
+//! Sub-swarms an agent spawns while its attempt runs (its `spawn` and
+//! `wait_children` tools, through the sidecar).
+//!
+//! The child is an ordinary sub-swarm `<swarm>/<task>` (see `subswarm`):
+//! its stored plan is composed by `swarm_core::plan::spawn`, its branch is
+//! the calling task's branch, created at the attempt's base, and its tasks
+//! run on the same fleet. What differs from a declared sub-plan is who
+//! waits for it: the calling agent, whose attempt stays RUNNING on its own
+//! sidecar. So the child's end does not decide the task (the agent does,
+//! after `wait_children` has merged the child into its worktree), and the
+//! child's tasks are not held off by the files their parent owns.
+//!
+//! Only the sidecar holding the live attempt may spawn or ask, as for its
+//! other calls about the attempt (`sessions::authorize_pack`).
+
+use std::sync::Arc;
+
+use swarm_core::plan::{Plan, PlanError, spawn};
+use swarm_core::TaskKey;
+
+use super::core::Effects;
+use super::model::{Model, SwarmState};
+use super::views::ChildrenView;
+use super::{PackClaim, Scheduler, sessions, subswarm};
+use crate::error::SchedError;
+
+/// What a spawn needs next.
+#[derive(Debug)]
+pub enum SpawnPlan {
+    /// The child exists already (a repeated call, a resumed attempt).
+    Exists(ChildrenView),
+    /// A new child: its branch must be made at `base` first.
+    New { text: Arc<str>, plan: Arc<Plan>, base: String },
+}
+
+impl Scheduler {
+    /// Validates a spawn and composes the child's plan; a child that
+    /// exists with the same tasks has its failed tasks retried.
+    pub(super) fn plan_spawn(
+        &mut self,
+        claim: &PackClaim,
+        fragment: &str,
+        fx: &mut Effects,
+    ) -> Result<SpawnPlan, SchedError> {
+        let key = authorized(&self.shared.model, claim)?;
+        let model = &self.shared.model;
+        let parent = model.swarms().get(&key.swarm).ok_or_else(|| SchedError::NotFound(key.swarm.to_string()))?;
+        let spawned = spawn::spawned(&parent.plan_text, &key.swarm, &key.task, fragment).map_err(invalid)?;
+        let child = key.swarm.child(&key.task);
+        let Some(existing) = model.swarms().get(&child) else {
+            let base = model
+                .attempts()
+                .get(&(key.clone(), claim.attempt.as_ref().map_or(0, |a| a.number)))
+                .map(|a| a.base_commit.clone())
+                .unwrap_or_default();
+            return Ok(SpawnPlan::New { text: spawned.text.into(), plan: spawned.plan, base });
+        };
+        if *existing.plan_text != *spawned.text {
+            return Err(SchedError::FailedPrecondition(format!(
+                "task {key} already spawned {child} with other tasks ({} of them, {}); wait for it with \
+                 wait_children, or retry its tasks",
+                existing.tasks.len(),
+                existing.state.as_str()
+            )));
+        }
+        if matches!(existing.state, SwarmState::Failed | SwarmState::Cancelled) {
+            let _span = tracing::info_span!("subswarm.resume", swarm = %key.swarm, task = %key, child = %child)
+                .entered();
+            subswarm::resume_child(&mut self.shared.core(fx), &child);
+        }
+        Ok(SpawnPlan::Exists(ChildrenView::of(&self.shared.model, &child)))
+    }
+
+    /// Creates the child on its branch at `head` (or, when a repeated call
+    /// got here first, answers with the child as it is).
+    pub(super) fn spawn_children(
+        &mut self,
+        claim: &PackClaim,
+        text: Arc<str>,
+        plan: Arc<Plan>,
+        head: &str,
+        fx: &mut Effects,
+    ) -> Result<ChildrenView, SchedError> {
+        let key = authorized(&self.shared.model, claim)?;
+        let child = key.swarm.child(&key.task);
+        if plan.swarm != child {
+            return Err(SchedError::InvalidArgument { field: "plan".into(), rule: format!("must be {child}'s") });
+        }
+        if !self.shared.model.swarms().contains_key(&child) {
+            let number = claim.attempt.as_ref().map_or(0, |a| a.number);
+            let _span = tracing::info_span!("subswarm.spawn", swarm = %key.swarm, task = %key, attempt = %key.attempt(number), child = %child).entered();
+            fx.task_event(
+                &key,
+                number,
+                "",
+                "task.spawned",
+                format!("the agent spawned child swarm {child} with {} tasks at {head}", plan.tasks.len()),
+                serde_json::json!({ "child": child.as_str(), "head": head, "tasks": plan.tasks.len() }),
+            );
+            self.shared.core(fx).insert_swarm(text, plan, head);
+        }
+        Ok(ChildrenView::of(&self.shared.model, &child))
+    }
+
+    /// The attempt's spawned child as it is now.
+    pub(super) fn children(&self, claim: &PackClaim) -> Result<ChildrenView, SchedError> {
+        let key = authorized(&self.shared.model, claim)?;
+        Ok(ChildrenView::of(&self.shared.model, &key.swarm.child(&key.task)))
+    }
+}
+
+/// The task whose live attempt the claim holds.
+fn authorized(model: &Model, claim: &PackClaim) -> Result<TaskKey, SchedError> {
+    let Some(attempt) = &claim.attempt else {
+        return Err(SchedError::InvalidArgument { field: "attempt".into(), rule: "required".into() });
+    };
+    sessions::authorize_pack(model, claim)?;
+    Ok(attempt.task.clone())
+}
+
+fn invalid(e: PlanError) -> SchedError {
+    SchedError::InvalidArgument { field: e.path, rule: e.rule }
+}
