@@ -81,7 +81,11 @@ impl MergerHandle {
     /// the branch's head.
     pub async fn ensure_branch(&self, branch: &str, from: &str) -> Result<String, SchedError> {
         let (reply, rx) = oneshot::channel();
-        self.call(Request::EnsureBranch { branch: branch.into(), from: BranchStart::Branch(from.into()), reply })?;
+        self.call(Request::EnsureBranch {
+            branch: branch.into(),
+            from: BranchStart::Branch(from.into()),
+            reply,
+        })?;
         rx.await.map_err(|_| gone())?
     }
 
@@ -101,7 +105,11 @@ impl MergerHandle {
         from: &str,
     ) -> Result<oneshot::Receiver<Result<String, SchedError>>, SchedError> {
         let (reply, rx) = oneshot::channel();
-        self.call(Request::EnsureBranch { branch: branch.into(), from: BranchStart::Branch(from.into()), reply })?;
+        self.call(Request::EnsureBranch {
+            branch: branch.into(),
+            from: BranchStart::Branch(from.into()),
+            reply,
+        })?;
         Ok(rx)
     }
 

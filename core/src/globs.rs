@@ -165,8 +165,15 @@ mod tests {
     #[test]
     fn a_glob_is_covered_only_by_globs_that_own_every_path_it_could_match() {
         let auth = owned(&["auth/**", "api.txt", "src/*.rs"]);
-        for inside in ["auth/login.txt", "auth/login/**", "auth/login/", "auth/*.txt", "api.txt", "src/*.rs", "src/a.rs"]
-        {
+        for inside in [
+            "auth/login.txt",
+            "auth/login/**",
+            "auth/login/",
+            "auth/*.txt",
+            "api.txt",
+            "src/*.rs",
+            "src/a.rs",
+        ] {
             assert!(auth.covers(inside), "{inside} is inside");
         }
         for outside in ["authx/a.txt", "auth", "api.md", "src/**", "src/a/b.rs", "**", "*.txt"] {

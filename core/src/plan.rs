@@ -356,6 +356,10 @@ struct RawTask {
     subtasks: Option<Vec<RawTask>>,
     /// A sub-plan with defaults of its own (an inlined `plan` file).
     subplan: Option<subplan::RawSubPlan>,
+    /// Set by swarm, not by hand: the sub-plan's tasks were spawned by the
+    /// agent running this task (see `plan/spawn.rs`).
+    #[serde(default)]
+    spawned: bool,
     /// Overrides the defaults' review; `"none"` opts out of it.
     review: Option<review::RawReview>,
     /// Overrides the defaults' sandbox, field by field.

@@ -82,6 +82,7 @@ pub mod attempt;
 pub mod cache_tree;
 pub mod changes;
 mod checkout;
+pub mod children;
 pub mod config;
 pub mod index_entries;
 pub mod index_file;

@@ -68,4 +68,26 @@ impl ControllerLink {
         let req = v1::GetTaskContextRequest { attempt: Some(v1::AttemptRef::from(attempt)) };
         Ok(client.get_task_context(self.request(&secret, req)).await?.into_inner())
     }
+
+    /// Starts the child swarm of `attempt`'s task with the tasks of
+    /// `plan_toml` (or answers with the one it started before).
+    pub async fn spawn_children(
+        &self,
+        attempt: &AttemptRef,
+        plan_toml: &str,
+    ) -> Result<v1::ChildrenStatus, tonic::Status> {
+        let LinkSession { mut client, secret } = self.session()?;
+        let req = v1::SpawnChildrenRequest {
+            attempt: Some(v1::AttemptRef::from(attempt)),
+            plan_toml: plan_toml.to_string(),
+        };
+        Ok(client.spawn_children(self.request(&secret, req)).await?.into_inner())
+    }
+
+    /// `attempt`'s child swarm as the controller has it now.
+    pub async fn children(&self, attempt: &AttemptRef) -> Result<v1::ChildrenStatus, tonic::Status> {
+        let LinkSession { mut client, secret } = self.session()?;
+        let req = v1::GetChildrenRequest { attempt: Some(v1::AttemptRef::from(attempt)) };
+        Ok(client.get_children(self.request(&secret, req)).await?.into_inner())
+    }
 }

@@ -11,7 +11,11 @@ use crate::scheduler::spawn::SpawnPlan;
 use crate::scheduler::views::ChildrenView;
 use crate::scheduler::{Command, PackClaim};
 
-pub(super) async fn spawn(shared: &Shared, claim: PackClaim, fragment: String) -> Result<v1::ChildrenStatus, Status> {
+pub(super) async fn spawn(
+    shared: &Shared,
+    claim: PackClaim,
+    fragment: String,
+) -> Result<v1::ChildrenStatus, Status> {
     let attempt = claim.attempt.clone().map(|a| a.task.attempt(a.number).to_string()).unwrap_or_default();
     let span = tracing::info_span!("children.spawn", attempt = %attempt);
     async {

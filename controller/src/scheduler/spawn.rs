@@ -15,8 +15,8 @@
 
 use std::sync::Arc;
 
-use swarm_core::plan::{Plan, PlanError, spawn};
 use swarm_core::TaskKey;
+use swarm_core::plan::{Plan, PlanError, spawn};
 
 use super::core::Effects;
 use super::model::{Model, SwarmState};
@@ -44,7 +44,8 @@ impl Scheduler {
     ) -> Result<SpawnPlan, SchedError> {
         let key = authorized(&self.shared.model, claim)?;
         let model = &self.shared.model;
-        let parent = model.swarms().get(&key.swarm).ok_or_else(|| SchedError::NotFound(key.swarm.to_string()))?;
+        let parent =
+            model.swarms().get(&key.swarm).ok_or_else(|| SchedError::NotFound(key.swarm.to_string()))?;
         let spawned = spawn::spawned(&parent.plan_text, &key.swarm, &key.task, fragment).map_err(invalid)?;
         let child = key.swarm.child(&key.task);
         let Some(existing) = model.swarms().get(&child) else {
@@ -64,8 +65,9 @@ impl Scheduler {
             )));
         }
         if matches!(existing.state, SwarmState::Failed | SwarmState::Cancelled) {
-            let _span = tracing::info_span!("subswarm.resume", swarm = %key.swarm, task = %key, child = %child)
-                .entered();
+            let _span =
+                tracing::info_span!("subswarm.resume", swarm = %key.swarm, task = %key, child = %child)
+                    .entered();
             subswarm::resume_child(&mut self.shared.core(fx), &child);
         }
         Ok(SpawnPlan::Exists(ChildrenView::of(&self.shared.model, &child)))
@@ -84,7 +86,10 @@ impl Scheduler {
         let key = authorized(&self.shared.model, claim)?;
         let child = key.swarm.child(&key.task);
         if plan.swarm != child {
-            return Err(SchedError::InvalidArgument { field: "plan".into(), rule: format!("must be {child}'s") });
+            return Err(SchedError::InvalidArgument {
+                field: "plan".into(),
+                rule: format!("must be {child}'s"),
+            });
         }
         if !self.shared.model.swarms().contains_key(&child) {
             let number = claim.attempt.as_ref().map_or(0, |a| a.number);

@@ -7,8 +7,11 @@
 //! describes the task (id, title, files, deps, ...) and gets the fragment's
 //! tasks as `subtasks`, which share the enclosing plan's defaults; what
 //! said how the caller ran (its agent, model, sandbox, verify, ...) moves
-//! onto each child that does not say otherwise. The parent swarm's own
-//! stored text is left alone: there the task is still the worker it was.
+//! onto each child that does not say otherwise; `spawned = true` gives the
+//! child an integration branch of its own beside the task's branch
+//! (`swarm/app/auth.spawned`), which the agent's worktree keeps publishing
+//! to. The parent swarm's own stored text is left alone: there the task is
+//! still the worker it was.
 
 use std::sync::Arc;
 
@@ -75,10 +78,14 @@ pub fn spawned(stored: &str, parent: &SwarmId, task: &TaskId, fragment: &str) ->
     let path: Vec<&str> = parent.path_from_root().collect();
     let mut location = String::new();
     let tasks = tasks_of(&mut root, &path, &mut location)?;
-    let (i, entry) = find(tasks, task.as_str())
-        .ok_or_else(|| err("task", format!("task {:?} is not in swarm {parent}'s stored plan", task.as_str())))?;
+    let (i, entry) = find(tasks, task.as_str()).ok_or_else(|| {
+        err("task", format!("task {:?} is not in swarm {parent}'s stored plan", task.as_str()))
+    })?;
     if entry.contains_key("subtasks") || entry.contains_key("subplan") {
-        return Err(err("task", format!("task {:?} runs a sub-plan; only a worker task spawns", task.as_str())));
+        return Err(err(
+            "task",
+            format!("task {:?} runs a sub-plan; only a worker task spawns", task.as_str()),
+        ));
     }
     let subtasks = location.clone() + &format!("tasks[{i}].subtasks");
     let children = children.into_iter().map(|child| inherit(entry, child)).collect();
@@ -86,15 +93,16 @@ pub fn spawned(stored: &str, parent: &SwarmId, task: &TaskId, fragment: &str) ->
         entry.remove(*key);
     }
     entry.insert("subtasks".into(), Value::Array(children));
+    entry.insert("spawned".into(), Value::Boolean(true));
     let text = toml::to_string(&root).map_err(|e| err("tasks", format!("cannot be written as TOML: {e}")))?;
     let in_fragment = |e: PlanError| match e.path.strip_prefix(&subtasks) {
         Some(rest) => err(format!("tasks{rest}"), e.rule),
         None => err("tasks", format!("{}: {}", e.path, e.rule)),
     };
     let root_plan = Arc::new(Plan::parse(&text).map_err(in_fragment)?);
-    let plan = root_plan
-        .descendant(&parent.child(task))
-        .ok_or_else(|| err("task", format!("the child swarm of {:?} is not in the composed plan", task.as_str())))?;
+    let plan = root_plan.descendant(&parent.child(task)).ok_or_else(|| {
+        err("task", format!("the child swarm of {:?} is not in the composed plan", task.as_str()))
+    })?;
     Ok(Spawned { text, plan })
 }
 
@@ -103,7 +111,8 @@ fn fragment_tasks(fragment: &str) -> Result<Vec<Value>, PlanError> {
     if fragment.len() > MAX_FRAGMENT_BYTES {
         return Err(err("plan_toml", format!("at most {MAX_FRAGMENT_BYTES} bytes, got {}", fragment.len())));
     }
-    let mut table: Table = toml::from_str(fragment).map_err(|e| err("plan_toml", e.message().trim().to_string()))?;
+    let mut table: Table =
+        toml::from_str(fragment).map_err(|e| err("plan_toml", e.message().trim().to_string()))?;
     if let Some(key) = table.keys().find(|k| *k != "tasks") {
         return Err(err(
             key.clone(),

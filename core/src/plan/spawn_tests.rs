@@ -54,7 +54,7 @@ command = "true"
 fn a_spawned_child_is_the_callers_sub_plan_and_takes_how_the_caller_ran() {
     let s = spawn("app/auth", TWO).expect("spawned");
     assert_eq!(s.plan.swarm.as_str(), "app/auth");
-    assert_eq!(s.plan.integration_branch, "swarm/app/auth", "it lands on the caller's task branch");
+    assert_eq!(s.plan.integration_branch, "swarm/app/auth.spawned", "beside the caller's task branch");
     let login = &s.plan.tasks[0];
     assert_eq!(login.id.as_str(), "login");
     let agent = login.agent.as_ref().expect("the child runs the caller's agent");
@@ -75,16 +75,28 @@ fn a_task_of_a_sub_plan_spawns_below_it() {
     let fragment = "[[tasks]]\nid = \"intro\"\nfiles = [\"docs/guide.md\"]\n";
     let s = spawn("app/docs/guide", fragment).expect("spawned");
     assert_eq!(s.plan.swarm.as_str(), "app/docs/guide");
-    assert_eq!(s.plan.integration_branch, "swarm/app/docs.sub/guide");
+    assert_eq!(s.plan.integration_branch, "swarm/app/docs.sub/guide.spawned");
 }
 
 #[test]
 fn a_bad_fragment_is_refused_naming_its_own_field() {
     let cases = [
-        ("app/auth", "[[tasks]]\nid = \"x\"\nfiles = [\"src/x.rs\"]\n", "tasks[0].files[0]: \"src/x.rs\" is not inside"),
-        ("app/auth", "[[tasks]]\nid = \"x\"\nfiles = [\"auth/x\"]\ndeps = [\"nope\"]\n", "tasks[0].deps[0]: unknown task"),
+        (
+            "app/auth",
+            "[[tasks]]\nid = \"x\"\nfiles = [\"src/x.rs\"]\n",
+            "tasks[0].files[0]: \"src/x.rs\" is not inside",
+        ),
+        (
+            "app/auth",
+            "[[tasks]]\nid = \"x\"\nfiles = [\"auth/x\"]\ndeps = [\"nope\"]\n",
+            "tasks[0].deps[0]: unknown task",
+        ),
         ("app/auth", "[[tasks]]\nid = \"x\"\n", "tasks[0].files: a task must own at least one file glob"),
-        ("app/auth", "name = \"x\"\n[[tasks]]\nid = \"x\"\nfiles = [\"auth/x\"]\n", "name: only tasks may be given"),
+        (
+            "app/auth",
+            "name = \"x\"\n[[tasks]]\nid = \"x\"\nfiles = [\"auth/x\"]\n",
+            "name: only tasks may be given",
+        ),
         ("app/auth", "tasks = []\n", "tasks: give at least one task"),
         ("app/auth", "tasks = [1]\n", "tasks[0]: must be a table"),
         ("app/auth", "[[tasks]\n", "plan_toml: "),
@@ -95,7 +107,9 @@ fn a_bad_fragment_is_refused_naming_its_own_field() {
         let got = error_of(at, fragment);
         assert!(got.starts_with(expected), "{fragment:?}: got {got:?}, expected {expected:?}");
     }
-    let many: String = (0..=MAX_SPAWNED_TASKS).map(|i| format!("[[tasks]]\nid = \"t{i}\"\nfiles = [\"auth/{i}\"]\n")).collect();
+    let many: String = (0..=MAX_SPAWNED_TASKS)
+        .map(|i| format!("[[tasks]]\nid = \"t{i}\"\nfiles = [\"auth/{i}\"]\n"))
+        .collect();
     assert!(error_of("app/auth", &many).starts_with("tasks: at most 100 tasks"));
 }
 
@@ -106,4 +120,14 @@ fn spawning_past_the_depth_limit_is_refused() {
     let e = spawned(&stored, &swarm, &task, "[[tasks]]\nid = \"x\"\nfiles = [\"docs/guide.md\"]\n")
         .expect_err("too deep");
     assert!(e.path == "tasks" && e.rule.contains("nest at most 1 deep"), "{e:?}");
+}
+
+#[test]
+fn spawned_is_swarms_mark_and_needs_subtasks() {
+    let marked = STORED.replace("prompt = \"Build auth.\"", "prompt = \"Build auth.\"\nspawned = true");
+    let e = Plan::parse(&marked).expect_err("a worker task marked spawned");
+    assert_eq!(
+        e.to_string(),
+        "tasks[1].spawned: set by swarm on a task whose agent spawned subtasks; it has none"
+    );
 }

@@ -33,6 +33,11 @@ pub const MAX_DEPTH_LIMIT: u32 = 8;
 /// branches.
 const CHILD_SUFFIX: &str = ".sub";
 
+/// The suffix of a spawned child's integration branch: `swarm/app/auth.spawned`
+/// beside the agent's `swarm/app/auth` (a task id never contains a `.`,
+/// so it is no task's branch, and no namespace directory of one).
+const SPAWNED_SUFFIX: &str = ".spawned";
+
 /// A sub-plan with its own defaults: what a `plan = "..."` file becomes.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -86,6 +91,12 @@ pub(super) fn child(
         ));
     }
     let (field, body_defaults, tasks) = match (&task.subtasks, &task.subplan) {
+        (None, None) if task.spawned => {
+            return Err(err(
+                at("spawned"),
+                "set by swarm on a task whose agent spawned subtasks; it has none",
+            ));
+        }
         (None, None) => return Ok(None),
         (Some(_), Some(_)) => return Err(err(at("subplan"), "set subtasks or subplan, not both")),
         (Some(tasks), None) => ("subtasks", defaults, tasks),
@@ -108,7 +119,12 @@ pub(super) fn child(
         ));
     }
     let id = TaskId::new(task.id.clone()).map_err(|rule| err(at("id"), rule))?;
-    let integration_branch = task_branch(&frame.swarm, id.as_str());
+    let integration_branch = match task.spawned {
+        // The task's own branch is its agent's, whose worktree publishes
+        // its commits there while the children run.
+        true => format!("{}{SPAWNED_SUFFIX}", task_branch(&frame.swarm, id.as_str())),
+        false => task_branch(&frame.swarm, id.as_str()),
+    };
     let child = Frame {
         swarm: frame.swarm.child(&id),
         base_branch: frame.integration_branch.clone(),

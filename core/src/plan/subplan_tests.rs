@@ -145,5 +145,7 @@ fn a_sub_plans_tasks_own_only_parts_of_their_parents_files() {
         "{e}"
     );
     let wider = TWO_LEVELS.replace("files = [\"auth/login/form.txt\"]", "files = [\"auth/**\"]");
-    assert!(error_of(&wider).starts_with("tasks[1].subtasks[0].subtasks[0].files[0]: \"auth/**\" is not inside"));
+    assert!(
+        error_of(&wider).starts_with("tasks[1].subtasks[0].subtasks[0].files[0]: \"auth/**\" is not inside")
+    );
 }

@@ -16,6 +16,7 @@ use super::prepare::{Prepared, own_worktree};
 use crate::agent::driver::{self, Channels, End, Ending, Ran as Driven, Setup};
 use crate::agent::{AgentConfig, session};
 use crate::assignment::{Assignment, Context};
+use crate::children::{self, Children};
 use crate::outcome::{AttemptOutcome, Failure, UsageLimit};
 use crate::report::{Answers, Event, Report, Sink, Stop};
 use crate::status::WorkerStatus;
@@ -37,6 +38,16 @@ pub(super) async fn run(
 ) -> Option<Ran> {
     let AgentRun { ctx, a, cfg, prepared: p } = run;
     let mut tools = serve_tools(ctx, a, p, sink);
+    let children = tools.as_ref().map(|_| {
+        Children::new(children::Setting {
+            link: ctx.link.clone(),
+            attempt: a.attempt.clone(),
+            repo: ctx.repo.clone(),
+            worktree: p.worktree.clone(),
+            remote: ctx.remote.clone(),
+            tracker: ctx.tracker.clone(),
+        })
+    });
     let cfg = AgentConfig { mcp: tools.as_ref().map(|t| t.stdio.clone()), ..cfg.clone() };
     let setup = Setup {
         cfg: &cfg,
@@ -51,6 +62,7 @@ pub(super) async fn run(
         stop_grace: ctx.stop_grace,
         status_file: p.files.status.clone(),
         link: ctx.link.clone(),
+        children: children.clone(),
     };
     let span = tracing::info_span!("run", agent = %cfg.kind);
     let channels = Channels {
@@ -69,7 +81,66 @@ pub(super) async fn run(
         .filter(|s| s.status == WorkerStatus::Blocked)
         .map(|s| s.message);
     let outcome = common(a, &ran);
-    ended(a, ran.end, blocked, outcome)
+    let ran = ended(a, ran.end, blocked, outcome.clone())?;
+    match children {
+        Some(children) => with_children(a, &children, ran, outcome, stop).await,
+        None => Some(ran),
+    }
+}
+
+/// A result delivered while the agent's spawned child has not been merged
+/// into the worktree waits for the child and takes its work first: the
+/// task's result is the agent's work and its children's together. A child
+/// that does not complete fails the attempt (the agent's work is kept as a
+/// WIP commit, and a retry of the task spawning the same tasks picks the
+/// child up again).
+async fn with_children(
+    a: &Assignment,
+    children: &Children,
+    ran: Ran,
+    outcome: AttemptOutcome,
+    stop: &mut watch::Receiver<Option<Stop>>,
+) -> Option<Ran> {
+    let Some(child) = children.unmerged() else { return Some(ran) };
+    if !matches!(ran.next, Next::Deliver { .. }) {
+        return Some(ran);
+    }
+    tracing::info!(%child, "the agent ended before taking its children's work; waiting for them");
+    loop {
+        tokio::select! {
+            waited = children.wait(children::MAX_WAIT) => match waited {
+                Ok(w) if w.merged => return Some(ran),
+                Ok(w) if w.result["done"] == serde_json::json!(false) => continue,
+                Ok(w) => {
+                    let why = format!(
+                        "the agent finished, but its sub-swarm {child} is {}: {}",
+                        w.result["state"].as_str().unwrap_or_default(),
+                        w.result["next"].as_str().unwrap_or_default()
+                    );
+                    return Some(unfinished_children(a, ran.outcome, why));
+                }
+                Err(e) => {
+                    let why = format!("the agent finished, but its sub-swarm {child}'s work was not merged: {e}");
+                    return Some(unfinished_children(a, ran.outcome, why));
+                }
+            },
+            changed = stop.changed() => {
+                let why = if changed.is_ok() { *stop.borrow_and_update() } else { Some(Stop::Shutdown) };
+                if let Some(why) = why {
+                    return ended(a, End::Stopped(why), None, outcome);
+                }
+            }
+        }
+    }
+}
+
+fn unfinished_children(a: &Assignment, mut o: AttemptOutcome, why: String) -> Ran {
+    o.outcome = Outcome::Error;
+    o.error = bounded(&why);
+    Ran {
+        next: Next::Checkpoint { message: wip_message(a, "sub-swarm unfinished", &o.session_id) },
+        outcome: o,
+    }
 }
 
 /// swarm's tools for the agent, on a socket in the attempt's private

@@ -1,5 +1,6 @@
 //! swarm's tools for the agent of one attempt, as an MCP server named
-//! `swarm`: `progress`, `ask`, `escalate`, `checkpoint` and `context`.
+//! `swarm`: `progress`, `ask`, `escalate`, `checkpoint`, `context`, `spawn`
+//! and `wait_children`.
 //!
 //! The agent starts MCP servers itself, as child processes speaking MCP
 //! on stdio, and it runs inside the sandbox, where no TCP port of the
@@ -46,11 +47,31 @@ const CALL_QUEUE: usize = 16;
 /// What the agent asked for through a tool, checked.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ToolRequest {
-    Progress { step: String, percent: Option<u32>, note: String },
-    Ask { question: String, choices: Vec<String> },
-    Escalate { category: String, detail: String },
-    Checkpoint { summary: String, next_action: String },
+    Progress {
+        step: String,
+        percent: Option<u32>,
+        note: String,
+    },
+    Ask {
+        question: String,
+        choices: Vec<String>,
+    },
+    Escalate {
+        category: String,
+        detail: String,
+    },
+    Checkpoint {
+        summary: String,
+        next_action: String,
+    },
     Context,
+    /// TOML holding only `[[tasks]]`.
+    Spawn {
+        plan_toml: String,
+    },
+    WaitChildren {
+        timeout: std::time::Duration,
+    },
 }
 
 /// One call, answered by the driver: the tool's JSON, or why it did nothing.

@@ -95,14 +95,14 @@ async fn a_connection_without_the_attempts_token_gets_no_mcp() {
 }
 
 #[tokio::test]
-async fn the_five_tools_are_listed_with_schemas_that_refuse_unknown_fields() {
+async fn the_seven_tools_are_listed_with_schemas_that_refuse_unknown_fields() {
     let (_dir, server) = start();
     let mut c = Client::initialized(&server).await;
     let list = c.request("tools/list", json!({})).await;
     let tools = list["result"]["tools"].as_array().expect("tools");
     let mut names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
     names.sort_unstable();
-    assert_eq!(names, ["ask", "checkpoint", "context", "escalate", "progress"]);
+    assert_eq!(names, ["ask", "checkpoint", "context", "escalate", "progress", "spawn", "wait_children"]);
     let ask = tools.iter().find(|t| t["name"] == "ask").expect("ask");
     assert_eq!(ask["inputSchema"]["additionalProperties"], json!(false), "{ask}");
     assert_eq!(ask["inputSchema"]["required"], json!(["question"]), "{ask}");
@@ -141,12 +141,20 @@ async fn bad_arguments_are_refused_naming_the_field_and_reach_nobody() {
         ("escalate", json!({"category": "bored", "detail": "x"}), "category: must be one of ambiguous_spec"),
         ("checkpoint", json!({"summary": "done", "next_action": ""}), "next_action: must not be empty"),
         ("progress", json!({"step": "a\u{7}b"}), "step: must not contain control characters"),
+        ("spawn", json!({}), "tasks: give the child tasks"),
+        ("spawn", json!({"tasks": [], "plan_toml": "x"}), "give one, not both"),
+        ("spawn", json!({"tasks": [{"id": "a", "x": null}]}), "tasks: cannot be written as a plan"),
+        ("spawn", json!({"plan_toml": "x".repeat(300_000)}), "tasks: at most 262144 bytes"),
+        ("wait_children", json!({"timeout_secs": 0}), "timeout_secs: must be 1 to 3600"),
+        ("wait_children", json!({"timeout_secs": 7200}), "timeout_secs: must be 1 to 3600"),
     ];
     for (tool, args, want) in cases {
         let reply = c.call(tool, args.clone()).await;
         assert!(error_text(&reply).contains(want), "{tool} {args}: {reply}");
     }
     let unknown = c.call("ask", json!({"question": "q", "urgent": true})).await;
+    assert!(unknown.get("error").is_some() || unknown["result"]["isError"] == json!(true), "{unknown}");
+    let unknown = c.call("spawn", json!({"tasks": [], "parent": "x"})).await;
     assert!(unknown.get("error").is_some() || unknown["result"]["isError"] == json!(true), "{unknown}");
     assert!(server.calls.try_recv().is_err(), "no refused call reached the driver");
 }

@@ -3,17 +3,21 @@
 //! the argument and the rule, and nothing reaches the driver), then one
 //! [`ToolCall`] to the driver, whose reply is the tool's result.
 
+use std::time::Duration;
+
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, Implementation, ServerCapabilities, ServerConfig};
 use rmcp::schemars::{self, JsonSchema};
 use rmcp::{ServerHandler, ServiceExt as _, tool, tool_handler, tool_router};
 use serde::Deserialize;
+use swarm_core::plan::spawn::MAX_FRAGMENT_BYTES;
 use swarm_proto::limits::{MAX_CATEGORY, MAX_OPTION, MAX_OPTIONS, MAX_STEP, MAX_TEXT};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{ToolCall, ToolRequest};
+use crate::children::{DEFAULT_WAIT, MAX_WAIT};
 
 type ToolResult = Result<CallToolResult, String>;
 
@@ -25,8 +29,9 @@ const INSTRUCTIONS: &str = "Your line to swarm, which runs this task as one atte
 agents and merges your commit when you finish. Report progress with progress; ask the operator with ask \
 (it waits for the answer) instead of guessing; call escalate when the task cannot be done as specified; \
 call checkpoint to stop now and be resumed later in this session with your work kept; call context for \
-the task, what finished before it and the files you own. To finish, end your turn: swarm commits your \
-changes.";
+the task, what finished before it and the files you own. To split a large task, spawn child tasks that \
+other agents run in parallel and wait_children for their work. To finish, end your turn: swarm commits \
+your changes.";
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -71,6 +76,33 @@ pub struct CheckpointArgs {
     pub summary: String,
     /// What to do first when the work resumes.
     pub next_action: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SpawnArgs {
+    /// The child tasks, each as a plan's task: `id` (lowercase letters,
+    /// digits, `-`), `title`, `prompt` (what to do, self-contained: the
+    /// child's agent knows only this), `files` (the globs it owns, each
+    /// inside the files this task owns, no two children sharing a path
+    /// unless one depends on the other) and `deps` (ids of other children
+    /// that must merge first). They run as this task's agent does unless a
+    /// task sets its own `agent`, `model` or `command`.
+    #[serde(default)]
+    #[schemars(with = "Option<Vec<serde_json::Map<String, serde_json::Value>>>")]
+    pub tasks: Option<Vec<serde_json::Value>>,
+    /// The same tasks as TOML `[[tasks]]` tables, instead of `tasks`.
+    #[serde(default)]
+    pub plan_toml: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WaitChildrenArgs {
+    /// How long to wait before returning with the children still running,
+    /// in seconds (default 600, at most 3600). Call again to keep waiting.
+    #[serde(default)]
+    pub timeout_secs: Option<u64>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -162,6 +194,28 @@ impl WorkerTools {
     async fn context(&self, Parameters(_): Parameters<NoArgs>) -> ToolResult {
         self.call(ToolRequest::Context).await
     }
+
+    #[tool(description = "Split this task: start child tasks that other agents run in parallel, each in \
+                          its own worktree, while you keep yours. Give each child part of the files this \
+                          task owns. Returns at once with the child swarm; then call wait_children, which \
+                          merges their work into your worktree when they are done. Calling spawn again \
+                          with the same tasks retries the failed ones.")]
+    async fn spawn(&self, Parameters(args): Parameters<SpawnArgs>) -> ToolResult {
+        let plan_toml = spawn_fragment(args)?;
+        self.call(ToolRequest::Spawn { plan_toml }).await
+    }
+
+    #[tool(description = "Wait for the tasks you spawned. When they have all merged, their work is \
+                          merged into your worktree (your own work is committed first) and this returns \
+                          each task's state and summary. Also returns when one fails, when they wait on \
+                          the operator, or after timeout_secs; then you decide what to do.")]
+    async fn wait_children(&self, Parameters(args): Parameters<WaitChildrenArgs>) -> ToolResult {
+        let secs = args.timeout_secs.unwrap_or(DEFAULT_WAIT.as_secs());
+        if secs == 0 || secs > MAX_WAIT.as_secs() {
+            return Err(format!("timeout_secs: must be 1 to {}, got {secs}", MAX_WAIT.as_secs()));
+        }
+        self.call(ToolRequest::WaitChildren { timeout: Duration::from_secs(secs) }).await
+    }
 }
 
 impl WorkerTools {
@@ -181,6 +235,24 @@ impl ServerHandler for WorkerTools {
             .with_server_info(Implementation::new(super::SERVER_NAME, env!("CARGO_PKG_VERSION")))
             .with_instructions(INSTRUCTIONS)
     }
+}
+
+/// The spawn's tasks as the TOML fragment the controller reads: given
+/// either way, not both; the controller checks them as a plan.
+fn spawn_fragment(args: SpawnArgs) -> Result<String, String> {
+    let text = match (args.tasks, args.plan_toml) {
+        (Some(_), Some(_)) => return Err("tasks or plan_toml: give one, not both".into()),
+        (None, None) => return Err("tasks: give the child tasks (or plan_toml)".into()),
+        (None, Some(text)) => text,
+        (Some(tasks), None) => {
+            let table = serde_json::json!({ "tasks": tasks });
+            toml::to_string(&table).map_err(|e| format!("tasks: cannot be written as a plan: {e}"))?
+        }
+    };
+    if text.len() > MAX_FRAGMENT_BYTES {
+        return Err(format!("tasks: at most {MAX_FRAGMENT_BYTES} bytes of plan, got {}", text.len()));
+    }
+    Ok(text)
 }
 
 fn bounded(field: &str, text: String, max: usize) -> Result<String, String> {

@@ -64,6 +64,8 @@ pub struct Setup<'a> {
     pub status_file: PathBuf,
     /// The session's calls to the controller, for the `context` tool.
     pub link: crate::link::ControllerLink,
+    /// The attempt's sub-swarm, for the `spawn` and `wait_children` tools.
+    pub children: Option<crate::children::Children>,
 }
 
 /// The attempt's inputs and outputs while the agent runs.
@@ -629,7 +631,9 @@ impl Driver<'_, '_> {
         if self.progress_dirty && self.progress_sent.elapsed() >= PROGRESS_EVERY {
             self.send_progress();
         }
-        let on_operator = self.waiting || self.asking.is_some() || !self.tool_asks.is_empty();
+        // Waiting on spawned children is not idling either: they may take hours.
+        let children = self.s.children.as_ref().is_some_and(|c| c.waiting());
+        let on_operator = self.waiting || self.asking.is_some() || !self.tool_asks.is_empty() || children;
         if on_operator {
             self.last_activity = Instant::now();
         }

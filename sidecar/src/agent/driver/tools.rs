@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use tracing::Instrument as _;
 
 use super::Driver;
-use crate::report::{Event, StatusKind};
+use crate::report::{Event, Report, StatusKind};
 use crate::status::WorkerStatus;
 use crate::worker_mcp::{ToolCall, ToolRequest};
 
@@ -32,6 +32,9 @@ pub enum Ending {
     Checkpoint { summary: String, next_action: String },
     Escalate { category: String, detail: String },
 }
+
+/// Where a tool's result goes.
+type ToolReply = oneshot::Sender<Result<serde_json::Value, String>>;
 
 /// A question the `ask` tool is waiting on.
 pub(super) struct PendingAsk {
@@ -59,6 +62,10 @@ impl Driver<'_, '_> {
                 return span.in_scope(|| self.tool_ask(question, choices, reply));
             }
             ToolRequest::Context => Ok(self.tool_context().instrument(span).await),
+            // Answered when the controller has answered (or the children
+            // are done), off the driver's loop.
+            ToolRequest::Spawn { plan_toml } => return self.tool_spawn(plan_toml, reply, span),
+            ToolRequest::WaitChildren { timeout } => return self.tool_wait_children(timeout, reply, span),
             ToolRequest::Progress { step, percent, note } => {
                 span.in_scope(|| self.tool_progress(step, percent, note))
             }
@@ -140,6 +147,56 @@ impl Driver<'_, '_> {
         true
     }
 
+    fn tool_spawn(&mut self, plan_toml: String, reply: ToolReply, span: tracing::Span) {
+        let Some(children) = self.s.children.clone() else {
+            let _ = reply.send(Err("this attempt cannot spawn child tasks (a reviewer's)".into()));
+            return;
+        };
+        let note = format!("the agent spawns child tasks ({} bytes of plan)", plan_toml.len());
+        self.journal(Event::note(&self.s.attempt, note));
+        tracing::info!(parent: &span, bytes = plan_toml.len(), "the agent spawns child tasks");
+        let (tx, attempt) = (self.ch.tx.clone(), self.s.attempt.clone());
+        tokio::spawn(
+            async move {
+                let result = children.spawn(plan_toml).await;
+                let note = match &result {
+                    Ok(v) => format!("child swarm {} started", v["child"].as_str().unwrap_or_default()),
+                    Err(e) => format!("spawn refused: {e}"),
+                };
+                let _ = tx.send(Report::Journaled(Event::note(&attempt, note)));
+                let _ = reply.send(result);
+            }
+            .instrument(span),
+        );
+    }
+
+    fn tool_wait_children(&mut self, timeout: Duration, reply: ToolReply, span: tracing::Span) {
+        let Some(children) = self.s.children.clone() else {
+            let _ = reply.send(Err("this attempt has no child tasks (a reviewer's)".into()));
+            return;
+        };
+        let (tx, attempt) = (self.ch.tx.clone(), self.s.attempt.clone());
+        tokio::spawn(
+            async move {
+                let result = children.wait(timeout).await;
+                let note = match &result {
+                    Ok(w) if w.merged => format!(
+                        "the children's work is merged into the worktree ({})",
+                        w.result["merge_commit"].as_str().unwrap_or_default()
+                    ),
+                    Ok(w) => format!(
+                        "wait_children: the child is {}",
+                        w.result["state"].as_str().unwrap_or_default()
+                    ),
+                    Err(e) => format!("wait_children failed: {e}"),
+                };
+                let _ = tx.send(Report::Journaled(Event::note(&attempt, note)));
+                let _ = reply.send(result.map(|w| w.result));
+            }
+            .instrument(span),
+        );
+    }
+
     fn end_by_tool(&mut self, ending: Ending) {
         let note = match &ending {
             Ending::Checkpoint { summary, .. } => format!("the agent checkpoints: {summary}"),
@@ -209,6 +266,8 @@ impl ToolRequest {
             ToolRequest::Escalate { .. } => "escalate",
             ToolRequest::Checkpoint { .. } => "checkpoint",
             ToolRequest::Context => "context",
+            ToolRequest::Spawn { .. } => "spawn",
+            ToolRequest::WaitChildren { .. } => "wait_children",
         }
     }
 }
