@@ -192,3 +192,89 @@ async fn an_escalation_through_the_tool_waits_for_the_operator_and_the_session_r
     let resumed = claude.api.requests_of("esc").into_iter().find(|r| r.step == Some(3)).expect("step 3");
     assert!(resumed.user_text().contains("use 8080"), "the answer reached the resumed session");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_splits_its_task_and_takes_its_childrens_work_through_a_controller_kill9() {
+    let child_prompt =
+        |text: &str, script: &str| format!("{text}\n\n{}", swarm_tests::messages_api::marker(script));
+    let children = json!([
+        {"id": "a", "files": ["src/a/**"], "prompt": child_prompt("Write a.", "child-a")},
+        {"id": "b", "files": ["src/b/**"], "deps": ["a"], "prompt": child_prompt("Write b.", "child-b")},
+    ]);
+    let parent = Script::new(
+        "split",
+        vec![
+            Step::file("Write", "src/main.txt", json!({"content": "main\n"})),
+            Step::tool("mcp__swarm__spawn", json!({ "tasks": children })),
+            Step::tool("mcp__swarm__wait_children", json!({"timeout_secs": 300})),
+            Step::file("Write", "src/after.txt", json!({"content": "after\n"})),
+            Step::text("Done, with my children's work."),
+        ],
+    );
+    let child = |name: &str, path: &'static str, content: &str| {
+        Script::new(name, vec![Step::file("Write", path, json!({ "content": content })), Step::text("Done.")])
+    };
+    let scripts =
+        vec![parent, child("child-a", "src/a/x.txt", "a\n"), child("child-b", "src/b/y.txt", "b\n")];
+    let test = "an_agent_splits_its_task_and_takes_its_childrens_work_through_a_controller_kill9";
+    let Some(claude) = RealClaude::start(test, scripts) else { return };
+    let repo = TempRepo::with_files(&[]);
+    let plan = claude
+        .plan_env("sp", &[("ENABLE_TOOL_SEARCH", "false")])
+        .default("retries", "0")
+        .default("idle_timeout_secs", &IDLE_SECS.to_string())
+        .default("permissions", r#"{ allow = ["Edit(src/**)"], otherwise = "deny" }"#)
+        .task(claude_task("t", &["src/**"], "split", "Write the files, with helpers."))
+        .build();
+    // The parent holds one sidecar while its children run on the other.
+    let mut cluster = claude.cluster(&repo, 2);
+    let url = cluster.url();
+    create_swarm(&url, &plan).await;
+
+    // Once the child exists (the parent is in wait_children), the controller dies.
+    poll("the spawned child swarm sp/t", WAIT, || async {
+        let mut op = try_operator(&url).await?;
+        let t = tasks(&mut op, "sp").await.remove("t")?;
+        assert!(!matches!(state_of(&t), TaskState::Failed), "t failed: {}", t.reason);
+        let children = tasks(&mut op, "sp/t").await;
+        (children.len() == 2).then_some(())
+    })
+    .await;
+    cluster.controller.restart_after_kill9();
+
+    let t = wait_task_state(&url, "sp", "t", TaskState::Merged).await;
+    assert_eq!(t.retries_used, 0, "{}", t.reason);
+    let all = attempts(&url, "sp/t").await;
+    assert_eq!(all.len(), 1, "one attempt took its children's work: {all:?}");
+    let mut op = operator(&url).await;
+    let kids = tasks(&mut op, "sp/t").await;
+    for id in ["a", "b"] {
+        assert_eq!(state_of(&kids[id]), TaskState::Merged, "{id}: {}", kids[id].reason);
+    }
+    let tree = repo.tree("swarm/sp/integration");
+    for (path, content) in [
+        ("src/main.txt", "main\n"),
+        ("src/a/x.txt", "a\n"),
+        ("src/b/y.txt", "b\n"),
+        ("src/after.txt", "after\n"),
+    ] {
+        assert_eq!(tree.get(path).map(String::as_str), Some(content), "{path}: {tree:?}");
+    }
+
+    let seen = results_seen(&claude, "split");
+    let by_tool =
+        |name: &str| seen.iter().find(|r| r.tool == name).unwrap_or_else(|| panic!("{name}: {seen:#?}"));
+    for r in &seen {
+        assert!(!r.is_error, "{} failed: {}", r.tool, r.content);
+    }
+    let spawned: Value = serde_json::from_str(&by_tool("mcp__swarm__spawn").content).unwrap();
+    assert_eq!(spawned["child"], "sp/t", "{spawned}");
+    let waited: Value = serde_json::from_str(&by_tool("mcp__swarm__wait_children").content).unwrap();
+    assert_eq!(waited["state"], "COMPLETED", "{waited}");
+    assert!(waited["merge_commit"].as_str().is_some_and(|c| c.len() == 40), "{waited}");
+    let states: Vec<&str> =
+        waited["tasks"].as_array().unwrap().iter().filter_map(|t| t["state"].as_str()).collect();
+    assert_eq!(states, ["MERGED", "MERGED"], "{waited}");
+    let events = task_events(&url, "sp/t").await;
+    assert!(events.iter().any(|e| e.kind == "task.spawned"), "{events:#?}");
+}

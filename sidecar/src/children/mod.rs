@@ -204,15 +204,20 @@ where
 {
     let deadline = Instant::now() + UNAVAILABLE_PATIENCE;
     let mut pause = Duration::from_millis(250);
+    // A connection cut mid-call (the controller killed) comes back as
+    // Unknown ("transport error"); the controller itself never answers so.
+    let away = |s: &tonic::Status| {
+        matches!(s.code(), tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled)
+    };
     loop {
         match call().await {
             Ok(v) => return Ok(v),
-            Err(s) if s.code() == tonic::Code::Unavailable && Instant::now() + pause < deadline => {
+            Err(s) if away(&s) && Instant::now() + pause < deadline => {
                 tracing::info!(error = %s.message(), "the controller is away; asking again");
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_secs(5));
             }
-            Err(s) if s.code() == tonic::Code::Unavailable => {
+            Err(s) if away(&s) => {
                 return Err(format!("the controller did not answer: {}", s.message()));
             }
             Err(s) => return Err(s.message().to_string()),
