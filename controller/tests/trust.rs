@@ -315,6 +315,83 @@ async fn a_task_context_is_told_only_to_the_sidecar_holding_the_attempt() {
     assert!(context.dependencies.is_empty() && context.siblings.is_empty(), "{context:?}");
 }
 
+/// The plan of a task owning a directory, for a child to own parts of.
+const OWNS_DIR: &str =
+    "name = \"s\"\n[defaults]\ncommand = \"true\"\n[[tasks]]\nid = \"a\"\nfiles = [\"src/**\"]\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_is_spawned_only_by_the_sidecar_holding_the_attempt_and_only_inside_its_files() {
+    let h = Harness::start().await;
+    h.create(OWNS_DIR).await;
+    let mut sc = h.sidecar("w1").await;
+    let a = sc.assign().await;
+    let secret = sc.secret();
+    let mut client = SidecarServiceClient::new(h.channel.clone());
+    let fragment = "[[tasks]]\nid = \"x\"\nfiles = [\"src/x/**\"]\n";
+    let spawn = |attempt: v1::AttemptRef, plan: &str| v1::SpawnChildrenRequest {
+        attempt: Some(attempt),
+        plan_toml: plan.to_string(),
+    };
+    let forged = v1::AttemptRef { fencing_token: attempt_ref(&a).fencing_token + 1, ..attempt_ref(&a) };
+    let refused = [
+        (attempt_ref(&a), "w1", "", fragment, Code::PermissionDenied, "pack for worker w1"),
+        (attempt_ref(&a), "w2", secret.as_str(), fragment, Code::PermissionDenied, "pack for worker w2"),
+        (forged, "w1", secret.as_str(), fragment, Code::PermissionDenied, "is not its live attempt"),
+        (
+            attempt_ref(&a),
+            "w1",
+            secret.as_str(),
+            "[[tasks]]\nid = \"x\"\nfiles = [\"lib/**\"]\n",
+            Code::InvalidArgument,
+            "tasks[0].files[0]: \"lib/**\" is not inside",
+        ),
+        (
+            attempt_ref(&a),
+            "w1",
+            secret.as_str(),
+            "name = \"y\"\n",
+            Code::InvalidArgument,
+            "name: only tasks may be given",
+        ),
+    ];
+    for (i, (attempt, worker, secret, plan, code, says)) in refused.into_iter().enumerate() {
+        let status = client
+            .spawn_children(with_claim(spawn(attempt, plan), worker, secret))
+            .await
+            .expect_err("refused");
+        assert_eq!(status.code(), code, "case {}: {}", i + 1, status.message());
+        assert!(status.message().contains(says), "case {}: {}", i + 1, status.message());
+    }
+    let swarms = || async {
+        let list =
+            h.operator().list_swarms(v1::ListSwarmsRequest::default()).await.expect("list").into_inner();
+        list.swarms.len()
+    };
+    assert_eq!(swarms().await, 1, "no refused spawn made a swarm");
+    let none = client.get_children(with_claim(
+        v1::GetChildrenRequest { attempt: Some(attempt_ref(&a)) },
+        "w1",
+        &secret,
+    ));
+    assert_eq!(none.await.expect("children").into_inner().swarm, "", "none spawned yet");
+
+    let first = client.spawn_children(with_claim(spawn(attempt_ref(&a), fragment), "w1", &secret)).await;
+    let first = first.expect("the holder spawns").into_inner();
+    assert_eq!((first.swarm.as_str(), first.tasks.len()), ("s/a", 1), "{first:?}");
+    let again = client.spawn_children(with_claim(spawn(attempt_ref(&a), fragment), "w1", &secret)).await;
+    assert_eq!(again.expect("the same tasks again").into_inner().swarm, "s/a");
+    assert_eq!(swarms().await, 2, "one child, however often it is asked for");
+    let other = "[[tasks]]\nid = \"y\"\nfiles = [\"src/y/**\"]\n";
+    let status = client
+        .spawn_children(with_claim(spawn(attempt_ref(&a), other), "w1", &secret))
+        .await
+        .expect_err("other tasks");
+    assert_eq!(status.code(), Code::FailedPrecondition, "{}", status.message());
+    let asked = v1::GetChildrenRequest { attempt: Some(attempt_ref(&a)) };
+    let status = client.get_children(with_claim(asked, "w2", &secret)).await.expect_err("not the holder");
+    assert_eq!(status.code(), Code::PermissionDenied, "{}", status.message());
+}
+
 fn count_packs(repo: &std::path::Path) -> usize {
     std::fs::read_dir(repo.join(".git/objects/pack")).map(|d| d.count()).unwrap_or(0)
 }
