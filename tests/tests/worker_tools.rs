@@ -278,3 +278,42 @@ async fn an_agent_splits_its_task_and_takes_its_childrens_work_through_a_control
     let events = task_events(&url, "sp/t").await;
     assert!(events.iter().any(|e| e.kind == "task.spawned"), "{events:#?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cancelling_a_task_that_spawned_cancels_its_running_children() {
+    let child_prompt = format!("Write c.\n\n{}", swarm_tests::messages_api::marker("slow-child"));
+    let parent = Script::new(
+        "spawner",
+        vec![
+            Step::tool(
+                "mcp__swarm__spawn",
+                json!({"tasks": [{"id": "c", "files": ["src/c/**"], "prompt": child_prompt}]}),
+            ),
+            Step::tool("mcp__swarm__wait_children", json!({"timeout_secs": 300})),
+            Step::text("Done."),
+        ],
+    );
+    // The child waits on the operator, so it is RUNNING when the cancel comes.
+    let child = Script::new(
+        "slow-child",
+        vec![Step::tool("mcp__swarm__ask", json!({"question": "Which c?"})), Step::text("Done.")],
+    );
+    let test = "cancelling_a_task_that_spawned_cancels_its_running_children";
+    let Some(claude) = RealClaude::start(test, vec![parent, child]) else { return };
+    let repo = TempRepo::with_files(&[]);
+    let plan = claude
+        .plan_env("cx", &[("ENABLE_TOOL_SEARCH", "false")])
+        .default("retries", "0")
+        .default("permissions", r#"{ allow = ["Edit(src/**)"], otherwise = "deny" }"#)
+        .task(claude_task("t", &["src/**"], "spawner", "Split the work."))
+        .build();
+    let cluster = claude.cluster(&repo, 2);
+    let url = cluster.url();
+    create_swarm(&url, &plan).await;
+    wait_question_in(&url, "cx/t", "c", TaskState::Running).await;
+
+    let out = swarmctl(&url, &["cancel", "cx/t", "--reason", "not needed"]);
+    assert_eq!(out.status.code(), Some(0), "cancel: {}{}", stdout(&out), stderr(&out));
+    wait_task_state(&url, "cx", "t", TaskState::Cancelled).await;
+    wait_task_state(&url, "cx/t", "c", TaskState::Cancelled).await;
+}
