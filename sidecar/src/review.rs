@@ -113,7 +113,14 @@ fn read_decision(path: &Path, said: &str) -> ReviewVerdict {
             Err(e) => return refuse(format!("{}: {e}", path.display())),
         },
     };
-    match serde_json::from_str::<ReviewFile>(&text) {
+    decision_of(&text)
+}
+
+/// The decision `.swarm/review.json` gives, or why it gives none (the
+/// reviewer wrote it: any text at all must come back as one or the other).
+pub fn decision_of(text: &str) -> ReviewVerdict {
+    let refuse = |error: String| ReviewVerdict { error, ..Default::default() };
+    match serde_json::from_str::<ReviewFile>(text) {
         Ok(f) if DECISIONS.contains(&f.decision.as_str()) => {
             ReviewVerdict { decision: f.decision, message: f.message, error: String::new() }
         }

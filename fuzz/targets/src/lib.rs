@@ -1,7 +1,9 @@
 //! One input to each parser whose input comes from a file, a peer or an
 //! agent: the plan, a sidecar's messages through the controller's own
 //! validation, the worker's `status.json`, the Claude Code and Codex
-//! output parsers, the tokens file and the sidecar's journal. Each target
+//! output parsers, the tokens file, the sidecar's journal, an agent's
+//! `spawn` (the tasks it sends, composed into its swarm's plan) and a
+//! reviewer's `review.json`. Each target
 //! must return for any bytes, without a panic, in bounded time.
 //!
 //! The cargo-fuzz targets in `fuzz/libfuzzer/fuzz_targets/` call these, and
@@ -24,6 +26,8 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("codex_lines", codex_lines),
     ("tokens", tokens),
     ("journal", journal),
+    ("spawn", spawn),
+    ("review", review),
 ];
 
 /// A plan file, as `swarmctl` and `CreateSwarm` read it.
@@ -84,4 +88,42 @@ pub fn journal(data: &[u8]) {
     if std::fs::write(&path, data).is_ok() {
         let _ = swarm_sidecar::journal::Journal::open(&path);
     }
+}
+
+/// The stored plan an agent's `spawn` is composed into: a task at the root
+/// and one inside a declared sub-plan, each a worker that may spawn.
+const SPAWN_STORED: &str = r#"
+name = "app"
+[defaults]
+agent = "claude"
+[[tasks]]
+id = "auth"
+files = ["auth/**"]
+model = "opus"
+[[tasks]]
+id = "docs"
+files = ["docs/"]
+deps = ["auth"]
+[[tasks.subtasks]]
+id = "guide"
+files = ["docs/guide/**"]
+"#;
+
+/// The tasks an agent sends with `spawn`, composed into its swarm's plan
+/// and checked as the controller does, for a root task and a nested one.
+pub fn spawn(data: &[u8]) {
+    let Ok(fragment) = std::str::from_utf8(data) else { return };
+    for (swarm, task) in [("app", "auth"), ("app/docs", "guide")] {
+        let (Ok(swarm), Ok(task)) =
+            (swarm_core::SwarmId::new(swarm), swarm_core::TaskId::new(task.to_string()))
+        else {
+            return;
+        };
+        let _ = swarm_core::plan::spawn::spawned(SPAWN_STORED, &swarm, &task, fragment);
+    }
+}
+
+/// A reviewer's `.swarm/review.json`.
+pub fn review(data: &[u8]) {
+    let _ = swarm_sidecar::review::decision_of(&String::from_utf8_lossy(data));
 }
