@@ -12,6 +12,9 @@
 //! $B startup [--sidecars K] [--files F] [--runs R]
 //!                                  # `swarmctl run`: process start -> K sidecars connected
 //! $B memory [--tasks N]            # controller RSS per task at rest, CPU at rest
+//! $B soak [--minutes M] [--sidecars K] [--churn P]
+//!                                  # K simulated sidecars, P% of them churning a minute:
+//!                                  # RSS/fds/threads drift, tasks lost, run twice, store growth
 //! ```
 //!
 //! Each prints its baseline from the same run beside its figures (this kind
@@ -24,6 +27,7 @@ mod e2e;
 #[path = "../../../../tests/src/fresh_fs.rs"]
 mod fresh_fs;
 mod memory;
+mod soak;
 mod startup;
 
 use clap::{Parser, Subcommand};
@@ -50,6 +54,8 @@ enum Cmd {
     Startup(startup::Args),
     /// Controller RSS per task at rest after `swarmctl create`.
     Memory(memory::Args),
+    /// Hours of fleet churn: drift, lost and duplicated tasks, store growth.
+    Soak(soak::Args),
 }
 
 #[tokio::main]
@@ -62,5 +68,6 @@ async fn main() -> anyhow::Result<()> {
         Some(Cmd::E2e(a)) => e2e::run(&a).await,
         Some(Cmd::Startup(a)) => tokio::task::spawn_blocking(move || startup::run(&a)).await?,
         Some(Cmd::Memory(a)) => tokio::task::spawn_blocking(move || memory::run(&a)).await?,
+        Some(Cmd::Soak(a)) => soak::run(&a).await,
     }
 }

@@ -1,0 +1,406 @@
+//! `swarm-bench soak`: a real controller under hours of fleet churn.
+//!
+//! K simulated sidecars (real gRPC streams speaking the sidecar protocol:
+//! Hello with their resume state, heartbeats, results with sequence
+//! numbers, acks) run an endless stream of tasks, each taking a random
+//! few hundred milliseconds, while every minute a fraction P of them
+//! churns: reconnects keeping its journal (resume secret, acked sequence,
+//! the attempt in hand), reconnects without it (a sidecar that lost its
+//! disk: the same worker id, nothing to prove), or is killed and comes
+//! back after one to three leases with its journal. Swarms of tasks are
+//! created as the ones before drain.
+//!
+//! At the end the feed stops and the fleet calms down; what is printed:
+//! the controller's RSS, open file descriptors and threads after warm-up
+//! and at the end, tasks lost (created but never MERGED once the fleet
+//! is calm), tasks run twice (assigned to a sidecar while another
+//! connected sidecar was still running it), and the store's growth per
+//! merged task (nothing is pruned: the store keeps every swarm).
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use rand::{Rng as _, SeedableRng as _};
+use swarm_proto::v1;
+use swarm_proto::v1::controller_message::Body as Down;
+use swarm_proto::v1::operator_service_client::OperatorServiceClient;
+use swarm_proto::v1::sidecar_message::Body as Up;
+use swarm_proto::v1::sidecar_service_client::SidecarServiceClient;
+use tokio::sync::{Mutex, mpsc};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
+
+use crate::common::{channels, start_controller, temp_repo, usage};
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// How long the churn lasts.
+    #[arg(long, default_value_t = 5.0)]
+    pub minutes: f64,
+    /// Simulated sidecars.
+    #[arg(long, default_value_t = 100)]
+    pub sidecars: usize,
+    /// Percent of the sidecars that churn each minute.
+    #[arg(long, default_value_t = 10.0)]
+    pub churn: f64,
+    /// Tasks per swarm; a new swarm is created when fewer than two run.
+    #[arg(long, default_value_t = 1000)]
+    pub tasks_per_swarm: usize,
+    /// Longest a task's simulated work takes (uniform from a tenth of it).
+    #[arg(long, default_value_t = 500)]
+    pub work_ms: u64,
+    /// The controller's lease.
+    #[arg(long, default_value_t = 3000)]
+    pub lease_ms: u64,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+/// What the simulated fleet shares: who runs what, and what went wrong.
+#[derive(Default)]
+struct Fleet {
+    /// Task → the sidecar running it now.
+    running: Mutex<HashMap<String, usize>>,
+    connected: Vec<AtomicBool>,
+    run_twice: AtomicU64,
+    results: AtomicU64,
+    refused_hellos: AtomicU64,
+}
+
+/// How a sidecar churns.
+#[derive(Debug, Clone, Copy)]
+enum Churn {
+    Reconnect { journal: bool },
+    Killed { away: Duration },
+}
+
+/// A simulated sidecar's journal.
+#[derive(Default)]
+struct Journal {
+    secret: String,
+    seq: u64,
+    acked: u64,
+    in_hand: Option<v1::Assign>,
+    /// The result sent and not acked yet, with its sequence.
+    unacked: Option<(u64, v1::AttemptResult)>,
+}
+
+/// Samples of the controller: (RSS bytes, open fds, threads).
+fn sample(pid: u32) -> anyhow::Result<(u64, usize, usize)> {
+    let rss = usage(pid)?.rss;
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))?.count();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let threads = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    Ok((rss, fds, threads))
+}
+
+fn store_bytes(repo: &Path) -> u64 {
+    let dir = repo.join(".git/swarm");
+    let Ok(entries) = std::fs::read_dir(&dir) else { return 0 };
+    entries.flatten().filter_map(|e| e.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum()
+}
+
+pub async fn run(args: &Args) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let repo = temp_repo(dir.path(), "soak", 0)?;
+    let lease = args.lease_ms.to_string();
+    let controller = start_controller(
+        &repo,
+        &["--heartbeat-interval-ms", "1000", "--lease-ttl-ms", &lease, "--lost-grace-ms", "100"],
+        None,
+    )?;
+    let pid = controller.pid();
+    let chans = channels(&controller.addr, args.sidecars.div_ceil(100).max(2)).await?;
+    let fleet = Arc::new(Fleet {
+        connected: (0..args.sidecars).map(|_| AtomicBool::new(false)).collect(),
+        ..Fleet::default()
+    });
+    let run_for = Duration::from_secs_f64(args.minutes * 60.0);
+    let started = Instant::now();
+    let stop_at = started + run_for;
+    let mut churners = Vec::new();
+    let mut sims = Vec::new();
+    for i in 0..args.sidecars {
+        let (tx, rx) = mpsc::channel(4);
+        churners.push(tx);
+        let channel = chans[i % chans.len()].clone();
+        let (fleet, work) = (fleet.clone(), args.work_ms.max(10));
+        let seed = args.seed.wrapping_mul(1_000_003).wrapping_add(i as u64);
+        sims.push(tokio::spawn(sidecar(i, channel, fleet, rx, work, seed, stop_at + run_for)));
+    }
+    let mut op = OperatorServiceClient::new(chans[0].clone());
+    let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
+    let mut swarms: Vec<String> = Vec::new();
+    let mut warm: Option<((u64, usize, usize), u64, u64)> = None;
+    let warm_at = started + run_for / 5;
+    let per_tick = args.churn / 100.0 * args.sidecars as f64 / 60.0;
+    let mut owed = 0.0;
+    while Instant::now() < stop_at {
+        feed(&mut op, &mut swarms, args.tasks_per_swarm).await?;
+        owed += per_tick;
+        while owed >= 1.0 {
+            owed -= 1.0;
+            let who = rng.random_range(0..args.sidecars);
+            let churn = match rng.random_range(0..3) {
+                0 => Churn::Reconnect { journal: true },
+                1 => Churn::Reconnect { journal: false },
+                _ => Churn::Killed { away: Duration::from_millis(args.lease_ms * rng.random_range(1..=3)) },
+            };
+            let _ = churners[who].try_send(churn);
+        }
+        if warm.is_none() && Instant::now() >= warm_at {
+            warm = Some((sample(pid)?, merged(&mut op, &swarms).await?, store_bytes(&repo)));
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    // Calm: no more churn or swarms; every task created must merge.
+    let calm_deadline =
+        Instant::now() + Duration::from_secs(120).max(Duration::from_millis(args.lease_ms * 10));
+    let (total, mut done) = (swarms.len() * args.tasks_per_swarm, 0);
+    while Instant::now() < calm_deadline {
+        done = merged(&mut op, &swarms).await? as usize;
+        if done == total {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let end = sample(pid)?;
+    let end_merged = merged(&mut op, &swarms).await?;
+    let end_store = store_bytes(&repo);
+    for s in sims {
+        s.abort();
+    }
+    let ((rss0, fds0, th0), merged0, store0) = warm.unwrap_or((end, 0, end_store));
+    let growth =
+        (end_store.saturating_sub(store0)) as f64 / (end_merged.saturating_sub(merged0)).max(1) as f64;
+    let pct = |a: u64, b: u64| (b as f64 - a as f64) / a.max(1) as f64 * 100.0;
+    println!(
+        "soak: {:.1} min, {} sidecars, {}% churn/min: {} tasks merged ({:.0}/s), {} results, {} hellos refused \
+         (a worker id still held)",
+        args.minutes,
+        args.sidecars,
+        args.churn,
+        end_merged,
+        end_merged as f64 / started.elapsed().as_secs_f64(),
+        fleet.results.load(Ordering::Relaxed),
+        fleet.refused_hellos.load(Ordering::Relaxed),
+    );
+    println!(
+        "  controller after warm-up -> end: RSS {} -> {} MiB ({:+.1}%), fds {fds0} -> {} ({:+.1}%), threads {th0} -> {}",
+        rss0 >> 20,
+        end.0 >> 20,
+        pct(rss0, end.0),
+        end.1,
+        pct(fds0 as u64, end.1 as u64),
+        end.2
+    );
+    println!(
+        "  lost (created, not MERGED after calm): {}; run twice: {}; store {} -> {} KiB, {growth:.0} bytes per merged task \
+         (no pruning)",
+        total - done.min(total),
+        fleet.run_twice.load(Ordering::Relaxed),
+        store0 >> 10,
+        end_store >> 10,
+    );
+    Ok(())
+}
+
+/// Keeps two swarms of work queued.
+async fn feed(
+    op: &mut OperatorServiceClient<Channel>,
+    swarms: &mut Vec<String>,
+    n: usize,
+) -> anyhow::Result<()> {
+    let mut live = 0;
+    for s in swarms.iter().rev().take(3) {
+        let view = op.get_swarm(v1::GetSwarmRequest { swarm_id: s.clone() }).await?.into_inner();
+        let merged = view.tasks_by_state.get("MERGED").copied().unwrap_or(0) as usize;
+        if merged < n {
+            live += 1;
+        }
+    }
+    while live < 2 {
+        let name = format!("soak{}", swarms.len());
+        let mut plan = format!("name = \"{name}\"\n[defaults]\ncommand = \"true\"\nretries = 100\n");
+        for i in 0..n {
+            plan.push_str(&format!("[[tasks]]\nid = \"t{i}\"\nfiles = [\"f/{i}\"]\n"));
+        }
+        op.create_swarm(v1::CreateSwarmRequest { plan_toml: plan }).await?;
+        swarms.push(name);
+        live += 1;
+    }
+    Ok(())
+}
+
+async fn merged(op: &mut OperatorServiceClient<Channel>, swarms: &[String]) -> anyhow::Result<u64> {
+    let mut sum = 0;
+    for s in swarms {
+        let view = op.get_swarm(v1::GetSwarmRequest { swarm_id: s.clone() }).await?.into_inner();
+        sum += view.tasks_by_state.get("MERGED").copied().unwrap_or(0) as u64;
+    }
+    Ok(sum)
+}
+
+fn key_of(a: &v1::Assign) -> String {
+    a.attempt.as_ref().map(|r| format!("{}/{}", r.swarm_id, r.task_id)).unwrap_or_default()
+}
+
+/// One simulated sidecar until `until`: sessions one after another.
+async fn sidecar(
+    id: usize,
+    channel: Channel,
+    fleet: Arc<Fleet>,
+    mut churn: mpsc::Receiver<Churn>,
+    work_ms: u64,
+    seed: u64,
+    until: Instant,
+) {
+    let worker = format!("soak-w{id}");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut j = Journal::default();
+    let mut work_until: Option<tokio::time::Instant> = None;
+    while Instant::now() < until {
+        let (tx, rx) = mpsc::channel(16);
+        let attempt_in_hand = j.in_hand.as_ref().and_then(|a| a.attempt.clone());
+        let hello = v1::Hello {
+            worker_id: worker.clone(),
+            capacity: 1,
+            shares_repository: true,
+            last_acked_seq: j.acked,
+            attempt_in_hand,
+            resume_secret: j.secret.clone(),
+            ..Default::default()
+        };
+        if tx.send(v1::SidecarMessage { seq: 0, body: Some(Up::Hello(hello)) }).await.is_err() {
+            return;
+        }
+        let connected = SidecarServiceClient::new(channel.clone()).connect(ReceiverStream::new(rx)).await;
+        let Ok(mut inbound) = connected.map(|r| r.into_inner()) else {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            continue;
+        };
+        // The Welcome, or the refusal.
+        let welcome = match tokio::time::timeout(Duration::from_secs(10), inbound.message()).await {
+            Ok(Ok(Some(v1::ControllerMessage { body: Some(Down::Welcome(w)) }))) => w,
+            _ => {
+                fleet.refused_hellos.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+        };
+        j.secret = welcome.resume_secret.clone();
+        j.seq = j.seq.max(welcome.last_applied_seq);
+        j.acked = j.acked.max(welcome.last_applied_seq.min(j.seq));
+        if !welcome.attempt_resumed
+            && let Some(a) = j.in_hand.take()
+        {
+            fleet.running.lock().await.remove(&key_of(&a));
+            work_until = None;
+        }
+        let mut resend = Vec::new();
+        if let Some((seq, result)) = j.unacked.clone() {
+            if seq > welcome.last_applied_seq {
+                resend.push(v1::SidecarMessage { seq, body: Some(Up::Result(result)) });
+            } else {
+                j.unacked = None;
+            }
+        }
+        let beat =
+            v1::SidecarMessage { seq: 0, body: Some(Up::Heartbeat(v1::Heartbeat { sent_at_unix_ms: 0 })) };
+        resend.push(beat.clone());
+        for m in resend {
+            let _ = tx.send(m).await;
+        }
+        fleet.connected[id].store(true, Ordering::Relaxed);
+        let mut heartbeat = tokio::time::interval(Duration::from_secs(1));
+        let ended: Option<Churn> = loop {
+            let working =
+                work_until.unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(3600));
+            tokio::select! {
+                m = inbound.message() => match m {
+                    Ok(Some(v1::ControllerMessage { body: Some(Down::Assign(a)) })) => {
+                        let key = key_of(&a);
+                        let mut running = fleet.running.lock().await;
+                        if let Some(&other) = running.get(&key)
+                            && other != id
+                            && fleet.connected[other].load(Ordering::Relaxed)
+                        {
+                            fleet.run_twice.fetch_add(1, Ordering::Relaxed);
+                        }
+                        running.insert(key, id);
+                        drop(running);
+                        let ms = rng.random_range(work_ms / 10..=work_ms);
+                        work_until = Some(tokio::time::Instant::now() + Duration::from_millis(ms));
+                        j.in_hand = Some(a);
+                    }
+                    Ok(Some(v1::ControllerMessage { body: Some(Down::Ack(ack)) })) => {
+                        j.acked = j.acked.max(ack.seq);
+                        if j.unacked.as_ref().is_some_and(|(s, _)| *s <= j.acked) {
+                            j.unacked = None;
+                        }
+                    }
+                    Ok(Some(v1::ControllerMessage { body: Some(Down::Cancel(_)) })) => {
+                        if let Some(a) = j.in_hand.take() {
+                            fleet.running.lock().await.remove(&key_of(&a));
+                            let result = v1::AttemptResult {
+                                attempt: a.attempt,
+                                outcome: v1::Outcome::Cancelled as i32,
+                                ..Default::default()
+                            };
+                            j.seq += 1;
+                            j.unacked = Some((j.seq, result.clone()));
+                            let _ = tx.send(v1::SidecarMessage { seq: j.seq, body: Some(Up::Result(result)) }).await;
+                        }
+                        work_until = None;
+                    }
+                    Ok(Some(_)) => {}
+                    _ => break None,
+                },
+                _ = tokio::time::sleep_until(working), if work_until.is_some() => {
+                    work_until = None;
+                    if let Some(a) = j.in_hand.take() {
+                        fleet.running.lock().await.remove(&key_of(&a));
+                        let result = v1::AttemptResult {
+                            attempt: a.attempt,
+                            outcome: v1::Outcome::Success as i32,
+                            commit: a.base_commit,
+                            ..Default::default()
+                        };
+                        j.seq += 1;
+                        j.unacked = Some((j.seq, result.clone()));
+                        fleet.results.fetch_add(1, Ordering::Relaxed);
+                        let _ = tx.send(v1::SidecarMessage { seq: j.seq, body: Some(Up::Result(result)) }).await;
+                    }
+                }
+                _ = heartbeat.tick() => {
+                    let _ = tx.send(beat.clone()).await;
+                }
+                c = churn.recv() => break c,
+            }
+        };
+        fleet.connected[id].store(false, Ordering::Relaxed);
+        drop(tx);
+        drop(inbound);
+        match ended {
+            Some(Churn::Reconnect { journal: false }) => {
+                // A new process on a lost disk: its worker is gone with it.
+                if let Some(a) = j.in_hand.take() {
+                    fleet.running.lock().await.remove(&key_of(&a));
+                }
+                work_until = None;
+                j = Journal::default();
+            }
+            Some(Churn::Killed { away }) => tokio::time::sleep(away).await,
+            Some(Churn::Reconnect { journal: true }) | None => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
