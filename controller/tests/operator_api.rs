@@ -305,6 +305,19 @@ async fn bad_sidecar_messages_close_the_stream_with_the_field_and_change_nothing
             "hello.labels",
         ),
         (
+            // A sidecar of a newer protocol revision than this controller's.
+            vec![v1::SidecarMessage {
+                seq: 0,
+                body: Some(Body::Hello(v1::Hello {
+                    worker_id: "w9".into(),
+                    capacity: 1,
+                    protocol: swarm_proto::compat::PROTOCOL + 1,
+                    ..Default::default()
+                })),
+            }],
+            "hello.protocol",
+        ),
+        (
             vec![
                 hello("w9"),
                 msg(

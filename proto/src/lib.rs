@@ -14,6 +14,7 @@ pub mod v1 {
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("swarm_v1_descriptor");
 
 pub mod codec;
+pub mod compat;
 pub mod convert;
 pub mod limits;
 

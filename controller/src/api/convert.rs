@@ -104,6 +104,9 @@ pub fn hello(h: &v1::Hello) -> Result<HelloInfo, FieldError> {
             format!("must be at most {MAX_SECRET} hex digits, as Welcome gave it"),
         ));
     }
+    swarm_proto::compat::accepts(swarm_proto::compat::revision(h.protocol))
+        .map_err(|rule| FieldError::new("hello.protocol", rule))?;
+    text("hello.version", &h.version, 64)?;
     Ok(HelloInfo {
         worker_id,
         labels,
@@ -407,6 +410,7 @@ pub fn outbound(o: Outbound) -> Result<v1::ControllerMessage, tonic::Status> {
             last_applied_seq,
             attempt_resumed,
             resume_secret,
+            protocol: swarm_proto::compat::PROTOCOL,
         }),
         Outbound::Assign(a) => Body::Assign(assign(&a)),
         Outbound::Cancel { attempt, grace_ms, reason, checkpoint } => {

@@ -198,6 +198,8 @@ impl Sim {
                 shares_repository: true,
                 version: "test".into(),
                 resume_secret: secret.into(),
+                // As a sidecar from before the field: revision 1.
+                protocol: 0,
             })),
         })
         .await

@@ -342,6 +342,7 @@ impl Session {
                 shares_repository: !self.cfg.remote,
                 version: env!("CARGO_PKG_VERSION").to_string(),
                 resume_secret: self.journal.resume_secret().to_string(),
+                protocol: swarm_proto::compat::PROTOCOL,
             })),
         }
     }
