@@ -1,8 +1,10 @@
 //! Chaos: a 100-task DAG of real git work (each task applies a patch that
 //! only applies on top of its dependency's result) while the controller is
 //! killed with -9 at random moments and sidecars too, each restarted, with
-//! stale git locks left behind on purpose. The result must equal an
-//! undisturbed run's tree, with every task merged exactly once.
+//! stale git locks left behind on purpose; and the same DAG on three
+//! remote sidecar hosts (network namespaces, root) whose links a seeded
+//! schedule cuts and heals. The result must equal an undisturbed run's
+//! tree, with every task merged exactly once and no retry spent.
 //!
 //! Seeded: set `SWARM_CHAOS_SEED` to replay a run; the seed is printed.
 #![allow(clippy::unwrap_used)] // tests: a panic is the report
@@ -76,12 +78,15 @@ fn workload() -> Vec<(String, String)> {
 }
 
 fn plan(name: &str) -> String {
-    let mut p = PlanBuilder::new(name)
-        .default(
-            "command",
-            r#"["sh", "-c", "sleep 0.1 && git apply --whitespace=nowarn patches/$SWARM_TASK_ID.patch"]"#,
-        )
-        .default("retries", "0");
+    plan_taking(name, "0.1")
+}
+
+/// The plan with each task taking `secs` before its patch.
+fn plan_taking(name: &str, secs: &str) -> String {
+    let command = format!(
+        r#"["sh", "-c", "sleep {secs} && git apply --whitespace=nowarn patches/$SWARM_TASK_ID.patch"]"#
+    );
+    let mut p = PlanBuilder::new(name).default("command", &command).default("retries", "0");
     for i in 0..TASKS {
         let mut t = task(&task_id(i)).files(&[&chain_file(i)]);
         if i >= CHAINS {
@@ -192,4 +197,99 @@ async fn chaos_kill9_of_controller_and_sidecars_gives_the_undisturbed_tree_with_
 #[tokio::test(flavor = "multi_thread")]
 async fn chaos_with_stale_git_locks_left_behind_still_finishes() {
     run_chaos(true).await;
+}
+
+/// The partition schedule's cuts, each of one sidecar host's link.
+const CUTS: usize = 8;
+const PARTITION_LEASES: &[&str] =
+    &["--heartbeat-interval-ms=200", "--lease-ttl-ms=1500", "--lost-grace-ms=100"];
+
+/// Every task of `swarm` as `swarmctl get tasks -o json` gives it, by id.
+fn tasks_in(ns: &str, url: &str, auth: &[String], swarm: &str) -> BTreeMap<String, serde_json::Value> {
+    let out = swarm_tests::swarmctl_in(ns, url, auth, &["get", "tasks", "--swarm", swarm, "-o", "json"]);
+    let list: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    list.into_iter().map(|t| (t["task"].as_str().unwrap_or_default().to_string(), t)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn chaos_partitions_of_remote_sidecar_hosts_give_the_undisturbed_tree_with_no_retry_spent() {
+    let test = "chaos_partitions_of_remote_sidecar_hosts_give_the_undisturbed_tree_with_no_retry_spent";
+    if let Some(why) = swarm_tests::netns_unavailable() {
+        return swarm_tests::skip_for(test, swarm_tests::Needs::Root, why);
+    }
+    let hosts = ["s1", "s2", "s3"];
+    let net = match swarm_tests::Net::create(&["ctl", "s1", "s2", "s3"]) {
+        Ok(n) => n,
+        Err(e) => {
+            let why = format!("cannot set up network namespaces: {e}");
+            return swarm_tests::skip_for(test, swarm_tests::Needs::Root, &why);
+        }
+    };
+    let seed = std::env::var("SWARM_CHAOS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+    });
+    eprintln!("partition seed {seed}; replay with SWARM_CHAOS_SEED={seed}");
+    let mut rng = Rng(seed);
+    let expected = undisturbed_tree();
+
+    let dir = tempfile::tempdir().unwrap();
+    let pki = swarm_tests::Pki::init(&dir.path().join("pki"));
+    let repo = new_repo();
+    let (_controller, url) =
+        swarm_tests::spawn_controller_in(&net.ns("ctl"), repo.path(), &pki, PARTITION_LEASES, dir.path());
+    let _sidecars: Vec<swarm_tests::Killed> = hosts
+        .iter()
+        .map(|h| swarm_tests::spawn_remote_sidecar_in(&net.ns(h), h, repo.path(), &url, &pki, dir.path()))
+        .collect();
+    let (ns, auth) = (net.ns("ctl"), pki.client_args("admin"));
+    let plan_path = dir.path().join("plan.toml");
+    // Slower tasks than the kill chaos's: the cuts must come while work is left.
+    std::fs::write(&plan_path, plan_taking("c", "0.5")).unwrap();
+    let out = swarm_tests::swarmctl_in(&ns, &url, &auth, &["create", plan_path.to_str().unwrap()]);
+    assert!(out.status.success(), "create: {}", swarm_tests::stderr(&out));
+
+    // Seeded cuts of one host at a time, shorter and longer than the lease,
+    // while the DAG runs; each heals before the next.
+    let mut during_work = 0;
+    for n in 0..CUTS {
+        let merged = tasks_in(&ns, &url, &auth, "c").values().filter(|t| t["state"] == "MERGED").count();
+        during_work += usize::from(merged < TASKS);
+        let host = hosts[rng.below(hosts.len() as u64) as usize];
+        let down = Duration::from_millis(if rng.below(2) == 0 { 700 } else { 2_500 + rng.below(1_500) });
+        eprintln!("seed {seed}: cut {n}: {host} for {} ms", down.as_millis());
+        net.cut(host);
+        tokio::time::sleep(down).await;
+        net.heal(host);
+        tokio::time::sleep(Duration::from_millis(300 + rng.below(700))).await;
+    }
+    // Else the schedule met a finished swarm and proves little.
+    assert!(during_work >= CUTS / 2, "seed {seed}: only {during_work} cuts came while tasks were left");
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let done = loop {
+        let tasks = tasks_in(&ns, &url, &auth, "c");
+        let merged = tasks.values().filter(|t| t["state"] == "MERGED").count();
+        if merged == TASKS {
+            break tasks;
+        }
+        for t in tasks.values() {
+            assert_ne!(t["state"], "FAILED", "seed {seed}: {t:#}");
+        }
+        assert!(Instant::now() < deadline, "seed {seed}: {merged}/{TASKS} merged in time");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert_eq!(
+        repo.tree("swarm/c/integration"),
+        expected,
+        "seed {seed}: the tree differs from an undisturbed run's"
+    );
+    for i in 0..TASKS {
+        let id = task_id(i);
+        assert_eq!(
+            merges_of(&repo, "swarm/c/integration", "c", &id),
+            1,
+            "seed {seed}: {id} merged exactly once"
+        );
+        let t = &done[&id];
+        assert_eq!(t["retries_used"], 0, "seed {seed}: a partition spent a retry of {id}: {t:#}");
+    }
 }
