@@ -3,8 +3,11 @@
 //! killed with -9 at random moments and sidecars too, each restarted, with
 //! stale git locks left behind on purpose; and the same DAG on three
 //! remote sidecar hosts (network namespaces, root) whose links a seeded
-//! schedule cuts and heals. The result must equal an undisturbed run's
-//! tree, with every task merged exactly once and no retry spent.
+//! schedule cuts and heals; and on PostgreSQL with three controllers whose
+//! leader is killed again and again, and once stopped past its lease and
+//! woken. The result must equal an undisturbed run's tree, with every task
+//! merged exactly once and no retry spent (and, on PostgreSQL, event ids
+//! unique and without a gap).
 //!
 //! Seeded: set `SWARM_CHAOS_SEED` to replay a run; the seed is printed.
 #![allow(clippy::unwrap_used)] // tests: a panic is the report
@@ -292,4 +295,110 @@ async fn chaos_partitions_of_remote_sidecar_hosts_give_the_undisturbed_tree_with
         let t = &done[&id];
         assert_eq!(t["retries_used"], 0, "seed {seed}: a partition spent a retry of {id}: {t:#}");
     }
+}
+
+/// Leader kills of the PostgreSQL chaos run, and the leader's lease.
+const FAILOVERS: usize = 5;
+const LEADER_LEASE_MS: u64 = 1500;
+
+async fn serving(url: &str) -> bool {
+    let Some(mut op) = swarm_tests::try_operator(url).await else { return false };
+    op.list_swarms(swarm_proto::v1::ListSwarmsRequest::default()).await.is_ok()
+}
+
+/// How many tasks of swarm `c` the controller at `url` has MERGED (0 when
+/// it does not answer).
+async fn merged_count(url: &str) -> usize {
+    let Some(mut op) = swarm_tests::try_operator(url).await else { return 0 };
+    let req = swarm_proto::v1::GetSwarmRequest { swarm_id: "c".into() };
+    let Ok(s) = op.get_swarm(req).await else { return 0 };
+    s.into_inner().tasks_by_state.get("MERGED").copied().unwrap_or(0) as usize
+}
+
+/// The index of the controller that serves as leader now.
+async fn leader_of(controllers: &[swarm_tests::ControllerProc]) -> usize {
+    swarm_tests::poll("a leader to serve", swarm_tests::WAIT, || async {
+        for (i, c) in controllers.iter().enumerate() {
+            if serving(&c.url()).await {
+                return Some(i);
+            }
+        }
+        None
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn chaos_leader_failovers_on_postgresql_give_the_undisturbed_tree_and_gap_free_events() {
+    let test = "chaos_leader_failovers_on_postgresql_give_the_undisturbed_tree_and_gap_free_events";
+    let Some(db) = swarm_tests::postgres::database(test) else { return };
+    let seed = std::env::var("SWARM_CHAOS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+    });
+    eprintln!("failover seed {seed}; replay with SWARM_CHAOS_SEED={seed}");
+    let mut rng = Rng(seed);
+    let expected = undisturbed_tree();
+
+    let repo = new_repo();
+    let store = format!("--store={}", db.url);
+    let lease = format!("--leader-lease-ms={LEADER_LEASE_MS}");
+    let args: Vec<&str> =
+        [store.as_str(), lease.as_str()].into_iter().chain(FAST_LEASES.iter().copied()).collect();
+    let mut controllers = vec![swarm_tests::spawn_controller(repo.path(), &args)];
+    leader_of(&controllers).await;
+    controllers.push(swarm_tests::spawn_controller(repo.path(), &args));
+    controllers.push(swarm_tests::spawn_controller(repo.path(), &args));
+    let urls: Vec<String> = controllers.iter().map(|c| c.url()).collect();
+    let _sidecars: Vec<_> =
+        (1..=SIDECARS).map(|n| spawn_sidecar(&urls.join(","), repo.path(), &format!("w{n}"), &[])).collect();
+    create_swarm(&controllers[0].url(), &plan_taking("c", "0.3")).await;
+
+    // The leader killed again and again (and brought back as a standby);
+    // once, in the middle, stopped past its lease and then let go on: the
+    // deposed leader wakes with work in hand that a successor now owns.
+    let mut during_work = 0;
+    for n in 0..FAILOVERS {
+        tokio::time::sleep(Duration::from_millis(1_000 + rng.below(2_000))).await;
+        let leader = leader_of(&controllers).await;
+        during_work += usize::from(merged_count(&controllers[leader].url()).await < TASKS);
+        let pid = controllers[leader].proc.pid().to_string();
+        if n == FAILOVERS / 2 {
+            eprintln!("seed {seed}: failover {n}: SIGSTOP controller {leader} past its lease");
+            assert!(std::process::Command::new("kill").args(["-STOP", &pid]).status().unwrap().success());
+            tokio::time::sleep(Duration::from_millis(LEADER_LEASE_MS * 3)).await;
+            assert!(std::process::Command::new("kill").args(["-CONT", &pid]).status().unwrap().success());
+        } else {
+            eprintln!("seed {seed}: failover {n}: kill -9 controller {leader}");
+            controllers[leader].proc.kill9();
+            tokio::time::sleep(Duration::from_millis(rng.below(1_000))).await;
+            controllers[leader].restart_after_kill9();
+        }
+    }
+    assert!(
+        during_work > FAILOVERS / 2,
+        "seed {seed}: only {during_work} failovers came while tasks were left"
+    );
+    let leader = leader_of(&controllers).await;
+    let done = wait_all_merged(&controllers[leader].url(), "c").await;
+    assert_eq!(
+        repo.tree("swarm/c/integration"),
+        expected,
+        "seed {seed}: the tree differs from an undisturbed run's"
+    );
+    for i in 0..TASKS {
+        let id = task_id(i);
+        assert_eq!(
+            merges_of(&repo, "swarm/c/integration", "c", &id),
+            1,
+            "seed {seed}: {id} merged exactly once"
+        );
+        assert_eq!(done[&id].retries_used, 0, "seed {seed}: {id} used a retry: {}", done[&id].reason);
+    }
+    let ids = db
+        .sql("SELECT count(*) || ' ' || count(DISTINCT id) || ' ' || min(id) || ' ' || max(id) FROM events");
+    let n: Vec<i64> = ids.split(' ').map(|v| v.parse().unwrap()).collect();
+    assert_eq!(n[0], n[1], "seed {seed}: event ids unique ({ids})");
+    assert_eq!((n[2], n[3]), (1, n[0]), "seed {seed}: event ids 1..=count, no gap ({ids})");
+    let epoch: i64 = db.sql("SELECT epoch FROM swarm_leader").parse().unwrap();
+    assert!(epoch > FAILOVERS as i64, "seed {seed}: every failover made a new leader (epoch {epoch})");
 }
