@@ -12,6 +12,8 @@
 //! $B startup [--sidecars K] [--files F] [--runs R]
 //!                                  # `swarmctl run`: process start -> K sidecars connected
 //! $B memory [--tasks N]            # controller RSS per task at rest, CPU at rest
+//! $B merge-queue [--tasks N] [--culprits F] [--verify-secs S] [--workers W] [--verifiers V]
+//!                                  # integration_verify: landing time / lower bound, verifications
 //! $B soak [--minutes M] [--sidecars K] [--churn P]
 //!                                  # K simulated sidecars, P% of them churning a minute:
 //!                                  # RSS/fds/threads drift, tasks lost, run twice, store growth
@@ -27,6 +29,7 @@ mod e2e;
 #[path = "../../../../tests/src/fresh_fs.rs"]
 mod fresh_fs;
 mod memory;
+mod merge_queue;
 mod soak;
 mod startup;
 
@@ -54,6 +57,8 @@ enum Cmd {
     Startup(startup::Args),
     /// Controller RSS per task at rest after `swarmctl create`.
     Memory(memory::Args),
+    /// A merge queue with culprits: landing time against its lower bound.
+    MergeQueue(merge_queue::Args),
     /// Hours of fleet churn: drift, lost and duplicated tasks, store growth.
     Soak(soak::Args),
 }
@@ -69,5 +74,6 @@ async fn main() -> anyhow::Result<()> {
         Some(Cmd::Startup(a)) => tokio::task::spawn_blocking(move || startup::run(&a)).await?,
         Some(Cmd::Memory(a)) => tokio::task::spawn_blocking(move || memory::run(&a)).await?,
         Some(Cmd::Soak(a)) => soak::run(&a).await,
+        Some(Cmd::MergeQueue(a)) => merge_queue::run(&a).await,
     }
 }

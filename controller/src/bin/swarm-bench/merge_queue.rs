@@ -1,0 +1,163 @@
+//! `swarm-bench merge-queue`: how long a swarm with `integration_verify`
+//! takes to land everything, against the least it could take.
+//!
+//! N tasks (each sleeps its work time, then writes its own file) run on W
+//! real sidecars; a fraction of them are culprits whose first attempt
+//! writes a file that breaks the integration verification (which sleeps
+//! its verification time, then fails on such a file); their second
+//! attempt is good. V more sidecars verify the merge queue's batches.
+//! The lower bound is the work spread over the workers, one verification,
+//! and, with culprits, one more task time and verification for their
+//! retries. Printed: landing time / lower bound, and the verifications run
+//! (counted by the verify command itself).
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use swarm_proto::v1;
+use swarm_proto::v1::operator_service_client::OperatorServiceClient;
+
+use crate::common::{Proc, channels, sibling, start_controller, temp_repo};
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    #[arg(long, default_value_t = 48)]
+    pub tasks: usize,
+    /// Fraction of tasks whose first attempt breaks the integration build.
+    #[arg(long, default_value_t = 0.1)]
+    pub culprits: f64,
+    /// Seconds one integration verification takes.
+    #[arg(long, default_value_t = 2.0)]
+    pub verify_secs: f64,
+    /// Seconds one task's work takes.
+    #[arg(long, default_value_t = 1.0)]
+    pub task_secs: f64,
+    /// Sidecars running tasks.
+    #[arg(long, default_value_t = 6)]
+    pub workers: usize,
+    /// Sidecars verifying the queue's batches.
+    #[arg(long, default_value_t = 6)]
+    pub verifiers: usize,
+    /// The queue's largest batch.
+    #[arg(long, default_value_t = 8)]
+    pub max_batch: u32,
+    #[arg(long, default_value_t = 900)]
+    pub timeout_secs: u64,
+}
+
+fn plan(args: &Args, marks: &Path) -> (String, usize) {
+    let every =
+        if args.culprits > 0.0 { (1.0 / args.culprits).round().max(1.0) as usize } else { usize::MAX };
+    let work = format!(
+        "sleep {t}; mkdir -p f; if [ \"$SWARM_ATTEMPT\" = 1 ] && [ -n \"$CULPRIT\" ]; then echo BROKEN; else echo ok; fi \
+         > f/$SWARM_TASK_ID.txt",
+        t = args.task_secs
+    );
+    let verify = format!(
+        "echo \"$SWARM_VERIFY_COMMIT\" >> '{m}/verifications'; sleep {v}; ! grep -rqs BROKEN f/",
+        m = marks.display(),
+        v = args.verify_secs
+    );
+    let mut p = format!(
+        "name = \"mq\"\n[defaults]\nlabels = {{ role = \"work\" }}\nretries = 3\ncommand = {work:?}\n\n\
+         [[integration_verify]]\nname = \"integration\"\ncommand = {verify:?}\n\n\
+         [merge_queue]\nmax_batch = {b}\nlabels = {{ role = \"verify\" }}\nsandbox = {{ write = [{m:?}] }}\n",
+        b = args.max_batch,
+        m = marks.display().to_string()
+    );
+    let mut culprits = 0;
+    for i in 0..args.tasks {
+        p.push_str(&format!("[[tasks]]\nid = \"t{i}\"\nfiles = [\"f/t{i}.txt\"]\n"));
+        if i % every == every / 2 {
+            p.push_str("env = { CULPRIT = \"1\" }\n");
+            culprits += 1;
+        }
+    }
+    (p, culprits)
+}
+
+pub async fn run(args: &Args) -> anyhow::Result<()> {
+    if args.tasks == 0 || args.workers == 0 || args.verifiers == 0 {
+        bail!("--tasks, --workers and --verifiers must be at least 1");
+    }
+    let dir = tempfile::tempdir()?;
+    let repo = temp_repo(dir.path(), "repo", 0)?;
+    let marks = dir.path().join("marks");
+    std::fs::create_dir_all(&marks)?;
+    let controller = start_controller(&repo, &[], Some(&dir.path().join("controller.log")))?;
+    let exe = sibling("swarm-sidecar")?;
+    let mut sidecars = Vec::new();
+    let roles =
+        std::iter::repeat_n("work", args.workers).chain(std::iter::repeat_n("verify", args.verifiers));
+    for (k, role) in roles.enumerate() {
+        let log = std::fs::File::create(dir.path().join(format!("sidecar-{k}.log")))?;
+        let child = Command::new(&exe)
+            .args(["--controller", &format!("http://{}", controller.addr), "--worker-id"])
+            .arg(format!("{role}-{k}"))
+            .args(["--label", &format!("role={role}"), "--repo"])
+            .arg(&repo)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("starting swarm-sidecar")?;
+        sidecars.push(Proc(child));
+    }
+    let chans = channels(&controller.addr, 1).await?;
+    let mut op = OperatorServiceClient::new(chans[0].clone());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let workers = op.list_workers(v1::ListWorkersRequest::default()).await?.into_inner().workers;
+        if workers.iter().filter(|w| w.connected).count() == sidecars.len() {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("sidecars did not all connect within 30 s; see {}", dir.path().display());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let (plan, culprits) = plan(args, &marks);
+    let started = Instant::now();
+    op.create_swarm(v1::CreateSwarmRequest { plan_toml: plan }).await?;
+    let deadline = started + Duration::from_secs(args.timeout_secs);
+    loop {
+        let s = op.get_swarm(v1::GetSwarmRequest { swarm_id: "mq".into() }).await?.into_inner();
+        let merged = s.tasks_by_state.get("MERGED").copied().unwrap_or(0) as usize;
+        if merged == args.tasks {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "only {merged}/{} merged in {} s; see {}",
+                args.tasks,
+                args.timeout_secs,
+                dir.path().display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let landed = started.elapsed().as_secs_f64();
+    let verifications =
+        std::fs::read_to_string(marks.join("verifications")).unwrap_or_default().lines().count();
+    let work = (args.tasks as f64 * args.task_secs / args.workers as f64).max(args.task_secs);
+    let retry = if culprits > 0 { args.task_secs + args.verify_secs } else { 0.0 };
+    let bound = work + args.verify_secs + retry;
+    println!(
+        "merge queue: {} tasks ({culprits} culprits), task {} s, verification {} s, {} workers, {} verifiers, \
+         max batch {}: landed in {landed:.1} s = {:.2}x the lower bound ({bound:.1} s); {verifications} \
+         verifications",
+        args.tasks,
+        args.task_secs,
+        args.verify_secs,
+        args.workers,
+        args.verifiers,
+        args.max_batch,
+        landed / bound
+    );
+    drop(sidecars);
+    Ok(())
+}
