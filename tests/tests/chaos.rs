@@ -44,6 +44,15 @@ impl Rng {
     }
 }
 
+/// The run's seed (`SWARM_CHAOS_SEED`, else the clock), printed for a replay.
+fn seeded(run: &str) -> (u64, Rng) {
+    let seed = std::env::var("SWARM_CHAOS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+    });
+    eprintln!("{run} seed {seed}; replay with SWARM_CHAOS_SEED={seed}");
+    (seed, Rng(seed))
+}
+
 fn task_id(i: usize) -> String {
     format!("t{i:03}")
 }
@@ -132,11 +141,7 @@ fn plant(path: &std::path::Path) {
 }
 
 async fn run_chaos(plant_locks: bool) {
-    let seed = std::env::var("SWARM_CHAOS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
-    });
-    eprintln!("chaos seed {seed} (plant_locks: {plant_locks}); replay with SWARM_CHAOS_SEED={seed}");
-    let mut rng = Rng(seed);
+    let (seed, mut rng) = seeded(&format!("chaos (plant_locks: {plant_locks})"));
     let expected = undisturbed_tree();
 
     let repo = new_repo();
@@ -228,11 +233,7 @@ async fn chaos_partitions_of_remote_sidecar_hosts_give_the_undisturbed_tree_with
             return swarm_tests::skip_for(test, swarm_tests::Needs::Root, &why);
         }
     };
-    let seed = std::env::var("SWARM_CHAOS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
-    });
-    eprintln!("partition seed {seed}; replay with SWARM_CHAOS_SEED={seed}");
-    let mut rng = Rng(seed);
+    let (seed, mut rng) = seeded("partition");
     let expected = undisturbed_tree();
 
     let dir = tempfile::tempdir().unwrap();
@@ -332,11 +333,7 @@ async fn leader_of(controllers: &[swarm_tests::ControllerProc]) -> usize {
 async fn chaos_leader_failovers_on_postgresql_give_the_undisturbed_tree_and_gap_free_events() {
     let test = "chaos_leader_failovers_on_postgresql_give_the_undisturbed_tree_and_gap_free_events";
     let Some(db) = swarm_tests::postgres::database(test) else { return };
-    let seed = std::env::var("SWARM_CHAOS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
-    });
-    eprintln!("failover seed {seed}; replay with SWARM_CHAOS_SEED={seed}");
-    let mut rng = Rng(seed);
+    let (seed, mut rng) = seeded("failover");
     let expected = undisturbed_tree();
 
     let repo = new_repo();

@@ -114,6 +114,31 @@ pub fn start_controller(
     Ok(ControllerProcess { proc, addr })
 }
 
+/// Starts a real `swarm-sidecar` as `worker` on `repo` with `labels`
+/// (`key=value`), its output in `log`.
+pub fn start_sidecar(
+    exe: &Path,
+    controller: &str,
+    worker: &str,
+    repo: &Path,
+    labels: &[String],
+    log: &Path,
+) -> anyhow::Result<Proc> {
+    let log = std::fs::File::create(log)?;
+    let child = Command::new(exe)
+        .args(["--controller", &format!("http://{controller}"), "--worker-id", worker])
+        .args(labels.iter().flat_map(|l| ["--label", l.as_str()]))
+        .arg("--repo")
+        .arg(repo)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .context("starting swarm-sidecar")?;
+    Ok(Proc(child))
+}
+
 /// CPU and memory of a process, from /proc.
 #[derive(Debug, Clone, Copy)]
 pub struct Usage {

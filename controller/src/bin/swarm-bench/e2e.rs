@@ -27,13 +27,13 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use futures::StreamExt;
 use swarm_proto::v1;
 use swarm_proto::v1::operator_service_client::OperatorServiceClient;
 use tokio::sync::mpsc;
 
-use crate::common::{Dist, Proc, channels, sibling, start_controller, temp_repo, usage};
+use crate::common::{Dist, channels, sibling, start_controller, start_sidecar, temp_repo, usage};
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Shape {
@@ -199,19 +199,15 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
     let sidecar_exe = sibling("swarm-sidecar")?;
     let mut sidecars = Vec::new();
     for k in 1..=args.sidecars {
-        let log = std::fs::File::create(dir.join(format!("sidecar-{k}.log")))?;
-        let child = Command::new(&sidecar_exe)
-            .args(["--controller", &format!("http://{}", controller.addr), "--worker-id"])
-            .arg(format!("bench-{k}"))
-            .arg("--repo")
-            .arg(&repo)
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .context("starting swarm-sidecar")?;
-        sidecars.push(Proc(child));
+        let log = dir.join(format!("sidecar-{k}.log"));
+        sidecars.push(start_sidecar(
+            &sidecar_exe,
+            &controller.addr,
+            &format!("bench-{k}"),
+            &repo,
+            &[],
+            &log,
+        )?);
     }
 
     let chans = channels(&controller.addr, 1).await?;

@@ -12,14 +12,13 @@
 //! (counted by the verify command itself).
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use swarm_proto::v1;
 use swarm_proto::v1::operator_service_client::OperatorServiceClient;
 
-use crate::common::{Proc, channels, sibling, start_controller, temp_repo};
+use crate::common::{channels, sibling, start_controller, start_sidecar, temp_repo};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
@@ -92,19 +91,9 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
     let roles =
         std::iter::repeat_n("work", args.workers).chain(std::iter::repeat_n("verify", args.verifiers));
     for (k, role) in roles.enumerate() {
-        let log = std::fs::File::create(dir.path().join(format!("sidecar-{k}.log")))?;
-        let child = Command::new(&exe)
-            .args(["--controller", &format!("http://{}", controller.addr), "--worker-id"])
-            .arg(format!("{role}-{k}"))
-            .args(["--label", &format!("role={role}"), "--repo"])
-            .arg(&repo)
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .context("starting swarm-sidecar")?;
-        sidecars.push(Proc(child));
+        let log = dir.path().join(format!("sidecar-{k}.log"));
+        let labels = [format!("role={role}")];
+        sidecars.push(start_sidecar(&exe, &controller.addr, &format!("{role}-{k}"), &repo, &labels, &log)?);
     }
     let chans = channels(&controller.addr, 1).await?;
     let mut op = OperatorServiceClient::new(chans[0].clone());
