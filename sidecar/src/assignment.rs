@@ -35,6 +35,9 @@ pub struct Assignment {
     pub sandbox: crate::sandbox::Settings,
     /// Where to read the worker's secrets (see [`crate::secrets`]).
     pub secrets: Vec<(String, swarm_core::plan::SecretSource)>,
+    /// The child swarm an earlier attempt's agent spawned (see
+    /// [`crate::children`]): its work goes into this attempt's result.
+    pub spawned_child: Option<String>,
 }
 
 impl Assignment {

@@ -317,3 +317,61 @@ async fn cancelling_a_task_that_spawned_cancels_its_running_children() {
     wait_task_state(&url, "cx", "t", TaskState::Cancelled).await;
     wait_task_state(&url, "cx/t", "c", TaskState::Cancelled).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_children_of_an_agent_whose_sidecar_was_killed_reach_the_tasks_next_attempt() {
+    let child_prompt = format!("Write k.\n\n{}", swarm_tests::messages_api::marker("kid"));
+    let parent = Script::new(
+        "lost-parent",
+        vec![
+            Step::tool(
+                "mcp__swarm__spawn",
+                json!({"tasks": [{"id": "k", "files": ["src/k/**"], "prompt": child_prompt}]}),
+            ),
+            Step::tool("mcp__swarm__wait_children", json!({"timeout_secs": 300})),
+            Step::file("Write", "src/after.txt", json!({"content": "after\n"})),
+            Step::text("Done."),
+        ],
+    );
+    // The child waits on the operator until the parent's sidecar is gone.
+    let kid = Script::new(
+        "kid",
+        vec![
+            Step::tool("mcp__swarm__ask", json!({"question": "Go on?"})),
+            Step::file("Write", "src/k/k.txt", json!({"content": "k\n"})),
+            Step::text("Done."),
+        ],
+    );
+    let test = "the_children_of_an_agent_whose_sidecar_was_killed_reach_the_tasks_next_attempt";
+    let Some(claude) = RealClaude::start(test, vec![parent, kid]) else { return };
+    let repo = TempRepo::with_files(&[]);
+    let plan = claude
+        .plan_env("lp", &[("ENABLE_TOOL_SEARCH", "false")])
+        .default("retries", "0")
+        .default("permissions", r#"{ allow = ["Edit(src/**)"], otherwise = "deny" }"#)
+        .task(claude_task("t", &["src/**"], "lost-parent", "Split the work."))
+        .build();
+    let home = claude.home().to_str().unwrap().to_string();
+    let mut cluster = swarm_tests::Cluster::start_env(&repo, 2, swarm_tests::FAST_LEASES, &[("HOME", &home)]);
+    let url = cluster.url();
+    create_swarm(&url, &plan).await;
+    wait_question_in(&url, "lp/t", "k", TaskState::Running).await;
+
+    // The parent's sidecar dies while its agent waits on the child.
+    let holder = attempts(&url, "lp/t").await[0].worker_id.clone();
+    let n: usize = holder.trim_start_matches('w').parse().unwrap();
+    cluster.sidecars[n - 1].kill9();
+    cluster.sidecars[n - 1] =
+        swarm_tests::spawn_sidecar_env(&url, repo.path(), &holder, &[], &[("HOME", &home)]);
+    answer(&url, "lp/t/k", "yes");
+
+    let t = wait_task_state(&url, "lp", "t", TaskState::Merged).await;
+    assert_eq!(t.retries_used, 0, "{}", t.reason);
+    assert!(attempts(&url, "lp/t").await.len() >= 2, "the task ran again after its sidecar died");
+    let tree = repo.tree("swarm/lp/integration");
+    // Whatever the next attempt's agent did (the script's session was cut
+    // mid-call), the child's work is in the task's result.
+    assert_eq!(tree.get("src/k/k.txt").map(String::as_str), Some("k\n"), "the child's work: {tree:?}");
+    let mut op = operator(&url).await;
+    assert_eq!(tasks(&mut op, "lp/t").await.len(), 1, "one child, however often the parent ran");
+}

@@ -326,6 +326,7 @@ fn assign(a: &AssignSpec) -> v1::Assign {
         setup_every_attempt: a.setup_every_attempt,
         agent: a.agent.as_ref().map(agent_spec),
         review: a.review_diff_base.as_ref().map(|base| v1::ReviewAssign { diff_base: base.clone() }),
+        spawned_child: a.spawned_child.clone(),
         sandbox: Some(sandbox_spec(&a.sandbox)),
         secrets: a
             .secrets

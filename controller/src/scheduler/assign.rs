@@ -172,6 +172,12 @@ impl Scheduler {
             review_diff_base: None,
             sandbox: task.spec.sandbox.clone(),
             secrets: task.spec.secrets.clone(),
+            // An attempt after the one that spawned must take the child's
+            // work too, whether or not its agent asks for it again.
+            spawned_child: Some(key.swarm.child(&key.task))
+                .filter(|c| task.spec.subplan.is_none() && self.shared.model.swarms().contains_key(c))
+                .map(|c| c.to_string())
+                .unwrap_or_default(),
         })
     }
 

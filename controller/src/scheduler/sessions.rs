@@ -365,7 +365,12 @@ pub(super) fn authorize_pack(model: &Model, claim: &PackClaim) -> Result<(), Sch
         return denied("no such worker".into());
     };
     if w.session.is_none() {
-        return denied("it has no live session".into());
+        // Its sidecar is reconnecting (a controller restart, a failover):
+        // worth asking again once its Hello is back, unlike a refusal.
+        return Err(SchedError::Unavailable(format!(
+            "pack for worker {}: it has no live session yet; retry once it has reconnected",
+            claim.worker
+        )));
     }
     let same_identity = claim.principal.as_deref().is_some_and(|p| !p.is_empty() && p == w.principal);
     if !same_identity && !secrets_match(&claim.resume_secret, &w.resume_secret) {

@@ -39,14 +39,17 @@ pub(super) async fn run(
     let AgentRun { ctx, a, cfg, prepared: p } = run;
     let mut tools = serve_tools(ctx, a, p, sink);
     let children = tools.as_ref().map(|_| {
-        Children::new(children::Setting {
-            link: ctx.link.clone(),
-            attempt: a.attempt.clone(),
-            repo: ctx.repo.clone(),
-            worktree: p.worktree.clone(),
-            remote: ctx.remote.clone(),
-            tracker: ctx.tracker.clone(),
-        })
+        Children::new(
+            children::Setting {
+                link: ctx.link.clone(),
+                attempt: a.attempt.clone(),
+                repo: ctx.repo.clone(),
+                worktree: p.worktree.clone(),
+                remote: ctx.remote.clone(),
+                tracker: ctx.tracker.clone(),
+            },
+            a.spawned_child.clone(),
+        )
     });
     let cfg = AgentConfig { mcp: tools.as_ref().map(|t| t.stdio.clone()), ..cfg.clone() };
     let setup = Setup {

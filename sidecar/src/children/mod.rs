@@ -81,8 +81,11 @@ pub struct Waited {
 }
 
 impl Children {
-    pub fn new(setting: Setting) -> Children {
-        Children { setting: Arc::new(setting), state: Arc::default(), merging: Arc::default() }
+    /// The attempt's children; `spawned`, the child an earlier attempt of
+    /// the task spawned, whose work this one must take too.
+    pub fn new(setting: Setting, spawned: Option<String>) -> Children {
+        let state = State { spawned, ..State::default() };
+        Children { setting: Arc::new(setting), state: Arc::new(Mutex::new(state)), merging: Arc::default() }
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {

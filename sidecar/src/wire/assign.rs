@@ -44,7 +44,16 @@ impl TryFrom<&v1::Assign> for Assignment {
         }
         let sandbox = sandbox(a.sandbox.as_ref())?;
         let secrets = secrets(&a.secrets)?;
+        let spawned_child = match a.spawned_child.as_str() {
+            "" => None,
+            child => Some(
+                swarm_core::SwarmId::new(child)
+                    .map_err(|rule| FieldError::new("spawned_child", rule))?
+                    .to_string(),
+            ),
+        };
         Ok(Assignment {
+            spawned_child,
             secrets,
             sandbox,
             review,

@@ -41,6 +41,8 @@ pub struct AssignSpec {
     pub sandbox: std::sync::Arc<swarm_core::plan::SandboxSpec>,
     /// Where the sidecar reads each secret (never a value).
     pub secrets: BTreeMap<String, swarm_core::plan::SecretSource>,
+    /// The child swarm the task's agent spawned before; empty when none.
+    pub spawned_child: String,
 }
 
 /// The agent an attempt runs, and the session it may continue.

@@ -440,6 +440,7 @@ pub(super) fn assign_spec(model: &Model, key: &TaskKey, number: u32) -> Option<A
         review_diff_base: Some(diff_base.unwrap_or_default()),
         sandbox: task.spec.sandbox.clone(),
         secrets: task.spec.secrets.clone(),
+        spawned_child: String::new(),
     })
 }
 
