@@ -547,3 +547,32 @@ async fn a_stream_that_never_says_hello_is_cut() {
     };
     assert_eq!(status.code(), Code::DeadlineExceeded, "{}", status.message());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agents_of_a_swarm_spawn_at_most_a_thousand_tasks_in_all() {
+    let mut plan = String::from("name = \"s\"\n[defaults]\ncommand = \"true\"\n");
+    for i in 0..11 {
+        plan.push_str(&format!("[[tasks]]\nid = \"p{i}\"\nfiles = [\"p{i}/**\"]\n"));
+    }
+    let h = Harness::start().await;
+    h.create(&plan).await;
+    let mut client = SidecarServiceClient::new(h.channel.clone());
+    let (mut last, mut held) = (None, Vec::new());
+    for i in 0..11 {
+        let mut sc = h.sidecar(&format!("w{i}")).await;
+        let a = sc.assign().await;
+        let parent = attempt_ref(&a).task_id;
+        let fragment: String = (0..100)
+            .map(|k| format!("[[tasks]]\nid = \"c{k}\"\nfiles = [\"{parent}/c{k}.txt\"]\n"))
+            .collect();
+        let req = v1::SpawnChildrenRequest { attempt: Some(attempt_ref(&a)), plan_toml: fragment };
+        last = Some(client.spawn_children(with_claim(req, &format!("w{i}"), &sc.secret())).await);
+        if i < 10 {
+            assert!(last.as_ref().is_some_and(|r| r.is_ok()), "spawn {i}: {last:?}");
+        }
+        held.push(sc); // keeps its stream, so the next sidecar takes the next task
+    }
+    let status = last.expect("eleven spawns").expect_err("the eleventh passes the cap");
+    assert_eq!(status.code(), Code::FailedPrecondition, "{}", status.message());
+    assert!(status.message().contains("spawned 1000 tasks; at most 1000"), "{}", status.message());
+}

@@ -15,8 +15,8 @@
 
 use std::sync::Arc;
 
-use swarm_core::TaskKey;
 use swarm_core::plan::{Plan, PlanError, spawn};
+use swarm_core::{SwarmId, TaskKey};
 
 use super::core::Effects;
 use super::model::{Model, SwarmState};
@@ -46,17 +46,26 @@ impl Scheduler {
         let model = &self.shared.model;
         let parent =
             model.swarms().get(&key.swarm).ok_or_else(|| SchedError::NotFound(key.swarm.to_string()))?;
-        let spawned = spawn::spawned(&parent.plan_text, &key.swarm, &key.task, fragment).map_err(invalid)?;
+        let spawned_plan =
+            spawn::spawned(&parent.plan_text, &key.swarm, &key.task, fragment).map_err(invalid)?;
         let child = key.swarm.child(&key.task);
         let Some(existing) = model.swarms().get(&child) else {
+            let spawned = spawned_under(model, key.swarm.root());
+            if spawned + spawned_plan_tasks(&spawned_plan) > MAX_SPAWNED_PER_ROOT {
+                return Err(SchedError::FailedPrecondition(format!(
+                    "tasks: the agents of swarm {} have spawned {spawned} tasks; at most {MAX_SPAWNED_PER_ROOT} \
+                     in all, so that agents splitting their work cannot grow a swarm without end",
+                    key.swarm.root()
+                )));
+            }
             let base = model
                 .attempts()
                 .get(&(key.clone(), claim.attempt.as_ref().map_or(0, |a| a.number)))
                 .map(|a| a.base_commit.clone())
                 .unwrap_or_default();
-            return Ok(SpawnPlan::New { text: spawned.text.into(), plan: spawned.plan, base });
+            return Ok(SpawnPlan::New { text: spawned_plan.text.into(), plan: spawned_plan.plan, base });
         };
-        if *existing.plan_text != *spawned.text {
+        if *existing.plan_text != *spawned_plan.text {
             return Err(SchedError::FailedPrecondition(format!(
                 "task {key} already spawned {child} with other tasks ({} of them, {}); wait for it with \
                  wait_children, or retry its tasks",
@@ -112,6 +121,36 @@ impl Scheduler {
         let key = authorized(&self.shared.model, claim)?;
         Ok(ChildrenView::of(&self.shared.model, &key.swarm.child(&key.task)))
     }
+}
+
+/// The most tasks the agents of one root swarm may spawn in all, through
+/// every level: each agent may spawn up to a hundred, and each of those
+/// again, so without a cap a few levels reach millions.
+pub const MAX_SPAWNED_PER_ROOT: usize = 1_000;
+
+/// Tasks below root swarm `root` that agents spawned: those of every
+/// swarm whose stored plan is not the root's own (a spawn composes a new
+/// text, and every swarm below it keeps that one).
+fn spawned_under(model: &Model, root: &str) -> usize {
+    let Some(root_text) =
+        SwarmId::new(root).ok().and_then(|r| model.swarms().get(&r)).map(|s| s.plan_text.clone())
+    else {
+        return 0;
+    };
+    model
+        .swarms()
+        .values()
+        .filter(|s| s.id.root() == root && *s.plan_text != *root_text)
+        .map(|s| s.tasks.len())
+        .sum()
+}
+
+/// Tasks of a spawn, its children's declared sub-plans counted too.
+fn spawned_plan_tasks(spawned: &spawn::Spawned) -> usize {
+    fn count(plan: &Plan) -> usize {
+        plan.tasks.iter().map(|t| 1 + t.subplan.as_deref().map_or(0, count)).sum()
+    }
+    count(&spawned.plan)
 }
 
 /// The task whose live attempt the claim holds.

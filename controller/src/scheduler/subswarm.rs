@@ -201,11 +201,10 @@ fn create_child(core: &mut Core, key: &TaskKey, number: u32, head: &str) {
     let child = key.swarm.child(&key.task);
     let Some(parent) = core.model.swarms().get(&key.swarm) else { return };
     let Some(plan) = parent.plan.descendant(&child) else { return };
-    // A child stores its root's plan text; `stored_plan` finds it again.
-    let root = SwarmId::new(key.swarm.root()).ok();
-    let Some(text) = root.and_then(|r| core.model.swarms().get(&r)).map(|s| s.plan_text.clone()) else {
-        return;
-    };
+    // A child stores its parent's plan text, which holds it (the root's,
+    // unless an agent spawned an ancestor: then the text that spawn
+    // composed); `stored_plan` finds it again.
+    let text = parent.plan_text.clone();
     core.edit_attempt(key, number, |a| a.base_commit = head.to_string());
     let _span = tracing::info_span!("subswarm.create", swarm = %key.swarm, task = %key, attempt = %key.attempt(number), child = %child).entered();
     core.fx.task_event(
