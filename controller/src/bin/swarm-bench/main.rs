@@ -12,6 +12,10 @@
 //! $B startup [--sidecars K] [--files F] [--runs R]
 //!                                  # `swarmctl run`: process start -> K sidecars connected
 //! $B memory [--tasks N]            # controller RSS per task at rest, CPU at rest
+//! $B makespan [--dag FILE | --tasks N --roots R --depth D] [--workers W] [--mean-ms M]
+//!             [--alpha A] [--seed S] [--runs R] [--estimates]
+//!                                  # a DAG with heavy-tailed sleeps on W simulated sidecars:
+//!                                  # makespan / lower bound, critical-path order beside FIFO
 //! ```
 //!
 //! Each prints its baseline from the same run beside its figures (this kind
@@ -20,6 +24,7 @@
 mod common;
 mod durable;
 mod e2e;
+mod makespan;
 // Shared with the worktree bench; std only (see the file).
 #[path = "../../../../tests/src/fresh_fs.rs"]
 mod fresh_fs;
@@ -50,6 +55,8 @@ enum Cmd {
     Startup(startup::Args),
     /// Controller RSS per task at rest after `swarmctl create`.
     Memory(memory::Args),
+    /// Makespan of a DAG over its lower bound, critical-path order and FIFO.
+    Makespan(makespan::Args),
 }
 
 #[tokio::main]
@@ -62,5 +69,6 @@ async fn main() -> anyhow::Result<()> {
         Some(Cmd::E2e(a)) => e2e::run(&a).await,
         Some(Cmd::Startup(a)) => tokio::task::spawn_blocking(move || startup::run(&a)).await?,
         Some(Cmd::Memory(a)) => tokio::task::spawn_blocking(move || memory::run(&a)).await?,
+        Some(Cmd::Makespan(a)) => makespan::run(&a).await,
     }
 }

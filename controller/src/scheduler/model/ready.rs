@@ -76,13 +76,8 @@ struct SwarmQueue {
 
 impl SwarmQueue {
     fn unknown_weight(&self, estimates: (u64, u64)) -> u64 {
-        if self.done > 0 {
-            (self.done_ms / self.done).max(1)
-        } else if estimates.1 > 0 {
-            (estimates.0 / estimates.1).max(1)
-        } else {
-            UNIT_MS
-        }
+        let learnt = self.done_ms.checked_div(self.done);
+        learnt.or_else(|| estimates.0.checked_div(estimates.1)).map_or(UNIT_MS, |ms| ms.max(1))
     }
 }
 
