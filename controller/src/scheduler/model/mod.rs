@@ -30,10 +30,11 @@ pub use ready::ScheduleOrder;
 pub use stored::*;
 pub use types::*;
 
-/// A task's rank priority: its own plus its swarm's.
-fn priority(swarms: &HashMap<SwarmId, Swarm>, tasks: &Tasks, key: &TaskKey) -> i32 {
-    let own = tasks.get(key).map_or(0, |t| t.spec.priority);
-    own + swarms.get(&key.swarm).map_or(0, |s| s.plan.schedule.priority)
+/// What a READY task is ranked by: its priority plus its swarm's, and its
+/// remaining critical path.
+fn rank(swarms: &HashMap<SwarmId, Swarm>, tasks: &Tasks, key: &TaskKey) -> (i32, u64) {
+    let (own, path) = tasks.get(key).map_or((0, 0), |t| (t.spec.priority, t.path));
+    (own + swarms.get(&key.swarm).map_or(0, |s| s.plan.schedule.priority), path)
 }
 
 /// The scheduler's maps hash with foldhash, seeded per process: SipHash,
@@ -201,15 +202,14 @@ impl Model {
             Transition::ScheduleOrder(order) => {
                 let _span = tracing::info_span!("schedule_order", order = ?order).entered();
                 let (swarms, tasks) = (&self.swarms, &self.tasks);
-                self.ready.set_order(order, |k| priority(swarms, tasks, k));
+                self.ready.set_order(order, |k| rank(swarms, tasks, k));
                 Applied { frees_work: true, ..Applied::default() }
             }
             Transition::RankReady => {
                 if !self.ready.stale() {
                     return Applied::default();
                 }
-                let (swarms, tasks) = (&self.swarms, &self.tasks);
-                self.ready.refresh(swarms, tasks, |k| priority(swarms, tasks, k));
+                self.ready.refresh(&self.swarms, &mut self.tasks);
                 Applied { frees_work: true, ..Applied::default() }
             }
         }
@@ -278,8 +278,7 @@ impl Model {
         // A sub-swarm task is never given to a sidecar, and while RUNNING
         // it holds no ownership: its child's tasks own the files and must
         // not be held off by their own parent.
-        let ready =
-            (state == TaskState::Ready && !subswarm).then(|| priority(&self.swarms, &self.tasks, key));
+        let ready = (state == TaskState::Ready && !subswarm).then(|| rank(&self.swarms, &self.tasks, key));
         self.ready.set_ready(key, ready);
         let running = state == TaskState::Running && !subswarm;
         self.ready.set_running(key, running);
@@ -429,7 +428,7 @@ impl Model {
     /// The remaining critical path below `key` (its own weight included),
     /// in ms, as last computed.
     pub fn critical_path(&self, key: &TaskKey) -> Option<u64> {
-        self.ready.path(key)
+        self.tasks.get(key).map(|t| t.path)
     }
 
     /// The ownership of every RUNNING task a sidecar runs.

@@ -60,11 +60,10 @@ struct SwarmQueue {
     ready: BTreeSet<(Rank, TaskKey)>,
     /// Its tasks a sidecar runs now.
     running: u32,
-    /// The remaining critical path below each task, in ms of weight.
-    path: HashMap<TaskId, u64>,
-    /// Tasks were added, or the learnt mean moved, since `path` was made.
+    /// Tasks were added, or the learnt mean moved, since its tasks' paths
+    /// (`Task::path`) were computed.
     stale: bool,
-    /// The weight of a task without an estimate `path` was made with.
+    /// The weight of a task without an estimate the paths were made with.
     basis_ms: u64,
     /// Whether any task of the swarm has an estimate (then the learnt
     /// mean changes the order, and is watched).
@@ -85,6 +84,11 @@ impl SwarmQueue {
 pub struct ReadyQueue {
     order: ScheduleOrder,
     swarms: HashMap<SwarmId, SwarmQueue>,
+    /// Swarms with READY tasks: what a decision walks, rather than every
+    /// swarm the controller ever ran.
+    open: HashSet<SwarmId>,
+    /// Swarms whose paths wait for [`ReadyQueue::refresh`].
+    stale: Vec<SwarmId>,
     /// Where each READY task sits, to take it out.
     rank: HashMap<TaskKey, Rank>,
     running: HashSet<TaskKey>,
@@ -102,31 +106,44 @@ impl ReadyQueue {
 
     /// A task of `swarm` was added: its paths are out of date.
     pub fn task_added(&mut self, swarm: &SwarmId) {
-        self.swarms.entry(swarm.clone()).or_default().stale = true;
+        self.mark_stale(swarm);
+    }
+
+    fn mark_stale(&mut self, swarm: &SwarmId) {
+        let q = self.swarms.entry(swarm.clone()).or_default();
+        if !q.stale {
+            q.stale = true;
+            self.stale.push(swarm.clone());
+        }
     }
 
     /// Whether some swarm's paths wait for [`ReadyQueue::refresh`].
     pub fn stale(&self) -> bool {
-        self.swarms.values().any(|q| q.stale)
+        !self.stale.is_empty()
     }
 
-    /// `key` is READY (with `priority`, its own plus its swarm's) or not.
-    pub fn set_ready(&mut self, key: &TaskKey, ready: Option<i32>) {
+    /// `key` is READY, ranked by `(priority, path)` (its priority and its
+    /// swarm's summed; its remaining critical path), or not.
+    pub fn set_ready(&mut self, key: &TaskKey, ready: Option<(i32, u64)>) {
         if let Some(rank) = self.rank.remove(key)
             && let Some(q) = self.swarms.get_mut(&key.swarm)
         {
             q.ready.remove(&(rank, key.clone()));
+            if q.ready.is_empty() {
+                self.open.remove(&key.swarm);
+            }
         }
-        let Some(priority) = ready else { return };
+        let Some((priority, path)) = ready else { return };
         let seq = self.next_seq;
         self.next_seq += 1;
-        let q = self.swarms.entry(key.swarm.clone()).or_default();
         let rank = match self.order {
-            ScheduleOrder::CriticalPath => {
-                (Reverse(priority), Reverse(q.path.get(&key.task).copied().unwrap_or(0)), seq)
-            }
+            ScheduleOrder::CriticalPath => (Reverse(priority), Reverse(path), seq),
             ScheduleOrder::Fifo => (Reverse(0), Reverse(0), seq),
         };
+        let q = self.swarms.entry(key.swarm.clone()).or_default();
+        if q.ready.is_empty() {
+            self.open.insert(key.swarm.clone());
+        }
         q.ready.insert((rank, key.clone()));
         self.rank.insert(key.clone(), rank);
     }
@@ -147,8 +164,10 @@ impl ReadyQueue {
         if q.has_estimates && !q.stale {
             let mean = (q.done_ms / q.done).max(1);
             // Beyond a quarter either way: a few recomputes per swarm.
-            if mean * 4 > q.basis_ms * 5 || mean * 5 < q.basis_ms * 4 {
-                q.stale = true;
+            if mean.saturating_mul(4) > q.basis_ms.saturating_mul(5)
+                || mean.saturating_mul(5) < q.basis_ms.saturating_mul(4)
+            {
+                self.mark_stale(swarm);
             }
         }
     }
@@ -158,41 +177,26 @@ impl ReadyQueue {
         self.swarms.get(swarm).map_or(0, |q| q.running)
     }
 
-    /// The remaining critical path below `key`, in ms of weight, as last
-    /// computed.
-    pub fn path(&self, key: &TaskKey) -> Option<u64> {
-        self.swarms.get(&key.swarm)?.path.get(&key.task).copied()
-    }
-
     /// Switches the order, ranking every READY task again.
-    pub fn set_order(&mut self, order: ScheduleOrder, priority: impl Fn(&TaskKey) -> i32) {
+    pub fn set_order(&mut self, order: ScheduleOrder, rank: impl Fn(&TaskKey) -> (i32, u64)) {
         self.order = order;
         // In readiness order, which the new sequence numbers keep.
         let mut keys: Vec<(u64, TaskKey)> = self.rank.iter().map(|(k, rank)| (rank.2, k.clone())).collect();
         keys.sort_unstable();
         for (_, key) in keys {
-            self.set_ready(&key, Some(priority(&key)));
+            self.set_ready(&key, Some(rank(&key)));
         }
     }
 
-    /// Computes the paths of each stale swarm and ranks its READY tasks
-    /// again (in their readiness order, which re-ranking keeps).
-    pub fn refresh(
-        &mut self,
-        swarms: &HashMap<SwarmId, Swarm>,
-        tasks: &Tasks,
-        priority: impl Fn(&TaskKey) -> i32,
-    ) {
-        let stale: Vec<SwarmId> =
-            self.swarms.iter().filter(|(_, q)| q.stale).map(|(id, _)| id.clone()).collect();
-        for id in stale {
-            let Some(swarm) = swarms.get(&id) else {
-                self.swarms.remove(&id);
-                continue;
-            };
+    /// Computes the paths of each stale swarm into its tasks and ranks its
+    /// READY tasks again (in their readiness order, which re-ranking keeps).
+    pub fn refresh(&mut self, swarms: &HashMap<SwarmId, Swarm>, tasks: &mut Tasks) {
+        for id in std::mem::take(&mut self.stale) {
+            let Some(q) = self.swarms.get_mut(&id) else { continue };
+            q.stale = false;
+            let Some(swarm) = swarms.get(&id) else { continue };
             let _span =
                 tracing::debug_span!("critical_path", swarm = %id, tasks = swarm.tasks.len()).entered();
-            let Some(q) = self.swarms.get_mut(&id) else { continue };
             let specs: Vec<_> =
                 swarm.tasks.iter().filter_map(|k| tasks.get(k)).map(|t| t.spec.clone()).collect();
             let estimates = specs
@@ -201,13 +205,18 @@ impl ReadyQueue {
                 .fold((0u64, 0u64), |(sum, n), ms| (sum.saturating_add(ms), n + 1));
             q.has_estimates = estimates.1 > 0;
             q.basis_ms = q.unknown_weight(estimates);
-            q.path = critical_paths(&specs, q.basis_ms);
-            q.stale = false;
+            let paths = critical_paths(&specs, q.basis_ms);
+            for (spec, path) in specs.iter().zip(paths) {
+                if let Some(t) = tasks.get_mut(&TaskKey::new(id.clone(), spec.id.clone())) {
+                    t.path = path;
+                }
+            }
             let mut ready: Vec<(Rank, TaskKey)> = std::mem::take(&mut q.ready).into_iter().collect();
+            self.open.remove(&id);
             ready.sort_by_key(|(rank, _)| rank.2);
             for (_, key) in ready {
-                let p = priority(&key);
-                self.set_ready(&key, Some(p));
+                self.rank.remove(&key);
+                self.set_ready(&key, Some(super::rank(swarms, tasks, &key)));
             }
         }
     }
@@ -220,9 +229,9 @@ impl ReadyQueue {
         limits: impl Fn(&SwarmId) -> (u32, Option<u32>),
     ) -> impl Iterator<Item = &'a TaskKey> + 'a {
         let mut open: Vec<(&SwarmId, &SwarmQueue, u64)> = self
-            .swarms
+            .open
             .iter()
-            .filter(|(_, q)| !q.ready.is_empty())
+            .filter_map(|id| Some((id, self.swarms.get(id)?)))
             .filter_map(|(id, q)| {
                 let (share, cap) = limits(id);
                 (cap.is_none_or(|cap| q.running < cap)).then_some((id, q, u64::from(share.max(1))))
@@ -239,13 +248,11 @@ impl ReadyQueue {
     }
 }
 
-/// The remaining critical path below each task of a swarm: its weight plus
-/// the heaviest path among the tasks that depend on it. The plan was
-/// checked acyclic; a task whose deps are missing is a root.
-fn critical_paths(
-    specs: &[std::sync::Arc<swarm_core::plan::TaskSpec>],
-    unknown_ms: u64,
-) -> HashMap<TaskId, u64> {
+/// The remaining critical path below each task of a swarm (in the order
+/// of `specs`): its weight plus the heaviest path among the tasks that
+/// depend on it. The plan was checked acyclic; a dep not among `specs`
+/// is left out.
+fn critical_paths(specs: &[std::sync::Arc<swarm_core::plan::TaskSpec>], unknown_ms: u64) -> Vec<u64> {
     let index: HashMap<&TaskId, usize> = specs.iter().enumerate().map(|(i, s)| (&s.id, i)).collect();
     let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); specs.len()];
     let mut waiting: Vec<usize> = vec![0; specs.len()];
@@ -275,7 +282,7 @@ fn critical_paths(
         let below = dependents[i].iter().map(|&j| path[j]).max().unwrap_or(0);
         path[i] = specs[i].estimate_ms.unwrap_or(unknown_ms).saturating_add(below);
     }
-    specs.iter().zip(path).map(|(s, p)| (s.id.clone(), p)).collect()
+    path
 }
 
 #[cfg(test)]
@@ -288,10 +295,6 @@ mod tests {
         Plan::parse(&format!("name = \"s\"\n[defaults]\ncommand = \"true\"\n{tasks}")).expect("plan").tasks
     }
 
-    fn id(s: &str) -> TaskId {
-        TaskId::new(s).expect("id")
-    }
-
     #[test]
     fn a_path_is_the_task_and_its_heaviest_chain_of_dependents() {
         // a -> {b, c} -> d; b is expected to take 5 s, the rest weigh 1 s.
@@ -301,11 +304,7 @@ mod tests {
              [[tasks]]\nid = \"c\"\nfiles = [\"c\"]\ndeps = [\"a\"]\n\
              [[tasks]]\nid = \"d\"\nfiles = [\"d\"]\ndeps = [\"b\", \"c\"]\n",
         );
-        let path = critical_paths(&specs, 1_000);
-        assert_eq!(path[&id("d")], 1_000);
-        assert_eq!(path[&id("c")], 2_000);
-        assert_eq!(path[&id("b")], 6_000);
-        assert_eq!(path[&id("a")], 7_000);
+        assert_eq!(critical_paths(&specs, 1_000), [7_000, 6_000, 2_000, 1_000]);
     }
 
     #[test]
