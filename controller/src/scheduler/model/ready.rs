@@ -7,7 +7,10 @@
 //! O(log n). Between swarms the scheduler walks the swarms in the order
 //! [`ReadyQueue::iter`] gives: the higher head priority first, then the
 //! swarm furthest below its fair share of running tasks (`running /
-//! share`, lowest first); a swarm at its `max_parallel` is left out.
+//! share`, lowest first); a swarm at its `max_parallel` is left out. That
+//! walk sorts the swarms that have READY tasks, O(s log s) for s of them,
+//! which stays small beside the tasks; the swarms without any are not
+//! visited.
 //!
 //! The critical path below a task is the heaviest chain of tasks that
 //! depend on it, itself included. A task's weight is its `estimate`; a
