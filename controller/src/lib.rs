@@ -68,6 +68,9 @@ pub struct Config {
     pub mcp_listen: Option<SocketAddr>,
     /// Operator webhooks; none by default.
     pub notify: notify::NotifyConfig,
+    /// How READY tasks are ordered: critical path (the default) or FIFO,
+    /// the order before it, kept as a benchmark baseline and diagnostic.
+    pub schedule_order: scheduler::ScheduleOrder,
 }
 
 impl Config {
@@ -90,6 +93,7 @@ impl Config {
             ui_listen: None,
             mcp_listen: None,
             notify: notify::NotifyConfig::default(),
+            schedule_order: scheduler::ScheduleOrder::default(),
         }
     }
 
@@ -163,6 +167,7 @@ pub async fn start_with(
     .map_err(|e| ControllerError::Thread(e.to_string()))??;
     let metrics = Arc::new(metrics::Metrics::default());
     scheduler.set_metrics(metrics.clone());
+    scheduler.set_schedule_order(config.schedule_order);
     let started = scheduler.started();
     let scheduler = supervisor.spawn("scheduler", move || scheduler.run(inbox))?;
     supervisor.spawn("merger", move || {

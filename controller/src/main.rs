@@ -118,6 +118,12 @@ struct Args {
     /// (X-Swarm-Signature, HMAC-SHA256 over the timestamp and the body).
     #[arg(long, value_name = "PATH", env = "SWARM_NOTIFY_SECRET_FILE")]
     notify_secret_file: Option<PathBuf>,
+    /// How READY tasks are ordered: `critical-path` (priority, then the
+    /// longest remaining chain of work, then readiness) or `fifo`
+    /// (readiness alone: the order before, a benchmark baseline and a
+    /// diagnostic).
+    #[arg(long, env = "SWARM_SCHEDULE_ORDER", default_value = "critical-path", value_parser = ["critical-path", "fifo"])]
+    schedule_order: String,
     /// Log format.
     #[arg(long, env = "SWARM_LOG_FORMAT", default_value = "pretty", value_parser = ["pretty", "json"])]
     log_format: String,
@@ -160,6 +166,8 @@ async fn main() -> anyhow::Result<()> {
         ui_listen: args.ui_listen,
         mcp_listen: args.mcp_listen,
         notify,
+        schedule_order: swarm_controller::scheduler::ScheduleOrder::parse(&args.schedule_order)
+            .unwrap_or_default(),
     };
     let shutdown = CancellationToken::new();
     let signals = shutdown.clone();

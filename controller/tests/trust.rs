@@ -562,8 +562,11 @@ async fn the_agents_of_a_swarm_spawn_at_most_a_thousand_tasks_in_all() {
         let mut sc = h.sidecar(&format!("w{i}")).await;
         let a = sc.assign().await;
         let parent = attempt_ref(&a).task_id;
+        // Labels no sidecar here has: the next sidecar takes the next parent.
         let fragment: String = (0..100)
-            .map(|k| format!("[[tasks]]\nid = \"c{k}\"\nfiles = [\"{parent}/c{k}.txt\"]\n"))
+            .map(|k| {
+                format!("[[tasks]]\nid = \"c{k}\"\nfiles = [\"{parent}/c{k}.txt\"]\nlabels = {{ pool = \"none\" }}\n")
+            })
             .collect();
         let req = v1::SpawnChildrenRequest { attempt: Some(attempt_ref(&a)), plan_toml: fragment };
         last = Some(client.spawn_children(with_claim(req, &format!("w{i}"), &sc.secret())).await);

@@ -21,6 +21,7 @@ pub mod budget;
 pub mod integration;
 pub mod review;
 pub mod sandbox;
+pub mod schedule;
 pub mod secrets;
 pub mod spawn;
 pub mod subplan;
@@ -28,6 +29,7 @@ pub use agent::{AgentInstructions, AgentKind, AgentSpec, Otherwise, PermissionPo
 pub use budget::{Budget, OnUsageLimit, SwarmBudget};
 pub use review::ReviewSpec;
 pub use sandbox::{SandboxMode, SandboxSpec};
+pub use schedule::Schedule;
 pub use secrets::SecretSource;
 pub use subplan::{DEFAULT_MAX_DEPTH, MAX_DEPTH_LIMIT, swarm_namespace};
 
@@ -201,6 +203,12 @@ pub struct TaskSpec {
     /// What its agent attempts may spend, all together.
     pub budget: Budget,
     pub on_usage_limit: OnUsageLimit,
+    /// Higher runs first among READY tasks; the swarm's own `priority` is
+    /// added to it when tasks are ranked.
+    pub priority: i32,
+    /// How long the task is expected to take, in milliseconds: its weight
+    /// on the critical path. `None`: what the swarm's tasks took so far.
+    pub estimate_ms: Option<u64>,
 }
 
 /// A validated plan.
@@ -220,6 +228,9 @@ pub struct Plan {
     pub integration: Option<Arc<integration::IntegrationVerify>>,
     /// What the swarm's agent attempts may spend (root plans only).
     pub budget: SwarmBudget,
+    /// Its priority, fair share and cap on running tasks (root plans only;
+    /// a child swarm takes the defaults).
+    pub schedule: Schedule,
 }
 
 impl Plan {
@@ -261,6 +272,9 @@ struct RawPlan {
     integration_verify: Option<Vec<RawTier>>,
     merge_queue: Option<integration::RawMergeQueue>,
     budget: Option<budget::RawBudget>,
+    priority: Option<i64>,
+    share: Option<u32>,
+    max_parallel: Option<u32>,
     #[serde(default)]
     defaults: RawDefaults,
     #[serde(default)]
@@ -369,6 +383,8 @@ struct RawTask {
     budget_usd: Option<f64>,
     budget_tokens: Option<u64>,
     on_usage_limit: Option<OnUsageLimit>,
+    priority: Option<i64>,
+    estimate: Option<String>,
 }
 
 /// The agent fields of `[defaults]` and `[[tasks]]` (serde cannot flatten
@@ -463,8 +479,9 @@ fn validate(raw: RawPlan) -> Result<Plan, PlanError> {
     let frame = subplan::Frame { swarm, base_branch, integration_branch, target_branch, depth: 0, max_depth };
     let integration = integration::validate(raw.integration_verify, raw.merge_queue)?;
     let budget = budget::swarm_budget(raw.budget.as_ref())?;
+    let schedule = schedule::swarm(raw.priority, raw.share, raw.max_parallel)?;
     let plan = validate_body(frame, &raw.defaults, &raw.tasks)?;
-    Ok(Plan { integration: integration.map(Arc::new), budget, ..plan })
+    Ok(Plan { integration: integration.map(Arc::new), budget, schedule, ..plan })
 }
 
 /// Validates the defaults and tasks of the plan `frame` names: the root
@@ -664,6 +681,8 @@ fn validate_body(frame: subplan::Frame, d: &RawDefaults, raw_tasks: &[RawTask]) 
             secrets,
             budget,
             on_usage_limit: task.on_usage_limit.or(d.on_usage_limit).unwrap_or_default(),
+            priority: schedule::priority(&at("priority"), task.priority)?,
+            estimate_ms: schedule::estimate(&at("estimate"), task.estimate.as_deref())?,
         }));
         if tasks.last().is_some_and(|t| t.idle_timeout_secs == 0) {
             return Err(err(at("idle_timeout_secs"), "must be at least 1"));
@@ -685,6 +704,7 @@ fn validate_body(frame: subplan::Frame, d: &RawDefaults, raw_tasks: &[RawTask]) 
         max_depth: frame.max_depth,
         integration: None,
         budget: SwarmBudget::default(),
+        schedule: Schedule::default(),
     })
 }
 

@@ -1,4 +1,6 @@
-//! Matching READY tasks to idle workers: labels, and exclusive file
+//! Matching READY tasks to idle workers, best first (priority, critical
+//! path, fair share between swarms, each swarm's `max_parallel`: the
+//! model's ready queue gives that order): labels, and exclusive file
 //! ownership between live attempts.
 
 use swarm_core::plan::task_branch;
@@ -19,6 +21,13 @@ impl Scheduler {
     pub(super) fn schedule(&mut self, fx: &mut Effects) {
         if self.shared.model.nothing_ready() {
             return;
+        }
+        // Critical paths wait for a swarm's tasks to be all added; ranking
+        // changes what a scan finds.
+        if self.shared.model.ranks_stale() {
+            let _span = tracing::debug_span!("rank_ready").entered();
+            self.shared.model.apply(Transition::RankReady);
+            self.shared.scan.changed();
         }
         let now = now_ms();
         if now >= self.shared.scan.due_ms {

@@ -53,7 +53,7 @@ pub use merge_queue::VerifiedReport;
 pub(crate) use model::HashMap;
 pub use model::{AgentRecord, Attempt, Session, SwarmState, TierOutcome, now_ms};
 // What a question's category and a pause's author mean to the operator's webhooks.
-pub use model::BUDGET_CATEGORY;
+pub use model::{BUDGET_CATEGORY, ScheduleOrder};
 pub use operator::PERMISSION_CATEGORY;
 pub use outbound::{AgentAssign, AssignSpec, AttemptHandle, CloseCode, Outbound};
 pub use pause::BY_BREAKER;
@@ -165,6 +165,13 @@ impl Scheduler {
         }
         self.shared.metrics = metrics;
         self.shared.count_stalled();
+    }
+
+    /// Orders READY tasks by `order` from now on (the controller's
+    /// `--schedule-order`, a benchmark and diagnostic knob).
+    pub fn set_schedule_order(&mut self, order: ScheduleOrder) {
+        self.shared.model.apply(model::Transition::ScheduleOrder(order));
+        self.shared.scan.changed();
     }
 
     /// The loop; returns when told to shut down or when a commit fails (the

@@ -12,6 +12,7 @@ use tokio::sync::oneshot;
 
 mod agents;
 mod budget;
+mod order;
 mod pipeline;
 mod recovery;
 mod review;
@@ -75,6 +76,11 @@ impl Rig {
 
     /// A swarm of `tasks` (plan TOML), and w1 connected without labels.
     fn build(retries: u32, queue: usize, tasks: &str) -> Rig {
+        Rig::build_with(retries, queue, "", tasks)
+    }
+
+    /// As [`Rig::build`], with `top` (plan-level fields) above the defaults.
+    fn build_with(retries: u32, queue: usize, top: &str, tasks: &str) -> Rig {
         let dir = tempfile::tempdir().expect("tempdir");
         let repo = dir.path().join("repo");
         std::fs::create_dir_all(&repo).expect("mkdir");
@@ -91,7 +97,7 @@ impl Rig {
             Timing { lease_ttl: Duration::from_secs(3600), lost_grace: Duration::ZERO, ..Timing::default() };
         let mut sched = Scheduler::recover(store, timing, handle).expect("recover");
         let text = format!(
-            "name = \"s\"\n[defaults]\ncommand = \"true\"\nretries = {retries}\nbackoff_initial_ms = 0\nbackoff_max_ms = 0\n{tasks}"
+            "name = \"s\"\n{top}[defaults]\ncommand = \"true\"\nretries = {retries}\nbackoff_initial_ms = 0\nbackoff_max_ms = 0\n{tasks}"
         );
         let plan = Arc::new(Plan::parse(&text).expect("plan"));
         let (reply, mut rx) = oneshot::channel();

@@ -17,6 +17,10 @@
 //! $B soak [--minutes M] [--sidecars K] [--churn P]
 //!                                  # K simulated sidecars, P% of them churning a minute:
 //!                                  # RSS/fds/threads drift, tasks lost, run twice, store growth
+//! $B makespan [--dag FILE | --tasks N --roots R --depth D] [--workers W] [--mean-ms M]
+//!             [--alpha A] [--seed S] [--runs R] [--estimates]
+//!                                  # a DAG with heavy-tailed sleeps on W simulated sidecars:
+//!                                  # makespan / lower bound, critical-path order beside FIFO
 //! ```
 //!
 //! Each prints its baseline from the same run beside its figures (this kind
@@ -25,6 +29,7 @@
 mod common;
 mod durable;
 mod e2e;
+mod makespan;
 // Shared with the worktree bench; std only (see the file).
 #[path = "../../../../tests/src/fresh_fs.rs"]
 mod fresh_fs;
@@ -61,6 +66,8 @@ enum Cmd {
     MergeQueue(merge_queue::Args),
     /// Hours of fleet churn: drift, lost and duplicated tasks, store growth.
     Soak(soak::Args),
+    /// Makespan of a DAG over its lower bound, critical-path order and FIFO.
+    Makespan(makespan::Args),
 }
 
 #[tokio::main]
@@ -75,5 +82,6 @@ async fn main() -> anyhow::Result<()> {
         Some(Cmd::Memory(a)) => tokio::task::spawn_blocking(move || memory::run(&a)).await?,
         Some(Cmd::Soak(a)) => soak::run(&a).await,
         Some(Cmd::MergeQueue(a)) => merge_queue::run(&a).await,
+        Some(Cmd::Makespan(a)) => makespan::run(&a).await,
     }
 }

@@ -2,7 +2,7 @@
 //! workers) and every index derived from them, behind one door.
 //!
 //! Nothing changes the model but [`Model::apply`], and each [`Transition`]
-//! keeps the indexes it touches: the ready queue, the live ownership set,
+//! keeps the indexes it touches: the ready queue (ranked, see `ready.rs`), the live ownership set,
 //! the dependents, each swarm's state counts, its tasks waiting on the
 //! operator and its usage sum, and each worker's binding to its live
 //! attempt. Recovery feeds the stored rows through the same `apply` (the
@@ -14,17 +14,28 @@
 
 pub mod messages;
 mod ownership;
+mod ready;
 mod stored;
 mod types;
 
+#[cfg(test)]
 use std::collections::BTreeSet;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use swarm_core::{AttemptState, SwarmId, TaskKey, TaskState};
 
 pub use ownership::{LiveOwnership, Ownership};
+use ready::ReadyQueue;
+pub use ready::ScheduleOrder;
 pub use stored::*;
 pub use types::*;
+
+/// What a READY task is ranked by: its priority plus its swarm's, and its
+/// remaining critical path.
+fn rank(swarms: &HashMap<SwarmId, Swarm>, tasks: &Tasks, key: &TaskKey) -> (i32, u64) {
+    let (own, path) = tasks.get(key).map_or((0, 0), |t| (t.spec.priority, t.path));
+    (own + swarms.get(&key.swarm).map_or(0, |s| s.plan.schedule.priority), path)
+}
 
 /// The scheduler's maps hash with foldhash, seeded per process: SipHash,
 /// the standard library's default, was an eighth of the scheduler thread's
@@ -90,6 +101,13 @@ pub enum Transition<'a> {
         id: &'a SwarmId,
         edit: Edit<'a, Swarm>,
     },
+    /// How READY tasks are ordered from now on (every READY task is ranked
+    /// again).
+    ScheduleOrder(ScheduleOrder),
+    /// Computes the critical paths the ready queue waits for (after tasks
+    /// were added, or when the learnt durations moved) and ranks those
+    /// swarms' READY tasks again. A no-op when nothing waits.
+    RankReady,
 }
 
 /// What a transition changed: the rows (to write, if the caller stores
@@ -116,11 +134,10 @@ pub struct Model {
     tasks: Tasks,
     attempts: Attempts,
     workers: HashMap<String, Worker>,
-    /// READY tasks in the order they became ready (sub-swarm tasks are
-    /// never offered to a sidecar, so never here).
-    ready: BTreeSet<(u64, TaskKey)>,
-    ready_seq: HashMap<TaskKey, u64>,
-    next_ready_seq: u64,
+    /// READY tasks in the order they are offered (sub-swarm tasks are
+    /// never offered to a sidecar, so never here), and each swarm's count
+    /// of tasks a sidecar runs.
+    ready: ReadyQueue,
     /// Owned globs of every RUNNING task a sidecar runs.
     running: LiveOwnership,
     dependents: HashMap<TaskKey, Vec<TaskKey>>,
@@ -182,6 +199,19 @@ impl Model {
                 edit(s);
                 Applied { swarm: Some(id.clone()), ..Applied::default() }
             }
+            Transition::ScheduleOrder(order) => {
+                let _span = tracing::info_span!("schedule_order", order = ?order).entered();
+                let (swarms, tasks) = (&self.swarms, &self.tasks);
+                self.ready.set_order(order, |k| rank(swarms, tasks, k));
+                Applied { frees_work: true, ..Applied::default() }
+            }
+            Transition::RankReady => {
+                if !self.ready.stale() {
+                    return Applied::default();
+                }
+                self.ready.refresh(&self.swarms, &mut self.tasks);
+                Applied { frees_work: true, ..Applied::default() }
+            }
         }
     }
 
@@ -230,6 +260,7 @@ impl Model {
         let subswarm = task.spec.subplan.is_some();
         let ownership = task.ownership();
         self.tasks.insert(key.clone(), task);
+        self.ready.task_added(&key.swarm);
         self.enter(&key, state, subswarm, ownership);
         if subswarm {
             self.mark_parent_waiting(&key);
@@ -244,19 +275,14 @@ impl Model {
 
     /// The ready queue and the live ownership as a task in `state` has them.
     fn enter(&mut self, key: &TaskKey, state: TaskState, subswarm: bool, ownership: Ownership) {
-        if let Some(seq) = self.ready_seq.remove(key) {
-            self.ready.remove(&(seq, key.clone()));
-        }
         // A sub-swarm task is never given to a sidecar, and while RUNNING
         // it holds no ownership: its child's tasks own the files and must
         // not be held off by their own parent.
-        if state == TaskState::Ready && !subswarm {
-            let seq = self.next_ready_seq;
-            self.next_ready_seq += 1;
-            self.ready.insert((seq, key.clone()));
-            self.ready_seq.insert(key.clone(), seq);
-        }
-        if state == TaskState::Running && !subswarm {
+        let ready = (state == TaskState::Ready && !subswarm).then(|| rank(&self.swarms, &self.tasks, key));
+        self.ready.set_ready(key, ready);
+        let running = state == TaskState::Running && !subswarm;
+        self.ready.set_running(key, running);
+        if running {
             self.running.insert(key.clone(), ownership);
         } else {
             self.running.remove(key);
@@ -305,6 +331,9 @@ impl Model {
         if let Some(sw) = self.swarms.get_mut(&id.0.swarm) {
             sw.usage.add(&attempt.agent.usage);
         }
+        if attempt.state == AttemptState::Succeeded {
+            self.learn_duration(&id.0, id.1, attempt.started_at, attempt.ended_at);
+        }
         let mut worker = None;
         if attempt.state.is_live()
             && let Some(w) = self.workers.get_mut(&attempt.worker)
@@ -324,7 +353,20 @@ impl Model {
         if !to.is_live() && a.ended_at == 0 {
             a.ended_at = now_ms();
         }
+        if to == AttemptState::Succeeded && from != to {
+            let (started, ended) = (a.started_at, a.ended_at);
+            self.learn_duration(key, number, started, ended);
+        }
         Applied { attempt: Some(id), attempt_state: Some((from, to)), ..Applied::default() }
+    }
+
+    /// A succeeded attempt's duration, as the swarm's tasks without an
+    /// estimate weigh on the critical path. A reviewer's attempt is not
+    /// the task's work, and is left out.
+    fn learn_duration(&mut self, key: &TaskKey, number: u32, started: i64, ended: i64) {
+        if started > 0 && ended > started && !self.is_reviewer(key, number) {
+            self.ready.finished(&key.swarm, (ended - started) as u64);
+        }
     }
 
     fn free_worker(&mut self, key: &TaskKey, number: u32) -> Applied {
@@ -355,13 +397,38 @@ impl Model {
         &self.workers
     }
 
-    /// READY tasks a sidecar may take, in the order they became ready.
+    /// READY tasks a sidecar may take, best first: swarms by priority and
+    /// fair share (one at its `max_parallel` left out), each swarm's tasks
+    /// by priority, critical path and readiness (see `ready.rs`).
     pub fn ready(&self) -> impl Iterator<Item = &TaskKey> {
-        self.ready.iter().map(|(_, k)| k)
+        self.ready.iter(|id| {
+            self.swarms.get(id).map_or((1, None), |s| (s.plan.schedule.share, s.plan.schedule.max_parallel))
+        })
     }
 
     pub fn nothing_ready(&self) -> bool {
-        self.ready.is_empty()
+        self.ready.len() == 0
+    }
+
+    /// Whether critical paths wait to be computed (apply
+    /// [`Transition::RankReady`] before reading [`Model::ready`]).
+    pub fn ranks_stale(&self) -> bool {
+        self.ready.stale()
+    }
+
+    pub fn schedule_order(&self) -> ScheduleOrder {
+        self.ready.order()
+    }
+
+    /// Tasks of `swarm` a sidecar runs now.
+    pub fn running_in(&self, swarm: &SwarmId) -> u32 {
+        self.ready.running(swarm)
+    }
+
+    /// The remaining critical path below `key` (its own weight included),
+    /// in ms, as last computed.
+    pub fn critical_path(&self, key: &TaskKey) -> Option<u64> {
+        self.tasks.get(key).map(|t| t.path)
     }
 
     /// The ownership of every RUNNING task a sidecar runs.

@@ -266,6 +266,10 @@ pub struct Task {
     /// Live progress; not persisted (it is reported again).
     pub percent: u32,
     pub step: String,
+    /// The remaining critical path below it, its own weight included, in
+    /// ms, as its swarm's paths were last computed (see `ready.rs`; derived,
+    /// not stored).
+    pub(super) path: u64,
 }
 
 impl Task {
@@ -288,6 +292,7 @@ impl Task {
             updated_at,
             percent: 0,
             step: String::new(),
+            path: 0,
         }
     }
 

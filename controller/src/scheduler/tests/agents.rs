@@ -21,7 +21,7 @@ pub(super) fn key(t: &str) -> TaskKey {
     TaskKey::parse(&format!("s/{t}")).expect("key")
 }
 
-fn assigns(rx: &mut crate::scheduler::outbound::OutboundRx) -> Vec<AssignSpec> {
+pub(super) fn assigns(rx: &mut crate::scheduler::outbound::OutboundRx) -> Vec<AssignSpec> {
     let mut out = Vec::new();
     while let Ok(m) = rx.try_recv() {
         if let Outbound::Assign(a) = m {
@@ -63,7 +63,7 @@ impl Rig {
         self.sched.turn([cmd]).expect("turn");
     }
 
-    fn connect(
+    pub(super) fn connect(
         &mut self,
         worker: &str,
         id: u64,

@@ -1,0 +1,331 @@
+//! The ready queue: READY tasks in the order the scheduler offers them.
+//!
+//! Within a swarm, tasks are ranked by priority (higher first: the task's
+//! own plus its swarm's), then by the remaining critical path below the
+//! task (longest first), then by readiness. Each swarm keeps its READY
+//! tasks in an ordered set under that rank, so taking the best is
+//! O(log n). Between swarms the scheduler walks the swarms in the order
+//! [`ReadyQueue::iter`] gives: the higher head priority first, then the
+//! swarm furthest below its fair share of running tasks (`running /
+//! share`, lowest first); a swarm at its `max_parallel` is left out. That
+//! walk sorts the swarms that have READY tasks, O(s log s) for s of them,
+//! which stays small beside the tasks; the swarms without any are not
+//! visited.
+//!
+//! The critical path below a task is the heaviest chain of tasks that
+//! depend on it, itself included. A task's weight is its `estimate`; a
+//! task without one weighs the mean duration of the swarm's succeeded
+//! attempts so far, else the mean of the swarm's estimates, else one
+//! second. When no task of a swarm has an estimate every weight is the
+//! same, so the order is that of chain lengths in tasks and never changes
+//! as durations are learnt. Paths are computed for the whole swarm at
+//! once (reverse topological order, O(tasks + deps)), lazily: after tasks
+//! were added, and in a swarm with estimates when the learnt mean moved by
+//! more than a quarter, so that a completion costs O(1) and a recompute
+//! happens a few times per swarm, not per task.
+
+use std::cmp::Reverse;
+use std::collections::BTreeSet;
+
+use swarm_core::{SwarmId, TaskId, TaskKey};
+
+use super::{HashMap, HashSet, Swarm, Tasks};
+
+/// The weight of a task nothing is known about: one second.
+const UNIT_MS: u64 = 1_000;
+
+/// How READY tasks are ordered within a swarm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ScheduleOrder {
+    /// Priority, then remaining critical path, then readiness.
+    #[default]
+    CriticalPath,
+    /// Readiness alone: the order before critical-path scheduling, kept as
+    /// the benchmark's baseline and to tell an ordering problem apart.
+    Fifo,
+}
+
+impl ScheduleOrder {
+    pub fn parse(s: &str) -> Option<ScheduleOrder> {
+        match s {
+            "critical-path" => Some(ScheduleOrder::CriticalPath),
+            "fifo" => Some(ScheduleOrder::Fifo),
+            _ => None,
+        }
+    }
+}
+
+/// A READY task's place: priority and path descending, readiness ascending.
+type Rank = (Reverse<i32>, Reverse<u64>, u64);
+
+#[derive(Debug, Default)]
+struct SwarmQueue {
+    ready: BTreeSet<(Rank, TaskKey)>,
+    /// Its tasks a sidecar runs now.
+    running: u32,
+    /// Tasks were added, or the learnt mean moved, since its tasks' paths
+    /// (`Task::path`) were computed.
+    stale: bool,
+    /// The weight of a task without an estimate the paths were made with.
+    basis_ms: u64,
+    /// Whether any task of the swarm has an estimate (then the learnt
+    /// mean changes the order, and is watched).
+    has_estimates: bool,
+    /// Succeeded attempts' durations: their sum and count.
+    done_ms: u64,
+    done: u64,
+}
+
+impl SwarmQueue {
+    fn unknown_weight(&self, estimates: (u64, u64)) -> u64 {
+        let learnt = self.done_ms.checked_div(self.done);
+        learnt.or_else(|| estimates.0.checked_div(estimates.1)).map_or(UNIT_MS, |ms| ms.max(1))
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct ReadyQueue {
+    order: ScheduleOrder,
+    swarms: HashMap<SwarmId, SwarmQueue>,
+    /// Swarms with READY tasks: what a decision walks, rather than every
+    /// swarm the controller ever ran.
+    open: HashSet<SwarmId>,
+    /// Swarms whose paths wait for [`ReadyQueue::refresh`].
+    stale: Vec<SwarmId>,
+    /// Where each READY task sits, to take it out.
+    rank: HashMap<TaskKey, Rank>,
+    running: HashSet<TaskKey>,
+    next_seq: u64,
+}
+
+impl ReadyQueue {
+    pub fn len(&self) -> usize {
+        self.rank.len()
+    }
+
+    pub fn order(&self) -> ScheduleOrder {
+        self.order
+    }
+
+    /// A task of `swarm` was added: its paths are out of date.
+    pub fn task_added(&mut self, swarm: &SwarmId) {
+        self.mark_stale(swarm);
+    }
+
+    fn mark_stale(&mut self, swarm: &SwarmId) {
+        let q = self.swarms.entry(swarm.clone()).or_default();
+        if !q.stale {
+            q.stale = true;
+            self.stale.push(swarm.clone());
+        }
+    }
+
+    /// Whether some swarm's paths wait for [`ReadyQueue::refresh`].
+    pub fn stale(&self) -> bool {
+        !self.stale.is_empty()
+    }
+
+    /// `key` is READY, ranked by `(priority, path)` (its priority and its
+    /// swarm's summed; its remaining critical path), or not.
+    pub fn set_ready(&mut self, key: &TaskKey, ready: Option<(i32, u64)>) {
+        if let Some(rank) = self.rank.remove(key)
+            && let Some(q) = self.swarms.get_mut(&key.swarm)
+        {
+            q.ready.remove(&(rank, key.clone()));
+            if q.ready.is_empty() {
+                self.open.remove(&key.swarm);
+            }
+        }
+        let Some((priority, path)) = ready else { return };
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let rank = match self.order {
+            ScheduleOrder::CriticalPath => (Reverse(priority), Reverse(path), seq),
+            ScheduleOrder::Fifo => (Reverse(0), Reverse(0), seq),
+        };
+        let q = self.swarms.entry(key.swarm.clone()).or_default();
+        if q.ready.is_empty() {
+            self.open.insert(key.swarm.clone());
+        }
+        q.ready.insert((rank, key.clone()));
+        self.rank.insert(key.clone(), rank);
+    }
+
+    /// `key` runs on a sidecar, or no longer does.
+    pub fn set_running(&mut self, key: &TaskKey, running: bool) {
+        let changed = if running { self.running.insert(key.clone()) } else { self.running.remove(key) };
+        if changed && let Some(q) = self.swarms.get_mut(&key.swarm) {
+            q.running = if running { q.running + 1 } else { q.running.saturating_sub(1) };
+        }
+    }
+
+    /// An attempt of `swarm` succeeded after `ms`: the mean it learns.
+    pub fn finished(&mut self, swarm: &SwarmId, ms: u64) {
+        let q = self.swarms.entry(swarm.clone()).or_default();
+        q.done_ms = q.done_ms.saturating_add(ms);
+        q.done += 1;
+        if q.has_estimates && !q.stale {
+            let mean = (q.done_ms / q.done).max(1);
+            // Beyond a quarter either way: a few recomputes per swarm.
+            if mean.saturating_mul(4) > q.basis_ms.saturating_mul(5)
+                || mean.saturating_mul(5) < q.basis_ms.saturating_mul(4)
+            {
+                self.mark_stale(swarm);
+            }
+        }
+    }
+
+    /// Running tasks of `swarm`.
+    pub fn running(&self, swarm: &SwarmId) -> u32 {
+        self.swarms.get(swarm).map_or(0, |q| q.running)
+    }
+
+    /// Switches the order, ranking every READY task again.
+    pub fn set_order(&mut self, order: ScheduleOrder, rank: impl Fn(&TaskKey) -> (i32, u64)) {
+        self.order = order;
+        // In readiness order, which the new sequence numbers keep.
+        let mut keys: Vec<(u64, TaskKey)> = self.rank.iter().map(|(k, rank)| (rank.2, k.clone())).collect();
+        keys.sort_unstable();
+        for (_, key) in keys {
+            self.set_ready(&key, Some(rank(&key)));
+        }
+    }
+
+    /// Computes the paths of each stale swarm into its tasks and ranks its
+    /// READY tasks again (in their readiness order, which re-ranking keeps).
+    pub fn refresh(&mut self, swarms: &HashMap<SwarmId, Swarm>, tasks: &mut Tasks) {
+        for id in std::mem::take(&mut self.stale) {
+            let Some(q) = self.swarms.get_mut(&id) else { continue };
+            q.stale = false;
+            let Some(swarm) = swarms.get(&id) else { continue };
+            let _span =
+                tracing::debug_span!("critical_path", swarm = %id, tasks = swarm.tasks.len()).entered();
+            let specs: Vec<_> =
+                swarm.tasks.iter().filter_map(|k| tasks.get(k)).map(|t| t.spec.clone()).collect();
+            let estimates = specs
+                .iter()
+                .filter_map(|s| s.estimate_ms)
+                .fold((0u64, 0u64), |(sum, n), ms| (sum.saturating_add(ms), n + 1));
+            q.has_estimates = estimates.1 > 0;
+            q.basis_ms = q.unknown_weight(estimates);
+            let paths = critical_paths(&specs, q.basis_ms);
+            for (spec, path) in specs.iter().zip(paths) {
+                if let Some(t) = tasks.get_mut(&TaskKey::new(id.clone(), spec.id.clone())) {
+                    t.path = path;
+                }
+            }
+            let mut ready: Vec<(Rank, TaskKey)> = std::mem::take(&mut q.ready).into_iter().collect();
+            self.open.remove(&id);
+            ready.sort_by_key(|(rank, _)| rank.2);
+            for (_, key) in ready {
+                self.rank.remove(&key);
+                self.set_ready(&key, Some(super::rank(swarms, tasks, &key)));
+            }
+        }
+    }
+
+    /// READY tasks in the order they are offered: swarms by head priority
+    /// and fair share (those at `max_parallel` left out), each swarm's
+    /// tasks by rank. `limits` gives a swarm's share and cap.
+    pub fn iter<'a>(
+        &'a self,
+        limits: impl Fn(&SwarmId) -> (u32, Option<u32>),
+    ) -> impl Iterator<Item = &'a TaskKey> + 'a {
+        let mut open: Vec<(&SwarmId, &SwarmQueue, u64)> = self
+            .open
+            .iter()
+            .filter_map(|id| Some((id, self.swarms.get(id)?)))
+            .filter_map(|(id, q)| {
+                let (share, cap) = limits(id);
+                (cap.is_none_or(|cap| q.running < cap)).then_some((id, q, u64::from(share.max(1))))
+            })
+            .collect();
+        open.sort_by(|a, b| {
+            let head = |q: &SwarmQueue| q.ready.first().map(|(rank, _)| rank.0);
+            // running_a / share_a against running_b / share_b, exactly.
+            let load_a = u64::from(a.1.running) * b.2;
+            let load_b = u64::from(b.1.running) * a.2;
+            head(a.1).cmp(&head(b.1)).then(load_a.cmp(&load_b)).then(a.0.cmp(b.0))
+        });
+        open.into_iter().flat_map(|(_, q, _)| q.ready.iter().map(|(_, k)| k))
+    }
+}
+
+/// The remaining critical path below each task of a swarm (in the order
+/// of `specs`): its weight plus the heaviest path among the tasks that
+/// depend on it. The plan was checked acyclic; a dep not among `specs`
+/// is left out.
+fn critical_paths(specs: &[std::sync::Arc<swarm_core::plan::TaskSpec>], unknown_ms: u64) -> Vec<u64> {
+    let index: HashMap<&TaskId, usize> = specs.iter().enumerate().map(|(i, s)| (&s.id, i)).collect();
+    let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); specs.len()];
+    let mut waiting: Vec<usize> = vec![0; specs.len()];
+    for (i, s) in specs.iter().enumerate() {
+        for d in &s.deps {
+            if let Some(&j) = index.get(d) {
+                dependents[j].push(i);
+                waiting[i] += 1;
+            }
+        }
+    }
+    // Kahn's order: every task after its dependencies.
+    let mut topo: Vec<usize> = (0..specs.len()).filter(|&i| waiting[i] == 0).collect();
+    let mut at = 0;
+    while at < topo.len() {
+        let i = topo[at];
+        at += 1;
+        for &j in &dependents[i] {
+            waiting[j] -= 1;
+            if waiting[j] == 0 {
+                topo.push(j);
+            }
+        }
+    }
+    let mut path = vec![0u64; specs.len()];
+    for &i in topo.iter().rev() {
+        let below = dependents[i].iter().map(|&j| path[j]).max().unwrap_or(0);
+        path[i] = specs[i].estimate_ms.unwrap_or(unknown_ms).saturating_add(below);
+    }
+    path
+}
+
+#[cfg(test)]
+mod tests {
+    use swarm_core::plan::Plan;
+
+    use super::*;
+
+    fn specs(tasks: &str) -> Vec<std::sync::Arc<swarm_core::plan::TaskSpec>> {
+        Plan::parse(&format!("name = \"s\"\n[defaults]\ncommand = \"true\"\n{tasks}")).expect("plan").tasks
+    }
+
+    #[test]
+    fn a_path_is_the_task_and_its_heaviest_chain_of_dependents() {
+        // a -> {b, c} -> d; b is expected to take 5 s, the rest weigh 1 s.
+        let specs = specs(
+            "[[tasks]]\nid = \"a\"\nfiles = [\"a\"]\n\
+             [[tasks]]\nid = \"b\"\nfiles = [\"b\"]\ndeps = [\"a\"]\nestimate = \"5s\"\n\
+             [[tasks]]\nid = \"c\"\nfiles = [\"c\"]\ndeps = [\"a\"]\n\
+             [[tasks]]\nid = \"d\"\nfiles = [\"d\"]\ndeps = [\"b\", \"c\"]\n",
+        );
+        assert_eq!(critical_paths(&specs, 1_000), [7_000, 6_000, 2_000, 1_000]);
+    }
+
+    #[test]
+    fn learnt_durations_reorder_only_a_swarm_with_estimates_and_only_past_a_quarter() {
+        let swarm = SwarmId::new("s").expect("id");
+        let mut q = ReadyQueue::default();
+        q.swarms.insert(swarm.clone(), SwarmQueue { basis_ms: 1_000, ..SwarmQueue::default() });
+        q.finished(&swarm, 10_000);
+        assert!(!q.stale(), "without estimates every weight is the same: the order cannot change");
+
+        let mut q = ReadyQueue::default();
+        q.swarms.insert(
+            swarm.clone(),
+            SwarmQueue { basis_ms: 1_000, has_estimates: true, ..SwarmQueue::default() },
+        );
+        q.finished(&swarm, 1_200);
+        assert!(!q.stale(), "a mean within a quarter of the basis keeps the paths");
+        q.finished(&swarm, 2_000);
+        assert!(q.stale(), "a mean of 1.6 s is past a quarter above 1 s");
+    }
+}
