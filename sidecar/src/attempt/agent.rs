@@ -91,10 +91,13 @@ pub(super) async fn run(
     }
 }
 
+/// How often a delivery waiting on a STALLED child asks again.
+const STALLED_CHILD_POLL: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// A result delivered while the agent's spawned child has not been merged
 /// into the worktree waits for the child and takes its work first: the
 /// task's result is the agent's work and its children's together. A child
-/// that does not complete fails the attempt (the agent's work is kept as a
+/// that fails or is cancelled fails the attempt (the agent's work is kept as a
 /// WIP commit, and a retry of the task spawning the same tasks picks the
 /// child up again).
 async fn with_children(
@@ -114,6 +117,12 @@ async fn with_children(
             waited = children.wait(children::MAX_WAIT) => match waited {
                 Ok(w) if w.merged => return Some(ran),
                 Ok(w) if w.result["done"] == serde_json::json!(false) => continue,
+                // Its tasks wait on the operator, who will answer: so does
+                // this attempt (it is the operator's wait, not the agent's).
+                Ok(w) if w.result["state"] == serde_json::json!("STALLED") => {
+                    tokio::time::sleep(STALLED_CHILD_POLL).await;
+                    continue;
+                }
                 Ok(w) => {
                     let why = format!(
                         "the agent finished, but its sub-swarm {child} is {}: {}",
