@@ -25,6 +25,7 @@ work=$(mktemp -d /tmp/swarm-upgrade-XXXXXX)
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
   git -C "$root" worktree remove --force "$old_src" >/dev/null 2>&1 || true
   rm -rf "$old_src"
 }
@@ -55,7 +56,7 @@ plan="$work/plan.toml"
 } >"$plan"
 
 controller() { # BIN LOG
-  "$1/swarm-controller" --listen "127.0.0.1:$port" --repo "$repo" --lease-ttl-ms 3000 >"$2" 2>&1 &
+  "$1/swarm-controller" --listen "127.0.0.1:$port" --repo "$repo" --heartbeat-interval-ms 500 --lease-ttl-ms 3000 >"$2" 2>&1 &
   pids+=($!)
   for _ in $(seq 1 100); do
     grep -q "listening on" "$2" 2>/dev/null && return 0
@@ -88,7 +89,7 @@ for w in w1 w2 w3; do side[$w]=$(sidecar "$old" "$w"); pids+=("${side[$w]}"); do
 wait_merged 3 60
 
 echo "== controller replaced by HEAD's (kill -9), old sidecars keep working"
-kill -9 "$ctl"
+kill -9 "$ctl"; wait "$ctl" 2>/dev/null || true
 controller "$new" "$work/controller.new.log" || { echo "FAIL: HEAD's controller did not start on the old store"; tail "$work/controller.new.log"; exit 1; }
 wait_merged 6 60
 
