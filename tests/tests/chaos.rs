@@ -181,20 +181,9 @@ async fn run_chaos(plant_locks: bool) {
     eprintln!("seed {seed}: {controller_kills} controller and {sidecar_kills} sidecar kills");
     assert!(controller_kills >= CONTROLLER_KILLS && sidecar_kills >= SIDECAR_KILLS);
     let done = wait_all_merged(&url, "c").await;
-    assert_eq!(
-        repo.tree("swarm/c/integration"),
-        expected,
-        "seed {seed}: the tree differs from an undisturbed run's"
-    );
-    for i in 0..TASKS {
-        let id = task_id(i);
-        assert_eq!(
-            merges_of(&repo, "swarm/c/integration", "c", &id),
-            1,
-            "seed {seed}: {id} merged exactly once"
-        );
-        assert_eq!(done[&id].retries_used, 0, "seed {seed}: {id} used a retry: {}", done[&id].reason);
-    }
+    assert_undisturbed(seed, &repo, &expected, |id| {
+        (u64::from(done[id].retries_used), done[id].reason.clone())
+    });
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -205,6 +194,32 @@ async fn chaos_kill9_of_controller_and_sidecars_gives_the_undisturbed_tree_with_
 #[tokio::test(flavor = "multi_thread")]
 async fn chaos_with_stale_git_locks_left_behind_still_finishes() {
     run_chaos(true).await;
+}
+
+/// Where every chaos run must end: the undisturbed run's tree, every task
+/// merged exactly once, no retry spent (`retries` gives a task's retries
+/// used and what to say about it).
+fn assert_undisturbed(
+    seed: u64,
+    repo: &TempRepo,
+    expected: &BTreeMap<String, String>,
+    retries: impl Fn(&str) -> (u64, String),
+) {
+    assert_eq!(
+        &repo.tree("swarm/c/integration"),
+        expected,
+        "seed {seed}: the tree differs from an undisturbed run's"
+    );
+    for i in 0..TASKS {
+        let id = task_id(i);
+        assert_eq!(
+            merges_of(repo, "swarm/c/integration", "c", &id),
+            1,
+            "seed {seed}: {id} merged exactly once"
+        );
+        let (used, about) = retries(&id);
+        assert_eq!(used, 0, "seed {seed}: {id} used a retry: {about}");
+    }
 }
 
 /// The partition schedule's cuts, each of one sidecar host's link.
@@ -281,21 +296,9 @@ async fn chaos_partitions_of_remote_sidecar_hosts_give_the_undisturbed_tree_with
         assert!(Instant::now() < deadline, "seed {seed}: {merged}/{TASKS} merged in time");
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
-    assert_eq!(
-        repo.tree("swarm/c/integration"),
-        expected,
-        "seed {seed}: the tree differs from an undisturbed run's"
-    );
-    for i in 0..TASKS {
-        let id = task_id(i);
-        assert_eq!(
-            merges_of(&repo, "swarm/c/integration", "c", &id),
-            1,
-            "seed {seed}: {id} merged exactly once"
-        );
-        let t = &done[&id];
-        assert_eq!(t["retries_used"], 0, "seed {seed}: a partition spent a retry of {id}: {t:#}");
-    }
+    assert_undisturbed(seed, &repo, &expected, |id| {
+        (done[id]["retries_used"].as_u64().unwrap_or(u64::MAX), done[id].to_string())
+    });
 }
 
 /// Leader kills of the PostgreSQL chaos run, and the leader's lease.
@@ -377,20 +380,9 @@ async fn chaos_leader_failovers_on_postgresql_give_the_undisturbed_tree_and_gap_
     );
     let leader = leader_of(&controllers).await;
     let done = wait_all_merged(&controllers[leader].url(), "c").await;
-    assert_eq!(
-        repo.tree("swarm/c/integration"),
-        expected,
-        "seed {seed}: the tree differs from an undisturbed run's"
-    );
-    for i in 0..TASKS {
-        let id = task_id(i);
-        assert_eq!(
-            merges_of(&repo, "swarm/c/integration", "c", &id),
-            1,
-            "seed {seed}: {id} merged exactly once"
-        );
-        assert_eq!(done[&id].retries_used, 0, "seed {seed}: {id} used a retry: {}", done[&id].reason);
-    }
+    assert_undisturbed(seed, &repo, &expected, |id| {
+        (u64::from(done[id].retries_used), done[id].reason.clone())
+    });
     let ids = db
         .sql("SELECT count(*) || ' ' || count(DISTINCT id) || ' ' || min(id) || ' ' || max(id) FROM events");
     let n: Vec<i64> = ids.split(' ').map(|v| v.parse().unwrap()).collect();
