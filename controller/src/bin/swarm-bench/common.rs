@@ -139,6 +139,29 @@ pub fn start_sidecar(
     Ok(Proc(child))
 }
 
+/// A simulated sidecar's heartbeat: after its Welcome the controller gives
+/// work only to a sidecar it has heard from.
+pub fn heartbeat() -> swarm_proto::v1::SidecarMessage {
+    use swarm_proto::v1;
+    v1::SidecarMessage {
+        seq: 0,
+        body: Some(v1::sidecar_message::Body::Heartbeat(v1::Heartbeat { sent_at_unix_ms: 0 })),
+    }
+}
+
+/// A simulated sidecar's no-op success for `a`: the base commit as its
+/// result, with sequence number `seq`.
+pub fn success(seq: u64, a: swarm_proto::v1::Assign) -> swarm_proto::v1::SidecarMessage {
+    use swarm_proto::v1;
+    let result = v1::AttemptResult {
+        attempt: a.attempt,
+        outcome: v1::Outcome::Success as i32,
+        commit: a.base_commit,
+        ..Default::default()
+    };
+    v1::SidecarMessage { seq, body: Some(v1::sidecar_message::Body::Result(result)) }
+}
+
 /// CPU and memory of a process, from /proc.
 #[derive(Debug, Clone, Copy)]
 pub struct Usage {

@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 
-use crate::common::{channels, start_controller, temp_repo, usage};
+use crate::common::{channels, heartbeat, start_controller, success, temp_repo, usage};
 
 /// `swarm-bench durable` and `swarm-bench heartbeats` (and the default run).
 #[derive(clap::Args, Debug, Clone)]
@@ -150,18 +150,11 @@ async fn noop_sidecar(channel: Channel, worker: String, deadline: Instant) -> an
         if let Some(v1::controller_message::Body::Welcome(_)) = m.body {
             // As a real sidecar does: the controller gives work only to a
             // sidecar it heard from after the Welcome.
-            let beat = Body::Heartbeat(v1::Heartbeat { sent_at_unix_ms: 0 });
-            tx.send(v1::SidecarMessage { seq: 0, body: Some(beat) }).await?;
+            tx.send(heartbeat()).await?;
         }
         if let Some(v1::controller_message::Body::Assign(a)) = m.body {
             seq += 1;
-            let result = v1::AttemptResult {
-                attempt: a.attempt,
-                outcome: v1::Outcome::Success as i32,
-                commit: a.base_commit,
-                ..Default::default()
-            };
-            tx.send(v1::SidecarMessage { seq, body: Some(Body::Result(result)) }).await?;
+            tx.send(success(seq, a)).await?;
             done += 1;
         }
     }

@@ -29,7 +29,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 
-use crate::common::{channels, start_controller, temp_repo};
+use crate::common::{channels, heartbeat, start_controller, success, temp_repo};
 
 /// Largest DAG the bench takes: a plan's own limit.
 const MAX_TASKS: usize = 50_000;
@@ -343,21 +343,14 @@ async fn sleeping_sidecar(
             // As a real sidecar does: the controller gives work only to a
             // sidecar it heard from after the Welcome.
             Some(v1::controller_message::Body::Welcome(_)) => {
-                let beat = Body::Heartbeat(v1::Heartbeat { sent_at_unix_ms: 0 });
-                tx.send(v1::SidecarMessage { seq: 0, body: Some(beat) }).await?;
+                tx.send(heartbeat()).await?;
             }
             Some(v1::controller_message::Body::Assign(a)) => {
                 let task = a.attempt.as_ref().map(|r| r.task_id.clone()).unwrap_or_default();
                 let ms = sleeps.get(&task).copied().unwrap_or(0);
                 tokio::time::sleep(Duration::from_millis(ms)).await;
                 seq += 1;
-                let result = v1::AttemptResult {
-                    attempt: a.attempt,
-                    outcome: v1::Outcome::Success as i32,
-                    commit: a.base_commit,
-                    ..Default::default()
-                };
-                tx.send(v1::SidecarMessage { seq, body: Some(Body::Result(result)) }).await?;
+                tx.send(success(seq, a)).await?;
             }
             _ => {}
         }
