@@ -433,16 +433,18 @@ impl Scheduler {
         text: &str,
         fx: &mut Effects,
     ) {
+        let attempt = self.shared.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
+        let running = self.shared.model.tasks().get(key).is_some_and(|t| t.state() == TaskState::Running);
         let answer = QuestionAnswer {
             question_id: qid.to_string(),
             question: question.to_string(),
             answer: text.to_string(),
+            during_attempt: if running { attempt } else { 0 },
         };
         self.core(fx).edit_task(key, |t| {
             t.notes.answers.push(answer);
             t.notes.pending_question = None;
         });
-        let attempt = self.shared.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
         fx.task_event(
             key,
             attempt,

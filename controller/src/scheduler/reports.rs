@@ -200,6 +200,19 @@ impl Scheduler {
         }
     }
 
+    /// The id of the question `asked` that was answered while attempt
+    /// `number` ran, when nothing is pending since: an escalation carries
+    /// its question's text, so an answer to an earlier question of the
+    /// same attempt does not count.
+    fn answered_during(&self, key: &TaskKey, number: u32, asked: &str) -> Option<String> {
+        let notes = &self.shared.model.tasks().get(key)?.notes;
+        if notes.pending_question.is_some() {
+            return None;
+        }
+        let last = notes.answers.last()?;
+        (last.during_attempt == number && last.question == asked).then(|| last.question_id.clone())
+    }
+
     fn on_result(&mut self, worker_id: &str, r: ResultReport, fx: &mut Effects) {
         let (key, number) = (r.attempt.task.clone(), r.attempt.number);
         self.apply_result(worker_id, r, fx);
@@ -340,6 +353,17 @@ impl Scheduler {
                 } else {
                     pause::after_usage_limit(&mut self.core(fx), &key, number, until);
                 }
+            }
+            Outcome::Escalation if self.answered_during(&key, number, &detail).is_some() => {
+                // The operator answered the question while the worker was
+                // exiting over it (the sidecar had no one to hand the answer
+                // to): asking again would lose that answer.
+                self.core(fx).set_attempt_state(&key, number, AttemptState::Stopped);
+                if let Some(c) = &r.commit {
+                    self.core(fx).edit_task(&key, |t| t.resume_commit = c.clone());
+                }
+                let qid = self.answered_during(&key, number, &detail).unwrap_or_default();
+                self.core(fx).make_ready(&key, &format!("answered ({qid}) while attempt {number} ended"));
             }
             Outcome::Blocked => {
                 self.core(fx).set_attempt_state(&key, number, AttemptState::Stopped);

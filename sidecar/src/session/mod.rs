@@ -32,8 +32,10 @@ use crate::outcome::AttemptOutcome;
 use crate::{SidecarError, orphans, worktree};
 
 mod attempts;
+mod liveness;
 
 use attempts::adoptable;
+use liveness::{LinkTiming, SocketHandle, TrackedConnector};
 
 const INITIAL_BACKOFF: Duration = Duration::from_millis(100);
 const WELCOME_TIMEOUT: Duration = Duration::from_secs(10);
@@ -130,6 +132,10 @@ struct Session {
     /// Whether to wait before the next connection attempt: false right
     /// after a controller that was not the leader, while others are untried.
     back_off: bool,
+    /// The lease of the last Welcome: how fast a dead link must be noticed.
+    lease: Option<Duration>,
+    /// The socket of the connection being used (see `liveness`).
+    socket: SocketHandle,
     _lock: Flock<std::fs::File>,
 }
 
@@ -232,6 +238,8 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Sidecar
         remote,
         controllers,
         back_off: true,
+        lease: None,
+        socket: SocketHandle::default(),
         _lock: lock,
     };
     let span = tracing::info_span!("sidecar", worker = %s.worker_id);
@@ -251,7 +259,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Sidecar
 impl Session {
     async fn run(&mut self) -> Result<(), SidecarError> {
         let mut backoff = INITIAL_BACKOFF;
-        let max = Duration::from_millis(self.cfg.reconnect_max_ms.max(100));
+        let configured_max = Duration::from_millis(self.cfg.reconnect_max_ms.max(100));
         loop {
             match self.connect_once().await {
                 Ok(Ended::Done) => return self.finish().await,
@@ -272,6 +280,8 @@ impl Session {
             if !std::mem::replace(&mut self.back_off, true) {
                 continue;
             }
+            let max = LinkTiming::for_lease(self.lease).backoff_max(configured_max);
+            backoff = backoff.min(max);
             let jitter = rand::rng().random_range(0..=backoff.as_millis() as u64 / 2);
             let sleep = tokio::time::sleep(backoff + Duration::from_millis(jitter));
             backoff = (backoff * 2).min(max);
@@ -368,24 +378,35 @@ impl Session {
             resumed = welcome.attempt_resumed, "connected");
         self.journal.applied_up_to(welcome.last_applied_seq)?;
         self.journal.set_resume_secret(&welcome.resume_secret)?;
+        self.lease = Some(Duration::from_millis(welcome.lease_ttl_ms.into()));
+        if let Some(timeout) = LinkTiming::user_timeout(self.lease)
+            && let Err(e) = self.socket.set_user_timeout(timeout)
+        {
+            tracing::warn!(error = %e, "cannot bound the connection's unacknowledged time; pings alone will");
+        }
         self.link.set_session(client, &welcome.resume_secret);
-        self.stream(out, &mut inbound, welcome).await
+        let ended = self.stream(out, &mut inbound, welcome).await;
+        self.socket.release();
+        ended
     }
 
     /// Connects to `url`, says Hello and waits for the Welcome; None when a
     /// shutdown came first.
     async fn open(&mut self, url: &str) -> Result<Option<Opened>, NotOpened> {
         let auth = self.cfg.client_auth();
+        let timing = LinkTiming::for_lease(self.lease);
         let endpoint = auth
             .endpoint(url)
             .map_err(|e| SidecarError::Config(e.to_string()))?
-            .connect_timeout(Duration::from_secs(5))
+            .connect_timeout(timing.connect_timeout)
             // Notice a half-open connection even when nothing is being sent.
-            .http2_keep_alive_interval(Duration::from_secs(10))
-            .keep_alive_timeout(Duration::from_secs(20))
+            .http2_keep_alive_interval(timing.keepalive_interval)
+            .keep_alive_timeout(timing.keepalive_timeout)
             .keep_alive_while_idle(true);
+        self.socket = SocketHandle::default();
+        let connector = TrackedConnector::new(timing.connect_timeout, self.socket.clone());
         let channel: Channel = tokio::select! {
-            c = endpoint.connect() => c.map_err(|e| SidecarError::Connect(e.to_string()))?,
+            c = endpoint.connect_with_connector(connector) => c.map_err(|e| SidecarError::Connect(e.to_string()))?,
             _ = self.shutdown.cancelled(), if !self.shutting_down => {
                 self.begin_shutdown();
                 return Ok(None);

@@ -240,6 +240,15 @@ pub struct QuestionAnswer {
     pub question_id: String,
     pub question: String,
     pub answer: String,
+    /// The attempt that was running when it was given (0: none, or an
+    /// older store): an agent that asks and then exits races its answer,
+    /// and the attempt's end must not ask the operator again.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub during_attempt: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 #[derive(Debug)]

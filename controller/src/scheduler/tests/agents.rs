@@ -258,3 +258,52 @@ fn a_permission_question_ends_with_its_attempt() {
     rig.send("w1", 1, Report::Result(Box::new(r)));
     assert_eq!(rig.task_of("a").task.pending_question, "", "nobody is left to answer it");
 }
+
+fn answer(rig: &mut Rig, t: &str, text: &str) {
+    let (reply, mut rx) = oneshot::channel();
+    let op = OperatorOp::Answer { task: key(t), question_id: String::new(), text: text.into(), reply };
+    rig.sched.turn([Command::Operator(op)]).expect("turn");
+    rx.try_recv().expect("replied").expect("answered");
+}
+
+fn question(attempt: ReportedAttempt, id: &str, text: &str) -> Report {
+    Report::Question {
+        attempt,
+        id: id.into(),
+        text: text.into(),
+        category: "design".into(),
+        options: Vec::new(),
+    }
+}
+
+#[test]
+fn an_answer_given_while_the_asking_worker_exits_is_not_asked_again() {
+    let mut rig = Rig::build(0, 64, "[[tasks]]\nid = \"a\"\nfiles = [\"a.txt\"]\n");
+    let first = assigns(&mut rig.outbound);
+    rig.send("w1", 1, question(handle(&first[0]), "colour", "Which colour?"));
+    // The operator answers while the worker is already exiting with code 4.
+    answer(&mut rig, "a", "blue");
+    let mut r = result(handle(&first[0]), Outcome::Escalation);
+    r.error = "Which colour?".into();
+    rig.send("w1", 1, Report::Result(Box::new(r)));
+    let detail = rig.task_of("a");
+    assert_eq!(detail.task.pending_question, "", "the answer given is kept, not asked again");
+    let next = assigns(&mut rig.outbound);
+    assert_eq!(next.len(), 1, "the task runs again with its answer: {:?}", detail.task.state);
+    assert_eq!(next[0].attempt.number, 2);
+}
+
+#[test]
+fn an_escalation_after_an_answered_question_still_asks_the_operator() {
+    let mut rig = Rig::build(0, 64, "[[tasks]]\nid = \"a\"\nfiles = [\"a.txt\"]\n");
+    let first = assigns(&mut rig.outbound);
+    rig.send("w1", 1, question(handle(&first[0]), "colour", "Which colour?"));
+    answer(&mut rig, "a", "blue");
+    let mut r = result(handle(&first[0]), Outcome::Escalation);
+    r.error = "blue clashes with the logo; which do we keep?".into();
+    rig.send("w1", 1, Report::Result(Box::new(r)));
+    let detail = rig.task_of("a");
+    assert_eq!(detail.task.state, TaskState::Escalated);
+    assert!(detail.task.pending_question.contains("clashes"), "{:?}", detail.task.pending_question);
+    assert!(assigns(&mut rig.outbound).is_empty());
+}
