@@ -269,6 +269,71 @@ async fn a_verifier_lost_mid_verification_is_replaced_and_the_batch_verified_els
     assert_eq!(lines(&count).last().unwrap(), &repo.head("swarm/lost/integration"));
 }
 
+/// Three cars verified at once on three verifiers, each stacked on the
+/// one ahead; a verifier and then the controller are killed -9 while all
+/// three verifications are in flight. Every task lands once, and the
+/// integration ref only ever stopped at commits a verifier ran.
+#[tokio::test(flavor = "multi_thread")]
+async fn cars_verified_at_once_land_in_order_through_a_verifier_and_a_controller_kill9() {
+    let out = tempfile::tempdir().unwrap();
+    let count = out.path().join("verifications");
+    let gate = Gate::new();
+    let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[]))]);
+    let verify = format!("echo \"$SWARM_VERIFY_COMMIT\" >> '{}'; {}", count.display(), gate.wait_sh());
+    let ids = ["a", "b", "c", "d", "e", "f"];
+    let plan = ids
+        .iter()
+        .fold(queue_plan("train", &verify, 2, out.path()), |p, id| p.task(task(id)))
+        .build()
+        .replace("max_batch = 2\n", "max_batch = 2\nmax_parallel = 3\n");
+    assert!(plan.contains("max_parallel = 3"), "{plan}");
+    let mut controller = spawn_controller(repo.path(), swarm_tests::FAST_LEASES);
+    let url = controller.url();
+    let _w = spawn_sidecar(&url, repo.path(), "w1", &["--label", "role=work"]);
+    create_swarm(&url, &plan).await;
+    for id in ids {
+        wait_task_state(&url, "train", id, v1::TaskState::Merging).await;
+    }
+    let mut verifiers: Vec<_> = ["v1", "v2", "v3"]
+        .iter()
+        .map(|v| spawn_sidecar(&url, repo.path(), v, &["--label", "role=verify"]))
+        .collect();
+    // Three cars of two, each verification held at the gate: all three run
+    // at once.
+    wait_lines(&count, 3).await;
+    let evs = events(&url, "train", 0, 1).await;
+    let behind: Vec<u64> = kinds(&evs, "merge_queue.batch")
+        .iter()
+        .map(|e| serde_json::from_str::<serde_json::Value>(&e.data).unwrap()["ahead"].as_u64().unwrap())
+        .collect();
+    assert_eq!(behind, vec![0, 1, 2], "each car is stacked on the ones ahead of it");
+
+    verifiers[1].kill9();
+    controller.restart_after_kill9();
+    verifiers.push(spawn_sidecar(&url, repo.path(), "v4", &["--label", "role=verify"]));
+    gate.open();
+    wait_all_merged(&url, "train").await;
+
+    let branch = "swarm/train/integration";
+    for id in ids {
+        assert_eq!(swarm_tests::merges_of(&repo, branch, "train", id), 1, "merges of {id}");
+        assert!(repo.file(branch, &format!("{id}.txt")).is_some(), "{id}'s work landed");
+    }
+    let verified = lines(&count);
+    let evs = events(&url, "train", 0, 1).await;
+    let landed: Vec<String> = kinds(&evs, "merge_queue.landed")
+        .iter()
+        .map(|e| {
+            serde_json::from_str::<serde_json::Value>(&e.data).unwrap()["head"].as_str().unwrap().to_string()
+        })
+        .collect();
+    assert!(!landed.is_empty());
+    for head in &landed {
+        assert!(verified.contains(head), "landed {head}, which no verifier ran: {verified:?}");
+    }
+    assert_eq!(landed.last().unwrap(), &repo.head(branch), "the branch is at the last verified landing");
+}
+
 /// The integration tiers run the tasks' merged code, so they are confined
 /// like a worker: a tier cannot read a file outside what the plan names,
 /// while it writes where `[merge_queue] sandbox` lets it.

@@ -1,49 +1,63 @@
-//! The merge queue's decisions, as pure logic: which tasks to verify
-//! together next, what lands, who is the culprit, and how big the next
-//! batch is. No I/O and no ids beyond the caller's items, so every rule is
-//! unit-tested here and the scheduler only carries the decisions out.
+//! The merge queue's decisions, as pure logic: which tasks are verified
+//! together and on top of what, what lands, who is the culprit, and how
+//! big the next batch is. No I/O and no ids beyond the caller's, so every
+//! rule is tested here and the scheduler only carries the decisions out.
 //!
-//! Rules (those of bors, Zuul and Mergify):
-//! - A batch is the first `size` waiting items, verified together on the
-//!   integration head. A passing batch lands in one step and the size grows
-//!   by one (up to the maximum); a failing batch halves it.
-//! - A failing batch of several is bisected. Its first half is verified on
-//!   the head: if it passes, it lands and the culprit is in the second
-//!   half, which is now known to fail on the new head, so it is split again
-//!   without being verified whole; if it fails, the culprit is in the first
-//!   half and the second half goes back to the front of the queue,
-//!   untested. When one suspect is left it is the culprit, found without a
-//!   verification of its own. A batch of N with one culprit thus costs at
-//!   most ⌈log2 N⌉ + 1 verifications.
+//! Rules (Zuul's dependent pipeline, with bors' batches):
+//! - Waiting items are taken in order into cars of up to `size` items.
+//!   Each car is merged onto the car ahead of it (the first onto the
+//!   integration head), so up to `limit` cars are verified at once, each on
+//!   exactly what will be under it when it lands.
+//! - Cars land in order, one compare-and-swap each: a passing car lands
+//!   once every car ahead of it has; the size then grows by one (up to the
+//!   maximum).
+//! - A failing car invalidates the cars behind it (their trees hold its
+//!   change): they go back to waiting, untested, and no car is formed until
+//!   it is decided. Once every car ahead of it has landed, a car of one is
+//!   the culprit; a larger one goes back to the front and the size halves,
+//!   so its halves are verified next, stacked and at once: bisection in
+//!   parallel. Once the first half lands, the second is known to fail on
+//!   the new head without a verdict of its own: a single suspect is then
+//!   the culprit, found without being verified alone, so one verifier
+//!   finds one culprit among N in at most ⌈log2 N⌉ + 1 verifications.
+//! - A failing car whose predecessor then fails is not trusted (the
+//!   predecessor may be the cause) and goes back to waiting.
 
 use std::collections::VecDeque;
 
-/// What the queue decided after a verification.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision<T> {
-    /// Verified on the head: move the integration ref over these, in order.
-    Land(Vec<T>),
-    /// Breaks the merged tree: hand it back to its owner.
-    Culprit(T),
+/// Items verified together, on top of the cars ahead of them.
+#[derive(Debug, Clone)]
+pub struct Car<T> {
+    pub id: u64,
+    pub items: Vec<T>,
+    verdict: Option<bool>,
+    landing: bool,
 }
 
-/// Why the items under verification are being verified.
+/// What a verdict or a removal settled.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Round<T> {
-    /// A fresh batch, never verified.
-    Batch,
-    /// Bisecting a set known to fail on the head: `testing` is its first
-    /// half, `rest` the other half.
-    Bisect { rest: Vec<T> },
+pub struct Settled<T> {
+    /// Cars taken off the train: their verifications no longer count.
+    pub dropped: Vec<u64>,
+    /// Items found to break the tree on their own.
+    pub culprits: Vec<T>,
+}
+
+impl<T> Default for Settled<T> {
+    fn default() -> Self {
+        Settled { dropped: Vec::new(), culprits: Vec::new() }
+    }
 }
 
 /// The queue of one integration branch.
 #[derive(Debug, Clone)]
 pub struct MergeQueue<T> {
     waiting: VecDeque<T>,
-    /// Under verification, in landing order; empty when idle.
-    testing: Vec<T>,
-    round: Round<T>,
+    /// In landing order; `cars[0]` is merged onto the integration head.
+    cars: Vec<Car<T>>,
+    /// The halves of the last failed car that was split: once the first
+    /// lands, the second is known to fail.
+    halves: Option<(Vec<T>, Vec<T>)>,
     size: usize,
     max: usize,
 }
@@ -53,7 +67,7 @@ impl<T: Clone + PartialEq> MergeQueue<T> {
     /// window starts open) and never exceed it; `max` 0 counts as 1.
     pub fn new(max: usize) -> Self {
         let max = max.max(1);
-        MergeQueue { waiting: VecDeque::new(), testing: Vec::new(), round: Round::Batch, size: max, max }
+        MergeQueue { waiting: VecDeque::new(), cars: Vec::new(), halves: None, size: max, max }
     }
 
     pub fn push(&mut self, item: T) {
@@ -63,10 +77,10 @@ impl<T: Clone + PartialEq> MergeQueue<T> {
     }
 
     pub fn contains(&self, item: &T) -> bool {
-        self.waiting.contains(item) || self.testing.contains(item) || self.rest().contains(item)
+        self.waiting.contains(item) || self.cars.iter().any(|c| c.items.contains(item))
     }
 
-    /// The size the next fresh batch will have.
+    /// The size the next car will have (fewer if fewer wait).
     pub fn batch_size(&self) -> usize {
         self.size
     }
@@ -75,309 +89,167 @@ impl<T: Clone + PartialEq> MergeQueue<T> {
         self.waiting.iter()
     }
 
-    /// The items under verification now (empty when none is).
+    pub fn cars(&self) -> &[Car<T>] {
+        &self.cars
+    }
+
     #[cfg(test)]
-    pub fn testing(&self) -> &[T] {
-        &self.testing
-    }
-
-    /// Suspects known to fail that wait for the current half's verdict.
-    pub fn rest(&self) -> &[T] {
-        match &self.round {
-            Round::Batch => &[],
-            Round::Bisect { rest } => rest,
-        }
-    }
-
-    pub fn is_bisecting(&self) -> bool {
-        matches!(self.round, Round::Bisect { .. })
-    }
-
     pub fn is_empty(&self) -> bool {
-        self.waiting.is_empty() && self.testing.is_empty()
+        self.waiting.is_empty() && self.cars.is_empty()
     }
 
-    /// The items to verify now, starting a fresh batch if nothing is under
-    /// verification; `None` when the queue is empty.
-    pub fn next(&mut self) -> Option<&[T]> {
-        if self.testing.is_empty() {
-            let n = self.size.min(self.waiting.len());
-            if n == 0 {
-                return None;
-            }
-            self.testing = self.waiting.drain(..n).collect();
-            self.round = Round::Batch;
+    /// Forms car `id` behind the last one from the first waiting items,
+    /// unless `limit` cars are out already, nothing waits, or a failed car
+    /// waits to be decided.
+    pub fn form(&mut self, id: u64, limit: usize) -> Option<&[T]> {
+        let failed = self.cars.iter().any(|c| c.verdict == Some(false));
+        if self.cars.len() >= limit.max(1) || failed || self.waiting.is_empty() {
+            return None;
         }
-        Some(&self.testing)
-    }
-
-    /// The verdict on [`Self::testing`].
-    pub fn verdict(&mut self, passed: bool) -> Vec<Decision<T>> {
-        let testing = std::mem::take(&mut self.testing);
-        if testing.is_empty() {
-            return Vec::new();
-        }
-        let mut out = Vec::new();
-        let suspects = match (std::mem::replace(&mut self.round, Round::Batch), passed) {
-            (Round::Batch, true) => {
-                self.size = (self.size + 1).min(self.max);
-                out.push(Decision::Land(testing));
-                return out;
-            }
-            (Round::Batch, false) => {
-                self.size = (self.size / 2).max(1);
-                testing
-            }
-            (Round::Bisect { rest }, true) => {
-                out.push(Decision::Land(testing));
-                rest
-            }
-            (Round::Bisect { rest }, false) => {
-                for item in rest.into_iter().rev() {
-                    self.waiting.push_front(item);
-                }
-                testing
-            }
+        // A half of a split car is a car of its own, so that the second
+        // half is known to fail once the first lands.
+        let starts_with = |half: &[T]| {
+            half.len() <= self.waiting.len() && self.waiting.iter().zip(half).all(|(a, b)| a == b)
         };
-        self.bisect(suspects, &mut out);
-        out
+        let n = match &self.halves {
+            Some((first, _)) if starts_with(first) => first.len(),
+            Some((_, second)) if starts_with(second) => second.len(),
+            _ => self.size.min(self.waiting.len()),
+        };
+        let items: Vec<T> = self.waiting.drain(..n).collect();
+        self.cars.push(Car { id, items, verdict: None, landing: false });
+        self.cars.last().map(|c| c.items.as_slice())
     }
 
-    /// `suspects` fail on the head: one is the culprit; several are split.
-    fn bisect(&mut self, mut suspects: Vec<T>, out: &mut Vec<Decision<T>>) {
-        match suspects.len() {
-            0 => {}
-            1 => out.extend(suspects.pop().map(Decision::Culprit)),
-            n => {
-                let rest = suspects.split_off(n.div_ceil(2));
-                self.testing = suspects;
-                self.round = Round::Bisect { rest };
+    /// The verdict on car `id` (ignored for a car no longer on the train).
+    pub fn verdict(&mut self, id: u64, passed: bool) -> Settled<T> {
+        let mut settled = Settled::default();
+        let Some(i) = self.cars.iter().position(|c| c.id == id && c.verdict.is_none()) else {
+            return settled;
+        };
+        self.cars[i].verdict = Some(passed);
+        if !passed {
+            settled.dropped = self.drop_from(i + 1, None);
+        }
+        self.settle_front(&mut settled);
+        settled
+    }
+
+    /// The front car, once it passed, to land now (at most once).
+    pub fn ready_to_land(&mut self) -> Option<(u64, &[T])> {
+        let front = self.cars.first_mut()?;
+        if front.verdict != Some(true) || front.landing {
+            return None;
+        }
+        front.landing = true;
+        Some((front.id, front.items.as_slice()))
+    }
+
+    /// Car `id` landed: the next car's base is now the integration head.
+    pub fn landed(&mut self, id: u64) -> Settled<T> {
+        let mut settled = Settled::default();
+        if !self.cars.first().is_some_and(|c| c.id == id && c.landing) {
+            return settled;
+        }
+        let car = self.cars.remove(0);
+        self.size = (self.size + 1).min(self.max);
+        if let Some((first, second)) = self.halves.take() {
+            if car.items == first {
+                self.second_half_fails(second, &mut settled);
+            } else {
+                self.halves = Some((first, second));
             }
+        }
+        self.settle_front(&mut settled);
+        settled
+    }
+
+    /// The first half of a failed car landed, so `second` fails on the
+    /// head: its car (if formed and not passed) fails without waiting for
+    /// its verifier, or it is decided straight from the queue.
+    fn second_half_fails(&mut self, second: Vec<T>, settled: &mut Settled<T>) {
+        if let Some(front) = self.cars.first_mut() {
+            if front.items == second && front.verdict != Some(true) {
+                front.verdict = Some(false);
+                settled.dropped.extend(self.drop_from(1, None));
+            }
+            return;
+        }
+        let at_front =
+            second.len() <= self.waiting.len() && self.waiting.iter().zip(&second).all(|(a, b)| a == b);
+        if at_front {
+            self.waiting.drain(..second.len());
+            self.split_failed(second, settled);
         }
     }
 
-    /// Puts `items` back at the front, in order, untested (a verified set
-    /// that could not land: it is verified again on the head as it is).
-    pub fn requeue_front(&mut self, items: Vec<T>) {
-        for item in items.into_iter().rev() {
-            if !self.contains(&item) {
-                self.waiting.push_front(item);
-            }
+    /// Takes car `id` and every car behind it off the train, their items
+    /// back to the front of the queue, to be verified again: it could not
+    /// land (the ref moved), or could not be merged at all.
+    pub fn drop_car(&mut self, id: u64) -> Settled<T> {
+        let mut settled = Settled::default();
+        if let Some(i) = self.cars.iter().position(|c| c.id == id) {
+            settled.dropped = self.drop_from(i, None);
         }
+        settled
     }
 
     /// Takes `item` out of the queue (it conflicted, was cancelled, or
-    /// landed by other means). Removing it from the half under verification
-    /// leaves the verification to be redone on what remains; the caller
-    /// learns so from the return value. A set of suspects left with one
-    /// item keeps bisecting correctly: it is still known to fail.
-    pub fn remove(&mut self, item: &T) -> Removed {
+    /// landed by other means). The car holding it and every car behind it
+    /// are verified afresh, unless that car is landing already: a landing
+    /// lands exactly what was verified, and the caller decides the item.
+    pub fn remove(&mut self, item: &T) -> Settled<T> {
+        let mut settled = Settled::default();
         if let Some(i) = self.waiting.iter().position(|x| x == item) {
             self.waiting.remove(i);
-            return Removed::Idle;
+            return settled;
         }
-        if let Round::Bisect { rest } = &mut self.round
-            && let Some(i) = rest.iter().position(|x| x == item)
-        {
-            rest.remove(i);
-            // The failing set lost a member: it may no longer fail, so its
-            // remainder is verified as a fresh batch later.
-            let rest = std::mem::take(rest);
-            for x in rest.into_iter().rev() {
-                self.waiting.push_front(x);
-            }
-            self.round = Round::Batch;
-            return Removed::Idle;
+        let Some(i) = self.cars.iter().position(|c| c.items.contains(item)) else { return settled };
+        if self.cars[i].landing {
+            return settled;
         }
-        if let Some(i) = self.testing.iter().position(|x| x == item) {
-            self.testing.remove(i);
-            // What was under verification changed: verify it afresh.
-            let testing = std::mem::take(&mut self.testing);
-            let rest = match std::mem::replace(&mut self.round, Round::Batch) {
-                Round::Bisect { rest } => rest,
-                Round::Batch => Vec::new(),
-            };
-            for x in testing.into_iter().chain(rest).rev() {
-                self.waiting.push_front(x);
-            }
-            return Removed::Restart;
-        }
-        Removed::Absent
+        settled.dropped = self.drop_from(i, Some(item));
+        self.settle_front(&mut settled);
+        settled
     }
-}
 
-/// What [`MergeQueue::remove`] did to the verification in flight.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Removed {
-    /// Not in the queue.
-    Absent,
-    /// Removed; the verification in flight (if any) stands.
-    Idle,
-    /// It was under verification: that verification no longer counts.
-    Restart,
+    /// Cars `from..` off the train, their items (but `except`) back to the
+    /// front of the queue in order; their ids.
+    fn drop_from(&mut self, from: usize, except: Option<&T>) -> Vec<u64> {
+        let from = from.min(self.cars.len());
+        let dropped: Vec<Car<T>> = self.cars.drain(from..).collect();
+        let items: Vec<T> = dropped.iter().flat_map(|c| c.items.iter().cloned()).collect();
+        for item in items.into_iter().rev().filter(|x| Some(x) != except) {
+            self.waiting.push_front(item);
+        }
+        dropped.into_iter().map(|c| c.id).collect()
+    }
+
+    /// A failed car with nothing ahead of it is decided.
+    fn settle_front(&mut self, settled: &mut Settled<T>) {
+        while self.cars.first().is_some_and(|c| c.verdict == Some(false)) {
+            let car = self.cars.remove(0);
+            settled.dropped.extend(self.drop_from(0, None));
+            self.split_failed(car.items, settled);
+        }
+    }
+
+    /// `items` fail on the head: one is the culprit; several go back to
+    /// the front, to be verified as two halves.
+    fn split_failed(&mut self, mut items: Vec<T>, settled: &mut Settled<T>) {
+        if items.len() == 1 {
+            settled.culprits.extend(items.pop());
+            return;
+        }
+        let half = items.len().div_ceil(2);
+        self.size = half.min(self.max).max(1);
+        self.halves = Some((items[..half].to_vec(), items[half..].to_vec()));
+        for item in items.into_iter().rev() {
+            self.waiting.push_front(item);
+        }
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Runs the queue to empty against a verifier that fails any set
-    /// holding a culprit; returns (verifications, landed, culprits).
-    fn run(items: &[u32], culprits: &[u32], max: usize) -> (usize, Vec<u32>, Vec<u32>) {
-        let mut q = MergeQueue::new(max);
-        for &i in items {
-            q.push(i);
-        }
-        let (mut runs, mut landed, mut found) = (0, Vec::new(), Vec::new());
-        while let Some(set) = q.next() {
-            runs += 1;
-            assert!(runs < 1000, "the queue must terminate");
-            let passed = !set.iter().any(|x| culprits.contains(x));
-            for d in q.verdict(passed) {
-                match d {
-                    Decision::Land(xs) => landed.extend(xs),
-                    Decision::Culprit(x) => found.push(x),
-                }
-            }
-        }
-        (runs, landed, found)
-    }
-
-    #[test]
-    fn a_batch_of_8_with_one_culprit_costs_at_most_log2_8_plus_1_verifications() {
-        for culprit in 0..8u32 {
-            let items: Vec<u32> = (0..8).collect();
-            let mut q = MergeQueue::new(8);
-            for &i in &items {
-                q.push(i);
-            }
-            let mut runs = 0;
-            let mut found = None;
-            let mut landed = Vec::new();
-            while found.is_none() {
-                let set = q.next().expect("a culprit is found before the queue empties").to_vec();
-                runs += 1;
-                for d in q.verdict(!set.contains(&culprit)) {
-                    match d {
-                        Decision::Land(xs) => landed.extend(xs),
-                        Decision::Culprit(x) => found = Some(x),
-                    }
-                }
-            }
-            assert_eq!(found, Some(culprit));
-            assert!(runs <= 4, "culprit {culprit}: {runs} verifications");
-            // Everything before the culprit landed in order; nothing after it did.
-            assert_eq!(landed, (0..culprit).collect::<Vec<_>>(), "culprit {culprit}");
-        }
-    }
-
-    #[test]
-    fn the_last_suspect_is_the_culprit_without_being_verified() {
-        let mut q = MergeQueue::new(2);
-        q.push('a');
-        q.push('b');
-        assert_eq!(q.next(), Some(&['a', 'b'][..]));
-        assert!(q.verdict(false).is_empty());
-        assert_eq!(q.next(), Some(&['a'][..]));
-        // `a` passes: `b` is the culprit, never verified alone.
-        assert_eq!(q.verdict(true), vec![Decision::Land(vec!['a']), Decision::Culprit('b')]);
-        assert_eq!(q.next(), None);
-    }
-
-    #[test]
-    fn a_failing_first_half_sends_the_untested_second_half_back_to_the_front() {
-        let mut q = MergeQueue::new(4);
-        for c in ['a', 'b', 'c', 'd', 'e'] {
-            q.push(c);
-        }
-        assert_eq!(q.next(), Some(&['a', 'b', 'c', 'd'][..]));
-        assert!(q.verdict(false).is_empty());
-        assert_eq!(q.next(), Some(&['a', 'b'][..]));
-        assert!(q.verdict(false).is_empty());
-        assert_eq!(q.waiting().copied().collect::<Vec<_>>(), vec!['c', 'd', 'e']);
-        assert_eq!(q.next(), Some(&['a'][..]));
-        assert_eq!(q.verdict(false), vec![Decision::Culprit('a')]);
-        // b, c, d were never shown to fail: they come next, before e.
-        assert_eq!(q.waiting().copied().collect::<Vec<_>>(), vec!['b', 'c', 'd', 'e']);
-    }
-
-    #[test]
-    fn batch_size_grows_on_success_and_halves_on_failure() {
-        let mut q = MergeQueue::new(8);
-        assert_eq!(q.batch_size(), 8);
-        for i in 0..20u32 {
-            q.push(i);
-        }
-        q.next();
-        assert!(q.verdict(false).is_empty());
-        assert_eq!(q.batch_size(), 4);
-        // Finish the bisection with everything passing but the last suspect.
-        while q.is_bisecting() {
-            q.verdict(true);
-        }
-        q.next();
-        assert_eq!(q.testing().len(), 4);
-        q.verdict(false);
-        assert_eq!(q.batch_size(), 2);
-        while q.is_bisecting() {
-            q.verdict(true);
-        }
-        q.next();
-        q.verdict(true);
-        assert_eq!(q.batch_size(), 3, "grows by one on success");
-        for _ in 0..20 {
-            if q.next().is_none() {
-                break;
-            }
-            q.verdict(true);
-        }
-        assert!(q.batch_size() <= 8, "never beyond the maximum");
-        let mut one = MergeQueue::new(1);
-        one.push(1u32);
-        one.next();
-        one.verdict(false);
-        assert_eq!(one.batch_size(), 1, "never below one");
-    }
-
-    #[test]
-    fn every_item_lands_or_is_a_culprit_exactly_once() {
-        for culprits in [vec![], vec![3], vec![0, 7], vec![1, 2, 3], (0..10).collect::<Vec<u32>>()] {
-            let items: Vec<u32> = (0..10).collect();
-            let (_, landed, found) = run(&items, &culprits, 4);
-            let mut all: Vec<u32> = landed.iter().chain(&found).copied().collect();
-            all.sort();
-            assert_eq!(all, items, "culprits {culprits:?}");
-            let mut f = found.clone();
-            f.sort();
-            assert_eq!(f, culprits);
-            // Landing keeps queue order.
-            assert!(landed.windows(2).all(|w| w[0] < w[1]), "{landed:?}");
-        }
-    }
-
-    #[test]
-    fn removing_an_item_under_verification_restarts_that_verification() {
-        let mut q = MergeQueue::new(4);
-        for c in ['a', 'b', 'c'] {
-            q.push(c);
-        }
-        q.next();
-        assert_eq!(q.remove(&'b'), Removed::Restart);
-        assert!(q.testing().is_empty());
-        assert_eq!(q.next(), Some(&['a', 'c'][..]));
-        assert_eq!(q.remove(&'z'), Removed::Absent);
-        q.push('d');
-        assert_eq!(q.remove(&'d'), Removed::Idle);
-        assert!(!q.contains(&'d'));
-    }
-
-    #[test]
-    fn pushing_an_item_already_queued_does_not_queue_it_twice() {
-        let mut q = MergeQueue::new(4);
-        q.push(1u32);
-        q.push(1);
-        assert_eq!(q.next(), Some(&[1][..]));
-        q.push(1);
-        assert_eq!(q.waiting().count(), 0);
-    }
-}
+#[path = "bisect_tests.rs"]
+mod tests;

@@ -38,7 +38,7 @@ impl Scheduler {
         for r in decided.merged {
             self.on_merged(r, fx);
         }
-        if let Some(key) = decided.culprit {
+        for key in decided.culprits {
             self.merge_queues.return_culprit(&mut self.shared.core(fx), &key);
         }
     }

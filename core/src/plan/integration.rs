@@ -14,6 +14,7 @@
 //!
 //! [merge_queue]
 //! max_batch = 8                    # default 8, at most 64
+//! max_parallel = 4                 # batches verified at once; default: every idle verifier, up to 8
 //! labels = { role = "verify" }     # which sidecars verify; any by default
 //! sandbox = { read = ["~/.rustup"], write = ["~/.cargo/registry"] }
 //! ```
@@ -30,6 +31,11 @@ use super::{PlanError, RawTier, VerifyTier, check_labels, check_tiers, err};
 /// The default and the largest batch a merge queue verifies at once.
 pub const DEFAULT_MAX_BATCH: u32 = 8;
 pub const MAX_BATCH_LIMIT: u32 = 64;
+/// Batches verified at once when the plan does not say: one per idle
+/// verifier, up to this many (each is stacked on the ones ahead of it, so
+/// a failure near the front wastes the verifications behind it).
+pub const AUTO_MAX_PARALLEL: u32 = 8;
+pub const MAX_PARALLEL_LIMIT: u32 = 32;
 
 /// How a swarm verifies its merged results.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,6 +44,9 @@ pub struct IntegrationVerify {
     pub tiers: Vec<VerifyTier>,
     /// The most tasks verified together.
     pub max_batch: u32,
+    /// The most batches verified at once; 0: one per idle verifier, up to
+    /// [`AUTO_MAX_PARALLEL`].
+    pub max_parallel: u32,
     /// Labels a sidecar must carry (equal values) to verify; empty: any.
     pub labels: BTreeMap<String, String>,
     /// How the tiers are confined.
@@ -48,6 +57,7 @@ pub struct IntegrationVerify {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawMergeQueue {
     max_batch: Option<u32>,
+    max_parallel: Option<u32>,
     #[serde(default)]
     labels: BTreeMap<String, String>,
     sandbox: Option<super::sandbox::RawSandbox>,
@@ -75,13 +85,17 @@ pub(super) fn validate(
     if max_batch == 0 || max_batch > MAX_BATCH_LIMIT {
         return Err(err("merge_queue.max_batch", format!("must be between 1 and {MAX_BATCH_LIMIT}")));
     }
+    let max_parallel = queue.max_parallel.unwrap_or(0);
+    if queue.max_parallel.is_some() && !(1..=MAX_PARALLEL_LIMIT).contains(&max_parallel) {
+        return Err(err("merge_queue.max_parallel", format!("must be between 1 and {MAX_PARALLEL_LIMIT}")));
+    }
     check_labels("merge_queue.labels", &queue.labels)?;
     let sandbox = super::sandbox::resolve(
         "merge_queue.sandbox",
         queue.sandbox.as_ref(),
         &super::SandboxSpec::default(),
     )?;
-    Ok(Some(IntegrationVerify { tiers, max_batch, labels: queue.labels, sandbox }))
+    Ok(Some(IntegrationVerify { tiers, max_batch, max_parallel, labels: queue.labels, sandbox }))
 }
 
 #[cfg(test)]
@@ -98,13 +112,13 @@ mod tests {
     fn integration_verify_parses_tiers_batch_and_labels() {
         let plan = parse(
             "[[integration_verify]]\nname = \"build\"\ncommand = \"make\"\n\
-             [merge_queue]\nmax_batch = 4\nlabels = { role = \"verify\" }\n",
+             [merge_queue]\nmax_batch = 4\nmax_parallel = 3\nlabels = { role = \"verify\" }\n",
         )
         .expect("valid");
         let iv = plan.integration.expect("set");
         assert_eq!(iv.tiers.len(), 1);
         assert_eq!(iv.tiers[0].name, "build");
-        assert_eq!(iv.max_batch, 4);
+        assert_eq!((iv.max_batch, iv.max_parallel), (4, 3));
         assert_eq!(iv.labels.get("role").map(String::as_str), Some("verify"));
     }
 
@@ -121,6 +135,14 @@ mod tests {
             parse("[[integration_verify]]\nname = \"b\"\ncommand = \"x\"\n[merge_queue]\nmax_batch = 0\n")
                 .expect_err("zero");
         assert_eq!(e.path, "merge_queue.max_batch");
+        for bad in ["0", "33"] {
+            let e = parse(&format!(
+                "[[integration_verify]]\nname = \"b\"\ncommand = \"x\"\n[merge_queue]\nmax_parallel = {bad}\n"
+            ))
+            .expect_err("out of range");
+            assert_eq!(e.path, "merge_queue.max_parallel");
+            assert!(e.rule.contains("between 1 and 32"), "{}", e.rule);
+        }
         let e = parse("[[integration_verify]]\nname = \"b\"\ncommand = \"  \"\n").expect_err("empty command");
         assert_eq!(e.path, "integration_verify[0].command");
         let e = parse("[[integration_verify]]\nname = \"b\"\ncommand = \"x\"\n[merge_queue]\nlabels = { \"bad key\" = \"v\" }\n")

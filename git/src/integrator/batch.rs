@@ -104,9 +104,21 @@ impl Integrator {
         reqs: &[MergeRequest],
         cas_retries: u32,
     ) -> Result<Chain, MergeError> {
-        self.repo.objects.reset_object_memory();
         let start =
             self.head_of(branch)?.ok_or_else(|| GitError::MissingBranch { branch: branch.to_string() })?;
+        self.chain_onto(branch, start, reqs, cas_retries)
+    }
+
+    /// As [`Self::chain`], onto `start` (the branch's head, or a commit
+    /// that contains it: a merge queue's speculation stacked on another's).
+    pub(super) fn chain_onto(
+        &self,
+        branch: &str,
+        start: gix::ObjectId,
+        reqs: &[MergeRequest],
+        cas_retries: u32,
+    ) -> Result<Chain, MergeError> {
+        self.repo.objects.reset_object_memory();
         let mut head = start;
         let mut results = Vec::with_capacity(reqs.len());
         for req in reqs {

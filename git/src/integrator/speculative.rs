@@ -25,7 +25,36 @@ impl Integrator {
     /// move. Each request's `expected_head` must be contained in the head.
     #[tracing::instrument(skip_all, fields(branch, requests = reqs.len()))]
     pub fn speculate(&self, branch: &str, reqs: &[MergeRequest]) -> Result<Speculation, MergeError> {
-        let (start, head, results) = self.chain(branch, reqs, 0)?;
+        self.speculate_onto(branch, None, reqs)
+    }
+
+    /// As [`Self::speculate`], onto `onto` when given: the merged commit of
+    /// a speculation still under verification, which must contain the
+    /// branch's head (else the queue is behind the branch and must start
+    /// over). The result lands only after `onto` has.
+    pub fn speculate_onto(
+        &self,
+        branch: &str,
+        onto: Option<&str>,
+        reqs: &[MergeRequest],
+    ) -> Result<Speculation, MergeError> {
+        let (start, head, results) = match onto {
+            None => self.chain(branch, reqs, 0)?,
+            Some(onto) => {
+                let onto = self.commit_id(onto)?;
+                let head = self
+                    .head_of(branch)?
+                    .ok_or_else(|| GitError::MissingBranch { branch: branch.to_string() })?;
+                if !self.is_ancestor_id(head, onto)? {
+                    return Err(MergeError::NotFastForward {
+                        target: branch.to_string(),
+                        current: head.to_string(),
+                        new: onto.to_string(),
+                    });
+                }
+                self.chain_onto(branch, onto, reqs, 0)?
+            }
+        };
         // Written now: a sidecar checks the commit out before the ref moves.
         self.persist(Some(head), true)?;
         Ok(Speculation { base: start.to_string(), head: head.to_string(), results })
@@ -104,5 +133,31 @@ mod tests {
         // A second advance from the old head is refused: the ref moved.
         let err = integrator.advance("integ", &base, &spec.head, "again").expect_err("moved");
         assert!(matches!(err, MergeError::CasFailed { .. }), "{err}");
+    }
+
+    #[test]
+    fn a_speculation_stacked_on_another_lands_only_after_it() {
+        let repo = TempRepo::with_files(&[]);
+        let base = repo.head("main");
+        repo.set_branch("integ", &base);
+        let a = repo.commit(Some(&base), &[("a.txt", "a\n")], "a");
+        let b = repo.commit(Some(&base), &[("b.txt", "b\n")], "b");
+        let integrator = Integrator::open(repo.path()).expect("open");
+        let first = integrator.speculate("integ", &[request("integ", &base, &a, "s/a#1")]).expect("first");
+        let second = integrator
+            .speculate_onto("integ", Some(&first.head), &[request("integ", &first.head, &b, "s/b#1")])
+            .expect("stacked");
+        assert_eq!(second.base, first.head);
+        let files = repo.git(&["ls-tree", "--name-only", &second.head]);
+        assert!(files.contains("a.txt") && files.contains("b.txt"), "{files}");
+        // The second cannot land before the first: its base is not the head.
+        let err = integrator.advance("integ", &second.base, &second.head, "early").expect_err("not yet");
+        assert!(matches!(err, MergeError::CasFailed { .. }), "{err}");
+        integrator.advance("integ", &first.base, &first.head, "first").expect("first lands");
+        integrator.advance("integ", &second.base, &second.head, "second").expect("then the second");
+        // Stacking on a commit the branch is not in is refused.
+        let stray = repo.commit(Some(&base), &[("c.txt", "c\n")], "c");
+        let err = integrator.speculate_onto("integ", Some(&stray), &[]).expect_err("behind the branch");
+        assert!(matches!(err, MergeError::NotFastForward { .. }), "{err}");
     }
 }

@@ -12,8 +12,9 @@ use crate::{MergeError, MergeRequest};
 /// What a merge queue asks of the merge service.
 #[derive(Debug, Clone)]
 pub enum QueueRequest {
-    /// Merge `jobs` onto the head of their integration branch, in memory.
-    Speculate { swarm: SwarmId, job: u64, branch: String, jobs: Vec<MergeJob> },
+    /// Merge `jobs` onto the head of their integration branch (or onto
+    /// `onto`, a speculation ahead of this one that contains it), in memory.
+    Speculate { swarm: SwarmId, job: u64, branch: String, onto: Option<String>, jobs: Vec<MergeJob> },
     /// Move `branch` from `base` to the verified `head`.
     Advance { swarm: SwarmId, job: u64, branch: String, base: String, head: String, count: usize },
 }
@@ -58,7 +59,9 @@ impl MergeService {
     /// Carries out one queue request.
     pub fn queue(&self, request: QueueRequest) -> QueueReport {
         match request {
-            QueueRequest::Speculate { swarm, job, branch, jobs } => self.speculate(swarm, job, &branch, jobs),
+            QueueRequest::Speculate { swarm, job, branch, onto, jobs } => {
+                self.speculate(swarm, job, &branch, onto.as_deref(), jobs)
+            }
             QueueRequest::Advance { swarm, job, branch, base, head, count } => {
                 let span = tracing::info_span!("merge_queue.land", swarm = %swarm, job, branch = %branch, tasks = count);
                 (self.trace_parent)(&span, swarm.as_str(), swarm.as_str());
@@ -73,7 +76,14 @@ impl MergeService {
         }
     }
 
-    fn speculate(&self, swarm: SwarmId, job: u64, branch: &str, jobs: Vec<MergeJob>) -> QueueReport {
+    fn speculate(
+        &self,
+        swarm: SwarmId,
+        job: u64,
+        branch: &str,
+        onto: Option<&str>,
+        jobs: Vec<MergeJob>,
+    ) -> QueueReport {
         let span = tracing::info_span!("merge_queue.speculate", swarm = %swarm, job, branch = %branch, tasks = jobs.len());
         (self.trace_parent)(&span, swarm.as_str(), swarm.as_str());
         let _entered = span.enter();
@@ -106,9 +116,12 @@ impl MergeService {
             decided,
             error: Some(error),
         };
-        let head = match self.head_of(branch) {
-            Ok(h) => h,
-            Err(e) => return fail(e, decided),
+        let head = match onto {
+            Some(onto) => onto.to_string(),
+            None => match self.head_of(branch) {
+                Ok(h) => h,
+                Err(e) => return fail(e, decided),
+            },
         };
         if todo.is_empty() {
             return QueueReport::Speculated {
@@ -122,7 +135,7 @@ impl MergeService {
             };
         }
         let requests: Vec<MergeRequest> = todo.iter().map(|j| j.request(branch, &head)).collect();
-        let spec = match self.integrator.speculate(branch, &requests) {
+        let spec = match self.integrator.speculate_onto(branch, onto, &requests) {
             Ok(s) => s,
             Err(e) => return fail(e.into(), decided),
         };

@@ -189,7 +189,8 @@ fn a_speculation_decides_conflicts_and_chains_the_rest_until_advanced() {
     ];
     let service = MergeService::open(repo.path()).expect("open");
     let swarm = swarm_core::SwarmId::new("s").expect("swarm");
-    let request = QueueRequest::Speculate { swarm: swarm.clone(), job: 7, branch: BRANCH.into(), jobs };
+    let request =
+        QueueRequest::Speculate { swarm: swarm.clone(), job: 7, branch: BRANCH.into(), onto: None, jobs };
     let QueueReport::Speculated { base: on, head: merged, chained, decided, error, .. } =
         service.queue(request)
     else {

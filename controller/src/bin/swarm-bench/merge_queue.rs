@@ -42,11 +42,19 @@ pub struct Args {
     /// The queue's largest batch.
     #[arg(long, default_value_t = 8)]
     pub max_batch: u32,
+    /// Batches verified at once (`[merge_queue] max_parallel`); 0: the
+    /// default, one per idle verifier.
+    #[arg(long, default_value_t = 0)]
+    pub max_parallel: u32,
+    /// Also run the same instance with one batch at a time first, as the
+    /// baseline, and print the ratio.
+    #[arg(long)]
+    pub baseline: bool,
     #[arg(long, default_value_t = 900)]
     pub timeout_secs: u64,
 }
 
-fn plan(args: &Args, marks: &Path) -> (String, usize) {
+fn plan(args: &Args, max_parallel: u32, marks: &Path) -> (String, usize) {
     let every =
         if args.culprits > 0.0 { (1.0 / args.culprits).round().max(1.0) as usize } else { usize::MAX };
     let work = format!(
@@ -62,8 +70,9 @@ fn plan(args: &Args, marks: &Path) -> (String, usize) {
     let mut p = format!(
         "name = \"mq\"\n[defaults]\nlabels = {{ role = \"work\" }}\nretries = 3\ncommand = {work:?}\n\n\
          [[integration_verify]]\nname = \"integration\"\ncommand = {verify:?}\n\n\
-         [merge_queue]\nmax_batch = {b}\nlabels = {{ role = \"verify\" }}\nsandbox = {{ write = [{m:?}] }}\n",
+         [merge_queue]\nmax_batch = {b}\n{parallel}labels = {{ role = \"verify\" }}\nsandbox = {{ write = [{m:?}] }}\n",
         b = args.max_batch,
+        parallel = if max_parallel > 0 { format!("max_parallel = {max_parallel}\n") } else { String::new() },
         m = marks.display().to_string()
     );
     let mut culprits = 0;
@@ -81,6 +90,16 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
     if args.tasks == 0 || args.workers == 0 || args.verifiers == 0 {
         bail!("--tasks, --workers and --verifiers must be at least 1");
     }
+    let serial = if args.baseline { Some(run_once(args, 1).await?) } else { None };
+    let landed = run_once(args, args.max_parallel).await?;
+    if let Some(serial) = serial {
+        println!("one batch at a time took {:.2}x as long as this queue", serial / landed);
+    }
+    Ok(())
+}
+
+/// One run of the instance; the seconds it took to land everything.
+async fn run_once(args: &Args, max_parallel: u32) -> anyhow::Result<f64> {
     let dir = tempfile::tempdir()?;
     let repo = temp_repo(dir.path(), "repo", 0)?;
     let marks = dir.path().join("marks");
@@ -109,7 +128,7 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
-    let (plan, culprits) = plan(args, &marks);
+    let (plan, culprits) = plan(args, max_parallel, &marks);
     let started = Instant::now();
     op.create_swarm(v1::CreateSwarmRequest { plan_toml: plan }).await?;
     let deadline = started + Duration::from_secs(args.timeout_secs);
@@ -137,7 +156,7 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
     let bound = work + args.verify_secs + retry;
     println!(
         "merge queue: {} tasks ({culprits} culprits), task {} s, verification {} s, {} workers, {} verifiers, \
-         max batch {}: landed in {landed:.1} s = {:.2}x the lower bound ({bound:.1} s); {verifications} \
+         max batch {}, max parallel {}: landed in {landed:.1} s = {:.2}x the lower bound ({bound:.1} s); {verifications} \
          verifications",
         args.tasks,
         args.task_secs,
@@ -145,8 +164,9 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
         args.workers,
         args.verifiers,
         args.max_batch,
+        if max_parallel == 0 { "auto".to_string() } else { max_parallel.to_string() },
         landed / bound
     );
     drop(sidecars);
-    Ok(())
+    Ok(landed)
 }

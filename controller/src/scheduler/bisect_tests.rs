@@ -1,0 +1,236 @@
+use proptest::prelude::*;
+
+use super::*;
+
+/// A queue of `items` with batches of up to `max`.
+fn queue<T: Clone + PartialEq>(items: &[T], max: usize) -> MergeQueue<T> {
+    let mut q = MergeQueue::new(max);
+    for i in items {
+        q.push(i.clone());
+    }
+    q
+}
+
+fn formed<T: Clone + PartialEq>(q: &mut MergeQueue<T>, id: u64, limit: usize) -> Option<Vec<T>> {
+    q.form(id, limit).map(<[T]>::to_vec)
+}
+
+#[test]
+fn up_to_limit_cars_are_verified_at_once_and_land_in_order_whatever_order_verdicts_come_in() {
+    let mut q = queue(&['a', 'b', 'c', 'd', 'e', 'f', 'g'], 2);
+    assert_eq!(formed(&mut q, 1, 3), Some(vec!['a', 'b']));
+    assert_eq!(formed(&mut q, 2, 3), Some(vec!['c', 'd']));
+    assert_eq!(formed(&mut q, 3, 3), Some(vec!['e', 'f']));
+    assert_eq!(formed(&mut q, 4, 3), None, "three cars are the limit");
+    // The last passes first: nothing lands before the cars ahead of it.
+    assert_eq!(q.verdict(3, true), Settled::default());
+    assert_eq!(q.ready_to_land(), None);
+    q.verdict(2, true);
+    assert_eq!(q.ready_to_land(), None);
+    q.verdict(1, true);
+    assert_eq!(q.ready_to_land().map(|(id, items)| (id, items.to_vec())), Some((1, vec!['a', 'b'])));
+    assert_eq!(q.ready_to_land(), None, "a landing is handed out once");
+    q.landed(1);
+    assert_eq!(q.ready_to_land().map(|(id, _)| id), Some(2));
+    q.landed(2);
+    assert_eq!(q.ready_to_land().map(|(id, _)| id), Some(3));
+    q.landed(3);
+    assert_eq!(formed(&mut q, 5, 3), Some(vec!['g']));
+}
+
+#[test]
+fn a_failing_car_sends_the_cars_behind_it_back_untested_and_is_split_once_at_the_front() {
+    let mut q = queue(&[1u32, 2, 3, 4, 5, 6, 7, 8], 2);
+    for id in 1..=4 {
+        formed(&mut q, id, 4);
+    }
+    // Car 2 fails while car 1 is still out: 3 and 4 are dropped, and no
+    // car is formed until car 2 is decided.
+    let settled = q.verdict(2, false);
+    assert_eq!(settled.dropped, vec![3, 4]);
+    assert_eq!(q.waiting().copied().collect::<Vec<_>>(), vec![5, 6, 7, 8]);
+    assert_eq!(formed(&mut q, 5, 4), None);
+    // Car 1 passes and lands: car 2 is at the front, split in halves.
+    q.verdict(1, true);
+    q.ready_to_land();
+    let settled = q.landed(1);
+    assert!(settled.culprits.is_empty());
+    assert_eq!(q.batch_size(), 1);
+    assert_eq!(formed(&mut q, 6, 4), Some(vec![3]));
+    assert_eq!(formed(&mut q, 7, 4), Some(vec![4]));
+    q.verdict(7, false);
+    q.verdict(6, true);
+    q.ready_to_land();
+    let settled = q.landed(6);
+    assert_eq!(settled.culprits, vec![4], "a car of one that fails at the front is the culprit");
+    assert_eq!(formed(&mut q, 8, 4), Some(vec![5, 6]), "the size grows again after a landing");
+}
+
+#[test]
+fn a_failure_behind_a_failing_car_is_not_trusted() {
+    let mut q = queue(&['a', 'b', 'c'], 1);
+    for id in 1..=3 {
+        formed(&mut q, id, 3);
+    }
+    q.verdict(3, false);
+    let settled = q.verdict(1, false);
+    assert_eq!(settled.culprits, vec!['a']);
+    assert_eq!(settled.dropped, vec![2, 3]);
+    // c's failure may have been a's doing: c is verified again.
+    assert_eq!(q.waiting().copied().collect::<Vec<_>>(), vec!['b', 'c']);
+}
+
+#[test]
+fn a_batch_of_8_with_one_culprit_is_found_with_every_other_item_landed_in_order() {
+    for culprit in 0..8u32 {
+        for limit in [1, 2, 6] {
+            let (landed, culprits, _) = run(&(0..8).collect::<Vec<_>>(), &[culprit], 8, limit, &mut |_| 0);
+            assert_eq!(culprits, vec![culprit], "limit {limit}");
+            let others: Vec<u32> = (0..8).filter(|&i| i != culprit).collect();
+            assert_eq!(landed, others, "culprit {culprit}, limit {limit}");
+        }
+    }
+}
+
+#[test]
+fn removing_an_item_reforms_its_car_and_those_behind_but_not_one_landing() {
+    let mut q = queue(&['a', 'b', 'c', 'd'], 2);
+    formed(&mut q, 1, 2);
+    formed(&mut q, 2, 2);
+    let settled = q.remove(&'c');
+    assert_eq!(settled.dropped, vec![2]);
+    assert_eq!(q.waiting().copied().collect::<Vec<_>>(), vec!['d']);
+    q.verdict(1, true);
+    q.ready_to_land();
+    assert_eq!(q.remove(&'a'), Settled::default(), "car 1 lands what was verified");
+    assert!(q.contains(&'a'));
+    q.push('d');
+    assert_eq!(q.waiting().count(), 1, "an item is queued once");
+    assert_eq!(q.remove(&'z'), Settled::default());
+}
+
+#[test]
+fn a_landing_that_fails_puts_the_whole_train_back_in_order() {
+    let mut q = queue(&[1u32, 2, 3], 1);
+    for id in 1..=3 {
+        formed(&mut q, id, 3);
+    }
+    q.verdict(1, true);
+    q.ready_to_land();
+    let settled = q.drop_car(1);
+    assert_eq!(settled.dropped, vec![1, 2, 3]);
+    assert_eq!(q.waiting().copied().collect::<Vec<_>>(), vec![1, 2, 3]);
+}
+
+/// Runs `items` through the queue to the end, against a verifier that
+/// fails a car whose tree (the landed items, the cars ahead, the car)
+/// holds a culprit. `pick` chooses which outstanding car's verdict comes
+/// next (`usize` index into the unanswered ones), so verdicts arrive in
+/// any order. Checks that every landing is of a car verified on exactly
+/// the landed items. Returns (landed, culprits, verifications).
+fn run(
+    items: &[u32],
+    culprits: &[u32],
+    max: usize,
+    limit: usize,
+    pick: &mut dyn FnMut(usize) -> usize,
+) -> (Vec<u32>, Vec<u32>, usize) {
+    let mut q = queue(items, max);
+    let mut landed: Vec<u32> = Vec::new();
+    let mut found = Vec::new();
+    // Each car's tree when it was formed: what it is verified on.
+    let mut trees: Vec<(u64, Vec<u32>)> = Vec::new();
+    let (mut next_id, mut runs) = (1u64, 0usize);
+    loop {
+        assert!(runs < 10_000, "the queue must terminate");
+        while q.form(next_id, limit).is_some() {
+            let mut tree: Vec<u32> = landed.clone();
+            for c in q.cars() {
+                tree.extend(&c.items);
+            }
+            trees.push((next_id, tree));
+            next_id += 1;
+        }
+        let open: Vec<u64> = q.cars().iter().filter(|c| c.verdict.is_none()).map(|c| c.id).collect();
+        if open.is_empty() {
+            break;
+        }
+        let id = open[pick(open.len()) % open.len()];
+        let tree = trees.iter().find(|t| t.0 == id).map(|t| t.1.clone()).unwrap_or_default();
+        runs += 1;
+        let settled = q.verdict(id, !tree.iter().any(|x| culprits.contains(x)));
+        found.extend(settled.culprits);
+        while let Some((id, car)) = q.ready_to_land().map(|(id, c)| (id, c.to_vec())) {
+            let tree = &trees.iter().find(|t| t.0 == id).expect("a formed car").1;
+            let mut expected = landed.clone();
+            expected.extend(&car);
+            assert_eq!(tree, &expected, "car {id} lands on exactly the tree it was verified on");
+            landed.extend(car);
+            found.extend(q.landed(id).culprits);
+        }
+    }
+    assert!(q.is_empty(), "everything is decided");
+    (landed, found, runs)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    #[test]
+    fn every_item_lands_or_is_a_culprit_once_and_nothing_unverified_lands(
+        n in 1u32..40,
+        culprit_bits in proptest::collection::vec(any::<bool>(), 40),
+        max in 1usize..9,
+        limit in 1usize..7,
+        picks in proptest::collection::vec(any::<usize>(), 400),
+    ) {
+        let items: Vec<u32> = (0..n).collect();
+        let culprits: Vec<u32> = items.iter().copied().filter(|&i| culprit_bits[i as usize] && i % 3 == 0).collect();
+        let mut at = 0;
+        let mut pick = |open: usize| { at += 1; picks[at % picks.len()] % open };
+        let (landed, found, _) = run(&items, &culprits, max, limit, &mut pick);
+        let mut all: Vec<u32> = landed.iter().chain(&found).copied().collect();
+        all.sort();
+        prop_assert_eq!(all, items);
+        let mut f = found.clone();
+        f.sort();
+        prop_assert_eq!(f, culprits);
+    }
+}
+
+#[test]
+fn verifying_in_parallel_takes_fewer_rounds_than_one_car_at_a_time() {
+    // Rounds of verification when every outstanding car is answered at
+    // once: what wall-clock time is made of with enough verifiers.
+    let rounds = |limit: usize| {
+        let mut q = queue(&(0..48u32).collect::<Vec<_>>(), 4);
+        let culprits = [5u32, 17, 30, 41];
+        let (mut landed, mut rounds, mut id) = (Vec::<u32>::new(), 0, 1u64);
+        while !q.is_empty() {
+            let mut trees = Vec::new();
+            let mut ahead: Vec<u32> = landed.clone();
+            for c in q.cars() {
+                ahead.extend(&c.items);
+            }
+            while let Some(car) = q.form(id, limit).map(<[u32]>::to_vec) {
+                ahead.extend(car);
+                trees.push((id, ahead.clone()));
+                id += 1;
+            }
+            rounds += 1;
+            for (id, tree) in trees {
+                q.verdict(id, !tree.iter().any(|x| culprits.contains(x)));
+                while let Some((id, car)) = q.ready_to_land().map(|(id, c)| (id, c.to_vec())) {
+                    landed.extend(car);
+                    q.landed(id);
+                }
+            }
+            assert!(rounds < 500);
+        }
+        rounds
+    };
+    let (one, six) = (rounds(1), rounds(6));
+    // 4 culprits in 48 keep invalidating the cars behind them, so the gain
+    // is well short of six-fold; still, it must be a large one.
+    assert!(six * 3 <= one * 2, "six cars at once: {six} rounds, one at a time: {one}");
+}

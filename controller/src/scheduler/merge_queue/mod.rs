@@ -1,0 +1,348 @@
+//! The merge queue of swarms whose plan has `integration_verify`: succeeded
+//! tasks wait in MERGING while batches of them ("cars") are merged
+//! speculatively by the merger, each on top of the car ahead of it,
+//! verified on sidecars several at once, and landed in order with one
+//! compare-and-swap per passing car. The decisions (cars, bisection,
+//! culprits, batch size) are `bisect.rs`'s; this module carries them out:
+//! speculation here, verification in `verify.rs`, landing and culprits in
+//! `land.rs`.
+//!
+//! The integration ref only moves from a car's base to the commit its
+//! verifier passed: a car lands only once the cars ahead of it have, so its
+//! base is the head, and the compare-and-swap refuses anything else.
+//!
+//! Nothing here is stored: a restarted controller puts every MERGING task
+//! of such a swarm back in the queue (marked recovering, so the merger
+//! first looks for a landing that happened before the crash), and the cars
+//! that were being verified are verified again.
+//!
+//! `Queues` is a component: it works on the core and imports no other.
+//! What the merger decided (merged, conflicting or refused tasks) goes back
+//! to the dispatcher, which moves those tasks as on the direct path.
+
+use swarm_core::plan::integration::{AUTO_MAX_PARALLEL, IntegrationVerify};
+use swarm_core::{SwarmId, TaskKey, TaskState};
+use swarm_git::merge::{Chained, MergeJob, MergeResult, QueueReport, QueueRequest};
+
+use super::bisect::MergeQueue;
+use super::core::Core;
+use super::model::{HashMap, HashSet, Model, TierOutcome, Worker};
+use crate::merger::MergerHandle;
+
+mod land;
+mod verify;
+
+/// A failed speculation (a missing branch, a failed write) is tried again
+/// after this, not in a hot loop.
+const RETRY_MS: u64 = 1_000;
+/// Most characters of failing tier output carried into a culprit's task text.
+const MAX_FAILURE_TEXT: usize = 8_000;
+
+/// What one car (a batch on the train) is doing.
+#[derive(Debug)]
+pub(super) enum CarStage {
+    /// The merger is merging its items onto the car ahead (or the head).
+    Speculating,
+    /// `head` (its items merged onto `base`) waits for a verifier or its
+    /// verdict; `worker` is the verifier and its session.
+    Verifying { base: String, head: String, chained: Vec<Chained>, worker: Option<(String, u64)> },
+    /// It passed and waits for the cars ahead of it to land (or failed and
+    /// waits to be decided).
+    Verified { base: String, head: String, chained: Vec<Chained> },
+    /// Its verified `head` is landing.
+    Landing { chained: Vec<Chained> },
+}
+
+impl CarStage {
+    /// The merged commit a car behind this one is stacked on.
+    fn head(&self) -> Option<&str> {
+        match self {
+            CarStage::Verifying { head, .. } | CarStage::Verified { head, .. } => Some(head),
+            CarStage::Landing { chained } => chained.last().map(|c| c.merge_commit.as_str()),
+            CarStage::Speculating => None,
+        }
+    }
+}
+
+/// A verification's result from a sidecar.
+#[derive(Debug, Clone)]
+pub struct VerifiedReport {
+    pub job: u64,
+    pub commit: String,
+    pub passed: bool,
+    pub tiers: Vec<TierOutcome>,
+    /// The sidecar could not verify (checkout, fetch): not the tree's fault.
+    pub error: String,
+}
+
+#[derive(Debug)]
+pub(super) struct SwarmQueue {
+    queue: MergeQueue<TaskKey>,
+    /// What each car on the train is doing, by its job id.
+    cars: HashMap<u64, CarStage>,
+    /// Put back after a restart: the merger first looks for a landing.
+    recovering: HashSet<TaskKey>,
+    /// The failing tiers' output of the last failed verification each task
+    /// was in: the culprit it leads to gets it in its task text.
+    failures: HashMap<TaskKey, String>,
+    retry_at: u64,
+}
+
+impl SwarmQueue {
+    /// Forgets the cars the queue took off the train or decided (their
+    /// verifiers' verdicts are no longer wanted).
+    fn sync(&mut self) {
+        let live: HashSet<u64> = self.queue.cars().iter().map(|c| c.id).collect();
+        self.cars.retain(|id, _| live.contains(id));
+    }
+}
+
+/// Every swarm's queue, and the job ids they share.
+#[derive(Debug, Default)]
+pub(super) struct Queues {
+    by_swarm: HashMap<SwarmId, SwarmQueue>,
+    next_job: u64,
+}
+
+/// What a queue report decided, for the dispatcher: merge results to apply
+/// as the merger's own, then culprits to hand back (after the landing, so
+/// they start from the new head).
+#[derive(Default)]
+pub(super) struct Decided {
+    pub merged: Vec<MergeResult>,
+    pub culprits: Vec<TaskKey>,
+}
+
+/// The merge job of attempt `number` of `key`.
+pub(super) fn merge_job(model: &Model, key: &TaskKey, number: u32, recovering: bool) -> Option<MergeJob> {
+    let t = model.tasks().get(key)?;
+    let swarm = model.swarms().get(&key.swarm)?;
+    let attempt = model.attempts().get(&(key.clone(), number))?;
+    Some(MergeJob {
+        task: key.clone(),
+        attempt: number,
+        attempt_label: key.attempt(number).to_string(),
+        integration_branch: swarm.plan.integration_branch.clone(),
+        task_commit: t.result_commit.clone(),
+        base_commit: attempt.base_commit.clone(),
+        strategy: t.spec.strategy,
+        ownership: t.spec.ownership,
+        owned_globs: t.spec.files.clone(),
+        title: t.spec.title.clone(),
+        summary: t.notes.summary.clone(),
+        recovering,
+    })
+}
+
+fn integration_of(model: &Model, swarm: &SwarmId) -> Option<std::sync::Arc<IntegrationVerify>> {
+    model.swarms().get(swarm).and_then(|s| s.plan.integration.clone())
+}
+
+/// Whether a swarm's succeeded tasks go through the merge queue.
+pub(super) fn queues_merges(model: &Model, swarm: &SwarmId) -> bool {
+    integration_of(model, swarm).is_some()
+}
+
+/// Idle sidecars that carry the swarm's verifier labels.
+fn idle_verifiers<'m>(model: &'m Model, iv: &IntegrationVerify) -> impl Iterator<Item = &'m Worker> {
+    model.workers().values().filter(|w| w.is_idle() && w.satisfies(&iv.labels))
+}
+
+impl Queues {
+    fn swarm_queue(&mut self, model: &Model, swarm: &SwarmId) -> Option<&mut SwarmQueue> {
+        let max = integration_of(model, swarm)?.max_batch as usize;
+        Some(self.by_swarm.entry(swarm.clone()).or_insert_with(|| SwarmQueue {
+            queue: MergeQueue::new(max),
+            cars: HashMap::default(),
+            recovering: HashSet::default(),
+            failures: HashMap::default(),
+            retry_at: 0,
+        }))
+    }
+
+    /// A succeeded task of a queued swarm enters the queue (MERGING); the
+    /// next tick puts it on the train when a verifier is free.
+    pub fn enqueue(&mut self, core: &mut Core, key: &TaskKey, number: u32) {
+        let Some(q) = self.swarm_queue(core.model, &key.swarm) else { return };
+        q.queue.push(key.clone());
+        let waiting = q.queue.waiting().count();
+        core.set_state(key, TaskState::Merging, &format!("attempt {number} queued for integration verify"));
+        core.fx.task_event(
+            key,
+            number,
+            "",
+            "merge_queue.queued",
+            format!("queued for integration verify ({waiting} waiting)"),
+            serde_json::json!({ "waiting": waiting }),
+        );
+    }
+
+    /// After a restart: back in the queue without an event (the store
+    /// already says MERGING), marked so a landed merge is found first.
+    pub fn requeue_recovered(&mut self, model: &Model, key: &TaskKey) {
+        if let Some(q) = self.swarm_queue(model, &key.swarm) {
+            q.queue.push(key.clone());
+            q.recovering.insert(key.clone());
+        }
+    }
+
+    /// Each turn, for every swarm: notice lost verifiers, hand cars to
+    /// free ones, land what passed, and put the next car on the train.
+    pub fn tick(&mut self, core: &mut Core, merger: &MergerHandle) {
+        if self.by_swarm.is_empty() {
+            return;
+        }
+        let swarms: Vec<SwarmId> = self.by_swarm.keys().cloned().collect();
+        for swarm in swarms {
+            self.notice_lost_verifiers(core, &swarm);
+            self.dispatch_verifies(core, &swarm);
+            self.try_land(core, merger, &swarm);
+            self.start_car(core, merger, &swarm);
+        }
+    }
+
+    /// How many cars may be out: the plan's `max_parallel`, or one per
+    /// verifier busy with a car or idle now, up to the automatic bound.
+    fn limit(core: &Core, iv: &IntegrationVerify, q: &SwarmQueue) -> usize {
+        if iv.max_parallel > 0 {
+            return iv.max_parallel as usize;
+        }
+        let idle = idle_verifiers(core.model, iv).count();
+        (q.cars.len() + idle).clamp(1, AUTO_MAX_PARALLEL as usize)
+    }
+
+    /// Forms the next car from the waiting tasks, stacked on the last car's
+    /// merged commit (or the integration head), and sends it to the merger
+    /// to be merged in memory. One speculation at a time: a car needs the
+    /// head of the car ahead of it. A car is formed when a verifier is free
+    /// to take it, so everything that queued up meanwhile goes together.
+    fn start_car(&mut self, core: &mut Core, merger: &MergerHandle, swarm: &SwarmId) {
+        let Some(iv) = integration_of(core.model, swarm) else { return };
+        let free = idle_verifiers(core.model, &iv).next().is_some();
+        let now = core.mono_ms();
+        let Some(q) = self.by_swarm.get_mut(swarm) else { return };
+        let speculating = q.cars.values().any(|c| matches!(c, CarStage::Speculating));
+        if !free || speculating || q.retry_at > now {
+            return;
+        }
+        let onto = match q.queue.cars().last() {
+            None => None,
+            Some(last) => match q.cars.get(&last.id).and_then(CarStage::head) {
+                Some(head) => Some(head.to_string()),
+                None => return,
+            },
+        };
+        let Some(branch) = core.model.swarms().get(swarm).map(|s| s.plan.integration_branch.clone()) else {
+            return;
+        };
+        let limit = Self::limit(core, &iv, q);
+        let job = self.next_job + 1;
+        let Some(q) = self.by_swarm.get_mut(swarm) else { return };
+        let Some(items) = q.queue.form(job, limit).map(<[TaskKey]>::to_vec) else { return };
+        self.next_job = job;
+        let size = q.queue.batch_size();
+        let mut jobs = Vec::with_capacity(items.len());
+        let mut gone = Vec::new();
+        for key in &items {
+            let number = core.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
+            let still_merging = core.model.tasks().get(key).is_some_and(|t| t.state() == TaskState::Merging);
+            match merge_job(core.model, key, number, q.recovering.contains(key)) {
+                Some(job) if still_merging => jobs.push(job),
+                _ => gone.push(key.clone()),
+            }
+        }
+        if !gone.is_empty() {
+            // Cancelled or otherwise decided meanwhile: the car changes,
+            // so it is formed afresh next tick.
+            for key in &gone {
+                q.queue.remove(key);
+                q.sync();
+                q.recovering.remove(key);
+            }
+            return;
+        }
+        let tasks: Vec<String> = items.iter().map(|k| k.task.to_string()).collect();
+        let ahead = q.queue.cars().len() - 1;
+        let _span = tracing::info_span!("merge_queue.batch", swarm = %swarm, job, tasks = items.len(), ahead)
+            .entered();
+        core.metrics.merge_queue_batch_size.set(items.len() as i64);
+        core.fx.event(
+            swarm.as_str(),
+            "",
+            0,
+            "",
+            "merge_queue.batch",
+            format!("batch of {} behind {ahead}: {}", items.len(), tasks.join(", ")),
+            serde_json::json!({ "job": job, "tasks": tasks, "batch_size": size, "ahead": ahead, "onto": onto }),
+        );
+        q.cars.insert(job, CarStage::Speculating);
+        merger.queue(QueueRequest::Speculate { swarm: swarm.clone(), job, branch, onto, jobs });
+    }
+
+    /// The merger's answer to a speculation or a landing. What it decided
+    /// is returned: the dispatcher applies those merge results, then hands
+    /// the culprits back.
+    pub fn on_report(&mut self, core: &mut Core, report: QueueReport) -> Decided {
+        match report {
+            QueueReport::Speculated { swarm, job, base, head, chained, decided, error } => {
+                let spec = Speculated { job, base, head, chained, decided, error };
+                self.speculated(core, &swarm, spec)
+            }
+            QueueReport::Advanced { swarm, job, head, error } => self.advanced(core, swarm, job, head, error),
+        }
+    }
+
+    fn speculated(&mut self, core: &mut Core, swarm: &SwarmId, spec: Speculated) -> Decided {
+        let now = core.mono_ms();
+        let Some(q) = self.by_swarm.get_mut(swarm) else { return Decided::default() };
+        if !matches!(q.cars.get(&spec.job), Some(CarStage::Speculating)) {
+            return Decided::default(); // taken off the train meanwhile
+        }
+        let mut decided = Decided::default();
+        if let Some(error) = spec.error {
+            q.queue.drop_car(spec.job);
+            q.sync();
+            q.retry_at = now + RETRY_MS;
+            core.fx.event(
+                swarm.as_str(),
+                "",
+                0,
+                "",
+                "merge_queue.error",
+                format!("speculative merge failed: {error}"),
+                serde_json::json!({ "job": spec.job }),
+            );
+        }
+        // Conflicts, refusals and merges found landed are decided as on the
+        // direct path; the rest go on a new car next tick.
+        for r in &spec.decided {
+            let settled = q.queue.remove(&r.task);
+            q.sync();
+            q.recovering.remove(&r.task);
+            decided.culprits.extend(settled.culprits);
+        }
+        if !spec.decided.is_empty() || spec.chained.is_empty() {
+            q.queue.drop_car(spec.job);
+            q.sync();
+            q.cars.remove(&spec.job);
+            decided.merged = spec.decided;
+            return decided;
+        }
+        if let Some(stage) = q.cars.get_mut(&spec.job) {
+            *stage =
+                CarStage::Verifying { base: spec.base, head: spec.head, chained: spec.chained, worker: None };
+        }
+        self.dispatch_verifies(core, swarm);
+        decided
+    }
+}
+
+/// A speculation's report, less its swarm.
+struct Speculated {
+    job: u64,
+    base: String,
+    head: String,
+    chained: Vec<Chained>,
+    decided: Vec<MergeResult>,
+    error: Option<swarm_git::merge::MergeFailure>,
+}
