@@ -19,6 +19,11 @@ pub fn netns_unavailable() -> Option<&'static str> {
     None
 }
 
+/// Whether `nft` is here, for one-way cuts ([`Net::cut_one_way`]).
+pub fn nft_available() -> bool {
+    Command::new("nft").arg("--version").output().is_ok_and(|o| o.status.success())
+}
+
 /// Runs `ip ARGS`; its stderr on failure.
 pub fn ip(args: &[&str]) -> Result<(), String> {
     let out = Command::new("ip").args(args).output().map_err(|e| format!("ip: {e}"))?;
@@ -87,11 +92,56 @@ impl Net {
         ip(&["-n", &self.hub, "link", "set", veth, "down"]).unwrap();
     }
 
-    /// Puts `node` back on the bridge.
+    /// Drops the packets of `node`'s link going one way only (the bridge
+    /// filters them in the hub), until [`Net::heal`]: a half-open link, on
+    /// which what one side sends still arrives.
+    pub fn cut_one_way(&self, node: &str, way: Way) {
+        let veth = &self.node(node).hub_veth;
+        let matching = match way {
+            Way::ToNode => "oifname",
+            Way::FromNode => "iifname",
+        };
+        let rules = format!(
+            "table bridge cut_{veth} {{\n  chain forward {{ type filter hook forward priority 0; policy accept; {matching} \"{veth}\" drop; }}\n}}\n"
+        );
+        nft(&self.hub, &rules).unwrap();
+    }
+
+    /// Puts `node` back on the bridge, both ways.
     pub fn heal(&self, node: &str) {
         let veth = &self.node(node).hub_veth;
         ip(&["-n", &self.hub, "link", "set", veth, "up"]).unwrap();
+        // A one-way cut's table, if there is one.
+        let _ = nft(&self.hub, &format!("delete table bridge cut_{veth}\n"));
     }
+}
+
+/// Which packets a one-way cut drops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Way {
+    /// Those sent to the node: it still talks, and hears nothing.
+    ToNode,
+    /// Those the node sends: it still hears, and nobody hears it.
+    FromNode,
+}
+
+/// Loads `rules` into nftables in namespace `ns`.
+fn nft(ns: &str, rules: &str) -> Result<(), String> {
+    use std::io::Write as _;
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", ns, "nft", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("nft: {e}"))?;
+    child
+        .stdin
+        .take()
+        .ok_or("nft: no stdin")?
+        .write_all(rules.as_bytes())
+        .map_err(|e| format!("nft: {e}"))?;
+    let out = child.wait_with_output().map_err(|e| format!("nft: {e}"))?;
+    if out.status.success() { Ok(()) } else { Err(format!("nft: {}", String::from_utf8_lossy(&out.stderr))) }
 }
 
 impl Drop for Net {

@@ -250,6 +250,10 @@ async fn chaos_partitions_of_remote_sidecar_hosts_give_the_undisturbed_tree_with
     };
     let (seed, mut rng) = seeded("partition");
     let expected = undisturbed_tree();
+    let one_way = swarm_tests::nft_available();
+    if !one_way {
+        eprintln!("{test}: `nft` is missing, so every cut is both ways (no half-open links)");
+    }
 
     let dir = tempfile::tempdir().unwrap();
     let pki = swarm_tests::Pki::init(&dir.path().join("pki"));
@@ -275,8 +279,22 @@ async fn chaos_partitions_of_remote_sidecar_hosts_give_the_undisturbed_tree_with
         during_work += usize::from(merged < TASKS);
         let host = hosts[rng.below(hosts.len() as u64) as usize];
         let down = Duration::from_millis(if rng.below(2) == 0 { 700 } else { 2_500 + rng.below(1_500) });
-        eprintln!("seed {seed}: cut {n}: {host} for {} ms", down.as_millis());
-        net.cut(host);
+        // Both ways, or one way only: a half-open link on which one side
+        // still hears the other.
+        let way = match rng.below(3) {
+            1 if one_way => Some(swarm_tests::Way::ToNode),
+            2 if one_way => Some(swarm_tests::Way::FromNode),
+            _ => None,
+        };
+        eprintln!(
+            "seed {seed}: cut {n}: {host} for {} ms, {}",
+            down.as_millis(),
+            way.map_or("both ways".into(), |w| format!("{w:?} only"))
+        );
+        match way {
+            None => net.cut(host),
+            Some(way) => net.cut_one_way(host, way),
+        }
         tokio::time::sleep(down).await;
         net.heal(host);
         tokio::time::sleep(Duration::from_millis(300 + rng.below(700))).await;
