@@ -137,6 +137,10 @@ pub enum MergeError {
     /// The task commit is already contained in the integration branch; there is nothing to integrate.
     #[error("task commit {task_commit} is already contained in {branch} at {head}")]
     AlreadyContained { branch: String, head: String, task_commit: String },
+    /// Another merger landed this attempt since the request's head was read
+    /// (a deposed leader's, finishing its last merge): it is not landed twice.
+    #[error("attempt {attempt} already landed on {branch} as {merge_commit}")]
+    AlreadyLanded { branch: String, attempt: String, merge_commit: String, head: String },
     #[error(transparent)]
     Git(#[from] GitError),
 }

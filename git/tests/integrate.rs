@@ -462,3 +462,36 @@ fn a_batch_refuses_a_request_for_another_history() {
     assert!(matches!(batch.results[0], Err(MergeError::HeadRewound { .. })), "{:?}", batch.results[0]);
     assert_eq!(f.repo.head(BRANCH), f.head);
 }
+
+/// A deposed leader's merger can land an attempt after the new leader
+/// formed its own request for it (from the head it saw then): the new
+/// leader's merge must find that landing, not land the attempt again.
+#[test]
+fn an_attempt_another_merger_landed_since_the_request_is_not_landed_twice() {
+    for strategy in [MergeStrategy::Merge, MergeStrategy::Squash, MergeStrategy::Rebase] {
+        let f = fixture();
+        let deposed = Integrator::open(f.repo.path()).expect("open");
+        let leader = Integrator::open(f.repo.path()).expect("open");
+        let label = "demo/t#1";
+        // The new leader read the head; the deposed one lands the attempt.
+        let seen = f.head.clone();
+        let landed = deposed.integrate(&request(&seen, &f.task2, strategy, label)).expect("the deposed lands");
+        // Then the new leader's request for the same attempt.
+        let err = leader.integrate(&request(&seen, &f.task2, strategy, label)).expect_err("already landed");
+        match &err {
+            MergeError::AlreadyLanded { merge_commit, .. } => {
+                assert_eq!(merge_commit, &landed.result, "{strategy:?}")
+            }
+            other => panic!("{strategy:?}: {other}"),
+        }
+        assert_eq!(f.repo.head(BRANCH), landed.result, "{strategy:?}: the ref did not move again");
+        // A batch formed on the old head finds it too.
+        let batch = leader.integrate_batch(&[request(&seen, &f.task2, strategy, label)]).expect("batch");
+        assert!(
+            matches!(&batch.results[0], Err(MergeError::AlreadyLanded { merge_commit, .. }) if *merge_commit == landed.result),
+            "{strategy:?}: {:?}",
+            batch.results[0]
+        );
+        assert_eq!(f.repo.head(BRANCH), landed.result, "{strategy:?}: the batch moved nothing");
+    }
+}

@@ -123,6 +123,10 @@ impl Integrator {
         let mut results = Vec::with_capacity(reqs.len());
         for req in reqs {
             let started = Instant::now();
+            if let Some(landed) = self.landed_before(start, req)? {
+                results.push(Err(landed));
+                continue;
+            }
             match self.land_on(head, req, branch) {
                 Ok(result) => {
                     let files_changed = self.changed_paths_ids(head, result)?;
@@ -140,6 +144,27 @@ impl Integrator {
             }
         }
         Ok((start, head, results))
+    }
+
+    /// A request formed on an older head than the chain's `start` (the ref
+    /// moved since: a retry, or a deposed leader's merge) whose attempt
+    /// landed in between: its error. Free when the head did not move.
+    fn landed_before(
+        &self,
+        start: gix::ObjectId,
+        req: &MergeRequest,
+    ) -> Result<Option<MergeError>, MergeError> {
+        let Ok(expected) = self.commit_id(&req.expected_head) else { return Ok(None) };
+        if expected == start {
+            return Ok(None);
+        }
+        check_label(&req.attempt_label)?;
+        Ok(self.landed_since(expected, start, &req.attempt_label)?.map(|landed| MergeError::AlreadyLanded {
+            branch: req.integration_branch.clone(),
+            attempt: req.attempt_label.clone(),
+            merge_commit: landed.to_string(),
+            head: start.to_string(),
+        }))
     }
 
     /// One request of a batch on `head`: the checks of `integrate`, then the strategy.

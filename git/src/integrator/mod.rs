@@ -251,6 +251,16 @@ impl Integrator {
         // Whatever an earlier failed call left in memory.
         self.repo.objects.reset_object_memory();
         let result = loop {
+            if head != expected
+                && let Some(landed) = self.landed_since(expected, head, &req.attempt_label)?
+            {
+                return Err(MergeError::AlreadyLanded {
+                    branch: req.integration_branch.clone(),
+                    attempt: req.attempt_label.clone(),
+                    merge_commit: landed.to_string(),
+                    head: head.to_string(),
+                });
+            }
             if self.is_ancestor_id(task, head)? {
                 return Err(MergeError::AlreadyContained {
                     branch: req.integration_branch.clone(),
@@ -334,6 +344,35 @@ impl Integrator {
             match commit.parent_ids().next() {
                 Some(parent) => id = parent.detach(),
                 None => break,
+            }
+        }
+        Ok(None)
+    }
+
+    /// The commit after `since` on `head`'s first-parent chain that carries
+    /// `label`'s trailer, if any: the attempt landed since `since` was read.
+    /// Only the leader's merger moves an integration ref, so another
+    /// landing of the same attempt is a deposed leader's last merge.
+    pub(crate) fn landed_since(
+        &self,
+        since: gix::ObjectId,
+        head: gix::ObjectId,
+        label: &str,
+    ) -> Result<Option<gix::ObjectId>, GitError> {
+        let wanted = format!("{ATTEMPT_TRAILER}: {label}");
+        let mut id = head;
+        for _ in 0..FIND_LANDED_LIMIT {
+            if id == since {
+                return Ok(None);
+            }
+            let commit = self.repo.find_commit(id).map_err(GitError::gix_any("read commit"))?;
+            let message = commit.message_raw().map_err(GitError::gix_any("read commit message"))?;
+            if message.lines().any(|line| line.trim_end() == wanted.as_bytes()) {
+                return Ok(Some(id));
+            }
+            match commit.parent_ids().next() {
+                Some(parent) => id = parent.detach(),
+                None => return Ok(None),
             }
         }
         Ok(None)

@@ -328,6 +328,9 @@ fn verdict_of(job: &MergeJob, outcome: Result<MergeReport, MergeError>) -> Verdi
             merge_commit: head,
             stats: MergeStats::AlreadyContained { strategy: job.strategy },
         },
+        Err(MergeError::AlreadyLanded { head, merge_commit, .. }) => {
+            Verdict::Merged { head, merge_commit, stats: MergeStats::Recovered { strategy: job.strategy } }
+        }
         Err(MergeError::Conflict { head, paths, .. }) => Verdict::Conflict(Conflict {
             branch: job.integration_branch.clone(),
             head,
