@@ -475,7 +475,8 @@ fn an_attempt_another_merger_landed_since_the_request_is_not_landed_twice() {
         let label = "demo/t#1";
         // The new leader read the head; the deposed one lands the attempt.
         let seen = f.head.clone();
-        let landed = deposed.integrate(&request(&seen, &f.task2, strategy, label)).expect("the deposed lands");
+        let landed =
+            deposed.integrate(&request(&seen, &f.task2, strategy, label)).expect("the deposed lands");
         // Then the new leader's request for the same attempt.
         let err = leader.integrate(&request(&seen, &f.task2, strategy, label)).expect_err("already landed");
         match &err {

@@ -84,7 +84,8 @@ fn a_failure_behind_a_failing_car_is_not_trusted() {
 fn a_batch_of_8_with_one_culprit_is_found_with_every_other_item_landed_in_order() {
     for culprit in 0..8u32 {
         for limit in [1, 2, 6] {
-            let (landed, culprits, _) = run(&(0..8).collect::<Vec<_>>(), &[culprit], 8, limit, &mut |_| 0);
+            let (landed, culprits, _) =
+                run(&(0..8).collect::<Vec<_>>(), &[culprit], 8, limit, &mut |_| 0, &mut || false);
             assert_eq!(culprits, vec![culprit], "limit {limit}");
             let others: Vec<u32> = (0..8).filter(|&i| i != culprit).collect();
             assert_eq!(landed, others, "culprit {culprit}, limit {limit}");
@@ -134,6 +135,7 @@ fn run(
     max: usize,
     limit: usize,
     pick: &mut dyn FnMut(usize) -> usize,
+    restart: &mut dyn FnMut() -> bool,
 ) -> (Vec<u32>, Vec<u32>, usize) {
     let mut q = queue(items, max);
     let mut landed: Vec<u32> = Vec::new();
@@ -143,6 +145,16 @@ fn run(
     let (mut next_id, mut runs) = (1u64, 0usize);
     loop {
         assert!(runs < 10_000, "the queue must terminate");
+        if restart() {
+            // A restarted controller: nothing of the queue is stored, every
+            // task still MERGING queues again in order, verdicts on the old
+            // cars go nowhere, job ids start over.
+            let left: Vec<u32> =
+                items.iter().copied().filter(|i| !landed.contains(i) && !found.contains(i)).collect();
+            q = queue(&left, max);
+            trees.clear();
+            next_id = 1;
+        }
         while q.form(next_id, limit).is_some() {
             let mut tree: Vec<u32> = landed.clone();
             for c in q.cars() {
@@ -177,18 +189,22 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
 
     #[test]
-    fn every_item_lands_or_is_a_culprit_once_and_nothing_unverified_lands(
+    fn every_item_lands_or_is_a_culprit_once_and_nothing_unverified_lands_through_restarts(
         n in 1u32..40,
         culprit_bits in proptest::collection::vec(any::<bool>(), 40),
         max in 1usize..9,
         limit in 1usize..7,
         picks in proptest::collection::vec(any::<usize>(), 400),
+        restarts in proptest::collection::vec(0u8..20, 400),
     ) {
         let items: Vec<u32> = (0..n).collect();
         let culprits: Vec<u32> = items.iter().copied().filter(|&i| culprit_bits[i as usize] && i % 3 == 0).collect();
         let mut at = 0;
         let mut pick = |open: usize| { at += 1; picks[at % picks.len()] % open };
-        let (landed, found, _) = run(&items, &culprits, max, limit, &mut pick);
+        // About one step in twenty restarts the controller.
+        let mut step = 0;
+        let mut restart = || { step += 1; restarts[step % restarts.len()] == 0 };
+        let (landed, found, _) = run(&items, &culprits, max, limit, &mut pick, &mut restart);
         let mut all: Vec<u32> = landed.iter().chain(&found).copied().collect();
         all.sort();
         prop_assert_eq!(all, items);
