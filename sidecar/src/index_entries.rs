@@ -34,6 +34,10 @@ pub enum IndexFileError {
     Entry { path: String, rule: &'static str },
     #[error("the cache of tree ids covers {tree} entries but the index has {entries}")]
     TreeMismatch { tree: u32, entries: u32 },
+    /// After a move, the entries in memory do not make the target's tree:
+    /// the worktree was not where its tracker said.
+    #[error("the index makes tree {made}, not the target's {target}")]
+    NotTarget { made: String, target: String },
     #[error("git: {0}")]
     Git(#[from] git2::Error),
 }

@@ -125,7 +125,8 @@ pub fn write_tree(
 
 /// Writes the worktree's index, which a move just made `target`'s: with
 /// our writer and a valid cache of tree ids when the entries in memory
-/// make exactly `target`, otherwise with libgit2's.
+/// make exactly `target`, with libgit2's when ours fails otherwise, and
+/// not at all (an error) when the entries make another tree.
 ///
 /// The entries' stat data is what the sidecar's own checkout or commit
 /// recorded, with nothing written since (the tracker vouches for that), so
@@ -135,6 +136,13 @@ pub fn write(wt: &Repository, memo: &mut IndexMemo, target: &git2::Tree<'_>) -> 
     let mut index = wt.index()?;
     match write_ours(wt, &mut index, memo, target) {
         Ok(sum) => memo.written = Some(sum),
+        // The move did not make the target: the files may not be the
+        // target's either, so no index is written over them; the caller
+        // checks the worktree out in full.
+        Err(e @ IndexFileError::NotTarget { .. }) => {
+            *memo = IndexMemo { full_hashes: memo.full_hashes, ..IndexMemo::default() };
+            return Err(worktree_error(e));
+        }
         Err(e) => {
             tracing::warn!(error = %e, "writing the index ourselves failed; libgit2 writes it");
             *memo = IndexMemo { full_hashes: memo.full_hashes, ..IndexMemo::default() };
@@ -192,8 +200,7 @@ fn verified(
     }
     let made = index.write_tree()?;
     if made != target.id() {
-        let msg = format!("the index makes tree {made}, not the target's {}", target.id());
-        return Err(git2::Error::from_str(&msg).into());
+        return Err(IndexFileError::NotTarget { made: made.to_string(), target: target.id().to_string() });
     }
     Ok(CacheTree::of(wt, target)?)
 }

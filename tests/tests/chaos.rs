@@ -369,7 +369,9 @@ async fn chaos_leader_failovers_on_postgresql_give_the_undisturbed_tree_and_gap_
     let urls: Vec<String> = controllers.iter().map(|c| c.url()).collect();
     let _sidecars: Vec<_> =
         (1..=SIDECARS).map(|n| spawn_sidecar(&urls.join(","), repo.path(), &format!("w{n}"), &[])).collect();
-    create_swarm(&controllers[0].url(), &plan_taking("c", "0.3")).await;
+    // Tasks long enough that every failover comes while work is left, on a
+    // fast machine too.
+    create_swarm(&controllers[0].url(), &plan_taking("c", "0.5")).await;
 
     // The leader killed again and again (and brought back as a standby);
     // once, in the middle, stopped past its lease and then let go on: the

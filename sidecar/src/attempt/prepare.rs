@@ -240,3 +240,55 @@ fn prepare_tracked(
     }
     Ok(p)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn commit(repo: &git2::Repository, parent: Option<git2::Oid>, files: &[(&str, &str)]) -> git2::Oid {
+        let mut tb = match parent {
+            Some(p) => repo.treebuilder(Some(&repo.find_commit(p).expect("parent").tree().expect("tree"))),
+            None => repo.treebuilder(None),
+        }
+        .expect("treebuilder");
+        for (path, text) in files {
+            tb.insert(path, repo.blob(text.as_bytes()).expect("blob"), 0o100644).expect("insert");
+        }
+        let tree = repo.find_tree(tb.write().expect("tree")).expect("find tree");
+        let sig = git2::Signature::now("t", "t@example.com").expect("sig");
+        let parents: Vec<git2::Commit<'_>> =
+            parent.map(|p| repo.find_commit(p).expect("parent")).into_iter().collect();
+        let parents: Vec<&git2::Commit<'_>> = parents.iter().collect();
+        repo.commit(None, &sig, &sig, "c", &tree, &parents).expect("commit")
+    }
+
+    /// A tracked worktree whose HEAD moved without its files (nothing the
+    /// tracker watches changed) is not moved by its changed paths into a
+    /// tree that is not the target's: it is checked out in full.
+    #[test]
+    fn a_worktree_not_where_its_tracker_says_is_checked_out_in_full() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let repo_path = dir.path().join("repo");
+        let repo = git2::Repository::init(&repo_path).expect("init");
+        let base = commit(&repo, None, &[("a.txt", "a\n"), ("b.txt", "1\n")]);
+        repo.reference("refs/heads/main", base, true, "base").expect("main");
+        repo.set_head("refs/heads/main").expect("head");
+        let moved = commit(&repo, Some(base), &[("b.txt", "2\n")]);
+        let target = commit(&repo, Some(moved), &[("d.txt", "d\n")]);
+
+        let tracker: crate::changes::SharedTracker = Default::default();
+        warm_worktree(&tracker, &repo_path, "w1");
+        assert!(tracker.lock().expect("lock").is_some(), "the warmed worktree is tracked");
+        let path = worktree::worktree_path(&repo, "w1").expect("path");
+        // HEAD moves to `moved` behind the tracker's back; b.txt still says 1.
+        git2::Repository::open(&path).expect("wt").set_head_detached(moved).expect("detach");
+
+        let p = prepare_tracked(&tracker, &repo_path, "w1", "swarm/s/t", &target.to_string(), false)
+            .expect("prepared");
+        assert_eq!(std::fs::read_to_string(p.path.join("b.txt")).expect("b"), "2\n", "the target's b.txt");
+        assert_eq!(std::fs::read_to_string(p.path.join("d.txt")).expect("d"), "d\n");
+        let wt = git2::Repository::open(&p.path).expect("wt");
+        assert_eq!(wt.head().expect("head").target(), Some(target));
+        assert!(wt.statuses(None).expect("status").is_empty(), "index and files are the target's");
+    }
+}
