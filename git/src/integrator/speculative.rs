@@ -110,13 +110,20 @@ mod tests {
         }
     }
 
-    #[test]
-    fn speculation_writes_the_merged_commit_and_moves_no_ref_until_advanced() {
+    /// A repository with branch `integ` at its base, and two task commits
+    /// on the base adding a.txt and b.txt: (repo, base, a, b).
+    fn two_tasks() -> (TempRepo, String, String, String) {
         let repo = TempRepo::with_files(&[]);
         let base = repo.head("main");
         repo.set_branch("integ", &base);
         let a = repo.commit(Some(&base), &[("a.txt", "a\n")], "a");
         let b = repo.commit(Some(&base), &[("b.txt", "b\n")], "b");
+        (repo, base, a, b)
+    }
+
+    #[test]
+    fn speculation_writes_the_merged_commit_and_moves_no_ref_until_advanced() {
+        let (repo, base, a, b) = two_tasks();
         let integrator = Integrator::open(repo.path()).expect("open");
         let reqs = [request("integ", &base, &a, "s/a#1"), request("integ", &base, &b, "s/b#1")];
         let spec = integrator.speculate("integ", &reqs).expect("speculate");
@@ -137,11 +144,7 @@ mod tests {
 
     #[test]
     fn a_speculation_stacked_on_another_lands_only_after_it() {
-        let repo = TempRepo::with_files(&[]);
-        let base = repo.head("main");
-        repo.set_branch("integ", &base);
-        let a = repo.commit(Some(&base), &[("a.txt", "a\n")], "a");
-        let b = repo.commit(Some(&base), &[("b.txt", "b\n")], "b");
+        let (repo, base, a, b) = two_tasks();
         let integrator = Integrator::open(repo.path()).expect("open");
         let first = integrator.speculate("integ", &[request("integ", &base, &a, "s/a#1")]).expect("first");
         let second = integrator

@@ -5,7 +5,7 @@ use swarm_git::merge::{MergeResult, MergeStats, QueueRequest, Verdict};
 
 use super::super::core::Core;
 use super::super::model::TierOutcome;
-use super::{CarStage, Decided, MAX_FAILURE_TEXT, Queues, RETRY_MS};
+use super::{CarStage, Decided, MAX_FAILURE_TEXT, Queues, set_back};
 use crate::merger::MergerHandle;
 
 impl Queues {
@@ -42,7 +42,6 @@ impl Queues {
         head: String,
         error: Option<swarm_git::MergeError>,
     ) -> Decided {
-        let now = core.mono_ms();
         let Some(q) = self.by_swarm.get_mut(&swarm) else { return Decided::default() };
         if !matches!(q.cars.get(&job), Some(CarStage::Landing { .. })) {
             return Decided::default();
@@ -52,18 +51,7 @@ impl Queues {
         if let Some(error) = error {
             // The ref moved or is locked: verify the whole train again on
             // the head as it is now.
-            let settled = q.queue.drop_car(job);
-            q.sync();
-            q.retry_at = now + RETRY_MS;
-            core.fx.event(
-                swarm.as_str(),
-                "",
-                0,
-                "",
-                "merge_queue.error",
-                format!("verified batch did not land: {error}"),
-                serde_json::json!({ "job": job, "dropped": settled.dropped }),
-            );
+            set_back(core, &swarm, q, job, format!("verified batch did not land: {error}"));
             return decided;
         }
         let tasks: Vec<String> = chained.iter().map(|c| c.task.task.to_string()).collect();

@@ -293,25 +293,13 @@ impl Queues {
     }
 
     fn speculated(&mut self, core: &mut Core, swarm: &SwarmId, spec: Speculated) -> Decided {
-        let now = core.mono_ms();
         let Some(q) = self.by_swarm.get_mut(swarm) else { return Decided::default() };
         if !matches!(q.cars.get(&spec.job), Some(CarStage::Speculating)) {
             return Decided::default(); // taken off the train meanwhile
         }
         let mut decided = Decided::default();
         if let Some(error) = spec.error {
-            q.queue.drop_car(spec.job);
-            q.sync();
-            q.retry_at = now + RETRY_MS;
-            core.fx.event(
-                swarm.as_str(),
-                "",
-                0,
-                "",
-                "merge_queue.error",
-                format!("speculative merge failed: {error}"),
-                serde_json::json!({ "job": spec.job }),
-            );
+            set_back(core, swarm, q, spec.job, format!("speculative merge failed: {error}"));
         }
         // Conflicts, refusals and merges found landed are decided as on the
         // direct path; the rest go on a new car next tick.
@@ -335,6 +323,17 @@ impl Queues {
         self.dispatch_verifies(core, swarm);
         decided
     }
+}
+
+/// Car `job` could not go on (its speculation or its landing failed, as
+/// `why` says): it and the cars behind it go back to the front of the
+/// queue, and the next car is formed after a pause, not in a hot loop.
+fn set_back(core: &mut Core, swarm: &SwarmId, q: &mut SwarmQueue, job: u64, why: String) {
+    let settled = q.queue.drop_car(job);
+    q.sync();
+    q.retry_at = core.mono_ms() + RETRY_MS;
+    let data = serde_json::json!({ "job": job, "dropped": settled.dropped });
+    core.fx.event(swarm.as_str(), "", 0, "", "merge_queue.error", why, data);
 }
 
 /// A speculation's report, less its swarm.
