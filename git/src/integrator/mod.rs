@@ -331,22 +331,10 @@ impl Integrator {
         attempt_label: &str,
     ) -> Result<Option<String>, GitError> {
         check_label(attempt_label)?;
-        let Some(mut id) = self.head_of(integration_branch)? else {
+        let Some(head) = self.head_of(integration_branch)? else {
             return Err(GitError::MissingBranch { branch: integration_branch.to_string() });
         };
-        let wanted = format!("{ATTEMPT_TRAILER}: {attempt_label}");
-        for _ in 0..FIND_LANDED_LIMIT {
-            let commit = self.repo.find_commit(id).map_err(GitError::gix_any("read commit"))?;
-            let message = commit.message_raw().map_err(GitError::gix_any("read commit message"))?;
-            if message.lines().any(|line| line.trim_end() == wanted.as_bytes()) {
-                return Ok(Some(id.to_string()));
-            }
-            match commit.parent_ids().next() {
-                Some(parent) => id = parent.detach(),
-                None => break,
-            }
-        }
-        Ok(None)
+        Ok(self.with_trailer(head, None, attempt_label)?.map(|id| id.to_string()))
     }
 
     /// The commit after `since` on `head`'s first-parent chain that carries
@@ -359,10 +347,22 @@ impl Integrator {
         head: gix::ObjectId,
         label: &str,
     ) -> Result<Option<gix::ObjectId>, GitError> {
+        self.with_trailer(head, Some(since), label)
+    }
+
+    /// The first commit on `from`'s first-parent chain, before `stop` and
+    /// within [`FIND_LANDED_LIMIT`] commits, whose message carries the
+    /// `Swarm-Attempt` trailer of `label`.
+    fn with_trailer(
+        &self,
+        from: gix::ObjectId,
+        stop: Option<gix::ObjectId>,
+        label: &str,
+    ) -> Result<Option<gix::ObjectId>, GitError> {
         let wanted = format!("{ATTEMPT_TRAILER}: {label}");
-        let mut id = head;
+        let mut id = from;
         for _ in 0..FIND_LANDED_LIMIT {
-            if id == since {
+            if Some(id) == stop {
                 return Ok(None);
             }
             let commit = self.repo.find_commit(id).map_err(GitError::gix_any("read commit"))?;

@@ -298,7 +298,7 @@ impl Queues {
             return Decided::default(); // taken off the train meanwhile
         }
         let mut decided = Decided::default();
-        if let Some(error) = spec.error {
+        if let Some(error) = &spec.error {
             set_back(core, swarm, q, spec.job, format!("speculative merge failed: {error}"));
         }
         // Conflicts, refusals and merges found landed are decided as on the
@@ -309,10 +309,9 @@ impl Queues {
             q.recovering.remove(&r.task);
             decided.culprits.extend(settled.culprits);
         }
-        if !spec.decided.is_empty() || spec.chained.is_empty() {
+        if spec.error.is_some() || !spec.decided.is_empty() || spec.chained.is_empty() {
             q.queue.drop_car(spec.job);
             q.sync();
-            q.cars.remove(&spec.job);
             decided.merged = spec.decided;
             return decided;
         }
