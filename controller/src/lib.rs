@@ -33,6 +33,7 @@ use tokio_util::task::TaskTracker;
 
 pub use api::auth::Security;
 pub use error::{ControllerError, SchedError};
+pub use scheduler::DEFAULT_RETENTION;
 use scheduler::{Command, Scheduler, Timing};
 use store::{Location, Store};
 use supervise::Supervisor;
@@ -55,6 +56,9 @@ pub struct Config {
     pub metrics_listen: Option<SocketAddr>,
     /// A worker that is gone and holds nothing is forgotten after this.
     pub forget_workers_after: Duration,
+    /// A swarm that ended is forgotten, rows and events, after this; `None`
+    /// keeps every swarm.
+    pub forget_finished_after: Option<Duration>,
     /// A stream that has not said Hello by then is cut.
     pub hello_timeout: Duration,
     /// Largest pack a remote sidecar may upload.
@@ -87,6 +91,7 @@ impl Config {
             cancel_grace: t.cancel_grace,
             metrics_listen: None,
             forget_workers_after: t.forget_workers_after,
+            forget_finished_after: t.forget_finished_after,
             hello_timeout: api::sidecar::HELLO_TIMEOUT,
             max_pack_bytes: api::sidecar::MAX_PACK_BYTES,
             security: Security::default(),
@@ -106,6 +111,7 @@ impl Config {
             lost_grace: self.lost_grace,
             cancel_grace: self.cancel_grace,
             forget_workers_after: self.forget_workers_after,
+            forget_finished_after: self.forget_finished_after,
         }
     }
 }

@@ -68,6 +68,11 @@ struct Args {
     /// Forget a worker that is gone and holds nothing after this long (its events stay).
     #[arg(long, env = "SWARM_FORGET_WORKERS_AFTER_SECS", default_value_t = 3600)]
     forget_workers_after_secs: u64,
+    /// Forget a swarm (with its child swarms, their tasks, attempts and
+    /// events) this long after it ended COMPLETED, FAILED or CANCELLED;
+    /// the fleet's own events older than this go too. 0 keeps everything.
+    #[arg(long, env = "SWARM_FORGET_FINISHED_AFTER_SECS", default_value_t = swarm_controller::DEFAULT_RETENTION.as_secs())]
+    forget_finished_after_secs: u64,
     /// Cut a stream that has not said Hello within this time.
     #[arg(long, env = "SWARM_HELLO_TIMEOUT_MS", default_value_t = 5_000)]
     hello_timeout_ms: u64,
@@ -153,6 +158,8 @@ async fn main() -> anyhow::Result<()> {
         cancel_grace: Duration::from_millis(args.cancel_grace_ms),
         metrics_listen: args.metrics_listen,
         forget_workers_after: Duration::from_secs(args.forget_workers_after_secs),
+        forget_finished_after: (args.forget_finished_after_secs > 0)
+            .then(|| Duration::from_secs(args.forget_finished_after_secs)),
         hello_timeout: Duration::from_millis(args.hello_timeout_ms.max(1)),
         max_pack_bytes: args.max_pack_mib.saturating_mul(1 << 20),
         security: swarm_controller::Security {

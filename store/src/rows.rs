@@ -95,6 +95,10 @@ pub struct Batch {
     pub(super) attempts: HashMap<(String, String, u32), AttemptRow>,
     pub(super) workers: HashMap<String, WorkerRow>,
     pub(super) forgotten_workers: HashSet<String>,
+    /// Swarms deleted whole (rows, attempts, events), in the order forgotten.
+    pub(super) forgotten_swarms: Vec<String>,
+    /// Fleet events (no swarm, no task) with ids below this are deleted.
+    pub(super) fleet_events_before: Option<u64>,
     pub events: Vec<EventRow>,
 }
 
@@ -124,6 +128,23 @@ impl Batch {
         self.workers.remove(id);
         self.forgotten_workers.insert(id.to_string());
     }
+    /// Deletes a swarm and everything stored of it: its plan and
+    /// progress, tasks, attempts and events. Rows of it this batch already
+    /// holds are dropped; rows written after this call are a new swarm of
+    /// the same id.
+    pub fn forget_swarm(&mut self, id: &str) {
+        self.new_swarms.remove(id);
+        self.swarms.remove(id);
+        self.tasks.retain(|(swarm, _), _| swarm != id);
+        self.attempts.retain(|(swarm, _, _), _| swarm != id);
+        self.events.retain(|e| e.swarm != id);
+        self.forgotten_swarms.push(id.to_string());
+    }
+    /// Deletes the fleet's events (those of no swarm and no task: workers
+    /// connecting, forgotten, denied) with ids below `id`.
+    pub fn forget_fleet_events_before(&mut self, id: u64) {
+        self.fleet_events_before = Some(self.fleet_events_before.map_or(id, |b| b.max(id)));
+    }
     pub fn event(&mut self, row: EventRow) {
         self.events.push(row);
     }
@@ -133,6 +154,8 @@ impl Batch {
             && self.attempts.is_empty()
             && self.workers.is_empty()
             && self.forgotten_workers.is_empty()
+            && self.forgotten_swarms.is_empty()
+            && self.fleet_events_before.is_none()
             && self.events.is_empty()
     }
     /// Rows in the batch, for the batch-size metric.
@@ -142,6 +165,8 @@ impl Batch {
             + self.attempts.len()
             + self.workers.len()
             + self.forgotten_workers.len()
+            + self.forgotten_swarms.len()
+            + usize::from(self.fleet_events_before.is_some())
             + self.events.len()
     }
 }
@@ -162,6 +187,9 @@ pub(super) struct Merged<'a> {
     pub attempts: BTreeMap<(&'a str, &'a str, u32), &'a AttemptRow>,
     pub workers: BTreeMap<&'a str, &'a WorkerRow>,
     pub forgotten: BTreeSet<&'a str>,
+    /// Deleted before any row of the commit is written.
+    pub forgotten_swarms: BTreeSet<&'a str>,
+    pub fleet_events_before: Option<u64>,
     pub events: Vec<&'a EventRow>,
 }
 
@@ -170,6 +198,16 @@ impl<'a> Merged<'a> {
     pub fn of(batches: &[&'a Batch]) -> Merged<'a> {
         let mut m = Merged::default();
         for b in batches {
+            // A batch's forgets come before its rows (see
+            // `Batch::forget_swarm`), and the commit deletes before it
+            // writes: rows of a forgotten swarm from earlier batches are
+            // dropped here, later ones are a new swarm of the same id.
+            for id in &b.forgotten_swarms {
+                m.forget_swarm(id);
+            }
+            if let Some(before) = b.fleet_events_before {
+                m.fleet_events_before = Some(m.fleet_events_before.map_or(before, |b| b.max(before)));
+            }
             m.new_swarms.extend(b.new_swarms.iter().filter_map(|id| b.swarms.get(id)));
             m.swarms.extend(b.swarms.values().map(|r| (r.id.as_str(), r)));
             m.tasks.extend(b.tasks.values().map(|r| ((r.swarm.as_str(), r.id.as_str()), r)));
@@ -188,6 +226,15 @@ impl<'a> Merged<'a> {
             m.events.extend(b.events.iter());
         }
         m
+    }
+
+    fn forget_swarm(&mut self, id: &'a str) {
+        self.new_swarms.retain(|r| r.id != id);
+        self.swarms.remove(id);
+        self.tasks.retain(|(swarm, _), _| *swarm != id);
+        self.attempts.retain(|(swarm, _, _), _| *swarm != id);
+        self.events.retain(|e| e.swarm != id);
+        self.forgotten_swarms.insert(id);
     }
 }
 

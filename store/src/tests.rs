@@ -79,6 +79,9 @@ conformance!(
     text_with_nul_bytes_is_stored,
     a_commit_of_many_events_keeps_each_with_its_own_fields,
     many_tasks_and_attempts_are_inserted_and_then_updated_in_one_commit_each,
+    a_forgotten_swarm_leaves_no_row_and_its_id_can_be_created_again,
+    a_swarm_forgotten_and_created_again_in_one_commit_ends_as_the_new_one,
+    old_fleet_events_are_forgotten_and_swarm_events_kept,
 );
 
 fn swarm(id: &str) -> SwarmRow {
@@ -483,4 +486,73 @@ fn many_tasks_and_attempts_are_inserted_and_then_updated_in_one_commit_each(f: F
         let a = snap.attempts.iter().find(|a| &a.task == id).expect("attempt");
         assert_eq!((a.state.as_str(), a.token), ("SUCCEEDED", i as u64), "{id}");
     }
+}
+
+/// A swarm with one task, one attempt and two events, committed.
+fn stored_swarm(store: &mut crate::Store, id: &str, first_event: u64) {
+    let mut batch = Batch::default();
+    batch.new_swarm(swarm(id));
+    batch.task(task(id, "a", "MERGED"));
+    batch.attempt(AttemptRow { swarm: id.into(), task: "a".into(), number: 1, ..Default::default() });
+    batch.event(EventRow { task: "a".into(), ..event(first_event, id) });
+    batch.event(event(first_event + 1, id));
+    store.commit(&batch).expect("commit");
+}
+
+fn a_forgotten_swarm_leaves_no_row_and_its_id_can_be_created_again(f: Fixture) {
+    let mut store = f.open();
+    stored_swarm(&mut store, "gone", 1);
+    stored_swarm(&mut store, "kept", 3);
+    let mut batch = Batch::default();
+    batch.forget_swarm("gone");
+    batch.event(event(5, ""));
+    store.commit(&batch).expect("commit");
+    let snap = f.open().load().expect("load");
+    assert_eq!(snap.swarms.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(), vec!["kept"]);
+    assert!(snap.tasks.iter().all(|t| t.swarm == "kept"), "{:?}", snap.tasks);
+    assert!(snap.attempts.iter().all(|a| a.swarm == "kept"), "{:?}", snap.attempts);
+    assert_eq!(snap.last_event_id, 5);
+    let mut reader = f.reader();
+    let swarms = |v: Vec<EventRow>| v.into_iter().map(|e| (e.id, e.swarm)).collect::<Vec<_>>();
+    assert_eq!(
+        swarms(reader.read_events(0, u64::MAX, None, 100).expect("read")),
+        vec![(3, "kept".into()), (4, "kept".into()), (5, String::new())]
+    );
+    stored_swarm(&mut store, "gone", 6);
+    let snap = f.open().load().expect("load");
+    assert_eq!(snap.swarms.len(), 2, "the id is free again");
+}
+
+fn a_swarm_forgotten_and_created_again_in_one_commit_ends_as_the_new_one(f: Fixture) {
+    let mut store = f.open();
+    stored_swarm(&mut store, "s", 1);
+    let mut old = Batch::default();
+    old.task(task("s", "a", "CANCELLED"));
+    old.forget_swarm("s");
+    let mut new = Batch::default();
+    new.new_swarm(SwarmRow { created_at: 9, ..swarm("s") });
+    new.task(task("s", "b", "READY"));
+    new.event(event(3, "s"));
+    store.commit_all(&[&old, &new]).expect("commit");
+    let snap = f.open().load().expect("load");
+    assert_eq!(snap.swarms.iter().map(|s| s.created_at).collect::<Vec<_>>(), vec![9]);
+    assert_eq!(snap.tasks.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), vec!["b"]);
+    assert!(snap.attempts.is_empty());
+    let ids = f.reader().read_events(0, u64::MAX, None, 100).expect("read");
+    assert_eq!(ids.into_iter().map(|e| e.id).collect::<Vec<_>>(), vec![3]);
+}
+
+fn old_fleet_events_are_forgotten_and_swarm_events_kept(f: Fixture) {
+    let mut store = f.open();
+    let mut batch = Batch::default();
+    batch.event(event(1, ""));
+    batch.event(EventRow { worker: "w1".into(), ..event(2, "") });
+    batch.event(event(3, "s"));
+    batch.event(event(4, ""));
+    store.commit(&batch).expect("commit");
+    let mut batch = Batch::default();
+    batch.forget_fleet_events_before(4);
+    store.commit(&batch).expect("commit");
+    let ids = f.reader().read_events(0, u64::MAX, None, 100).expect("read");
+    assert_eq!(ids.into_iter().map(|e| e.id).collect::<Vec<_>>(), vec![3, 4]);
 }

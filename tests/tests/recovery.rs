@@ -199,3 +199,42 @@ async fn a_sidecar_whose_first_welcome_was_lost_is_not_locked_out_after_a_contro
     let evs = events(&url, "", 0, 1).await;
     assert!(!evs.iter().any(|e| e.kind == "hello.refused"), "w1 was never refused: {evs:?}");
 }
+
+/// Retention across a crash: a swarm that completed longer ago than
+/// `--forget-finished-after-secs` is forgotten (the controller answers
+/// NotFound and its store holds no row or event of it), stays forgotten
+/// after a kill -9 and restart, and its branch in the repository is left
+/// as it was: retention drops the controller's records, not the work.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_swarm_completed_longer_ago_than_the_retention_is_forgotten_for_good_and_its_branch_stays() {
+    let script = worker_script(&[]);
+    let repo = TempRepo::with_files(&[("worker.sh", &script)]);
+    let mut cluster = Cluster::start(&repo, 1, &["--forget-finished-after-secs", "2"]);
+    let url = cluster.url();
+    create_swarm(&url, &dag_plan("old")).await;
+    wait_all_merged(&url, "old").await;
+    let tree = repo.tree("swarm/old/integration");
+    let gone = |url: String| async move {
+        let mut op = swarm_tests::operator(&url).await;
+        match op.get_swarm(v1::GetSwarmRequest { swarm_id: "old".into() }).await {
+            Err(s) if s.code() == tonic::Code::NotFound => Some(()),
+            _ => None,
+        }
+    };
+    poll("the completed swarm to be forgotten", WAIT, || gone(url.clone())).await;
+    let db = repo.path().join(".git/swarm/swarm.db");
+    let count = |sql: &str| -> i64 {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.query_row(sql, [], |r| r.get(0)).unwrap()
+    };
+    let rows = "SELECT (SELECT COUNT(*) FROM swarms) + (SELECT COUNT(*) FROM tasks)
+                + (SELECT COUNT(*) FROM attempts) + (SELECT COUNT(*) FROM events WHERE swarm = 'old')";
+    assert_eq!(count(rows), 0, "no row or event of the swarm is left in the store");
+    assert_eq!(count("SELECT COUNT(*) FROM events WHERE kind = 'swarm.forgotten'"), 1);
+
+    cluster.controller.restart_after_kill9();
+    let mut op = swarm_tests::operator(&url).await;
+    let after = op.get_swarm(v1::GetSwarmRequest { swarm_id: "old".into() }).await;
+    assert_eq!(after.err().map(|s| s.code()), Some(tonic::Code::NotFound), "still forgotten after a restart");
+    assert_eq!(repo.tree("swarm/old/integration"), tree, "the integration branch is untouched");
+}

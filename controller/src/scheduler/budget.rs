@@ -103,6 +103,13 @@ impl Budgets {
         self.burn.remove(id);
     }
 
+    /// Everything kept of a swarm retention forgot.
+    pub fn forget(&mut self, id: &SwarmId) {
+        self.over.remove(id);
+        self.burn.remove(id);
+        self.stopping.retain(|(key, _)| key.swarm != *id);
+    }
+
     /// Lets a budget stop of `key#number` be sent again.
     pub fn forget_stop(&mut self, key: &TaskKey, number: u32) {
         self.stopping.remove(&(key.clone(), number));

@@ -36,6 +36,9 @@ pub struct Timing {
     pub cancel_grace: Duration,
     /// A worker that is gone and holds nothing is forgotten after this.
     pub forget_workers_after: Duration,
+    /// A swarm that ended is forgotten (with its rows and events) after
+    /// this; `None` keeps every swarm.
+    pub forget_finished_after: Option<Duration>,
 }
 
 impl Default for Timing {
@@ -47,9 +50,14 @@ impl Default for Timing {
             lost_grace: Duration::from_secs(2),
             cancel_grace: Duration::from_secs(5),
             forget_workers_after: Duration::from_secs(3600),
+            forget_finished_after: Some(DEFAULT_RETENTION),
         }
     }
 }
+
+/// A week: long enough to read an ended swarm's report and events after
+/// a weekend, short enough that a busy controller's store stays small.
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// A unix-ms stamp as a time.
 pub(super) fn unix_time(ms: i64) -> SystemTime {

@@ -26,6 +26,7 @@ pub mod reads;
 mod recover;
 mod refs;
 mod reports;
+mod retention;
 mod review;
 mod sandbox;
 mod sessions;
@@ -60,8 +61,8 @@ pub use pause::BY_BREAKER;
 pub use reads::Page;
 pub use refs::LandTarget;
 
-pub use self::core::Timing;
 use self::core::{Core, Effects, Shared, unix_time};
+pub use self::core::{DEFAULT_RETENTION, Timing};
 use crate::merger::MergerHandle;
 use crate::metrics::Metrics;
 use crate::store::{EventRow, Store};
@@ -145,6 +146,8 @@ pub struct Scheduler {
     reviews: review::ReviewQueue,
     /// Budget stops sent, swarms found over budget, the breaker's windows.
     budgets: budget::Budgets,
+    /// Forgets swarms that ended longer ago than the retention window.
+    retention: retention::Retention,
 }
 
 impl Scheduler {
@@ -463,6 +466,10 @@ impl Scheduler {
             sessions::disconnected(&mut self.core(fx), &worker, session);
         }
         self.sessions.sweep(&mut self.shared.core(fx));
+        for swarm in self.retention.sweep(&mut self.shared.core(fx)) {
+            self.merge_queues.forget(&swarm);
+            self.budgets.forget(&swarm);
+        }
         if self.limits.lift(&self.shared.metrics, fx) {
             self.shared.scan.changed();
         }

@@ -40,6 +40,7 @@ pub fn recover(mut store: Store, timing: Timing, merger: MergerHandle) -> Result
         merge_queues: Default::default(),
         reviews: Default::default(),
         budgets: Default::default(),
+        retention: Default::default(),
     };
     load(&mut s.shared.model, snap)?;
     s.shared.next_token = s.shared.model.attempts().values().map(|a| a.token + 1).max().unwrap_or(1);

@@ -15,6 +15,7 @@ mod budget;
 mod order;
 mod pipeline;
 mod recovery;
+mod retention;
 mod review;
 
 use super::command::{Command, HelloInfo, OperatorOp, Report, ReportedAttempt, ResultReport};

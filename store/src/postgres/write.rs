@@ -16,6 +16,9 @@ pub struct Statements {
     attempts: Statement,
     workers: Statement,
     forget: Statement,
+    /// Retention's deletes, children before parents for the foreign keys.
+    forget_swarms: [Statement; 5],
+    forget_fleet_events: Statement,
     events: Statement,
 }
 
@@ -69,6 +72,15 @@ impl Statements {
                    principal = EXCLUDED.principal",
             )?,
             forget: client.prepare("DELETE FROM workers WHERE id = ANY($1::text[])")?,
+            forget_swarms: [
+                client.prepare("DELETE FROM events WHERE swarm = ANY($1::text[])")?,
+                client.prepare("DELETE FROM attempts WHERE swarm = ANY($1::text[])")?,
+                client.prepare("DELETE FROM tasks WHERE swarm = ANY($1::text[])")?,
+                client.prepare("DELETE FROM swarm_progress WHERE swarm = ANY($1::text[])")?,
+                client.prepare("DELETE FROM swarms WHERE id = ANY($1::text[])")?,
+            ],
+            forget_fleet_events: client
+                .prepare("DELETE FROM events WHERE swarm = '' AND task = '' AND id < $1")?,
             events: client.prepare(
                 "INSERT INTO events (id, at, swarm, task, attempt, worker, kind, message, data)
                  SELECT * FROM UNNEST($1::int8[], $2::int8[], $3::text[], $4::text[], $5::int8[], $6::text[],
@@ -98,6 +110,17 @@ fn flags<R>(rows: &[&R], f: impl Fn(&R) -> bool) -> Vec<bool> {
 
 pub fn write(tx: &mut Transaction<'_>, st: &Statements, batches: &[&Batch]) -> Result<(), StoreError> {
     let m = Merged::of(batches);
+    // Deletes first: a swarm forgotten and created again in one commit
+    // ends as the new one.
+    if !m.forgotten_swarms.is_empty() {
+        let ids: Vec<&str> = m.forgotten_swarms.iter().copied().collect();
+        for stmt in &st.forget_swarms {
+            tx.execute(stmt, &[&ids])?;
+        }
+    }
+    if let Some(before) = m.fleet_events_before {
+        tx.execute(&st.forget_fleet_events, &[&(before as i64)])?;
+    }
     if !m.new_swarms.is_empty() {
         let r = &m.new_swarms;
         tx.execute(

@@ -167,8 +167,33 @@ fn bind_event(b: &mut Binder<'_, '_>, e: &EventRow) -> rusqlite::Result<()> {
     b.put(&e.data)
 }
 
-/// Writes every row of `m` in `tx`.
+/// Deletes what retention dropped: swarms whole, children before
+/// parents for the foreign keys, and old fleet events. Each goes through
+/// an index (`events_by_task` leads with the swarm, then the task).
+fn forget(tx: &Transaction<'_>, m: &Merged<'_>) -> Result<(), StoreError> {
+    const SWARM: [&str; 5] = [
+        "DELETE FROM events WHERE swarm = ?1",
+        "DELETE FROM attempts WHERE swarm = ?1",
+        "DELETE FROM tasks WHERE swarm = ?1",
+        "DELETE FROM swarm_progress WHERE swarm = ?1",
+        "DELETE FROM swarms WHERE id = ?1",
+    ];
+    for sql in SWARM {
+        let mut stmt = tx.prepare_cached(sql)?;
+        for id in &m.forgotten_swarms {
+            stmt.execute(params![id])?;
+        }
+    }
+    if let Some(before) = m.fleet_events_before {
+        tx.prepare_cached("DELETE FROM events WHERE swarm = '' AND task = '' AND id < ?1")?
+            .execute(params![before as i64])?;
+    }
+    Ok(())
+}
+
+/// Writes every row of `m` in `tx`, after deleting what it forgets.
 pub(super) fn rows(tx: &Transaction<'_>, m: &Merged<'_>) -> Result<(), StoreError> {
+    forget(tx, m)?;
     let mut stmt = tx.prepare_cached(
         "INSERT INTO swarms (id, plan, state, integration_head, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
     )?;

@@ -15,7 +15,10 @@
 //! and at the end, tasks lost (created but never MERGED once the fleet
 //! is calm), tasks run twice (assigned to a sidecar while another
 //! connected sidecar was still running it), and the store's growth per
-//! merged task (nothing is pruned: the store keeps every swarm).
+//! merged task. The controller forgets a swarm `--retain-secs` after it
+//! completed (its retention), so memory and the store hold the swarms of
+//! that window; a swarm is counted as merged when it is seen COMPLETED,
+//! and one that vanishes before that counts as lost.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -55,6 +58,10 @@ pub struct Args {
     /// The controller's lease.
     #[arg(long, default_value_t = 3000)]
     pub lease_ms: u64,
+    /// The controller's retention: a completed swarm is forgotten (rows,
+    /// events) this long after it ended; 0 keeps every swarm.
+    #[arg(long, default_value_t = 30)]
+    pub retain_secs: u64,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
 }
@@ -110,10 +117,19 @@ fn store_bytes(repo: &Path) -> u64 {
 pub async fn run(args: &Args) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let repo = temp_repo(dir.path(), "soak", 0)?;
-    let lease = args.lease_ms.to_string();
+    let (lease, retain) = (args.lease_ms.to_string(), args.retain_secs.to_string());
     let controller = start_controller(
         &repo,
-        &["--heartbeat-interval-ms", "1000", "--lease-ttl-ms", &lease, "--lost-grace-ms", "100"],
+        &[
+            "--heartbeat-interval-ms",
+            "1000",
+            "--lease-ttl-ms",
+            &lease,
+            "--lost-grace-ms",
+            "100",
+            "--forget-finished-after-secs",
+            &retain,
+        ],
         None,
     )?;
     let pid = controller.pid();
@@ -137,13 +153,14 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
     }
     let mut op = OperatorServiceClient::new(chans[0].clone());
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
-    let mut swarms: Vec<String> = Vec::new();
+    let mut swarms = Swarms { tasks_per_swarm: args.tasks_per_swarm, ..Swarms::default() };
     let mut warm: Option<((u64, usize, usize), u64, u64)> = None;
     let warm_at = started + run_for / 5;
     let per_tick = args.churn / 100.0 * args.sidecars as f64 / 60.0;
     let mut owed = 0.0;
     while Instant::now() < stop_at {
-        feed(&mut op, &mut swarms, args.tasks_per_swarm).await?;
+        swarms.poll(&mut op).await?;
+        swarms.feed(&mut op).await?;
         owed += per_tick;
         while owed >= 1.0 {
             owed -= 1.0;
@@ -156,23 +173,23 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
             let _ = churners[who].try_send(churn);
         }
         if warm.is_none() && Instant::now() >= warm_at {
-            warm = Some((sample(pid)?, merged(&mut op, &swarms).await?, store_bytes(&repo)));
+            warm = Some((sample(pid)?, swarms.merged, store_bytes(&repo)));
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     // Calm: no more churn or swarms; every task created must merge.
     let calm_deadline =
         Instant::now() + Duration::from_secs(120).max(Duration::from_millis(args.lease_ms * 10));
-    let (total, mut done) = (swarms.len() * args.tasks_per_swarm, 0);
+    let total = swarms.created * args.tasks_per_swarm as u64;
     while Instant::now() < calm_deadline {
-        done = merged(&mut op, &swarms).await? as usize;
-        if done == total {
+        swarms.poll(&mut op).await?;
+        if swarms.live.is_empty() {
             break;
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     let end = sample(pid)?;
-    let end_merged = merged(&mut op, &swarms).await?;
+    let end_merged = swarms.merged + swarms.live.iter().map(|(_, merged)| merged).sum::<u64>();
     let end_store = store_bytes(&repo);
     for s in sims {
         s.abort();
@@ -202,50 +219,73 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
         end.2
     );
     println!(
-        "  lost (created, not MERGED after calm): {}; run twice: {}; store {} -> {} KiB, {growth:.0} bytes per merged task \
-         (no pruning)",
-        total - done.min(total),
+        "  lost (created, not MERGED after calm): {} (of which vanished before COMPLETED: {}); run twice: {}; \
+         store {} -> {} KiB, {growth:.0} bytes per merged task (retention {})",
+        total.saturating_sub(end_merged),
+        swarms.vanished,
         fleet.run_twice.load(Ordering::Relaxed),
         store0 >> 10,
         end_store >> 10,
+        if args.retain_secs == 0 { "none".to_string() } else { format!("{} s", args.retain_secs) },
     );
     Ok(())
 }
 
-/// Keeps two swarms of work queued.
-async fn feed(
-    op: &mut OperatorServiceClient<Channel>,
-    swarms: &mut Vec<String>,
-    n: usize,
-) -> anyhow::Result<()> {
-    let mut live = 0;
-    for s in swarms.iter().rev().take(3) {
-        let view = op.get_swarm(v1::GetSwarmRequest { swarm_id: s.clone() }).await?.into_inner();
-        let merged = view.tasks_by_state.get("MERGED").copied().unwrap_or(0) as usize;
-        if merged < n {
-            live += 1;
-        }
-    }
-    while live < 2 {
-        let name = format!("soak{}", swarms.len());
-        let mut plan = format!("name = \"{name}\"\n[defaults]\ncommand = \"true\"\nretries = 100\n");
-        for i in 0..n {
-            plan.push_str(&format!("[[tasks]]\nid = \"t{i}\"\nfiles = [\"f/{i}\"]\n"));
-        }
-        op.create_swarm(v1::CreateSwarmRequest { plan_toml: plan }).await?;
-        swarms.push(name);
-        live += 1;
-    }
-    Ok(())
+/// The swarms the bench created: those not yet seen COMPLETED (with
+/// their MERGED count), and the sum of the completed ones'.
+#[derive(Default)]
+struct Swarms {
+    tasks_per_swarm: usize,
+    created: u64,
+    live: Vec<(String, u64)>,
+    merged: u64,
+    /// Tasks of swarms that vanished (forgotten) before they were seen
+    /// COMPLETED: each second's poll is far inside the retention, so only
+    /// a swarm that ended some other way does.
+    vanished: u64,
 }
 
-async fn merged(op: &mut OperatorServiceClient<Channel>, swarms: &[String]) -> anyhow::Result<u64> {
-    let mut sum = 0;
-    for s in swarms {
-        let view = op.get_swarm(v1::GetSwarmRequest { swarm_id: s.clone() }).await?.into_inner();
-        sum += view.tasks_by_state.get("MERGED").copied().unwrap_or(0) as u64;
+impl Swarms {
+    /// Reads each live swarm; a completed one is counted and let go.
+    async fn poll(&mut self, op: &mut OperatorServiceClient<Channel>) -> anyhow::Result<()> {
+        let mut still = Vec::with_capacity(self.live.len());
+        for (id, _) in std::mem::take(&mut self.live) {
+            match op.get_swarm(v1::GetSwarmRequest { swarm_id: id.clone() }).await {
+                Ok(view) => {
+                    let view = view.into_inner();
+                    let merged = view.tasks_by_state.get("MERGED").copied().unwrap_or(0) as u64;
+                    if view.state == v1::SwarmState::Completed as i32 {
+                        self.merged += merged;
+                    } else {
+                        still.push((id, merged));
+                    }
+                }
+                Err(status) if status.code() == tonic::Code::NotFound => {
+                    self.vanished += self.tasks_per_swarm as u64;
+                }
+                Err(status) => return Err(status.into()),
+            }
+        }
+        self.live = still;
+        Ok(())
     }
-    Ok(sum)
+
+    /// Keeps two swarms of work queued.
+    async fn feed(&mut self, op: &mut OperatorServiceClient<Channel>) -> anyhow::Result<()> {
+        let n = self.tasks_per_swarm;
+        let queued = self.live.iter().filter(|(_, merged)| *merged < n as u64).count();
+        for _ in queued..2 {
+            let name = format!("soak{}", self.created);
+            let mut plan = format!("name = \"{name}\"\n[defaults]\ncommand = \"true\"\nretries = 100\n");
+            for i in 0..n {
+                plan.push_str(&format!("[[tasks]]\nid = \"t{i}\"\nfiles = [\"f/{i}\"]\n"));
+            }
+            op.create_swarm(v1::CreateSwarmRequest { plan_toml: plan }).await?;
+            self.live.push((name, 0));
+            self.created += 1;
+        }
+        Ok(())
+    }
 }
 
 fn key_of(a: &v1::Assign) -> String {

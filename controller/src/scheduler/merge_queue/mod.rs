@@ -186,6 +186,12 @@ impl Queues {
         }
     }
 
+    /// A swarm retention forgot (it ended, so its queue is empty but for
+    /// what it remembers of failed verifications).
+    pub fn forget(&mut self, swarm: &SwarmId) {
+        self.by_swarm.remove(swarm);
+    }
+
     /// Each turn, for every swarm: notice lost verifiers, hand cars to
     /// free ones, land what passed, and put the next car on the train.
     pub fn tick(&mut self, core: &mut Core, merger: &MergerHandle) {

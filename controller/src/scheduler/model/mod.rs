@@ -62,6 +62,17 @@ pub enum Transition<'a> {
     AttemptAdded(Attempt),
     WorkerAdded(Worker),
     WorkerForgotten(&'a str),
+    /// A finished swarm leaves the model with its tasks and attempts (its
+    /// child swarms are forgotten each on their own). Retention forgets
+    /// only a swarm none of whose attempts is live, so no worker is bound
+    /// to one of them.
+    SwarmForgotten(&'a SwarmId),
+    /// When an ended swarm ended, as a restarted controller reckons it
+    /// (not stored: the swarm's tasks' last change).
+    SwarmEndedAt {
+        id: &'a SwarmId,
+        at: i64,
+    },
     TaskState {
         key: &'a TaskKey,
         to: TaskState,
@@ -158,6 +169,10 @@ impl Model {
                 self.workers.remove(id);
                 Applied::default()
             }
+            Transition::SwarmForgotten(id) => {
+                self.forget_swarm(id);
+                Applied::default()
+            }
             Transition::TaskState { key, to, reason } => self.task_state(key, to, reason),
             Transition::AttemptState { key, number, to } => self.attempt_state(key, number, to),
             Transition::WorkerFreed { key, number } => self.free_worker(key, number),
@@ -197,7 +212,18 @@ impl Model {
             Transition::Swarm { id, edit } => {
                 let Some(s) = self.swarms.get_mut(id) else { return Applied::default() };
                 edit(s);
+                if !s.has_ended() {
+                    s.ended_at = 0;
+                } else if s.ended_at == 0 {
+                    s.ended_at = now_ms();
+                }
                 Applied { swarm: Some(id.clone()), ..Applied::default() }
+            }
+            Transition::SwarmEndedAt { id, at } => {
+                if let Some(s) = self.swarms.get_mut(id).filter(|s| s.has_ended()) {
+                    s.ended_at = at.max(1);
+                }
+                Applied::default()
             }
             Transition::ScheduleOrder(order) => {
                 let _span = tracing::info_span!("schedule_order", order = ?order).entered();
@@ -229,6 +255,22 @@ impl Model {
         }
         // A new swarm's row is written whole by its creator, not as a change.
         Applied { touched: Some(id), ..Applied::default() }
+    }
+
+    fn forget_swarm(&mut self, id: &SwarmId) {
+        let Some(swarm) = self.swarms.remove(id) else { return };
+        for key in &swarm.tasks {
+            if let Some(task) = self.tasks.remove(key) {
+                for number in 1..=task.attempts {
+                    self.attempts.remove(&(key.clone(), number));
+                }
+            }
+            self.dependents.remove(key);
+            self.ready.set_ready(key, None);
+            self.ready.set_running(key, false);
+            self.running.remove(key);
+        }
+        self.ready.forget(id);
     }
 
     fn mark_parent_waiting(&mut self, parent: &TaskKey) {

@@ -151,6 +151,13 @@ impl ReadyQueue {
         self.rank.insert(key.clone(), rank);
     }
 
+    /// Drops a forgotten swarm's queue; its tasks were taken out first.
+    pub fn forget(&mut self, swarm: &SwarmId) {
+        self.swarms.remove(swarm);
+        self.open.remove(swarm);
+        self.stale.retain(|s| s != swarm);
+    }
+
     /// `key` runs on a sidecar, or no longer does.
     pub fn set_running(&mut self, key: &TaskKey, running: bool) {
         let changed = if running { self.running.insert(key.clone()) } else { self.running.remove(key) };

@@ -75,6 +75,10 @@ pub struct Swarm {
     pub(super) usage: Usage,
     /// What the operator set: a pause, a budget (stored with the state).
     pub control: SwarmControl,
+    /// When it ended (COMPLETED, FAILED or CANCELLED), unix ms; 0 while it
+    /// may still move, and after a restart until retention first looks
+    /// (which then takes its tasks' last change). Kept by the model.
+    pub(super) ended_at: i64,
 }
 
 /// Whether a task in `state` waits for the operator's review (no reviewer
@@ -111,7 +115,18 @@ impl Swarm {
             waits_on_operator: BTreeSet::new(),
             usage: Usage::default(),
             control,
+            ended_at: 0,
         }
+    }
+
+    /// Whether nothing of it moves again unless the operator retries a task.
+    pub fn has_ended(&self) -> bool {
+        matches!(self.state, SwarmState::Completed | SwarmState::Failed | SwarmState::Cancelled)
+    }
+
+    /// When it ended (see [`Swarm::has_ended`]), if the model saw it end.
+    pub fn ended_at(&self) -> Option<i64> {
+        (self.ended_at > 0).then_some(self.ended_at)
     }
 
     pub fn counts(&self) -> &[u32; TaskState::ALL.len()] {

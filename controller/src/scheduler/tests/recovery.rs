@@ -11,7 +11,7 @@ use super::Rig;
 use crate::merger;
 
 /// Recovers a second scheduler from the store `rig` has written.
-fn recovered(rig: &Rig) -> Scheduler {
+pub(super) fn recovered(rig: &Rig) -> Scheduler {
     let store = rig.sched.store.reopen().expect("reopen");
     let (results, _merged) = flume::unbounded();
     let (handle, _thread) = merger::spawn(&rig.repo, super::super::merger_sink(results)).expect("merger");
