@@ -2,8 +2,8 @@
 //! agent: the plan, a sidecar's messages through the controller's own
 //! validation, the worker's `status.json`, the Claude Code and Codex
 //! output parsers, the tokens file, the sidecar's journal, an agent's
-//! `spawn` (the tasks it sends, composed into its swarm's plan) and a
-//! reviewer's `review.json`. Each target
+//! `spawn` (the tasks it sends, composed into its swarm's plan), a
+//! reviewer's `review.json` and an ACP agent's JSON-RPC lines. Each target
 //! must return for any bytes, without a panic, in bounded time.
 //!
 //! The cargo-fuzz targets in `fuzz/libfuzzer/fuzz_targets/` call these, and
@@ -28,6 +28,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("journal", journal),
     ("spawn", spawn),
     ("review", review),
+    ("acp_lines", acp_lines),
 ];
 
 /// A plan file, as `swarmctl` and `CreateSwarm` read it.
@@ -126,4 +127,42 @@ pub fn spawn(data: &[u8]) {
 /// A reviewer's `.swarm/review.json`.
 pub fn review(data: &[u8]) {
     let _ = swarm_sidecar::review::decision_of(&String::from_utf8_lossy(data));
+}
+
+/// An ACP agent's stdout, line by line through one client, from the
+/// `initialize` it answers (id 0) on: responses, `session/update`
+/// notifications, permission requests and `fs/*` requests, which read and
+/// write inside a worktree of its own (a fresh one per input).
+pub fn acp_lines(data: &[u8]) {
+    use swarm_core::plan::{AgentKind, Otherwise, PermissionRule};
+    use swarm_sidecar::agent::AgentConfig;
+    let Ok(worktree) = tempfile::tempdir() else { return };
+    let src = worktree.path().join("src");
+    if std::fs::create_dir(&src).and_then(|()| std::fs::write(src.join("a.rs"), "fn a() {}\n")).is_err() {
+        return;
+    }
+    let cfg = AgentConfig {
+        kind: AgentKind::Acp,
+        program: "agent".into(),
+        model: None,
+        max_turns: 0,
+        max_budget_usd: 0.0,
+        allowed_tools: vec![],
+        permission_mode: None,
+        append_system_prompt: None,
+        extra_args: vec![],
+        allow: vec![],
+        deny: PermissionRule::parse("Read(.env)").into_iter().collect(),
+        otherwise: Otherwise::Ask,
+        resume_session: None,
+        instructions: Default::default(),
+        mcp: None,
+    };
+    let Ok(mut acp) = swarm_sidecar::agent::acp::Acp::new(&cfg, worktree.path(), &["src/**".into()]) else {
+        return;
+    };
+    let _ = acp.opening("Write src/a.rs", None);
+    for line in String::from_utf8_lossy(data).lines() {
+        let _ = acp.parse_line(line);
+    }
 }
