@@ -12,9 +12,11 @@
 
 mod args;
 mod channel;
+mod checks;
 mod pages;
 mod tools;
 mod wait;
 
 pub use channel::{GrpcChannel, Operator, operator};
+pub use checks::{TOOL_NAMES, check_arguments};
 pub use tools::SwarmTools;

@@ -10,14 +10,13 @@ use rmcp::model::{CallToolResult, Implementation, ServerCapabilities, ServerConf
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler, tool, tool_handler, tool_router};
 use serde::Serialize;
-use swarm_core::TaskKey;
-use swarm_core::plan::Plan;
 use swarm_proto::v1;
 use swarm_view::{SwarmView, TaskDetailView, TaskView};
 
 use crate::args::{
     CancelArgs, LandArgs, ListTasksArgs, PlanArgs, ReviewArgs, SwarmArgs, TaskArgs, TextArgs, WaitArgs,
 };
+use crate::checks::Cancel;
 use crate::{Operator, pages, wait};
 
 /// What a tool returns: its JSON, or why it did nothing.
@@ -50,14 +49,7 @@ impl SwarmTools {
                        {valid: false, error: {path, rule}} naming the field (e.g. tasks[2].deps[0]) \
                        and the rule it breaks. Changes nothing.")]
     async fn check_plan(&self, Parameters(args): Parameters<PlanArgs>) -> ToolResult {
-        Ok(json(&match Plan::parse(&args.plan_toml) {
-            Ok(plan) => serde_json::json!({
-                "valid": true,
-                "swarm": plan.swarm.as_str(),
-                "tasks": plan.tasks.len(),
-            }),
-            Err(e) => serde_json::json!({ "valid": false, "error": { "path": e.path, "rule": e.rule } }),
-        }))
+        Ok(json(&args.check()))
     }
 
     #[tool(description = "Start a swarm from a plan (TOML). Returns the swarm and whether it was created \
@@ -68,8 +60,7 @@ impl SwarmTools {
         ctx: RequestContext<RoleServer>,
         Parameters(args): Parameters<PlanArgs>,
     ) -> ToolResult {
-        Plan::parse(&args.plan_toml).map_err(|e| format!("plan_toml: {e}"))?;
-        let req = v1::CreateSwarmRequest { plan_toml: args.plan_toml };
+        let req = args.create()?;
         let resp = self.op.clone().create_swarm(request(&ctx, req)).await.map_err(refused)?.into_inner();
         let swarm = resp.swarm.unwrap_or_default();
         Ok(json(&serde_json::json!({ "created": resp.created, "swarm": SwarmView::from(&swarm) })))
@@ -83,7 +74,7 @@ impl SwarmTools {
         ctx: RequestContext<RoleServer>,
         Parameters(args): Parameters<SwarmArgs>,
     ) -> ToolResult {
-        let swarm_id = swarm_arg("swarm", &args.swarm)?;
+        let swarm_id = args.swarm_id()?;
         let op = self.op.clone();
         let req = request(&ctx, v1::GetSwarmRequest { swarm_id: swarm_id.clone() });
         let root = op.clone().get_swarm(req).await.map_err(refused)?.into_inner();
@@ -107,15 +98,7 @@ impl SwarmTools {
         ctx: RequestContext<RoleServer>,
         Parameters(args): Parameters<ListTasksArgs>,
     ) -> ToolResult {
-        let swarm_id = swarm_arg("swarm", &args.swarm)?;
-        let states = args
-            .states
-            .iter()
-            .enumerate()
-            .map(|(i, s)| {
-                wait::task_state(s).map(|s| s as i32).map_err(|rule| format!("states[{i}]: {rule}"))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let (swarm_id, states) = args.request()?;
         let tasks = pages::tasks(&self.op, &ctx, &swarm_id, states).await.map_err(refused)?;
         // Structured content is an object: the list goes under a name.
         Ok(json(&serde_json::json!({ "tasks": tasks.iter().map(TaskView::from).collect::<Vec<_>>() })))
@@ -129,7 +112,7 @@ impl SwarmTools {
         ctx: RequestContext<RoleServer>,
         Parameters(args): Parameters<TaskArgs>,
     ) -> ToolResult {
-        let task_id = task_arg("task", &args.task)?;
+        let task_id = args.task_id()?;
         let detail = self.op.clone().get_task(request(&ctx, v1::GetTaskRequest { task_id })).await;
         let mut view = TaskDetailView::from(&detail.map_err(refused)?.into_inner());
         view.keep_latest_events(DESCRIBE_EVENTS);
@@ -143,9 +126,7 @@ impl SwarmTools {
         ctx: RequestContext<RoleServer>,
         Parameters(args): Parameters<TextArgs>,
     ) -> ToolResult {
-        let task_id = task_arg("task", &args.task)?;
-        let text = non_empty("text", args.text)?;
-        let req = v1::AnswerRequest { task_id, text, ..Default::default() };
+        let req = args.answer()?;
         let resp = self.op.clone().answer(request(&ctx, req)).await.map_err(refused)?.into_inner();
         Ok(task_json(resp.task))
     }
@@ -157,17 +138,7 @@ impl SwarmTools {
         ctx: RequestContext<RoleServer>,
         Parameters(args): Parameters<ReviewArgs>,
     ) -> ToolResult {
-        let task_id = task_arg("task", &args.task)?;
-        if !matches!(args.decision.as_str(), "approve" | "request-changes" | "reject") {
-            return Err(format!(
-                "decision: must be approve, request-changes or reject, not {:?}",
-                args.decision
-            ));
-        }
-        if args.decision == "request-changes" && args.message.trim().is_empty() {
-            return Err("message: required with request-changes: say what to change".into());
-        }
-        let req = v1::ReviewTaskRequest { task_id, decision: args.decision, message: args.message };
+        let req = args.request()?;
         let resp = self.op.clone().review_task(request(&ctx, req)).await.map_err(refused)?.into_inner();
         Ok(task_json(resp.task))
     }
@@ -179,9 +150,7 @@ impl SwarmTools {
         ctx: RequestContext<RoleServer>,
         Parameters(args): Parameters<TextArgs>,
     ) -> ToolResult {
-        let task_id = task_arg("task", &args.task)?;
-        let text = non_empty("text", args.text)?;
-        let req = v1::SendMessageRequest { task_id, text };
+        let req = args.message()?;
         let resp = self.op.clone().send_message(request(&ctx, req)).await.map_err(refused)?.into_inner();
         Ok(json(&serde_json::json!({
             "message_id": resp.message_id,
@@ -196,20 +165,15 @@ impl SwarmTools {
         ctx: RequestContext<RoleServer>,
         Parameters(args): Parameters<CancelArgs>,
     ) -> ToolResult {
-        match (args.task, args.swarm) {
-            (Some(task), None) => {
-                let task_id = task_arg("task", &task)?;
-                let req = v1::CancelTaskRequest { task_id, reason: args.reason };
+        match args.request()? {
+            Cancel::Task(req) => {
                 let resp = self.op.clone().cancel_task(request(&ctx, req)).await.map_err(refused)?;
                 Ok(task_json(resp.into_inner().task))
             }
-            (None, Some(swarm)) => {
-                let swarm_id = swarm_arg("swarm", &swarm)?;
-                let req = v1::CancelSwarmRequest { swarm_id, reason: args.reason };
+            Cancel::Swarm(req) => {
                 let resp = self.op.clone().cancel_swarm(request(&ctx, req)).await.map_err(refused)?;
                 Ok(json(&serde_json::json!({ "cancelled": resp.into_inner().cancelled })))
             }
-            _ => Err("task, swarm: give exactly one of them".into()),
         }
     }
 
@@ -220,7 +184,7 @@ impl SwarmTools {
         ctx: RequestContext<RoleServer>,
         Parameters(args): Parameters<TaskArgs>,
     ) -> ToolResult {
-        let task_id = task_arg("task", &args.task)?;
+        let task_id = args.task_id()?;
         let resp = self.op.clone().retry_task(request(&ctx, v1::RetryTaskRequest { task_id })).await;
         Ok(task_json(resp.map_err(refused)?.into_inner().task))
     }
@@ -232,8 +196,7 @@ impl SwarmTools {
         ctx: RequestContext<RoleServer>,
         Parameters(args): Parameters<LandArgs>,
     ) -> ToolResult {
-        let swarm_id = swarm_arg("swarm", &args.swarm)?;
-        let req = v1::LandRequest { swarm_id, target_branch: args.target_branch };
+        let req = args.request()?;
         let resp = self.op.clone().land(request(&ctx, req)).await.map_err(refused)?.into_inner();
         Ok(json(&serde_json::json!({
             "target_branch": resp.target_branch,
@@ -257,6 +220,12 @@ impl SwarmTools {
         let outcome = waited.run(&self.op, &ctx).await.map_err(refused)?;
         Ok(json(&outcome))
     }
+}
+
+/// The tools the server lists, by name.
+#[cfg(test)]
+pub(crate) fn listed() -> Vec<String> {
+    SwarmTools::tool_router().list_all().into_iter().map(|t| t.name.to_string()).collect()
 }
 
 #[tool_handler(router = self.tool_router)]
@@ -304,18 +273,4 @@ pub(crate) fn refused(status: tonic::Status) -> String {
         _ => "failed",
     };
     format!("{code}: {}", status.message())
-}
-
-fn non_empty(field: &str, text: String) -> Result<String, String> {
-    if text.trim().is_empty() { Err(format!("{field}: must not be empty")) } else { Ok(text) }
-}
-
-pub(crate) fn task_arg(field: &str, task: &str) -> Result<String, String> {
-    TaskKey::parse(task)
-        .map(|k| k.to_string())
-        .map_err(|rule| format!("{field}: {rule} (expected SWARM/TASK)"))
-}
-
-pub(crate) fn swarm_arg(field: &str, swarm: &str) -> Result<String, String> {
-    swarm_core::SwarmId::new(swarm).map(|s| s.to_string()).map_err(|rule| format!("{field}: {rule}"))
 }

@@ -21,7 +21,8 @@ use tonic::Status;
 
 use crate::Operator;
 use crate::args::WaitArgs;
-use crate::tools::{request, swarm_arg, task_arg};
+use crate::checks::{swarm_arg, task_arg};
+use crate::tools::request;
 
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 const MAX_TIMEOUT: Duration = Duration::from_secs(3600);

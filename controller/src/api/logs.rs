@@ -21,7 +21,7 @@ use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
 use tracing::Instrument;
 
-use super::{Shared, convert};
+use super::Shared;
 use crate::scheduler::OperatorOp;
 
 /// Log requests queued per sidecar stream before a new one is refused.
@@ -214,14 +214,7 @@ struct Target {
 /// then streams the log's last `tail_bytes` and, with `follow`, what the
 /// worker writes until the attempt ends.
 pub async fn read_attempt_log(shared: &Shared, req: v1::ReadAttemptLogRequest) -> Result<LogStream, Status> {
-    let task = convert::task_key("task_id", &req.task_id)?;
-    let tail = match req.tail_bytes {
-        0 => DEFAULT_TAIL,
-        n if n > MAX_TAIL => {
-            return Err(Status::invalid_argument(format!("tail_bytes: at most {MAX_TAIL} bytes")));
-        }
-        n => n,
-    };
+    let (task, tail) = super::requests::read_attempt_log(&req)?;
     let target = find_attempt(shared, &task, req.attempt).await?;
     let label = task.attempt(target.wire.attempt).to_string();
     let span = tracing::info_span!("log.read", swarm = %task.swarm, task = %task, attempt = %label,

@@ -4,7 +4,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::Stream;
-use swarm_core::TaskState;
 use swarm_core::plan::Plan;
 use swarm_proto::FieldError;
 use swarm_proto::convert::required_id;
@@ -12,7 +11,7 @@ use swarm_proto::v1;
 use swarm_proto::v1::operator_service_server::OperatorService;
 use tonic::{Request, Response, Status};
 
-use super::{Shared, convert, watch};
+use super::{Shared, convert, requests, watch};
 use crate::error::SchedError;
 use crate::scheduler::{LandTarget, OperatorOp, Page};
 use crate::store::Reader;
@@ -25,12 +24,6 @@ impl OperatorApi {
     pub fn new(shared: Shared) -> Self {
         OperatorApi { shared }
     }
-}
-
-/// A swarm id: a root swarm's, or a child swarm's (`app/auth`).
-fn swarm_id(field: &str, id: &str) -> Result<String, Status> {
-    swarm_core::SwarmId::new(id).map_err(|rule| FieldError::new(field, rule))?;
-    Ok(id.to_string())
 }
 
 #[tonic::async_trait]
@@ -83,7 +76,7 @@ impl OperatorService for OperatorApi {
 
     #[tracing::instrument(skip_all)]
     async fn get_swarm(&self, request: Request<v1::GetSwarmRequest>) -> Result<Response<v1::Swarm>, Status> {
-        let swarm = swarm_id("swarm_id", &request.into_inner().swarm_id)?;
+        let swarm = requests::swarm_id("swarm_id", &request.into_inner().swarm_id)?;
         let view = self.shared.ask(|reply| OperatorOp::GetSwarm { swarm, reply }).await?;
         Ok(Response::new(convert::swarm(view)))
     }
@@ -106,15 +99,7 @@ impl OperatorService for OperatorApi {
         &self,
         request: Request<v1::ListTasksRequest>,
     ) -> Result<Response<v1::ListTasksResponse>, Status> {
-        let req = request.into_inner();
-        let swarm = swarm_id("swarm_id", &req.swarm_id)?;
-        let mut states = Vec::new();
-        for (i, raw) in req.states.iter().enumerate() {
-            let s = v1::TaskState::try_from(*raw)
-                .map_err(|_| FieldError::new(format!("states[{i}]"), format!("unknown task state {raw}")))?;
-            states.push(TaskState::try_from(s).map_err(|e| FieldError::new(format!("states[{i}]"), e.rule))?);
-        }
-        let page = Page::new(req.page_size, req.page_token)?;
+        let (swarm, states, page) = requests::list_tasks(request.into_inner())?;
         let (views, next_page_token) =
             self.shared.ask(|reply| OperatorOp::ListTasks { swarm, states, page, reply }).await?;
         Ok(Response::new(v1::ListTasksResponse {
@@ -156,9 +141,7 @@ impl OperatorService for OperatorApi {
     }
 
     async fn watch(&self, request: Request<v1::WatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
-        let req = request.into_inner();
-        let swarm = if req.swarm_id.is_empty() { None } else { Some(swarm_id("swarm_id", &req.swarm_id)?) };
-        let after = if req.from_now { watch::FROM_NOW } else { req.after_event_id };
+        let (swarm, after) = requests::watch(request.get_ref())?;
         let stream = watch::watch(self.shared.clone(), after, swarm).await?;
         Ok(Response::new(stream))
     }
@@ -168,9 +151,7 @@ impl OperatorService for OperatorApi {
         &self,
         request: Request<v1::CancelTaskRequest>,
     ) -> Result<Response<v1::CancelTaskResponse>, Status> {
-        let req = request.into_inner();
-        let task = convert::task_key("task_id", &req.task_id)?;
-        let reason = bounded("reason", req.reason)?;
+        let (task, reason) = requests::cancel_task(request.into_inner())?;
         let view = self.shared.ask(|reply| OperatorOp::CancelTask { task, reason, reply }).await?;
         Ok(Response::new(v1::CancelTaskResponse { task: Some(convert::task(view)) }))
     }
@@ -180,9 +161,7 @@ impl OperatorService for OperatorApi {
         &self,
         request: Request<v1::CancelSwarmRequest>,
     ) -> Result<Response<v1::CancelSwarmResponse>, Status> {
-        let req = request.into_inner();
-        let swarm = swarm_id("swarm_id", &req.swarm_id)?;
-        let reason = bounded("reason", req.reason)?;
+        let (swarm, reason) = requests::cancel_swarm(request.into_inner())?;
         let cancelled = self.shared.ask(|reply| OperatorOp::CancelSwarm { swarm, reason, reply }).await?;
         Ok(Response::new(v1::CancelSwarmResponse { cancelled }))
     }
@@ -202,17 +181,7 @@ impl OperatorService for OperatorApi {
         &self,
         request: Request<v1::ReviewTaskRequest>,
     ) -> Result<Response<v1::ReviewTaskResponse>, Status> {
-        let req = request.into_inner();
-        let task = convert::task_key("task_id", &req.task_id)?;
-        let decision = req.decision.trim().to_string();
-        if !matches!(decision.as_str(), "approve" | "request-changes" | "reject") {
-            return Err(FieldError::new(
-                "decision",
-                format!("must be approve, request-changes or reject, not {:?}", req.decision),
-            )
-            .into());
-        }
-        let message = bounded("message", req.message)?;
+        let (task, decision, message) = requests::review_task(request.into_inner())?;
         let view = self.shared.ask(|reply| OperatorOp::ReviewTask { task, decision, message, reply }).await?;
         Ok(Response::new(v1::ReviewTaskResponse { task: Some(convert::task(view)) }))
     }
@@ -222,17 +191,7 @@ impl OperatorService for OperatorApi {
         &self,
         request: Request<v1::AnswerRequest>,
     ) -> Result<Response<v1::AnswerResponse>, Status> {
-        let req = request.into_inner();
-        let task = convert::task_key("task_id", &req.task_id)?;
-        let question_id = if req.question_id.is_empty() {
-            String::new()
-        } else {
-            required_id("question_id", &req.question_id)?
-        };
-        if req.text.trim().is_empty() {
-            return Err(FieldError::new("text", "must not be empty").into());
-        }
-        let text = bounded("text", req.text)?;
+        let (task, question_id, text) = requests::answer(request.into_inner())?;
         let view = self.shared.ask(|reply| OperatorOp::Answer { task, question_id, text, reply }).await?;
         Ok(Response::new(v1::AnswerResponse { task: Some(convert::task(view)) }))
     }
@@ -242,12 +201,7 @@ impl OperatorService for OperatorApi {
         &self,
         request: Request<v1::SendMessageRequest>,
     ) -> Result<Response<v1::SendMessageResponse>, Status> {
-        let req = request.into_inner();
-        let task = convert::task_key("task_id", &req.task_id)?;
-        if req.text.trim().is_empty() {
-            return Err(FieldError::new("text", "must not be empty").into());
-        }
-        let text = bounded("text", req.text)?;
+        let (task, text) = requests::send_message(request.into_inner())?;
         let (view, message_id) =
             self.shared.ask(|reply| OperatorOp::SendMessage { task, text, reply }).await?;
         Ok(Response::new(v1::SendMessageResponse { task: Some(convert::task(view)), message_id }))
@@ -289,13 +243,7 @@ impl OperatorService for OperatorApi {
 
     #[tracing::instrument(skip_all)]
     async fn land(&self, request: Request<v1::LandRequest>) -> Result<Response<v1::LandResponse>, Status> {
-        let req = request.into_inner();
-        let swarm = swarm_id("swarm_id", &req.swarm_id)?;
-        if !req.target_branch.is_empty() {
-            swarm_core::names::check_branch(&req.target_branch)
-                .map_err(|rule| FieldError::new("target_branch", rule))?;
-        }
-        let target = (!req.target_branch.is_empty()).then_some(req.target_branch);
+        let (swarm, target) = requests::land(request.into_inner())?;
         let land = self.shared.ask(|reply| OperatorOp::Land { swarm: swarm.clone(), target, reply }).await?;
         let result = self.land(&land).await;
         let outcome = match &result {
@@ -339,9 +287,4 @@ impl OperatorApi {
         }
         Ok(self.shared.merger.fast_forward(&land.target, &land.head).await?)
     }
-}
-
-fn bounded(field: &str, s: String) -> Result<String, Status> {
-    swarm_core::names::check_text(&s, convert::MAX_TEXT).map_err(|rule| FieldError::new(field, rule))?;
-    Ok(s)
 }

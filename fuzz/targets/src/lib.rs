@@ -3,7 +3,9 @@
 //! validation, the worker's `status.json`, the Claude Code and Codex
 //! output parsers, the tokens file, the sidecar's journal, an agent's
 //! `spawn` (the tasks it sends, composed into its swarm's plan), a
-//! reviewer's `review.json` and an ACP agent's JSON-RPC lines. Each target
+//! reviewer's `review.json`, an ACP agent's JSON-RPC lines and the
+//! arguments of every MCP tool (the controller's and the worker's) and
+//! every Operator API request through the controller's checks. Each target
 //! must return for any bytes, without a panic, in bounded time.
 //!
 //! The cargo-fuzz targets in `fuzz/libfuzzer/fuzz_targets/` call these, and
@@ -29,6 +31,8 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("spawn", spawn),
     ("review", review),
     ("acp_lines", acp_lines),
+    ("mcp_arguments", mcp_arguments),
+    ("operator_request", operator_request),
 ];
 
 /// A plan file, as `swarmctl` and `CreateSwarm` read it.
@@ -165,4 +169,57 @@ pub fn acp_lines(data: &[u8]) {
     for line in String::from_utf8_lossy(data).lines() {
         let _ = acp.parse_line(line);
     }
+}
+
+/// A tool call's arguments, as an orchestrating agent sends them to the
+/// controller's MCP server or a worker's agent to its sidecar's: the first
+/// byte picks the tool (of both servers' tools), the rest is the JSON of
+/// its arguments, read and checked as the tool does before it sends
+/// anything.
+pub fn mcp_arguments(data: &[u8]) {
+    let Some((&pick, json)) = data.split_first() else { return };
+    let Ok(arguments) = serde_json::from_slice::<serde_json::Value>(json) else { return };
+    let (orchestrator, worker) = (swarm_mcp::TOOL_NAMES, swarm_sidecar::worker_mcp::TOOL_NAMES);
+    let pick = usize::from(pick) % (orchestrator.len() + worker.len());
+    match orchestrator.get(pick) {
+        Some(tool) => drop(swarm_mcp::check_arguments(tool, arguments)),
+        None => drop(swarm_sidecar::worker_mcp::request_for(worker[pick - orchestrator.len()], arguments)),
+    }
+}
+
+/// An Operator API request on the wire: the first byte picks the call,
+/// the rest is its request message, decoded and checked as the
+/// controller's handler checks it before anything reaches the scheduler.
+pub fn operator_request(data: &[u8]) {
+    use swarm_controller::api::{convert, requests};
+    use swarm_controller::scheduler::Page;
+    fn decoded<M: prost::Message + Default>(bytes: &[u8]) -> Option<M> {
+        M::decode(bytes).ok()
+    }
+    let Some((&pick, bytes)) = data.split_first() else { return };
+    let _ = match pick % 19 {
+        0 => decoded::<v1::CreateSwarmRequest>(bytes)
+            .map(|r| swarm_core::plan::Plan::parse(&r.plan_toml).map(drop).is_ok()),
+        1 => {
+            decoded::<v1::GetSwarmRequest>(bytes).map(|r| requests::swarm_id("swarm_id", &r.swarm_id).is_ok())
+        }
+        2 => decoded::<v1::ListSwarmsRequest>(bytes).map(|r| Page::new(r.page_size, r.page_token).is_ok()),
+        3 => decoded::<v1::ListTasksRequest>(bytes).map(|r| requests::list_tasks(r).is_ok()),
+        4 => decoded::<v1::GetTaskRequest>(bytes).map(|r| convert::task_key("task_id", &r.task_id).is_ok()),
+        5 => decoded::<v1::ListWorkersRequest>(bytes).map(|r| Page::new(r.page_size, r.page_token).is_ok()),
+        6 => decoded::<v1::WatchRequest>(bytes).map(|r| requests::watch(&r).is_ok()),
+        7 => decoded::<v1::CancelTaskRequest>(bytes).map(|r| requests::cancel_task(r).is_ok()),
+        8 => decoded::<v1::CancelSwarmRequest>(bytes).map(|r| requests::cancel_swarm(r).is_ok()),
+        9 => decoded::<v1::RetryTaskRequest>(bytes).map(|r| convert::task_key("task_id", &r.task_id).is_ok()),
+        10 => decoded::<v1::ReviewTaskRequest>(bytes).map(|r| requests::review_task(r).is_ok()),
+        11 => decoded::<v1::AnswerRequest>(bytes).map(|r| requests::answer(r).is_ok()),
+        12 => decoded::<v1::SendMessageRequest>(bytes).map(|r| requests::send_message(r).is_ok()),
+        13 => decoded::<v1::SetBudgetRequest>(bytes).map(|r| requests::set_budget(&r).is_ok()),
+        14 => decoded::<v1::PauseSwarmRequest>(bytes).map(|r| requests::pause(r).is_ok()),
+        15 => decoded::<v1::ResumeSwarmRequest>(bytes).map(|r| requests::swarm(&r.swarm_id).is_ok()),
+        16 => decoded::<v1::DrainWorkerRequest>(bytes)
+            .map(|r| swarm_proto::convert::required_id("worker_id", &r.worker_id).is_ok()),
+        17 => decoded::<v1::LandRequest>(bytes).map(|r| requests::land(r).is_ok()),
+        _ => decoded::<v1::ReadAttemptLogRequest>(bytes).map(|r| requests::read_attempt_log(&r).is_ok()),
+    };
 }

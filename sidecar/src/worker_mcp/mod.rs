@@ -29,6 +29,7 @@ pub mod bridge;
 mod tools;
 
 pub use bridge::ARG as BRIDGE_ARG;
+pub use tools::{TOOL_NAMES, request_for};
 
 /// The name the agent knows the server by: its tools are
 /// `mcp__swarm__<tool>` to Claude Code.

@@ -103,6 +103,9 @@ async fn the_seven_tools_are_listed_with_schemas_that_refuse_unknown_fields() {
     let mut names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
     names.sort_unstable();
     assert_eq!(names, ["ask", "checkpoint", "context", "escalate", "progress", "spawn", "wait_children"]);
+    let mut checked = super::TOOL_NAMES.to_vec();
+    checked.sort_unstable();
+    assert_eq!(checked, names, "request_for knows every tool the server lists");
     let ask = tools.iter().find(|t| t["name"] == "ask").expect("ask");
     assert_eq!(ask["inputSchema"]["additionalProperties"], json!(false), "{ask}");
     assert_eq!(ask["inputSchema"]["required"], json!(["question"]), "{ask}");
@@ -151,6 +154,8 @@ async fn bad_arguments_are_refused_naming_the_field_and_reach_nobody() {
     for (tool, args, want) in cases {
         let reply = c.call(tool, args.clone()).await;
         assert!(error_text(&reply).contains(want), "{tool} {args}: {reply}");
+        let checked = super::request_for(tool, args.clone()).expect_err("refused without a session too");
+        assert!(checked.contains(want), "request_for {tool} {args}: {checked}");
     }
     let unknown = c.call("ask", json!({"question": "q", "urgent": true})).await;
     assert!(unknown.get("error").is_some() || unknown["result"]["isError"] == json!(true), "{unknown}");

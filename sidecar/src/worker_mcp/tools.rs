@@ -136,32 +136,14 @@ impl WorkerTools {
                           Shows in the swarm's event log and progress report. Returns at once."
     )]
     async fn progress(&self, Parameters(args): Parameters<ProgressArgs>) -> ToolResult {
-        let step = bounded("step", args.step, MAX_STEP)?;
-        let note = bounded("note", args.note, MAX_TEXT)?;
-        if let Some(p) = args.percent.filter(|p| *p > 100) {
-            return Err(format!("percent: must be 0 to 100, got {p}"));
-        }
-        if step.is_empty() && note.is_empty() && args.percent.is_none() {
-            return Err("step, percent or note: give at least one".into());
-        }
-        self.call(ToolRequest::Progress { step, percent: args.percent, note }).await
+        self.call(args.request()?).await
     }
 
     #[tool(description = "Ask the operator a question and wait for the answer, which this call returns \
                           ({answer}). Use it instead of guessing when the task leaves a decision open. \
                           It may take minutes or hours; that is expected.")]
     async fn ask(&self, Parameters(args): Parameters<AskArgs>) -> ToolResult {
-        let question = required("question", args.question, MAX_TEXT)?;
-        if args.choices.len() > MAX_OPTIONS {
-            return Err(format!("choices: at most {MAX_OPTIONS}, got {}", args.choices.len()));
-        }
-        let choices = args
-            .choices
-            .into_iter()
-            .enumerate()
-            .map(|(i, c)| required(&format!("choices[{i}]"), c, MAX_OPTION))
-            .collect::<Result<Vec<_>, _>>()?;
-        self.call(ToolRequest::Ask { question, choices }).await
+        self.call(args.request()?).await
     }
 
     #[tool(description = "Stop and hand the task to the operator because it cannot be done as specified. \
@@ -169,21 +151,14 @@ impl WorkerTools {
                           far is kept, and this session resumes with the operator's answer. After this \
                           call, end your turn.")]
     async fn escalate(&self, Parameters(args): Parameters<EscalateArgs>) -> ToolResult {
-        let category = args.category.trim().to_string();
-        if category.len() > MAX_CATEGORY || !ESCALATION_CATEGORIES.contains(&category.as_str()) {
-            return Err(format!("category: must be one of {}", ESCALATION_CATEGORIES.join(", ")));
-        }
-        let detail = required("detail", args.detail, MAX_TEXT)?;
-        self.call(ToolRequest::Escalate { category, detail }).await
+        self.call(args.request()?).await
     }
 
     #[tool(description = "Stop now and resume later in this same session: swarm commits your work so far \
                           as a work-in-progress commit and runs the task again from it. Use it to hand \
                           over at a clean point. After this call, end your turn.")]
     async fn checkpoint(&self, Parameters(args): Parameters<CheckpointArgs>) -> ToolResult {
-        let summary = required("summary", args.summary, MAX_TEXT)?;
-        let next_action = required("next_action", args.next_action, MAX_TEXT)?;
-        self.call(ToolRequest::Checkpoint { summary, next_action }).await
+        self.call(args.request()?).await
     }
 
     #[tool(
@@ -201,8 +176,7 @@ impl WorkerTools {
                           merges their work into your worktree when they are done. Calling spawn again \
                           with the same tasks retries the failed ones.")]
     async fn spawn(&self, Parameters(args): Parameters<SpawnArgs>) -> ToolResult {
-        let plan_toml = spawn_fragment(args)?;
-        self.call(ToolRequest::Spawn { plan_toml }).await
+        self.call(args.request()?).await
     }
 
     #[tool(description = "Wait for the tasks you spawned. When they have all merged, their work is \
@@ -210,11 +184,110 @@ impl WorkerTools {
                           each task's state and summary. Also returns when one fails, when they wait on \
                           the operator, or after timeout_secs; then you decide what to do.")]
     async fn wait_children(&self, Parameters(args): Parameters<WaitChildrenArgs>) -> ToolResult {
-        let secs = args.timeout_secs.unwrap_or(DEFAULT_WAIT.as_secs());
+        self.call(args.request()?).await
+    }
+}
+
+/// A tool's arguments as the driver gets them, checked: each error names
+/// the argument and the rule.
+trait Checked {
+    fn request(self) -> Result<ToolRequest, String>;
+}
+
+impl Checked for ProgressArgs {
+    fn request(self) -> Result<ToolRequest, String> {
+        let step = bounded("step", self.step, MAX_STEP)?;
+        let note = bounded("note", self.note, MAX_TEXT)?;
+        if let Some(p) = self.percent.filter(|p| *p > 100) {
+            return Err(format!("percent: must be 0 to 100, got {p}"));
+        }
+        if step.is_empty() && note.is_empty() && self.percent.is_none() {
+            return Err("step, percent or note: give at least one".into());
+        }
+        Ok(ToolRequest::Progress { step, percent: self.percent, note })
+    }
+}
+
+impl Checked for AskArgs {
+    fn request(self) -> Result<ToolRequest, String> {
+        let question = required("question", self.question, MAX_TEXT)?;
+        if self.choices.len() > MAX_OPTIONS {
+            return Err(format!("choices: at most {MAX_OPTIONS}, got {}", self.choices.len()));
+        }
+        let choices = self
+            .choices
+            .into_iter()
+            .enumerate()
+            .map(|(i, c)| required(&format!("choices[{i}]"), c, MAX_OPTION))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ToolRequest::Ask { question, choices })
+    }
+}
+
+impl Checked for EscalateArgs {
+    fn request(self) -> Result<ToolRequest, String> {
+        let category = self.category.trim().to_string();
+        if category.len() > MAX_CATEGORY || !ESCALATION_CATEGORIES.contains(&category.as_str()) {
+            return Err(format!("category: must be one of {}", ESCALATION_CATEGORIES.join(", ")));
+        }
+        let detail = required("detail", self.detail, MAX_TEXT)?;
+        Ok(ToolRequest::Escalate { category, detail })
+    }
+}
+
+impl Checked for CheckpointArgs {
+    fn request(self) -> Result<ToolRequest, String> {
+        let summary = required("summary", self.summary, MAX_TEXT)?;
+        let next_action = required("next_action", self.next_action, MAX_TEXT)?;
+        Ok(ToolRequest::Checkpoint { summary, next_action })
+    }
+}
+
+impl Checked for NoArgs {
+    fn request(self) -> Result<ToolRequest, String> {
+        Ok(ToolRequest::Context)
+    }
+}
+
+impl Checked for SpawnArgs {
+    fn request(self) -> Result<ToolRequest, String> {
+        spawn_fragment(self).map(|plan_toml| ToolRequest::Spawn { plan_toml })
+    }
+}
+
+impl Checked for WaitChildrenArgs {
+    fn request(self) -> Result<ToolRequest, String> {
+        let secs = self.timeout_secs.unwrap_or(DEFAULT_WAIT.as_secs());
         if secs == 0 || secs > MAX_WAIT.as_secs() {
             return Err(format!("timeout_secs: must be 1 to {}, got {secs}", MAX_WAIT.as_secs()));
         }
-        self.call(ToolRequest::WaitChildren { timeout: Duration::from_secs(secs) }).await
+        Ok(ToolRequest::WaitChildren { timeout: Duration::from_secs(secs) })
+    }
+}
+
+/// The tools' names, as the agent calls them.
+pub const TOOL_NAMES: &[&str] =
+    &["progress", "ask", "escalate", "checkpoint", "context", "spawn", "wait_children"];
+
+/// What the tool `name` sends the driver for `arguments` (a tool call's
+/// JSON), read as its input schema says and checked as the tool checks
+/// it; for the fuzzer, which reaches every tool's checks without a
+/// session.
+pub fn request_for(name: &str, arguments: serde_json::Value) -> Result<ToolRequest, String> {
+    fn checked<T: Checked + serde::de::DeserializeOwned>(
+        v: serde_json::Value,
+    ) -> Result<ToolRequest, String> {
+        serde_json::from_value::<T>(v).map_err(|e| format!("arguments: {e}"))?.request()
+    }
+    match name {
+        "progress" => checked::<ProgressArgs>(arguments),
+        "ask" => checked::<AskArgs>(arguments),
+        "escalate" => checked::<EscalateArgs>(arguments),
+        "checkpoint" => checked::<CheckpointArgs>(arguments),
+        "context" => checked::<NoArgs>(arguments),
+        "spawn" => checked::<SpawnArgs>(arguments),
+        "wait_children" => checked::<WaitChildrenArgs>(arguments),
+        other => Err(format!("name: no tool {other:?}")),
     }
 }
 
