@@ -2,7 +2,9 @@
 //!
 //! K simulated sidecars (real gRPC streams speaking the sidecar protocol:
 //! Hello with their resume state, heartbeats, results with sequence
-//! numbers, acks) run an endless stream of tasks, each taking a random
+//! numbers, acks) and a few real `swarm-sidecar` processes (real
+//! worktrees, a real worker per task; their churn is a kill -9 and a
+//! restart under the same id) run an endless stream of tasks, each taking a random
 //! few hundred milliseconds, while every minute a fraction P of them
 //! churns: reconnects keeping its journal (resume secret, acked sequence,
 //! the attempt in hand), reconnects without it (a sidecar that lost its
@@ -36,7 +38,7 @@ use tokio::sync::{Mutex, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 
-use crate::common::{channels, start_controller, temp_repo, usage};
+use crate::common::{Proc, channels, sibling, start_controller, start_sidecar, temp_repo, usage};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
@@ -46,6 +48,10 @@ pub struct Args {
     /// Simulated sidecars.
     #[arg(long, default_value_t = 100)]
     pub sidecars: usize,
+    /// Real `swarm-sidecar` processes beside them (the binary next to this
+    /// one).
+    #[arg(long, default_value_t = 2)]
+    pub real_sidecars: usize,
     /// Percent of the sidecars that churn each minute.
     #[arg(long, default_value_t = 10.0)]
     pub churn: f64,
@@ -151,6 +157,7 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
         let seed = args.seed.wrapping_mul(1_000_003).wrapping_add(i as u64);
         sims.push(tokio::spawn(sidecar(i, channel, fleet, rx, work, seed, stop_at + run_for)));
     }
+    let mut real = RealSidecars::start(args.real_sidecars, &controller.addr, &repo, dir.path())?;
     let mut op = OperatorServiceClient::new(chans[0].clone());
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
     let mut swarms = Swarms { tasks_per_swarm: args.tasks_per_swarm, ..Swarms::default() };
@@ -164,7 +171,11 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
         owed += per_tick;
         while owed >= 1.0 {
             owed -= 1.0;
-            let who = rng.random_range(0..args.sidecars);
+            let who = rng.random_range(0..args.sidecars + args.real_sidecars);
+            if let Some(real_one) = who.checked_sub(args.sidecars) {
+                real.kill9_and_restart(real_one)?;
+                continue;
+            }
             let churn = match rng.random_range(0..3) {
                 0 => Churn::Reconnect { journal: true },
                 1 => Churn::Reconnect { journal: false },
@@ -209,6 +220,7 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
         fleet.results.load(Ordering::Relaxed),
         fleet.refused_hellos.load(Ordering::Relaxed),
     );
+    println!("  real sidecars: {}, killed -9 and restarted {} times", args.real_sidecars, real.restarts);
     println!(
         "  controller after warm-up -> end: RSS {} -> {} MiB ({:+.1}%), fds {fds0} -> {} ({:+.1}%), threads {th0} -> {}",
         rss0 >> 20,
@@ -229,6 +241,53 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
         if args.retain_secs == 0 { "none".to_string() } else { format!("{} s", args.retain_secs) },
     );
     Ok(())
+}
+
+/// Real sidecars, each a process with its own worktree under the bench's
+/// repository, restarted under the same id (so with its journal) after a
+/// kill -9.
+struct RealSidecars {
+    exe: std::path::PathBuf,
+    addr: String,
+    repo: std::path::PathBuf,
+    logs: std::path::PathBuf,
+    procs: Vec<Proc>,
+    restarts: u64,
+}
+
+impl RealSidecars {
+    fn start(n: usize, addr: &str, repo: &Path, logs: &Path) -> anyhow::Result<RealSidecars> {
+        let exe = if n > 0 { sibling("swarm-sidecar")? } else { Default::default() };
+        let mut fleet = RealSidecars {
+            exe,
+            addr: addr.to_string(),
+            repo: repo.to_path_buf(),
+            logs: logs.to_path_buf(),
+            procs: Vec::new(),
+            restarts: 0,
+        };
+        for i in 0..n {
+            let proc = fleet.spawn(i)?;
+            fleet.procs.push(proc);
+        }
+        Ok(fleet)
+    }
+
+    fn spawn(&self, i: usize) -> anyhow::Result<Proc> {
+        let log = self.logs.join(format!("real-{i}.log"));
+        start_sidecar(&self.exe, &self.addr, &format!("real-{i}"), &self.repo, &[], &log)
+    }
+
+    fn kill9_and_restart(&mut self, i: usize) -> anyhow::Result<()> {
+        let Some(proc) = self.procs.get_mut(i) else { return Ok(()) };
+        // Child::kill is SIGKILL: no chance to stop the worker or flush.
+        proc.0.kill()?;
+        proc.0.wait()?;
+        let again = self.spawn(i)?;
+        self.procs[i] = again;
+        self.restarts += 1;
+        Ok(())
+    }
 }
 
 /// The swarms the bench created: those not yet seen COMPLETED (with
