@@ -88,10 +88,22 @@ pub fn tokens(data: &[u8]) {
 /// A journal file as a restarted sidecar finds it (torn, corrupt, or
 /// written by another version).
 pub fn journal(data: &[u8]) {
-    let Ok(dir) = tempfile::tempdir() else { return };
+    let Ok(dir) = scratch_dir() else { return };
     let path = dir.path().join("journal");
     if std::fs::write(&path, data).is_ok() {
         let _ = swarm_sidecar::journal::Journal::open(&path);
+    }
+}
+
+/// A directory of its own for one input: in memory where the machine has
+/// a tmpfs (each input's files are written, synced and removed, which on
+/// a disk costs more than the parsing fuzzed).
+fn scratch_dir() -> std::io::Result<tempfile::TempDir> {
+    let shm = std::path::Path::new("/dev/shm");
+    if shm.is_dir() {
+        tempfile::tempdir_in(shm).or_else(|_| tempfile::tempdir())
+    } else {
+        tempfile::tempdir()
     }
 }
 
@@ -140,7 +152,7 @@ pub fn review(data: &[u8]) {
 pub fn acp_lines(data: &[u8]) {
     use swarm_core::plan::{AgentKind, Otherwise, PermissionRule};
     use swarm_sidecar::agent::AgentConfig;
-    let Ok(worktree) = tempfile::tempdir() else { return };
+    let Ok(worktree) = scratch_dir() else { return };
     let src = worktree.path().join("src");
     if std::fs::create_dir(&src).and_then(|()| std::fs::write(src.join("a.rs"), "fn a() {}\n")).is_err() {
         return;
