@@ -19,7 +19,7 @@ fn assigned(rx: &mut crate::scheduler::outbound::OutboundRx) -> Vec<String> {
 }
 
 /// Creates swarm `name` (`top` above its defaults) on the rig's base.
-fn create(rig: &mut Rig, name: &str, top: &str, tasks: &str) {
+pub(super) fn create(rig: &mut Rig, name: &str, top: &str, tasks: &str) {
     let text = format!("name = \"{name}\"\n{top}[defaults]\ncommand = \"true\"\n{tasks}");
     let plan = Arc::new(Plan::parse(&text).expect("plan"));
     let (reply, mut rx) = oneshot::channel();

@@ -1,17 +1,16 @@
 //! Retention forgets a swarm tree that ended longer ago than the window,
 //! from the model and the store alike, and nothing that still moves.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use swarm_core::plan::Plan;
 use swarm_core::{Outcome, SwarmId, TaskState};
 use tokio::sync::oneshot;
 
 use super::super::command::{Command, OperatorOp};
 use super::super::model::SwarmState;
+use super::Rig;
+use super::order::create;
 use super::recovery::recovered;
-use super::{Rig, git};
 use crate::SchedError;
 
 fn retain_for(rig: &mut Rig, window: Duration) {
@@ -23,16 +22,6 @@ fn swarm_state(rig: &mut Rig, id: &str) -> Result<SwarmState, SchedError> {
     let (reply, mut rx) = oneshot::channel();
     rig.sched.turn([Command::Operator(OperatorOp::GetSwarm { swarm: id.into(), reply })]).expect("turn");
     rx.try_recv().expect("replied").map(|v| v.state)
-}
-
-fn create(rig: &mut Rig, name: &str, tasks: &str) {
-    git(&rig.repo, &["branch", "-f", &format!("swarm/{name}/integration"), &rig.base]);
-    let text = format!("name = \"{name}\"\n[defaults]\ncommand = \"true\"\nretries = 0\n{tasks}");
-    let plan = Arc::new(Plan::parse(&text).expect("plan"));
-    let (reply, mut rx) = oneshot::channel();
-    let op = OperatorOp::CreateSwarm { plan_text: text, plan, integration_head: rig.base.clone(), reply };
-    rig.sched.turn([Command::Operator(op)]).expect("turn");
-    rx.try_recv().expect("replied").expect("created");
 }
 
 /// Every stored row and event of `swarm` (its children included), and the
@@ -64,7 +53,7 @@ fn a_swarm_that_ended_longer_ago_than_the_window_leaves_the_model_and_the_store_
     let a = rig.take_assign().expect("a assigned");
     rig.report(a, Outcome::Success);
     assert_eq!(swarm_state(&mut rig, "s").expect("s"), SwarmState::Completed);
-    create(&mut rig, "t", "[[tasks]]\nid = \"x\"\nfiles = [\"x.txt\"]\n");
+    create(&mut rig, "t", "", "[[tasks]]\nid = \"x\"\nfiles = [\"x.txt\"]\n");
     rig.sched.turn([]).expect("turn");
     let x = rig.take_assign().expect("t/x assigned to w1");
     assert_eq!(x.task.swarm.as_str(), "t");
@@ -88,7 +77,7 @@ fn a_swarm_that_ended_longer_ago_than_the_window_leaves_the_model_and_the_store_
     // The swarm that runs is untouched; the forgotten id is free again.
     assert_eq!(swarm_state(&mut rig, "t").expect("t"), SwarmState::Active);
     assert!(live.bound.get("w1").is_some_and(|(k, _)| k.swarm.as_str() == "t"), "{live:?}");
-    create(&mut rig, "s", "[[tasks]]\nid = \"again\"\nfiles = [\"again.txt\"]\n");
+    create(&mut rig, "s", "", "[[tasks]]\nid = \"again\"\nfiles = [\"again.txt\"]\n");
     assert_eq!(swarm_state(&mut rig, "s").expect("s again"), SwarmState::Active);
 }
 
