@@ -148,38 +148,90 @@ pub fn review(data: &[u8]) {
 /// An ACP agent's stdout, line by line through one client, from the
 /// `initialize` it answers (id 0) on: responses, `session/update`
 /// notifications, permission requests and `fs/*` requests, which read and
-/// write inside a worktree of its own (a fresh one per input).
+/// write inside a worktree of its own. The client is set up once and
+/// cloned for each input (compiling its policy's globs costs more than
+/// most inputs), and the worktree is put back whenever an input changed it.
 pub fn acp_lines(data: &[u8]) {
-    use swarm_core::plan::{AgentKind, Otherwise, PermissionRule};
-    use swarm_sidecar::agent::AgentConfig;
-    let Ok(worktree) = scratch_dir() else { return };
-    let src = worktree.path().join("src");
-    if std::fs::create_dir(&src).and_then(|()| std::fs::write(src.join("a.rs"), "fn a() {}\n")).is_err() {
-        return;
+    ACP.with(|fixture| {
+        let Some(fixture) = fixture else { return };
+        if !fixture.is_pristine() && fixture.reset().is_err() {
+            return;
+        }
+        let mut acp = fixture.client.clone();
+        for line in String::from_utf8_lossy(data).lines() {
+            let _ = acp.parse_line(line);
+        }
+    });
+}
+
+thread_local! {
+    static ACP: Option<AcpFixture> = AcpFixture::new();
+}
+
+/// A worktree holding `src/a.rs` and an ACP client that owns `src/**`,
+/// denies reading `.env` and has sent its `initialize`.
+struct AcpFixture {
+    worktree: tempfile::TempDir,
+    client: swarm_sidecar::agent::acp::Acp,
+}
+
+const ACP_FILE: &str = "fn a() {}\n";
+
+impl AcpFixture {
+    fn new() -> Option<AcpFixture> {
+        use swarm_core::plan::{AgentKind, Otherwise, PermissionRule};
+        use swarm_sidecar::agent::AgentConfig;
+        let worktree = scratch_dir().ok()?;
+        let cfg = AgentConfig {
+            kind: AgentKind::Acp,
+            program: "agent".into(),
+            model: None,
+            max_turns: 0,
+            max_budget_usd: 0.0,
+            allowed_tools: vec![],
+            permission_mode: None,
+            append_system_prompt: None,
+            extra_args: vec![],
+            allow: vec![],
+            deny: PermissionRule::parse("Read(.env)").into_iter().collect(),
+            otherwise: Otherwise::Ask,
+            resume_session: None,
+            instructions: Default::default(),
+            mcp: None,
+        };
+        let mut client =
+            swarm_sidecar::agent::acp::Acp::new(&cfg, worktree.path(), &["src/**".into()]).ok()?;
+        let _ = client.opening("Write src/a.rs", None);
+        let fixture = AcpFixture { worktree, client };
+        fixture.reset().ok()?;
+        Some(fixture)
     }
-    let cfg = AgentConfig {
-        kind: AgentKind::Acp,
-        program: "agent".into(),
-        model: None,
-        max_turns: 0,
-        max_budget_usd: 0.0,
-        allowed_tools: vec![],
-        permission_mode: None,
-        append_system_prompt: None,
-        extra_args: vec![],
-        allow: vec![],
-        deny: PermissionRule::parse("Read(.env)").into_iter().collect(),
-        otherwise: Otherwise::Ask,
-        resume_session: None,
-        instructions: Default::default(),
-        mcp: None,
-    };
-    let Ok(mut acp) = swarm_sidecar::agent::acp::Acp::new(&cfg, worktree.path(), &["src/**".into()]) else {
-        return;
-    };
-    let _ = acp.opening("Write src/a.rs", None);
-    for line in String::from_utf8_lossy(data).lines() {
-        let _ = acp.parse_line(line);
+
+    /// Only `src/a.rs`, as written: what a write, a new file or directory
+    /// would have changed (writes are confined to `src/`, which the client
+    /// checks and the fuzzer tries to get around).
+    fn is_pristine(&self) -> bool {
+        let names = |dir: &std::path::Path| -> Option<Vec<std::ffi::OsString>> {
+            std::fs::read_dir(dir).ok()?.map(|e| e.ok().map(|e| e.file_name())).collect()
+        };
+        let root = self.worktree.path();
+        names(root).is_some_and(|n| n == ["src"])
+            && names(&root.join("src")).is_some_and(|n| n == ["a.rs"])
+            && std::fs::read(root.join("src/a.rs")).is_ok_and(|text| text == ACP_FILE.as_bytes())
+    }
+
+    fn reset(&self) -> std::io::Result<()> {
+        let root = self.worktree.path();
+        for entry in std::fs::read_dir(root)? {
+            let path = entry?.path();
+            if path.is_dir() && !path.is_symlink() {
+                std::fs::remove_dir_all(&path)?;
+            } else {
+                std::fs::remove_file(&path)?;
+            }
+        }
+        std::fs::create_dir(root.join("src"))?;
+        std::fs::write(root.join("src/a.rs"), ACP_FILE)
     }
 }
 
@@ -234,4 +286,22 @@ pub fn operator_request(data: &[u8]) {
         17 => decoded::<v1::LandRequest>(bytes).map(|r| requests::land(r).is_ok()),
         _ => decoded::<v1::ReadAttemptLogRequest>(bytes).map(|r| requests::read_attempt_log(&r).is_ok()),
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_acp_worktree_an_input_wrote_to_is_put_back_before_the_next_input() {
+        let writes_b = br#"{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":1}}
+{"jsonrpc":"2.0","id":9,"method":"fs/write_text_file","params":{"sessionId":"s1","path":"src/b.rs","content":"fn b() {}\n"}}"#;
+        let pristine =
+            || ACP.with(|fixture| fixture.as_ref().expect("the ACP fixture is set up").is_pristine());
+        assert!(pristine());
+        acp_lines(writes_b);
+        assert!(!pristine(), "the write landed in the fixture's worktree");
+        acp_lines(b"");
+        assert!(pristine());
+    }
 }

@@ -41,14 +41,14 @@ pub enum Decision {
     Ask,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Rule {
     text: String,
     tool: String,
     spec: Spec,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum Spec {
     Any,
     Path(GlobMatcher),
@@ -58,7 +58,7 @@ enum Spec {
 }
 
 /// A compiled policy for one attempt's worktree.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Policy {
     worktree: PathBuf,
     /// The worktree with symlinks resolved, for the escape check.

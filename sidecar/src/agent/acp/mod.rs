@@ -74,7 +74,9 @@ enum Sent {
     Prompt,
 }
 
-#[derive(Debug)]
+/// Cloneable so that one client, set up once, can be tried on many inputs
+/// (the fuzzer does).
+#[derive(Debug, Clone)]
 pub struct Acp {
     worktree: PathBuf,
     /// Decides the permission requests' tools here too, for the fs methods.

@@ -43,14 +43,14 @@ const TITLE_TOOLS: &[&str] = &[
 const EDIT_TOOLS: &[&str] = &["Edit", "Write", "MultiEdit", "NotebookEdit"];
 
 /// One open request: the JSON-RPC id to answer and the options to pick.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Open {
     id: Value,
     allow: Option<String>,
     reject: Option<String>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(super) struct Pending {
     open: HashMap<String, Open>,
 }

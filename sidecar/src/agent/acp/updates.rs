@@ -21,7 +21,7 @@ const MAX_TEXT: usize = 16 * 1024;
 const MAX_LINE: usize = 4096;
 
 /// What the current turn has said so far.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(super) struct Turn {
     /// Tool calls followed until they complete, by id.
     tools: HashMap<String, Call>,
