@@ -179,25 +179,13 @@ const ACP_FILE: &str = "fn a() {}\n";
 
 impl AcpFixture {
     fn new() -> Option<AcpFixture> {
-        use swarm_core::plan::{AgentKind, Otherwise, PermissionRule};
+        use swarm_core::plan::{AgentKind, PermissionRule};
         use swarm_sidecar::agent::AgentConfig;
         let worktree = scratch_dir().ok()?;
         let cfg = AgentConfig {
-            kind: AgentKind::Acp,
             program: "agent".into(),
-            model: None,
-            max_turns: 0,
-            max_budget_usd: 0.0,
-            allowed_tools: vec![],
-            permission_mode: None,
-            append_system_prompt: None,
-            extra_args: vec![],
-            allow: vec![],
             deny: PermissionRule::parse("Read(.env)").into_iter().collect(),
-            otherwise: Otherwise::Ask,
-            resume_session: None,
-            instructions: Default::default(),
-            mcp: None,
+            ..AgentConfig::of_kind(AgentKind::Acp)
         };
         let mut client =
             swarm_sidecar::agent::acp::Acp::new(&cfg, worktree.path(), &["src/**".into()]).ok()?;

@@ -559,7 +559,6 @@ mod tests {
 
     fn cfg() -> AgentConfig {
         AgentConfig {
-            kind: AgentKind::Claude,
             program: "/opt/claude".into(),
             model: Some("opus".into()),
             max_turns: 30,
@@ -568,15 +567,11 @@ mod tests {
             permission_mode: Some("acceptEdits".into()),
             append_system_prompt: Some("be brief".into()),
             extra_args: vec!["--debug".into()],
-            allow: vec![],
             deny: ["Read(secret.txt)", "Bash(cat:*)"]
                 .iter()
                 .map(|r| swarm_core::plan::PermissionRule::parse(r).expect("a rule"))
                 .collect(),
-            otherwise: swarm_core::plan::Otherwise::Ask,
-            resume_session: None,
-            instructions: Default::default(),
-            mcp: None,
+            ..AgentConfig::of_kind(AgentKind::Claude)
         }
     }
 

@@ -228,21 +228,9 @@ mod tests {
 
     fn cfg() -> AgentConfig {
         AgentConfig {
-            kind: AgentKind::Codex,
-            program: "codex".into(),
             model: Some("gpt-5-codex".into()),
-            max_turns: 0,
-            max_budget_usd: 0.0,
-            allowed_tools: vec![],
-            permission_mode: None,
-            append_system_prompt: None,
             extra_args: vec!["--sandbox".into(), "workspace-write".into()],
-            allow: vec![],
-            deny: vec![],
-            otherwise: swarm_core::plan::Otherwise::Ask,
-            resume_session: None,
-            instructions: Default::default(),
-            mcp: None,
+            ..AgentConfig::of_kind(AgentKind::Codex)
         }
     }
 

@@ -70,6 +70,31 @@ pub struct AgentConfig {
     pub mcp: Option<crate::worker_mcp::StdioServer>,
 }
 
+impl AgentConfig {
+    /// What an Assign naming only the kind gives: the kind's program from
+    /// `PATH`, no model, limits or rules, and the operator asked whatever
+    /// no rule decides.
+    pub fn of_kind(kind: AgentKind) -> AgentConfig {
+        AgentConfig {
+            kind,
+            program: kind.as_str().to_string(),
+            model: None,
+            max_turns: 0,
+            max_budget_usd: 0.0,
+            allowed_tools: Vec::new(),
+            permission_mode: None,
+            append_system_prompt: None,
+            extra_args: Vec::new(),
+            allow: Vec::new(),
+            deny: Vec::new(),
+            otherwise: Otherwise::Ask,
+            resume_session: None,
+            instructions: Default::default(),
+            mcp: None,
+        }
+    }
+}
+
 /// How an agent takes a message after its first one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FollowUp {

@@ -305,21 +305,10 @@ mod tests {
     fn policy(wt: &Path, allow: &[&str], deny: &[&str], otherwise: Otherwise) -> Policy {
         let rules = |v: &[&str]| v.iter().map(|r| PermissionRule::parse(r).expect("rule")).collect();
         let cfg = AgentConfig {
-            kind: swarm_core::plan::AgentKind::Claude,
-            program: "claude".into(),
-            model: None,
-            max_turns: 0,
-            max_budget_usd: 0.0,
-            allowed_tools: vec![],
-            permission_mode: None,
-            append_system_prompt: None,
-            extra_args: vec![],
             allow: rules(allow),
             deny: rules(deny),
             otherwise,
-            resume_session: None,
-            instructions: Default::default(),
-            mcp: None,
+            ..AgentConfig::of_kind(swarm_core::plan::AgentKind::Claude)
         };
         Policy::new(&cfg, &["src/**".into(), "docs/".into()], wt).expect("policy")
     }

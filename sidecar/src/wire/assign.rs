@@ -209,6 +209,10 @@ mod tests {
             }),
             ..Default::default()
         };
+        for kind in [AgentKind::Claude, AgentKind::Codex] {
+            let only_the_kind = v1::AgentSpec { kind: kind.as_str().into(), ..Default::default() };
+            assert_eq!(agent(&only_the_kind), Ok(AgentConfig::of_kind(kind)));
+        }
         let c = agent(&spec).expect("valid");
         assert_eq!(c.program, "claude");
         assert_eq!(c.otherwise, Otherwise::Deny);

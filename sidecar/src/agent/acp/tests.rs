@@ -1,28 +1,17 @@
 use std::path::Path;
 
 use serde_json::{Value, json};
-use swarm_core::plan::{Otherwise, PermissionRule};
+use swarm_core::plan::PermissionRule;
 
 use super::*;
 use crate::agent::TurnEnd;
 
 fn cfg(deny: &[&str]) -> AgentConfig {
     AgentConfig {
-        kind: AgentKind::Acp,
         program: "gemini".into(),
-        model: None,
-        max_turns: 0,
-        max_budget_usd: 0.0,
-        allowed_tools: vec![],
-        permission_mode: None,
-        append_system_prompt: None,
         extra_args: vec!["--experimental-acp".into()],
-        allow: vec![],
         deny: deny.iter().map(|r| PermissionRule::parse(r).expect("rule")).collect(),
-        otherwise: Otherwise::Ask,
-        resume_session: None,
-        instructions: Default::default(),
-        mcp: None,
+        ..AgentConfig::of_kind(AgentKind::Acp)
     }
 }
 
