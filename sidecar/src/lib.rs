@@ -122,6 +122,20 @@ pub fn main_if_helper() -> Option<i32> {
         .or_else(worker_mcp::bridge::main_if_requested)
 }
 
+/// Makes this process non-dumpable (`PR_SET_DUMPABLE` 0): its
+/// `/proc/<pid>/environ`, `mem` and `fd` then belong to root, so no worker
+/// of the same user, confined or not, reads the token in its environment
+/// or its open files (and no core dump holds them). Called first thing by
+/// every swarm process that holds a credential: the sidecar, a worker's
+/// supervisor, and `swarmctl run` with its embedded controller and local
+/// sidecars. The flag is reset by exec, so workers are unaffected; this
+/// process still reads its own `/proc/self`.
+pub fn harden_process() {
+    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+        eprintln!("swarm: cannot make this process non-dumpable: {e}");
+    }
+}
+
 pub use config::Config;
 pub use session::run;
 

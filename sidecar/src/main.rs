@@ -14,6 +14,7 @@ fn main() -> anyhow::Result<()> {
 
 #[tokio::main]
 async fn sidecar() -> anyhow::Result<()> {
+    swarm_sidecar::harden_process();
     let config = Config::parse();
     let telemetry = swarm_telemetry::init("swarm-sidecar", matches!(config.log_format, LogFormat::Json))
         .map_err(anyhow::Error::msg)?;

@@ -59,6 +59,7 @@ pub fn main_if_requested() -> Option<i32> {
     if args.get(1).is_none_or(|a| a != ARG) {
         return None;
     }
+    crate::harden_process();
     const USAGE: &str = "<exit-file> <log-file> -- <command...> | <exit-file> --standby";
     // argv: exe __supervise <exit-file> <log-file> -- cmd...
     //   or: exe __supervise <exit-file> --standby (the command comes on stdin)

@@ -27,6 +27,7 @@ use sidecars::Sidecars;
 pub use summary::{Outcome, outcome};
 
 pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
+    swarm_sidecar::harden_process();
     let (text, plan) = read_plan(&args.plan)?;
     let repo = check_repo(&args.repo)?;
     let live = !args.plain && std::io::stdout().is_terminal();

@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 pub const ARG: &str = "__sidecar";
 
 pub fn main() -> ExitCode {
+    swarm_sidecar::harden_process();
     // argv: swarmctl __sidecar <swarm-sidecar flags>
     let args = std::env::args_os().enumerate().filter(|(i, _)| *i != 1).map(|(_, a)| a);
     let config = swarm_sidecar::Config::parse_from(args);

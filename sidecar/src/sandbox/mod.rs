@@ -5,10 +5,12 @@
 //! task's behalf (setup, the worker or agent, verify tiers) runs through
 //! [`Confinement::argv`]: the sidecar's own binary re-executed as
 //! `<exe> __sandbox <policy> -- <command...>`, which confines itself with
-//! Landlock and then execs the command, so the command and all its children
-//! inherit the domain while the sidecar (and the worker's supervisor) stay
+//! Landlock, drops every capability (`privileges`) and then execs the
+//! command, so the command and all its children inherit the domain and
+//! hold no capability while the sidecar (and the worker's supervisor) stay
 //! free. A fresh single-threaded process is the safe place for it: a
-//! Landlock domain binds only the thread that enters it.
+//! Landlock domain binds only the thread that enters it. On a kernel
+//! without Landlock the trampoline still runs, for the capabilities.
 //!
 //! The policy (see [`Policy::for_attempt`]): writes only to the worktree, a
 //! private temporary directory, the agent's own state and the plan's
@@ -24,6 +26,7 @@
 //! it, sandboxed or not.
 
 mod landlock;
+mod privileges;
 mod trampoline;
 
 use std::ffi::OsString;
@@ -108,17 +111,27 @@ impl Settings {
             let missing = vec!["everything: the plan opted out (sandbox = \"off\")".to_string()];
             return SandboxReport { mode, enforced: Vec::new(), missing };
         }
-        let (enforced, missing) = kernel.split();
+        let (mut enforced, missing) = kernel.split();
+        // The trampoline drops them on any kernel, or the worker does not run.
+        enforced.push(match privileges::held() {
+            0 => NO_CAPABILITIES.to_string(),
+            n => format!("{NO_CAPABILITIES} ({n} of the sidecar's dropped)"),
+        });
         SandboxReport { mode, enforced, missing }
     }
 }
+
+/// What the report's `enforced` says of capabilities: a confined worker
+/// holds none.
+pub const NO_CAPABILITIES: &str = "no capabilities";
 
 /// How a worker is confined, as this sidecar's kernel enforces it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SandboxReport {
     /// "on", "off" or "required", as the plan asked.
     pub mode: String,
-    /// What the kernel enforces, e.g. "filesystem", "network", "signals".
+    /// What the kernel enforces, e.g. "filesystem", "network", "signals",
+    /// and "no capabilities" (see [`NO_CAPABILITIES`]).
     pub enforced: Vec<String>,
     /// What was asked and is not enforced, each with the reason.
     pub missing: Vec<String>,
@@ -232,10 +245,11 @@ pub fn inherited_env() -> Vec<(String, String)> {
 }
 
 /// The confinement of processes at `place` under `settings` on a kernel
-/// that enforces `kernel`: None when the plan opted out or the kernel has
-/// no Landlock; an error (naming what is missing) when the plan requires
-/// what the kernel cannot enforce. The one way attempts and the merge
-/// queue's verifier confine what they run.
+/// that enforces `kernel`: None when the plan opted out; an error (naming
+/// what is missing) when the plan requires what the kernel cannot enforce.
+/// A kernel without Landlock still gets the trampoline, which then only
+/// drops capabilities. The one way attempts and the merge queue's verifier
+/// confine what they run.
 pub fn confine(
     settings: &Settings,
     kernel: Capability,
@@ -247,7 +261,7 @@ pub fn confine(
         let (_, missing) = kernel.split();
         return Err(format!("requires a sandbox this kernel cannot enforce: {}", missing.join("; ")));
     }
-    if settings.is_off() || kernel.abi == 0 {
+    if settings.is_off() {
         return Ok(None);
     }
     let mut policy = Policy::for_attempt(settings, place, env);

@@ -62,8 +62,12 @@ fn the_report_names_what_the_kernel_lacks_and_an_opt_out() {
     assert!(r.enforced.contains(&"network".to_string()), "{r:?}");
     assert!(r.missing.iter().any(|m| m.starts_with("signals") && m.contains("ABI 6")), "{r:?}");
     assert!(Capability { abi: 6 }.is_full() && !Capability { abi: 5 }.is_full());
+    assert!(r.enforced.last().is_some_and(|e| e.starts_with(NO_CAPABILITIES)), "{r:?}");
+    // Without Landlock the trampoline still drops every capability.
     let r = on.report(Capability::NONE);
-    assert!(r.enforced.is_empty() && r.missing.iter().all(|m| m.contains("no Landlock")), "{r:?}");
+    assert_eq!(r.enforced.len(), 1, "{r:?}");
+    assert!(r.enforced[0].starts_with(NO_CAPABILITIES), "{r:?}");
+    assert!(r.missing.iter().all(|m| m.contains("no Landlock")), "{r:?}");
     let off = Settings(SandboxSpec { mode: SandboxMode::Off, ..SandboxSpec::default() });
     let r = off.report(Capability { abi: 7 });
     assert!(r.enforced.is_empty() && r.missing[0].contains("opted out"), "{r:?}");
@@ -103,4 +107,36 @@ fn an_agents_state_directory_is_made_before_it_is_confined() {
     assert_eq!(meta.permissions().mode() & 0o777, 0o700);
     assert!(!home.path().join(".codex").exists(), "only the agent's own");
     make_agent_state(AgentKind::Claude, home.path()).expect("again: nothing to do");
+}
+
+/// The trampoline's drop, on a thread of its own (capabilities are per
+/// thread): nothing is left in the thread's sets, whatever the test process
+/// held; the bounding set is emptied too where it may be (`CAP_SETPCAP`).
+#[test]
+fn dropping_capabilities_leaves_none_whatever_was_held() {
+    let status = || std::fs::read_to_string("/proc/thread-self/status").expect("status");
+    let field = |status: &str, name: &str| -> u64 {
+        let line = status.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("{name}"));
+        u64::from_str_radix(line.split_whitespace().nth(1).expect("value"), 16).expect("hex")
+    };
+    let (before, after, result) = std::thread::spawn(move || {
+        let before = status();
+        let result = privileges::drop_all();
+        (before, status(), result)
+    })
+    .join()
+    .expect("thread");
+    result.expect("dropped");
+    for name in ["CapInh:", "CapPrm:", "CapEff:", "CapAmb:"] {
+        assert_eq!(field(&after, name), 0, "{name} after the drop:\n{after}");
+    }
+    const CAP_SETPCAP: u64 = 1 << 8;
+    if field(&before, "CapEff:") & CAP_SETPCAP != 0 {
+        assert_eq!(field(&after, "CapBnd:"), 0, "the bounding set:\n{after}");
+    }
+    // Unprivileged, it is a no-op that succeeds, again and again.
+    std::thread::spawn(|| privileges::drop_all().and_then(|()| privileges::drop_all()))
+        .join()
+        .expect("thread")
+        .expect("a second drop");
 }

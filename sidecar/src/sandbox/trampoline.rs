@@ -1,7 +1,8 @@
 //! `<exe> __sandbox <policy> -- <command...>`: confine this fresh,
-//! single-threaded process with the policy, then exec the command in place
-//! (same pid, same process group, same environment), so the command and
-//! everything it starts inherit the Landlock domain.
+//! single-threaded process with the policy, drop every capability, then
+//! exec the command in place (same pid, same process group, same
+//! environment), so the command and everything it starts inherit the
+//! Landlock domain and hold no capability.
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt as _;
@@ -41,8 +42,16 @@ pub fn main_if_requested() -> Option<i32> {
             return Some(2);
         }
     };
+    // Landlock first: its rules open the policy's paths, which may take
+    // the privileges about to be dropped. It also sets no_new_privs, which
+    // the capability drop relies on (see `privileges`).
     if let Err(e) = super::landlock::restrict_self(&policy) {
         eprintln!("swarm sandbox: cannot confine the worker: {e}");
+        return Some(CANNOT_RUN);
+    }
+    // Fail closed: a worker never runs holding a capability.
+    if let Err(e) = super::privileges::drop_all() {
+        eprintln!("swarm sandbox: cannot drop the worker's capabilities: {e}");
         return Some(CANNOT_RUN);
     }
     let err = std::process::Command::new(program).args(&args[5..]).exec();
