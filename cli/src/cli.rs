@@ -279,6 +279,16 @@ pub struct RunArgs {
     /// Serve the embedded controller's Prometheus metrics here (GET /metrics).
     #[arg(long, env = "SWARM_METRICS_LISTEN")]
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Where the finished work goes, for a plan without `[forge]`: `github`
+    /// (push, then one pull request) or `git` (push only).
+    #[arg(long, env = "SWARM_FORGE", value_parser = ["github", "git"])]
+    pub forge: Option<String>,
+    /// With --forge: the repository's remote (a name or a URL).
+    #[arg(long, env = "SWARM_REMOTE", default_value = "origin", requires = "forge")]
+    pub remote: String,
+    /// With --forge github: the variable holding the token.
+    #[arg(long, env = "SWARM_FORGE_TOKEN_ENV", default_value = "GITHUB_TOKEN", requires = "forge")]
+    pub forge_token_env: String,
 }
 
 fn parse_label(raw: &str) -> Result<(String, String), String> {

@@ -224,8 +224,12 @@ async fn describe(url: &client::Target, what: DescribeWhat) -> anyhow::Result<()
                 let budget = crate::budget::describe(&detail.swarm);
                 let budget =
                     if budget.is_empty() { String::new() } else { format!("Budget:      {budget}\n") };
+                let forge = match &detail.swarm.forge {
+                    Some(f) => format!("Forge:       {}\n", f.line()),
+                    None => String::new(),
+                };
                 format!(
-                    "Swarm:       {}\nState:       {}\n{stalled}{paused}Base:        {}\nIntegration: {} at {}\n{cost}{budget}\n{table}",
+                    "Swarm:       {}\nState:       {}\n{stalled}{paused}Base:        {}\nIntegration: {} at {}\n{forge}{cost}{budget}\n{table}",
                     detail.swarm.id,
                     detail.swarm.state,
                     detail.swarm.base_branch,

@@ -8,6 +8,7 @@
 pub mod api;
 pub mod audit;
 pub mod error;
+pub mod forge;
 pub mod leader;
 pub mod mcp;
 pub mod merger;
@@ -72,6 +73,8 @@ pub struct Config {
     pub mcp_listen: Option<SocketAddr>,
     /// Operator webhooks; none by default.
     pub notify: notify::NotifyConfig,
+    /// Pushes and pull requests for swarms whose plan has a `[forge]`.
+    pub forge: forge::ForgeConfig,
     /// How READY tasks are ordered: critical path (the default) or FIFO,
     /// the order before it, kept as a benchmark baseline and diagnostic.
     pub schedule_order: scheduler::ScheduleOrder,
@@ -98,6 +101,7 @@ impl Config {
             ui_listen: None,
             mcp_listen: None,
             notify: notify::NotifyConfig::default(),
+            forge: forge::ForgeConfig::default(),
             schedule_order: scheduler::ScheduleOrder::default(),
         }
     }
@@ -212,6 +216,7 @@ pub async fn start_with(
         metrics,
         logs: Arc::default(),
     };
+    forge::start(config.forge.clone(), workdir.clone(), &shared).await.map_err(ControllerError::Thread)?;
     let authenticator = Arc::new(server_auth.authenticator);
     let ui_addr = match config.ui_listen {
         Some(at) => Some(

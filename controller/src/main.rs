@@ -123,6 +123,12 @@ struct Args {
     /// (X-Swarm-Signature, HMAC-SHA256 over the timestamp and the body).
     #[arg(long, value_name = "PATH", env = "SWARM_NOTIFY_SECRET_FILE")]
     notify_secret_file: Option<PathBuf>,
+    /// A source a plan's `[forge]` may read its token or webhook secret
+    /// from: `env:NAME` or `file:/path`; repeat for more. None by default:
+    /// a plan cannot make the controller send one of its files or
+    /// variables to a forge the plan names.
+    #[arg(long = "forge-secret", value_name = "SOURCE", env = "SWARM_FORGE_SECRETS", value_delimiter = ',')]
+    forge_secrets: Vec<String>,
     /// How READY tasks are ordered: `critical-path` (priority, then the
     /// longest remaining chain of work, then readiness) or `fifo`
     /// (readiness alone: the order before, a benchmark baseline and a
@@ -148,6 +154,15 @@ async fn main() -> anyhow::Result<()> {
         Some(&args.notify_events),
         args.notify_secret_file.as_deref(),
     )?;
+    let forge = swarm_controller::forge::ForgeConfig {
+        secrets: swarm_controller::forge::SecretPolicy::from_flags(&args.forge_secrets)
+            .map_err(anyhow::Error::msg)?,
+        dashboard: args.ui_listen.map(|at| {
+            let scheme = if args.tls_cert.is_some() { "https" } else { "http" };
+            format!("{scheme}://{at}/")
+        }),
+        ..Default::default()
+    };
     let config = swarm_controller::Config {
         listen: args.listen,
         repo: args.repo,
@@ -173,6 +188,7 @@ async fn main() -> anyhow::Result<()> {
         ui_listen: args.ui_listen,
         mcp_listen: args.mcp_listen,
         notify,
+        forge,
         schedule_order: swarm_controller::scheduler::ScheduleOrder::parse(&args.schedule_order)
             .unwrap_or_default(),
     };

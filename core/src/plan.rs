@@ -18,6 +18,7 @@ use crate::names::{check_branch, check_glob, check_id, check_text};
 
 pub mod agent;
 pub mod budget;
+pub mod forge;
 pub mod integration;
 pub mod review;
 pub mod sandbox;
@@ -27,6 +28,7 @@ pub mod spawn;
 pub mod subplan;
 pub use agent::{AgentInstructions, AgentKind, AgentSpec, Otherwise, PermissionPolicy, PermissionRule};
 pub use budget::{Budget, OnUsageLimit, SwarmBudget};
+pub use forge::ForgeSpec;
 pub use review::ReviewSpec;
 pub use sandbox::{SandboxMode, SandboxSpec};
 pub use schedule::Schedule;
@@ -231,6 +233,8 @@ pub struct Plan {
     /// Its priority, fair share and cap on running tasks (root plans only;
     /// a child swarm takes the defaults).
     pub schedule: Schedule,
+    /// Where the finished work is pushed and reviewed (root plans only).
+    pub forge: Option<Arc<ForgeSpec>>,
 }
 
 impl Plan {
@@ -272,6 +276,7 @@ struct RawPlan {
     integration_verify: Option<Vec<RawTier>>,
     merge_queue: Option<integration::RawMergeQueue>,
     budget: Option<budget::RawBudget>,
+    forge: Option<forge::RawForge>,
     priority: Option<i64>,
     share: Option<u32>,
     max_parallel: Option<u32>,
@@ -480,8 +485,9 @@ fn validate(raw: RawPlan) -> Result<Plan, PlanError> {
     let integration = integration::validate(raw.integration_verify, raw.merge_queue)?;
     let budget = budget::swarm_budget(raw.budget.as_ref())?;
     let schedule = schedule::swarm(raw.priority, raw.share, raw.max_parallel)?;
+    let forge = forge::validate(raw.forge.as_ref())?.map(Arc::new);
     let plan = validate_body(frame, &raw.defaults, &raw.tasks)?;
-    Ok(Plan { integration: integration.map(Arc::new), budget, schedule, ..plan })
+    Ok(Plan { integration: integration.map(Arc::new), budget, schedule, forge, ..plan })
 }
 
 /// Validates the defaults and tasks of the plan `frame` names: the root
@@ -705,6 +711,7 @@ fn validate_body(frame: subplan::Frame, d: &RawDefaults, raw_tasks: &[RawTask]) 
         integration: None,
         budget: SwarmBudget::default(),
         schedule: Schedule::default(),
+        forge: None,
     })
 }
 

@@ -22,7 +22,7 @@ pub use attempt::{AttemptView, TierView};
 pub use branch_report::{BranchReportView, ReviewView};
 pub use event::EventView;
 pub use report::{Health, Report};
-pub use swarm::SwarmView;
+pub use swarm::{ForgeView, SwarmView};
 pub use task::{TaskDetailView, TaskView};
 pub use usage::UsageView;
 pub use worker::WorkerView;

@@ -34,6 +34,9 @@ pub struct Report {
     pub total: usize,
     pub integration_branch: String,
     pub integration_head: String,
+    /// With a `[forge]`: the branch pushed and its pull request.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forge: Option<crate::ForgeView>,
     pub usage: UsageView,
     pub branches: Vec<Branch>,
     /// Tasks that succeeded and wait to land, oldest first.
@@ -135,6 +138,7 @@ pub fn build(swarm: &v1::Swarm, tasks: &[v1::Task], workers: &[v1::Worker], now:
         total: tasks.len(),
         integration_branch: swarm.integration_branch.clone(),
         integration_head: swarm.integration_head.clone(),
+        forge: swarm.forge.as_ref().map(crate::ForgeView::from),
         usage: UsageView::from(swarm.usage.as_ref()),
         branches,
         integration_queue: queue.iter().map(|t| t.id.clone()).collect(),
@@ -231,6 +235,9 @@ pub fn markdown(r: &Report) -> String {
     let _ = writeln!(md, "- Progress: {}/{} merged", r.done, r.total);
     let _ =
         writeln!(md, "- Integration: `{}` at `{}`", r.integration_branch, short_commit(&r.integration_head));
+    if let Some(forge) = &r.forge {
+        let _ = writeln!(md, "- Pull request: {}", forge.line());
+    }
     let cost = r.usage.text();
     if !cost.is_empty() {
         let _ = writeln!(md, "- Cost: {cost}");

@@ -32,6 +32,61 @@ pub struct SwarmView {
     pub budget_tokens: u64,
     pub max_usd_per_hour: f64,
     pub usd_last_hour: f64,
+    /// With a `[forge]`: the branch pushed and its pull request.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forge: Option<ForgeView>,
+}
+
+/// Where a swarm's work went on its remote.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ForgeView {
+    pub provider: String,
+    pub remote_branch: String,
+    /// The commit last pushed (empty: none yet).
+    pub pushed: String,
+    /// 0: no pull request yet.
+    pub pull_number: u64,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub pull_url: String,
+    /// draft, open, closed or merged.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub pull_state: String,
+    pub synced_at_unix_ms: i64,
+    /// Why the last sync failed (empty: it did not).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub error: String,
+}
+
+impl ForgeView {
+    /// One line for `describe` and the report: the pull request, else the push.
+    pub fn line(&self) -> String {
+        let mut out = if self.pull_number > 0 {
+            format!("#{} {} ({})", self.pull_number, self.pull_url, self.pull_state)
+        } else if !self.pushed.is_empty() {
+            format!("{} pushed to {}", crate::text::short_commit(&self.pushed), self.remote_branch)
+        } else {
+            format!("{} → {} (not pushed yet)", self.provider, self.remote_branch)
+        };
+        if !self.error.is_empty() {
+            out.push_str(&format!("; last error: {}", self.error));
+        }
+        out
+    }
+}
+
+impl From<&v1::Forge> for ForgeView {
+    fn from(f: &v1::Forge) -> Self {
+        ForgeView {
+            provider: f.provider.clone(),
+            remote_branch: f.remote_branch.clone(),
+            pushed: f.pushed.clone(),
+            pull_number: f.pull_number,
+            pull_url: f.pull_url.clone(),
+            pull_state: f.pull_state.clone(),
+            synced_at_unix_ms: f.synced_at_unix_ms,
+            error: f.error.clone(),
+        }
+    }
 }
 
 impl From<&v1::Swarm> for SwarmView {
@@ -53,6 +108,7 @@ impl From<&v1::Swarm> for SwarmView {
             budget_tokens: s.budget.as_ref().map(|b| b.tokens).unwrap_or_default(),
             max_usd_per_hour: s.max_usd_per_hour,
             usd_last_hour: s.usd_last_hour,
+            forge: s.forge.as_ref().map(ForgeView::from),
         }
     }
 }

@@ -2,6 +2,7 @@
 //! swarm followed to its end.
 
 mod controller;
+mod forge;
 mod progress;
 pub mod sidecar_mode;
 pub mod sidecars;
@@ -29,6 +30,13 @@ pub use summary::{Outcome, outcome};
 pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
     swarm_sidecar::harden_process();
     let (text, plan) = read_plan(&args.plan)?;
+    let (text, plan) = match forge::with_flags(text, plan.forge.is_some(), &args)? {
+        text if args.forge.is_some() => {
+            let plan = Plan::parse(&text).map_err(|e| Usage(format!("--forge: {e}")))?;
+            (text, plan)
+        }
+        text => (text, plan),
+    };
     let repo = check_repo(&args.repo)?;
     let live = !args.plain && std::io::stdout().is_terminal();
     let labels: BTreeMap<String, String> = args.labels.into_iter().collect();
@@ -174,6 +182,9 @@ impl Session {
             follow(&mut client, &mut self.sidecars, plan, &self.labels, live, answers, stopped).await?;
         if let Ended::Finished(outcome) = &ended {
             summary::print(&mut client, plan, outcome).await?;
+            if plan.forge.is_some() && outcome.completed() {
+                forge::wait(&mut client, &swarm.id).await?;
+            }
         }
         Ok(ended)
     }

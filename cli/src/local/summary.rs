@@ -21,6 +21,11 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// Every task merged: the swarm completed.
+    pub fn completed(&self) -> bool {
+        self.failed == 0 && self.waiting == 0
+    }
+
     pub fn code(&self) -> u8 {
         if self.failed > 0 {
             exit::FAILURE

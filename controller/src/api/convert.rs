@@ -474,6 +474,22 @@ pub fn swarm(v: SwarmView) -> v1::Swarm {
         budget: Some(budget(&v.budget.limit)),
         max_usd_per_hour: v.budget.max_usd_per_hour.unwrap_or(0.0),
         usd_last_hour: v.usd_last_hour,
+        forge: v.forge.map(forge),
+    }
+}
+
+fn forge(f: crate::scheduler::views::SwarmForge) -> v1::Forge {
+    let pull = f.state.pull.unwrap_or_default();
+    v1::Forge {
+        provider: f.provider.to_string(),
+        remote_branch: f.remote_branch,
+        pushed: f.state.pushed,
+        pull_number: pull.number,
+        pull_url: pull.url,
+        pull_state: pull.state,
+        synced_at_unix_ms: f.state.synced_at,
+        error: f.state.error,
+        error_at_unix_ms: f.state.error_at,
     }
 }
 

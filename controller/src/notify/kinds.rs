@@ -31,10 +31,14 @@ pub enum Kind {
     SwarmBudget,
     /// The burn-rate breaker paused the swarm.
     BreakerTripped,
+    /// Its pull request was opened or changed state (draft, open, merged, closed).
+    PullRequest,
+    /// A push or a forge call failed in a way that needs the operator.
+    ForgeError,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 10] = [
+    pub const ALL: [Kind; 12] = [
         Kind::TaskQuestion,
         Kind::TaskPermission,
         Kind::TaskReview,
@@ -45,6 +49,8 @@ impl Kind {
         Kind::SwarmFailed,
         Kind::SwarmBudget,
         Kind::BreakerTripped,
+        Kind::PullRequest,
+        Kind::ForgeError,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -59,6 +65,8 @@ impl Kind {
             Kind::SwarmFailed => "swarm.failed",
             Kind::SwarmBudget => "swarm.budget",
             Kind::BreakerTripped => "breaker.tripped",
+            Kind::PullRequest => "swarm.pull_request",
+            Kind::ForgeError => "swarm.forge_error",
         }
     }
 
@@ -135,6 +143,8 @@ pub fn classify(e: &EventRow) -> Option<Kind> {
             _ => None,
         },
         "swarm.budget_reached" => Some(Kind::SwarmBudget),
+        "swarm.pull_request" => Some(Kind::PullRequest),
+        "swarm.forge_error" => Some(Kind::ForgeError),
         _ => None,
     }
 }

@@ -80,6 +80,8 @@ pub fn line(kind: Kind, e: &EventView) -> String {
             format!("swarm {swarm} FAILED — see `swarmctl get tasks --swarm {swarm}`")
         }
         Kind::SwarmBudget => e.message.clone(),
+        Kind::PullRequest => e.message.clone(),
+        Kind::ForgeError => format!("{} — see `swarmctl describe swarm {swarm}`", e.message),
     }
 }
 

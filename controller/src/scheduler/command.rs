@@ -274,6 +274,19 @@ pub enum Command {
     RefRepaired(RefRepaired),
     /// A merge queue's speculation or landing, from the merger.
     Queue(QueueReport),
+    /// The forge component: every swarm with a `[forge]` (or the one
+    /// named), as it is now.
+    ForgeTargets {
+        swarm: Option<SwarmId>,
+        reply: Reply<Vec<super::views::ForgeTarget>>,
+    },
+    /// The forge component: what a sync of the swarm's branch and pull
+    /// request did (answered once stored).
+    ForgeSynced {
+        swarm: SwarmId,
+        state: super::model::ForgeState,
+        reply: Reply<()>,
+    },
     /// A call refused at the edge, for the (rate-limited) audit log.
     Denied {
         client: String,

@@ -14,6 +14,7 @@ mod branch_report;
 mod budget;
 pub mod command;
 mod core;
+mod forge;
 mod limits;
 mod merge_queue;
 mod merged;
@@ -52,7 +53,7 @@ pub use command::{
 };
 pub use merge_queue::VerifiedReport;
 pub(crate) use model::HashMap;
-pub use model::{AgentRecord, Attempt, Session, SwarmState, TierOutcome, now_ms};
+pub use model::{AgentRecord, Attempt, ForgeState, PullRecord, Session, SwarmState, TierOutcome, now_ms};
 // What a question's category and a pause's author mean to the operator's webhooks.
 pub use model::{BUDGET_CATEGORY, ScheduleOrder};
 pub use operator::PERMISSION_CATEGORY;
@@ -377,6 +378,14 @@ impl Scheduler {
             Command::Children { claim, reply } => {
                 let r = self.children(&claim);
                 reads::reply_read(fx, reply, r);
+            }
+            Command::ForgeTargets { swarm, reply } => {
+                let targets = views::ForgeTarget::all(&self.shared.model, swarm.as_ref());
+                reads::reply_read(fx, reply, Ok(targets));
+            }
+            Command::ForgeSynced { swarm, state, reply } => {
+                let r = forge::synced(&mut self.core(fx), &swarm, state);
+                operator::later(fx, reply, r);
             }
             Command::Shutdown => {}
         }

@@ -2,12 +2,14 @@
 
 use std::collections::BTreeMap;
 
-use swarm_core::plan::{Budget, SwarmBudget};
-use swarm_core::{TaskState, Usage};
+use std::sync::Arc;
+
+use swarm_core::plan::{Budget, ForgeSpec, SwarmBudget};
+use swarm_core::{SwarmId, TaskState, Usage};
 
 pub use super::branch_report::BranchReport as BranchReportView;
 pub use super::model::task_usage;
-use super::model::{Attempt, Attempts, Swarm, SwarmState, Task, Worker};
+use super::model::{Attempt, Attempts, ForgeState, Model, Swarm, SwarmState, Task, Worker};
 use crate::store::EventRow;
 
 #[derive(Debug, Clone)]
@@ -29,6 +31,16 @@ pub struct SwarmView {
     pub budget: SwarmBudget,
     /// What its agents spent in the last hour, as the breaker counts it.
     pub usd_last_hour: f64,
+    /// Its branch on the remote and its pull request, with a `[forge]`.
+    pub forge: Option<SwarmForge>,
+}
+
+/// A swarm's `[forge]` and what its last sync did.
+#[derive(Debug, Clone)]
+pub struct SwarmForge {
+    pub provider: &'static str,
+    pub remote_branch: String,
+    pub state: ForgeState,
 }
 
 impl SwarmView {
@@ -59,6 +71,50 @@ impl SwarmView {
             },
             budget: super::model::swarm_budget(swarm),
             usd_last_hour,
+            forge: swarm.plan.forge.as_ref().map(|spec| SwarmForge {
+                provider: spec.provider.as_str(),
+                remote_branch: spec.branch.clone().unwrap_or_else(|| swarm.plan.integration_branch.clone()),
+                state: swarm.control.forge.as_deref().cloned().unwrap_or_default(),
+            }),
+        }
+    }
+}
+
+/// A swarm with a `[forge]`, as the forge component needs it.
+#[derive(Debug, Clone)]
+pub struct ForgeTarget {
+    pub swarm: SwarmId,
+    pub spec: Arc<ForgeSpec>,
+    pub state: SwarmState,
+    pub integration_branch: String,
+    pub target_branch: String,
+    pub integration_head: String,
+    /// Tasks MERGED, of all.
+    pub merged: u32,
+    pub total: u32,
+    pub forge: ForgeState,
+}
+
+impl ForgeTarget {
+    /// Every swarm with a `[forge]` (only `one`, when given).
+    pub fn all(model: &Model, one: Option<&SwarmId>) -> Vec<ForgeTarget> {
+        let of = |swarm: &Swarm| {
+            let spec = swarm.plan.forge.clone()?;
+            Some(ForgeTarget {
+                swarm: swarm.id.clone(),
+                spec,
+                state: swarm.state,
+                integration_branch: swarm.plan.integration_branch.clone(),
+                target_branch: swarm.plan.target_branch.clone(),
+                integration_head: swarm.integration_head.clone(),
+                merged: swarm.count(TaskState::Merged),
+                total: swarm.tasks.len() as u32,
+                forge: swarm.control.forge.as_deref().cloned().unwrap_or_default(),
+            })
+        };
+        match one {
+            Some(id) => model.swarms().get(id).and_then(of).into_iter().collect(),
+            None => model.swarms().values().filter_map(of).collect(),
         }
     }
 }

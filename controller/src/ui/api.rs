@@ -11,14 +11,12 @@ use swarm_proto::v1::operator_service_server::OperatorService as _;
 use tonic::{Code, Request, Status};
 
 use super::{Ui, dto};
+use crate::api::pages;
 
 /// The events a task's page shows, the latest ones.
 pub const DETAIL_EVENTS: usize = 500;
 /// How much of the worker log's end a task's page shows.
 pub const LOG_TAIL_BYTES: u64 = 16 << 10;
-/// Bounds the pages one list costs: at the largest page size this is far
-/// beyond any swarm the controller holds.
-const MAX_PAGES: usize = 100;
 
 /// A read's failure, as JSON `{"error": ...}` with the matching HTTP code.
 pub struct ApiError(Status);
@@ -49,18 +47,8 @@ type Reply<T> = Result<Json<T>, ApiError>;
 
 #[tracing::instrument(skip_all)]
 pub async fn swarms(State(ui): State<Ui>) -> Reply<Vec<dto::Swarm>> {
-    let mut out = Vec::new();
-    let mut token = String::new();
-    for _ in 0..MAX_PAGES {
-        let req = v1::ListSwarmsRequest { page_size: 0, page_token: token };
-        let page = ui.reads.list_swarms(Request::new(req)).await?.into_inner();
-        out.extend(page.swarms.iter().map(dto::Swarm::from));
-        token = page.next_page_token;
-        if token.is_empty() {
-            break;
-        }
-    }
-    Ok(Json(out))
+    let swarms = pages::swarms(&ui.reads).await?;
+    Ok(Json(swarms.iter().map(dto::Swarm::from).collect()))
 }
 
 #[derive(serde::Serialize)]
@@ -73,22 +61,7 @@ pub struct SwarmPage {
 pub async fn swarm(State(ui): State<Ui>, Path(swarm): Path<String>) -> Reply<SwarmPage> {
     let req = v1::GetSwarmRequest { swarm_id: swarm.clone() };
     let view = ui.reads.get_swarm(Request::new(req)).await?.into_inner();
-    let mut tasks = Vec::new();
-    let mut token = String::new();
-    for _ in 0..MAX_PAGES {
-        let req = v1::ListTasksRequest {
-            swarm_id: swarm.clone(),
-            states: Vec::new(),
-            page_size: crate::scheduler::reads::MAX_PAGE_SIZE as u32,
-            page_token: token,
-        };
-        let page = ui.reads.list_tasks(Request::new(req)).await?.into_inner();
-        tasks.extend(page.tasks.iter().map(dto::Task::from));
-        token = page.next_page_token;
-        if token.is_empty() {
-            break;
-        }
-    }
+    let tasks = pages::tasks(&ui.reads, &swarm).await?.iter().map(dto::Task::from).collect();
     Ok(Json(SwarmPage { swarm: dto::Swarm::from(&view), tasks }))
 }
 
@@ -115,16 +88,6 @@ pub async fn task(
 
 #[tracing::instrument(skip_all)]
 pub async fn workers(State(ui): State<Ui>) -> Reply<Vec<dto::Worker>> {
-    let mut out = Vec::new();
-    let mut token = String::new();
-    for _ in 0..MAX_PAGES {
-        let req = v1::ListWorkersRequest { page_size: 0, page_token: token };
-        let page = ui.reads.list_workers(Request::new(req)).await?.into_inner();
-        out.extend(page.workers.iter().map(dto::Worker::from));
-        token = page.next_page_token;
-        if token.is_empty() {
-            break;
-        }
-    }
-    Ok(Json(out))
+    let workers = pages::workers(&ui.reads).await?;
+    Ok(Json(workers.iter().map(dto::Worker::from).collect()))
 }

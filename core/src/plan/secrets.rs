@@ -44,6 +44,23 @@ pub(super) struct RawSecret {
     env: Option<String>,
 }
 
+impl RawSecret {
+    /// Where the secret at `at` is read: exactly one of a file or a variable.
+    pub(super) fn source(&self, at: &str) -> Result<SecretSource, PlanError> {
+        match (&self.file, &self.env) {
+            (Some(file), None) => {
+                check_sandbox_path(file).map_err(|rule| err(format!("{at}.file"), rule))?;
+                Ok(SecretSource::File(file.clone()))
+            }
+            (None, Some(var)) => {
+                check_env_name(var).map_err(|rule| err(format!("{at}.env"), rule))?;
+                Ok(SecretSource::Env(var.clone()))
+            }
+            _ => Err(err(at, "set exactly one of file or env")),
+        }
+    }
+}
+
 /// `raw` (at `path`) over `base`.
 pub(super) fn resolve(
     path: &str,
@@ -55,18 +72,7 @@ pub(super) fn resolve(
     for (name, secret) in raw.into_iter().flatten() {
         let at = format!("{path}.{name}");
         check_env_name(name).map_err(|rule| err(&at, rule))?;
-        let source = match (&secret.file, &secret.env) {
-            (Some(file), None) => {
-                check_sandbox_path(file).map_err(|rule| err(format!("{at}.file"), rule))?;
-                SecretSource::File(file.clone())
-            }
-            (None, Some(var)) => {
-                check_env_name(var).map_err(|rule| err(format!("{at}.env"), rule))?;
-                SecretSource::Env(var.clone())
-            }
-            _ => return Err(err(at, "set exactly one of file or env")),
-        };
-        out.insert(name.clone(), source);
+        out.insert(name.clone(), secret.source(&at)?);
     }
     if out.len() > MAX_SECRETS {
         return Err(err(path, format!("at most {MAX_SECRETS} secrets")));

@@ -75,6 +75,38 @@ pub struct SwarmControl {
     pub paused: Option<Pause>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<StoredSwarmBudget>,
+    /// Where its work went on the forge, as the forge component last
+    /// reported it (boxed: most swarms have none, and every swarm carries
+    /// the field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forge: Option<Box<ForgeState>>,
+}
+
+/// A swarm's branch on its remote and its pull request, as last synced.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ForgeState {
+    /// The commit last pushed to the remote branch (empty: none yet).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub pushed: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull: Option<PullRecord>,
+    /// The last sync that succeeded, unix ms.
+    #[serde(default)]
+    pub synced_at: i64,
+    /// Why the last sync failed (empty: it did not), and when.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub error: String,
+    #[serde(default)]
+    pub error_at: i64,
+}
+
+/// The pull request a swarm's branch is under review in.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct PullRecord {
+    pub number: u64,
+    pub url: String,
+    /// `draft`, `open`, `closed` or `merged`.
+    pub state: String,
 }
 
 impl SwarmControl {
@@ -191,6 +223,17 @@ mod tests {
         let c = SwarmControl {
             paused: Some(Pause { reason: "r".into(), ..Default::default() }),
             budget: Some(StoredSwarmBudget { usd: Some(3.0), ..Default::default() }),
+            forge: Some(Box::new(ForgeState {
+                pushed: "a".repeat(40),
+                pull: Some(PullRecord {
+                    number: 7,
+                    url: "https://h/o/r/pull/7".into(),
+                    state: "draft".into(),
+                }),
+                synced_at: 5,
+                error: String::new(),
+                error_at: 0,
+            })),
         };
         assert_eq!(SwarmControl::from_json(&c.to_json()).expect("json"), c);
     }

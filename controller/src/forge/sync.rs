@@ -1,0 +1,255 @@
+//! One sync of one swarm: push its integration head to the remote branch,
+//! then (on a forge) make sure one pull request shows it, with the report
+//! as its body, a draft while work remains.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use sha2::Digest as _;
+use swarm_core::SwarmId;
+use swarm_core::plan::ForgeSpec;
+use swarm_core::plan::forge::{Provider, PullScope};
+use swarm_forge::{
+    Forge, ForgeError, GitHub, GitHubConfig, NewPull, PullRequest, PullState, PushError, Remote, Token,
+};
+use tokio::time::Instant;
+use tracing::Instrument as _;
+
+use super::body;
+use super::secrets::{self, SecretPolicy};
+use crate::api::operator::OperatorApi;
+use crate::scheduler::views::ForgeTarget;
+use crate::scheduler::{ForgeState, PullRecord, SwarmState, now_ms};
+
+/// When a failed sync is tried again.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Retry {
+    Backoff,
+    /// The forge said when (a rate limit's reset).
+    At(Instant),
+}
+
+/// What a sync leaves: the state to record (when it changed) and whether
+/// to try again.
+pub(super) struct Outcome {
+    pub state: Option<ForgeState>,
+    pub retry: Option<Retry>,
+}
+
+/// Why a sync stopped, as the operator reads it.
+struct Failed {
+    message: String,
+    retry: Option<Retry>,
+}
+
+impl Failed {
+    /// Wrong settings or a refusal: nothing changes until someone acts.
+    fn settled(message: impl Into<String>) -> Failed {
+        Failed { message: message.into(), retry: None }
+    }
+}
+
+impl From<ForgeError> for Failed {
+    fn from(e: ForgeError) -> Failed {
+        let retry = match e.retry_at() {
+            Some(at) => Some(Retry::At(instant_at(at))),
+            None if e.is_retryable() => Some(Retry::Backoff),
+            None => None,
+        };
+        Failed { message: e.to_string(), retry }
+    }
+}
+
+impl From<PushError> for Failed {
+    fn from(e: PushError) -> Failed {
+        let retry = e.is_retryable().then_some(Retry::Backoff);
+        Failed { message: e.to_string(), retry }
+    }
+}
+
+fn instant_at(at: SystemTime) -> Instant {
+    let wait = at.duration_since(SystemTime::now()).unwrap_or_default();
+    Instant::now() + wait
+}
+
+pub(super) struct Syncer {
+    repo: PathBuf,
+    secrets: SecretPolicy,
+    reads: Arc<OperatorApi>,
+    dashboard: Option<String>,
+    /// One client per swarm, kept so its ETag cache and quota carry over.
+    clients: HashMap<SwarmId, (String, Arc<dyn Forge>)>,
+}
+
+impl Syncer {
+    pub fn new(
+        repo: PathBuf,
+        secrets: SecretPolicy,
+        reads: Arc<OperatorApi>,
+        dashboard: Option<String>,
+    ) -> Syncer {
+        Syncer { repo, secrets, reads, dashboard, clients: HashMap::new() }
+    }
+
+    pub async fn sync(&mut self, target: &ForgeTarget) -> Outcome {
+        let span = tracing::info_span!("forge.sync", swarm = %target.swarm, head = %target.integration_head,
+            provider = target.spec.provider.as_str());
+        let mut state = target.forge.clone();
+        let result = self.push_and_pull(target, &mut state).instrument(span.clone()).await;
+        let _span = span.entered();
+        let retry = match result {
+            Ok(true) => {
+                state.synced_at = now_ms();
+                state.error.clear();
+                state.error_at = 0;
+                None
+            }
+            Ok(false) => {
+                state.error.clear();
+                state.error_at = 0;
+                None
+            }
+            Err(failed) => {
+                tracing::warn!(error = %failed.message, retry = ?failed.retry, "forge sync failed");
+                if state.error != failed.message {
+                    state.error = failed.message;
+                    state.error_at = now_ms();
+                }
+                failed.retry
+            }
+        };
+        Outcome { state: (state != target.forge).then_some(state), retry }
+    }
+
+    /// Whether anything was pushed or changed on the forge.
+    async fn push_and_pull(&mut self, t: &ForgeTarget, state: &mut ForgeState) -> Result<bool, Failed> {
+        let spec = &t.spec;
+        let ready = t.state == SwarmState::Completed;
+        let wanted = ready || (spec.pr == PullScope::Task && t.merged > 0 && is_live(t.state));
+        if !wanted || t.integration_head.is_empty() {
+            return Ok(false);
+        }
+        let url = self.remote_url(spec)?;
+        let token = match &spec.token {
+            Some(source) => Some(
+                secrets::read(&self.secrets, source)
+                    .and_then(|t| Token::new(&t).map_err(|e| e.to_string()))
+                    .map_err(|m| Failed::settled(format!("forge.token: {m}")))?,
+            ),
+            None => None,
+        };
+        let branch = spec.branch.clone().unwrap_or_else(|| t.integration_branch.clone());
+        let mut changed = false;
+        if state.pushed != t.integration_head {
+            self.push(t, &url, &branch, token.clone()).await?;
+            state.pushed = t.integration_head.clone();
+            changed = true;
+        }
+        if spec.provider == Provider::Git {
+            return Ok(changed);
+        }
+        let draft = !ready;
+        let shown = state.pull.as_ref().is_some_and(|p| p.state == pull_state_name(PullState::Open, draft));
+        if !changed && shown {
+            return Ok(false);
+        }
+        let Some(token) = token else { return Err(Failed::settled("forge.token: a forge needs a token")) };
+        let forge = self.client(t, &url, token)?;
+        let body =
+            body::body(&self.reads, t.swarm.as_str(), self.dashboard.as_deref()).await.map_err(|s| {
+                Failed { message: format!("the report: {}", s.message()), retry: Some(Retry::Backoff) }
+            })?;
+        let want = NewPull {
+            title: body::title(t.swarm.as_str(), t.merged, t.total),
+            body,
+            head: branch,
+            base: spec.base.clone().unwrap_or_else(|| t.target_branch.clone()),
+            draft,
+        };
+        let (pull, ensured) = swarm_forge::ensure_pull(forge.as_ref(), &want).await?;
+        tracing::info!(number = pull.number, url = %pull.url, ?ensured, "pull request");
+        state.pull = Some(record(&pull));
+        Ok(true)
+    }
+
+    async fn push(
+        &self,
+        t: &ForgeTarget,
+        url: &str,
+        branch: &str,
+        token: Option<Token>,
+    ) -> Result<(), Failed> {
+        // The integration head as recorded, not the ref: a push never
+        // carries a commit the store has not committed.
+        let span = tracing::info_span!("forge.push", swarm = %t.swarm, branch, commit = %t.integration_head);
+        let pushed = swarm_forge::push(&self.repo, url, &t.integration_head, branch, token.as_ref())
+            .instrument(span)
+            .await?;
+        tracing::info!(outcome = ?pushed, "pushed");
+        Ok(())
+    }
+
+    /// The remote's URL: the plan's, or that of the controller's
+    /// repository's remote of that name.
+    fn remote_url(&self, spec: &ForgeSpec) -> Result<String, Failed> {
+        if spec.remote_is_url() {
+            return Ok(spec.remote.clone());
+        }
+        let repo = git2::Repository::open(&self.repo).map_err(|e| Failed {
+            message: format!("the repository: {}", e.message()),
+            retry: Some(Retry::Backoff),
+        })?;
+        let remote = repo.find_remote(&spec.remote).map_err(|_| {
+            Failed::settled(format!(
+                "forge.remote: the repository has no remote {:?} (git remote add)",
+                spec.remote
+            ))
+        })?;
+        let url = remote.pushurl().or(remote.url()).unwrap_or_default().to_string();
+        if url.is_empty() {
+            return Err(Failed::settled(format!("forge.remote: remote {:?} has no URL", spec.remote)));
+        }
+        Ok(url)
+    }
+
+    fn client(&mut self, t: &ForgeTarget, url: &str, token: Token) -> Result<Arc<dyn Forge>, Failed> {
+        let remote = Remote::parse(url).map_err(|e| Failed::settled(format!("forge.remote: {e}")))?;
+        let api = t.spec.api_url.clone().unwrap_or_else(|| remote.api_url());
+        // A rotated token makes a new client; the key holds only its digest.
+        let digest = sha2::Sha256::digest(token.expose().as_bytes());
+        let key = format!("{api} {}/{} {digest:x}", remote.owner, remote.repo);
+        if let Some((k, forge)) = self.clients.get(&t.swarm)
+            && *k == key
+        {
+            return Ok(forge.clone());
+        }
+        let config = GitHubConfig::new(&api, &remote.owner, &remote.repo, token);
+        let forge: Arc<dyn Forge> =
+            Arc::new(GitHub::new(config).map_err(|e| Failed::settled(e.to_string()))?);
+        self.clients.insert(t.swarm.clone(), (key, forge.clone()));
+        Ok(forge)
+    }
+}
+
+fn is_live(state: SwarmState) -> bool {
+    matches!(state, SwarmState::Active | SwarmState::Stalled | SwarmState::Paused)
+}
+
+fn pull_state_name(state: PullState, draft: bool) -> &'static str {
+    match (state, draft) {
+        (PullState::Open, true) => "draft",
+        (PullState::Open, false) => "open",
+        (PullState::Closed, _) => "closed",
+        (PullState::Merged, _) => "merged",
+    }
+}
+
+fn record(pull: &PullRequest) -> PullRecord {
+    PullRecord {
+        number: pull.number,
+        url: pull.url.clone(),
+        state: pull_state_name(pull.state, pull.draft).into(),
+    }
+}
