@@ -3,7 +3,7 @@
 //! converted through `types`, and a malformed one is an error naming the
 //! request.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::FutureExt;
 use reqwest::{Method, Url};
@@ -23,7 +23,7 @@ use crate::provider::{
 use crate::refname::check_branch;
 use crate::remote::check_owner;
 use crate::text;
-use crate::time::format_rfc3339;
+use crate::time::{format_rfc3339, unix_seconds};
 
 /// Longest comment swarm posts; GitHub's own limit is 65,536 characters.
 const POST_MAX: usize = 65_536;
@@ -285,12 +285,26 @@ impl Forge for GitHub {
 
     fn issue_comments(&self, number: u64, since: Option<SystemTime>) -> ForgeFuture<'_, Vec<Comment>> {
         async move {
-            let since = since.map(format_rfc3339);
-            let query: Vec<(&str, &str)> = since.iter().map(|s| ("since", s.as_str())).collect();
+            let since_text = since.map(format_rfc3339);
+            let query: Vec<(&str, &str)> = since_text.iter().map(|s| ("since", s.as_str())).collect();
             let url = self.list_url(&["issues", &number.to_string(), "comments"], &query);
             let what = what(&Method::GET, &url);
             let page = self.http.get_all(url, |p: Vec<IssueComment>| p).await?;
-            page.into_iter().map(|c| c.into_domain().map_err(malformed(&what))).collect()
+            let comments: Vec<Comment> = page
+                .into_iter()
+                .map(|c| c.into_domain().map_err(malformed(&what)))
+                .collect::<Result<_, _>>()?;
+            // `since` is sent so the forge sends less, and applied here too
+            // (to the second; the query has whole seconds) so that an
+            // answer that ignores it cannot replay old comments.
+            let floor = since.map(|s| UNIX_EPOCH + Duration::from_secs(unix_seconds(s)));
+            Ok(comments
+                .into_iter()
+                .filter(|c| match (floor, c.updated_at.or(c.created_at)) {
+                    (Some(floor), Some(t)) => t >= floor,
+                    _ => true,
+                })
+                .collect())
         }
         .boxed()
     }

@@ -67,8 +67,9 @@ pub struct Meta {
     pub sender: Option<String>,
 }
 
-/// A verified delivery, typed.
+/// A verified delivery, typed. More events may be added.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Inbound {
     /// `check_run`: a check run was created, completed, re-requested...
     CheckRun { meta: Meta, action: String, head_sha: String, check: Check, pulls: Vec<u64> },
