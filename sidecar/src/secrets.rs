@@ -2,9 +2,13 @@
 //! its worker's environment only, and redacted by value from everything
 //! the sidecar relays about the attempt (progress, status, questions, the
 //! result's error, summary and log tails, the worker log an operator
-//! reads). The controller only ever sees where a secret comes from.
+//! reads) and, once the attempt is over, from its log on this machine's
+//! disk ([`Redactor::redact_file`]): the worktree and its `.swarm/logs/`
+//! pass to the next task's worker. The controller only ever sees where a
+//! secret comes from.
 
-use std::path::PathBuf;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
 
 use swarm_core::plan::SecretSource;
 
@@ -103,6 +107,78 @@ impl Redactor {
         }
     }
 
+    /// Rewrites the file at `path` with every value redacted, when it holds
+    /// one; true when it did. The file is read without following a link
+    /// (the worker can plant one where its log was: nothing is read or
+    /// written through it) and streamed, never held whole; the redacted copy
+    /// is written anew beside it and renamed over it.
+    pub fn redact_file(&self, path: &Path) -> std::io::Result<bool> {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        if self.is_empty() {
+            return Ok(false);
+        }
+        let flags = nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC | nix::libc::O_NONBLOCK;
+        let file = match std::fs::OpenOptions::new().read(true).custom_flags(flags).open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        if !file.metadata()?.is_file() {
+            return Ok(false);
+        }
+        let mut name = path.file_name().unwrap_or_default().to_os_string();
+        name.push(".redacting");
+        let tmp = path.with_file_name(name);
+        let mut out = std::io::BufWriter::new(crate::worker_files::create(&tmp)?);
+        let changed = self.redact_stream(file, &mut out).and_then(|changed| {
+            out.flush()?;
+            Ok(changed)
+        });
+        drop(out);
+        match changed {
+            Ok(true) => std::fs::rename(&tmp, path).map(|()| true),
+            Ok(false) => std::fs::remove_file(&tmp).map(|()| false),
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                Err(e)
+            }
+        }
+    }
+
+    /// Copies `from` into `to` with every value redacted; true when one was
+    /// found. A value split across two reads is still found: the tail that
+    /// could start one is kept for the next read. At a place where several
+    /// values start, the longest is redacted.
+    fn redact_stream(&self, mut from: impl Read, to: &mut impl Write) -> std::io::Result<bool> {
+        let mut needles: Vec<(&[u8], String)> =
+            self.values.iter().map(|(v, n)| (v.as_bytes(), format!("[redacted {n}]"))).collect();
+        needles.sort_by_key(|(v, _)| std::cmp::Reverse(v.len()));
+        let longest = needles.first().map_or(1, |(v, _)| v.len());
+        let mut chunk = vec![0u8; 64 * 1024];
+        let (mut buf, mut eof, mut changed) = (Vec::new(), false, false);
+        while !eof {
+            let n = from.read(&mut chunk)?;
+            eof = n == 0;
+            buf.extend_from_slice(&chunk[..n]);
+            let (mut i, mut copied) = (0, 0);
+            while i < buf.len() && (eof || buf.len() - i >= longest) {
+                match needles.iter().find(|(v, _)| buf[i..].starts_with(v)) {
+                    Some((value, mark)) => {
+                        to.write_all(&buf[copied..i])?;
+                        to.write_all(mark.as_bytes())?;
+                        i += value.len();
+                        copied = i;
+                        changed = true;
+                    }
+                    None => i += 1,
+                }
+            }
+            to.write_all(&buf[copied..i])?;
+            buf.drain(..i);
+        }
+        Ok(changed)
+    }
+
     fn all(&self, lines: &mut [String]) {
         lines.iter_mut().for_each(|l| self.redact(l));
     }
@@ -170,6 +246,33 @@ mod tests {
         redactor.report(&mut result);
         let Event::Result(r) = result else { unreachable!() };
         assert!(!r.error.contains("sk-very") && !r.log_tail[0].contains("sk-very"), "{r:?}");
+    }
+
+    #[test]
+    fn a_file_is_redacted_in_place_even_where_a_value_spans_two_reads() {
+        let dir = tempfile::tempdir().expect("dir");
+        let redactor =
+            Redactor { values: vec![("sk-abcdef".into(), "KEY".into()), ("sk-abc".into(), "SHORT".into())] };
+        let log = dir.path().join("t-1.log");
+        // The value straddles the stream's 64 KiB reads, and ends the file.
+        let pad = "x".repeat(64 * 1024 - 4);
+        std::fs::write(&log, format!("{pad}sk-abcdef, then sk-abc; sk-abcdef")).expect("write");
+        assert!(redactor.redact_file(&log).expect("redacted"));
+        let after = std::fs::read_to_string(&log).expect("read");
+        assert_eq!(after, format!("{pad}[redacted KEY], then [redacted SHORT]; [redacted KEY]"));
+        assert!(!redactor.redact_file(&log).expect("again"), "nothing left to redact");
+        assert!(!dir.path().join("t-1.log.redacting").exists());
+        // A link planted in the log's place is neither read nor written through.
+        let outside = dir.path().join("outside.txt");
+        std::fs::write(&outside, "sk-abcdef").expect("write");
+        let link = dir.path().join("t-2.log");
+        std::os::unix::fs::symlink(&outside, &link).expect("link");
+        assert!(redactor.redact_file(&link).is_err(), "a link is refused");
+        assert_eq!(std::fs::read_to_string(&outside).expect("read"), "sk-abcdef");
+        assert!(
+            !redactor.redact_file(&dir.path().join("missing.log")).expect("no log"),
+            "no log, nothing to do"
+        );
     }
 
     #[test]

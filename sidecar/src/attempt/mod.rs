@@ -91,10 +91,36 @@ async fn attempt(
     let ran = match &a.agent {
         Some(cfg) => {
             let run = agent::AgentRun { ctx, a, cfg, prepared: &mut prepared };
-            agent::run(run, (stop, answers), sink).await
+            Ok(agent::run(run, (stop, answers), sink).await)
         }
-        None => worker::run(ctx, a, &mut prepared, adopted, stop, sink).await?,
+        None => worker::run(ctx, a, &mut prepared, adopted, stop, sink).await,
     };
-    let Some(ran) = ran else { return Ok(None) };
-    Ok(Some(finish::finish(ctx, a, &prepared, ran).await))
+    let outcome = match ran {
+        // A silent stop may leave the worker running, to be re-adopted.
+        Ok(None) => return Ok(None),
+        Ok(Some(ran)) => Ok(Some(finish::finish(ctx, a, &prepared, ran).await)),
+        Err(e) => Err(e.into()),
+    };
+    redact_log(ctx, &prepared.log_path).await;
+    outcome
+}
+
+/// Once the attempt is over its log on this disk holds no secret value:
+/// the worktree and its `.swarm/logs/` pass to the next task's worker. A
+/// log that cannot be redacted is removed.
+async fn redact_log(ctx: &Context, log: &std::path::Path) {
+    let Some(redactor) = ctx.redactor.get().filter(|r| !r.is_empty()).cloned() else { return };
+    let path = log.to_path_buf();
+    let redacted = tokio::task::spawn_blocking(move || redactor.redact_file(&path)).await;
+    let error = match redacted {
+        Ok(Ok(_)) => return,
+        Ok(Err(e)) => e.to_string(),
+        Err(e) => e.to_string(),
+    };
+    tracing::warn!(log = %log.display(), %error, "cannot redact the attempt's log; removing it");
+    if let Err(e) = std::fs::remove_file(log)
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        tracing::error!(log = %log.display(), error = %e, "cannot remove the attempt's unredacted log");
+    }
 }
