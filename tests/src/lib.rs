@@ -14,6 +14,7 @@ mod api;
 pub mod claude_cli;
 pub mod docker;
 pub mod fresh_fs;
+pub mod github;
 mod install_lock;
 pub mod messages_api;
 mod netns;
