@@ -489,3 +489,66 @@ async fn webhook_deliveries_verify_and_parse_into_typed_events() {
         assert!(kinds.iter().any(|k| k == expected), "{expected} not in {kinds:?}");
     }
 }
+
+/// A hostile API: endless pages, a next link to another host, a body past
+/// the cap, and JSON that is not a pull request list; by repository name.
+fn hostile(req: &Recorded, base: &str) -> Answer {
+    let json = vec![("content-type".to_string(), "application/json".to_string())];
+    let page: u32 = req.path.split("page=").nth(1).and_then(|p| p.parse().ok()).unwrap_or(1);
+    let link = |to: String| {
+        let mut h = json.clone();
+        h.push(("link".into(), format!("<{to}>; rel=\"next\"")));
+        h
+    };
+    if req.path.contains("/endless/") {
+        let next = format!("{base}/api/v3/repos/acme/endless/pulls?per_page=100&page={}", page + 1);
+        (200, link(next), b"[]".to_vec())
+    } else if req.path.contains("/elsewhere/") {
+        (200, link("http://evil.example.com/api/v3/steal?page=2".into()), b"[]".to_vec())
+    } else if req.path.contains("/huge/") {
+        (200, json, vec![b' '; 3 * 1024 * 1024])
+    } else if req.path.contains("/garbage/") {
+        (200, json, br#"[{"number":"seven"}]"#.to_vec())
+    } else {
+        (422, json, br#"{"message":"Validation Failed","errors":[{"message":"first"},{"field":"base","code":"invalid"}]}"#.to_vec())
+    }
+}
+
+#[tokio::test]
+async fn a_hostile_api_is_bounded_in_pages_hosts_bytes_and_shapes() {
+    let rec = Recorder::start(hostile).await;
+    let client = |repo: &str| {
+        GitHub::new(GitHubConfig::new(
+            &format!("{}/api/v3", rec.url),
+            OWNER,
+            repo,
+            Token::new(TOKEN).unwrap(),
+        ))
+        .unwrap()
+    };
+    let e = client("endless").find_pull("b").await.unwrap_err();
+    assert!(matches!(e, ForgeError::TooManyPages { max_pages: 50, .. }), "{e:?}");
+    assert_eq!(rec.requests().len(), 50);
+    let e = client("elsewhere").find_pull("b").await.unwrap_err();
+    assert!(
+        matches!(&e, ForgeError::Malformed { message, .. } if message.contains("outside the API")),
+        "{e:?}"
+    );
+    assert_eq!(rec.requests().len(), 51, "the foreign link was not followed");
+    let e = client("huge").find_pull("b").await.unwrap_err();
+    assert!(matches!(e, ForgeError::TooLarge { limit, .. } if limit == 2 * 1024 * 1024), "{e:?}");
+    let e = client("garbage").find_pull("b").await.unwrap_err();
+    assert!(matches!(e, ForgeError::Malformed { .. }), "{e:?}");
+    let e = client("other").open_pull(&want("b", "", false)).await.unwrap_err();
+    assert!(matches!(&e, ForgeError::Invalid { message, .. } if message == "first; base: invalid"), "{e:?}");
+    assert!(!e.is_retryable());
+    // Plain http to anything but loopback is refused before any request.
+    let e = GitHub::new(GitHubConfig::new(
+        "http://ghe.example.com/api/v3",
+        OWNER,
+        REPO,
+        Token::new(TOKEN).unwrap(),
+    ))
+    .unwrap_err();
+    assert!(matches!(e, ForgeError::Config { .. }), "{e:?}");
+}
