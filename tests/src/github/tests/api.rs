@@ -1,191 +1,8 @@
-//! The scripted GitHub against real clients: the git CLI pushing, fetching
-//! and cloning over smart HTTP, and an HTTP client for REST, GraphQL and
-//! the webhooks' receiver.
+//! REST and GraphQL as a client sees them.
 
-use std::path::Path;
-use std::process::Command;
-use std::sync::{Arc, Mutex};
-
-use axum::body::Body;
-use axum::http::{HeaderMap, Request as HttpRequest};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::{TempRepo, WAIT, poll};
-
-const OWNER: &str = "octo";
-const TOKEN: &str = "ghp_owner";
-
-struct Resp {
-    status: u16,
-    headers: HeaderMap,
-    body: String,
-}
-
-impl Resp {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.body).unwrap_or(Value::Null)
-    }
-
-    fn header(&self, name: &str) -> &str {
-        self.headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("")
-    }
-}
-
-/// One request; `token` goes in `Authorization: Bearer`.
-async fn call(
-    method: &str,
-    url: &str,
-    token: Option<&str>,
-    extra: &[(&str, &str)],
-    body: Option<Value>,
-) -> Resp {
-    let client: Client<_, Body> = Client::builder(TokioExecutor::new()).build_http();
-    let mut req =
-        HttpRequest::builder().method(method).uri(url).header("accept", "application/vnd.github+json");
-    if let Some(t) = token {
-        req = req.header("authorization", format!("Bearer {t}"));
-    }
-    for (k, v) in extra {
-        req = req.header(*k, *v);
-    }
-    let body = body.map(|b| Body::from(b.to_string())).unwrap_or_else(Body::empty);
-    let resp = client.request(req.body(body).unwrap()).await.unwrap();
-    let (parts, body) = resp.into_parts();
-    let bytes = axum::body::to_bytes(Body::new(body), usize::MAX).await.unwrap();
-    Resp {
-        status: parts.status.as_u16(),
-        headers: parts.headers,
-        body: String::from_utf8_lossy(&bytes).into(),
-    }
-}
-
-async fn get(gh: &GitHub, path: &str) -> Resp {
-    call("GET", &format!("{}{path}", gh.api_url()), Some(TOKEN), &[], None).await
-}
-
-async fn send(gh: &GitHub, method: &str, path: &str, body: Value) -> Resp {
-    call(method, &format!("{}{path}", gh.api_url()), Some(TOKEN), &[], Some(body)).await
-}
-
-/// git in `dir` with only its own config; (exit code, stdout, stderr).
-fn git(dir: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .env("GIT_ASKPASS", "")
-        .env("SSH_ASKPASS", "")
-        .output()
-        .unwrap();
-    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
-}
-
-/// A server with `octo/app` (default branch `main`) and the owner's token.
-fn server() -> GitHub {
-    let gh = GitHub::start();
-    gh.add_token(TOKEN, OWNER);
-    gh.create_repo(OWNER, "app", "main");
-    gh
-}
-
-#[test]
-fn a_push_with_a_token_lands_and_clones_back_and_anonymous_pushes_are_refused() {
-    let gh = server();
-    let work = TempRepo::with_files(&[("README.md", "hello\n")]);
-    // Incompressible and larger than http.postBuffer: git streams it chunked.
-    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
-    let big: Vec<u8> = (0..(2 << 20))
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
-    std::fs::write(work.path().join("big.bin"), &big).unwrap();
-    work.git(&["add", "big.bin"]);
-    work.git(&["commit", "-q", "-m", "big"]);
-    let head = work.head("main");
-
-    let (code, _, err) = git(work.path(), &["push", &gh.remote_url(OWNER, "app"), "main"]);
-    assert_ne!(code, 0, "an anonymous push is refused");
-    assert!(
-        err.contains("401") || err.contains("Authentication failed") || err.contains("could not read"),
-        "{err}"
-    );
-    let bad = gh.authed_remote_url(OWNER, "app", "ghp_wrong");
-    assert_ne!(git(work.path(), &["push", &bad, "main"]).0, 0, "an unknown token is refused");
-    gh.add_token("ghp_stranger", "stranger");
-    let (code, _, err) =
-        git(work.path(), &["push", &gh.authed_remote_url(OWNER, "app", "ghp_stranger"), "main"]);
-    assert_ne!(code, 0);
-    assert!(err.contains("Permission to octo/app.git denied to stranger."), "{err}");
-    assert_eq!(gh.branch_sha(OWNER, "app", "main"), None);
-
-    let (code, _, err) = git(work.path(), &["push", &gh.authed_remote_url(OWNER, "app", TOKEN), "main"]);
-    assert_eq!(code, 0, "{err}");
-    assert_eq!(gh.branch_sha(OWNER, "app", "main").as_deref(), Some(head.as_str()));
-
-    let (code, refs, err) = git(work.path(), &["ls-remote", &gh.remote_url(OWNER, "app")]);
-    assert_eq!(code, 0, "an anonymous fetch of a public repository: {err}");
-    assert!(refs.contains(&format!("{head}\trefs/heads/main")), "{refs}");
-    let into = tempfile::tempdir().unwrap();
-    let dest = into.path().join("clone");
-    let (code, _, err) =
-        git(into.path(), &["clone", "-q", &gh.remote_url(OWNER, "app"), dest.to_str().unwrap()]);
-    assert_eq!(code, 0, "{err}");
-    assert_eq!(std::fs::read(dest.join("big.bin")).unwrap(), big);
-
-    gh.set_private(OWNER, "app", true);
-    assert_ne!(
-        git(work.path(), &["ls-remote", &gh.remote_url(OWNER, "app")]).0,
-        0,
-        "private: no anonymous fetch"
-    );
-    let authed = gh.authed_remote_url(OWNER, "app", TOKEN);
-    assert_eq!(git(work.path(), &["ls-remote", &authed]).0, 0);
-    // git probes with an empty request before it streams a large pack.
-    let pushes = gh.count("POST", "/octo/app.git/git-receive-pack");
-    assert_eq!(pushes, 2, "{}", gh.summary());
-    let recorded = gh.requests();
-    let chunked = recorded.iter().any(|r| r.header("transfer-encoding") == Some("chunked"));
-    assert!(chunked, "the pack came chunked");
-    let auth = recorded.iter().find_map(|r| r.header("authorization")).unwrap();
-    assert_eq!(auth, "Basic <redacted>");
-}
-
-#[test]
-fn protected_branches_refuse_pushes_with_gh006_and_rewrites_are_refused() {
-    let gh = server();
-    let work = TempRepo::with_files(&[("a.txt", "1\n")]);
-    let remote = gh.authed_remote_url(OWNER, "app", TOKEN);
-    assert_eq!(git(work.path(), &["push", &remote, "main", "main:feature"]).0, 0);
-    gh.protect_branch(OWNER, "app", "main");
-    let before = gh.branch_sha(OWNER, "app", "main");
-    work.commit_worktree("two", &[("a.txt", "2\n")]);
-    let (code, _, err) = git(work.path(), &["push", &remote, "main"]);
-    assert_ne!(code, 0);
-    assert!(
-        err.contains("remote: error: GH006: Protected branch update failed for refs/heads/main."),
-        "{err}"
-    );
-    assert!(err.contains("pre-receive hook declined"), "{err}");
-    assert_eq!(gh.branch_sha(OWNER, "app", "main"), before);
-    assert_eq!(git(work.path(), &["push", &remote, "main:feature"]).0, 0, "other branches take pushes");
-
-    work.git(&["reset", "-q", "--hard", "HEAD~1"]);
-    work.commit_worktree("other two", &[("a.txt", "two\n")]);
-    let (code, _, err) = git(work.path(), &["push", "--force", &remote, "main:feature"]);
-    assert_ne!(code, 0, "a forced non-fast-forward push is refused");
-    assert!(err.contains("non-fast-forward"), "{err}");
-}
 
 #[tokio::test]
 async fn pull_requests_page_through_link_headers_and_duplicates_are_refused() {
@@ -435,96 +252,63 @@ async fn graphql_marks_a_draft_ready_and_comments_reviews_and_permissions_read_b
     assert_eq!(get(&gh, "/repos/octo/nothing").await.status, 404);
 }
 
-/// A webhook receiver on 127.0.0.1: what it got, headers and body.
-async fn receiver() -> (String, Arc<Mutex<Vec<(HeaderMap, String)>>>) {
-    let got = Arc::new(Mutex::new(Vec::new()));
-    let keep = got.clone();
-    let app = axum::Router::new().fallback(move |headers: HeaderMap, body: String| {
-        let keep = keep.clone();
-        async move {
-            keep.lock().unwrap().push((headers, body));
-            "ok"
-        }
-    });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/hook", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (url, got)
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn webhooks_are_signed_and_a_redelivery_keeps_its_guid() {
-    let gh = server();
-    gh.seed(OWNER, "app", "main", &[("a.txt", "a\n")], "base");
-    gh.seed(OWNER, "app", "topic", &[("a.txt", "b\n")], "topic");
-    let (url, got) = receiver().await;
-    let secret = "It's a Secret to Everybody";
-    gh.add_webhook(OWNER, "app", &url, secret);
-    let pr =
-        send(&gh, "POST", "/repos/octo/app/pulls", json!({"title": "T", "head": "topic", "base": "main"}))
-            .await;
-    assert_eq!(pr.status, 201);
-
-    let first =
-        poll("the pull_request delivery", WAIT, || async { got.lock().unwrap().first().cloned() }).await;
-    let (headers, body) = first;
-    let header = |n: &str| headers.get(n).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
-    assert_eq!(header("x-github-event"), "pull_request");
-    assert!(header("user-agent").starts_with("GitHub-Hookshot/"));
-    assert_eq!(header("content-type"), "application/json");
-    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret.as_bytes());
-    let expected = webhooks::hex(ring::hmac::sign(&key, body.as_bytes()).as_ref());
-    assert_eq!(header("x-hub-signature-256"), format!("sha256={expected}"));
-    assert_eq!(header("x-hub-signature-256"), signature_256(secret, body.as_bytes()));
-    let payload: Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(payload["action"], "opened");
-    assert_eq!(payload["pull_request"]["number"], 1);
-    assert_eq!(payload["repository"]["full_name"], "octo/app");
-    assert_eq!(payload["sender"]["login"], OWNER);
-    let guid = header("x-github-delivery");
-    assert_eq!(guid.len(), 36);
-
-    assert!(gh.redeliver(&guid));
-    let again = poll("the redelivery", WAIT, || async { got.lock().unwrap().get(1).cloned() }).await;
-    assert_eq!(again.0.get("x-github-delivery").unwrap().to_str().unwrap(), guid);
-    assert_eq!(again.1, body, "the same body");
-    let run = gh.add_check_run(
-        OWNER,
-        "app",
-        pr.json()["head"]["sha"].as_str().unwrap(),
-        "ci",
-        "completed",
-        Some("failure"),
-        Some("boom"),
-        None,
-    );
-    let kinds = poll("check_run and check_suite", WAIT, || async {
-        let g = got.lock().unwrap();
-        let kinds: Vec<String> =
-            g.iter().map(|(h, _)| h["x-github-event"].to_str().unwrap().to_string()).collect();
-        (kinds.len() >= 5).then_some(kinds)
-    })
-    .await;
-    assert_eq!(kinds[2..], ["check_run", "check_run", "check_suite"]);
-    let completed: Value = serde_json::from_str(&got.lock().unwrap()[3].1).unwrap();
-    assert_eq!(
-        (completed["action"].clone(), completed["check_run"]["id"].clone()),
-        (json!("completed"), json!(run))
-    );
-    assert_eq!(completed["check_run"]["pull_requests"][0]["number"], 1);
-    let deliveries = poll("the recorded outcomes", WAIT, || async {
-        let d = gh.deliveries();
-        d.iter().all(|d| d.done).then_some(d)
-    })
-    .await;
-    assert!(deliveries.iter().all(|d| d.status == Some(200)), "{deliveries:?}");
-    assert!(deliveries[1].redelivery && deliveries[1].guid == guid);
-}
-
 #[test]
 fn query_strings_and_basic_credentials_decode() {
     let q = http::Query::parse(Some("head=octo%3Atask-1&state=all&x=a+b"));
     assert_eq!((q.get("head"), q.get("state"), q.get("x")), (Some("octo:task-1"), Some("all"), Some("a b")));
     assert_eq!(http::decode("100%"), "100%");
     assert_eq!(http::base64_decode("eC1hY2Nlc3MtdG9rZW46Z2hwX3g=").unwrap(), b"x-access-token:ghp_x");
+}
+
+#[tokio::test]
+async fn squash_and_rebase_merges_and_conflicts_answer_as_github_does() {
+    let gh = server();
+    gh.seed(OWNER, "app", "main", &[("a.txt", "a\n")], "base");
+    gh.seed(OWNER, "app", "squashed", &[("s.txt", "1\n")], "s one");
+    gh.seed(OWNER, "app", "squashed", &[("s.txt", "2\n")], "s two");
+    gh.seed(OWNER, "app", "rebased", &[("r.txt", "1\n")], "r one");
+    gh.seed(OWNER, "app", "rebased", &[("r.txt", "2\n")], "r two");
+    gh.seed(OWNER, "app", "clash", &[("a.txt", "theirs\n")], "clash");
+    gh.seed(OWNER, "app", "main", &[("a.txt", "ours\n")], "main moves");
+    for (i, head) in ["squashed", "rebased", "clash"].iter().enumerate() {
+        let r =
+            send(&gh, "POST", "/repos/octo/app/pulls", json!({"title": head, "head": head, "base": "main"}))
+                .await;
+        assert_eq!((r.status, r.json()["number"].clone()), (201, json!(i + 1)), "{}", r.body);
+    }
+    let repo = gh.repo_path(OWNER, "app");
+    let subjects = |rev: &str| git(&repo, &["log", "--format=%s", rev]).1;
+
+    let r = send(&gh, "PUT", "/repos/octo/app/pulls/1/merge", json!({"merge_method": "squash"})).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(git(&repo, &["rev-list", "--parents", "-n1", "main"]).1.split_whitespace().count(), 2);
+    assert!(subjects("main").starts_with("squashed (#1)\nmain moves\n"), "{}", subjects("main"));
+
+    gh.set_merge_methods(OWNER, "app", true, true, false);
+    let r = send(&gh, "PUT", "/repos/octo/app/pulls/2/merge", json!({"merge_method": "rebase"})).await;
+    assert_eq!(
+        (r.status, r.json()["message"].clone()),
+        (405, json!("Rebase merges are not allowed on this repository."))
+    );
+    gh.set_merge_methods(OWNER, "app", true, true, true);
+    let r = send(&gh, "PUT", "/repos/octo/app/pulls/2/merge", json!({"merge_method": "rebase"})).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(subjects("main").starts_with("r two\nr one\nsquashed (#1)\n"), "{}", subjects("main"));
+    assert_eq!(git(&repo, &["show", "main:r.txt"]).1, "2\n");
+
+    let clash = get(&gh, "/repos/octo/app/pulls/3").await.json();
+    assert_eq!(
+        (clash["mergeable"].clone(), clash["mergeable_state"].clone()),
+        (json!(false), json!("dirty"))
+    );
+    let r = send(&gh, "PUT", "/repos/octo/app/pulls/3/merge", json!({})).await;
+    assert_eq!((r.status, r.json()["message"].clone()), (405, json!("Pull Request is not mergeable")));
+    let closed =
+        send(&gh, "PATCH", "/repos/octo/app/pulls/3", json!({"state": "closed", "title": "T2"})).await;
+    assert_eq!(
+        (closed.json()["state"].clone(), closed.json()["title"].clone()),
+        (json!("closed"), json!("T2"))
+    );
+    let open = get(&gh, "/repos/octo/app/pulls").await.json();
+    assert_eq!(open, json!([]), "nothing open");
 }
