@@ -92,4 +92,18 @@ async fn webhooks_are_signed_and_a_redelivery_keeps_its_guid() {
     .await;
     assert!(deliveries.iter().all(|d| d.status == Some(200)), "{deliveries:?}");
     assert!(deliveries[1].redelivery && deliveries[1].guid == guid);
+
+    // A push to the head branch over smart HTTP: `synchronize`.
+    let work = crate::TempRepo::new();
+    let remote = gh.authed_remote_url(OWNER, "app", TOKEN);
+    assert_eq!(git(work.path(), &["fetch", "-q", &remote, "topic:topic"]).0, 0);
+    work.git(&["checkout", "-q", "topic"]);
+    work.commit_worktree("more", &[("c.txt", "c\n")]);
+    let (code, _, err) = git(work.path(), &["push", "-q", &remote, "topic"]);
+    assert_eq!(code, 0, "{err}");
+    let sync = poll("the synchronize delivery", WAIT, || async { got.lock().unwrap().get(5).cloned() }).await;
+    let sync: Value = serde_json::from_str(&sync.1).unwrap();
+    assert_eq!(sync["action"], "synchronize");
+    assert_eq!(sync["after"], json!(work.head("topic")));
+    assert_eq!(sync["pull_request"]["head"]["sha"], json!(work.head("topic")));
 }
