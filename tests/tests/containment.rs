@@ -270,8 +270,29 @@ fn run_local(
     runtime: &Path,
     env: &[(&str, &str)],
 ) -> std::process::Output {
-    let child = Command::new(binary("swarmctl"))
-        .args(["run", "--plain", "--workers", &workers.to_string(), "--repo"])
+    wait_output(spawn_local(&[], repo, plan, workers, runtime, env), Duration::from_secs(300))
+}
+
+/// [`run_local`] started, not awaited, and run through `wrapper` (a
+/// command that execs the rest of its arguments) when it is not empty.
+fn spawn_local(
+    wrapper: &[String],
+    repo: &Path,
+    plan: &Path,
+    workers: usize,
+    runtime: &Path,
+    env: &[(&str, &str)],
+) -> std::process::Child {
+    let swarmctl = binary("swarmctl");
+    let mut cmd = match wrapper.split_first() {
+        Some((program, args)) => {
+            let mut c = Command::new(program);
+            c.args(args).arg(&swarmctl);
+            c
+        }
+        None => Command::new(&swarmctl),
+    };
+    cmd.args(["run", "--plain", "--workers", &workers.to_string(), "--repo"])
         .arg(repo)
         .arg(plan)
         .env("XDG_RUNTIME_DIR", runtime)
@@ -280,8 +301,7 @@ fn run_local(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap();
-    wait_output(child, Duration::from_secs(300))
+        .unwrap()
 }
 
 /// A kernel without Landlock (or seccomp) cannot run these tests: no CI
@@ -429,4 +449,173 @@ printf '%s' "$API_KEY" | wc -c | tr -d ' ' > a.txt"#;
         let body = std::fs::read(&path).unwrap();
         assert!(!contains(&body, VALUE), "the value is in {}", path.display());
     }
+}
+
+/// `name`'s value in a `/proc/<pid>/status` text (`CapEff:` and the like, hex).
+fn status_hex(status: &str, name: &str) -> u64 {
+    let line =
+        status.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("no {name} in:\n{status}"));
+    u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap()
+}
+
+/// `swarmctl run` of a one-task plan whose worker runs `body` (in its
+/// worktree, under the default sandbox) and commits `files`; the file
+/// `report` of the merged result.
+fn run_one(swarm: &str, body: &str, files: &[&str], report: &str) -> (String, String) {
+    let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[("probe", body)]))]);
+    let plan = PlanBuilder::new(swarm).task(task("probe").files(files)).build();
+    let dir = tempfile::tempdir().unwrap();
+    let plan_path = dir.path().join("plan.toml");
+    std::fs::write(&plan_path, plan).unwrap();
+    let out = run_local(repo.path(), &plan_path, 1, dir.path(), &[("SWARM_TOKEN", "a-token-the-run-holds")]);
+    let (text, err) = (stdout(&out), stderr(&out));
+    assert_eq!(out.status.code(), Some(0), "stdout:\n{text}\nstderr:\n{err}");
+    let merged = repo.file(&format!("swarm/{swarm}/integration"), report);
+    (merged.unwrap_or_else(|| panic!("the worker's {report} merged:\n{text}")), text)
+}
+
+/// The worker reads its own capability sets: all empty, whatever the test
+/// process (and so swarmctl and its sidecars) held. Root with the full set
+/// is where it means something; the bounding set can be emptied only by a
+/// sidecar that holds `CAP_SETPCAP` (otherwise it is unusable anyway: the
+/// worker has nothing permitted and runs under no_new_privs).
+#[test]
+fn a_worker_holds_no_capability_whatever_the_sidecar_had() {
+    let ours = std::fs::read_to_string("/proc/self/status").unwrap();
+    let body = "grep '^Cap' /proc/self/status > caps.txt";
+    let (caps, text) = run_one("caps", body, &["caps.txt"], "caps.txt");
+    for name in ["CapInh:", "CapPrm:", "CapEff:", "CapAmb:"] {
+        assert_eq!(status_hex(&caps, name), 0, "{name} of the worker:\n{caps}");
+    }
+    const CAP_SETPCAP: u64 = 1 << 8;
+    if status_hex(&ours, "CapEff:") & CAP_SETPCAP != 0 {
+        assert_eq!(status_hex(&caps, "CapBnd:"), 0, "the worker's bounding set:\n{caps}");
+    }
+    let line = text.lines().find(|l| l.contains("attempt.sandbox")).unwrap_or_default();
+    assert!(line.contains("no capabilities"), "the attempt.sandbox event says so:\n{text}");
+}
+
+/// A worker cannot change the machine's network: adding an address to the
+/// loopback takes `CAP_NET_ADMIN`, which a root sidecar used to pass on.
+#[test]
+fn a_worker_cannot_add_an_address_to_the_loopback() {
+    let test = "a_worker_cannot_add_an_address_to_the_loopback";
+    if !Command::new("ip").arg("-V").output().is_ok_and(|o| o.status.success()) {
+        return skip_for(test, Needs::Program("ip"), "no `ip` on PATH");
+    }
+    let body = "if ip addr add 127.0.0.77/8 dev lo 2> ip.txt; then echo 'ip=ok' >> ip.txt; else echo 'ip=denied' >> ip.txt; fi";
+    let (report, _) = run_one("net", body, &["ip.txt"], "ip.txt");
+    if report.contains("ip=ok") {
+        let _ = Command::new("ip").args(["addr", "del", "127.0.0.77/8", "dev", "lo"]).status();
+    }
+    assert!(report.contains("ip=denied"), "{report}");
+    assert!(report.contains("Operation not permitted"), "denied for want of the capability: {report}");
+}
+
+/// The worker looks for every process of its own run (`swarmctl run` with
+/// its embedded controller, the local sidecar, its own supervisor) and
+/// tries to read their environment, where the run's token is.
+#[test]
+fn a_worker_cannot_read_the_environ_of_swarms_processes() {
+    let body = r#"WT=$(pwd); REPO=$(dirname "$(cd "$WT/../.." && pwd)")
+: > environ.txt
+for p in /proc/[0-9]*; do
+  cmd=$(tr '\0' ' ' < "$p/cmdline" 2>/dev/null) || continue
+  case "$cmd" in *"$REPO"*) ;; *) continue ;; esac
+  case "$cmd" in
+    *swarmctl\ run\ *) kind=run ;;
+    *swarmctl\ __sidecar\ *) kind=sidecar ;;
+    *swarmctl\ __supervise\ *) kind=supervisor ;;
+    *) continue ;;
+  esac
+  if cat "$p/environ" > /dev/null 2>&1; then echo "$kind=readable" >> environ.txt; else echo "$kind=denied" >> environ.txt; fi
+done"#;
+    let (report, _) = run_one("environ", body, &["environ.txt"], "environ.txt");
+    for kind in ["run", "sidecar", "supervisor"] {
+        assert!(report.lines().any(|l| l == format!("{kind}=denied")), "{kind} found and denied:\n{report}");
+    }
+    assert!(!report.contains("readable"), "{report}");
+}
+
+/// swarm's processes are not dumpable: a process of their own user without
+/// capabilities (what a worker is, sandbox or not) cannot open their
+/// `/proc/<pid>/environ`, while it can open that of an ordinary process of
+/// the same user. The run itself is started without capabilities too
+/// (through `setpriv` when the tests hold some), since a process holding
+/// capabilities is closed to a reader without them anyway.
+#[test]
+fn swarms_processes_are_not_dumpable() {
+    let test = "swarms_processes_are_not_dumpable";
+    let ours = std::fs::read_to_string("/proc/self/status").unwrap();
+    let capless: Vec<String> = if status_hex(&ours, "CapPrm:") == 0 && status_hex(&ours, "CapAmb:") == 0 {
+        Vec::new()
+    } else if Command::new("setpriv").arg("--version").output().is_ok_and(|o| o.status.success()) {
+        ["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all", "--"]
+            .map(String::from)
+            .to_vec()
+    } else {
+        return skip_for(
+            test,
+            Needs::Program("setpriv"),
+            "the tests hold capabilities and there is no setpriv",
+        );
+    };
+    let capless_cmd = |program: &str| {
+        let mut all = capless.iter().map(String::as_str).chain([program]);
+        let mut c = Command::new(all.next().unwrap());
+        c.args(all);
+        c
+    };
+    let gate = tempfile::tempdir().unwrap();
+    let body = r#"touch "$GATE/ready"; n=0; while [ ! -e "$GATE/go" ] && [ $n -lt 1200 ]; do sleep 0.1; n=$((n+1)); done"#;
+    let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[("wait", body)]))]);
+    let plan = PlanBuilder::new("dump")
+        .default("env", &format!("{{ GATE = {:?} }}", gate.path().display().to_string()))
+        .default("sandbox", &format!("{{ write = [{:?}] }}", gate.path().display().to_string()))
+        .task(task("wait"))
+        .build();
+    let dir = tempfile::tempdir().unwrap();
+    let plan_path = dir.path().join("plan.toml");
+    std::fs::write(&plan_path, plan).unwrap();
+    let env = [("SWARM_TOKEN", "a-token-the-run-holds")];
+    let child = spawn_local(&capless, repo.path(), &plan_path, 1, dir.path(), &env);
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while !gate.path().join("ready").exists() {
+        assert!(std::time::Instant::now() < deadline, "the worker never started");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // A reader of the same user without capabilities, on an ordinary
+    // process (which it may read) and on each of swarm's.
+    let readable = |pid: u32| {
+        let mut cat = capless_cmd("cat");
+        cat.arg(format!("/proc/{pid}/environ")).stdout(Stdio::null()).stderr(Stdio::null());
+        cat.status().unwrap().success()
+    };
+    let mut ordinary = capless_cmd("sleep").arg("30").spawn().unwrap();
+    let control = readable(ordinary.id());
+    let repo_path = repo.path().display().to_string();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        let Ok(raw) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        let cmd = String::from_utf8_lossy(&raw).replace('\0', " ");
+        if !cmd.contains(&repo_path) {
+            continue;
+        }
+        let kind =
+            ["run", "__sidecar", "__supervise"].into_iter().find(|k| cmd.contains(&format!("swarmctl {k} ")));
+        if let Some(kind) = kind {
+            found.push((kind, pid, readable(pid)));
+        }
+    }
+    std::fs::write(gate.path().join("go"), "").unwrap();
+    let _ = ordinary.kill();
+    let _ = ordinary.wait();
+    let out = wait_output(child, Duration::from_secs(300));
+    assert_eq!(out.status.code(), Some(0), "stdout:\n{}\nstderr:\n{}", stdout(&out), stderr(&out));
+    assert!(control, "a reader without capabilities opens an ordinary process's environ of its own user");
+    for kind in ["run", "__sidecar", "__supervise"] {
+        assert!(found.iter().any(|(k, _, _)| *k == kind), "swarmctl {kind} found: {found:?}");
+    }
+    assert!(found.iter().all(|(_, _, readable)| !readable), "not dumpable: {found:?}");
 }
