@@ -55,6 +55,8 @@ pub struct ForgeView {
     /// Why the last sync failed (empty: it did not).
     #[serde(skip_serializing_if = "String::is_empty")]
     pub error: String,
+    /// When a failed sync is tried again; 0 with an error: it waits for you.
+    pub retry_at_unix_ms: i64,
 }
 
 impl ForgeView {
@@ -68,7 +70,11 @@ impl ForgeView {
             format!("{} → {} (not pushed yet)", self.provider, self.remote_branch)
         };
         if !self.error.is_empty() {
-            out.push_str(&format!("; last error: {}", self.error));
+            let next = match self.retry_at_unix_ms {
+                0 => "waits for you".to_string(),
+                at => format!("retrying at {}", crate::text::clock(at)),
+            };
+            out.push_str(&format!("; last error ({next}): {}", self.error));
         }
         out
     }
@@ -85,6 +91,7 @@ impl From<&v1::Forge> for ForgeView {
             pull_state: f.pull_state.clone(),
             synced_at_unix_ms: f.synced_at_unix_ms,
             error: f.error.clone(),
+            retry_at_unix_ms: f.retry_at_unix_ms,
         }
     }
 }

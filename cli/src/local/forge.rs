@@ -54,8 +54,15 @@ pub async fn wait(client: &mut Client, swarm_id: &str) -> anyhow::Result<()> {
             }
             return Ok(());
         }
+        if !forge.error.is_empty() && forge.retry_at_unix_ms == 0 {
+            // Refused, not failed: waiting changes nothing.
+            anyhow::bail!(
+                "swarm {swarm_id} completed but its branch did not reach the forge: {}",
+                forge.error
+            );
+        }
         if !forge.error.is_empty() && forge.error != last_error {
-            eprintln!("forge: {}", forge.error);
+            eprintln!("forge: {} (retrying)", forge.error);
             last_error = forge.error.clone();
         }
         if tokio::time::Instant::now() > deadline {

@@ -490,6 +490,7 @@ fn forge(f: crate::scheduler::views::SwarmForge) -> v1::Forge {
         synced_at_unix_ms: f.state.synced_at,
         error: f.state.error,
         error_at_unix_ms: f.state.error_at,
+        retry_at_unix_ms: f.state.retry_at,
     }
 }
 

@@ -67,13 +67,8 @@ pub async fn start(config: ForgeConfig, repo: PathBuf, shared: &Shared) -> Resul
     let (reply, rx) = oneshot::channel();
     shared.scheduler.send_async(Command::Subscribe { reply }).await.map_err(|_| "the scheduler stopped")?;
     let (_, live) = rx.await.map_err(|_| "the scheduler stopped".to_string())?;
-    let syncer = sync::Syncer::new(
-        repo,
-        config.secrets.clone(),
-        Arc::new(OperatorApi::new(shared.clone())),
-        config.dashboard.clone(),
-    );
-    let run = run(config, syncer, live, shared.scheduler.clone(), shared.shutdown.clone());
+    let syncer = sync::Syncer::new(repo, &config, Arc::new(OperatorApi::new(shared.clone())));
+    let run = run(syncer, live, shared.scheduler.clone(), shared.shutdown.clone());
     shared.tasks.spawn(run.instrument(tracing::info_span!("forge")));
     Ok(())
 }
@@ -96,7 +91,6 @@ impl Due {
 }
 
 async fn run(
-    config: ForgeConfig,
     mut syncer: sync::Syncer,
     mut live: broadcast::Receiver<Arc<EventRow>>,
     scheduler: flume::Sender<Command>,
@@ -135,18 +129,12 @@ async fn run(
                 let Some(target) = targets(&scheduler, Some(swarm.clone())).await.pop() else { continue };
                 let outcome = tokio::select! {
                     _ = shutdown.cancelled() => return,
-                    outcome = syncer.sync(&target) => outcome,
+                    outcome = syncer.sync(&target, failures) => outcome,
                 };
                 if let Some(state) = outcome.state {
                     record(&scheduler, swarm.clone(), state).await;
                 }
-                if let Some(retry) = outcome.retry {
-                    let backoff = config.first_backoff.saturating_mul(1 << failures.min(16)).min(config.max_backoff);
-                    let at = match retry {
-                        sync::Retry::Backoff => Instant::now() + backoff,
-                        // The forge's own reset, unless that is sooner than our back-off.
-                        sync::Retry::At(at) => at.max(Instant::now() + config.first_backoff),
-                    };
+                if let Some(at) = outcome.retry {
                     due.at.insert(swarm, (at, failures.saturating_add(1)));
                 }
             }

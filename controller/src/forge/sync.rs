@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use sha2::Digest as _;
 use swarm_core::SwarmId;
@@ -25,17 +25,17 @@ use crate::scheduler::{ForgeState, PullRecord, SwarmState, now_ms};
 
 /// When a failed sync is tried again.
 #[derive(Debug, Clone, Copy)]
-pub(super) enum Retry {
+enum Retry {
     Backoff,
     /// The forge said when (a rate limit's reset).
     At(Instant),
 }
 
-/// What a sync leaves: the state to record (when it changed) and whether
-/// to try again.
+/// What a sync leaves: the state to record (when it changed) and when to
+/// try again, if it failed in a way time may mend.
 pub(super) struct Outcome {
     pub state: Option<ForgeState>,
-    pub retry: Option<Retry>,
+    pub retry: Option<Instant>,
 }
 
 /// Why a sync stopped, as the operator reads it.
@@ -69,6 +69,10 @@ impl From<PushError> for Failed {
     }
 }
 
+fn unix_ms(at: Instant) -> i64 {
+    now_ms().saturating_add(at.saturating_duration_since(Instant::now()).as_millis() as i64)
+}
+
 fn instant_at(at: SystemTime) -> Instant {
     let wait = at.duration_since(SystemTime::now()).unwrap_or_default();
     Instant::now() + wait
@@ -79,36 +83,39 @@ pub(super) struct Syncer {
     secrets: SecretPolicy,
     reads: Arc<OperatorApi>,
     dashboard: Option<String>,
+    /// The first back-off and its cap.
+    backoff: (Duration, Duration),
     /// One client per swarm, kept so its ETag cache and quota carry over.
     clients: HashMap<SwarmId, (String, Arc<dyn Forge>)>,
 }
 
 impl Syncer {
-    pub fn new(
-        repo: PathBuf,
-        secrets: SecretPolicy,
-        reads: Arc<OperatorApi>,
-        dashboard: Option<String>,
-    ) -> Syncer {
-        Syncer { repo, secrets, reads, dashboard, clients: HashMap::new() }
+    pub fn new(repo: PathBuf, config: &super::ForgeConfig, reads: Arc<OperatorApi>) -> Syncer {
+        Syncer {
+            repo,
+            secrets: config.secrets.clone(),
+            reads,
+            dashboard: config.dashboard.clone(),
+            backoff: (config.first_backoff, config.max_backoff),
+            clients: HashMap::new(),
+        }
     }
 
-    pub async fn sync(&mut self, target: &ForgeTarget) -> Outcome {
+    /// Syncs `target`, whose last `failures` syncs failed in a row.
+    pub async fn sync(&mut self, target: &ForgeTarget, failures: u32) -> Outcome {
         let span = tracing::info_span!("forge.sync", swarm = %target.swarm, head = %target.integration_head,
             provider = target.spec.provider.as_str());
         let mut state = target.forge.clone();
         let result = self.push_and_pull(target, &mut state).instrument(span.clone()).await;
         let _span = span.entered();
         let retry = match result {
-            Ok(true) => {
-                state.synced_at = now_ms();
+            Ok(changed) => {
+                if changed {
+                    state.synced_at = now_ms();
+                }
                 state.error.clear();
                 state.error_at = 0;
-                None
-            }
-            Ok(false) => {
-                state.error.clear();
-                state.error_at = 0;
+                state.retry_at = 0;
                 None
             }
             Err(failed) => {
@@ -117,10 +124,24 @@ impl Syncer {
                     state.error = failed.message;
                     state.error_at = now_ms();
                 }
-                failed.retry
+                let at = failed.retry.map(|r| self.retry_at(r, failures));
+                state.retry_at = at.map_or(0, unix_ms);
+                at
             }
         };
         Outcome { state: (state != target.forge).then_some(state), retry }
+    }
+
+    /// Back-off doubling from the first, capped; a forge's own reset is
+    /// kept unless it is sooner than the first back-off.
+    fn retry_at(&self, retry: Retry, failures: u32) -> Instant {
+        let first = self.backoff.0;
+        match retry {
+            Retry::Backoff => {
+                Instant::now() + first.saturating_mul(1 << failures.min(16)).min(self.backoff.1)
+            }
+            Retry::At(at) => at.max(Instant::now() + first),
+        }
     }
 
     /// Whether anything was pushed or changed on the forge.

@@ -157,8 +157,9 @@ pub(super) fn validate(raw: Option<&RawForge>) -> Result<Option<ForgeSpec>, Plan
     }))
 }
 
+/// A URL, `user@host:path`, or a bare repository's absolute path.
 fn is_url(remote: &str) -> bool {
-    remote.contains("://") || (remote.contains('@') && remote.contains(':'))
+    remote.contains("://") || (remote.contains('@') && remote.contains(':')) || remote.starts_with('/')
 }
 
 /// A remote's name (git's rules, strictly) or a URL git can push to.
@@ -173,6 +174,9 @@ pub fn check_remote(remote: &str) -> Result<(), String> {
         return Err(format!("{remote:?} must not start with '-'"));
     }
     if is_url(remote) {
+        if remote.starts_with('/') && (remote.contains("/../") || remote.ends_with("/..")) {
+            return Err(format!("{remote:?}: a path must not contain '..'"));
+        }
         let scheme = remote.split("://").next().unwrap_or_default();
         let ok = !remote.contains("://") || matches!(scheme, "https" | "http" | "ssh" | "git" | "file");
         if !ok {
@@ -268,10 +272,14 @@ mod tests {
 
     #[test]
     fn a_plain_git_remote_needs_no_token() {
+        let p = plan("provider = \"git\"\nremote = \"/srv/git/app.git\"").unwrap();
+        assert!(p.forge.as_deref().unwrap().remote_is_url(), "an absolute path is a remote");
         let p = plan("provider = \"git\"\nremote = \"git@example.com:o/r.git\"").unwrap();
         let f = p.forge.as_deref().unwrap();
         assert_eq!((f.provider, f.token.as_ref()), (Provider::Git, None));
-        let none = Plan::parse("name = \"auth\"\n[defaults]\ncommand = [\"true\"]\n[[tasks]]\nid = \"a\"\nfiles = [\"a/**\"]\n");
+        let none = Plan::parse(
+            "name = \"auth\"\n[defaults]\ncommand = [\"true\"]\n[[tasks]]\nid = \"a\"\nfiles = [\"a/**\"]\n",
+        );
         assert!(none.unwrap().forge.is_none(), "no [forge], no push");
     }
 }

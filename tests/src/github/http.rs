@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::State as Extract;
@@ -358,11 +359,19 @@ pub(super) async fn handle(Extract(shared): Extract<Arc<Shared>>, req: axum::ext
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
+    let hold = match parts.method.as_str() {
+        "GET" | "HEAD" => Duration::ZERO,
+        _ => shared.lock().hold_writes,
+    };
     let answer = tokio::task::spawn_blocking(move || {
         let mut st = shared.lock();
         api(&mut st, &parts.method, &parts.uri, &parts.headers, &bytes)
     });
-    answer.await.unwrap_or_else(|_| status_only(StatusCode::INTERNAL_SERVER_ERROR))
+    let answer = answer.await.unwrap_or_else(|_| status_only(StatusCode::INTERNAL_SERVER_ERROR));
+    if !hold.is_zero() {
+        tokio::time::sleep(hold).await;
+    }
+    answer
 }
 
 fn status_only(status: StatusCode) -> Response {

@@ -427,6 +427,12 @@ impl GitHub {
         self.lock().delay = by;
     }
 
+    /// Every API write's answer waits this long after the write took
+    /// effect (zero: none), so a test can kill its client in between.
+    pub fn hold_writes(&self, by: Duration) {
+        self.lock().hold_writes = by;
+    }
+
     /// Every request so far (REST, GraphQL, git; at most 5000), oldest first.
     pub fn requests(&self) -> Vec<Request> {
         self.lock().requests.clone()

@@ -238,6 +238,10 @@ pub(super) struct State {
     /// Requests left to fail: (n, status).
     pub fail: (u32, u16),
     pub delay: Duration,
+    /// How long an answer to a write (POST, PATCH, PUT, DELETE) is held
+    /// after it took effect: the window a client dies in having changed
+    /// the forge without hearing so.
+    pub hold_writes: Duration,
     pub requests: Vec<Request>,
     pub dropped: u64,
     pub hooks: Vec<Hook>,
@@ -258,6 +262,7 @@ impl State {
             secondary: (0, 0, 403),
             fail: (0, 500),
             delay: Duration::ZERO,
+            hold_writes: Duration::ZERO,
             requests: Vec::new(),
             dropped: 0,
             hooks: Vec::new(),

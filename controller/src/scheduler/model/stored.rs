@@ -98,6 +98,10 @@ pub struct ForgeState {
     pub error: String,
     #[serde(default)]
     pub error_at: i64,
+    /// When the failed sync is tried again, unix ms; 0 with an error: not
+    /// by itself (a refusal waits for the operator).
+    #[serde(default)]
+    pub retry_at: i64,
 }
 
 /// The pull request a swarm's branch is under review in.
@@ -233,6 +237,7 @@ mod tests {
                 synced_at: 5,
                 error: String::new(),
                 error_at: 0,
+                retry_at: 0,
             })),
         };
         assert_eq!(SwarmControl::from_json(&c.to_json()).expect("json"), c);

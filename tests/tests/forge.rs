@@ -1,0 +1,230 @@
+//! The forge loop's outbound half, end to end: real `swarmctl run` and
+//! `swarm-controller` processes, a real push over smart HTTP to the
+//! scripted GitHub (`swarm_tests::github`), and one pull request per swarm
+//! whatever restarts, rate limits and failures happen on the way.
+#![allow(clippy::unwrap_used)] // tests: a panic is the report
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use swarm_tests::github::GitHub;
+use swarm_tests::{
+    PlanBuilder, TempRepo, WAIT, binary, spawn_controller_env, spawn_sidecar, stderr, stdout, swarmctl, task,
+    wait_output, worker_script,
+};
+
+const TOKEN: &str = "ghs_swarmtesttoken0123456789";
+const TOKEN_VAR: &str = "FORGE_TEST_GITHUB_TOKEN";
+
+/// The scripted GitHub with `acme/app`, its `main` pushed from `repo`, and
+/// `repo`'s `origin` pointing at it.
+fn forge_for(repo: &TempRepo) -> GitHub {
+    let gh = GitHub::start();
+    gh.add_token(TOKEN, "swarm-bot");
+    gh.create_repo("acme", "app", "main");
+    gh.add_collaborator("acme", "app", "swarm-bot", "write");
+    git(repo.path(), &["remote", "add", "origin", &gh.remote_url("acme", "app")]);
+    git(repo.path(), &["push", "-q", &gh.authed_remote_url("acme", "app", TOKEN), "main"]);
+    gh
+}
+
+/// Polls `check` until it holds, failing after `limit` with `what`.
+fn until(limit: Duration, what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + limit;
+    while !check() {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git").arg("-C").arg(dir).args(args).output().unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn forge_table(gh: &GitHub, extra: &str) -> String {
+    format!(
+        "[forge]\nprovider = \"github\"\nremote = \"origin\"\napi_url = \"{}\"\ntoken = {{ env = \"{TOKEN_VAR}\" }}\n{extra}",
+        gh.api_url()
+    )
+}
+
+/// `swarmctl run PLAN` in `repo` with the token in its environment.
+fn run(repo: &TempRepo, plan: &str, extra: &[&str]) -> Output {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("plan.toml");
+    std::fs::write(&path, plan).unwrap();
+    let child = Command::new(binary("swarmctl"))
+        .args(["run", path.to_str().unwrap(), "--workers", "2", "--repo", repo.path().to_str().unwrap()])
+        .args(extra)
+        .env(TOKEN_VAR, TOKEN)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_output(child, WAIT * 3)
+}
+
+fn three_tasks(name: &str, forge: &str) -> String {
+    PlanBuilder::new(name).task(task("a")).task(task("b").deps(&["a"])).task(task("c")).tables(forge).build()
+}
+
+#[test]
+fn a_completed_swarm_is_pushed_and_opens_one_pull_request_with_its_report() {
+    // Task `env` leaves its worker's whole environment in the branch.
+    let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[("env", "env > env.txt")]))]);
+    let gh = forge_for(&repo);
+    let plan = PlanBuilder::new("pr")
+        .task(task("a"))
+        .task(task("b").deps(&["a"]))
+        .task(task("env"))
+        .tables(&forge_table(&gh, ""))
+        .build();
+    let out = run(&repo, &plan, &[]);
+    assert_eq!(out.status.code(), Some(0), "stdout:\n{}\nstderr:\n{}", stdout(&out), stderr(&out));
+
+    let head = repo.head("swarm/pr/integration");
+    assert_eq!(gh.branch_sha("acme", "app", "swarm/pr/integration"), Some(head.clone()), "a real push");
+    let pulls = gh.pulls("acme", "app");
+    assert_eq!(pulls.len(), 1, "{pulls:?}");
+    let pr = &pulls[0];
+    assert!(pr.open && !pr.draft, "ready for review once complete: {pr:?}");
+    assert_eq!(
+        (pr.head.as_str(), pr.base.as_str(), pr.head_sha.as_str()),
+        ("swarm/pr/integration", "main", head.as_str())
+    );
+    assert_eq!(pr.title, "swarm pr: 3/3 tasks");
+    let body = pr.body.clone().unwrap_or_default();
+    for needle in ["# Swarm pr", "3/3 merged", "| a |", "| b |", "| env |", "<!-- swarm:pr -->"] {
+        assert!(body.contains(needle), "{needle:?} in the body:\n{body}");
+    }
+    assert!(stderr(&out).contains(&format!("pull request #{}:", pr.number)), "{}", stderr(&out));
+
+    // The token is the controller's: not in any worker's environment.
+    let env = git(repo.path(), &["show", "swarm/pr/integration:env.txt"]);
+    assert!(env.contains("SWARM_TASK_ID=env"), "the worker's environment:\n{env}");
+    assert!(!env.contains(TOKEN) && !env.contains(TOKEN_VAR), "the forge token reached a worker:\n{env}");
+
+    // A second run finds the swarm done and its pull request as it was.
+    let posts = gh.count("POST", "/api/v3/repos/acme/app/pulls");
+    let again = run(&repo, &plan, &[]);
+    assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
+    assert_eq!(gh.pulls("acme", "app").len(), 1);
+    assert_eq!(gh.count("POST", "/api/v3/repos/acme/app/pulls"), posts, "nothing opened twice");
+}
+
+#[test]
+fn describe_swarm_and_the_report_show_the_pull_request() {
+    let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[]))]);
+    let gh = forge_for(&repo);
+    let out = run(&repo, &three_tasks("shown", &forge_table(&gh, "")), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let number = gh.pulls("acme", "app")[0].number;
+
+    // A standalone controller over the same store reads it back.
+    let controller = spawn_controller_env(repo.path(), &[], &[]);
+    let described = swarmctl(&controller.url(), &["describe", "swarm", "shown"]);
+    let text = stdout(&described);
+    assert!(text.contains(&format!("Forge:       #{number} ")) && text.contains("(open)"), "{text}");
+    let json = swarmctl(&controller.url(), &["describe", "swarm", "shown", "-o", "json"]);
+    let value: serde_json::Value = serde_json::from_str(&stdout(&json)).unwrap();
+    assert_eq!(value["swarm"]["forge"]["pull_number"], number, "{value}");
+    assert_eq!(value["swarm"]["forge"]["pushed"], repo.head("swarm/shown/integration"));
+    let report = swarmctl(&controller.url(), &["report", "shown"]);
+    assert!(stdout(&report).contains(&format!("Pull request: #{number}")), "{}", stdout(&report));
+}
+
+#[test]
+fn with_pr_task_the_pull_request_is_a_draft_until_the_swarm_completes() {
+    let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[]))]);
+    let gh = forge_for(&repo);
+    let out = run(&repo, &three_tasks("drafts", &forge_table(&gh, "pr = \"task\"\n")), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let pulls = gh.pulls("acme", "app");
+    assert_eq!(pulls.len(), 1, "one pull request across every task: {pulls:?}");
+    assert!(!pulls[0].draft, "marked ready when the swarm completed");
+    let ready = gh.requests().iter().filter(|r| r.path.contains("graphql")).count();
+    assert!(ready >= 1, "draft → ready goes through GraphQL: {}", gh.summary());
+    let opened =
+        gh.requests().into_iter().find(|r| r.method == "POST" && r.path == "/api/v3/repos/acme/app/pulls");
+    assert!(opened.is_some_and(|r| r.body["draft"] == true), "opened as a draft: {}", gh.summary());
+}
+
+#[test]
+fn a_plain_git_remote_is_pushed_and_nothing_else() {
+    let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[]))]);
+    let bare = tempfile::tempdir().unwrap();
+    git(bare.path(), &["init", "-q", "--bare", "-b", "main"]);
+    let remote = bare.path().to_str().unwrap();
+    let out = run(&repo, &three_tasks("plain", ""), &["--forge", "git", "--remote", remote]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        git(bare.path(), &["rev-parse", "swarm/plain/integration"]),
+        repo.head("swarm/plain/integration")
+    );
+    assert!(stderr(&out).contains("pushed "), "{}", stderr(&out));
+}
+
+#[test]
+fn a_rate_limited_and_failing_forge_is_retried_until_the_pull_request_opens() {
+    let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[]))]);
+    let gh = forge_for(&repo);
+    // The first calls meet a secondary rate limit (retry after 1 s).
+    gh.secondary_limit_next(2, 1);
+    let plan = three_tasks("limited", &forge_table(&gh, ""));
+    let out = run(&repo, &plan, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}\n{}", stderr(&out), gh.summary());
+    assert_eq!(gh.pulls("acme", "app").len(), 1);
+    let limited = gh.requests().iter().filter(|r| r.status == 403 || r.status == 429).count();
+    assert!(limited >= 1, "the limit was met: {}", gh.summary());
+}
+
+#[test]
+fn a_rejected_push_is_reported_with_its_reason_and_never_forced() {
+    let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[]))]);
+    let gh = forge_for(&repo);
+    gh.protect_branch("acme", "app", "swarm/guarded/integration");
+    let out = run(&repo, &three_tasks("guarded", &forge_table(&gh, "")), &[]);
+    assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("GH006") || err.contains("protected"), "the forge's reason:\n{err}");
+    assert_eq!(
+        gh.branch_sha("acme", "app", "swarm/guarded/integration"),
+        None,
+        "nothing pushed, nothing forced"
+    );
+    assert!(gh.pulls("acme", "app").is_empty());
+    assert!(!err.contains(TOKEN), "the token in an error:\n{err}");
+}
+
+#[test]
+fn a_controller_killed_while_the_pull_request_is_opened_opens_it_once() {
+    let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[]))]);
+    let gh = forge_for(&repo);
+    let env = [(TOKEN_VAR, TOKEN)];
+    let allow = format!("env:{TOKEN_VAR}");
+    let mut controller = spawn_controller_env(repo.path(), &["--forge-secret", &allow], &env);
+    let _sidecar = spawn_sidecar(&controller.url(), repo.path(), "w1", &[]);
+    // The pull request is opened, and the answer held back: the
+    // controller dies having changed the forge without hearing so.
+    gh.hold_writes(Duration::from_secs(30));
+    let dir = tempfile::tempdir().unwrap();
+    let plan = dir.path().join("plan.toml");
+    std::fs::write(&plan, three_tasks("killed", &forge_table(&gh, ""))).unwrap();
+    let created = swarmctl(&controller.url(), &["create", plan.to_str().unwrap()]);
+    assert!(created.status.success(), "{}", stderr(&created));
+    until(WAIT, "the controller opens the pull request", || {
+        gh.count("POST", "/api/v3/repos/acme/app/pulls") > 0
+    });
+    controller.restart_after_kill9();
+    gh.hold_writes(Duration::ZERO);
+    until(WAIT, "the restarted controller records the pull request", || {
+        let out = swarmctl(&controller.url(), &["describe", "swarm", "killed", "-o", "json"]);
+        let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap_or_default();
+        v["swarm"]["forge"]["pull_number"].as_u64().unwrap_or(0) > 0
+    });
+    assert_eq!(gh.pulls("acme", "app").len(), 1, "one pull request: {}", gh.summary());
+}
