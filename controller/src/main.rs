@@ -129,6 +129,11 @@ struct Args {
     /// variables to a forge the plan names.
     #[arg(long = "forge-secret", value_name = "SOURCE", env = "SWARM_FORGE_SECRETS", value_delimiter = ',')]
     forge_secrets: Vec<String>,
+    /// How often an open pull request's checks and state are read (with
+    /// conditional requests, which cost no rate limit when unchanged).
+    #[arg(long, env = "SWARM_FORGE_POLL_MS", default_value_t = 30_000,
+          value_parser = clap::value_parser!(u64).range(100..))]
+    forge_poll_ms: u64,
     /// How READY tasks are ordered: `critical-path` (priority, then the
     /// longest remaining chain of work, then readiness) or `fifo`
     /// (readiness alone: the order before, a benchmark baseline and a
@@ -161,6 +166,7 @@ async fn main() -> anyhow::Result<()> {
             let scheme = if args.tls_cert.is_some() { "https" } else { "http" };
             format!("{scheme}://{at}/")
         }),
+        poll: Duration::from_millis(args.forge_poll_ms),
         ..Default::default()
     };
     let config = swarm_controller::Config {

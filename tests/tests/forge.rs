@@ -228,3 +228,59 @@ fn a_controller_killed_while_the_pull_request_is_opened_opens_it_once() {
     });
     assert_eq!(gh.pulls("acme", "app").len(), 1, "one pull request: {}", gh.summary());
 }
+
+#[test]
+fn a_failed_check_reopens_the_task_its_log_names_and_the_fix_reaches_the_same_pull_request() {
+    // Task b writes FIXED once its task text carries the check's words.
+    let fix =
+        "if grep -q 'want FIXED' \"$SWARM_TASK_FILE\"; then echo FIXED > b.txt; else echo b > b.txt; fi";
+    let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[("b", fix)]))]);
+    let gh = forge_for(&repo);
+    let env = [(TOKEN_VAR, TOKEN)];
+    let allow = format!("env:{TOKEN_VAR}");
+    let controller =
+        spawn_controller_env(repo.path(), &["--forge-secret", &allow, "--forge-poll-ms", "200"], &env);
+    let _w1 = spawn_sidecar(&controller.url(), repo.path(), "w1", &[]);
+    let _w2 = spawn_sidecar(&controller.url(), repo.path(), "w2", &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let plan = dir.path().join("plan.toml");
+    std::fs::write(&plan, three_tasks("ci", &forge_table(&gh, "ci_retries = 1\n"))).unwrap();
+    let created = swarmctl(&controller.url(), &["create", plan.to_str().unwrap()]);
+    assert!(created.status.success(), "{}", stderr(&created));
+    until(WAIT, "the pull request opens", || gh.pulls("acme", "app").iter().any(|p| p.open && !p.draft));
+    let first = gh.pulls("acme", "app")[0].head_sha.clone();
+    let bare = gh.repo_path("acme", "app");
+    assert_eq!(git(&bare, &["show", &format!("{first}:b.txt")]), "b");
+
+    // CI fails, and its log names b's file (with a token that must not travel).
+    let log = format!("running 3 tests\ntest b ... FAILED\n  --> b.txt:1: want FIXED, got b\n{TOKEN}\n");
+    gh.add_check_run("acme", "app", &first, "ci", "completed", Some("failure"), Some("1 failed"), Some(log));
+    until(WAIT, "the fix is pushed to the same pull request", || {
+        gh.pulls("acme", "app").iter().any(|p| p.head_sha != first && p.open)
+    });
+    let pulls = gh.pulls("acme", "app");
+    assert_eq!(pulls.len(), 1, "the same pull request: {pulls:?}");
+    assert_eq!(git(&bare, &["show", &format!("{}:b.txt", pulls[0].head_sha)]), "FIXED");
+    let described = stdout(&swarmctl(&controller.url(), &["describe", "task", "ci/b", "-o", "json"]));
+    let task: serde_json::Value = serde_json::from_str(&described).unwrap();
+    assert_eq!(task["task"]["attempts"], 2, "one new attempt: {described}");
+    assert!(described.contains("task.reopened") && described.contains("CI check `ci` failed"), "{described}");
+    assert!(!described.contains(TOKEN), "the token reached the task: {described}");
+    for other in ["ci/a", "ci/c"] {
+        let d = stdout(&swarmctl(&controller.url(), &["describe", "task", other, "-o", "json"]));
+        let v: serde_json::Value = serde_json::from_str(&d).unwrap();
+        assert_eq!(v["task"]["attempts"], 1, "{other} was not reopened: {d}");
+    }
+
+    // ci_retries = 1: the next failure is the operator's, not b's.
+    let second = pulls[0].head_sha.clone();
+    let log = "test b ... FAILED\n  --> b.txt:1: still wrong\n".to_string();
+    gh.add_check_run("acme", "app", &second, "ci", "completed", Some("failure"), Some("1 failed"), Some(log));
+    until(WAIT, "the failure is left to the operator", || {
+        controller.proc.log().contains("ci_retries (1) spent")
+    });
+    let d = stdout(&swarmctl(&controller.url(), &["describe", "task", "ci/b", "-o", "json"]));
+    let v: serde_json::Value = serde_json::from_str(&d).unwrap();
+    assert_eq!(v["task"]["attempts"], 2, "not reopened again: {d}");
+    assert_eq!(v["task"]["state"], "MERGED");
+}

@@ -57,6 +57,9 @@ pub struct ForgeView {
     pub error: String,
     /// When a failed sync is tried again; 0 with an error: it waits for you.
     pub retry_at_unix_ms: i64,
+    /// The pushed commit's checks as last read.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub checks: String,
 }
 
 impl ForgeView {
@@ -69,6 +72,9 @@ impl ForgeView {
         } else {
             format!("{} → {} (not pushed yet)", self.provider, self.remote_branch)
         };
+        if !self.checks.is_empty() {
+            out.push_str(&format!("; checks: {}", self.checks));
+        }
         if !self.error.is_empty() {
             let next = match self.retry_at_unix_ms {
                 0 => "waits for you".to_string(),
@@ -92,6 +98,7 @@ impl From<&v1::Forge> for ForgeView {
             synced_at_unix_ms: f.synced_at_unix_ms,
             error: f.error.clone(),
             retry_at_unix_ms: f.retry_at_unix_ms,
+            checks: f.checks.clone(),
         }
     }
 }

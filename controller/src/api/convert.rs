@@ -491,6 +491,7 @@ fn forge(f: crate::scheduler::views::SwarmForge) -> v1::Forge {
         error: f.state.error,
         error_at_unix_ms: f.state.error_at,
         retry_at_unix_ms: f.state.retry_at,
+        checks: f.state.checks,
     }
 }
 

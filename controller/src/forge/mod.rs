@@ -14,8 +14,10 @@
 //! branch before one is opened, so a restart repeats nothing.
 
 mod body;
+mod route;
 pub mod secrets;
 mod sync;
+mod watch;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -46,6 +48,8 @@ pub struct ForgeConfig {
     /// First retry after a failed sync; doubled up to `max_backoff`.
     pub first_backoff: Duration,
     pub max_backoff: Duration,
+    /// How often an open pull request's checks and state are read.
+    pub poll: Duration,
 }
 
 impl Default for ForgeConfig {
@@ -55,6 +59,7 @@ impl Default for ForgeConfig {
             dashboard: None,
             first_backoff: Duration::from_secs(1),
             max_backoff: Duration::from_secs(300),
+            poll: Duration::from_secs(30),
         }
     }
 }
@@ -67,8 +72,9 @@ pub async fn start(config: ForgeConfig, repo: PathBuf, shared: &Shared) -> Resul
     let (reply, rx) = oneshot::channel();
     shared.scheduler.send_async(Command::Subscribe { reply }).await.map_err(|_| "the scheduler stopped")?;
     let (_, live) = rx.await.map_err(|_| "the scheduler stopped".to_string())?;
-    let syncer = sync::Syncer::new(repo, &config, Arc::new(OperatorApi::new(shared.clone())));
-    let run = run(syncer, live, shared.scheduler.clone(), shared.shutdown.clone());
+    let reads = Arc::new(OperatorApi::new(shared.clone()));
+    let syncer = sync::Syncer::new(repo, &config, reads, shared.scheduler.clone());
+    let run = run(syncer, config.poll, live, shared.scheduler.clone(), shared.shutdown.clone());
     shared.tasks.spawn(run.instrument(tracing::info_span!("forge")));
     Ok(())
 }
@@ -80,9 +86,13 @@ struct Due {
 }
 
 impl Due {
-    /// Now, unless a retry is already waiting (a rate limit stays honoured).
+    /// Now, unless a retry is already waiting (a rate limit stays
+    /// honoured); a poll that is not due yet is brought forward.
     fn soon(&mut self, swarm: SwarmId) {
-        self.at.entry(swarm).or_insert((Instant::now(), 0));
+        let entry = self.at.entry(swarm).or_insert((Instant::now(), 0));
+        if entry.1 == 0 {
+            entry.0 = entry.0.min(Instant::now());
+        }
     }
 
     fn next(&self) -> Option<(SwarmId, Instant, u32)> {
@@ -92,6 +102,7 @@ impl Due {
 
 async fn run(
     mut syncer: sync::Syncer,
+    poll: Duration,
     mut live: broadcast::Receiver<Arc<EventRow>>,
     scheduler: flume::Sender<Command>,
     shutdown: CancellationToken,
@@ -136,6 +147,10 @@ async fn run(
                 }
                 if let Some(at) = outcome.retry {
                     due.at.insert(swarm, (at, failures.saturating_add(1)));
+                } else if outcome.watching {
+                    // An open pull request's checks and state, polled with
+                    // conditional requests that cost no quota when unchanged.
+                    due.at.insert(swarm, (Instant::now() + poll, 0));
                 }
             }
         }

@@ -17,29 +17,31 @@ use swarm_forge::{
 use tokio::time::Instant;
 use tracing::Instrument as _;
 
-use super::body;
 use super::secrets::{self, SecretPolicy};
+use super::{body, watch};
 use crate::api::operator::OperatorApi;
 use crate::scheduler::views::ForgeTarget;
 use crate::scheduler::{ForgeState, PullRecord, SwarmState, now_ms};
 
 /// When a failed sync is tried again.
 #[derive(Debug, Clone, Copy)]
-enum Retry {
+pub(super) enum Retry {
     Backoff,
     /// The forge said when (a rate limit's reset).
     At(Instant),
 }
 
-/// What a sync leaves: the state to record (when it changed) and when to
-/// try again, if it failed in a way time may mend.
+/// What a sync leaves: the state to record (when it changed), when to
+/// try again if it failed in a way time may mend, and whether there is an
+/// open pull request to keep watching.
 pub(super) struct Outcome {
     pub state: Option<ForgeState>,
     pub retry: Option<Instant>,
+    pub watching: bool,
 }
 
 /// Why a sync stopped, as the operator reads it.
-struct Failed {
+pub(super) struct Failed {
     message: String,
     retry: Option<Retry>,
 }
@@ -48,6 +50,13 @@ impl Failed {
     /// Wrong settings or a refusal: nothing changes until someone acts.
     fn settled(message: impl Into<String>) -> Failed {
         Failed { message: message.into(), retry: None }
+    }
+}
+
+impl Failed {
+    /// The scheduler is gone: the controller is stopping.
+    pub(super) fn stopping() -> Failed {
+        Failed { message: "the scheduler stopped".into(), retry: Some(Retry::Backoff) }
     }
 }
 
@@ -85,13 +94,24 @@ pub(super) struct Syncer {
     dashboard: Option<String>,
     /// The first back-off and its cap.
     backoff: (Duration, Duration),
+    /// The scheduler, for feedback the pull request gives.
+    scheduler: flume::Sender<crate::scheduler::Command>,
+    /// Feedback sent this run (the scheduler keeps what it took for good).
+    seen: watch::Seen,
     /// One client per swarm, kept so its ETag cache and quota carry over.
     clients: HashMap<SwarmId, (String, Arc<dyn Forge>)>,
 }
 
 impl Syncer {
-    pub fn new(repo: PathBuf, config: &super::ForgeConfig, reads: Arc<OperatorApi>) -> Syncer {
+    pub fn new(
+        repo: PathBuf,
+        config: &super::ForgeConfig,
+        reads: Arc<OperatorApi>,
+        scheduler: flume::Sender<crate::scheduler::Command>,
+    ) -> Syncer {
         Syncer {
+            scheduler,
+            seen: watch::Seen::default(),
             repo,
             secrets: config.secrets.clone(),
             reads,
@@ -129,7 +149,8 @@ impl Syncer {
                 at
             }
         };
-        Outcome { state: (state != target.forge).then_some(state), retry }
+        let watching = target.spec.provider == Provider::Github && state.pull.as_ref().is_some_and(is_open);
+        Outcome { state: (state != target.forge).then_some(state), retry, watching }
     }
 
     /// Back-off doubling from the first, capped; a forge's own reset is
@@ -173,11 +194,31 @@ impl Syncer {
         }
         let draft = !ready;
         let shown = state.pull.as_ref().is_some_and(|p| p.state == pull_state_name(PullState::Open, draft));
-        if !changed && shown {
-            return Ok(false);
-        }
         let Some(token) = token else { return Err(Failed::settled("forge.token: a forge needs a token")) };
-        let forge = self.client(t, &url, token)?;
+        let forge = self.client(t, &url, token.clone())?;
+        if changed || !shown {
+            self.open_or_update(t, state, forge.as_ref(), branch, draft).await?;
+            changed = true;
+        }
+        if state.pull.as_ref().is_some_and(is_open) {
+            let mut watch =
+                watch::Watch { seen: &mut self.seen, scheduler: &self.scheduler, secrets: &[token.expose()] };
+            changed |= watch.pull_request(t, state, forge.as_ref()).await?;
+        }
+        Ok(changed)
+    }
+
+    /// Opens the pull request, or brings its title, body and draft state
+    /// up to date.
+    async fn open_or_update(
+        &self,
+        t: &ForgeTarget,
+        state: &mut ForgeState,
+        forge: &dyn Forge,
+        branch: String,
+        draft: bool,
+    ) -> Result<(), Failed> {
+        let spec = &t.spec;
         let body =
             body::body(&self.reads, t.swarm.as_str(), self.dashboard.as_deref()).await.map_err(|s| {
                 Failed { message: format!("the report: {}", s.message()), retry: Some(Retry::Backoff) }
@@ -189,10 +230,10 @@ impl Syncer {
             base: spec.base.clone().unwrap_or_else(|| t.target_branch.clone()),
             draft,
         };
-        let (pull, ensured) = swarm_forge::ensure_pull(forge.as_ref(), &want).await?;
+        let (pull, ensured) = swarm_forge::ensure_pull(forge, &want).await?;
         tracing::info!(number = pull.number, url = %pull.url, ?ensured, "pull request");
         state.pull = Some(record(&pull));
-        Ok(true)
+        Ok(())
     }
 
     async fn push(
@@ -258,7 +299,12 @@ fn is_live(state: SwarmState) -> bool {
     matches!(state, SwarmState::Active | SwarmState::Stalled | SwarmState::Paused)
 }
 
-fn pull_state_name(state: PullState, draft: bool) -> &'static str {
+/// Whether the pull request is still open (a draft or ready).
+pub(super) fn is_open(pull: &PullRecord) -> bool {
+    matches!(pull.state.as_str(), "draft" | "open")
+}
+
+pub(super) fn pull_state_name(state: PullState, draft: bool) -> &'static str {
     match (state, draft) {
         (PullState::Open, true) => "draft",
         (PullState::Open, false) => "open",
@@ -267,7 +313,7 @@ fn pull_state_name(state: PullState, draft: bool) -> &'static str {
     }
 }
 
-fn record(pull: &PullRequest) -> PullRecord {
+pub(super) fn record(pull: &PullRequest) -> PullRecord {
     PullRecord {
         number: pull.number,
         url: pull.url.clone(),

@@ -35,10 +35,13 @@ pub enum Kind {
     PullRequest,
     /// A push or a forge call failed in a way that needs the operator.
     ForgeError,
+    /// A failed check or a review no task could take (none named, or
+    /// `ci_retries` spent): the operator decides.
+    FeedbackUnrouted,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 12] = [
+    pub const ALL: [Kind; 13] = [
         Kind::TaskQuestion,
         Kind::TaskPermission,
         Kind::TaskReview,
@@ -51,6 +54,7 @@ impl Kind {
         Kind::BreakerTripped,
         Kind::PullRequest,
         Kind::ForgeError,
+        Kind::FeedbackUnrouted,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -67,6 +71,7 @@ impl Kind {
             Kind::BreakerTripped => "breaker.tripped",
             Kind::PullRequest => "swarm.pull_request",
             Kind::ForgeError => "swarm.forge_error",
+            Kind::FeedbackUnrouted => "swarm.feedback_unrouted",
         }
     }
 
@@ -145,6 +150,7 @@ pub fn classify(e: &EventRow) -> Option<Kind> {
         "swarm.budget_reached" => Some(Kind::SwarmBudget),
         "swarm.pull_request" => Some(Kind::PullRequest),
         "swarm.forge_error" => Some(Kind::ForgeError),
+        "swarm.feedback_unrouted" => Some(Kind::FeedbackUnrouted),
         _ => None,
     }
 }
@@ -209,7 +215,23 @@ mod tests {
         assert_eq!(parse_filter("all").unwrap().len(), Kind::ALL.len());
         let swarm = parse_filter("swarm.*").unwrap();
         assert!(swarm.iter().all(|k| k.as_str().starts_with("swarm.")), "{swarm:?}");
-        assert_eq!(swarm.len(), 5);
+        assert_eq!(
+            swarm.len(),
+            8,
+            "stalled, paused, completed, failed, budget, pull_request, forge_error, feedback_unrouted"
+        );
+    }
+
+    #[test]
+    fn the_forge_events_are_notifications() {
+        let data = serde_json::json!({ "number": 7, "url": "https://h/o/r/pull/7", "state": "open" });
+        assert_eq!(classify(&event("swarm.pull_request", "opened", data)), Some(Kind::PullRequest));
+        assert_eq!(classify(&event("swarm.forge_error", "x", Value::Null)), Some(Kind::ForgeError));
+        assert_eq!(
+            classify(&event("swarm.feedback_unrouted", "x", Value::Null)),
+            Some(Kind::FeedbackUnrouted)
+        );
+        assert_eq!(classify(&event("swarm.pushed", "x", Value::Null)), None, "a push alone waits for nobody");
     }
 
     #[test]

@@ -82,6 +82,7 @@ pub fn line(kind: Kind, e: &EventView) -> String {
         Kind::SwarmBudget => e.message.clone(),
         Kind::PullRequest => e.message.clone(),
         Kind::ForgeError => format!("{} — see `swarmctl describe swarm {swarm}`", e.message),
+        Kind::FeedbackUnrouted => format!("{} — the pull request waits for you", e.message),
     }
 }
 

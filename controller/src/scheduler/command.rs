@@ -287,6 +287,12 @@ pub enum Command {
         state: super::model::ForgeState,
         reply: Reply<()>,
     },
+    /// The forge component: a failed check or a review for a task.
+    ForgeFeedback {
+        swarm: SwarmId,
+        feedback: super::model::messages::ForgeFeedback,
+        reply: Reply<super::model::messages::FeedbackTaken>,
+    },
     /// A call refused at the edge, for the (rate-limited) audit log.
     Denied {
         client: String,

@@ -4,10 +4,11 @@
 //! something the operator would want to hear changed. The component only
 //! reports; whether anything changed is decided here.
 
-use swarm_core::SwarmId;
+use swarm_core::{SwarmId, TaskKey, TaskState};
 
 use super::core::{Core, find_swarm};
-use super::model::ForgeState;
+use super::model::messages::{FeedbackTaken, ForgeFeedback};
+use super::model::{ForgeState, SwarmState};
 use crate::error::SchedError;
 
 /// Records `next` as swarm `id`'s forge state.
@@ -70,4 +71,88 @@ fn events(
 
 fn short(commit: &str) -> &str {
     commit.get(..12).unwrap_or(commit)
+}
+
+/// Gives `feedback` to its task: a MERGED task of a swarm with a `[forge]`
+/// gets a new attempt that reads it, and the swarm is ACTIVE again until
+/// that attempt's work merges (and is pushed to the same pull request). A
+/// failed check counts against the plan's `ci_retries`; past them, or with
+/// no task named, the operator is asked instead. Each forge id once.
+pub(super) fn feedback(
+    core: &mut Core,
+    id: &SwarmId,
+    feedback: ForgeFeedback,
+) -> Result<FeedbackTaken, SchedError> {
+    let swarm = find_swarm(core.model, id.as_str())?;
+    let Some(spec) = swarm.plan.forge.clone() else {
+        return Err(SchedError::FailedPrecondition(format!("swarm {id} has no [forge]")));
+    };
+    let mut taken = swarm.control.feedback.as_deref().cloned().unwrap_or_default();
+    if taken.seen.contains(&feedback.key) {
+        return Ok(FeedbackTaken::Seen);
+    }
+    let _span = tracing::info_span!("swarm.feedback", swarm = %id, key = %feedback.key,
+        task = feedback.task.as_deref().unwrap_or(""))
+    .entered();
+    taken.seen.insert(feedback.key.clone());
+    let key = match &feedback.task {
+        Some(task) => Some(
+            TaskKey::parse(&format!("{id}/{task}"))
+                .map_err(|rule| SchedError::InvalidArgument { field: "task".into(), rule })?,
+        ),
+        None => None,
+    };
+    let merged =
+        key.as_ref().and_then(|k| core.model.tasks().get(k)).is_some_and(|t| t.state() == TaskState::Merged);
+    let spent = feedback.is_check && taken.ci_rounds >= spec.ci_retries;
+    let (Some(key), true, false) = (key, merged, spent) else {
+        let why = if spent {
+            format!("ci_retries ({}) spent", spec.ci_retries)
+        } else if feedback.task.is_none() {
+            "no task owns what it names".to_string()
+        } else {
+            "its task is not MERGED".to_string()
+        };
+        core.edit_swarm(id, move |s| s.control.feedback = Some(Box::new(taken)));
+        tracing::warn!(title = %feedback.title, reason = %why, "the forge's feedback is left to the operator");
+        core.fx.event(
+            id.as_str(),
+            "",
+            0,
+            "",
+            "swarm.feedback_unrouted",
+            format!("swarm {id}: {} — left to you: {why}", feedback.title),
+            serde_json::json!({ "key": feedback.key, "title": feedback.title, "reason": why,
+                "task": feedback.task, "text": feedback.text }),
+        );
+        return Ok(FeedbackTaken::Asked);
+    };
+    if feedback.is_check {
+        taken.ci_rounds += 1;
+    }
+    let rounds = taken.ci_rounds;
+    core.edit_swarm(id, move |s| {
+        s.control.feedback = Some(Box::new(taken));
+        if !matches!(s.state, SwarmState::Active | SwarmState::Stalled | SwarmState::Paused) {
+            s.state = SwarmState::Active;
+        }
+    });
+    let text = format!("{}\n\n```text\n{}\n```", feedback.title, feedback.text.trim_end());
+    core.edit_task(&key, move |t| {
+        t.notes.feedback.push(text);
+        t.retries_used = 0;
+        t.not_before = 0;
+    });
+    tracing::info!(rounds, "task reopened with the forge's feedback");
+    core.fx.event(
+        id.as_str(),
+        key.task.as_str(),
+        0,
+        "",
+        "task.reopened",
+        format!("{key} reopened: {}", feedback.title),
+        serde_json::json!({ "key": feedback.key, "title": feedback.title, "ci_rounds": rounds }),
+    );
+    core.make_ready(&key, &format!("reopened: {}", feedback.title));
+    Ok(FeedbackTaken::Reopened)
 }

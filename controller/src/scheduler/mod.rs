@@ -53,6 +53,7 @@ pub use command::{
 };
 pub use merge_queue::VerifiedReport;
 pub(crate) use model::HashMap;
+pub use model::messages::{FeedbackTaken, ForgeFeedback};
 pub use model::{AgentRecord, Attempt, ForgeState, PullRecord, Session, SwarmState, TierOutcome, now_ms};
 // What a question's category and a pause's author mean to the operator's webhooks.
 pub use model::{BUDGET_CATEGORY, ScheduleOrder};
@@ -385,6 +386,10 @@ impl Scheduler {
             }
             Command::ForgeSynced { swarm, state, reply } => {
                 let r = forge::synced(&mut self.core(fx), &swarm, state);
+                operator::later(fx, reply, r);
+            }
+            Command::ForgeFeedback { swarm, feedback, reply } => {
+                let r = forge::feedback(&mut self.core(fx), &swarm, feedback);
                 operator::later(fx, reply, r);
             }
             Command::Shutdown => {}

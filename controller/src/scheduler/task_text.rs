@@ -62,6 +62,16 @@ pub fn render(task: &Task, attempt: u32, deps: &[(String, String)]) -> String {
         }
         md.push('\n');
     }
+    if !task.notes.feedback.is_empty() {
+        let _ = writeln!(
+            md,
+            "## Feedback on the pull request\n\nYour merged work is under review in a pull request; \
+             fix what this says (the latest is last):\n"
+        );
+        for (i, f) in task.notes.feedback.iter().enumerate() {
+            let _ = writeln!(md, "### f{}\n\n{}\n", i + 1, f.trim_end());
+        }
+    }
     if !task.notes.answers.is_empty() {
         let _ = writeln!(md, "## Answers\n");
         for qa in &task.notes.answers {

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use std::sync::Arc;
 
-use swarm_core::plan::{Budget, ForgeSpec, SwarmBudget};
+use swarm_core::plan::{Budget, ForgeSpec, Plan, SwarmBudget};
 use swarm_core::{SwarmId, TaskState, Usage};
 
 pub use super::branch_report::BranchReport as BranchReportView;
@@ -85,6 +85,8 @@ impl SwarmView {
 pub struct ForgeTarget {
     pub swarm: SwarmId,
     pub spec: Arc<ForgeSpec>,
+    /// Its plan: whose files a failure names.
+    pub plan: Arc<Plan>,
     pub state: SwarmState,
     pub integration_branch: String,
     pub target_branch: String,
@@ -103,6 +105,7 @@ impl ForgeTarget {
             Some(ForgeTarget {
                 swarm: swarm.id.clone(),
                 spec,
+                plan: swarm.plan.clone(),
                 state: swarm.state,
                 integration_branch: swarm.plan.integration_branch.clone(),
                 target_branch: swarm.plan.target_branch.clone(),

@@ -193,3 +193,29 @@ pub struct PackClaim {
     /// The attempt an upload belongs to; none for a download.
     pub attempt: Option<ReportedAttempt>,
 }
+
+/// What the forge said of a swarm's pull request, for the task that owns
+/// it (`task: None`: no task could be named; the operator decides).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ForgeFeedback {
+    /// The forge's own id of it, so it is taken once (`check:<id>@<sha>`).
+    pub key: String,
+    pub task: Option<String>,
+    /// One line: which check failed, or who commented on what.
+    pub title: String,
+    /// The log's end or the comment, clipped and with secrets redacted.
+    pub text: String,
+    /// A failed check (counted against `ci_retries`) rather than a review.
+    pub is_check: bool,
+}
+
+/// What the scheduler made of a [`ForgeFeedback`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FeedbackTaken {
+    /// The task has a new attempt with it.
+    Reopened,
+    /// Taken before (the same forge id).
+    Seen,
+    /// Left to the operator: no task to give it to, or `ci_retries` spent.
+    Asked,
+}

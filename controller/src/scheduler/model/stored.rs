@@ -75,6 +75,10 @@ pub struct SwarmControl {
     pub paused: Option<Pause>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<StoredSwarmBudget>,
+    /// What the pull request's CI and reviewers said, as the scheduler
+    /// took it (the forge component never writes this).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub feedback: Option<Box<FeedbackState>>,
     /// Where its work went on the forge, as the forge component last
     /// reported it (boxed: most swarms have none, and every swarm carries
     /// the field).
@@ -102,6 +106,20 @@ pub struct ForgeState {
     /// by itself (a refusal waits for the operator).
     #[serde(default)]
     pub retry_at: i64,
+    /// The pushed commit's checks as last read (`ci passed, lint failed`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub checks: String,
+}
+
+/// Feedback taken from the forge: each item once, by the forge's own id,
+/// and failed-check rounds bounded by the plan's `ci_retries`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct FeedbackState {
+    #[serde(default)]
+    pub ci_rounds: u32,
+    /// The forge's ids of what was taken (`check:<id>@<sha>`, `comment:<id>`).
+    #[serde(default)]
+    pub seen: std::collections::BTreeSet<String>,
 }
 
 /// The pull request a swarm's branch is under review in.
@@ -227,6 +245,10 @@ mod tests {
         let c = SwarmControl {
             paused: Some(Pause { reason: "r".into(), ..Default::default() }),
             budget: Some(StoredSwarmBudget { usd: Some(3.0), ..Default::default() }),
+            feedback: Some(Box::new(FeedbackState {
+                ci_rounds: 1,
+                seen: ["check:9@abc".to_string()].into(),
+            })),
             forge: Some(Box::new(ForgeState {
                 pushed: "a".repeat(40),
                 pull: Some(PullRecord {
@@ -238,6 +260,7 @@ mod tests {
                 error: String::new(),
                 error_at: 0,
                 retry_at: 0,
+                checks: "ci passed".into(),
             })),
         };
         assert_eq!(SwarmControl::from_json(&c.to_json()).expect("json"), c);

@@ -186,6 +186,10 @@ pub struct Notes {
     /// The budget as the operator last set it; `None`: the plan's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<TaskBudget>,
+    /// What the pull request's CI and reviewers said of this task's work,
+    /// oldest first; its next attempt reads them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub feedback: Vec<String>,
 }
 
 impl Notes {
@@ -199,6 +203,7 @@ impl Notes {
         messages: Vec::new(),
         review: None,
         budget: None,
+        feedback: Vec::new(),
     };
 }
 
