@@ -134,6 +134,12 @@ struct Args {
     #[arg(long, env = "SWARM_FORGE_POLL_MS", default_value_t = 30_000,
           value_parser = clap::value_parser!(u64).range(100..))]
     forge_poll_ms: u64,
+    /// Receive GitHub's webhook deliveries at http(s)://ADDR/github: a
+    /// check, status, pull request, review or comment signed with a plan's
+    /// `[forge] webhook_secret` wakes that swarm's poll at once. A
+    /// non-loopback ADDR needs --tls-cert (or --insecure).
+    #[arg(long, env = "SWARM_FORGE_WEBHOOK_LISTEN")]
+    forge_webhook_listen: Option<SocketAddr>,
     /// How READY tasks are ordered: `critical-path` (priority, then the
     /// longest remaining chain of work, then readiness) or `fifo`
     /// (readiness alone: the order before, a benchmark baseline and a
@@ -167,6 +173,13 @@ async fn main() -> anyhow::Result<()> {
             format!("{scheme}://{at}/")
         }),
         poll: Duration::from_millis(args.forge_poll_ms),
+        webhook_listen: args.forge_webhook_listen,
+        webhook_security: swarm_controller::Security {
+            tls_cert: args.tls_cert.clone(),
+            tls_key: args.tls_key.clone(),
+            insecure: args.insecure,
+            ..Default::default()
+        },
         ..Default::default()
     };
     let config = swarm_controller::Config {

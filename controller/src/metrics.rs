@@ -57,6 +57,38 @@ pub struct Metrics {
     /// Tasks in the merge queue's latest batch or bisection half.
     pub merge_queue_batch_size: Gauge,
     pub notify: NotifyMetrics,
+    pub forge: ForgeMetrics,
+}
+
+/// GitHub's webhook deliveries (`forge/inbound.rs`).
+#[derive(Default)]
+pub struct ForgeMetrics {
+    /// Deliveries by outcome: accepted, duplicate, bad_signature,
+    /// malformed, too_large, ignored.
+    pub webhooks: Family<StateLabel, Counter>,
+    /// Swarms not woken because the forge loop's queue was full (their
+    /// next poll catches up).
+    pub wakes_dropped: Counter,
+}
+
+impl ForgeMetrics {
+    /// Counts one delivery that ended as `outcome`.
+    pub fn webhook(&self, outcome: &'static str) {
+        self.webhooks.get_or_create(&vec![("outcome", outcome)]).inc();
+    }
+
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "forge_webhooks",
+            "GitHub webhook deliveries received, by outcome",
+            self.webhooks.clone(),
+        );
+        registry.register(
+            "forge_webhook_wakes_dropped",
+            "Swarms a webhook did not wake because the forge loop's queue was full",
+            self.wakes_dropped.clone(),
+        );
+    }
 }
 
 /// The operator webhooks' counts, per endpoint (`notify/`).
@@ -107,6 +139,7 @@ impl Default for Metrics {
             merge_queue_verifications: Counter::default(),
             merge_queue_batch_size: Gauge::default(),
             notify: NotifyMetrics::default(),
+            forge: ForgeMetrics::default(),
             registry: Registry::default(),
         };
         registry.register("tasks", "Tasks by state", m.tasks.clone());
@@ -178,6 +211,7 @@ impl Default for Metrics {
             m.merge_queue_batch_size.clone(),
         );
         m.notify.register(&mut registry);
+        m.forge.register(&mut registry);
         Metrics { registry, ..m }
     }
 }

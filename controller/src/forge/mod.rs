@@ -14,18 +14,20 @@
 //! branch before one is opened, so a restart repeats nothing.
 
 mod body;
+mod inbound;
 mod route;
 pub mod secrets;
 mod sync;
 mod watch;
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use swarm_core::SwarmId;
-use tokio::sync::{broadcast, oneshot};
+use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
@@ -33,6 +35,7 @@ use tracing::Instrument as _;
 pub use secrets::SecretPolicy;
 
 use crate::api::Shared;
+use crate::api::auth::Security;
 use crate::api::operator::OperatorApi;
 use crate::scheduler::Command;
 use crate::scheduler::views::ForgeTarget;
@@ -50,6 +53,13 @@ pub struct ForgeConfig {
     pub max_backoff: Duration,
     /// How often an open pull request's checks and state are read.
     pub poll: Duration,
+    /// Where GitHub's webhook deliveries are received (`POST /github`);
+    /// none by default. A delivery only wakes the poll of its swarms.
+    pub webhook_listen: Option<SocketAddr>,
+    /// The controller's certificate and key (HTTPS on `webhook_listen`)
+    /// and `--insecure`. Its tokens and client CA are not used: a delivery
+    /// is authenticated by its signature.
+    pub webhook_security: Security,
 }
 
 impl Default for ForgeConfig {
@@ -60,6 +70,8 @@ impl Default for ForgeConfig {
             first_backoff: Duration::from_secs(1),
             max_backoff: Duration::from_secs(300),
             poll: Duration::from_secs(30),
+            webhook_listen: None,
+            webhook_security: Security::default(),
         }
     }
 }
@@ -73,8 +85,12 @@ pub async fn start(config: ForgeConfig, repo: PathBuf, shared: &Shared) -> Resul
     shared.scheduler.send_async(Command::Subscribe { reply }).await.map_err(|_| "the scheduler stopped")?;
     let (_, live) = rx.await.map_err(|_| "the scheduler stopped".to_string())?;
     let reads = Arc::new(OperatorApi::new(shared.clone()));
+    let woken = match config.webhook_listen {
+        Some(at) => inbound::serve(at, &config, repo.clone(), shared).await?.1,
+        None => mpsc::channel(1).1,
+    };
     let syncer = sync::Syncer::new(repo, &config, reads, shared.scheduler.clone());
-    let run = run(syncer, config.poll, live, shared.scheduler.clone(), shared.shutdown.clone());
+    let run = run(syncer, config.poll, live, woken, shared.scheduler.clone(), shared.shutdown.clone());
     shared.tasks.spawn(run.instrument(tracing::info_span!("forge")));
     Ok(())
 }
@@ -104,6 +120,7 @@ async fn run(
     mut syncer: sync::Syncer,
     poll: Duration,
     mut live: broadcast::Receiver<Arc<EventRow>>,
+    mut woken: mpsc::Receiver<SwarmId>,
     scheduler: flume::Sender<Command>,
     shutdown: CancellationToken,
 ) {
@@ -118,6 +135,7 @@ async fn run(
             next.as_ref().map(|(_, at, _)| *at).unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
         tokio::select! {
             _ = shutdown.cancelled() => return,
+            Some(swarm) = woken.recv() => due.soon(swarm),
             received = live.recv() => match received {
                 Ok(event) => {
                     if wakes(&event)
