@@ -14,9 +14,11 @@
 //! branch before one is opened, so a restart repeats nothing.
 
 mod body;
+mod conversation;
 mod inbound;
 mod route;
 pub mod secrets;
+mod slash;
 mod sync;
 mod watch;
 

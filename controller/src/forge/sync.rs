@@ -98,6 +98,8 @@ pub(super) struct Syncer {
     scheduler: flume::Sender<crate::scheduler::Command>,
     /// Feedback sent this run (the scheduler keeps what it took for good).
     seen: watch::Seen,
+    /// Each login's role on the repository, asked once a run.
+    permissions: HashMap<String, swarm_forge::Permission>,
     /// One client per swarm, kept so its ETag cache and quota carry over.
     clients: HashMap<SwarmId, (String, Arc<dyn Forge>)>,
 }
@@ -112,6 +114,7 @@ impl Syncer {
         Syncer {
             scheduler,
             seen: watch::Seen::default(),
+            permissions: HashMap::new(),
             repo,
             secrets: config.secrets.clone(),
             reads,
@@ -201,8 +204,12 @@ impl Syncer {
             changed = true;
         }
         if state.pull.as_ref().is_some_and(is_open) {
-            let mut watch =
-                watch::Watch { seen: &mut self.seen, scheduler: &self.scheduler, secrets: &[token.expose()] };
+            let mut watch = watch::Watch {
+                seen: &mut self.seen,
+                permissions: &mut self.permissions,
+                scheduler: &self.scheduler,
+                secrets: &[token.expose()],
+            };
             changed |= watch.pull_request(t, state, forge.as_ref()).await?;
         }
         Ok(changed)

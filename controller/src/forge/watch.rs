@@ -3,9 +3,9 @@
 //! the task whose files it names, through the scheduler, which reopens
 //! that task with it (or asks the operator).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
-use swarm_forge::{Check, CheckSource, CheckState, Forge, PullState};
+use swarm_forge::{Check, CheckSource, CheckState, Forge, Permission, PullState};
 use tracing::Instrument as _;
 
 use super::route::{self, Route};
@@ -34,12 +34,19 @@ impl Seen {
 
 pub(super) struct Watch<'a> {
     pub seen: &'a mut Seen,
+    /// Each login's role on the repository, as the forge said this run.
+    pub permissions: &'a mut HashMap<String, Permission>,
     pub scheduler: &'a flume::Sender<Command>,
     /// Never echoed into a task's text.
     pub secrets: &'a [&'a str],
 }
 
 impl Watch<'_> {
+    /// Whether `key` was not handed on before by this process.
+    pub(super) fn seen_new(&mut self, key: &str) -> bool {
+        self.seen.insert(key.to_string())
+    }
+
     /// Reads the pull request and its checks; whether `state` changed.
     pub async fn pull_request(
         &mut self,
@@ -73,6 +80,7 @@ impl Watch<'_> {
             let span = tracing::info_span!("forge.check_failed", swarm = %t.swarm, check = %check.name);
             self.failed(t, state, forge, check, key).instrument(span).await?;
         }
+        self.conversation(t, forge, number).await?;
         Ok(changed)
     }
 

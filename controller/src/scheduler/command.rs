@@ -293,6 +293,13 @@ pub enum Command {
         feedback: super::model::messages::ForgeFeedback,
         reply: Reply<super::model::messages::FeedbackTaken>,
     },
+    /// The forge component: claims a forge id (a comment with a slash
+    /// command) before acting on it; whether it was new.
+    ForgeClaim {
+        swarm: SwarmId,
+        key: String,
+        reply: Reply<bool>,
+    },
     /// A call refused at the edge, for the (rate-limited) audit log.
     Denied {
         client: String,

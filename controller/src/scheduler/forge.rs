@@ -73,6 +73,19 @@ fn short(commit: &str) -> &str {
     commit.get(..12).unwrap_or(commit)
 }
 
+/// Claims the forge's id `key` for swarm `id` once and for all: whether
+/// it was new. What acts on a forge item (a slash command) claims it first,
+/// so a restart never acts twice; a crash between the two loses the act.
+pub(super) fn claim(core: &mut Core, id: &SwarmId, key: String) -> Result<bool, SchedError> {
+    let swarm = find_swarm(core.model, id.as_str())?;
+    let mut taken = swarm.control.feedback.as_deref().cloned().unwrap_or_default();
+    if !taken.seen.insert(key) {
+        return Ok(false);
+    }
+    core.edit_swarm(id, move |s| s.control.feedback = Some(Box::new(taken)));
+    Ok(true)
+}
+
 /// Gives `feedback` to its task: a MERGED task of a swarm with a `[forge]`
 /// gets a new attempt that reads it, and the swarm is ACTIVE again until
 /// that attempt's work merges (and is pushed to the same pull request). A
@@ -102,8 +115,18 @@ pub(super) fn feedback(
         ),
         None => None,
     };
-    let merged =
-        key.as_ref().and_then(|k| core.model.tasks().get(k)).is_some_and(|t| t.state() == TaskState::Merged);
+    let state = key.as_ref().and_then(|k| core.model.tasks().get(k)).map(|t| t.state());
+    // Work already going again (reopened for an earlier item) reads it on
+    // its next attempt.
+    if let (Some(key), Some(TaskState::Pending | TaskState::Ready | TaskState::Running)) = (&key, state)
+        && !feedback.is_check
+    {
+        let text = format!("{}\n\n```text\n{}\n```", feedback.title, feedback.text.trim_end());
+        core.edit_swarm(id, move |s| s.control.feedback = Some(Box::new(taken)));
+        core.edit_task(key, move |t| t.notes.feedback.push(text));
+        return Ok(FeedbackTaken::Queued);
+    }
+    let merged = state == Some(TaskState::Merged);
     let spent = feedback.is_check && taken.ci_rounds >= spec.ci_retries;
     let (Some(key), true, false) = (key, merged, spent) else {
         let why = if spent {
@@ -111,7 +134,7 @@ pub(super) fn feedback(
         } else if feedback.task.is_none() {
             "no task owns what it names".to_string()
         } else {
-            "its task is not MERGED".to_string()
+            format!("its task is {}", state.map_or("gone", |s| s.as_str()))
         };
         core.edit_swarm(id, move |s| s.control.feedback = Some(Box::new(taken)));
         tracing::warn!(title = %feedback.title, reason = %why, "the forge's feedback is left to the operator");

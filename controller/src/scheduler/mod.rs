@@ -388,6 +388,10 @@ impl Scheduler {
                 let r = forge::synced(&mut self.core(fx), &swarm, state);
                 operator::later(fx, reply, r);
             }
+            Command::ForgeClaim { swarm, key, reply } => {
+                let r = forge::claim(&mut self.core(fx), &swarm, key);
+                operator::later(fx, reply, r);
+            }
             Command::ForgeFeedback { swarm, feedback, reply } => {
                 let r = forge::feedback(&mut self.core(fx), &swarm, feedback);
                 operator::later(fx, reply, r);

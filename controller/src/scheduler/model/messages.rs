@@ -216,6 +216,8 @@ pub enum FeedbackTaken {
     Reopened,
     /// Taken before (the same forge id).
     Seen,
+    /// Added to a task already going again; its next attempt reads it.
+    Queued,
     /// Left to the operator: no task to give it to, or `ci_retries` spent.
     Asked,
 }
