@@ -71,6 +71,9 @@ pub struct Context {
     /// What this sidecar's kernel enforces of the worker sandbox (probed
     /// once at start).
     pub sandbox: crate::sandbox::Capability,
+    /// Where this sidecar makes its attempts' cgroups, if anywhere (probed
+    /// once at start).
+    pub cgroups: crate::sandbox::Cgroups,
     /// Set once the attempt's secrets are read: the session redacts their
     /// values from every report of the attempt.
     pub redactor: std::sync::Arc<std::sync::OnceLock<crate::secrets::Redactor>>,

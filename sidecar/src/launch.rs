@@ -4,10 +4,11 @@
 //! same [`Launch`], since all of them run code the worker could change.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::assignment::{Assignment, Context};
 use crate::outcome::{Failure, InfraFailure, TaskFailure};
-use crate::sandbox::{Confinement, Place, SandboxReport};
+use crate::sandbox::{AttemptCgroup, Confinement, Ending, Place, SandboxReport};
 use crate::swarm_files::SwarmFiles;
 
 /// How the attempt's processes are started.
@@ -19,6 +20,19 @@ pub struct Launch {
     pub confinement: Option<Confinement>,
     /// What the `attempt.sandbox` event says.
     pub report: SandboxReport,
+    /// The attempt's cgroup, which its confined processes join; the last
+    /// clone dropped (when the attempt is over) kills what is left in it.
+    pub cgroup: Option<Arc<AttemptCgroup>>,
+}
+
+impl Launch {
+    /// Kills whatever of the attempt's processes is still in its cgroup
+    /// (after its worker ended: what the worker left behind).
+    pub fn kill_leftovers(&self) {
+        if let Some(cg) = &self.cgroup {
+            cg.kill();
+        }
+    }
 }
 
 /// The attempt's private directories beside its worktree, in
@@ -30,6 +44,8 @@ pub struct Scratch {
     pub worktree: PathBuf,
     pub tmp: PathBuf,
     pub git_dir: PathBuf,
+    /// Made for a new attempt (not kept for a re-adopted worker).
+    pub fresh: bool,
 }
 
 impl Scratch {
@@ -48,7 +64,7 @@ impl Scratch {
             let private = std::fs::Permissions::from_mode(0o700);
             std::fs::set_permissions(&tmp, private).map_err(|e| infra("making the attempt's TMPDIR", e))?;
         }
-        Ok(Scratch { worktree: wt.to_path_buf(), tmp, git_dir })
+        Ok(Scratch { worktree: wt.to_path_buf(), tmp, git_dir, fresh })
     }
 }
 
@@ -75,7 +91,6 @@ pub fn launch(
     let (secrets, redactor) = crate::secrets::read_all(&a.secrets).map_err(InfraFailure::Secrets)?;
     let _ = ctx.redactor.set(redactor);
     let env = worker_env(ctx, a, files, scratch, secrets);
-    let report = a.sandbox.report(ctx.sandbox);
     let common = scratch.worktree.parent().and_then(Path::parent).unwrap_or(Path::new("/nonexistent"));
     let place = Place {
         worktree: &scratch.worktree,
@@ -84,8 +99,10 @@ pub fn launch(
         agent: a.agent.as_ref().map(|c| (c.kind, c.program.as_str())),
         review: a.review.is_some(),
     };
-    let confinement = crate::sandbox::confine(&a.sandbox, ctx.sandbox, &ctx.supervisor, &place, &env)
+    let mut confinement = crate::sandbox::confine(&a.sandbox, ctx.sandbox, &ctx.supervisor, &place, &env)
         .map_err(|e| TaskFailure::Sandbox(e.to_string()))?;
+    let (cgroup, ending) = cgroup(ctx, confinement.as_mut(), scratch.fresh, a.agent.is_some());
+    let report = a.sandbox.report(ctx.sandbox, &ending);
     if confinement.is_some()
         && let (Some(cfg), Some((_, home))) = (&a.agent, env.iter().find(|(k, _)| k == "HOME"))
     {
@@ -93,7 +110,33 @@ pub fn launch(
             InfraFailure::AgentState { kind: cfg.kind.to_string(), home: home.clone(), source }
         })?;
     }
-    Ok(Launch { env, confinement, report })
+    Ok(Launch { env, confinement, report, cgroup })
+}
+
+/// The attempt's cgroup, which its confined processes then join (an
+/// unconfined one, `sandbox = "off"`, has none), and how its processes end.
+fn cgroup(
+    ctx: &Context,
+    confinement: Option<&mut Confinement>,
+    fresh: bool,
+    agent: bool,
+) -> (Option<Arc<AttemptCgroup>>, Ending) {
+    let without = |why: &str| match agent {
+        true => Ending::GroupOnly { why: why.to_string() },
+        false => Ending::Subreaper,
+    };
+    let Some(confinement) = confinement else { return (None, without("sandbox off")) };
+    match ctx.cgroups.attempt(&ctx.repo, &ctx.worker_id, fresh) {
+        Ok(Some(cg)) => {
+            Arc::make_mut(&mut confinement.policy).cgroup = Some(cg.path().to_path_buf());
+            (Some(Arc::new(cg)), Ending::Cgroup)
+        }
+        Ok(None) => (None, without(ctx.cgroups.why_not())),
+        Err(e) => {
+            tracing::warn!(error = %e, "no cgroup for this attempt");
+            (None, without(&e))
+        }
+    }
 }
 
 /// The worker's whole environment: the allowlisted part of the sidecar's

@@ -93,6 +93,7 @@ pub mod locks;
 pub mod log_serve;
 pub mod orphans;
 pub mod outcome;
+pub mod reaper;
 pub mod remote;
 pub mod report;
 pub mod review;

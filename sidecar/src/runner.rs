@@ -216,9 +216,13 @@ impl Group {
         info
     }
 
-    /// Sends `sig` to the whole group.
+    /// Sends `sig` to the whole group; a SIGKILL first goes to every
+    /// process below the leader, those that left its group included.
     pub fn signal(&self, sig: Signal) {
         if self.exit.is_none() {
+            if sig == Signal::SIGKILL {
+                crate::reaper::kill_descendants(self.pid);
+            }
             kill_group(self.pgid, sig);
         }
     }

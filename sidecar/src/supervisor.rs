@@ -21,6 +21,15 @@
 //! SIGHUP (a caught signal is reset to its default in the exec'd worker) so
 //! that it lives to record the worker's exit; SIGKILL ends it too, and the
 //! sidecar then reports the signal it sent.
+//!
+//! An attempt's processes end with it. The supervisor is a child
+//! subreaper, so what the worker starts stays below it even after a
+//! `setsid` or a double fork (out of the group's reach); once the worker
+//! has exited, the supervisor kills every process still below it and reaps
+//! them before it writes the exit ([`crate::reaper`]). The sidecar's SIGKILL
+//! does the same walk below the supervisor before it kills the group, and
+//! an attempt with a cgroup is also ended with `cgroup.kill`
+//! ([`crate::sandbox::cgroup`]).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -189,12 +198,22 @@ impl Command {
 async fn supervise(command: &Command) -> ExitRecord {
     let (log, argv) = (command.log.as_path(), command.argv.as_slice());
     use tokio::signal::unix::{SignalKind, signal};
+    let spawn_error = |e: String| ExitRecord { code: None, signal: None, spawn_error: Some(e) };
+    // What the worker orphans (a double fork, `setsid`) is reparented here
+    // instead of to init, so that it ends with the attempt.
+    if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
+        return spawn_error(format!("cannot become the worker's subreaper: {e}"));
+    }
     // Caught, not ignored: the group's stop signals are for the worker.
     let _caught: Vec<_> = [SignalKind::interrupt(), SignalKind::terminate(), SignalKind::hangup()]
         .into_iter()
         .filter_map(|k| signal(k).ok())
         .collect();
-    let spawn_error = |e: String| ExitRecord { code: None, signal: None, spawn_error: Some(e) };
+    // Before the spawn, so that no exit goes unnoticed.
+    let mut exited = match signal(SignalKind::child()) {
+        Ok(s) => s,
+        Err(e) => return spawn_error(format!("cannot watch for the worker's exit: {e}")),
+    };
     let out = match crate::worker_files::append(log) {
         Ok(f) => f,
         Err(e) => return spawn_error(format!("cannot open log {}: {e}", log.display())),
@@ -203,22 +222,73 @@ async fn supervise(command: &Command) -> ExitRecord {
         Ok(f) => f,
         Err(e) => return spawn_error(format!("cannot open log {}: {e}", log.display())),
     };
-    let mut cmd = tokio::process::Command::new(&argv[0]);
+    // A std child, reaped below with every orphan that comes here: tokio
+    // would wait for its own child only.
+    let mut cmd = std::process::Command::new(&argv[0]);
     cmd.args(&argv[1..]).stdin(Stdio::null()).stdout(out).stderr(err);
     if let Some(cwd) = &command.cwd {
         cmd.current_dir(cwd);
     }
     cmd.envs(command.env.iter().map(|(k, v)| (k, v)));
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
+    let worker = match cmd.spawn() {
+        Ok(c) => nix::unistd::Pid::from_raw(c.id() as i32),
         Err(e) => return spawn_error(format!("cannot start {:?}: {e}", argv[0].to_string_lossy())),
     };
-    match child.wait().await {
-        Ok(s) => {
-            let info = ExitInfo::from(s);
-            ExitRecord { code: info.code, signal: info.signal, spawn_error: None }
+    let status = loop {
+        match reap_children(Some(worker)) {
+            Reaped::Worker(info) => break Ok(info),
+            Reaped::NoChildren => break Err("the worker's exit status was lost".to_string()),
+            Reaped::Running => {}
         }
-        Err(e) => spawn_error(format!("waiting for the worker: {e}")),
+        tokio::select! {
+            _ = exited.recv() => {}
+            // SIGCHLDs coalesce; a missed one costs at most this.
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    };
+    // The worker is gone: so is everything it started, before its exit is
+    // on record.
+    crate::reaper::kill_descendants(std::process::id());
+    reap_remaining(Duration::from_secs(5));
+    match status {
+        Ok(info) => ExitRecord { code: info.code, signal: info.signal, spawn_error: None },
+        Err(e) => spawn_error(e),
+    }
+}
+
+/// What one round of reaping found.
+enum Reaped {
+    Worker(ExitInfo),
+    Running,
+    NoChildren,
+}
+
+/// Reaps every child that has exited (the worker, or an orphan reparented
+/// to this subreaper); the worker's exit once it is among them.
+fn reap_children(worker: Option<nix::unistd::Pid>) -> Reaped {
+    use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+    let mut found = None;
+    loop {
+        match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(pid, code)) if Some(pid) == worker => {
+                found = Some(ExitInfo { code: Some(code), signal: None })
+            }
+            Ok(WaitStatus::Signaled(pid, sig, _)) if Some(pid) == worker => {
+                found = Some(ExitInfo { code: None, signal: Some(sig as i32) })
+            }
+            Ok(WaitStatus::StillAlive) => return found.map_or(Reaped::Running, Reaped::Worker),
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(_) => return found.map_or(Reaped::NoChildren, Reaped::Worker),
+        }
+    }
+}
+
+/// Reaps the children left after [`crate::reaper::kill_descendants`], for
+/// at most `max_wait` (a process in uninterruptible sleep dies late).
+fn reap_remaining(max_wait: Duration) {
+    let deadline = std::time::Instant::now() + max_wait;
+    while matches!(reap_children(None), Reaped::Running) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
@@ -395,9 +465,15 @@ impl Process {
         info
     }
 
-    /// Sends `sig` to the whole group (supervisor, worker and its children).
+    /// Sends `sig` to the whole group (supervisor, worker and its children);
+    /// a SIGKILL first goes to every process below the supervisor, those
+    /// that left the group included, while the supervisor still holds
+    /// them.
     pub fn signal(&self, sig: Signal) {
         if self.exit.is_none() {
+            if sig == Signal::SIGKILL {
+                crate::reaper::kill_descendants(self.pid);
+            }
             crate::runner::kill_group(self.pid as i32, sig);
         }
     }

@@ -619,3 +619,71 @@ fn swarms_processes_are_not_dumpable() {
     }
     assert!(found.iter().all(|(_, _, readable)| !readable), "not dumpable: {found:?}");
 }
+
+/// The processes whose command line is exactly `argv` (the test's own
+/// processes never are).
+fn processes_running(argv: &[&str]) -> Vec<u32> {
+    let want: Vec<u8> = argv.iter().flat_map(|a| a.bytes().chain([0])).collect();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let zombie = stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
+        if !zombie && std::fs::read(entry.path().join("cmdline")).is_ok_and(|c| c == want) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// A number no other test's `sleep` uses: this process's id, then `n`.
+fn marker(n: u32) -> String {
+    format!("9{}{n}", std::process::id())
+}
+
+/// A worker that leaves processes behind out of its process group's reach
+/// (one `setsid`, one double fork that also `setsid`s) and exits: once
+/// its attempt is over, none of them runs. Confined (the attempt's cgroup
+/// where this machine has one, else the supervisor as their subreaper) and
+/// with `sandbox = "off"` (the supervisor alone).
+#[test]
+fn a_workers_detached_processes_end_with_its_attempt() {
+    for (swarm, sandbox) in [("detached", None), ("detached-off", Some("\"off\""))] {
+        let (one, two) = (marker(1), marker(2));
+        let body = format!(
+            r#"setsid sh -c 'touch "$TMPDIR/one"; exec sleep {one}' > /dev/null 2>&1 &
+( ( setsid sh -c 'touch "$TMPDIR/two"; exec sleep {two}' > /dev/null 2>&1 & ) & )
+n=0
+while [ ! -e "$TMPDIR/one" ] || [ ! -e "$TMPDIR/two" ]; do n=$((n+1)); [ $n -lt 1000 ] || exit 1; sleep 0.01; done
+echo started > started.txt"#
+        );
+        let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[("leave", &body)]))]);
+        let mut plan = PlanBuilder::new(swarm).task(task("leave").files(&["started.txt"]));
+        if let Some(s) = sandbox {
+            plan = plan.default("sandbox", s);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let plan_path = dir.path().join("plan.toml");
+        std::fs::write(&plan_path, plan.build()).unwrap();
+        let out = run_local(repo.path(), &plan_path, 1, dir.path(), &[]);
+        let (text, err) = (stdout(&out), stderr(&out));
+        assert_eq!(out.status.code(), Some(0), "{swarm}: stdout:\n{text}\nstderr:\n{err}");
+        let started = repo.file(&format!("swarm/{swarm}/integration"), "started.txt");
+        assert_eq!(
+            started.as_deref(),
+            Some("started\n"),
+            "{swarm}: both were running when the worker exited"
+        );
+        let left: Vec<u32> =
+            [&one, &two].iter().flat_map(|m| processes_running(&["sleep", m.as_str()])).collect();
+        // Kill them before any assertion, so a failure leaves nothing behind.
+        for pid in &left {
+            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+        }
+        assert!(left.is_empty(), "{swarm}: processes outlived their attempt: {left:?}");
+        if sandbox.is_none() {
+            let line = text.lines().find(|l| l.contains("attempt.sandbox")).unwrap_or_default();
+            assert!(line.contains("processes end with the attempt ("), "the mechanism is named:\n{text}");
+        }
+    }
+}

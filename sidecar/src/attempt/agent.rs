@@ -76,6 +76,7 @@ pub(super) async fn run(
         tools: tools.as_mut().map(|t| &mut t.calls),
     };
     let ran = tracing::Instrument::instrument(driver::run(&setup, channels), span).await;
+    p.launch.kill_leftovers();
     drop(tools);
     let _ = p.log.flush().await;
     let blocked = std::fs::read(&p.files.status)

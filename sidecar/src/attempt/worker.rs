@@ -92,6 +92,7 @@ pub(super) async fn run(
         let end = relay.watch(&mut worker, stop, idle).await;
         let (s, grace) = match end {
             End::Exited(exit) => {
+                p.launch.kill_leftovers();
                 relay.drain(&mut worker).await;
                 break (exit, None, worker.spawn_error().map(str::to_string));
             }
@@ -101,6 +102,7 @@ pub(super) async fn run(
                 let idle_secs = idle.map(|d| d.as_secs()).unwrap_or_default();
                 tracing::warn!(attempt = %label, restarts, idle_secs, "worker idle; stopping it");
                 relay.stop_idle(&mut worker, ctx.stop_grace, &mut p.log, idle_secs).await;
+                p.launch.kill_leftovers();
                 if restarts >= a.max_restarts {
                     let error = format!(
                         "no output and no status change for {idle_secs} s, {restarts} restart(s) used"
@@ -115,6 +117,7 @@ pub(super) async fn run(
             }
         };
         let exit = worker.stop(grace).await;
+        p.launch.kill_leftovers();
         relay.drain(&mut worker).await;
         break (exit, Some(s), worker.spawn_error().map(str::to_string));
     };

@@ -25,6 +25,7 @@
 //! so nothing of the sidecar's own (its token, certificate paths) reaches
 //! it, sandboxed or not.
 
+pub mod cgroup;
 mod landlock;
 mod privileges;
 mod trampoline;
@@ -36,6 +37,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use swarm_core::plan::{AgentKind, SandboxMode, SandboxSpec};
 
+pub use self::cgroup::{AttemptCgroup, Cgroups};
 pub use self::landlock::{Capability, probe};
 pub use trampoline::{ARG, main_if_requested};
 
@@ -50,6 +52,9 @@ pub struct Policy {
     pub devices: Vec<PathBuf>,
     /// TCP ports that may be connected to, on any host.
     pub connect: Vec<u16>,
+    /// The attempt's cgroup, joined first (see [`cgroup`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<PathBuf>,
 }
 
 /// The system's directories every worker may read: programs, libraries,
@@ -104,19 +109,27 @@ impl Settings {
     }
 
     /// What the attempt's `attempt.sandbox` event says: the mode, and what
-    /// this sidecar's kernel enforces of it.
-    pub fn report(&self, kernel: Capability) -> SandboxReport {
+    /// this sidecar's kernel enforces of it, and how the attempt's
+    /// processes are ended.
+    pub fn report(&self, kernel: Capability, ending: &Ending) -> SandboxReport {
         let mode = self.0.mode.as_str().to_string();
         if self.is_off() {
             let missing = vec!["everything: the plan opted out (sandbox = \"off\")".to_string()];
             return SandboxReport { mode, enforced: Vec::new(), missing };
         }
-        let (mut enforced, missing) = kernel.split();
+        let (mut enforced, mut missing) = kernel.split();
         // The trampoline drops them on any kernel, or the worker does not run.
         enforced.push(match privileges::held() {
             0 => NO_CAPABILITIES.to_string(),
             n => format!("{NO_CAPABILITIES} ({n} of the sidecar's dropped)"),
         });
+        match ending {
+            Ending::Cgroup => enforced.push(format!("{PROCESSES_END} (cgroup)")),
+            Ending::Subreaper => enforced.push(format!("{PROCESSES_END} (subreaper)")),
+            Ending::GroupOnly { why } => missing.push(format!(
+                "{PROCESSES_END}: an agent's processes that leave its process group outlive it without a cgroup ({why})"
+            )),
+        }
         SandboxReport { mode, enforced, missing }
     }
 }
@@ -124,6 +137,21 @@ impl Settings {
 /// What the report's `enforced` says of capabilities: a confined worker
 /// holds none.
 pub const NO_CAPABILITIES: &str = "no capabilities";
+/// What the report says of an attempt's processes: none outlives it.
+pub const PROCESSES_END: &str = "processes end with the attempt";
+
+/// How an attempt's processes are ended, for its report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ending {
+    /// All of them are in the attempt's cgroup, ended with `cgroup.kill`.
+    Cgroup,
+    /// A command worker's supervisor is their subreaper, and kills what is
+    /// below it (see [`crate::reaper`]).
+    Subreaper,
+    /// An agent, run by the sidecar itself without a cgroup: only what
+    /// stays in its process group is signalled.
+    GroupOnly { why: String },
+}
 
 /// How a worker is confined, as this sidecar's kernel enforces it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -164,6 +192,7 @@ impl Policy {
             write: SYSTEM_WRITE.iter().map(PathBuf::from).collect(),
             devices: DEVICES.iter().map(PathBuf::from).collect(),
             connect: settings.0.connect.clone(),
+            cgroup: None,
         };
         policy.read.extend(path_dirs(env, home.as_deref()));
         // git treats a config file it may not read as fatal, and every

@@ -57,19 +57,25 @@ fn a_reviewer_writes_only_its_swarm_dir_and_an_agent_its_own_state() {
 #[test]
 fn the_report_names_what_the_kernel_lacks_and_an_opt_out() {
     let on = Settings(SandboxSpec::default());
-    let r = on.report(Capability { abi: 4 });
+    let r = on.report(Capability { abi: 4 }, &Ending::Cgroup);
     assert_eq!(r.mode, "on");
     assert!(r.enforced.contains(&"network".to_string()), "{r:?}");
     assert!(r.missing.iter().any(|m| m.starts_with("signals") && m.contains("ABI 6")), "{r:?}");
     assert!(Capability { abi: 6 }.is_full() && !Capability { abi: 5 }.is_full());
-    assert!(r.enforced.last().is_some_and(|e| e.starts_with(NO_CAPABILITIES)), "{r:?}");
-    // Without Landlock the trampoline still drops every capability.
-    let r = on.report(Capability::NONE);
-    assert_eq!(r.enforced.len(), 1, "{r:?}");
+    assert!(r.enforced.iter().any(|e| e.starts_with(NO_CAPABILITIES)), "{r:?}");
+    assert!(r.enforced.contains(&format!("{PROCESSES_END} (cgroup)")), "{r:?}");
+    // Without Landlock the trampoline still drops every capability, and a
+    // command worker's supervisor ends its processes.
+    let r = on.report(Capability::NONE, &Ending::Subreaper);
+    assert_eq!(r.enforced.len(), 2, "{r:?}");
     assert!(r.enforced[0].starts_with(NO_CAPABILITIES), "{r:?}");
+    assert_eq!(r.enforced[1], format!("{PROCESSES_END} (subreaper)"));
     assert!(r.missing.iter().all(|m| m.contains("no Landlock")), "{r:?}");
+    // An agent without a cgroup: what leaves its group is named as missing.
+    let r = on.report(Capability { abi: 6 }, &Ending::GroupOnly { why: "read-only".into() });
+    assert!(r.missing.iter().any(|m| m.starts_with(PROCESSES_END) && m.contains("read-only")), "{r:?}");
     let off = Settings(SandboxSpec { mode: SandboxMode::Off, ..SandboxSpec::default() });
-    let r = off.report(Capability { abi: 7 });
+    let r = off.report(Capability { abi: 7 }, &Ending::Subreaper);
     assert!(r.enforced.is_empty() && r.missing[0].contains("opted out"), "{r:?}");
 }
 

@@ -1,5 +1,6 @@
-//! `<exe> __sandbox <policy> -- <command...>`: confine this fresh,
-//! single-threaded process with the policy, drop every capability, then
+//! `<exe> __sandbox <policy> -- <command...>`: move this fresh,
+//! single-threaded process into the attempt's cgroup (where it has one),
+//! confine it with the policy, drop every capability, then
 //! exec the command in place (same pid, same process group, same
 //! environment), so the command and everything it starts inherit the
 //! Landlock domain and hold no capability.
@@ -42,7 +43,15 @@ pub fn main_if_requested() -> Option<i32> {
             return Some(2);
         }
     };
-    // Landlock first: its rules open the policy's paths, which may take
+    // Into the attempt's cgroup first: writing its `cgroup.procs` may take
+    // the privileges dropped below, and Landlock would deny it.
+    if let Some(dir) = &policy.cgroup
+        && let Err(e) = super::cgroup::join(dir)
+    {
+        eprintln!("swarm sandbox: cannot join the attempt's cgroup {}: {e}", dir.display());
+        return Some(CANNOT_RUN);
+    }
+    // Landlock next: its rules open the policy's paths, which may take
     // the privileges about to be dropped. It also sets no_new_privs, which
     // the capability drop relies on (see `privileges`).
     if let Err(e) = super::landlock::restrict_self(&policy) {

@@ -85,6 +85,7 @@ impl Session {
             tracker: self.tracker.clone(),
             standby: self.standby.clone(),
             sandbox: self.sandbox,
+            cgroups: self.cgroups.clone(),
             redactor: Default::default(),
         };
         let (stop, stop_rx) = watch::channel(None);

@@ -113,6 +113,8 @@ struct Session {
     standby: crate::supervisor::StandbySlot,
     /// What this kernel enforces of the worker sandbox.
     sandbox: crate::sandbox::Capability,
+    /// Where attempts get their cgroups.
+    cgroups: crate::sandbox::Cgroups,
     reports_tx: mpsc::UnboundedSender<Report>,
     reports_rx: mpsc::UnboundedReceiver<Report>,
     /// Merge queue verdicts (`verify_job`), sent unjournaled: a lost one is
@@ -213,10 +215,19 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Sidecar
         tracing::warn!(abi = sandbox.abi, missing = %missing.join("; "),
             "the worker sandbox is not fully enforced on this kernel; tasks with sandbox = \"required\" will not run here");
     }
+    let cgroups = crate::sandbox::Cgroups::probe();
+    match cgroups.base() {
+        Some(base) => tracing::info!(base = %base.display(), "each attempt gets a cgroup of its own"),
+        None => tracing::info!(
+            why = cgroups.why_not(),
+            "attempts get no cgroup: a worker's supervisor ends its processes"
+        ),
+    }
     let mut s = Session {
         held,
         infra_failures: 0,
         sandbox,
+        cgroups,
         supervisor,
         tracker: Default::default(),
         standby: Default::default(),

@@ -28,6 +28,7 @@ pub fn ctx(repo: &Path, worker_id: &str, idle_timeout: Option<Duration>) -> Cont
         tracker: Default::default(),
         standby: Default::default(),
         sandbox: swarm_sidecar::sandbox::probe(),
+        cgroups: swarm_sidecar::sandbox::Cgroups::probe(),
         redactor: Default::default(),
     }
 }
