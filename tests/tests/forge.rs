@@ -360,3 +360,38 @@ fn reviewers_reach_the_task_owning_the_file_and_only_collaborators_are_heard() {
     });
     assert_eq!(posted_comments(&gh, pr.number).len(), 2, "{:?}", posted_comments(&gh, pr.number));
 }
+
+#[test]
+fn with_merge_auto_the_pull_request_merges_once_its_checks_pass() {
+    let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[]))]);
+    let gh = forge_for(&repo);
+    gh.require_checks("acme", "app", &["ci"]);
+    let env = [(TOKEN_VAR, TOKEN)];
+    let allow = format!("env:{TOKEN_VAR}");
+    let controller =
+        spawn_controller_env(repo.path(), &["--forge-secret", &allow, "--forge-poll-ms", "200"], &env);
+    let _w1 = spawn_sidecar(&controller.url(), repo.path(), "w1", &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let plan = dir.path().join("plan.toml");
+    std::fs::write(&plan, three_tasks("auto", &forge_table(&gh, "merge = \"auto\"\n"))).unwrap();
+    assert!(swarmctl(&controller.url(), &["create", plan.to_str().unwrap()]).status.success());
+    until(WAIT, "the pull request opens", || gh.pulls("acme", "app").iter().any(|p| p.open && !p.draft));
+    let pr = gh.pulls("acme", "app")[0].clone();
+    let forge = || {
+        let d = stdout(&swarmctl(&controller.url(), &["describe", "swarm", "auto", "-o", "json"]));
+        serde_json::from_str::<serde_json::Value>(&d).unwrap_or_default()["swarm"]["forge"].clone()
+    };
+
+    // A check still running holds the merge.
+    let ci = gh.add_check_run("acme", "app", &pr.head_sha, "ci", "in_progress", None, None, None);
+    until(WAIT, "the running check is seen", || forge()["checks"] == "ci pending");
+    assert!(gh.pull("acme", "app", pr.number).is_some_and(|p| p.open && !p.merged), "merged too early");
+
+    gh.set_check_run(ci, "completed", Some("success"));
+    until(WAIT, "the pull request merges", || gh.pull("acme", "app", pr.number).is_some_and(|p| p.merged));
+    let merged = gh.pull("acme", "app", pr.number).unwrap();
+    let commit = merged.merge_commit_sha.clone().unwrap();
+    assert_eq!(gh.branch_sha("acme", "app", "main"), Some(commit.clone()), "main got the merge");
+    until(WAIT, "the merge is recorded", || forge()["pull_state"] == "merged");
+    assert_eq!(forge()["merge_commit"], commit);
+}

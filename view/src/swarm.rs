@@ -60,6 +60,9 @@ pub struct ForgeView {
     /// The pushed commit's checks as last read.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub checks: String,
+    /// Once the pull request merged: the commit its base branch got.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub merge_commit: String,
 }
 
 impl ForgeView {
@@ -72,6 +75,9 @@ impl ForgeView {
         } else {
             format!("{} → {} (not pushed yet)", self.provider, self.remote_branch)
         };
+        if !self.merge_commit.is_empty() {
+            out.push_str(&format!(" as {}", crate::text::short_commit(&self.merge_commit)));
+        }
         if !self.checks.is_empty() {
             out.push_str(&format!("; checks: {}", self.checks));
         }
@@ -99,6 +105,7 @@ impl From<&v1::Forge> for ForgeView {
             error: f.error.clone(),
             retry_at_unix_ms: f.retry_at_unix_ms,
             checks: f.checks.clone(),
+            merge_commit: f.merge_commit.clone(),
         }
     }
 }

@@ -492,6 +492,7 @@ fn forge(f: crate::scheduler::views::SwarmForge) -> v1::Forge {
         error_at_unix_ms: f.state.error_at,
         retry_at_unix_ms: f.state.retry_at,
         checks: f.state.checks,
+        merge_commit: pull.merge_commit,
     }
 }
 

@@ -415,30 +415,13 @@ fn follower(
     repo: &Path,
 ) -> Result<Follower, String> {
     let secret = secrets::read(policy, source).map_err(|m| format!("forge.webhook_secret: {m}"))?;
-    let url = remote_url(&t.spec.remote, t.spec.remote_is_url(), repo)?;
+    let url = super::sync::remote_url(&t.spec, repo).map_err(|(message, _)| message)?;
     let remote = Remote::parse(&url).map_err(|e| format!("forge.remote: {e}"))?;
     Ok(Follower {
         swarm: t.swarm.clone(),
         repository: format!("{}/{}", remote.owner, remote.repo),
         secret: Arc::from(secret.into_bytes()),
     })
-}
-
-/// The remote's URL as the sync resolves it: the plan's URL, or the URL
-/// of the controller repository's remote of that name.
-fn remote_url(remote: &str, is_url: bool, repo: &Path) -> Result<String, String> {
-    if is_url {
-        return Ok(remote.to_string());
-    }
-    let repo = git2::Repository::open(repo).map_err(|e| format!("the repository: {}", e.message()))?;
-    let found = repo
-        .find_remote(remote)
-        .map_err(|_| format!("forge.remote: the repository has no remote {remote:?}"))?;
-    let url = found.pushurl().or(found.url()).unwrap_or_default().to_string();
-    if url.is_empty() {
-        return Err(format!("forge.remote: remote {remote:?} has no URL"));
-    }
-    Ok(url)
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@
 mod body;
 mod conversation;
 mod inbound;
+mod land;
 mod route;
 pub mod secrets;
 mod slash;

@@ -48,12 +48,10 @@ pub(super) struct Failed {
 
 impl Failed {
     /// Wrong settings or a refusal: nothing changes until someone acts.
-    fn settled(message: impl Into<String>) -> Failed {
+    pub(super) fn settled(message: impl Into<String>) -> Failed {
         Failed { message: message.into(), retry: None }
     }
-}
 
-impl Failed {
     /// The scheduler is gone: the controller is stopping.
     pub(super) fn stopping() -> Failed {
         Failed { message: "the scheduler stopped".into(), retry: Some(Retry::Backoff) }
@@ -263,24 +261,8 @@ impl Syncer {
     /// The remote's URL: the plan's, or that of the controller's
     /// repository's remote of that name.
     fn remote_url(&self, spec: &ForgeSpec) -> Result<String, Failed> {
-        if spec.remote_is_url() {
-            return Ok(spec.remote.clone());
-        }
-        let repo = git2::Repository::open(&self.repo).map_err(|e| Failed {
-            message: format!("the repository: {}", e.message()),
-            retry: Some(Retry::Backoff),
-        })?;
-        let remote = repo.find_remote(&spec.remote).map_err(|_| {
-            Failed::settled(format!(
-                "forge.remote: the repository has no remote {:?} (git remote add)",
-                spec.remote
-            ))
-        })?;
-        let url = remote.pushurl().or(remote.url()).unwrap_or_default().to_string();
-        if url.is_empty() {
-            return Err(Failed::settled(format!("forge.remote: remote {:?} has no URL", spec.remote)));
-        }
-        Ok(url)
+        remote_url(spec, &self.repo)
+            .map_err(|(message, retry)| Failed { message, retry: retry.then_some(Retry::Backoff) })
     }
 
     fn client(&mut self, t: &ForgeTarget, url: &str, token: Token) -> Result<Arc<dyn Forge>, Failed> {
@@ -306,6 +288,25 @@ fn is_live(state: SwarmState) -> bool {
     matches!(state, SwarmState::Active | SwarmState::Stalled | SwarmState::Paused)
 }
 
+/// The URL of `spec`'s remote: the plan's, or that of the controller's
+/// repository's remote of that name. The error says whether time may
+/// mend it (the repository could not be opened) or only a person.
+pub(super) fn remote_url(spec: &ForgeSpec, repo: &std::path::Path) -> Result<String, (String, bool)> {
+    if spec.remote_is_url() {
+        return Ok(spec.remote.clone());
+    }
+    let repo =
+        git2::Repository::open(repo).map_err(|e| (format!("the repository: {}", e.message()), true))?;
+    let remote = repo.find_remote(&spec.remote).map_err(|_| {
+        (format!("forge.remote: the repository has no remote {:?} (git remote add)", spec.remote), false)
+    })?;
+    let url = remote.pushurl().or(remote.url()).unwrap_or_default().to_string();
+    if url.is_empty() {
+        return Err((format!("forge.remote: remote {:?} has no URL", spec.remote), false));
+    }
+    Ok(url)
+}
+
 /// Whether the pull request is still open (a draft or ready).
 pub(super) fn is_open(pull: &PullRecord) -> bool {
     matches!(pull.state.as_str(), "draft" | "open")
@@ -325,5 +326,9 @@ pub(super) fn record(pull: &PullRequest) -> PullRecord {
         number: pull.number,
         url: pull.url.clone(),
         state: pull_state_name(pull.state, pull.draft).into(),
+        merge_commit: match pull.state {
+            PullState::Merged => pull.merge_commit_sha.clone().unwrap_or_default(),
+            _ => String::new(),
+        },
     }
 }

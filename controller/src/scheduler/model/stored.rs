@@ -129,6 +129,9 @@ pub struct PullRecord {
     pub url: String,
     /// `draft`, `open`, `closed` or `merged`.
     pub state: String,
+    /// Once merged: the commit the base branch got.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub merge_commit: String,
 }
 
 impl SwarmControl {
@@ -255,6 +258,7 @@ mod tests {
                     number: 7,
                     url: "https://h/o/r/pull/7".into(),
                     state: "draft".into(),
+                    merge_commit: String::new(),
                 }),
                 synced_at: 5,
                 error: String::new(),
