@@ -127,6 +127,14 @@ fn swarm_line<'a>(model: &Model, s: &swarm_proto::v1::Swarm) -> Line<'a> {
     if cost != "-" {
         spans.push(Span::raw(format!(" · {cost}")));
     }
+    if let Some(f) = s.forge.as_ref().filter(|f| f.pull_number > 0) {
+        // The forge's text, shown on a terminal: no control sequence gets through.
+        let url: String = f.pull_url.chars().filter(|c| !c.is_control()).take(200).collect();
+        spans.push(Span::styled(
+            format!(" · PR #{} {} {url}", f.pull_number, f.pull_state),
+            Style::new().fg(Color::Cyan),
+        ));
+    }
     Line::from(spans)
 }
 

@@ -27,6 +27,16 @@ const Views = (() => {
       .map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
   }
 
+  // The forge's URL is the forge's text: linked only when it is http(s).
+  function pullRequest(f) {
+    const safe = /^https?:\/\//.test(f.pull_url || "");
+    const what = f.pull_number
+      ? [safe ? h("a", { href: f.pull_url, rel: "noopener noreferrer" }, `#${f.pull_number}`) : `#${f.pull_number}`,
+         ` (${f.pull_state})`, f.merge_commit ? ` as ${short(f.merge_commit)}` : ""]
+      : [f.pushed ? `${short(f.pushed)} pushed to ${f.remote_branch}` : `not pushed yet (${f.provider})`];
+    return [what, f.checks ? ` — checks: ${f.checks}` : "", f.error ? h("div", { class: "fail" }, f.error) : null];
+  }
+
   function counts(byState) {
     return h("div", { class: "legend" },
       Object.entries(byState).map(([s, n]) => h("span", { class: `badge ${s}` }, `${s} ${n}`)));
@@ -63,6 +73,7 @@ const Views = (() => {
         ["created", when(s.created_at_unix_ms)], ["cost", cost(s.usage)],
         ["stalled", s.stalled_reason ? `${s.stalled_reason} (${(s.stalled_tasks || []).join(", ")})` : ""],
         ["paused", s.paused_reason],
+        ["pull request", s.forge ? pullRequest(s.forge) : ""],
         ["budget", s.budget_usd || s.budget_tokens
           ? [s.budget_usd ? `$${s.budget_usd.toFixed(2)}` : "", s.budget_tokens ? `${s.budget_tokens} tokens` : ""].filter(Boolean).join(", ")
           : ""],
