@@ -32,3 +32,17 @@ where
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// [`poll`] for code that is not async (tests around processes): polls
+/// `check` every 100 ms until it returns `Some`, or panics after `limit`
+/// naming `what`.
+pub fn wait_until<T>(what: &str, limit: Duration, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(std::time::Instant::now() < deadline, "timed out after {limit:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

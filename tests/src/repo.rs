@@ -246,3 +246,11 @@ fn find_commit<'r>(repo: &'r Repository, rev: &str) -> git2::Commit<'r> {
     let object = repo.revparse_single(rev).unwrap_or_else(|e| panic!("{rev}: {e}"));
     object.peel_to_commit().unwrap_or_else(|e| panic!("{rev} is no commit: {e}"))
 }
+
+/// `git -C dir ARGS` with the git CLI, as a person would run it; its
+/// trimmed stdout, or a panic with its stderr.
+pub fn git_cli(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git").arg("-C").arg(dir).args(args).output().expect("running git");
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}

@@ -10,38 +10,45 @@ use std::time::Duration;
 
 use swarm_tests::github::GitHub;
 use swarm_tests::{
-    PlanBuilder, TempRepo, WAIT, binary, spawn_controller_env, spawn_sidecar, stderr, stdout, swarmctl, task,
-    wait_output, worker_script,
+    ControllerProc, PlanBuilder, Proc, TempRepo, WAIT, binary, git_cli, spawn_controller_env, spawn_sidecar,
+    stderr, stdout, swarmctl, task, wait_output, wait_until, worker_script,
 };
 
 const TOKEN: &str = "ghs_swarmtesttoken0123456789";
 const TOKEN_VAR: &str = "FORGE_TEST_GITHUB_TOKEN";
 
-/// The scripted GitHub with `acme/app`, its `main` pushed from `repo`, and
-/// `repo`'s `origin` pointing at it.
 fn forge_for(repo: &TempRepo) -> GitHub {
-    let gh = GitHub::start();
-    gh.add_token(TOKEN, "swarm-bot");
-    gh.create_repo("acme", "app", "main");
-    gh.add_collaborator("acme", "app", "swarm-bot", "write");
-    git(repo.path(), &["remote", "add", "origin", &gh.remote_url("acme", "app")]);
-    git(repo.path(), &["push", "-q", &gh.authed_remote_url("acme", "app", TOKEN), "main"]);
-    gh
+    GitHub::for_checkout(repo.path(), "acme", "app", TOKEN, "swarm-bot")
 }
 
-/// Polls `check` until it holds, failing after `limit` with `what`.
 fn until(limit: Duration, what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + limit;
-    while !check() {
-        assert!(std::time::Instant::now() < deadline, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_until(what, limit, || check().then_some(()));
 }
 
 fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git").arg("-C").arg(dir).args(args).output().unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+    git_cli(dir, args)
+}
+
+/// A standalone controller allowed the test's token, polling the forge
+/// every 200 ms (plus `extra`), and `sidecars` sidecars on `repo`.
+fn standalone(repo: &TempRepo, sidecars: usize, extra: &[&str]) -> (ControllerProc, Vec<Proc>) {
+    let allow = format!("env:{TOKEN_VAR}");
+    let mut args = vec!["--forge-secret", &allow, "--forge-poll-ms", "200"];
+    args.extend_from_slice(extra);
+    let controller = spawn_controller_env(repo.path(), &args, &[(TOKEN_VAR, TOKEN)]);
+    let workers = (1..=sidecars)
+        .map(|i| spawn_sidecar(&controller.url(), repo.path(), &format!("w{i}"), &[]))
+        .collect();
+    (controller, workers)
+}
+
+/// Creates the swarm of `plan` on `controller`.
+fn create(controller: &ControllerProc, plan: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("plan.toml");
+    std::fs::write(&path, plan).unwrap();
+    let created = swarmctl(&controller.url(), &["create", path.to_str().unwrap()]);
+    assert!(created.status.success(), "{}", stderr(&created));
 }
 
 fn forge_table(gh: &GitHub, extra: &str) -> String {
@@ -204,18 +211,11 @@ fn a_rejected_push_is_reported_with_its_reason_and_never_forced() {
 fn a_controller_killed_while_the_pull_request_is_opened_opens_it_once() {
     let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[]))]);
     let gh = forge_for(&repo);
-    let env = [(TOKEN_VAR, TOKEN)];
-    let allow = format!("env:{TOKEN_VAR}");
-    let mut controller = spawn_controller_env(repo.path(), &["--forge-secret", &allow], &env);
-    let _sidecar = spawn_sidecar(&controller.url(), repo.path(), "w1", &[]);
+    let (mut controller, _sidecars) = standalone(&repo, 1, &[]);
     // The pull request is opened, and the answer held back: the
     // controller dies having changed the forge without hearing so.
     gh.hold_writes(Duration::from_secs(30));
-    let dir = tempfile::tempdir().unwrap();
-    let plan = dir.path().join("plan.toml");
-    std::fs::write(&plan, three_tasks("killed", &forge_table(&gh, ""))).unwrap();
-    let created = swarmctl(&controller.url(), &["create", plan.to_str().unwrap()]);
-    assert!(created.status.success(), "{}", stderr(&created));
+    create(&controller, &three_tasks("killed", &forge_table(&gh, "")));
     until(WAIT, "the controller opens the pull request", || {
         gh.count("POST", "/api/v3/repos/acme/app/pulls") > 0
     });
@@ -236,17 +236,8 @@ fn a_failed_check_reopens_the_task_its_log_names_and_the_fix_reaches_the_same_pu
         "if grep -q 'want FIXED' \"$SWARM_TASK_FILE\"; then echo FIXED > b.txt; else echo b > b.txt; fi";
     let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[("b", fix)]))]);
     let gh = forge_for(&repo);
-    let env = [(TOKEN_VAR, TOKEN)];
-    let allow = format!("env:{TOKEN_VAR}");
-    let controller =
-        spawn_controller_env(repo.path(), &["--forge-secret", &allow, "--forge-poll-ms", "200"], &env);
-    let _w1 = spawn_sidecar(&controller.url(), repo.path(), "w1", &[]);
-    let _w2 = spawn_sidecar(&controller.url(), repo.path(), "w2", &[]);
-    let dir = tempfile::tempdir().unwrap();
-    let plan = dir.path().join("plan.toml");
-    std::fs::write(&plan, three_tasks("ci", &forge_table(&gh, "ci_retries = 1\n"))).unwrap();
-    let created = swarmctl(&controller.url(), &["create", plan.to_str().unwrap()]);
-    assert!(created.status.success(), "{}", stderr(&created));
+    let (controller, _sidecars) = standalone(&repo, 2, &[]);
+    create(&controller, &three_tasks("ci", &forge_table(&gh, "ci_retries = 1\n")));
     until(WAIT, "the pull request opens", || gh.pulls("acme", "app").iter().any(|p| p.open && !p.draft));
     let first = gh.pulls("acme", "app")[0].head_sha.clone();
     let bare = gh.repo_path("acme", "app");
@@ -308,16 +299,8 @@ fn reviewers_reach_the_task_owning_the_file_and_only_collaborators_are_heard() {
     let gh = forge_for(&repo);
     gh.add_collaborator("acme", "app", "alice", "write");
     gh.add_user("mallory");
-    let env = [(TOKEN_VAR, TOKEN)];
-    let allow = format!("env:{TOKEN_VAR}");
-    let controller =
-        spawn_controller_env(repo.path(), &["--forge-secret", &allow, "--forge-poll-ms", "200"], &env);
-    let _w1 = spawn_sidecar(&controller.url(), repo.path(), "w1", &[]);
-    let _w2 = spawn_sidecar(&controller.url(), repo.path(), "w2", &[]);
-    let dir = tempfile::tempdir().unwrap();
-    let plan = dir.path().join("plan.toml");
-    std::fs::write(&plan, three_tasks("rv", &forge_table(&gh, ""))).unwrap();
-    assert!(swarmctl(&controller.url(), &["create", plan.to_str().unwrap()]).status.success());
+    let (controller, _sidecars) = standalone(&repo, 2, &[]);
+    create(&controller, &three_tasks("rv", &forge_table(&gh, "")));
     until(WAIT, "the pull request opens", || gh.pulls("acme", "app").iter().any(|p| p.open && !p.draft));
     let pr = gh.pulls("acme", "app")[0].clone();
 
@@ -366,15 +349,8 @@ fn with_merge_auto_the_pull_request_merges_once_its_checks_pass() {
     let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[]))]);
     let gh = forge_for(&repo);
     gh.require_checks("acme", "app", &["ci"]);
-    let env = [(TOKEN_VAR, TOKEN)];
-    let allow = format!("env:{TOKEN_VAR}");
-    let controller =
-        spawn_controller_env(repo.path(), &["--forge-secret", &allow, "--forge-poll-ms", "200"], &env);
-    let _w1 = spawn_sidecar(&controller.url(), repo.path(), "w1", &[]);
-    let dir = tempfile::tempdir().unwrap();
-    let plan = dir.path().join("plan.toml");
-    std::fs::write(&plan, three_tasks("auto", &forge_table(&gh, "merge = \"auto\"\n"))).unwrap();
-    assert!(swarmctl(&controller.url(), &["create", plan.to_str().unwrap()]).status.success());
+    let (controller, _sidecars) = standalone(&repo, 1, &[]);
+    create(&controller, &three_tasks("auto", &forge_table(&gh, "merge = \"auto\"\n")));
     until(WAIT, "the pull request opens", || gh.pulls("acme", "app").iter().any(|p| p.open && !p.draft));
     let pr = gh.pulls("acme", "app")[0].clone();
     let forge = || {

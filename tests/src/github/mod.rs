@@ -114,6 +114,25 @@ impl GitHub {
         GitHub { addr, shared, stop: Some(stop), thread: Some(thread) }
     }
 
+    /// A server holding `owner/repo` with `checkout`'s `main` pushed to it,
+    /// `token` logging in as `login` with write access, and the checkout's
+    /// `origin` pointing at it: where a swarm's forge tests start.
+    pub fn for_checkout(
+        checkout: &std::path::Path,
+        owner: &str,
+        repo: &str,
+        token: &str,
+        login: &str,
+    ) -> GitHub {
+        let gh = GitHub::start();
+        gh.add_token(token, login);
+        gh.create_repo(owner, repo, "main");
+        gh.add_collaborator(owner, repo, login, "write");
+        crate::git_cli(checkout, &["remote", "add", "origin", &gh.remote_url(owner, repo)]);
+        crate::git_cli(checkout, &["push", "-q", &gh.authed_remote_url(owner, repo, token), "main"]);
+        gh
+    }
+
     /// `http://127.0.0.1:PORT`, the web root (`html_url`s start here).
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
