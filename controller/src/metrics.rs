@@ -69,6 +69,11 @@ pub struct ForgeMetrics {
     /// Swarms not woken because the forge loop's queue was full (their
     /// next poll catches up).
     pub wakes_dropped: Counter,
+    /// Syncs of a swarm's branch and pull request, by outcome: ok,
+    /// retrying (a failure time may mend), refused (waits for people).
+    pub syncs: Family<StateLabel, Counter>,
+    /// Swarms with a sync, retry or poll scheduled: the forge's pending calls.
+    pub pending: Gauge,
 }
 
 impl ForgeMetrics {
@@ -77,7 +82,22 @@ impl ForgeMetrics {
         self.webhooks.get_or_create(&vec![("outcome", outcome)]).inc();
     }
 
+    /// Counts one sync that ended as `outcome`.
+    pub fn sync(&self, outcome: &'static str) {
+        self.syncs.get_or_create(&vec![("outcome", outcome)]).inc();
+    }
+
     fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "forge_syncs",
+            "Syncs of swarms' branches and pull requests, by outcome",
+            self.syncs.clone(),
+        );
+        registry.register(
+            "forge_pending",
+            "Swarms with a forge sync, retry or poll scheduled",
+            self.pending.clone(),
+        );
         registry.register(
             "forge_webhooks",
             "GitHub webhook deliveries received, by outcome",

@@ -285,4 +285,9 @@ fn a_signed_check_run_webhook_reopens_the_task_at_once_and_hostile_deliveries_ch
     assert_eq!(until(WAIT, "the redelivery is answered", || delivered(&gh, &check_run.0, true)), 200);
     assert_eq!(webhooks(&metrics, "duplicate"), 1.0);
     assert_eq!(attempts(&url, "hook/b"), 2, "not reopened again");
+
+    // The forge's own calls are counted, and the open pull request is a pending poll.
+    assert!(metric(&metrics, "swarm_forge_syncs_total{outcome=\"ok\"}") >= 2.0, "the opening and the fix");
+    assert_eq!(metric(&metrics, "swarm_forge_syncs_total{outcome=\"refused\"}"), 0.0);
+    assert_eq!(metric(&metrics, "swarm_forge_pending "), 1.0, "the open pull request's next poll");
 }

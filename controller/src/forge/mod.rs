@@ -93,7 +93,15 @@ pub async fn start(config: ForgeConfig, repo: PathBuf, shared: &Shared) -> Resul
         None => mpsc::channel(1).1,
     };
     let syncer = sync::Syncer::new(repo, &config, reads, shared.scheduler.clone());
-    let run = run(syncer, config.poll, live, woken, shared.scheduler.clone(), shared.shutdown.clone());
+    let run = run(
+        syncer,
+        config.poll,
+        live,
+        woken,
+        shared.scheduler.clone(),
+        shared.metrics.clone(),
+        shared.shutdown.clone(),
+    );
     shared.tasks.spawn(run.instrument(tracing::info_span!("forge")));
     Ok(())
 }
@@ -125,6 +133,7 @@ async fn run(
     mut live: broadcast::Receiver<Arc<EventRow>>,
     mut woken: mpsc::Receiver<SwarmId>,
     scheduler: flume::Sender<Command>,
+    metrics: Arc<crate::metrics::Metrics>,
     shutdown: CancellationToken,
 ) {
     let mut due = Due::default();
@@ -133,6 +142,7 @@ async fn run(
         due.soon(target.swarm);
     }
     loop {
+        metrics.forge.pending.set(due.at.len() as i64);
         let next = due.next();
         let wake =
             next.as_ref().map(|(_, at, _)| *at).unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
@@ -163,6 +173,7 @@ async fn run(
                     _ = shutdown.cancelled() => return,
                     outcome = syncer.sync(&target, failures) => outcome,
                 };
+                metrics.forge.sync(outcome.result);
                 if let Some(state) = outcome.state {
                     record(&scheduler, swarm.clone(), state).await;
                 }

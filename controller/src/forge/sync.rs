@@ -35,6 +35,8 @@ pub(super) enum Retry {
 /// try again if it failed in a way time may mend, and whether there is an
 /// open pull request to keep watching.
 pub(super) struct Outcome {
+    /// `ok`, `retrying` or `refused`, for the metrics.
+    pub result: &'static str,
     pub state: Option<ForgeState>,
     pub retry: Option<Instant>,
     pub watching: bool,
@@ -151,7 +153,12 @@ impl Syncer {
             }
         };
         let watching = target.spec.provider == Provider::Github && state.pull.as_ref().is_some_and(is_open);
-        Outcome { state: (state != target.forge).then_some(state), retry, watching }
+        let result = match (&retry, state.error.is_empty()) {
+            (Some(_), _) => "retrying",
+            (None, false) => "refused",
+            (None, true) => "ok",
+        };
+        Outcome { result, state: (state != target.forge).then_some(state), retry, watching }
     }
 
     /// Back-off doubling from the first, capped; a forge's own reset is
