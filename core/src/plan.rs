@@ -20,6 +20,7 @@ pub mod agent;
 pub mod budget;
 pub mod forge;
 pub mod integration;
+pub mod limits;
 pub mod review;
 pub mod sandbox;
 pub mod schedule;
@@ -29,6 +30,7 @@ pub mod subplan;
 pub use agent::{AgentInstructions, AgentKind, AgentSpec, Otherwise, PermissionPolicy, PermissionRule};
 pub use budget::{Budget, OnUsageLimit, SwarmBudget};
 pub use forge::ForgeSpec;
+pub use limits::Limits;
 pub use review::ReviewSpec;
 pub use sandbox::{SandboxMode, SandboxSpec};
 pub use schedule::Schedule;
@@ -321,6 +323,7 @@ struct RawDefaults {
     permissions: Option<agent::RawPermissions>,
     review: Option<review::RawReview>,
     sandbox: Option<sandbox::RawSandbox>,
+    limits: Option<limits::RawLimits>,
     secrets: Option<BTreeMap<String, secrets::RawSecret>>,
     budget_usd: Option<f64>,
     budget_tokens: Option<u64>,
@@ -383,6 +386,8 @@ struct RawTask {
     review: Option<review::RawReview>,
     /// Overrides the defaults' sandbox, field by field.
     sandbox: Option<sandbox::RawSandbox>,
+    /// Overrides the defaults' limits, field by field.
+    limits: Option<limits::RawLimits>,
     /// Added to the defaults' secrets.
     secrets: Option<BTreeMap<String, secrets::RawSecret>>,
     budget_usd: Option<f64>,
@@ -526,8 +531,10 @@ fn validate_body(frame: subplan::Frame, d: &RawDefaults, raw_tasks: &[RawTask]) 
     }
 
     let default_secrets = secrets::resolve("defaults.secrets", d.secrets.as_ref(), &BTreeMap::new(), &d.env)?;
-    let default_sandbox =
-        Arc::new(sandbox::resolve("defaults.sandbox", d.sandbox.as_ref(), &SandboxSpec::default())?);
+    let mut default_sandbox =
+        sandbox::resolve("defaults.sandbox", d.sandbox.as_ref(), &SandboxSpec::default())?;
+    default_sandbox.limits = limits::resolve("defaults.limits", d.limits.as_ref(), &Limits::default())?;
+    let default_sandbox = Arc::new(default_sandbox);
     let default_budget = budget::task_budget("defaults.", d.budget_usd, d.budget_tokens)?;
     let default_review = match &d.review {
         Some(r) => review::parse("defaults.review", r)?.map(Arc::new),
@@ -625,10 +632,14 @@ fn validate_body(frame: subplan::Frame, d: &RawDefaults, raw_tasks: &[RawTask]) 
         if sub.is_none() && agent.is_none() && (command.is_empty() || command[0].trim().is_empty()) {
             return Err(err(at("command"), "must not be empty"));
         }
-        let sandbox = match &task.sandbox {
+        let mut sandbox = match &task.sandbox {
             Some(raw) => Arc::new(sandbox::resolve(&at("sandbox"), Some(raw), &default_sandbox)?),
             None => default_sandbox.clone(),
         };
+        if let Some(raw) = &task.limits {
+            Arc::make_mut(&mut sandbox).limits =
+                limits::resolve(&at("limits"), Some(raw), &default_sandbox.limits)?;
+        }
         let mut labels = if task.labels.is_empty() {
             default_labels.clone()
         } else {

@@ -8,6 +8,9 @@ use std::sync::Arc;
 
 use crate::assignment::{Assignment, Context};
 use crate::outcome::{Failure, InfraFailure, TaskFailure};
+use swarm_core::plan::Limits;
+
+use crate::sandbox::limits::{Applied, Cgroup as LimitsBy, apply};
 use crate::sandbox::{AttemptCgroup, Confinement, Ending, Place, SandboxReport};
 use crate::swarm_files::SwarmFiles;
 
@@ -32,6 +35,20 @@ impl Launch {
         if let Some(cg) = &self.cgroup {
             cg.kill();
         }
+    }
+
+    /// The OOM kills in the attempt's cgroup so far (0 without one): the
+    /// count before a worker starts, for [`Launch::memory_limit_hit`].
+    pub fn oom_kills(&self) -> u64 {
+        self.cgroup.as_ref().map_or(0, |cg| cg.oom_kills())
+    }
+
+    /// The memory limit, when the cgroup enforces one and its OOM killer
+    /// has killed since `before` (what [`Launch::oom_kills`] said then).
+    pub fn memory_limit_hit(&self, before: u64) -> Option<u64> {
+        let cg = self.cgroup.as_ref()?;
+        let limit = cg.enforced().limits.memory?;
+        (cg.oom_kills() > before).then_some(limit)
     }
 }
 
@@ -101,8 +118,9 @@ pub fn launch(
     };
     let mut confinement = crate::sandbox::confine(&a.sandbox, ctx.sandbox, &ctx.supervisor, &place, &env)
         .map_err(|e| TaskFailure::Sandbox(e.to_string()))?;
-    let (cgroup, ending) = cgroup(ctx, confinement.as_mut(), scratch.fresh, a.agent.is_some());
-    let report = a.sandbox.report(ctx.sandbox, &ending);
+    let (cgroup, ending, limits) =
+        cgroup(ctx, confinement.as_mut(), &a.sandbox.0.limits, scratch.fresh, a.agent.is_some());
+    let report = a.sandbox.report(ctx.sandbox, &ending, &limits);
     if confinement.is_some()
         && let (Some(cfg), Some((_, home))) = (&a.agent, env.iter().find(|(k, _)| k == "HOME"))
     {
@@ -113,30 +131,42 @@ pub fn launch(
     Ok(Launch { env, confinement, report, cgroup })
 }
 
-/// The attempt's cgroup, which its confined processes then join (an
-/// unconfined one, `sandbox = "off"`, has none), and how its processes end.
+/// The attempt's cgroup with the plan's `limits` in it, which its confined
+/// processes then join, with the rlimits of the limits it does not enforce
+/// (an unconfined attempt, `sandbox = "off"`, has neither); how its
+/// processes end, and how its limits are applied.
 fn cgroup(
     ctx: &Context,
     confinement: Option<&mut Confinement>,
+    limits: &Limits,
     fresh: bool,
     agent: bool,
-) -> (Option<Arc<AttemptCgroup>>, Ending) {
+) -> (Option<Arc<AttemptCgroup>>, Ending, Applied) {
     let without = |why: &str| match agent {
         true => Ending::GroupOnly { why: why.to_string() },
         false => Ending::Subreaper,
     };
-    let Some(confinement) = confinement else { return (None, without("sandbox off")) };
-    match ctx.cgroups.attempt(&ctx.repo, &ctx.worker_id, fresh) {
-        Ok(Some(cg)) => {
-            Arc::make_mut(&mut confinement.policy).cgroup = Some(cg.path().to_path_buf());
-            (Some(Arc::new(cg)), Ending::Cgroup)
+    let Some(confinement) = confinement else {
+        return (None, without("sandbox off"), Applied::default());
+    };
+    let policy = Arc::make_mut(&mut confinement.policy);
+    let (cgroup, ending, applied) = match ctx.cgroups.attempt(&ctx.repo, &ctx.worker_id, fresh) {
+        Ok(Some(mut cg)) => {
+            let enforced = cg.set_limits(limits);
+            policy.cgroup = Some(cg.path().to_path_buf());
+            (Some(Arc::new(cg)), Ending::Cgroup, apply(limits, LimitsBy::Enforces(enforced)))
         }
-        Ok(None) => (None, without(ctx.cgroups.why_not())),
+        Ok(None) => {
+            let why = ctx.cgroups.why_not();
+            (None, without(why), apply(limits, LimitsBy::None(why)))
+        }
         Err(e) => {
             tracing::warn!(error = %e, "no cgroup for this attempt");
-            (None, without(&e))
+            (None, without(&e), apply(limits, LimitsBy::None(&e)))
         }
-    }
+    };
+    policy.rlimits = applied.rlimits;
+    (cgroup, ending, applied)
 }
 
 /// The worker's whole environment: the allowlisted part of the sidecar's

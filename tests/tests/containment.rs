@@ -687,3 +687,120 @@ echo started > started.txt"#
         }
     }
 }
+
+/// Whether the sidecars here put their attempts in cgroups with
+/// `controller` (as they probe it: the same call).
+fn cgroup_controller(controller: &str) -> Result<(), String> {
+    let cgroups = swarm_sidecar::sandbox::Cgroups::probe();
+    match cgroups.base() {
+        None => Err(cgroups.why_not().to_string()),
+        Some(base) if !cgroups.controllers().iter().any(|c| c == controller) => {
+            Err(format!("the cgroup {} has no {controller} controller", base.display()))
+        }
+        Some(_) => Ok(()),
+    }
+}
+
+/// `swarmctl run --plain` of `plan` on a repository whose worker runs the
+/// given arms, one local sidecar; stdout, once `run` exited with one of
+/// `expect`.
+fn run_plan(plan: &str, arms: &[(&str, &str)], expect: &[i32]) -> (TempRepo, String) {
+    let repo = TempRepo::with_files(&[("worker.sh", &worker_script(arms))]);
+    let dir = tempfile::tempdir().unwrap();
+    let plan_path = dir.path().join("plan.toml");
+    std::fs::write(&plan_path, plan).unwrap();
+    let out = run_local(repo.path(), &plan_path, 1, dir.path(), &[]);
+    let (text, err) = (stdout(&out), stderr(&out));
+    let code = out.status.code().unwrap_or(-1);
+    assert!(expect.contains(&code), "exit {code}, not {expect:?}: stdout:\n{text}\nstderr:\n{err}");
+    (repo, text)
+}
+
+/// The `task.state` line that failed `task`, from a plain run's output.
+fn failure_of<'a>(text: &'a str, task: &str) -> &'a str {
+    let at = format!("/{task}#");
+    let line = text.lines().find(|l| l.contains(&at) && l.contains("task.state") && l.contains("-> FAILED"));
+    line.unwrap_or_else(|| panic!("{task} failed:\n{text}"))
+}
+
+/// A fork bomb (as many `sleep`s as it can start, up to 10,000, each fork
+/// failure shrugged off) in a task with `limits = { pids = 64 }`, ahead of
+/// a sibling on the same sidecar: the bomb stops at its limit, its task
+/// ends, the sidecar lives on to run and merge the sibling, and no `sleep`
+/// of the bomb outlives its attempt.
+#[test]
+fn a_fork_bomb_stops_at_its_pids_limit_and_its_sidecar_runs_the_next_task() {
+    let test = "a_fork_bomb_stops_at_its_pids_limit_and_its_sidecar_runs_the_next_task";
+    // Without a pids controller the limit falls back to RLIMIT_NPROC, which
+    // binds any user but root: a root sidecar there has no bound at all.
+    if let Err(why) = cgroup_controller("pids")
+        && swarm_tests::is_root()
+    {
+        return skip_for(test, Needs::Kernel, &format!("no pids limit binds root here: {why}"));
+    }
+    let m = marker(3);
+    let bomb = format!(
+        r#"i=0
+while [ $i -lt 10000 ]; do ( sleep {m} & ) 2>/dev/null || true; i=$((i+1)); done
+echo done > bomb.txt"#
+    );
+    let plan = PlanBuilder::new("bomb")
+        .default("retries", "0")
+        .task(task("bomb").files(&["bomb.txt"]).set("limits", "{ pids = 64 }").set("priority", "10"))
+        .task(task("sibling"))
+        .build();
+    let started = std::time::Instant::now();
+    // 1: the bomb's task failed; 0: it ran to its end, bounded.
+    let (repo, text) = run_plan(&plan, &[("bomb", &bomb)], &[0, 1]);
+    let left = processes_running(&["sleep", &m]);
+    for pid in &left {
+        let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+    }
+    assert!(left.is_empty(), "the bomb's sleeps outlived its attempt: {} of them", left.len());
+    assert!(started.elapsed() < Duration::from_secs(240), "bounded: {:?}", started.elapsed());
+    let line = text.lines().find(|l| l.contains("bomb/bomb#1") && l.contains("attempt.sandbox"));
+    assert!(line.is_some_and(|l| l.contains("enforced") && l.contains("pids limit 64 (")), "{text}");
+    assert_eq!(repo.file("swarm/bomb/integration", "sibling.txt").as_deref(), Some("sibling\n"), "{text}");
+    // The bomb's shell may stop at its first failed fork (the task fails)
+    // or carry on to its end (it merges): either way it was bounded.
+    let bomb_row = text.lines().find(|l| l.trim_start().starts_with("bomb ")).unwrap_or_default();
+    assert!(bomb_row.contains("FAILED") || bomb_row.contains("MERGED"), "{text}");
+}
+
+/// A worker that allocates 500 MiB under `limits = { memory = "64MiB" }`
+/// fails, whatever enforces the limit here (the attempt's cgroup, or
+/// `RLIMIT_AS`, which the attempt's report names).
+#[test]
+fn a_memory_hog_fails_under_its_memory_limit() {
+    let (_repo, text) = run_plan(&hog_plan("hog"), &[("hog", HOG)], &[1]);
+    failure_of(&text, "hog");
+    let line = text.lines().find(|l| l.contains("hog/hog#1") && l.contains("attempt.sandbox"));
+    assert!(line.is_some_and(|l| l.contains("memory limit 64 MiB (")), "the mechanism is named:\n{text}");
+    assert!(text.lines().any(|l| l.contains("task.merged")), "the sibling merged:\n{text}");
+}
+
+/// Where the attempt's cgroup has the memory controller, the hog is
+/// killed by the cgroup's OOM killer, and its task fails with the limit
+/// as the reason, not a bare signal.
+#[test]
+fn a_memory_hog_fails_with_its_memory_limit_as_the_reason() {
+    let test = "a_memory_hog_fails_with_its_memory_limit_as_the_reason";
+    if let Err(why) = cgroup_controller("memory") {
+        return skip_for(test, Needs::Kernel, &why);
+    }
+    let (_repo, text) = run_plan(&hog_plan("oom"), &[("hog", HOG)], &[1]);
+    let line = failure_of(&text, "hog");
+    assert!(line.contains("memory limit (64 MiB)"), "{line}");
+}
+
+/// Touches 500 MiB: `tail` keeps its one endless line in memory.
+const HOG: &str = "head -c 500M /dev/zero | tail > /dev/null";
+
+/// A hog with a 64 MiB limit and a sibling without one.
+fn hog_plan(swarm: &str) -> String {
+    PlanBuilder::new(swarm)
+        .default("retries", "0")
+        .task(task("hog").set("limits", r#"{ memory = "64MiB" }"#))
+        .task(task("sibling"))
+        .build()
+}

@@ -357,6 +357,11 @@ fn sandbox_spec(s: &swarm_core::plan::SandboxSpec) -> v1::SandboxSpec {
         read: s.read.clone(),
         write: s.write.clone(),
         connect: s.connect.iter().map(|&p| u32::from(p)).collect(),
+        limits: (!s.limits.is_empty()).then_some(v1::Limits {
+            pids: s.limits.pids.unwrap_or(0),
+            memory_bytes: s.limits.memory.unwrap_or(0),
+            cpu_millis: s.limits.cpu_millis.unwrap_or(0),
+        }),
     }
 }
 

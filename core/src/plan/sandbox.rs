@@ -63,6 +63,9 @@ pub struct SandboxSpec {
     pub write: Vec<String>,
     /// TCP ports the worker may connect to, on any host.
     pub connect: Vec<u16>,
+    /// The plan's `limits` (a key of their own beside `sandbox`, see
+    /// [`super::limits`]): they reach the sidecar with the sandbox.
+    pub limits: super::limits::Limits,
 }
 
 impl Default for SandboxSpec {
@@ -72,6 +75,7 @@ impl Default for SandboxSpec {
             read: Vec::new(),
             write: Vec::new(),
             connect: DEFAULT_CONNECT.to_vec(),
+            limits: super::limits::Limits::default(),
         }
     }
 }

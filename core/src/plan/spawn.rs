@@ -49,6 +49,7 @@ const RUN_KEYS: &[&str] = &[
 /// the key itself.
 const INHERITED_KEYS: &[&str] = &[
     "sandbox",
+    "limits",
     "secrets",
     "env",
     "setup",

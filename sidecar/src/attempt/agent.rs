@@ -68,6 +68,7 @@ pub(super) async fn run(
         children: children.clone(),
     };
     let span = tracing::info_span!("run", agent = %cfg.kind);
+    let oom_before = p.launch.oom_kills();
     let channels = Channels {
         stop,
         answers,
@@ -85,7 +86,13 @@ pub(super) async fn run(
         .filter(|s| s.status == WorkerStatus::Blocked)
         .map(|s| s.message);
     let outcome = common(a, &ran);
-    let ran = ended(a, ran.end, blocked, outcome.clone())?;
+    let memory_limit = p.launch.memory_limit_hit(oom_before);
+    let mut ran = ended(a, ran.end, blocked, outcome.clone())?;
+    // The OOM killer's signal, and it killed in the attempt's cgroup.
+    if let (Outcome::Signaled, Some(9), Some(limit)) = (ran.outcome.outcome, ran.outcome.signal, memory_limit)
+    {
+        ran.outcome.error = super::worker::memory_limit_reason(limit);
+    }
     match children {
         Some(children) => with_children(a, &children, ran, outcome, stop).await,
         None => Some(ran),

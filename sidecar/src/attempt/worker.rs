@@ -64,6 +64,8 @@ pub(super) async fn run(
         confinement: p.launch.confinement.clone(),
     };
     let mut relay = Relay::new(a, sink, &p.files.status);
+    // What the attempt's cgroup counted before: a kill past it is the worker's.
+    let oom_before = p.launch.oom_kills();
     let mut restarts = adopted.map(|ad| ad.restarts).unwrap_or(0);
     let mut adopted = adopted.map(|ad| Supervised::adopt(ad.pid, &p.files.exit, &p.log_path));
 
@@ -136,7 +138,16 @@ pub(super) async fn run(
     if let Some(error) = spawn_error {
         return Ok(Some(Ran::report(AttemptOutcome { exit_code: -1, error, ..outcome })));
     }
-    Ok(ended(a, exit, stopped, relay.watcher.current(), outcome))
+    let memory_limit = p.launch.memory_limit_hit(oom_before);
+    Ok(ended(a, Exit { info: exit, memory_limit }, stopped, relay.watcher.current(), outcome))
+}
+
+/// How the worker ended, as [`ended`] maps it.
+#[derive(Debug, Clone, Copy)]
+struct Exit {
+    info: ExitInfo,
+    /// Set: the cgroup's OOM killer killed in the attempt (this limit).
+    memory_limit: Option<u64>,
 }
 
 /// Starts the worker under a supervisor (the one kept on standby, if any).
@@ -149,7 +160,7 @@ async fn start(ctx: &Context, spec: &SpawnSpec, p: &Prepared) -> Result<Supervis
 /// what is left to keep; None: stopped silently.
 fn ended(
     a: &Assignment,
-    exit: ExitInfo,
+    exit: Exit,
     stopped: Option<Stop>,
     status: Option<&StatusFile>,
     mut o: AttemptOutcome,
@@ -164,14 +175,17 @@ fn ended(
         Some(Stop::Shutdown | Stop::Checkpoint { .. }) | None => {}
     }
     // Stopped to be resumed later: whatever the worker left is its WIP.
-    o.outcome =
-        if matches!(stopped, Some(Stop::Checkpoint { .. })) { Outcome::Checkpoint } else { exit.outcome() };
+    o.outcome = if matches!(stopped, Some(Stop::Checkpoint { .. })) {
+        Outcome::Checkpoint
+    } else {
+        exit.info.outcome()
+    };
     let next = next_step(a, exit, status, &mut o);
     Some(Ran { outcome: o, next })
 }
 
 /// What is left to do after the worker's exit, with the outcome's texts.
-fn next_step(a: &Assignment, exit: ExitInfo, status: Option<&StatusFile>, o: &mut AttemptOutcome) -> Next {
+fn next_step(a: &Assignment, exit: Exit, status: Option<&StatusFile>, o: &mut AttemptOutcome) -> Next {
     let status_message = status.map(|s| s.message.clone()).unwrap_or_default();
     let label = a.label();
     match o.outcome {
@@ -207,7 +221,11 @@ fn next_step(a: &Assignment, exit: ExitInfo, status: Option<&StatusFile>, o: &mu
             Next::Report
         }
         Outcome::Signaled => {
-            o.error = format!("worker killed by signal {}", exit.signal.unwrap_or_default());
+            o.error = match (exit.info.signal, exit.memory_limit) {
+                // The OOM killer's signal, and it killed in the attempt's cgroup.
+                (Some(9), Some(limit)) => memory_limit_reason(limit),
+                (signal, _) => format!("worker killed by signal {}", signal.unwrap_or_default()),
+            };
             Next::Report
         }
         Outcome::Interrupted => {
@@ -215,13 +233,19 @@ fn next_step(a: &Assignment, exit: ExitInfo, status: Option<&StatusFile>, o: &mu
             Next::Report
         }
         _ => {
-            o.error = match exit.code {
+            o.error = match exit.info.code {
                 Some(c) => format!("worker exited with code {c}"),
                 None => "worker failed".into(),
             };
             Next::Report
         }
     }
+}
+
+/// Why an attempt failed when its cgroup's OOM killer ended the worker:
+/// `memory limit (8 GiB)`.
+pub(super) fn memory_limit_reason(limit: u64) -> String {
+    format!("memory limit ({})", swarm_core::plan::limits::size_text(limit))
 }
 
 impl<'a> Relay<'a> {

@@ -14,10 +14,20 @@
 //! a read-only `/sys/fs/cgroup` as in an unprivileged container) the
 //! supervisor's subreaper walk ends a command worker's processes instead
 //! (`crate::reaper`), and the attempt's report says so.
+//!
+//! The plan's `limits` are written into the worker's cgroup
+//! ([`AttemptCgroup::set_limits`]): `pids.max`, `memory.max` (with
+//! `memory.swap.max` 0 and `memory.oom.group` 1), `cpu.max`, each where its
+//! controller is delegated to the `swarm` cgroup (the sidecar enables
+//! `pids`, `memory` and `cpu` in its `cgroup.subtree_control` when its
+//! parent offers them). `memory.events` tells an attempt killed by its
+//! memory limit ([`AttemptCgroup::oom_kills`]).
 
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+use swarm_core::plan::Limits;
 
 /// The cgroup the sidecar makes at the root of the hierarchy for its
 /// workers' cgroups.
@@ -68,6 +78,14 @@ impl Cgroups {
         &self.why_not
     }
 
+    /// The controllers the workers' cgroups have (`pids`, `memory`, `cpu`
+    /// among them when the limits can be enforced with the cgroup).
+    pub fn controllers(&self) -> Vec<String> {
+        let Some(base) = &self.base else { return Vec::new() };
+        let enabled = std::fs::read_to_string(base.join("cgroup.subtree_control")).unwrap_or_default();
+        enabled.split_whitespace().map(str::to_string).collect()
+    }
+
     /// The cgroup of worker `worker_id` of `repo` for an attempt: made, or
     /// found; a `fresh` attempt first ends whatever an earlier one left in
     /// it, a re-adopted one keeps its worker there.
@@ -84,7 +102,7 @@ impl Cgroups {
             Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
             Err(e) => return Err(format!("making {}: {e}", dir.display())),
         }
-        let cgroup = AttemptCgroup { dir };
+        let cgroup = AttemptCgroup::at(dir);
         if fresh {
             cgroup.kill();
         }
@@ -144,8 +162,19 @@ fn prepare_base(dir: &Path) -> std::io::Result<()> {
     if !dir.join("cgroup.procs").is_file() {
         return Err(std::io::Error::other("not a cgroup"));
     }
-    nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK).map_err(std::io::Error::from)
+    nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK).map_err(std::io::Error::from)?;
+    // The controllers the limits need, for the workers' cgroups below it:
+    // those its parent delegates (`cgroup.controllers`); the rest stay
+    // unenforced, and the attempts' reports say so.
+    let available = std::fs::read_to_string(dir.join("cgroup.controllers")).unwrap_or_default();
+    for controller in CONTROLLERS.iter().filter(|c| available.split_whitespace().any(|a| a == **c)) {
+        let _ = std::fs::write(dir.join("cgroup.subtree_control"), format!("+{controller}"));
+    }
+    Ok(())
 }
+
+/// The controllers the plan's limits use.
+const CONTROLLERS: [&str; 3] = ["pids", "memory", "cpu"];
 
 /// `<worker-id>.<16 hex digits>`: readable, and distinct for two
 /// repositories with workers of the same id on one machine.
@@ -165,6 +194,17 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3))
 }
 
+/// `cpu.max` for a CPU limit in thousandths: the quota per period, both in
+/// microseconds (a quota is at least 1 ms, so a limit under 0.01 CPU gets a
+/// one-second period).
+fn cpu_max(millis: Option<u32>) -> String {
+    match millis {
+        None => "max 100000".to_string(),
+        Some(m) if m < 10 => format!("{} 1000000", u64::from(m) * 1000),
+        Some(m) => format!("{} 100000", u64::from(m) * 100),
+    }
+}
+
 /// Moves the calling process into the cgroup `dir` (the trampoline does,
 /// before it confines itself and execs).
 pub fn join(dir: &Path) -> std::io::Result<()> {
@@ -176,11 +216,69 @@ pub fn join(dir: &Path) -> std::io::Result<()> {
 #[derive(Debug)]
 pub struct AttemptCgroup {
     dir: PathBuf,
+    /// What [`AttemptCgroup::set_limits`] wrote and the kernel took.
+    enforced: Enforced,
+}
+
+/// The limits a cgroup enforces.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Enforced {
+    pub limits: Limits,
+    /// `memory.swap.max` is 0: the memory limit is not stretched by swap.
+    pub no_swap: bool,
 }
 
 impl AttemptCgroup {
+    /// A cgroup at `dir` (made by the caller; for tests, any directory).
+    pub fn at(dir: PathBuf) -> AttemptCgroup {
+        AttemptCgroup { dir, enforced: Enforced::default() }
+    }
+
     pub fn path(&self) -> &Path {
         &self.dir
+    }
+
+    /// Writes `limits` into the controllers' files that exist here (a
+    /// controller not delegated to the cgroup has none); a limit not set
+    /// is written as `max`, since the cgroup may be one an earlier attempt
+    /// left. An OOM kill takes the whole cgroup (`memory.oom.group`), so a
+    /// worker over its memory dies by SIGKILL rather than lives on without
+    /// the child the kernel chose. Returns what is now enforced.
+    pub fn set_limits(&mut self, limits: &Limits) -> Enforced {
+        let write = |file: &str, value: &str| -> bool {
+            use std::io::Write as _;
+            // Never created: a missing file is a controller not enabled here.
+            let f = std::fs::OpenOptions::new().write(true).truncate(true).open(self.dir.join(file));
+            f.and_then(|mut f| f.write_all(value.as_bytes())).is_ok()
+        };
+        let or_max = |v: Option<u64>| v.map_or("max".to_string(), |v| v.to_string());
+        let mut e = Enforced::default();
+        if write("pids.max", &or_max(limits.pids.map(u64::from))) {
+            e.limits.pids = limits.pids;
+        }
+        if write("memory.max", &or_max(limits.memory)) {
+            e.limits.memory = limits.memory;
+            e.no_swap = write("memory.swap.max", if limits.memory.is_some() { "0" } else { "max" })
+                && limits.memory.is_some();
+            write("memory.oom.group", "1");
+        }
+        if write("cpu.max", &cpu_max(limits.cpu_millis)) {
+            e.limits.cpu_millis = limits.cpu_millis;
+        }
+        self.enforced = e;
+        e
+    }
+
+    /// What the cgroup enforces.
+    pub fn enforced(&self) -> Enforced {
+        self.enforced
+    }
+
+    /// How many processes the OOM killer has killed in the cgroup
+    /// (`oom_kill` of `memory.events`); 0 without a memory controller.
+    pub fn oom_kills(&self) -> u64 {
+        let events = std::fs::read_to_string(self.dir.join("memory.events")).unwrap_or_default();
+        events.lines().find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse().ok()).unwrap_or(0)
     }
 
     /// SIGKILLs every process in the cgroup: `cgroup.kill` (Linux 5.14),
@@ -240,6 +338,45 @@ mod tests {
         assert_eq!(a, name(Path::new("/r/one"), "local-1"));
         assert_ne!(a, name(Path::new("/r/two"), "local-1"));
         assert!(name(Path::new("/r"), "a/b\nc").starts_with("a_b_c."));
+    }
+
+    /// The controllers' files as a cgroup has them: only those of the
+    /// controllers enabled there exist, and only they are written.
+    #[test]
+    fn limits_are_written_where_a_controller_has_its_file() {
+        let dir = tempfile::tempdir().expect("dir");
+        let file = |name: &str| dir.path().join(name);
+        for name in ["pids.max", "memory.max", "memory.swap.max", "memory.oom.group"] {
+            std::fs::write(file(name), "max\n").expect("file");
+        }
+        let mut cg = AttemptCgroup::at(dir.path().to_path_buf());
+        let limits = Limits { pids: Some(64), memory: Some(64 << 20), cpu_millis: Some(2000) };
+        let e = cg.set_limits(&limits);
+        assert_eq!(e.limits, Limits { cpu_millis: None, ..limits }, "no cpu.max here: not enforced");
+        assert!(e.no_swap);
+        let read = |name: &str| std::fs::read_to_string(file(name)).expect("read");
+        assert_eq!(read("pids.max"), "64");
+        assert_eq!(read("memory.max"), (64u64 << 20).to_string());
+        assert_eq!((read("memory.swap.max").as_str(), read("memory.oom.group").as_str()), ("0", "1"));
+        assert!(!file("cpu.max").exists(), "never created");
+        // The next attempt without limits lifts them.
+        let e = cg.set_limits(&Limits::default());
+        assert_eq!(e, Enforced::default());
+        assert_eq!((read("pids.max").as_str(), read("memory.max").as_str()), ("max", "max"));
+        assert_eq!(read("memory.swap.max"), "max");
+        std::fs::write(file("memory.events"), "low 0\nhigh 0\nmax 9\noom 2\noom_kill 2\noom_group_kill 1\n")
+            .expect("events");
+        assert_eq!(cg.oom_kills(), 2);
+        std::mem::forget(cg); // a plain directory: nothing to kill or remove
+    }
+
+    #[test]
+    fn a_cpu_limit_is_a_quota_of_at_least_a_millisecond() {
+        assert_eq!(cpu_max(None), "max 100000");
+        assert_eq!(cpu_max(Some(2000)), "200000 100000");
+        assert_eq!(cpu_max(Some(500)), "50000 100000");
+        assert_eq!(cpu_max(Some(1)), "1000 1000000");
+        assert_eq!(cpu_max(Some(1_024_000)), "102400000 100000");
     }
 
     #[test]

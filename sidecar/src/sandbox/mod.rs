@@ -27,6 +27,7 @@
 
 pub mod cgroup;
 mod landlock;
+pub mod limits;
 mod privileges;
 mod trampoline;
 
@@ -55,6 +56,9 @@ pub struct Policy {
     /// The attempt's cgroup, joined first (see [`cgroup`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cgroup: Option<PathBuf>,
+    /// The plan's limits that no cgroup enforces (see [`limits`]).
+    #[serde(default, skip_serializing_if = "limits::Rlimits::is_empty")]
+    pub rlimits: limits::Rlimits,
 }
 
 /// The system's directories every worker may read: programs, libraries,
@@ -108,13 +112,16 @@ impl Settings {
         self.0.mode == SandboxMode::Off
     }
 
-    /// What the attempt's `attempt.sandbox` event says: the mode, and what
-    /// this sidecar's kernel enforces of it, and how the attempt's
-    /// processes are ended.
-    pub fn report(&self, kernel: Capability, ending: &Ending) -> SandboxReport {
+    /// What the attempt's `attempt.sandbox` event says: the mode, what this
+    /// sidecar's kernel enforces of it, how the attempt's processes are
+    /// ended and how its limits are applied.
+    pub fn report(&self, kernel: Capability, ending: &Ending, limits: &limits::Applied) -> SandboxReport {
         let mode = self.0.mode.as_str().to_string();
         if self.is_off() {
-            let missing = vec!["everything: the plan opted out (sandbox = \"off\")".to_string()];
+            let mut missing = vec!["everything: the plan opted out (sandbox = \"off\")".to_string()];
+            if !self.0.limits.is_empty() {
+                missing.push("limits: applied only to a confined worker".to_string());
+            }
             return SandboxReport { mode, enforced: Vec::new(), missing };
         }
         let (mut enforced, mut missing) = kernel.split();
@@ -130,6 +137,8 @@ impl Settings {
                 "{PROCESSES_END}: an agent's processes that leave its process group outlive it without a cgroup ({why})"
             )),
         }
+        enforced.extend(limits.enforced.iter().cloned());
+        missing.extend(limits.missing.iter().cloned());
         SandboxReport { mode, enforced, missing }
     }
 }
@@ -193,6 +202,7 @@ impl Policy {
             devices: DEVICES.iter().map(PathBuf::from).collect(),
             connect: settings.0.connect.clone(),
             cgroup: None,
+            rlimits: limits::Rlimits::default(),
         };
         policy.read.extend(path_dirs(env, home.as_deref()));
         // git treats a config file it may not read as fatal, and every

@@ -57,7 +57,7 @@ fn a_reviewer_writes_only_its_swarm_dir_and_an_agent_its_own_state() {
 #[test]
 fn the_report_names_what_the_kernel_lacks_and_an_opt_out() {
     let on = Settings(SandboxSpec::default());
-    let r = on.report(Capability { abi: 4 }, &Ending::Cgroup);
+    let r = on.report(Capability { abi: 4 }, &Ending::Cgroup, &limits::Applied::default());
     assert_eq!(r.mode, "on");
     assert!(r.enforced.contains(&"network".to_string()), "{r:?}");
     assert!(r.missing.iter().any(|m| m.starts_with("signals") && m.contains("ABI 6")), "{r:?}");
@@ -66,16 +66,20 @@ fn the_report_names_what_the_kernel_lacks_and_an_opt_out() {
     assert!(r.enforced.contains(&format!("{PROCESSES_END} (cgroup)")), "{r:?}");
     // Without Landlock the trampoline still drops every capability, and a
     // command worker's supervisor ends its processes.
-    let r = on.report(Capability::NONE, &Ending::Subreaper);
+    let r = on.report(Capability::NONE, &Ending::Subreaper, &limits::Applied::default());
     assert_eq!(r.enforced.len(), 2, "{r:?}");
     assert!(r.enforced[0].starts_with(NO_CAPABILITIES), "{r:?}");
     assert_eq!(r.enforced[1], format!("{PROCESSES_END} (subreaper)"));
     assert!(r.missing.iter().all(|m| m.contains("no Landlock")), "{r:?}");
     // An agent without a cgroup: what leaves its group is named as missing.
-    let r = on.report(Capability { abi: 6 }, &Ending::GroupOnly { why: "read-only".into() });
+    let r = on.report(
+        Capability { abi: 6 },
+        &Ending::GroupOnly { why: "read-only".into() },
+        &limits::Applied::default(),
+    );
     assert!(r.missing.iter().any(|m| m.starts_with(PROCESSES_END) && m.contains("read-only")), "{r:?}");
     let off = Settings(SandboxSpec { mode: SandboxMode::Off, ..SandboxSpec::default() });
-    let r = off.report(Capability { abi: 7 }, &Ending::Subreaper);
+    let r = off.report(Capability { abi: 7 }, &Ending::Subreaper, &limits::Applied::default());
     assert!(r.enforced.is_empty() && r.missing[0].contains("opted out"), "{r:?}");
 }
 

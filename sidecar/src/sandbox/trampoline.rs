@@ -1,6 +1,7 @@
 //! `<exe> __sandbox <policy> -- <command...>`: move this fresh,
 //! single-threaded process into the attempt's cgroup (where it has one),
-//! confine it with the policy, drop every capability, then
+//! set the rlimits of the limits no cgroup enforces, confine it with the
+//! policy, drop every capability, then
 //! exec the command in place (same pid, same process group, same
 //! environment), so the command and everything it starts inherit the
 //! Landlock domain and hold no capability.
@@ -49,6 +50,11 @@ pub fn main_if_requested() -> Option<i32> {
         && let Err(e) = super::cgroup::join(dir)
     {
         eprintln!("swarm sandbox: cannot join the attempt's cgroup {}: {e}", dir.display());
+        return Some(CANNOT_RUN);
+    }
+    // The limits no cgroup enforces; lowering them needs no privilege.
+    if let Err(e) = policy.rlimits.apply() {
+        eprintln!("swarm sandbox: cannot limit the worker: {e}");
         return Some(CANNOT_RUN);
     }
     // Landlock next: its rules open the policy's paths, which may take

@@ -217,10 +217,11 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Sidecar
     }
     let cgroups = crate::sandbox::Cgroups::probe();
     match cgroups.base() {
-        Some(base) => tracing::info!(base = %base.display(), "each attempt gets a cgroup of its own"),
+        Some(base) => tracing::info!(base = %base.display(), controllers = ?cgroups.controllers(),
+            "each attempt gets a cgroup of its own"),
         None => tracing::info!(
             why = cgroups.why_not(),
-            "attempts get no cgroup: a worker's supervisor ends its processes"
+            "attempts get no cgroup: a worker's supervisor ends its processes, and limits fall back to rlimits"
         ),
     }
     let mut s = Session {

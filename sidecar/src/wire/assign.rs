@@ -6,6 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use swarm_core::names::{check_branch, check_commit};
+use swarm_core::plan::limits::{Limits, check_cpu_millis, check_memory, check_pids};
 use swarm_core::plan::sandbox::{DEFAULT_CONNECT, check_paths, check_ports, check_sandbox_path};
 use swarm_core::plan::secrets::check_env_name;
 use swarm_core::plan::{AgentKind, Otherwise, PermissionRule, SandboxMode, SandboxSpec, SecretSource};
@@ -163,7 +164,23 @@ pub fn sandbox(s: Option<&v1::SandboxSpec>) -> Result<Settings, FieldError> {
         read: check_paths("sandbox.read", s.read.clone()).map_err(field)?,
         write: check_paths("sandbox.write", s.write.clone()).map_err(field)?,
         connect,
+        limits: s.limits.as_ref().map(limits).transpose()?.unwrap_or_default(),
     }))
+}
+
+/// The Assign's `sandbox.limits`, checked as the plan parser checks them;
+/// 0 is no limit.
+fn limits(l: &v1::Limits) -> Result<Limits, FieldError> {
+    let at = |name: &'static str| move |rule: String| FieldError::new(format!("sandbox.limits.{name}"), rule);
+    let set = |v: u64| (v > 0).then_some(v);
+    Ok(Limits {
+        pids: set(u64::from(l.pids)).map(|p| check_pids(p as i64)).transpose().map_err(at("pids"))?,
+        memory: set(l.memory_bytes).map(check_memory).transpose().map_err(at("memory_bytes"))?,
+        cpu_millis: set(u64::from(l.cpu_millis))
+            .map(|m| check_cpu_millis(m as u32))
+            .transpose()
+            .map_err(at("cpu_millis"))?,
+    })
 }
 
 /// The Assign's secret references, checked as the plan parser checks them.
@@ -254,6 +271,20 @@ mod tests {
         assert_eq!(e.field, "sandbox.connect[1]");
         let bad_mode = v1::SandboxSpec { mode: 9, ..Default::default() };
         assert_eq!(sandbox(Some(&bad_mode)).expect_err("refused").field, "sandbox.mode");
+    }
+
+    #[test]
+    fn limits_from_the_wire_are_checked_like_the_plan() {
+        let with = |l: v1::Limits| sandbox(Some(&v1::SandboxSpec { limits: Some(l), ..Default::default() }));
+        let ok = with(v1::Limits { pids: 64, memory_bytes: 64 << 20, cpu_millis: 0 }).expect("valid");
+        assert_eq!(ok.0.limits, Limits { pids: Some(64), memory: Some(64 << 20), cpu_millis: None });
+        assert!(sandbox(None).expect("defaults").0.limits.is_empty());
+        let e = with(v1::Limits { memory_bytes: 1 << 20, ..Default::default() }).expect_err("refused");
+        assert_eq!(e.field, "sandbox.limits.memory_bytes");
+        let e = with(v1::Limits { pids: 2_000_000, ..Default::default() }).expect_err("refused");
+        assert_eq!(e.field, "sandbox.limits.pids");
+        let e = with(v1::Limits { cpu_millis: 2_000_000, ..Default::default() }).expect_err("refused");
+        assert_eq!(e.field, "sandbox.limits.cpu_millis");
     }
 
     #[test]
