@@ -553,6 +553,12 @@ impl Session {
                         supervisor = adopt.pid,
                         "the attempt of a previous sidecar process is not resumed; stopping its worker"
                     );
+                    // What left the group is below the supervisor (its subreaper),
+                    // while it lives; a pid of one that exited may be anyone's.
+                    let exit_file = attempt::SwarmFiles::new(&self.worktree).exit;
+                    if crate::supervisor::is_supervisor(adopt.pid, &exit_file) {
+                        crate::reaper::kill_descendants(adopt.pid);
+                    }
                     crate::runner::kill_group(adopt.pid as i32, nix::sys::signal::Signal::SIGKILL);
                 }
                 _ => {}
