@@ -30,23 +30,30 @@ async fn conflict_setup(h: &Harness, defaults: &str) -> (Sim, v1::Assign) {
     h.create(&plan(defaults, TWO)).await;
     let mut s1 = h.sidecar("w1").await;
     let mut s2 = h.sidecar("w2").await;
-    let a = s1.assign().await;
-    let b = s2.assign().await;
-    assert_eq!(attempt_ref(&a).task_id, "a");
+    let mut a = s1.assign().await;
+    let mut b = s2.assign().await;
+    // Both are READY at once: which sidecar's Hello the controller took
+    // first decides who holds which; s1 is the one holding a.
+    if attempt_ref(&a).task_id != "a" {
+        std::mem::swap(&mut s1, &mut s2);
+        std::mem::swap(&mut a, &mut b);
+    }
+    assert_eq!((attempt_ref(&a).task_id.as_str(), attempt_ref(&b).task_id.as_str()), ("a", "b"));
     let ca = h.repo().commit(Some(&a.base_commit), &[("shared.txt", "from a\n")], "a");
     s1.result(&a, v1::Outcome::Success, 0, &ca).await;
     h.wait_state("s/a", v1::TaskState::Merged).await;
-    // Only w2 may take b's next attempt: w1 leaves, and b's result is sent
-    // once the controller has seen it go.
+    // Only b's sidecar may take b's next attempt: a's leaves, and b's
+    // result is sent once the controller has seen it go.
+    let gone = s1.worker.clone();
     drop(s1);
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         let workers =
             h.operator().list_workers(v1::ListWorkersRequest::default()).await.expect("workers").into_inner();
-        if workers.workers.iter().any(|w| w.id == "w1" && !w.connected) {
+        if workers.workers.iter().any(|w| w.id == gone && !w.connected) {
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "w1 never disconnected");
+        assert!(tokio::time::Instant::now() < deadline, "{gone} never disconnected");
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     let cb = h.repo().commit(Some(&b.base_commit), &[("shared.txt", "from b\n"), ("b/x", "x\n")], "b");

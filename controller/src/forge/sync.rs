@@ -258,6 +258,9 @@ impl Syncer {
         // The integration head as recorded, not the ref: a push never
         // carries a commit the store has not committed.
         let span = tracing::info_span!("forge.push", swarm = %t.swarm, branch, commit = %t.integration_head);
+        // The token is the API's and an https remote's; over ssh (a GitHub
+        // `git@github.com:o/r.git` origin) the controller's own keys push.
+        let token = token.filter(|_| url.starts_with("https://") || url.starts_with("http://"));
         let pushed = swarm_forge::push(&self.repo, url, &t.integration_head, branch, token.as_ref())
             .instrument(span)
             .await?;
