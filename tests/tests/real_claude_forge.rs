@@ -1,0 +1,120 @@
+//! The forge loop with the real Claude Code CLI (against the scripted
+//! Messages API) and the scripted GitHub: a three-task swarm opens one pull
+//! request with its report, and a failed check's log reaches the agent of
+//! the task whose file it names, whose fix is pushed to the same pull
+//! request.
+#![allow(clippy::unwrap_used)] // tests: a panic is the report
+
+use serde_json::json;
+use swarm_tests::github::GitHub;
+use swarm_tests::messages_api::{Script, Step};
+use swarm_tests::{
+    RealClaude, TempRepo, WAIT, claude_task, git_cli, spawn_controller_env, spawn_sidecar_env, stdout,
+    swarmctl, wait_until,
+};
+
+const TOKEN: &str = "ghs_realclaudeforgetoken0123456789";
+const TOKEN_VAR: &str = "FORGE_REAL_CLAUDE_TOKEN";
+
+/// An agent that writes `path` with `content`, or with `fixed` once its
+/// prompt carries `feedback` (the check's log the forge handed back).
+fn writer(
+    name: &str,
+    path: &'static str,
+    content: &'static str,
+    fixed: Option<(&'static str, &'static str)>,
+) -> Script {
+    Script::new(
+        name,
+        vec![
+            Step::dynamic(move |r| {
+                let text = match fixed {
+                    Some((feedback, fixed)) if r.user_text().contains(feedback) => fixed,
+                    _ => content,
+                };
+                Step::tool("Write", json!({"file_path": r.abs(path), "content": text}))
+            }),
+            Step::text("Written."),
+        ],
+    )
+}
+
+#[test]
+fn the_real_cli_s_work_opens_a_pull_request_and_a_failed_check_reaches_its_agent() {
+    let test = "the_real_cli_s_work_opens_a_pull_request_and_a_failed_check_reaches_its_agent";
+    let scripts = vec![
+        writer("wa", "src/a.txt", "a\n", None),
+        writer("wb", "src/b.txt", "b\n", Some(("want FIXED", "FIXED\n"))),
+        writer("wc", "docs/c.txt", "c\n", None),
+    ];
+    let Some(claude) = RealClaude::start(test, scripts) else { return };
+    let repo = TempRepo::with_files(&[("src/keep.txt", "keep\n"), ("docs/keep.txt", "keep\n")]);
+    let gh = GitHub::for_checkout(repo.path(), "acme", "app", TOKEN, "swarm-bot");
+    let allow = format!("env:{TOKEN_VAR}");
+    let controller = spawn_controller_env(
+        repo.path(),
+        &["--forge-secret", &allow, "--forge-poll-ms", "200"],
+        &[(TOKEN_VAR, TOKEN)],
+    );
+    let home = claude.home().to_str().unwrap().to_string();
+    let _sidecars: Vec<_> = (1..=2)
+        .map(|n| spawn_sidecar_env(&controller.url(), repo.path(), &format!("w{n}"), &[], &[("HOME", &home)]))
+        .collect();
+    let forge = format!(
+        "[forge]\nprovider = \"github\"\nremote = \"origin\"\napi_url = \"{}\"\ntoken = {{ env = \"{TOKEN_VAR}\" }}\n",
+        gh.api_url()
+    );
+    let plan = claude
+        .plan("rc")
+        .default("permissions", r#"{ allow = ["Write(src/**)", "Write(docs/**)"], otherwise = "deny" }"#)
+        .task(claude_task("a", &["src/a.txt"], "wa", "Write a."))
+        .task(claude_task("b", &["src/b.txt"], "wb", "Write b.").deps(&["a"]))
+        .task(claude_task("c", &["docs/**"], "wc", "Write c."))
+        .tables(&forge)
+        .build();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("plan.toml");
+    std::fs::write(&path, plan).unwrap();
+    assert!(swarmctl(&controller.url(), &["create", path.to_str().unwrap()]).status.success());
+
+    let pr = wait_until("the pull request opens", WAIT * 2, || {
+        gh.pulls("acme", "app").into_iter().find(|p| p.open && !p.draft)
+    });
+    let body = pr.body.clone().unwrap_or_default();
+    assert!(body.contains("3/3 merged") && body.contains("| b |"), "the report:\n{body}");
+    let bare = gh.repo_path("acme", "app");
+    assert_eq!(git_cli(&bare, &["show", &format!("{}:src/b.txt", pr.head_sha)]), "b");
+
+    let log = "running tests\n---- b ----\nassertion failed at src/b.txt:1: want FIXED\n".to_string();
+    gh.add_check_run(
+        "acme",
+        "app",
+        &pr.head_sha,
+        "ci",
+        "completed",
+        Some("failure"),
+        Some("1 failed"),
+        Some(log),
+    );
+    let fixed = wait_until("the agent's fix is pushed to the same pull request", WAIT * 2, || {
+        gh.pulls("acme", "app").into_iter().find(|p| p.head_sha != pr.head_sha)
+    });
+    assert_eq!(fixed.number, pr.number);
+    assert_eq!(gh.pulls("acme", "app").len(), 1);
+    assert_eq!(git_cli(&bare, &["show", &format!("{}:src/b.txt", fixed.head_sha)]), "FIXED");
+
+    // The agent of b's second attempt was given the log as its prompt.
+    let prompts: Vec<String> = claude.api.requests_of("wb").iter().map(|r| r.user_text()).collect();
+    assert!(
+        prompts.iter().any(|p| p.contains("CI check `ci` failed") && p.contains("want FIXED")),
+        "{prompts:?}"
+    );
+    let described = stdout(&swarmctl(&controller.url(), &["describe", "task", "rc/b", "-o", "json"]));
+    let v: serde_json::Value = serde_json::from_str(&described).unwrap();
+    assert_eq!(v["task"]["attempts"], 2, "{described}");
+    for other in ["rc/a", "rc/c"] {
+        let d = stdout(&swarmctl(&controller.url(), &["describe", "task", other, "-o", "json"]));
+        let v: serde_json::Value = serde_json::from_str(&d).unwrap();
+        assert_eq!(v["task"]["attempts"], 1, "{other} was left alone: {d}");
+    }
+}
