@@ -371,3 +371,38 @@ fn with_merge_auto_the_pull_request_merges_once_its_checks_pass() {
     until(WAIT, "the merge is recorded", || forge()["pull_state"] == "merged");
     assert_eq!(forge()["merge_commit"], commit);
 }
+
+#[test]
+fn a_check_that_fails_then_passes_on_a_rerun_of_the_same_commit_is_recorded_as_flaky() {
+    let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[]))]);
+    let gh = forge_for(&repo);
+    let (controller, _sidecars) = standalone(&repo, 1, &[]);
+    create(&controller, &three_tasks("flk", &forge_table(&gh, "")));
+    until(WAIT, "the pull request opens", || gh.pulls("acme", "app").iter().any(|p| p.open && !p.draft));
+    let head = gh.pulls("acme", "app")[0].head_sha.clone();
+    let forge = || {
+        let d = stdout(&swarmctl(&controller.url(), &["describe", "swarm", "flk", "-o", "json"]));
+        serde_json::from_str::<serde_json::Value>(&d).unwrap_or_default()["swarm"]["forge"].clone()
+    };
+    // A failure whose log names no task's file is the operator's, and is remembered.
+    let log = Some("network unreachable while fetching crates".to_string());
+    gh.add_check_run("acme", "app", &head, "lint", "completed", Some("failure"), Some("timeout"), log);
+    until(WAIT, "the failure is seen", || {
+        forge()["checks"].as_str().is_some_and(|c| c.contains("lint failed"))
+    });
+    until(WAIT, "the failure is left to the operator", || {
+        controller.proc.log().contains("no task owns what it names")
+    });
+    assert!(forge()["flaky"].is_null(), "not flaky yet: {}", forge());
+
+    // Someone re-runs it, and it passes on the same commit.
+    gh.add_check_run("acme", "app", &head, "lint", "completed", Some("success"), Some("ok"), None);
+    until(WAIT, "the flake is recorded", || {
+        forge()["flaky"] == serde_json::json!([format!("lint@{}", &head[..10])])
+    });
+    let text = stdout(&swarmctl(&controller.url(), &["describe", "swarm", "flk"]));
+    assert!(text.contains(&format!("flaky: lint@{}", &head[..10])), "{text}");
+    for task in ["flk/a", "flk/b", "flk/c"] {
+        assert_eq!(attempts(&controller.url(), task), 1, "{task} was not reopened");
+    }
+}

@@ -63,6 +63,9 @@ pub struct ForgeView {
     /// Once the pull request merged: the commit its base branch got.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub merge_commit: String,
+    /// Checks that failed, then passed on a re-run of the same commit.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub flaky: Vec<String>,
 }
 
 impl ForgeView {
@@ -80,6 +83,9 @@ impl ForgeView {
         }
         if !self.checks.is_empty() {
             out.push_str(&format!("; checks: {}", self.checks));
+        }
+        if !self.flaky.is_empty() {
+            out.push_str(&format!("; flaky: {}", self.flaky.join(", ")));
         }
         if !self.error.is_empty() {
             let next = match self.retry_at_unix_ms {
@@ -106,6 +112,7 @@ impl From<&v1::Forge> for ForgeView {
             retry_at_unix_ms: f.retry_at_unix_ms,
             checks: f.checks.clone(),
             merge_commit: f.merge_commit.clone(),
+            flaky: f.flaky.clone(),
         }
     }
 }

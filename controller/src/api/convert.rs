@@ -498,6 +498,7 @@ fn forge(f: crate::scheduler::views::SwarmForge) -> v1::Forge {
         retry_at_unix_ms: f.state.retry_at,
         checks: f.state.checks,
         merge_commit: pull.merge_commit,
+        flaky: f.state.flaky,
     }
 }
 

@@ -98,6 +98,8 @@ pub(super) struct Syncer {
     scheduler: flume::Sender<crate::scheduler::Command>,
     /// Feedback sent this run (the scheduler keeps what it took for good).
     seen: watch::Seen,
+    /// Checks seen failing this run, to tell a flaky one.
+    failed: watch::Seen,
     /// Each login's role on the repository, asked once a run.
     permissions: HashMap<String, swarm_forge::Permission>,
     /// One client per swarm, kept so its ETag cache and quota carry over.
@@ -114,6 +116,7 @@ impl Syncer {
         Syncer {
             scheduler,
             seen: watch::Seen::default(),
+            failed: watch::Seen::default(),
             permissions: HashMap::new(),
             repo,
             secrets: config.secrets.clone(),
@@ -177,8 +180,12 @@ impl Syncer {
     async fn push_and_pull(&mut self, t: &ForgeTarget, state: &mut ForgeState) -> Result<bool, Failed> {
         let spec = &t.spec;
         let ready = t.state == SwarmState::Completed;
-        let wanted = ready || (spec.pr == PullScope::Task && t.merged > 0 && is_live(t.state));
-        if !wanted || t.integration_head.is_empty() {
+        let wanted = (ready || (spec.pr == PullScope::Task && t.merged > 0 && is_live(t.state)))
+            && !t.integration_head.is_empty();
+        // An open pull request is read even while its swarm reworks a
+        // task: reviewers and CI keep talking meanwhile.
+        let open = spec.provider == Provider::Github && state.pull.as_ref().is_some_and(is_open);
+        if !wanted && !open {
             return Ok(false);
         }
         let url = self.remote_url(spec)?;
@@ -192,7 +199,7 @@ impl Syncer {
         };
         let branch = spec.branch.clone().unwrap_or_else(|| t.integration_branch.clone());
         let mut changed = false;
-        if state.pushed != t.integration_head {
+        if wanted && state.pushed != t.integration_head {
             self.push(t, &url, &branch, token.clone()).await?;
             state.pushed = t.integration_head.clone();
             changed = true;
@@ -200,17 +207,18 @@ impl Syncer {
         if spec.provider == Provider::Git {
             return Ok(changed);
         }
-        let draft = !ready;
-        let shown = state.pull.as_ref().is_some_and(|p| p.state == pull_state_name(PullState::Open, draft));
         let Some(token) = token else { return Err(Failed::settled("forge.token: a forge needs a token")) };
         let forge = self.client(t, &url, token.clone())?;
-        if changed || !shown {
+        let draft = !ready;
+        let shown = state.pull.as_ref().is_some_and(|p| p.state == pull_state_name(PullState::Open, draft));
+        if wanted && (changed || !shown) {
             self.open_or_update(t, state, forge.as_ref(), branch, draft).await?;
             changed = true;
         }
         if state.pull.as_ref().is_some_and(is_open) {
             let mut watch = watch::Watch {
                 seen: &mut self.seen,
+                failed: &mut self.failed,
                 permissions: &mut self.permissions,
                 scheduler: &self.scheduler,
                 secrets: &[token.expose()],

@@ -11,7 +11,7 @@ use tracing::Instrument as _;
 use super::route::{self, Route};
 use super::sync::{Failed, is_open, record};
 use crate::scheduler::views::ForgeTarget;
-use crate::scheduler::{Command, FeedbackTaken, ForgeFeedback, ForgeState};
+use crate::scheduler::{Command, FeedbackTaken, ForgeFeedback, ForgeState, MAX_FLAKY};
 
 /// The end of a log a task gets: a failure's cause is near its end.
 const LOG_TAIL_BYTES: usize = 16 << 10;
@@ -24,6 +24,10 @@ const SEEN_MAX: usize = 10_000;
 pub(super) struct Seen(HashSet<String>);
 
 impl Seen {
+    fn contains(&self, key: &str) -> bool {
+        self.0.contains(key)
+    }
+
     fn insert(&mut self, key: String) -> bool {
         if self.0.len() >= SEEN_MAX {
             self.0.clear();
@@ -34,6 +38,8 @@ impl Seen {
 
 pub(super) struct Watch<'a> {
     pub seen: &'a mut Seen,
+    /// Checks seen failing (`name@commit`) this run, to tell a flake.
+    pub failed: &'a mut Seen,
     /// Each login's role on the repository, as the forge said this run.
     pub permissions: &'a mut HashMap<String, Permission>,
     pub scheduler: &'a flume::Sender<Command>,
@@ -66,6 +72,7 @@ impl Watch<'_> {
             return Ok(changed);
         }
         let checks = forge.checks(&state.pushed).await?;
+        changed |= self.flakes(state, &checks);
         let summary = summary(&checks);
         changed |= state.checks != summary;
         state.checks = summary;
@@ -83,6 +90,26 @@ impl Watch<'_> {
         self.conversation(t, forge, number).await?;
         changed |= self.auto_merge(t, state, forge, number, &checks).await?;
         Ok(changed)
+    }
+
+    /// Remembers the checks that failed on the pushed commit and records
+    /// as flaky one that passes there later (a re-run); whether it did.
+    fn flakes(&mut self, state: &mut ForgeState, checks: &[Check]) -> bool {
+        let mut changed = false;
+        for check in checks {
+            let key = format!("{}@{}", check.name, state.pushed.get(..10).unwrap_or(&state.pushed));
+            if matches!(check.state, CheckState::Failure | CheckState::TimedOut) {
+                self.failed.insert(key);
+            } else if check.state.is_passing() && self.failed.contains(&key) && !state.flaky.contains(&key) {
+                tracing::info!(check = %check.name, "a check failed and then passed on the same commit: flaky");
+                state.flaky.push(swarm_forge::text::shown(&key, 200));
+                if state.flaky.len() > MAX_FLAKY {
+                    state.flaky.remove(0);
+                }
+                changed = true;
+            }
+        }
+        changed
     }
 
     /// Hands a failed check to the scheduler for the task it names.

@@ -59,6 +59,13 @@ fn events(
             serde_json::json!({ "number": pull.number, "url": pull.url, "state": pull.state }),
         ));
     }
+    for flaky in next.flaky.iter().filter(|f| !before.flaky.contains(f)) {
+        out.push((
+            "swarm.check_flaky",
+            format!("swarm {id}: check {flaky} failed, then passed on a re-run of the same commit"),
+            serde_json::json!({ "check": flaky }),
+        ));
+    }
     if !next.error.is_empty() && next.error != before.error {
         out.push((
             "swarm.forge_error",

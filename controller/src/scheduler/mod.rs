@@ -56,7 +56,7 @@ pub(crate) use model::HashMap;
 pub use model::messages::{FeedbackTaken, ForgeFeedback};
 pub use model::{AgentRecord, Attempt, ForgeState, PullRecord, Session, SwarmState, TierOutcome, now_ms};
 // What a question's category and a pause's author mean to the operator's webhooks.
-pub use model::{BUDGET_CATEGORY, ScheduleOrder};
+pub use model::{BUDGET_CATEGORY, MAX_FLAKY, ScheduleOrder};
 pub use operator::PERMISSION_CATEGORY;
 pub use outbound::{AgentAssign, AssignSpec, AttemptHandle, CloseCode, Outbound};
 pub use pause::BY_BREAKER;

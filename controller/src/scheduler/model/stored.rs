@@ -109,7 +109,14 @@ pub struct ForgeState {
     /// The pushed commit's checks as last read (`ci passed, lint failed`).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub checks: String,
+    /// Checks that failed and then passed on a re-run of the same commit,
+    /// latest last (at most [`MAX_FLAKY`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flaky: Vec<String>,
 }
+
+/// The most flaky checks a swarm remembers.
+pub const MAX_FLAKY: usize = 20;
 
 /// Feedback taken from the forge: each item once, by the forge's own id,
 /// and failed-check rounds bounded by the plan's `ci_retries`.
@@ -265,6 +272,7 @@ mod tests {
                 error_at: 0,
                 retry_at: 0,
                 checks: "ci passed".into(),
+                flaky: vec!["lint@abc".into()],
             })),
         };
         assert_eq!(SwarmControl::from_json(&c.to_json()).expect("json"), c);
