@@ -157,6 +157,9 @@ pub async fn start_with(
     if let Some(at) = config.mcp_listen {
         mcp::check_listen(at, &config.security).map_err(ControllerError::Security)?;
     }
+    if let Some(at) = config.forge.webhook_listen {
+        forge::check_webhook_listen(at, &config.security).map_err(ControllerError::Security)?;
+    }
     let repo = git2::Repository::open(&config.repo).map_err(|e| repo_err(e.message().to_string()))?;
     let workdir = repo.workdir().map(|p| p.to_path_buf()).unwrap_or_else(|| repo.path().to_path_buf());
     let db = config.db.clone().unwrap_or_else(|| repo.commondir().join("swarm").join("swarm.db"));

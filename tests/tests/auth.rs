@@ -414,3 +414,15 @@ async fn local_run_needs_no_setup_and_leaves_its_admin_token_private() {
     let token = std::fs::read_to_string(&token_file).unwrap();
     assert!(token.starts_with("swarm_") && token.trim().len() == 70, "{token:?}");
 }
+
+#[test]
+fn a_forge_webhook_listener_off_loopback_without_tls_refuses_to_start_and_changes_nothing() {
+    let repo = TempRepo::with_files(&[("README.md", "x\n")]);
+    let (ok, err) = controller_exit(repo.path(), &["--forge-webhook-listen", "0.0.0.0:0"]);
+    assert!(!ok, "started: {err}");
+    for words in ["refusing --forge-webhook-listen", "--tls-cert", "--insecure"] {
+        assert!(err.contains(words), "the refusal names {words}: {err}");
+    }
+    assert!(!err.contains("scheduler thread"), "refused before anything started: {err}");
+    assert!(!repo.path().join(".git/swarm/swarm.db").exists(), "no store was made");
+}

@@ -35,6 +35,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
+pub use inbound::check_listen as check_webhook_listen;
 pub use secrets::SecretPolicy;
 
 use crate::api::Shared;
