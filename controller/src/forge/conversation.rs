@@ -9,9 +9,9 @@ use swarm_core::{SwarmId, TaskKey};
 use swarm_forge::{Forge, Permission, ReviewState};
 use tokio::sync::oneshot;
 
+use super::failed::Failed;
 use super::route::{self, Route};
 use super::slash::{self, Slash};
-use super::sync::Failed;
 use super::watch::Watch;
 use crate::scheduler::views::ForgeTarget;
 use crate::scheduler::{Command, FeedbackTaken, ForgeFeedback, OperatorOp};

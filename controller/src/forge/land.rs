@@ -7,7 +7,7 @@
 use swarm_core::plan::forge::MergeMode;
 use swarm_forge::{Check, Forge, MergeMethod, MergeOutcome, ReviewState};
 
-use super::sync::Failed;
+use super::failed::Failed;
 use super::watch::Watch;
 use crate::scheduler::views::ForgeTarget;
 use crate::scheduler::{ForgeState, SwarmState};
@@ -44,7 +44,7 @@ impl Watch<'_> {
                 MergeOutcome::Merged { sha } => {
                     tracing::info!(number, %sha, method = method.as_str(), "pull request merged");
                     let pull = forge.get_pull(number).await?;
-                    state.pull = Some(super::sync::record(&pull));
+                    state.pull = Some(super::pull::record(&pull));
                     return Ok(true);
                 }
                 MergeOutcome::Refused { status, message }

@@ -15,8 +15,10 @@
 
 mod body;
 mod conversation;
+mod failed;
 mod inbound;
 mod land;
+mod pull;
 mod route;
 pub mod secrets;
 mod slash;

@@ -5,31 +5,23 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use sha2::Digest as _;
 use swarm_core::SwarmId;
 use swarm_core::plan::ForgeSpec;
 use swarm_core::plan::forge::{Provider, PullScope};
-use swarm_forge::{
-    Forge, ForgeError, GitHub, GitHubConfig, NewPull, PullRequest, PullState, PushError, Remote, Token,
-};
+use swarm_forge::{Forge, GitHub, GitHubConfig, NewPull, PullState, Remote, Token};
 use tokio::time::Instant;
 use tracing::Instrument as _;
 
+use super::failed::{Failed, Retry};
+use super::pull::{is_open, pull_state_name, record};
 use super::secrets::{self, SecretPolicy};
 use super::{body, watch};
 use crate::api::operator::OperatorApi;
 use crate::scheduler::views::ForgeTarget;
-use crate::scheduler::{ForgeState, PullRecord, SwarmState, now_ms};
-
-/// When a failed sync is tried again.
-#[derive(Debug, Clone, Copy)]
-pub(super) enum Retry {
-    Backoff,
-    /// The forge said when (a rate limit's reset).
-    At(Instant),
-}
+use crate::scheduler::{ForgeState, SwarmState, now_ms};
 
 /// What a sync leaves: the state to record (when it changed), when to
 /// try again if it failed in a way time may mend, and whether there is an
@@ -42,49 +34,8 @@ pub(super) struct Outcome {
     pub watching: bool,
 }
 
-/// Why a sync stopped, as the operator reads it.
-pub(super) struct Failed {
-    message: String,
-    retry: Option<Retry>,
-}
-
-impl Failed {
-    /// Wrong settings or a refusal: nothing changes until someone acts.
-    pub(super) fn settled(message: impl Into<String>) -> Failed {
-        Failed { message: message.into(), retry: None }
-    }
-
-    /// The scheduler is gone: the controller is stopping.
-    pub(super) fn stopping() -> Failed {
-        Failed { message: "the scheduler stopped".into(), retry: Some(Retry::Backoff) }
-    }
-}
-
-impl From<ForgeError> for Failed {
-    fn from(e: ForgeError) -> Failed {
-        let retry = match e.retry_at() {
-            Some(at) => Some(Retry::At(instant_at(at))),
-            None if e.is_retryable() => Some(Retry::Backoff),
-            None => None,
-        };
-        Failed { message: e.to_string(), retry }
-    }
-}
-
-impl From<PushError> for Failed {
-    fn from(e: PushError) -> Failed {
-        let retry = e.is_retryable().then_some(Retry::Backoff);
-        Failed { message: e.to_string(), retry }
-    }
-}
-
 fn unix_ms(at: Instant) -> i64 {
     now_ms().saturating_add(at.saturating_duration_since(Instant::now()).as_millis() as i64)
-}
-
-fn instant_at(at: SystemTime) -> Instant {
-    let wait = at.duration_since(SystemTime::now()).unwrap_or_default();
-    Instant::now() + wait
 }
 
 pub(super) struct Syncer {
@@ -323,30 +274,4 @@ pub(super) fn remote_url(spec: &ForgeSpec, repo: &std::path::Path) -> Result<Str
         return Err((format!("forge.remote: remote {:?} has no URL", spec.remote), false));
     }
     Ok(url)
-}
-
-/// Whether the pull request is still open (a draft or ready).
-pub(super) fn is_open(pull: &PullRecord) -> bool {
-    matches!(pull.state.as_str(), "draft" | "open")
-}
-
-pub(super) fn pull_state_name(state: PullState, draft: bool) -> &'static str {
-    match (state, draft) {
-        (PullState::Open, true) => "draft",
-        (PullState::Open, false) => "open",
-        (PullState::Closed, _) => "closed",
-        (PullState::Merged, _) => "merged",
-    }
-}
-
-pub(super) fn record(pull: &PullRequest) -> PullRecord {
-    PullRecord {
-        number: pull.number,
-        url: pull.url.clone(),
-        state: pull_state_name(pull.state, pull.draft).into(),
-        merge_commit: match pull.state {
-            PullState::Merged => pull.merge_commit_sha.clone().unwrap_or_default(),
-            _ => String::new(),
-        },
-    }
 }

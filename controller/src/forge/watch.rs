@@ -8,8 +8,9 @@ use std::collections::{HashMap, HashSet};
 use swarm_forge::{Check, CheckSource, CheckState, Forge, Permission, PullState};
 use tracing::Instrument as _;
 
+use super::failed::Failed;
+use super::pull::{is_open, record};
 use super::route::{self, Route};
-use super::sync::{Failed, is_open, record};
 use crate::scheduler::views::ForgeTarget;
 use crate::scheduler::{Command, FeedbackTaken, ForgeFeedback, ForgeState, MAX_FLAKY};
 
