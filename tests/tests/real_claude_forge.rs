@@ -17,26 +17,24 @@ const TOKEN: &str = "ghs_realclaudeforgetoken0123456789";
 const TOKEN_VAR: &str = "FORGE_REAL_CLAUDE_TOKEN";
 
 /// An agent that writes `path` with `content`, or with `fixed` once its
-/// prompt carries `feedback` (the check's log the forge handed back).
+/// conversation carries `feedback` (the check's log the forge handed
+/// back); a resumed conversation goes on at its third step.
 fn writer(
     name: &str,
     path: &'static str,
     content: &'static str,
     fixed: Option<(&'static str, &'static str)>,
 ) -> Script {
-    Script::new(
-        name,
-        vec![
-            Step::dynamic(move |r| {
-                let text = match fixed {
-                    Some((feedback, fixed)) if r.user_text().contains(feedback) => fixed,
-                    _ => content,
-                };
-                Step::tool("Write", json!({"file_path": r.abs(path), "content": text}))
-            }),
-            Step::text("Written."),
-        ],
-    )
+    let write = move || {
+        Step::dynamic(move |r| {
+            let text = match fixed {
+                Some((feedback, fixed)) if r.user_text().contains(feedback) => fixed,
+                _ => content,
+            };
+            Step::tool("Write", json!({"file_path": r.abs(path), "content": text}))
+        })
+    };
+    Script::new(name, vec![write(), Step::text("Written."), write(), Step::text("Fixed.")])
 }
 
 #[test]
@@ -103,15 +101,24 @@ fn the_real_cli_s_work_opens_a_pull_request_and_a_failed_check_reaches_its_agent
     assert_eq!(gh.pulls("acme", "app").len(), 1);
     assert_eq!(git_cli(&bare, &["show", &format!("{}:src/b.txt", fixed.head_sha)]), "FIXED");
 
-    // The agent of b's second attempt was given the log as its prompt.
-    let prompts: Vec<String> = claude.api.requests_of("wb").iter().map(|r| r.user_text()).collect();
-    assert!(
-        prompts.iter().any(|p| p.contains("CI check `ci` failed") && p.contains("want FIXED")),
-        "{prompts:?}"
-    );
+    // b's second attempt resumed the session that wrote b, with the log.
     let described = stdout(&swarmctl(&controller.url(), &["describe", "task", "rc/b", "-o", "json"]));
     let v: serde_json::Value = serde_json::from_str(&described).unwrap();
     assert_eq!(v["task"]["attempts"], 2, "{described}");
+    let sessions: Vec<&str> = v["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["session_id"].as_str().unwrap_or_default())
+        .collect();
+    assert!(!sessions[0].is_empty() && sessions[0] == sessions[1], "the same session: {sessions:?}");
+    let requests = claude.api.requests_of("wb");
+    let steps: Vec<usize> = requests.iter().filter_map(|r| r.step).collect();
+    assert_eq!(steps, [0, 1, 2, 3], "the resumed conversation went on:\n{}", claude.api.summary());
+    let resumed = &requests[2];
+    assert_eq!(resumed.headers.get("x-claude-code-session-id").map(String::as_str), Some(sessions[0]));
+    let said = resumed.user_text();
+    assert!(said.contains("merged and is under review") && said.contains("want FIXED"), "{said}");
     for other in ["rc/a", "rc/c"] {
         let d = stdout(&swarmctl(&controller.url(), &["describe", "task", other, "-o", "json"]));
         let v: serde_json::Value = serde_json::from_str(&d).unwrap();

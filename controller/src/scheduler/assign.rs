@@ -197,14 +197,20 @@ impl Scheduler {
     /// own worker can resume it: the session and the worktree holding its
     /// work live there.
     pub(super) fn resumable_session(&self, task: &Task, number: u32) -> Option<&Attempt> {
-        let previous = self.shared.model.attempts().get(&(task.key.clone(), number.checked_sub(1)?))?;
+        let before = number.checked_sub(1)?;
+        let previous = self.shared.model.attempts().get(&(task.key.clone(), before))?;
         let kept = matches!(
             previous.state,
             AttemptState::Checkpointed
                 | AttemptState::RateLimited
                 | AttemptState::Cancelled
                 | AttemptState::Lost
-        ) || (previous.outcome == Some(Outcome::Escalation) && !previous.result_commit.is_empty());
+        ) || (previous.outcome == Some(Outcome::Escalation) && !previous.result_commit.is_empty())
+            // A merged task its pull request's CI or reviewers reopened: the
+            // session that wrote the code takes the feedback.
+            || (previous.outcome == Some(Outcome::Success)
+                && !task.notes.feedback.is_empty()
+                && !self.shared.model.is_reviewer(&task.key, before));
         (kept && !previous.agent.session_id.is_empty()).then_some(previous)
     }
 

@@ -36,18 +36,39 @@ pub fn write(worktree: &Path, r: &SessionRecord) -> std::io::Result<()> {
     std::fs::rename(&tmp, &p)
 }
 
-/// Why the wanted session cannot be resumed here, or Ok to resume it.
-pub fn can_resume(worktree: &Path, kind: &str, wanted: &str, base: &str) -> Result<(), String> {
+/// How the worktree holds a session's work, when it may be resumed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resume {
+    /// The attempt starts where the session stopped.
+    Same,
+    /// The attempt starts from a commit that holds the session's work
+    /// merged with others' (a merged task reopened by its pull request's
+    /// CI or reviewers).
+    Merged,
+}
+
+/// How the wanted session can be resumed here, or why it cannot.
+/// `descends(base, commit)` says whether `base` has `commit` in its history.
+pub fn can_resume(
+    worktree: &Path,
+    kind: &str,
+    wanted: &str,
+    base: &str,
+    descends: impl FnOnce(&str, &str) -> bool,
+) -> Result<Resume, String> {
     let Some(r) = read(worktree) else {
         return Err("this worktree has no agent-session.json (another worktree did the work)".into());
     };
     if r.kind != kind || r.session_id != wanted {
         return Err(format!("this worktree's last session is {} {}, not {wanted}", r.kind, r.session_id));
     }
-    if r.commit != base {
-        return Err(format!("the session's work ended at {}, but the attempt starts from {base}", r.commit));
+    if r.commit == base {
+        return Ok(Resume::Same);
     }
-    Ok(())
+    if !r.commit.is_empty() && descends(base, &r.commit) {
+        return Ok(Resume::Merged);
+    }
+    Err(format!("the session's work ended at {}, which the attempt's base {base} does not hold", r.commit))
 }
 
 /// Records that the session's work now ends at `commit` (after a WIP or
@@ -79,15 +100,19 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let wt = dir.path();
         std::fs::create_dir_all(wt.join(SWARM_DIR)).expect("mkdir");
-        assert!(can_resume(wt, "claude", "s1", "c1").is_err());
+        let unrelated = |_: &str, _: &str| false;
+        assert!(can_resume(wt, "claude", "s1", "c1", unrelated).is_err());
         write(wt, &SessionRecord { kind: "claude".into(), session_id: "s1".into(), commit: "c0".into() })
             .expect("write");
-        assert!(can_resume(wt, "claude", "s1", "c1").expect_err("old commit").contains("c0"));
+        assert!(can_resume(wt, "claude", "s1", "c1", unrelated).expect_err("old commit").contains("c0"));
+        // A base that holds the session's commit (it was merged) resumes it.
+        let holds = |base: &str, commit: &str| (base, commit) == ("m1", "c0");
+        assert_eq!(can_resume(wt, "claude", "s1", "m1", holds), Ok(Resume::Merged));
         set_commit(wt, "c1").expect("set");
-        assert!(can_resume(wt, "claude", "s1", "c1").is_ok());
-        assert!(can_resume(wt, "claude", "s2", "c1").is_err());
-        assert!(can_resume(wt, "codex", "s1", "c1").is_err());
+        assert_eq!(can_resume(wt, "claude", "s1", "c1", unrelated), Ok(Resume::Same));
+        assert!(can_resume(wt, "claude", "s2", "c1", unrelated).is_err());
+        assert!(can_resume(wt, "codex", "s1", "c1", unrelated).is_err());
         std::fs::write(path(wt), b"{garbage").expect("write");
-        assert!(can_resume(wt, "claude", "s1", "c1").is_err());
+        assert!(can_resume(wt, "claude", "s1", "c1", unrelated).is_err());
     }
 }

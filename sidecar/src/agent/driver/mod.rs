@@ -356,14 +356,24 @@ impl Driver<'_, '_> {
             None => self.s.task_text.to_string(),
         };
         let Some(wanted) = self.s.cfg.resume_session.clone() else { return (None, task) };
-        match session::can_resume(self.s.worktree, self.s.cfg.kind.as_str(), &wanted, self.s.base_commit) {
-            Ok(()) => {
+        let worktree = self.s.worktree;
+        let descends = |base: &str, commit: &str| holds_commit(worktree, base, commit);
+        match session::can_resume(worktree, self.s.cfg.kind.as_str(), &wanted, self.s.base_commit, descends) {
+            Ok(how) => {
                 self.log(&format!("resuming agent session {wanted}")).await;
                 self.session = Some(wanted.clone());
-                let note = format!(
-                    "Continue the task. You were stopped before finishing; your work so far is in this \
-                     worktree. The task follows, with any answers given since.\n\n{task}"
-                );
+                let note = match how {
+                    session::Resume::Same => format!(
+                        "Continue the task. You were stopped before finishing; your work so far is in this \
+                         worktree. The task follows, with any answers given since.\n\n{task}"
+                    ),
+                    session::Resume::Merged => format!(
+                        "Your work on this task was merged and is under review in a pull request; this \
+                         worktree now holds it together with the other tasks' merged work. The pull \
+                         request's CI or reviewers asked for changes: they are in the task below, under \
+                         \"Feedback on the pull request\" (the latest last). Make those changes.\n\n{task}"
+                    ),
+                };
                 (Some(wanted), note)
             }
             Err(why) => {
@@ -694,4 +704,12 @@ impl Driver<'_, '_> {
             processes: self.processes,
         }
     }
+}
+
+/// Whether `base` has `commit` in its history, read from the worktree's
+/// repository; anything unreadable is "no" (a fresh session then starts).
+fn holds_commit(worktree: &std::path::Path, base: &str, commit: &str) -> bool {
+    let (Ok(base), Ok(commit)) = (git2::Oid::from_str(base), git2::Oid::from_str(commit)) else { return false };
+    let Ok(repo) = git2::Repository::open(worktree) else { return false };
+    repo.graph_descendant_of(base, commit).unwrap_or(false)
 }
