@@ -709,7 +709,9 @@ impl Driver<'_, '_> {
 /// Whether `base` has `commit` in its history, read from the worktree's
 /// repository; anything unreadable is "no" (a fresh session then starts).
 fn holds_commit(worktree: &std::path::Path, base: &str, commit: &str) -> bool {
-    let (Ok(base), Ok(commit)) = (git2::Oid::from_str(base), git2::Oid::from_str(commit)) else { return false };
+    let (Ok(base), Ok(commit)) = (git2::Oid::from_str(base), git2::Oid::from_str(commit)) else {
+        return false;
+    };
     let Ok(repo) = git2::Repository::open(worktree) else { return false };
     repo.graph_descendant_of(base, commit).unwrap_or(false)
 }
