@@ -592,6 +592,14 @@ fn swarms_processes_are_not_dumpable() {
         cat.status().unwrap().success()
     };
     let mut ordinary = capless_cmd("sleep").arg("30").spawn().unwrap();
+    // Until setpriv has dropped its capabilities and exec'd sleep, the
+    // process holds more than the reader and is rightly unreadable.
+    let comm = format!("/proc/{}/comm", ordinary.id());
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while std::fs::read_to_string(&comm).map(|c| c.trim() != "sleep").unwrap_or(true) {
+        assert!(std::time::Instant::now() < deadline, "the ordinary process never became sleep");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let control = readable(ordinary.id());
     let repo_path = repo.path().display().to_string();
     let mut found = Vec::new();
