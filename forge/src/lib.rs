@@ -21,6 +21,7 @@
 mod ensure;
 mod error;
 pub mod github;
+pub mod https;
 pub mod provider;
 pub mod push;
 pub mod refname;

@@ -205,27 +205,16 @@ pub async fn start(
     Ok(())
 }
 
-/// An HTTP/1.1 client on rustls with the ring provider and the system's
-/// roots. It follows no redirect: a signed body goes only where it was sent.
+/// The shared HTTPS client, which follows no redirect: a signed body goes
+/// only where it was sent.
 fn client(policy: &Policy) -> Result<reqwest::Client, String> {
-    use tokio_rustls::rustls;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let verifier = rustls_platform_verifier::Verifier::new(provider.clone())
-        .map_err(|e| format!("webhook TLS roots: {e}"))?;
-    let tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| format!("webhook TLS: {e}"))?
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(verifier))
-        .with_no_client_auth();
-    reqwest::Client::builder()
-        .tls_backend_preconfigured(tls)
-        .timeout(policy.timeout)
-        .connect_timeout(policy.timeout.min(Duration::from_secs(5)))
-        .redirect(reqwest::redirect::Policy::none())
-        .user_agent(concat!("swarm-controller/", env!("CARGO_PKG_VERSION")))
-        .build()
-        .map_err(|e| format!("webhook client: {e}"))
+    let connect = policy.timeout.min(Duration::from_secs(5));
+    swarm_forge::https::client(
+        policy.timeout,
+        connect,
+        concat!("swarm-controller/", env!("CARGO_PKG_VERSION")),
+    )
+    .map_err(|e| format!("webhook client: {e}"))
 }
 
 async fn dispatch(

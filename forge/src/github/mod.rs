@@ -175,27 +175,9 @@ fn endpoint(s: &str, field: &str) -> Result<Url, ForgeError> {
     }
 }
 
-/// An HTTP/1.1 client on rustls with the ring provider and the system's
-/// roots, as the controller's notifier builds it. It follows no redirect:
-/// the one redirect swarm follows (a job log's) is followed by hand,
-/// without the token.
+/// The shared HTTPS client ([`crate::https`]); the one redirect swarm
+/// follows (a job log's) is followed by hand, without the token.
 fn client(config: &GitHubConfig) -> Result<reqwest::Client, String> {
-    use tokio_rustls::rustls;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let verifier =
-        rustls_platform_verifier::Verifier::new(provider.clone()).map_err(|e| format!("TLS roots: {e}"))?;
-    let tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS: {e}"))?
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(verifier))
-        .with_no_client_auth();
-    reqwest::Client::builder()
-        .tls_backend_preconfigured(tls)
-        .timeout(config.timeout)
-        .connect_timeout(config.timeout.min(Duration::from_secs(10)))
-        .redirect(reqwest::redirect::Policy::none())
-        .user_agent(&config.user_agent)
-        .build()
-        .map_err(|e| format!("HTTP client: {e}"))
+    let connect = config.timeout.min(Duration::from_secs(10));
+    crate::https::client(config.timeout, connect, &config.user_agent)
 }

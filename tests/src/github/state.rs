@@ -312,19 +312,9 @@ pub(super) fn now_ms() -> u64 {
 
 /// `2011-01-26T19:01:12Z`, as GitHub writes times.
 pub(super) fn iso(unix_s: u64) -> String {
-    let days = (unix_s / 86_400) as i64;
-    let secs = unix_s % 86_400;
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", secs / 3600, secs / 60 % 60, secs % 60)
+    let t = jiff::Timestamp::from_second(i64::try_from(unix_s).unwrap_or(i64::MAX))
+        .unwrap_or(jiff::Timestamp::MAX);
+    t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 pub(super) fn iso_opt(unix_s: Option<u64>) -> Value {
