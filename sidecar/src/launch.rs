@@ -120,7 +120,9 @@ pub fn launch(
         .map_err(|e| TaskFailure::Sandbox(e.to_string()))?;
     let (cgroup, ending, limits) =
         cgroup(ctx, confinement.as_mut(), &a.sandbox.0.limits, scratch.fresh, a.agent.is_some());
-    let report = a.sandbox.report(ctx.sandbox, &ending, &limits);
+    let mut report = a.sandbox.report(ctx.sandbox, &ending, &limits);
+    let found = confinement.as_ref().map(|c| c.policy.toolchains.as_slice()).unwrap_or_default();
+    report.enforced.extend(crate::sandbox::toolchains::describe(found));
     if confinement.is_some()
         && let (Some(cfg), Some((_, home))) = (&a.agent, env.iter().find(|(k, _)| k == "HOME"))
     {

@@ -133,8 +133,10 @@ pub(crate) enum Failure {
 /// The task's own fault: its setup command or its sandbox settings.
 #[derive(Debug, thiserror::Error)]
 pub enum TaskFailure {
-    #[error("setup command {command:?} failed with exit code {exit_code}")]
-    Setup { command: String, exit_code: i32, output_tail: Vec<String> },
+    /// `denied`: what the sandbox denied it, as its output shows (see
+    /// [`crate::sandbox::denials::explain`]), or empty.
+    #[error("setup command {command:?} failed with exit code {exit_code}{denied}")]
+    Setup { command: String, exit_code: i32, output_tail: Vec<String>, denied: String },
     /// The sandbox the task asks for cannot be built here.
     #[error("the task {0}")]
     Sandbox(String),

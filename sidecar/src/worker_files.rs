@@ -39,6 +39,22 @@ pub fn read(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
     Ok(out)
 }
 
+/// The last `max` bytes of `path` when it is a regular file, however long
+/// it is (a log read for what its worker said last).
+pub fn tail(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Seek as _;
+    let mut file =
+        std::fs::OpenOptions::new().read(true).custom_flags(nofollow() | nix::libc::O_NONBLOCK).open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    file.seek(std::io::SeekFrom::Start(meta.len().saturating_sub(max)))?;
+    let mut out = Vec::new();
+    file.take(max).read_to_end(&mut out)?;
+    Ok(out)
+}
+
 /// Makes `dir` a real directory: whatever else is there (a link, a file)
 /// is removed first; an existing directory is kept as it is.
 pub fn ensure_dir(dir: &Path) -> std::io::Result<()> {
@@ -88,9 +104,12 @@ mod tests {
         std::os::unix::fs::symlink(&outside, &link).expect("link");
         assert!(read(&link, 100).is_err(), "a link is not read");
         assert!(append(&link).is_err(), "a link is not appended to");
+        assert!(tail(&link, 100).is_err(), "a link is not read for its tail");
         write(&link, b"new").expect("replaces the link");
         assert_eq!(std::fs::read_to_string(&outside).expect("read"), "keep");
         assert_eq!(read(&link, 100).expect("a file now"), b"new");
+        std::fs::write(dir.path().join("log"), "first\nsecond\n").expect("log");
+        assert_eq!(tail(&dir.path().join("log"), 7).expect("tail"), b"second\n");
         let zero = dir.path().join("zero");
         std::os::unix::fs::symlink("/dev/zero", &zero).expect("link");
         assert!(read(&zero, 100).is_err());

@@ -13,6 +13,7 @@ use super::prepare::{INFRA_TRIES, Prepared};
 use crate::assignment::{Assignment, Context};
 use crate::launch::Launch;
 use crate::outcome::{AttemptOutcome, InfraFailure};
+use crate::sandbox::denials;
 use crate::verify::{self, TierResult};
 use crate::worktree;
 
@@ -80,6 +81,13 @@ pub(super) async fn finish(ctx: &Context, a: &Assignment, p: &Prepared, ran: Ran
             if !verified.passed {
                 outcome.outcome = Outcome::VerifyFailed;
                 outcome.error = "a blocking verify tier failed".into();
+                let failed: Vec<String> = outcome
+                    .tiers
+                    .last()
+                    .map(|t| t.output_tail.lines().map(str::to_string).collect())
+                    .unwrap_or_default();
+                let (c, report, env) = (p.launch.confinement.as_ref(), &p.launch.report, &p.launch.env);
+                outcome.error.push_str(&denials::explain(&failed, c, report, env));
             }
             (message, Some(summary))
         }

@@ -92,10 +92,14 @@ async fn setup(a: &Assignment, wt: &Path, launch: &Launch) -> Result<(), TaskFai
         };
         let r = verify::run_tier(&tier, wt, &launch.env, launch.confinement.as_ref()).await;
         if !r.passed {
+            let output_tail: Vec<String> = r.output_tail.lines().map(str::to_string).collect();
+            let c = launch.confinement.as_ref();
+            let denied = crate::sandbox::denials::explain(&output_tail, c, &launch.report, &launch.env);
             return Err(TaskFailure::Setup {
                 command: cmd.clone(),
                 exit_code: r.exit_code,
-                output_tail: r.output_tail.lines().map(str::to_string).collect(),
+                output_tail,
+                denied,
             });
         }
     }

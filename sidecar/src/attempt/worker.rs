@@ -139,7 +139,25 @@ pub(super) async fn run(
         return Ok(Some(Ran::report(AttemptOutcome { exit_code: -1, error, ..outcome })));
     }
     let memory_limit = p.launch.memory_limit_hit(oom_before);
-    Ok(ended(a, Exit { info: exit, memory_limit }, stopped, relay.watcher.current(), outcome))
+    let mut ran = ended(a, Exit { info: exit, memory_limit }, stopped, relay.watcher.current(), outcome);
+    if let Some(r) = ran.as_mut().filter(|r| r.outcome.outcome == Outcome::Error) {
+        r.outcome.error.push_str(&denied(p, &relay.tail));
+    }
+    Ok(ran)
+}
+
+/// How much of the worker's log is read for what the sandbox denied it.
+const DENIALS_SCAN: u64 = 64 * 1024;
+
+/// What the sandbox denied the worker, as its log (or, unreadable, its
+/// tail) shows it, for the failure's reason.
+fn denied(p: &Prepared, tail: &VecDeque<String>) -> String {
+    let lines: Vec<String> = match crate::worker_files::tail(&p.log_path, DENIALS_SCAN) {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).lines().map(str::to_string).collect(),
+        Err(_) => tail.iter().cloned().collect(),
+    };
+    let launch = &p.launch;
+    crate::sandbox::denials::explain(&lines, launch.confinement.as_ref(), &launch.report, &launch.env)
 }
 
 /// How the worker ended, as [`ended`] maps it.

@@ -15,7 +15,9 @@
 //! The policy (see [`Policy::for_attempt`]): writes only to the worktree, a
 //! private temporary directory, the agent's own state and the plan's
 //! `sandbox.write`; reads of the system's directories, the programs on
-//! `PATH`, the repository's objects and the plan's `sandbox.read`; TCP
+//! `PATH` and the installs behind them ([`toolchains`]: pyenv's versions,
+//! rustup's toolchains, a venv's base interpreter), the repository's
+//! objects and the plan's `sandbox.read`; TCP
 //! connect only to the plan's ports (443 by default); no bind; signals and
 //! abstract Unix sockets scoped to the worker's own processes. Never the
 //! controller's state directory, another worktree, the user's checkout or
@@ -26,9 +28,11 @@
 //! it, sandboxed or not.
 
 pub mod cgroup;
+pub mod denials;
 mod landlock;
 pub mod limits;
 mod privileges;
+pub mod toolchains;
 mod trampoline;
 
 use std::ffi::OsString;
@@ -59,6 +63,10 @@ pub struct Policy {
     /// The plan's limits that no cgroup enforces (see [`limits`]).
     #[serde(default, skip_serializing_if = "limits::Rlimits::is_empty")]
     pub rlimits: limits::Rlimits,
+    /// What of `read` was found behind the `PATH` (see [`toolchains`]),
+    /// for the report; the trampoline needs only `read`.
+    #[serde(skip)]
+    pub toolchains: Vec<PathBuf>,
 }
 
 /// The system's directories every worker may read: programs, libraries,
@@ -186,6 +194,18 @@ pub struct Place<'a> {
     pub review: bool,
 }
 
+impl Place<'_> {
+    /// What toolchain discovery must not reach: the repository's git state
+    /// and the worktrees (nothing at, above or below them), the user's
+    /// checkout (nothing at or above it).
+    fn guard(&self) -> toolchains::Guard {
+        let mut sealed = vec![self.common_dir.to_path_buf()];
+        sealed.extend(self.worktree.parent().map(Path::to_path_buf));
+        let checkout = self.common_dir.parent().filter(|_| self.common_dir.ends_with(".git"));
+        toolchains::Guard { sealed, above: checkout.map(Path::to_path_buf).into_iter().collect() }
+    }
+}
+
 impl Policy {
     /// The rules for one attempt's processes.
     pub fn for_attempt(settings: &Settings, place: &Place<'_>, env: &[(String, String)]) -> Policy {
@@ -203,8 +223,10 @@ impl Policy {
             connect: settings.0.connect.clone(),
             cgroup: None,
             rlimits: limits::Rlimits::default(),
+            toolchains: toolchains::find(env, &place.guard()),
         };
         policy.read.extend(path_dirs(env, home.as_deref()));
+        policy.read.extend(policy.toolchains.iter().cloned());
         // git treats a config file it may not read as fatal, and every
         // worker runs git.
         policy.read.extend(GIT_CONFIG.iter().filter_map(|p| home.as_ref().map(|h| h.join(p))));
@@ -271,12 +293,14 @@ fn otlp_port(env: &[(String, String)]) -> Option<u16> {
     authority.rsplit_once(':')?.1.parse().ok()
 }
 
-/// The variables a worker gets from the sidecar's own environment; every
+/// The variables a worker gets from the sidecar's own environment (with
+/// the toolchains' [`toolchains::LOCATORS`]); every
 /// other variable it sees is set for it (task variables, the plan's `env`).
 pub fn inherited_env() -> Vec<(String, String)> {
     std::env::vars()
         .filter(|(k, _)| {
             matches!(k.as_str(), "PATH" | "HOME" | "LANG" | "TERM" | "TZ")
+                || toolchains::LOCATORS.contains(&k.as_str())
                 || k.starts_with("LC_")
                 || k.starts_with("OTEL_EXPORTER_OTLP_")
         })

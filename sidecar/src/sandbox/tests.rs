@@ -89,6 +89,7 @@ fn only_allowlisted_variables_of_the_sidecar_are_inherited() {
     // outside the allowlist may pass.
     for (k, _) in inherited_env() {
         let allowed = matches!(k.as_str(), "PATH" | "HOME" | "LANG" | "TERM" | "TZ")
+            || toolchains::LOCATORS.contains(&k.as_str())
             || k.starts_with("LC_")
             || k.starts_with("OTEL_EXPORTER_OTLP_");
         assert!(allowed, "{k} must not reach a worker");
