@@ -96,7 +96,7 @@ pub struct LandArgs {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WaitArgs {
-    /// Wait on this swarm's state (ACTIVE, STALLED, PAUSED, COMPLETED,
+    /// Wait on this swarm's state (ACTIVE, STALLED, PAUSED, LANDING, COMPLETED,
     /// FAILED, CANCELLED); give this or `task`.
     #[serde(default)]
     pub swarm: Option<String>,
@@ -104,8 +104,9 @@ pub struct WaitArgs {
     #[serde(default)]
     pub task: Option<String>,
     /// Return when the swarm or task is in one of these states. Absent or
-    /// empty: any end state (a swarm's COMPLETED, FAILED, CANCELLED; a
-    /// task's MERGED, FAILED, CANCELLED, REJECTED).
+    /// empty: any end state (a swarm's COMPLETED, FAILED, CANCELLED, or
+    /// LANDING: every task merged and its pull request open; a task's
+    /// MERGED, FAILED, CANCELLED, REJECTED).
     #[serde(default)]
     pub states: Vec<String>,
     /// Give up after this many seconds (default 300, at most 3600) and say

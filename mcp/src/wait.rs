@@ -78,6 +78,8 @@ impl Wait {
         let states = match (&target, args.states.is_empty()) {
             (Target::Swarm(_), true) => vec![
                 v1::SwarmState::Completed as i32,
+                // Its work is done; people's part on the pull request may take days.
+                v1::SwarmState::Landing as i32,
                 v1::SwarmState::Failed as i32,
                 v1::SwarmState::Cancelled as i32,
             ],
@@ -282,7 +284,7 @@ fn swarm_state(name: &str) -> Result<v1::SwarmState, String> {
     let upper = name.trim().to_ascii_uppercase();
     match v1::SwarmState::from_str_name(&format!("SWARM_STATE_{upper}")) {
         Some(v1::SwarmState::Unspecified) | None => Err(format!(
-            "{name:?} is not a swarm state (ACTIVE, STALLED, PAUSED, COMPLETED, FAILED, CANCELLED)"
+            "{name:?} is not a swarm state (ACTIVE, STALLED, PAUSED, LANDING, COMPLETED, FAILED, CANCELLED)"
         )),
         Some(s) => Ok(s),
     }

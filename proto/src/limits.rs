@@ -33,6 +33,27 @@ pub const MAX_OPTIONS: usize = 16;
 pub const MAX_OPTION: usize = 200;
 /// A verify tier's name.
 pub const MAX_TIER_NAME: usize = 64;
+/// An agent's reply on a pull request thread.
+pub const MAX_REPLY: usize = 8 * 1024;
+/// The kinds of pull request thread a task's feedback names, which its
+/// agent may answer: a review comment (answered in its thread), a review,
+/// a `/swarm retry` comment (answered in the conversation).
+pub const REPLY_THREADS: &[&str] = &["review-comment", "review", "retry"];
+
+/// Checks a reply's thread as a task's feedback names it: `KIND:ID`, KIND
+/// one of [`REPLY_THREADS`], ID the forge's decimal id. The rule, when not.
+pub fn check_reply_thread(thread: &str) -> Result<(&str, u64), String> {
+    let rule =
+        || format!("must be KIND:ID as the feedback names it, KIND one of {}", REPLY_THREADS.join(", "));
+    let (kind, id) = thread.split_once(':').ok_or_else(rule)?;
+    let id = (!id.is_empty() && id.len() <= 20 && id.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| id.parse::<u64>().ok())
+        .flatten()
+        .filter(|id| *id > 0)
+        .ok_or_else(rule)?;
+    let kind = REPLY_THREADS.iter().find(|k| **k == kind).ok_or_else(rule)?;
+    Ok((kind, id))
+}
 
 /// Metadata naming the worker a pack transfer is for, and the resume
 /// secret of its live session, which proves the caller holds it.
@@ -76,6 +97,7 @@ pub fn fit_report(msg: &mut v1::SidecarMessage) -> Vec<String> {
             }
         }
         Some(Body::Orphans(o)) => cut_lines("orphans.worktrees", &mut o.worktrees, &mut cut),
+        Some(Body::ForgeReply(r)) => cut_text("forge_reply.text", &mut r.text, MAX_REPLY, &mut cut),
         _ => {}
     }
     // Path lists are what can still be large; halve them until it fits.
@@ -170,5 +192,25 @@ mod tests {
         let before = m.clone();
         assert!(fit_report(&mut m).is_empty());
         assert_eq!(m, before);
+    }
+
+    #[test]
+    fn a_reply_thread_is_a_known_kind_and_a_decimal_id() {
+        assert_eq!(check_reply_thread("review-comment:42"), Ok(("review-comment", 42)));
+        assert_eq!(check_reply_thread("retry:7"), Ok(("retry", 7)));
+        for bad in [
+            "",
+            "review-comment",
+            "review-comment:",
+            "review:0",
+            "review:-1",
+            "check:3",
+            "review:1x",
+            "review: 1",
+            "review:99999999999999999999999",
+        ] {
+            let err = check_reply_thread(bad).expect_err(bad);
+            assert!(err.contains("KIND:ID"), "{bad}: {err}");
+        }
     }
 }

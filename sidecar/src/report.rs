@@ -53,6 +53,12 @@ pub enum Event {
         category: String,
         options: Vec<String>,
     },
+    /// The agent's answer on a pull request thread (its `reply` tool).
+    ForgeReply {
+        attempt: AttemptRef,
+        thread: String,
+        text: String,
+    },
     /// The attempt's end; exactly one per attempt unless it was stopped silently.
     Result(AttemptOutcome),
     /// Worktrees of other worker ids found at start, and whether they were removed.
@@ -68,7 +74,8 @@ impl Event {
         match self {
             Event::Started { attempt, .. }
             | Event::Status { attempt, .. }
-            | Event::Question { attempt, .. } => Some(attempt),
+            | Event::Question { attempt, .. }
+            | Event::ForgeReply { attempt, .. } => Some(attempt),
             Event::Result(o) => Some(&o.attempt),
             Event::Orphans { .. } => None,
         }

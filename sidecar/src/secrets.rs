@@ -202,6 +202,7 @@ impl Redactor {
                     self.redact(&mut t.output_tail);
                 }
             }
+            Event::ForgeReply { text, .. } => self.redact(text),
             Event::Started { .. } | Event::Orphans { .. } => {}
         }
     }

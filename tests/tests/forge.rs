@@ -208,6 +208,40 @@ fn a_rejected_push_is_reported_with_its_reason_and_never_forced() {
 }
 
 #[test]
+fn a_rejected_push_asks_the_operator_and_resume_tries_it_again() {
+    let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[]))]);
+    let gh = forge_for(&repo);
+    gh.protect_branch("acme", "app", "swarm/asked/integration");
+    let (controller, _sidecars) = standalone(&repo, 1, &[]);
+    create(&controller, &three_tasks("asked", &forge_table(&gh, "")));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let asked = wait_until("the refusal is put to the operator", WAIT, || {
+        let events = rt.block_on(swarm_tests::events(&controller.url(), "asked", 0, 1));
+        events.into_iter().find(|e| e.kind == "swarm.forge_error")
+    });
+    assert!(
+        asked.message.contains("waits for you") && asked.message.contains("swarmctl resume asked"),
+        "{asked:?}"
+    );
+    assert!(asked.message.contains("GH006") || asked.message.contains("protected"), "{asked:?}");
+    // Time alone changes nothing: a refusal is not retried.
+    let pushes = gh.count("POST", "/acme/app.git/git-receive-pack");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(gh.count("POST", "/acme/app.git/git-receive-pack"), pushes, "{}", gh.summary());
+
+    gh.unprotect_branch("acme", "app", "swarm/asked/integration");
+    let resumed = swarmctl(&controller.url(), &["resume", "asked"]);
+    assert!(resumed.status.success(), "{}", stderr(&resumed));
+    until(WAIT, "the pull request opens after the resume", || {
+        gh.pulls("acme", "app").iter().any(|p| p.open && !p.draft)
+    });
+    assert_eq!(
+        gh.branch_sha("acme", "app", "swarm/asked/integration"),
+        Some(repo.head("swarm/asked/integration"))
+    );
+}
+
+#[test]
 fn a_controller_killed_while_the_pull_request_is_opened_opens_it_once() {
     let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[]))]);
     let gh = forge_for(&repo);
@@ -339,7 +373,7 @@ fn reviewers_reach_the_task_owning_the_file_and_only_collaborators_are_heard() {
     until(WAIT, "a merges again", || {
         let d = stdout(&swarmctl(&controller.url(), &["describe", "swarm", "rv", "-o", "json"]));
         let v: serde_json::Value = serde_json::from_str(&d).unwrap_or_default();
-        v["swarm"]["state"] == "COMPLETED"
+        v["swarm"]["state"] == "LANDING"
     });
     assert_eq!(posted_comments(&gh, pr.number).len(), 2, "{:?}", posted_comments(&gh, pr.number));
 }
@@ -358,6 +392,12 @@ fn with_merge_auto_the_pull_request_merges_once_its_checks_pass() {
         serde_json::from_str::<serde_json::Value>(&d).unwrap_or_default()["swarm"]["forge"].clone()
     };
 
+    let swarm_state = || {
+        let d = stdout(&swarmctl(&controller.url(), &["describe", "swarm", "auto", "-o", "json"]));
+        serde_json::from_str::<serde_json::Value>(&d).unwrap_or_default()["swarm"]["state"].clone()
+    };
+    until(WAIT, "every task merged, the swarm waits on its pull request", || swarm_state() == "LANDING");
+
     // A check still running holds the merge.
     let ci = gh.add_check_run("acme", "app", &pr.head_sha, "ci", "in_progress", None, None, None);
     until(WAIT, "the running check is seen", || forge()["checks"] == "ci pending");
@@ -370,6 +410,11 @@ fn with_merge_auto_the_pull_request_merges_once_its_checks_pass() {
     assert_eq!(gh.branch_sha("acme", "app", "main"), Some(commit.clone()), "main got the merge");
     until(WAIT, "the merge is recorded", || forge()["pull_state"] == "merged");
     assert_eq!(forge()["merge_commit"], commit);
+    // LANDING while the pull request waited; its merge completes the swarm.
+    until(WAIT, "the merge completes the swarm", || {
+        let d = stdout(&swarmctl(&controller.url(), &["describe", "swarm", "auto", "-o", "json"]));
+        serde_json::from_str::<serde_json::Value>(&d).unwrap_or_default()["swarm"]["state"] == "COMPLETED"
+    });
 }
 
 #[test]

@@ -125,3 +125,110 @@ fn the_real_cli_s_work_opens_a_pull_request_and_a_failed_check_reaches_its_agent
         assert_eq!(v["task"]["attempts"], 1, "{other} was left alone: {d}");
     }
 }
+
+/// The thread a task's feedback hands its agent (`thread `review-comment:N``).
+fn handed_thread(text: &str) -> Option<String> {
+    let at = text.find("thread `review-comment:")? + "thread `".len();
+    let end = text[at..].find('`')?;
+    Some(text[at..at + end].to_string())
+}
+
+#[test]
+fn the_real_cli_answers_its_reviewer_on_the_thread_it_was_given() {
+    let test = "the_real_cli_answers_its_reviewer_on_the_thread_it_was_given";
+    // c's agent writes its file; resumed with the review, it first tries a
+    // thread it was not given, then answers its own and makes the change.
+    let reply = |thread: Option<String>, text: &str| {
+        Step::tool("mcp__swarm__reply", json!({"thread": thread.unwrap_or_default(), "text": text}))
+    };
+    let c = Script::new(
+        "wc",
+        vec![
+            Step::dynamic(|r| {
+                Step::tool("Write", json!({"file_path": r.abs("docs/c.txt"), "content": "c\n"}))
+            }),
+            Step::text("Written."),
+            Step::dynamic(move |_| reply(Some("review-comment:987654".into()), "Not mine to answer.")),
+            Step::dynamic(move |r| reply(handed_thread(&r.user_text()), "Renamed it, as you asked.")),
+            Step::dynamic(|r| {
+                Step::tool("Write", json!({"file_path": r.abs("docs/c.txt"), "content": "renamed\n"}))
+            }),
+            Step::text("Renamed."),
+        ],
+    );
+    let a = Script::new(
+        "wa",
+        vec![
+            Step::dynamic(|r| {
+                Step::tool("Write", json!({"file_path": r.abs("src/a.txt"), "content": "a\n"}))
+            }),
+            Step::text("Written."),
+        ],
+    );
+    let Some(claude) = RealClaude::start(test, vec![a, c]) else { return };
+    let repo = TempRepo::with_files(&[("src/keep.txt", "keep\n"), ("docs/keep.txt", "keep\n")]);
+    let gh = GitHub::for_checkout(repo.path(), "acme", "app", TOKEN, "swarm-bot");
+    gh.add_collaborator("acme", "app", "alice", "write");
+    let allow = format!("env:{TOKEN_VAR}");
+    let controller = spawn_controller_env(
+        repo.path(),
+        &["--forge-secret", &allow, "--forge-poll-ms", "200"],
+        &[(TOKEN_VAR, TOKEN)],
+    );
+    let home = claude.home().to_str().unwrap().to_string();
+    let _sidecar = spawn_sidecar_env(&controller.url(), repo.path(), "w1", &[], &[("HOME", &home)]);
+    let forge = format!(
+        "[forge]\nprovider = \"github\"\nremote = \"origin\"\napi_url = \"{}\"\ntoken = {{ env = \"{TOKEN_VAR}\" }}\n",
+        gh.api_url()
+    );
+    let plan = claude
+        .plan("rp")
+        .default("permissions", r#"{ allow = ["Write(src/**)", "Write(docs/**)"], otherwise = "deny" }"#)
+        .task(claude_task("a", &["src/a.txt"], "wa", "Write a."))
+        .task(claude_task("c", &["docs/**"], "wc", "Write c."))
+        .tables(&forge)
+        .build();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("plan.toml");
+    std::fs::write(&path, plan).unwrap();
+    assert!(swarmctl(&controller.url(), &["create", path.to_str().unwrap()]).status.success());
+
+    let pr = wait_until("the pull request opens", WAIT * 2, || {
+        gh.pulls("acme", "app").into_iter().find(|p| p.open && !p.draft)
+    });
+    let state = |name: &str| {
+        let d = stdout(&swarmctl(&controller.url(), &["describe", "swarm", name, "-o", "json"]));
+        serde_json::from_str::<serde_json::Value>(&d).unwrap_or_default()["swarm"]["state"].clone()
+    };
+    // Every task merged, the pull request open: waiting on people, not done.
+    wait_until("the swarm is LANDING", WAIT, || (state("rp") == "LANDING").then_some(()));
+
+    let comment =
+        gh.add_review_comment("acme", "app", pr.number, "alice", "docs/c.txt", 1, "please rename it");
+    let replies_path = format!("/api/v3/repos/acme/app/pulls/{}/comments/{comment}/replies", pr.number);
+    let answer = wait_until("c's agent answers alice on her thread", WAIT * 2, || {
+        gh.requests()
+            .into_iter()
+            .find(|r| r.method == "POST" && r.path == replies_path && r.status == 201)
+            .map(|r| r.body["body"].as_str().unwrap_or_default().to_string())
+    });
+    assert!(answer.starts_with("Renamed it, as you asked."), "{answer}");
+    assert!(answer.contains("the agent of task `c`"), "signed: {answer}");
+    let head = gh.pulls("acme", "app")[0].head_sha.clone();
+    assert_ne!(head, pr.head_sha, "the answer came with the change pushed");
+    let bare = gh.repo_path("acme", "app");
+    assert_eq!(git_cli(&bare, &["show", &format!("{head}:docs/c.txt")]), "renamed");
+
+    // The thread c was not given got nothing; the refusal is on record.
+    let posts = gh.requests().into_iter().filter(|r| r.method == "POST" && r.path.contains("987654")).count();
+    assert_eq!(posts, 0, "{}", gh.summary());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let events = rt.block_on(swarm_tests::events(&controller.url(), "rp", 0, 1));
+    let refused = events.iter().find(|e| e.kind == "task.reply_refused").expect("task.reply_refused");
+    assert!(refused.message.contains("was not handed to this task"), "{refused:?}");
+    // Answered once, whatever the polls since.
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    let answered = gh.requests().into_iter().filter(|r| r.method == "POST" && r.path == replies_path).count();
+    assert_eq!(answered, 1, "{}", gh.summary());
+    assert_eq!(state("rp"), "LANDING", "the pull request has not merged");
+}

@@ -59,6 +59,9 @@ pub fn outcome(
     let answering = tasks.iter().any(|t| t.state == S::Escalated as i32 && answer_due(&t.id));
     let settled = match swarm {
         v1::SwarmState::Completed | v1::SwarmState::Failed | v1::SwarmState::Cancelled => true,
+        // Every task merged; what is left is people's (CI, reviewers, the
+        // merge) on the pull request, which outlives this run.
+        v1::SwarmState::Landing => true,
         v1::SwarmState::Stalled => !answering,
         // Paused (the breaker, a usage limit): settled once what runs has
         // ended, since nothing new starts until someone resumes it.
@@ -295,6 +298,13 @@ on_conflict = "hold"
         let held = tasks(&[S::Merged, S::Ready, S::Pending]);
         let o = outcome(&plan(), Sw::Paused, &held, &BTreeMap::new(), |_| false).expect("over");
         assert_eq!(o.code(), exit::WAITING);
+    }
+
+    #[test]
+    fn a_swarm_waiting_on_its_pull_request_ends_the_run_as_success() {
+        let merged = tasks(&[S::Merged, S::Merged, S::Merged]);
+        let o = outcome(&plan(), Sw::Landing, &merged, &BTreeMap::new(), |_| false);
+        assert_eq!(o.map(|o| o.code()), Some(exit::SUCCESS));
     }
 
     #[test]

@@ -231,6 +231,19 @@ pub fn report(seq: u64, body: &v1::sidecar_message::Body) -> Result<Option<Repor
                 review: review_verdict(r.review.as_ref())?,
             }))
         }
+        Body::ForgeReply(r) => {
+            needs_seq("forge_reply")?;
+            swarm_proto::limits::check_reply_thread(&r.thread)
+                .map_err(|rule| FieldError::new("forge_reply.thread", rule))?;
+            if r.text.trim().is_empty() {
+                return Err(FieldError::new("forge_reply.text", "must not be empty"));
+            }
+            Report::ForgeReply {
+                attempt: reported(required_attempt("forge_reply.attempt", r.attempt.as_ref())?),
+                thread: r.thread.clone(),
+                text: text("forge_reply.text", &r.text, swarm_proto::limits::MAX_REPLY)?,
+            }
+        }
         Body::MergeVerified(v) => merge_verified(v)?,
         Body::Orphans(o) => {
             needs_seq("orphans")?;
@@ -461,6 +474,7 @@ pub fn swarm(v: SwarmView) -> v1::Swarm {
         crate::scheduler::SwarmState::Cancelled => v1::SwarmState::Cancelled,
         crate::scheduler::SwarmState::Stalled => v1::SwarmState::Stalled,
         crate::scheduler::SwarmState::Paused => v1::SwarmState::Paused,
+        crate::scheduler::SwarmState::Landing => v1::SwarmState::Landing,
     };
     let (stalled_reason, stalled_tasks) = v.stall.map(|s| (s.reason, s.tasks)).unwrap_or_default();
     v1::Swarm {

@@ -10,6 +10,7 @@ use swarm_forge::{Forge, Permission, ReviewState};
 use tokio::sync::oneshot;
 
 use super::failed::Failed;
+use super::replies::OURS;
 use super::route::{self, Route};
 use super::slash::{self, Slash};
 use super::watch::Watch;
@@ -18,8 +19,6 @@ use crate::scheduler::{Command, FeedbackTaken, ForgeFeedback, OperatorOp};
 
 /// The most of a comment a task is given.
 const MAX_COMMENT_BYTES: usize = 16 << 10;
-/// What swarm's own comments carry, so it never answers itself.
-const OURS: &str = "<!-- swarm -->";
 
 impl Watch<'_> {
     /// Reads review comments, reviews and the conversation of pull request
@@ -194,7 +193,7 @@ impl Watch<'_> {
     }
 
     /// Sends the command `make` builds and waits for its reply.
-    async fn ask<T>(
+    pub(super) async fn ask<T>(
         &self,
         make: impl FnOnce(oneshot::Sender<Result<T, crate::SchedError>>) -> Command,
     ) -> Result<Result<T, crate::SchedError>, Failed> {

@@ -1,5 +1,5 @@
-//! `merge = "auto"`: the pull request is merged by swarm once the swarm is
-//! complete, every check on the pushed commit has passed and no reviewer's
+//! `merge = "auto"`: the pull request is merged by swarm once every task
+//! of the swarm merged (the swarm is LANDING), every check on the pushed commit has passed and no reviewer's
 //! latest review asks for changes. The forge has the last word (branch
 //! protection, required reviews): a merge it refuses is shown with its
 //! reason and waits for people; nothing is forced.
@@ -27,7 +27,7 @@ impl Watch<'_> {
         checks: &[Check],
     ) -> Result<bool, Failed> {
         let ready = state.pull.as_ref().is_some_and(|p| p.state == "open");
-        if t.spec.merge != MergeMode::Auto || t.state != SwarmState::Completed || !ready {
+        if t.spec.merge != MergeMode::Auto || t.state != SwarmState::Landing || !ready {
             return Ok(false);
         }
         if checks.iter().any(|c| !c.state.is_passing()) || changes_requested(forge, number).await? {

@@ -19,6 +19,7 @@ mod failed;
 mod inbound;
 mod land;
 mod pull;
+mod replies;
 mod route;
 pub mod secrets;
 mod slash;
@@ -194,7 +195,7 @@ async fn run(
 
 /// Events after which a swarm may have something to push.
 fn wakes(event: &EventRow) -> bool {
-    matches!(event.kind.as_str(), "task.merged" | "swarm.state" | "swarm.resumed")
+    matches!(event.kind.as_str(), "task.merged" | "swarm.state" | "swarm.resumed" | "task.replied")
 }
 
 async fn targets(scheduler: &flume::Sender<Command>, swarm: Option<SwarmId>) -> Vec<ForgeTarget> {

@@ -130,8 +130,10 @@ impl Syncer {
     /// Whether anything was pushed or changed on the forge.
     async fn push_and_pull(&mut self, t: &ForgeTarget, state: &mut ForgeState) -> Result<bool, Failed> {
         let spec = &t.spec;
-        let ready = t.state == SwarmState::Completed;
-        let wanted = (ready || (spec.pr == PullScope::Task && t.merged > 0 && is_live(t.state)))
+        // LANDING: every task merged, the work waits on its pull request;
+        // COMPLETED: a push-only remote's swarm, or one whose pull request merged.
+        let ready = matches!(t.state, SwarmState::Landing | SwarmState::Completed);
+        let wanted = (ready || (spec.pr == PullScope::Task && t.merged > 0 && t.state.is_live()))
             && !t.integration_head.is_empty();
         // An open pull request is read even while its swarm reworks a
         // task: reviewers and CI keep talking meanwhile.
@@ -251,10 +253,6 @@ impl Syncer {
         self.clients.insert(t.swarm.clone(), (key, forge.clone()));
         Ok(forge)
     }
-}
-
-fn is_live(state: SwarmState) -> bool {
-    matches!(state, SwarmState::Active | SwarmState::Stalled | SwarmState::Paused)
 }
 
 /// The URL of `spec`'s remote: the plan's, or that of the controller's

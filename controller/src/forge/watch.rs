@@ -89,6 +89,7 @@ impl Watch<'_> {
             self.failed(t, state, forge, check, key).instrument(span).await?;
         }
         self.conversation(t, forge, number).await?;
+        self.post_replies(t, state, forge, number).await?;
         changed |= self.auto_merge(t, state, forge, number, &checks).await?;
         Ok(changed)
     }

@@ -50,6 +50,12 @@ pub enum Report {
         /// Choices offered with it; the operator may also answer freely.
         options: Vec<String>,
     },
+    /// The agent's answer on a pull request thread (`KIND:ID`, checked).
+    ForgeReply {
+        attempt: ReportedAttempt,
+        thread: String,
+        text: String,
+    },
     Result(Box<ResultReport>),
     /// A merge queue verification's verdict (not journaled: seq 0).
     MergeVerified(Box<super::merge_queue::VerifiedReport>),
@@ -65,7 +71,8 @@ impl Report {
             Report::Started { attempt, .. }
             | Report::Progress { attempt, .. }
             | Report::Status { attempt, .. }
-            | Report::Question { attempt, .. } => Some(attempt),
+            | Report::Question { attempt, .. }
+            | Report::ForgeReply { attempt, .. } => Some(attempt),
             Report::Result(r) => Some(&r.attempt),
             Report::Orphans { .. } | Report::MergeVerified(_) => None,
         }

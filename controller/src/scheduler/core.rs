@@ -497,9 +497,7 @@ impl Core<'_> {
                     t.cancel_requested = false;
                     t.not_before = 0;
                 });
-                if self.model.swarms().get(&key.swarm).is_some_and(|s| {
-                    !matches!(s.state, SwarmState::Active | SwarmState::Stalled | SwarmState::Paused)
-                }) {
+                if self.model.swarms().get(&key.swarm).is_some_and(|s| !s.state.is_live()) {
                     self.edit_swarm(&key.swarm, |s| s.state = SwarmState::Active);
                 }
                 self.make_ready(key, "retried by the operator");

@@ -4,12 +4,25 @@
 //! something the operator would want to hear changed. The component only
 //! reports; whether anything changed is decided here.
 
+use swarm_core::plan::forge::Provider;
 use swarm_core::{SwarmId, TaskKey, TaskState};
 
 use super::core::{Core, find_swarm};
 use super::model::messages::{FeedbackTaken, ForgeFeedback};
-use super::model::{ForgeState, SwarmState};
+use super::model::{FeedbackState, ForgeState, MAX_PENDING_REPLIES, MAX_REPLIES_PER_ATTEMPT, PendingReply};
+use super::model::{Swarm, SwarmState};
 use crate::error::SchedError;
+
+/// Whether swarm `swarm`, every task merged, still waits on its pull
+/// request (LANDING) rather than being done: a forge with pull requests
+/// (not a push-only remote) whose pull request has not merged. The
+/// merge is what completes it, with its commit recorded.
+pub(super) fn waits_on_pull(swarm: &Swarm) -> bool {
+    let Some(spec) = swarm.plan.forge.as_deref() else { return false };
+    let merged =
+        swarm.control.forge.as_deref().and_then(|f| f.pull.as_ref()).is_some_and(|p| p.state == "merged");
+    spec.provider == Provider::Github && !merged
+}
 
 /// Records `next` as swarm `id`'s forge state.
 pub(super) fn synced(core: &mut Core, id: &SwarmId, next: ForgeState) -> Result<(), SchedError> {
@@ -23,8 +36,14 @@ pub(super) fn synced(core: &mut Core, id: &SwarmId, next: ForgeState) -> Result<
     }
     let _span = tracing::info_span!("swarm.forge", swarm = %id, pushed = %next.pushed).entered();
     let announce = events(id, &before, &next);
+    let merged_now = next.pull.as_ref().is_some_and(|p| p.state == "merged")
+        && before.pull.as_ref().is_none_or(|p| p.state != "merged");
     let stored = next.clone();
     core.edit_swarm(id, move |s| s.control.forge = Some(Box::new(stored)));
+    if merged_now {
+        // A LANDING swarm is COMPLETED by its pull request's merge.
+        core.fx.touched_swarms.insert(id.clone());
+    }
     for (kind, message, data) in announce {
         tracing::info!(kind, "{message}");
         core.fx.event(id.as_str(), "", 0, "", kind, message, data);
@@ -67,10 +86,18 @@ fn events(
         ));
     }
     if !next.error.is_empty() && next.error != before.error {
+        // A refusal (a protected branch, a non-fast-forward, a rejected
+        // token) is not retried by time: it is a question for the operator.
+        let waits = next.retry_at == 0;
+        let ask = if waits {
+            format!("; waits for you: fix it, then `swarmctl resume {id}`")
+        } else {
+            String::new()
+        };
         out.push((
             "swarm.forge_error",
-            format!("swarm {id}: forge: {}", next.error),
-            serde_json::json!({ "error": next.error }),
+            format!("swarm {id}: forge: {}{ask}", next.error),
+            serde_json::json!({ "error": next.error, "waits_for_operator": waits }),
         ));
     }
     out
@@ -86,6 +113,8 @@ fn short(commit: &str) -> &str {
 pub(super) fn claim(core: &mut Core, id: &SwarmId, key: String) -> Result<bool, SchedError> {
     let swarm = find_swarm(core.model, id.as_str())?;
     let mut taken = swarm.control.feedback.as_deref().cloned().unwrap_or_default();
+    // An answer is claimed once it is posted: it leaves the outbox.
+    taken.replies.retain(|r| r.id != key);
     if !taken.seen.insert(key) {
         return Ok(false);
     }
@@ -123,12 +152,13 @@ pub(super) fn feedback(
         None => None,
     };
     let state = key.as_ref().and_then(|k| core.model.tasks().get(k)).map(|t| t.state());
+    let text = feedback_text(&feedback);
     // Work already going again (reopened for an earlier item) reads it on
     // its next attempt.
     if let (Some(key), Some(TaskState::Pending | TaskState::Ready | TaskState::Running)) = (&key, state)
         && !feedback.is_check
     {
-        let text = format!("{}\n\n```text\n{}\n```", feedback.title, feedback.text.trim_end());
+        hand_thread(&mut taken, &feedback, key);
         core.edit_swarm(id, move |s| s.control.feedback = Some(Box::new(taken)));
         core.edit_task(key, move |t| t.notes.feedback.push(text));
         return Ok(FeedbackTaken::Queued);
@@ -160,14 +190,14 @@ pub(super) fn feedback(
     if feedback.is_check {
         taken.ci_rounds += 1;
     }
+    hand_thread(&mut taken, &feedback, &key);
     let rounds = taken.ci_rounds;
     core.edit_swarm(id, move |s| {
         s.control.feedback = Some(Box::new(taken));
-        if !matches!(s.state, SwarmState::Active | SwarmState::Stalled | SwarmState::Paused) {
+        if !s.state.is_live() {
             s.state = SwarmState::Active;
         }
     });
-    let text = format!("{}\n\n```text\n{}\n```", feedback.title, feedback.text.trim_end());
     core.edit_task(&key, move |t| {
         t.notes.feedback.push(text);
         t.retries_used = 0;
@@ -185,4 +215,75 @@ pub(super) fn feedback(
     );
     core.make_ready(&key, &format!("reopened: {}", feedback.title));
     Ok(FeedbackTaken::Reopened)
+}
+
+/// The feedback as its task reads it; a thread its agent may answer
+/// (`reply`) is named.
+fn feedback_text(feedback: &ForgeFeedback) -> String {
+    let mut text = format!("{}\n\n```text\n{}\n```", feedback.title, feedback.text.trim_end());
+    if !feedback.is_check && swarm_proto::limits::check_reply_thread(&feedback.key).is_ok() {
+        text.push_str(&format!("\n\nAnswer the reviewer with the `reply` tool, thread `{}`.", feedback.key));
+    }
+    text
+}
+
+/// Records that `key`'s agent may answer the thread `feedback` came from.
+fn hand_thread(taken: &mut FeedbackState, feedback: &ForgeFeedback, key: &TaskKey) {
+    if !feedback.is_check && swarm_proto::limits::check_reply_thread(&feedback.key).is_ok() {
+        taken.threads.insert(feedback.key.clone(), key.task.to_string());
+    }
+}
+
+/// An agent's answer on a pull request thread: queued for the forge when
+/// the thread was handed to its task and the attempt has answers left;
+/// otherwise refused, with an event saying why, and nothing posted.
+pub(super) fn reply(core: &mut Core, key: &TaskKey, number: u32, thread: String, text: String) {
+    let _span = tracing::info_span!("task.forge_reply", swarm = %key.swarm, task = %key, attempt = number,
+        %thread)
+    .entered();
+    let Some(swarm) = core.model.swarms().get(&key.swarm) else { return };
+    let mut taken = swarm.control.feedback.as_deref().cloned().unwrap_or_default();
+    let prefix = format!("reply:{}#{number}.", key.task);
+    let made = taken.seen.iter().filter(|id| id.starts_with(&prefix)).count()
+        + taken.replies.iter().filter(|r| r.id.starts_with(&prefix)).count();
+    let refused = if swarm.plan.forge.is_none() {
+        Some("the swarm has no [forge]".to_string())
+    } else if taken.threads.get(&thread).is_none_or(|task| task != key.task.as_str()) {
+        Some(format!("thread {thread} was not handed to this task"))
+    } else if made >= MAX_REPLIES_PER_ATTEMPT {
+        Some(format!("an attempt posts at most {MAX_REPLIES_PER_ATTEMPT} answers"))
+    } else if taken.replies.len() >= MAX_PENDING_REPLIES {
+        Some(format!("{MAX_PENDING_REPLIES} answers already wait for the forge"))
+    } else {
+        None
+    };
+    if let Some(why) = refused {
+        tracing::warn!(reason = %why, "the agent's answer was refused");
+        core.fx.task_event(
+            key,
+            number,
+            "",
+            "task.reply_refused",
+            format!("{}: answer on {thread} not posted: {why}", key.attempt(number)),
+            serde_json::json!({ "thread": thread, "reason": why }),
+        );
+        return;
+    }
+    let id = format!("{prefix}{}", made + 1);
+    tracing::info!(%id, "the agent's answer waits for the forge");
+    taken.replies.push(PendingReply {
+        id: id.clone(),
+        task: key.task.to_string(),
+        thread: thread.clone(),
+        text,
+    });
+    core.edit_swarm(&key.swarm, move |s| s.control.feedback = Some(Box::new(taken)));
+    core.fx.task_event(
+        key,
+        number,
+        "",
+        "task.replied",
+        format!("{} answers on {thread}", key.attempt(number)),
+        serde_json::json!({ "thread": thread, "id": id }),
+    );
 }

@@ -54,7 +54,9 @@ pub use command::{
 pub use merge_queue::VerifiedReport;
 pub(crate) use model::HashMap;
 pub use model::messages::{FeedbackTaken, ForgeFeedback};
-pub use model::{AgentRecord, Attempt, ForgeState, PullRecord, Session, SwarmState, TierOutcome, now_ms};
+pub use model::{
+    AgentRecord, Attempt, ForgeState, PendingReply, PullRecord, Session, SwarmState, TierOutcome, now_ms,
+};
 // What a question's category and a pause's author mean to the operator's webhooks.
 pub use model::{BUDGET_CATEGORY, MAX_FLAKY, ScheduleOrder};
 pub use operator::PERMISSION_CATEGORY;
@@ -527,18 +529,19 @@ impl Scheduler {
         }
     }
 
-    /// Moves a swarm between ACTIVE, STALLED and its end states, from its
-    /// state counts (a task walk only to describe a stall).
+    /// Moves a swarm between ACTIVE, STALLED, LANDING and its end states,
+    /// from its state counts (a task walk only to describe a stall) and
+    /// its pull request.
     fn refresh_swarm(&mut self, id: &SwarmId, fx: &mut Effects) {
         let Some(swarm) = self.shared.model.swarms().get(id) else { return };
-        if !matches!(swarm.state, SwarmState::Active | SwarmState::Stalled | SwarmState::Paused) {
+        if !swarm.state.is_live() {
             return;
         }
         let total = swarm.tasks.len() as u32;
         let count = |s: TaskState| swarm.count(s);
         let terminal: u32 = TaskState::ALL.iter().filter(|s| s.is_terminal()).map(|s| count(*s)).sum();
         let next = if count(TaskState::Merged) == total {
-            SwarmState::Completed
+            if forge::waits_on_pull(swarm) { SwarmState::Landing } else { SwarmState::Completed }
         } else if terminal == total {
             SwarmState::Failed
         } else if stall::nothing_moves(swarm.counts(), swarm.waits_on_operator().len()) {

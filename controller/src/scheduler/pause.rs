@@ -41,7 +41,7 @@ pub(super) fn check_budget_answer(text: &str) -> Result<bool, SchedError> {
 pub(super) fn pause(core: &mut Core, id: &SwarmId, pause: Pause) -> Result<(), SchedError> {
     let swarm = find_swarm(core.model, id.as_str())?;
     let from = swarm.state;
-    if !matches!(from, SwarmState::Active | SwarmState::Stalled | SwarmState::Paused) {
+    if !from.is_live() {
         return Err(SchedError::FailedPrecondition(format!(
             "swarm {id} is {}; only a live swarm pauses",
             from.as_str()
@@ -106,12 +106,28 @@ pub(super) fn stop_again_on_reconnect(core: &mut Core, key: &TaskKey, number: u3
     stopping
 }
 
+/// A forge sync the forge refused (a protected branch, a rejected token)
+/// waits for the operator, who fixes the cause and resumes the swarm: the
+/// event wakes the forge task, which tries again at once.
+fn retry_forge(core: &mut Core, id: &SwarmId, by: &str) {
+    let Some(forge) = core.model.swarms().get(id).and_then(|s| s.control.forge.as_deref()) else { return };
+    if forge.error.is_empty() || forge.retry_at != 0 {
+        return;
+    }
+    let _span = tracing::info_span!("swarm.forge_retry", swarm = %id, by).entered();
+    tracing::info!(error = %forge.error, "the forge's refusal is tried again");
+    let message = format!("swarm {id}: the forge sync that waited for you is tried again (by the {by})");
+    let data = serde_json::json!({ "forge": true, "by": by, "error": forge.error });
+    core.fx.event(id.as_str(), "", 0, "", "swarm.resumed", message, data);
+}
+
 /// Resumes swarm `id`: it is ACTIVE (or whatever its tasks make it) and
-/// assigns again. Whether it was paused (the breaker's window then starts
+/// assigns again; a forge sync waiting for the operator is tried again. Whether it was paused (the breaker's window then starts
 /// afresh).
 pub(super) fn resume(core: &mut Core, id: &SwarmId, by: &str) -> Result<bool, SchedError> {
     let swarm = find_swarm(core.model, id.as_str())?;
     if swarm.state != SwarmState::Paused {
+        retry_forge(core, id, by);
         return Ok(false);
     }
     let _span = tracing::info_span!("swarm.resume", swarm = %id, by).entered();

@@ -101,7 +101,7 @@ pub fn recover(mut store: Store, timing: Timing, merger: MergerHandle) -> Result
         .model
         .swarms()
         .values()
-        .filter(|sw| matches!(sw.state, SwarmState::Active | SwarmState::Stalled | SwarmState::Paused))
+        .filter(|sw| sw.state.is_live())
         .map(|sw| RecordedRef {
             owned: OwnedRef { swarm: sw.id.to_string(), branch: sw.plan.integration_branch.clone() },
             head: sw.integration_head.clone(),

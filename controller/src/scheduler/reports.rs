@@ -181,6 +181,9 @@ impl Scheduler {
                     serde_json::json!({ "question_id": id, "text": text, "category": category, "options": options }),
                 );
             }
+            Report::ForgeReply { attempt, thread, text } => {
+                super::forge::reply(&mut self.core(fx), &attempt.task, attempt.number, thread, text);
+            }
             Report::Result(result) => self.on_result(worker_id, *result, fx),
             Report::Orphans { worktrees, removed } => {
                 fx.event(
@@ -487,6 +490,7 @@ fn report_kind(r: &Report) -> &'static str {
         Report::Progress { .. } => "progress",
         Report::Status { .. } => "status",
         Report::Question { .. } => "question",
+        Report::ForgeReply { .. } => "forge_reply",
         Report::Result(_) => "result",
         Report::Orphans { .. } => "orphans",
         Report::MergeVerified(_) => "merge_verified",

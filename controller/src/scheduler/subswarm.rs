@@ -188,11 +188,7 @@ impl SubSwarms {
             return None;
         }
         core.fx.touched_swarms.insert(child.clone());
-        core.model
-            .swarms()
-            .get(&child)
-            .is_some_and(|s| matches!(s.state, SwarmState::Active | SwarmState::Stalled | SwarmState::Paused))
-            .then_some(child)
+        core.model.swarms().get(&child).is_some_and(|s| s.state.is_live()).then_some(child)
     }
 }
 

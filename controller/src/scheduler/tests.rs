@@ -12,6 +12,7 @@ use tokio::sync::oneshot;
 
 mod agents;
 mod budget;
+mod forge;
 mod order;
 mod pipeline;
 mod recovery;

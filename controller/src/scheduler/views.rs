@@ -9,7 +9,7 @@ use swarm_core::{SwarmId, TaskState, Usage};
 
 pub use super::branch_report::BranchReport as BranchReportView;
 pub use super::model::task_usage;
-use super::model::{Attempt, Attempts, ForgeState, Model, Swarm, SwarmState, Task, Worker};
+use super::model::{Attempt, Attempts, ForgeState, Model, PendingReply, Swarm, SwarmState, Task, Worker};
 use crate::store::EventRow;
 
 #[derive(Debug, Clone)]
@@ -95,6 +95,8 @@ pub struct ForgeTarget {
     pub merged: u32,
     pub total: u32,
     pub forge: ForgeState,
+    /// Agents' answers waiting to be posted.
+    pub replies: Vec<PendingReply>,
 }
 
 impl ForgeTarget {
@@ -113,6 +115,7 @@ impl ForgeTarget {
                 merged: swarm.count(TaskState::Merged),
                 total: swarm.tasks.len() as u32,
                 forge: swarm.control.forge.as_deref().cloned().unwrap_or_default(),
+                replies: swarm.control.feedback.as_deref().map(|f| f.replies.clone()).unwrap_or_default(),
             })
         };
         match one {

@@ -43,6 +43,11 @@ pub(super) enum EventRecord {
         options: Vec<String>,
     },
     Result(Box<OutcomeRecord>),
+    ForgeReply {
+        attempt: AttemptRecord,
+        thread: String,
+        text: String,
+    },
     Orphans {
         worktrees: Vec<String>,
         removed: bool,
@@ -114,6 +119,11 @@ impl From<&Event> for EventRecord {
                 options: options.clone(),
             },
             Event::Result(o) => EventRecord::Result(Box::new(o.into())),
+            Event::ForgeReply { attempt, thread, text } => EventRecord::ForgeReply {
+                attempt: attempt.into(),
+                thread: thread.clone(),
+                text: text.clone(),
+            },
             Event::Orphans { worktrees, removed } => {
                 EventRecord::Orphans { worktrees: worktrees.clone(), removed: *removed }
             }
@@ -152,6 +162,9 @@ impl TryFrom<EventRecord> for Event {
                 Event::Question { attempt: attempt.try_into()?, id, text, category, options }
             }
             EventRecord::Result(o) => Event::Result((*o).try_into()?),
+            EventRecord::ForgeReply { attempt, thread, text } => {
+                Event::ForgeReply { attempt: attempt.try_into()?, thread, text }
+            }
             EventRecord::Orphans { worktrees, removed } => Event::Orphans { worktrees, removed },
         })
     }

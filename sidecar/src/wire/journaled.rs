@@ -44,6 +44,11 @@ pub fn event_from_wire(body: &Body) -> Result<Event, FieldError> {
             options: q.options.clone(),
         },
         Body::Result(r) => Event::Result(outcome_from_wire(r)?),
+        Body::ForgeReply(r) => Event::ForgeReply {
+            attempt: attempt(r.attempt.as_ref())?,
+            thread: r.thread.clone(),
+            text: r.text.clone(),
+        },
         Body::Orphans(o) => Event::Orphans { worktrees: o.worktrees.clone(), removed: o.removed },
         _ => return Err(FieldError::new("body", "not a journaled report")),
     })

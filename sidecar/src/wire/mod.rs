@@ -91,6 +91,11 @@ impl From<&Event> for Body {
                 options: options.clone(),
             }),
             Event::Result(o) => Body::Result(o.into()),
+            Event::ForgeReply { attempt, thread, text } => Body::ForgeReply(v1::ForgeReply {
+                attempt: Some(attempt.into()),
+                thread: thread.clone(),
+                text: text.clone(),
+            }),
             Event::Orphans { worktrees, removed } => {
                 Body::Orphans(v1::OrphanReport { worktrees: worktrees.clone(), removed: *removed })
             }

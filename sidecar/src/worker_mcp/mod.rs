@@ -1,6 +1,6 @@
 //! swarm's tools for the agent of one attempt, as an MCP server named
-//! `swarm`: `progress`, `ask`, `escalate`, `checkpoint`, `context`, `spawn`
-//! and `wait_children`.
+//! `swarm`: `progress`, `ask`, `escalate`, `checkpoint`, `context`, `spawn`,
+//! `wait_children` and `reply`.
 //!
 //! The agent starts MCP servers itself, as child processes speaking MCP
 //! on stdio, and it runs inside the sandbox, where no TCP port of the
@@ -72,6 +72,11 @@ pub enum ToolRequest {
     },
     WaitChildren {
         timeout: std::time::Duration,
+    },
+    /// An answer on the pull request thread `thread` (`KIND:ID`, checked).
+    Reply {
+        thread: String,
+        text: String,
     },
 }
 

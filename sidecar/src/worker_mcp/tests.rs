@@ -95,20 +95,44 @@ async fn a_connection_without_the_attempts_token_gets_no_mcp() {
 }
 
 #[tokio::test]
-async fn the_seven_tools_are_listed_with_schemas_that_refuse_unknown_fields() {
+async fn the_eight_tools_are_listed_with_schemas_that_refuse_unknown_fields() {
     let (_dir, server) = start();
     let mut c = Client::initialized(&server).await;
     let list = c.request("tools/list", json!({})).await;
     let tools = list["result"]["tools"].as_array().expect("tools");
     let mut names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
     names.sort_unstable();
-    assert_eq!(names, ["ask", "checkpoint", "context", "escalate", "progress", "spawn", "wait_children"]);
+    assert_eq!(
+        names,
+        ["ask", "checkpoint", "context", "escalate", "progress", "reply", "spawn", "wait_children"]
+    );
     let mut checked = super::TOOL_NAMES.to_vec();
     checked.sort_unstable();
     assert_eq!(checked, names, "request_for knows every tool the server lists");
     let ask = tools.iter().find(|t| t["name"] == "ask").expect("ask");
     assert_eq!(ask["inputSchema"]["additionalProperties"], json!(false), "{ask}");
     assert_eq!(ask["inputSchema"]["required"], json!(["question"]), "{ask}");
+    let reply = tools.iter().find(|t| t["name"] == "reply").expect("reply");
+    assert_eq!(reply["inputSchema"]["required"], json!(["thread", "text"]), "{reply}");
+}
+
+#[test]
+fn a_reply_names_a_thread_the_feedback_could_have_given_and_says_something() {
+    let ok = super::request_for("reply", json!({"thread": "review-comment:12", "text": "Renamed."}));
+    assert_eq!(
+        ok,
+        Ok(super::ToolRequest::Reply { thread: "review-comment:12".into(), text: "Renamed.".into() })
+    );
+    for (args, rule) in [
+        (json!({"thread": "../../etc", "text": "x"}), "thread: must be KIND:ID"),
+        (json!({"thread": "check:3", "text": "x"}), "thread: must be KIND:ID"),
+        (json!({"thread": "review:3", "text": "  "}), "text: must not be empty"),
+        (json!({"thread": "review:3", "text": "x".repeat(9000)}), "text:"),
+        (json!({"thread": "review:3", "text": "x", "to": "everyone"}), "unknown field"),
+    ] {
+        let err = super::request_for("reply", args.clone()).expect_err("refused");
+        assert!(err.contains(rule), "{args}: {err}");
+    }
 }
 
 #[tokio::test]

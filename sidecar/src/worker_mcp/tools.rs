@@ -12,7 +12,7 @@ use rmcp::schemars::{self, JsonSchema};
 use rmcp::{ServerHandler, ServiceExt as _, tool, tool_handler, tool_router};
 use serde::Deserialize;
 use swarm_core::plan::spawn::MAX_FRAGMENT_BYTES;
-use swarm_proto::limits::{MAX_CATEGORY, MAX_OPTION, MAX_OPTIONS, MAX_STEP, MAX_TEXT};
+use swarm_proto::limits::{MAX_CATEGORY, MAX_OPTION, MAX_OPTIONS, MAX_REPLY, MAX_STEP, MAX_TEXT};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot};
 
@@ -30,7 +30,8 @@ agents and merges your commit when you finish. Report progress with progress; as
 (it waits for the answer) instead of guessing; call escalate when the task cannot be done as specified; \
 call checkpoint to stop now and be resumed later in this session with your work kept; call context for \
 the task, what finished before it and the files you own. To split a large task, spawn child tasks that \
-other agents run in parallel and wait_children for their work. To finish, end your turn: swarm commits \
+other agents run in parallel and wait_children for their work. When your task's feedback comes from a \
+pull request's reviewer, answer them on its thread with reply. To finish, end your turn: swarm commits \
 your changes.";
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -103,6 +104,15 @@ pub struct WaitChildrenArgs {
     /// in seconds (default 600, at most 3600). Call again to keep waiting.
     #[serde(default)]
     pub timeout_secs: Option<u64>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReplyArgs {
+    /// The thread as your task's feedback names it, e.g. `review-comment:123`.
+    pub thread: String,
+    /// What to say to the reviewer (Markdown): what you changed, or why not.
+    pub text: String,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -186,6 +196,14 @@ impl WorkerTools {
     async fn wait_children(&self, Parameters(args): Parameters<WaitChildrenArgs>) -> ToolResult {
         self.call(args.request()?).await
     }
+
+    #[tool(description = "Answer a reviewer on the pull request: thread is the one your task's feedback \
+                          names (\"thread `review-comment:123`\"), text what you did about it or why not. \
+                          swarm posts it on that thread once your work is pushed; only threads given to \
+                          this task are answered. Returns at once.")]
+    async fn reply(&self, Parameters(args): Parameters<ReplyArgs>) -> ToolResult {
+        self.call(args.request()?).await
+    }
 }
 
 /// A tool's arguments as the driver gets them, checked: each error names
@@ -243,6 +261,14 @@ impl Checked for CheckpointArgs {
     }
 }
 
+impl Checked for ReplyArgs {
+    fn request(self) -> Result<ToolRequest, String> {
+        swarm_proto::limits::check_reply_thread(&self.thread).map_err(|rule| format!("thread: {rule}"))?;
+        let text = required("text", self.text, MAX_REPLY)?;
+        Ok(ToolRequest::Reply { thread: self.thread, text })
+    }
+}
+
 impl Checked for NoArgs {
     fn request(self) -> Result<ToolRequest, String> {
         Ok(ToolRequest::Context)
@@ -267,7 +293,7 @@ impl Checked for WaitChildrenArgs {
 
 /// The tools' names, as the agent calls them.
 pub const TOOL_NAMES: &[&str] =
-    &["progress", "ask", "escalate", "checkpoint", "context", "spawn", "wait_children"];
+    &["progress", "ask", "escalate", "checkpoint", "context", "spawn", "wait_children", "reply"];
 
 /// What the tool `name` sends the driver for `arguments` (a tool call's
 /// JSON), read as its input schema says and checked as the tool checks
@@ -287,6 +313,7 @@ pub fn request_for(name: &str, arguments: serde_json::Value) -> Result<ToolReque
         "context" => checked::<NoArgs>(arguments),
         "spawn" => checked::<SpawnArgs>(arguments),
         "wait_children" => checked::<WaitChildrenArgs>(arguments),
+        "reply" => checked::<ReplyArgs>(arguments),
         other => Err(format!("name: no tool {other:?}")),
     }
 }

@@ -127,6 +127,30 @@ pub struct FeedbackState {
     /// The forge's ids of what was taken (`check:<id>@<sha>`, `comment:<id>`).
     #[serde(default)]
     pub seen: std::collections::BTreeSet<String>,
+    /// The threads handed to a task (`review-comment:<id>` to `api`): the
+    /// only ones its agent may answer.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub threads: std::collections::BTreeMap<String, String>,
+    /// Agents' answers waiting to be posted, oldest first (at most
+    /// [`MAX_PENDING_REPLIES`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replies: Vec<PendingReply>,
+}
+
+/// The most answers a swarm holds for the forge; more are refused.
+pub const MAX_PENDING_REPLIES: usize = 50;
+/// The most answers one attempt may post.
+pub const MAX_REPLIES_PER_ATTEMPT: usize = 5;
+
+/// An agent's answer on a pull request thread, until it is posted (then
+/// its id is in [`FeedbackState::seen`]).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PendingReply {
+    /// `reply:<task>#<attempt>.<n>`: once posted, never again.
+    pub id: String,
+    pub task: String,
+    pub thread: String,
+    pub text: String,
 }
 
 /// The pull request a swarm's branch is under review in.
@@ -258,6 +282,13 @@ mod tests {
             feedback: Some(Box::new(FeedbackState {
                 ci_rounds: 1,
                 seen: ["check:9@abc".to_string()].into(),
+                threads: [("review-comment:4".to_string(), "a".to_string())].into(),
+                replies: vec![PendingReply {
+                    id: "reply:a#2.1".into(),
+                    task: "a".into(),
+                    thread: "review-comment:4".into(),
+                    text: "done".into(),
+                }],
             })),
             forge: Some(Box::new(ForgeState {
                 pushed: "a".repeat(40),

@@ -22,6 +22,10 @@ pub enum SwarmState {
     Stalled,
     /// No new attempt starts until the operator resumes it; see `budget`.
     Paused,
+    /// Every task merged and the work waits on its pull request: CI,
+    /// reviewers, a merge. COMPLETED once the pull request merges; a task
+    /// the forge's feedback reopens makes it ACTIVE again.
+    Landing,
 }
 
 impl SwarmState {
@@ -33,7 +37,14 @@ impl SwarmState {
             SwarmState::Cancelled => "CANCELLED",
             SwarmState::Stalled => "STALLED",
             SwarmState::Paused => "PAUSED",
+            SwarmState::Landing => "LANDING",
         }
+    }
+
+    /// Whether it has not ended: its tasks may still move and it owns its
+    /// integration branch.
+    pub fn is_live(self) -> bool {
+        matches!(self, SwarmState::Active | SwarmState::Stalled | SwarmState::Paused | SwarmState::Landing)
     }
 
     pub fn parse(s: &str) -> Option<SwarmState> {
@@ -44,6 +55,7 @@ impl SwarmState {
             SwarmState::Cancelled,
             SwarmState::Stalled,
             SwarmState::Paused,
+            SwarmState::Landing,
         ]
         .into_iter()
         .find(|x| x.as_str() == s)

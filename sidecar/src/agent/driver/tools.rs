@@ -4,7 +4,9 @@
 //! and answered when the operator's answer arrives (the idle timer counts
 //! the wait as the operator's, not the agent's); `escalate` and
 //! `checkpoint` end the attempt once the agent's turn ends, with its work
-//! kept for the resumed session; `context` is read from the assignment.
+//! kept for the resumed session; `context` is read from the assignment;
+//! `reply` is journaled for the controller, which posts it on the pull
+//! request thread if that thread was handed to this task.
 
 use std::time::Duration;
 
@@ -75,6 +77,15 @@ impl Driver<'_, '_> {
                     "escalated": category,
                     "next": "End your turn now. Your work is kept; this session resumes with the \
                              operator's answer.",
+                }))
+            }
+            ToolRequest::Reply { thread, text } => {
+                span.in_scope(|| tracing::info!(%thread, "the agent replies on the pull request"));
+                self.journal(Event::ForgeReply { attempt: self.s.attempt.clone(), thread, text });
+                Ok(json!({
+                    "queued": true,
+                    "next": "swarm posts it on that thread of the pull request, if the thread was given \
+                             to this task.",
                 }))
             }
             ToolRequest::Checkpoint { summary, next_action } => {
@@ -268,6 +279,7 @@ impl ToolRequest {
             ToolRequest::Context => "context",
             ToolRequest::Spawn { .. } => "spawn",
             ToolRequest::WaitChildren { .. } => "wait_children",
+            ToolRequest::Reply { .. } => "reply",
         }
     }
 }
