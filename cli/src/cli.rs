@@ -276,6 +276,11 @@ pub struct RunArgs {
     /// Print one line per event even on a terminal.
     #[arg(long)]
     pub plain: bool,
+    /// Run the workers as this user (a name or a numeric uid, never root),
+    /// with the directories they write handed to it: for `swarmctl run` as
+    /// root, which alone may switch users.
+    #[arg(long, env = "SWARM_WORKER_USER", value_name = "USER")]
+    pub worker_user: Option<swarm_sidecar::sandbox::WorkerUser>,
     /// Serve the embedded controller's Prometheus metrics here (GET /metrics).
     #[arg(long, env = "SWARM_METRICS_LISTEN")]
     pub metrics_listen: Option<std::net::SocketAddr>,

@@ -74,6 +74,9 @@ pub struct Context {
     /// Where this sidecar makes its attempts' cgroups, if anywhere (probed
     /// once at start).
     pub cgroups: crate::sandbox::Cgroups,
+    /// The user the attempt's processes run as, when not the sidecar's
+    /// (`--worker-user`; see [`crate::sandbox::worker_user`]).
+    pub worker_user: Option<crate::sandbox::WorkerUser>,
     /// Set once the attempt's secrets are read: the session redacts their
     /// values from every report of the attempt.
     pub redactor: std::sync::Arc<std::sync::OnceLock<crate::secrets::Redactor>>,

@@ -76,6 +76,11 @@ pub struct Config {
     /// File whose first line is the bearer token.
     #[arg(long, env = "SWARM_TOKEN_FILE")]
     pub token_file: Option<PathBuf>,
+    /// Run workers as this user (a name or a numeric uid, never root), with
+    /// the directories they write handed to it; for a sidecar running as
+    /// root, which alone may switch users.
+    #[arg(long, env = "SWARM_WORKER_USER", value_name = "USER")]
+    pub worker_user: Option<crate::sandbox::WorkerUser>,
 }
 
 /// A credential that never shows up in `Debug` output or logs.
@@ -128,6 +133,7 @@ impl Config {
             key: None,
             token: None,
             token_file: None,
+            worker_user: None,
         }
     }
 
@@ -205,5 +211,26 @@ mod tests {
             Config::try_parse_from(["swarm-sidecar", "--controller", "x", "--repo", "r", "--label", "bad"])
                 .is_err()
         );
+    }
+
+    #[test]
+    fn a_root_or_unknown_worker_user_is_refused_naming_the_flag() {
+        let parse = |user: &str| {
+            Config::try_parse_from([
+                "swarm-sidecar",
+                "--controller",
+                "x",
+                "--repo",
+                "r",
+                "--worker-user",
+                user,
+            ])
+        };
+        for (user, says) in
+            [("root", "root (uid 0)"), ("0", "root (uid 0)"), ("no-such-user-swarm", "no user")]
+        {
+            let e = parse(user).expect_err(user).to_string();
+            assert!(e.contains("--worker-user") && e.contains(says), "{user}: {e}");
+        }
     }
 }

@@ -107,6 +107,13 @@ pub fn launch(
 ) -> Result<Launch, Failure> {
     let (secrets, redactor) = crate::secrets::read_all(&a.secrets).map_err(InfraFailure::Secrets)?;
     let _ = ctx.redactor.set(redactor);
+    let user = ctx.worker_user.as_ref();
+    if let Some(u) = user {
+        crate::sandbox::ownership::give(&scratch.tmp, &u.ids).map_err(|source| InfraFailure::Scratch {
+            what: "handing the attempt's TMPDIR to the worker user",
+            source,
+        })?;
+    }
     let env = worker_env(ctx, a, files, scratch, secrets);
     let common = scratch.worktree.parent().and_then(Path::parent).unwrap_or(Path::new("/nonexistent"));
     let place = Place {
@@ -126,10 +133,12 @@ pub fn launch(
     if confinement.is_some()
         && let (Some(cfg), Some((_, home))) = (&a.agent, env.iter().find(|(k, _)| k == "HOME"))
     {
-        crate::sandbox::make_agent_state(cfg.kind, Path::new(home)).map_err(|source| {
-            InfraFailure::AgentState { kind: cfg.kind.to_string(), home: home.clone(), source }
-        })?;
+        crate::sandbox::make_agent_state(cfg.kind, Path::new(home), user.map(|u| &u.ids)).map_err(
+            |source| InfraFailure::AgentState { kind: cfg.kind.to_string(), home: home.clone(), source },
+        )?;
     }
+    let confinement = crate::sandbox::worker_user::run_as(confinement, user, &ctx.supervisor);
+    report.enforced.extend(user.map(crate::sandbox::worker_user::report_line));
     Ok(Launch { env, confinement, report, cgroup })
 }
 
@@ -152,19 +161,20 @@ fn cgroup(
         return (None, without("sandbox off"), Applied::default());
     };
     let policy = Arc::make_mut(&mut confinement.policy);
+    let user = ctx.worker_user.as_ref().map(|u| u.name.as_str());
     let (cgroup, ending, applied) = match ctx.cgroups.attempt(&ctx.repo, &ctx.worker_id, fresh) {
         Ok(Some(mut cg)) => {
             let enforced = cg.set_limits(limits);
             policy.cgroup = Some(cg.path().to_path_buf());
-            (Some(Arc::new(cg)), Ending::Cgroup, apply(limits, LimitsBy::Enforces(enforced)))
+            (Some(Arc::new(cg)), Ending::Cgroup, apply(limits, LimitsBy::Enforces(enforced), user))
         }
         Ok(None) => {
             let why = ctx.cgroups.why_not();
-            (None, without(why), apply(limits, LimitsBy::None(why)))
+            (None, without(why), apply(limits, LimitsBy::None(why), user))
         }
         Err(e) => {
             tracing::warn!(error = %e, "no cgroup for this attempt");
-            (None, without(&e), apply(limits, LimitsBy::None(&e)))
+            (None, without(&e), apply(limits, LimitsBy::None(&e), user))
         }
     };
     policy.rlimits = applied.rlimits;
@@ -181,6 +191,11 @@ fn worker_env(
     secrets: Vec<(String, String)>,
 ) -> Vec<(String, String)> {
     let mut env = crate::sandbox::inherited_env();
+    if let Some(u) = &ctx.worker_user {
+        // The worker user's own home: the sidecar's is not its to read.
+        env.retain(|(k, _)| k != "HOME");
+        env.push(("HOME".to_string(), u.home.to_string_lossy().into_owned()));
+    }
     env.extend(a.env.iter().cloned());
     env.extend(secrets);
     let path = |p: &Path| p.to_string_lossy().into_owned();

@@ -26,6 +26,8 @@ pub struct Verifier {
     pub exe: PathBuf,
     /// What its kernel enforces of the sandbox.
     pub kernel: crate::sandbox::Capability,
+    /// The user the tiers run as, when not the sidecar's (`--worker-user`).
+    pub worker_user: Option<crate::sandbox::WorkerUser>,
 }
 
 /// Runs one verification and returns the message that answers it.
@@ -69,6 +71,16 @@ async fn verify(verifier: &Verifier, job: &v1::VerifyMerge) -> Result<(Vec<TierR
     let tmp = dir.with_extension("tmp");
     std::fs::create_dir_all(&tmp).map_err(|e| format!("create {}: {e}", tmp.display()))?;
     let mut env = crate::sandbox::inherited_env();
+    if let Some(u) = &verifier.worker_user {
+        // The tiers write the scratch tree and their TMPDIR as that user;
+        // no git of the sidecar opens either afterwards.
+        for d in [&dir, &tmp] {
+            crate::sandbox::ownership::give(d, &u.ids)
+                .map_err(|e| format!("handing to the worker user: {e}"))?;
+        }
+        env.retain(|(k, _)| k != "HOME");
+        env.push(("HOME".to_string(), u.home.to_string_lossy().into_owned()));
+    }
     env.push(("TMPDIR".to_string(), tmp.to_string_lossy().into_owned()));
     env.extend([
         ("SWARM_SWARM_ID".to_string(), job.swarm_id.clone()),
@@ -100,6 +112,7 @@ fn confinement(
     let common = dir.parent().and_then(Path::parent).unwrap_or(Path::new("/nonexistent"));
     let place = Place { worktree: dir, common_dir: common, private: &[tmp], agent: None, review: false };
     crate::sandbox::confine(&settings, verifier.kernel, &verifier.exe, &place, env)
+        .map(|c| crate::sandbox::worker_user::run_as(c, verifier.worker_user.as_ref(), &verifier.exe))
         .map_err(|e| format!("the merge queue {e}"))
 }
 

@@ -24,7 +24,7 @@ use crate::client::{Client, Target, connect, read_plan};
 use crate::exit::{self, Usage};
 use controller::LocalController;
 use progress::Progress;
-use sidecars::Sidecars;
+use sidecars::{Flags, Sidecars};
 pub use summary::{Outcome, outcome};
 
 pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
@@ -61,7 +61,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
             );
         }
     }
-    let mut session = Session::start(&repo, args.workers, &labels, args.metrics_listen).await?;
+    // Refused here, before anything starts, rather than by each sidecar.
+    let worker_user = args.worker_user.map(|u| u.for_this_process()).transpose()?.flatten();
+    let worker_user = worker_user.as_ref().map(|u| u.name.as_str());
+    let mut session = Session::start(&repo, args.workers, &labels, args.metrics_listen, worker_user).await?;
     let result = session.drive(&text, &plan, live, &BTreeMap::new()).await;
     // A controller that stopped on its own (its store failed, a thread
     // died) is the error to report, whatever the drive saw.
@@ -107,14 +110,16 @@ impl Session {
         workers: u32,
         labels: &BTreeMap<String, String>,
         metrics_listen: Option<std::net::SocketAddr>,
+        worker_user: Option<&str>,
     ) -> anyhow::Result<Session> {
         let log_dir = repo.join(".git").join("swarm").join("logs");
         std::fs::create_dir_all(&log_dir).with_context(|| format!("creating {}", log_dir.display()))?;
         let controller =
             LocalController::start(repo, &log_dir.join("controller.log"), metrics_listen).await?;
         let url = controller.url();
+        let flags = Flags { labels, worker_user };
         let sidecars =
-            match Sidecars::start(&url, controller.sidecar_token(), repo, workers, labels, &log_dir) {
+            match Sidecars::start(&url, controller.sidecar_token(), repo, workers, &flags, &log_dir) {
                 Ok(s) => s,
                 Err(e) => {
                     let _ = controller.shutdown().await;

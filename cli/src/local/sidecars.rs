@@ -10,6 +10,14 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 
+/// What every local sidecar is started with.
+pub struct Flags<'a> {
+    /// `--label`s, for the plan's tasks that require them.
+    pub labels: &'a BTreeMap<String, String>,
+    /// `--worker-user`: the user the workers run as.
+    pub worker_user: Option<&'a str>,
+}
+
 /// The local sidecars, one per worker slot.
 pub struct Sidecars {
     children: Vec<(String, Child)>,
@@ -23,9 +31,10 @@ impl Sidecars {
         token: &str,
         repo: &Path,
         count: u32,
-        labels: &BTreeMap<String, String>,
+        flags: &Flags<'_>,
         log_dir: &Path,
     ) -> anyhow::Result<Sidecars> {
+        let Flags { labels, worker_user } = flags;
         // swarmctl itself, in sidecar mode (see `sidecar_mode`).
         let bin = std::env::current_exe().context("locating swarmctl")?;
         let mut children = Vec::new();
@@ -38,6 +47,7 @@ impl Sidecars {
                 .args([super::sidecar_mode::ARG, "--controller", url, "--worker-id", &id, "--repo"])
                 .arg(repo)
                 .args(labels.iter().flat_map(|(k, v)| ["--label".to_string(), format!("{k}={v}")]))
+                .args(worker_user.iter().flat_map(|u| ["--worker-user", u]))
                 // The run's sidecar token; the environment of a process is
                 // readable only by its user. The user's own TLS settings are
                 // for remote controllers, not this loopback one.

@@ -170,7 +170,8 @@ fn serve_tools(ctx: &Context, a: &Assignment, p: &Prepared, sink: &Sink) -> Opti
     if a.review.is_some() {
         return None;
     }
-    match worker_mcp::start(&p.scratch.tmp, &ctx.supervisor) {
+    let owner = ctx.worker_user.as_ref().map(|u| &u.ids);
+    match worker_mcp::start(&p.scratch.tmp, &ctx.supervisor, owner) {
         Ok(server) => Some(server),
         Err(e) => {
             tracing::warn!(error = %e, "cannot serve swarm's tools to the agent");

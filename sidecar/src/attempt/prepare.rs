@@ -51,6 +51,11 @@ pub(super) async fn prepare(
     if fresh {
         write_task(&wt, &files, a).await?;
     }
+    if let Some(u) = &ctx.worker_user {
+        // The worker writes its status here; the sidecar's files stay root's.
+        crate::sandbox::ownership::share(&files.dir, &u.ids, false, &[])
+            .map_err(|source| InfraFailure::Write { path: files.dir.clone(), source })?;
+    }
     let scratch = Scratch::new(&wt, fresh)?;
     let launch = crate::launch::launch(ctx, a, &files, &scratch)?;
     if fresh && (created || a.setup_every_attempt) {
@@ -141,10 +146,14 @@ async fn prepare_with_repairs(
             (ctx.repo.clone(), ctx.worker_id.clone(), a.branch.clone(), a.base_commit.clone());
         let fresh = n == INFRA_TRIES;
         let tracker = ctx.tracker.clone();
+        let user = ctx.worker_user.as_ref().map(|u| u.ids.clone());
         let r = tokio::task::spawn_blocking(move || {
             // The worker's own git metadata is part of a prepared worktree.
             let p = prepare_tracked(&tracker, &repo, &id, &branch, &base, fresh)?;
             crate::worker_git::prepare(&p.path)?;
+            if let Some(ids) = &user {
+                hand_over(&p.path, ids, &tracker)?;
+            }
             Ok::<_, worktree::WorktreeError>(p)
         })
         .instrument(tracing::info_span!("prepare", base = %a.base_commit, branch = %a.branch, try_ = n))
@@ -168,6 +177,29 @@ async fn prepare_with_repairs(
         }
     }
     Err(InfraFailure::Prepare { last, tries: INFRA_TRIES })
+}
+
+/// Hands the worktree and the worker's git directory to the worker user
+/// (see [`crate::sandbox::ownership`]: their top directories, the `.git`
+/// file and `.swarm/` stay root's, so git and libgit2 open them as before).
+/// Only what the sidecar wrote as root changes owner; the tracker forgets
+/// those changes, which are not the worker's (the files' ctime moves, so
+/// git re-reads them once).
+fn hand_over(
+    wt: &Path,
+    ids: &crate::sandbox::worker_user::Ids,
+    tracker: &crate::changes::SharedTracker,
+) -> Result<(), worktree::WorktreeError> {
+    use crate::sandbox::ownership::share;
+    let git_dir = crate::worker_git::dir_of(wt);
+    for (dir, keep) in [(wt, &[".git", worktree::SWARM_DIR][..]), (&git_dir, &[])] {
+        share(dir, ids, true, keep)
+            .map_err(|source| worktree::WorktreeError::Io { path: dir.to_path_buf(), source })?;
+    }
+    if let Some(t) = tracker.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+        let _ = t.take();
+    }
+    Ok(())
 }
 
 /// Prepares the worker's worktree before any task asks for it (see

@@ -6,8 +6,12 @@
 //! The rlimits are weaker, and the report says how: `RLIMIT_AS` bounds each
 //! process's address space (not what they use together, and a runtime that
 //! reserves much more than it touches may fail under it), `RLIMIT_NPROC`
-//! counts every process of the sidecar's user and does not bind root at
-//! all. CPU has no rlimit of its kind.
+//! counts every process of the workers' user and does not bind root at
+//! all. With a worker user (`--worker-user`) that user is the workers' own,
+//! not the sidecar's, so a root sidecar's pids limit binds again, and the
+//! count is only its workers' (all of them, across the sidecars that share
+//! the user: give each sidecar a user of its own for a bound per attempt).
+//! CPU has no rlimit of its kind.
 
 use nix::sys::resource::{Resource, setrlimit};
 use serde::{Deserialize, Serialize};
@@ -63,8 +67,9 @@ pub enum Cgroup<'a> {
     None(&'a str),
 }
 
-/// Splits `limits` between the cgroup and the rlimits, and words the report.
-pub fn apply(limits: &Limits, cgroup: Cgroup<'_>) -> Applied {
+/// Splits `limits` between the cgroup and the rlimits, and words the report;
+/// `worker_user` is the user workers run as, when not the sidecar's.
+pub fn apply(limits: &Limits, cgroup: Cgroup<'_>, worker_user: Option<&str>) -> Applied {
     let (by_cgroup, no_controller) = match cgroup {
         Cgroup::Enforces(e) => (e, None),
         Cgroup::None(why) => (Enforced::default(), Some(why)),
@@ -79,11 +84,18 @@ pub fn apply(limits: &Limits, cgroup: Cgroup<'_>) -> Applied {
         let what = format!("pids limit {pids}");
         if by_cgroup.limits.pids.is_some() {
             a.enforced.push(format!("{what} (cgroup)"));
+        } else if let Some(user) = worker_user {
+            a.rlimits.nproc = Some(u64::from(pids));
+            a.enforced
+                .push(format!("{what} (RLIMIT_NPROC, counting every process of the worker user {user})"));
         } else if nproc_binds() {
             a.rlimits.nproc = Some(u64::from(pids));
             a.enforced.push(format!("{what} (RLIMIT_NPROC, counting every process of the sidecar's user)"));
         } else {
-            a.missing.push(format!("{what}: {}, and RLIMIT_NPROC does not bind root", lacking("pids")));
+            a.missing.push(format!(
+                "{what}: {}, and RLIMIT_NPROC does not bind root (run workers as another user with --worker-user)",
+                lacking("pids")
+            ));
         }
     }
     if let Some(memory) = limits.memory {
@@ -127,7 +139,7 @@ mod tests {
     #[test]
     fn a_cgroup_with_every_controller_enforces_every_limit() {
         let e = Enforced { limits: ALL, no_swap: true };
-        let a = apply(&ALL, Cgroup::Enforces(e));
+        let a = apply(&ALL, Cgroup::Enforces(e), None);
         assert!(a.rlimits.is_empty() && a.missing.is_empty(), "{a:?}");
         assert_eq!(
             a.enforced,
@@ -137,7 +149,7 @@ mod tests {
 
     #[test]
     fn without_a_cgroup_memory_falls_back_to_rlimit_as_and_cpu_is_named_missing() {
-        let a = apply(&ALL, Cgroup::None("read-only file system"));
+        let a = apply(&ALL, Cgroup::None("read-only file system"), None);
         assert_eq!(a.rlimits.address_space, Some(64 << 20));
         assert!(a.enforced.iter().any(|e| e.starts_with("memory limit 64 MiB (RLIMIT_AS")), "{a:?}");
         assert!(a.missing.iter().any(|m| m == "cpu limit 0.5: no cgroup (read-only file system)"), "{a:?}");
@@ -152,13 +164,25 @@ mod tests {
     }
 
     #[test]
+    fn with_a_worker_user_the_pids_limit_falls_back_to_its_rlimit_nproc_even_for_root() {
+        let a = apply(&ALL, Cgroup::None("read-only file system"), Some("nobody"));
+        assert_eq!(a.rlimits.nproc, Some(64));
+        assert!(
+            a.enforced.iter().any(
+                |e| e == "pids limit 64 (RLIMIT_NPROC, counting every process of the worker user nobody)"
+            ),
+            "{a:?}"
+        );
+    }
+
+    #[test]
     fn a_cgroup_lacking_a_controller_says_which() {
         let e = Enforced { limits: Limits { memory: ALL.memory, ..Limits::default() }, no_swap: false };
-        let a = apply(&ALL, Cgroup::Enforces(e));
+        let a = apply(&ALL, Cgroup::Enforces(e), None);
         assert!(a.enforced.contains(&"memory limit 64 MiB (cgroup)".to_string()), "{a:?}");
         assert!(a.missing.contains(&"cpu limit 0.5: the attempt's cgroup has no cpu controller".to_string()));
         assert_eq!(a.rlimits.address_space, None);
-        assert!(apply(&Limits::default(), Cgroup::None("x")) == Applied::default());
+        assert!(apply(&Limits::default(), Cgroup::None("x"), None) == Applied::default());
     }
 
     #[test]

@@ -31,9 +31,11 @@ pub mod cgroup;
 pub mod denials;
 mod landlock;
 pub mod limits;
+pub mod ownership;
 mod privileges;
 pub mod toolchains;
 mod trampoline;
+pub mod worker_user;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -45,6 +47,7 @@ use swarm_core::plan::{AgentKind, SandboxMode, SandboxSpec};
 pub use self::cgroup::{AttemptCgroup, Cgroups};
 pub use self::landlock::{Capability, probe};
 pub use trampoline::{ARG, main_if_requested};
+pub use worker_user::WorkerUser;
 
 /// What the trampoline applies: concrete, absolute paths and ports.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -63,6 +66,13 @@ pub struct Policy {
     /// The plan's limits that no cgroup enforces (see [`limits`]).
     #[serde(default, skip_serializing_if = "limits::Rlimits::is_empty")]
     pub rlimits: limits::Rlimits,
+    /// The sidecar's worker user, switched to before exec (see [`worker_user`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<worker_user::Ids>,
+    /// No Landlock: only the user switch and the capability drop, for a
+    /// plan's `sandbox = "off"` on a sidecar with a worker user.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unconfined: bool,
     /// What of `read` was found behind the `PATH` (see [`toolchains`]),
     /// for the report; the trampoline needs only `read`.
     #[serde(skip)]
@@ -97,11 +107,21 @@ const AGENT_STATE_DIRS: &[(AgentKind, &str)] =
     &[(AgentKind::Claude, ".claude"), (AgentKind::Codex, ".codex")];
 const AGENT_STATE_FILES: &[(AgentKind, &str)] = &[(AgentKind::Claude, ".claude.json")];
 
-/// Makes the agent's state directories under `home` that do not exist yet.
-pub fn make_agent_state(kind: AgentKind, home: &Path) -> std::io::Result<()> {
+/// Makes the agent's state directories under `home` that do not exist yet,
+/// owned by the worker user when there is one.
+pub fn make_agent_state(
+    kind: AgentKind,
+    home: &Path,
+    owner: Option<&worker_user::Ids>,
+) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt as _;
     for (_, dir) in AGENT_STATE_DIRS.iter().filter(|(k, _)| *k == kind) {
-        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(home.join(dir))?;
+        let dir = home.join(dir);
+        let made = std::fs::symlink_metadata(&dir).is_err();
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir)?;
+        if let (true, Some(ids)) = (made, owner) {
+            std::os::unix::fs::lchown(&dir, Some(ids.uid), Some(ids.gid))?;
+        }
     }
     Ok(())
 }
@@ -223,6 +243,8 @@ impl Policy {
             connect: settings.0.connect.clone(),
             cgroup: None,
             rlimits: limits::Rlimits::default(),
+            user: None,
+            unconfined: false,
             toolchains: toolchains::find(env, &place.guard()),
         };
         policy.read.extend(path_dirs(env, home.as_deref()));

@@ -19,6 +19,9 @@
 //!    [`drop_all`] sets again where there is no Landlock) never gains a capability: file capabilities and set-uid root
 //!    are ignored, and even root's own exec is limited to the permitted
 //!    set it had, which step 4 empties.
+//!    Then, where the sidecar names a worker user, the switch to it
+//!    (`worker_user`), which itself empties the permitted and effective
+//!    sets as the last uid 0 goes.
 //! 2. The ambient set (kept across exec for unprivileged programs).
 //! 3. The inheritable set.
 //! 4. The permitted set, and with it the effective set.
@@ -32,8 +35,12 @@
 use caps::{CapSet, Capability};
 
 /// Clears every capability set of the calling thread (see the module's
-/// rules); call in a single-threaded process right before exec.
-pub fn drop_all() -> Result<(), String> {
+/// rules), becoming the worker user on the way when there is one: after
+/// the bounding set (which takes `CAP_SETPCAP`), before the rest (the
+/// switch takes `CAP_SETUID` and `CAP_SETGID`, and itself empties the
+/// permitted and effective sets). Call in a single-threaded process right
+/// before exec.
+pub fn drop_all(user: Option<&super::worker_user::Ids>) -> Result<(), String> {
     // Landlock has set it already; without Landlock (an old kernel) nothing
     // has, and the reasoning above needs it.
     nix::sys::prctl::set_no_new_privs().map_err(|e| format!("setting no_new_privs: {e}"))?;
@@ -46,6 +53,9 @@ pub fn drop_all() -> Result<(), String> {
             caps::drop(None, CapSet::Bounding, cap)
                 .map_err(|e| format!("dropping {cap} from the bounding set: {e}"))?;
         }
+    }
+    if let Some(ids) = user {
+        super::worker_user::become_user(ids)?;
     }
     if ambient_supported {
         caps::clear(None, CapSet::Ambient).map_err(|e| format!("clearing the ambient set: {e}"))?;

@@ -112,12 +112,12 @@ fn a_confined_command_line_runs_the_trampoline_first() {
 fn an_agents_state_directory_is_made_before_it_is_confined() {
     use std::os::unix::fs::PermissionsExt as _;
     let home = tempfile::tempdir().expect("home");
-    make_agent_state(AgentKind::Claude, home.path()).expect("made");
+    make_agent_state(AgentKind::Claude, home.path(), None).expect("made");
     let meta = std::fs::metadata(home.path().join(".claude")).expect(".claude");
     assert!(meta.is_dir());
     assert_eq!(meta.permissions().mode() & 0o777, 0o700);
     assert!(!home.path().join(".codex").exists(), "only the agent's own");
-    make_agent_state(AgentKind::Claude, home.path()).expect("again: nothing to do");
+    make_agent_state(AgentKind::Claude, home.path(), None).expect("again: nothing to do");
 }
 
 /// The trampoline's drop, on a thread of its own (capabilities are per
@@ -132,7 +132,7 @@ fn dropping_capabilities_leaves_none_whatever_was_held() {
     };
     let (before, after, result) = std::thread::spawn(move || {
         let before = status();
-        let result = privileges::drop_all();
+        let result = privileges::drop_all(None);
         (before, status(), result)
     })
     .join()
@@ -146,7 +146,7 @@ fn dropping_capabilities_leaves_none_whatever_was_held() {
         assert_eq!(field(&after, "CapBnd:"), 0, "the bounding set:\n{after}");
     }
     // Unprivileged, it is a no-op that succeeds, again and again.
-    std::thread::spawn(|| privileges::drop_all().and_then(|()| privileges::drop_all()))
+    std::thread::spawn(|| privileges::drop_all(None).and_then(|()| privileges::drop_all(None)))
         .join()
         .expect("thread")
         .expect("a second drop");

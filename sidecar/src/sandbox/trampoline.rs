@@ -1,7 +1,8 @@
 //! `<exe> __sandbox <policy> -- <command...>`: move this fresh,
 //! single-threaded process into the attempt's cgroup (where it has one),
 //! set the rlimits of the limits no cgroup enforces, confine it with the
-//! policy, drop every capability, then
+//! policy, drop every capability (becoming the worker user, where the
+//! sidecar has one, on the way), then
 //! exec the command in place (same pid, same process group, same
 //! environment), so the command and everything it starts inherit the
 //! Landlock domain and hold no capability.
@@ -59,13 +60,17 @@ pub fn main_if_requested() -> Option<i32> {
     }
     // Landlock next: its rules open the policy's paths, which may take
     // the privileges about to be dropped. It also sets no_new_privs, which
-    // the capability drop relies on (see `privileges`).
-    if let Err(e) = super::landlock::restrict_self(&policy) {
+    // the capability drop relies on (see `privileges`). A plan's
+    // `sandbox = "off"` under a worker user comes here only for the rest.
+    if !policy.unconfined
+        && let Err(e) = super::landlock::restrict_self(&policy)
+    {
         eprintln!("swarm sandbox: cannot confine the worker: {e}");
         return Some(CANNOT_RUN);
     }
-    // Fail closed: a worker never runs holding a capability.
-    if let Err(e) = super::privileges::drop_all() {
+    // Fail closed: a worker never runs holding a capability, nor as root
+    // when the sidecar names a worker user.
+    if let Err(e) = super::privileges::drop_all(policy.user.as_ref()) {
         eprintln!("swarm sandbox: cannot drop the worker's capabilities: {e}");
         return Some(CANNOT_RUN);
     }

@@ -86,6 +86,7 @@ impl Session {
             standby: self.standby.clone(),
             sandbox: self.sandbox,
             cgroups: self.cgroups.clone(),
+            worker_user: self.cfg.worker_user.clone(),
             redactor: Default::default(),
         };
         let (stop, stop_rx) = watch::channel(None);

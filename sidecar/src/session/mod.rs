@@ -170,7 +170,10 @@ fn refused(status: tonic::Status) -> NotOpened {
 }
 
 /// Runs the sidecar until drained or `shutdown` is cancelled.
-pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), SidecarError> {
+pub async fn run(mut cfg: Config, shutdown: CancellationToken) -> Result<(), SidecarError> {
+    // First: a sidecar that cannot run its workers as their user must not start.
+    let user = cfg.worker_user.take().map(crate::sandbox::WorkerUser::for_this_process).transpose();
+    cfg.worker_user = user.map_err(|e| SidecarError::Config(e.to_string()))?.flatten();
     let repo =
         cfg.repo.canonicalize().map_err(|e| SidecarError::Repo(format!("{}: {e}", cfg.repo.display())))?;
     let worker_id = match &cfg.worker_id {
@@ -183,6 +186,9 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Sidecar
         let wt = worktree::worktree_path(&r, &worker_id).map_err(|e| SidecarError::Repo(e.to_string()))?;
         (worktree::workspaces_dir(&r), wt)
     };
+    if let Some(user) = &cfg.worker_user {
+        user.check_reaches_worktree(&repo, &worktree).map_err(|e| SidecarError::Config(e.to_string()))?;
+    }
     let lock =
         orphans::take_lock(&workspaces, &worker_id).map_err(|e| SidecarError::Config(e.to_string()))?;
     let mut journal = Journal::open(orphans::journal_path(&workspaces, &worker_id))?;
@@ -720,6 +726,7 @@ impl Session {
                     remote: self.remote.clone(),
                     exe: self.supervisor.clone(),
                     kernel: self.sandbox,
+                    worker_user: self.cfg.worker_user.clone(),
                 };
                 let tx = self.verified_tx.clone();
                 // Off the session loop: heartbeats go on while the tiers run.

@@ -119,11 +119,22 @@ impl Drop for ToolServer {
 /// private directory), or in a private directory of its own under the
 /// system's temporary directory when that path is too long for a socket.
 /// `exe` is the sidecar's binary, which the agent runs as the bridge.
-pub fn start(dir: &Path, exe: &Path) -> std::io::Result<ToolServer> {
+/// With a worker user (`owner`) the socket and its own directory are that
+/// user's: connecting takes write permission on the socket.
+pub fn start(
+    dir: &Path,
+    exe: &Path,
+    owner: Option<&crate::sandbox::worker_user::Ids>,
+) -> std::io::Result<ToolServer> {
     let token = token();
     let (socket, own_dir) = socket_path(dir)?;
     let _ = std::fs::remove_file(&socket);
     let listener = UnixListener::bind(&socket)?;
+    if let Some(ids) = owner {
+        for path in own_dir.iter().chain([&socket]) {
+            std::os::unix::fs::lchown(path, Some(ids.uid), Some(ids.gid))?;
+        }
+    }
     let (tx, calls) = mpsc::channel(CALL_QUEUE);
     let accept = tokio::spawn(accept(listener, token.clone(), tx));
     let stdio = StdioServer {

@@ -65,7 +65,8 @@ impl Client {
 
 fn start() -> (tempfile::TempDir, ToolServer) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let server = super::start(dir.path(), std::path::Path::new("/usr/bin/swarm-sidecar")).expect("start");
+    let server =
+        super::start(dir.path(), std::path::Path::new("/usr/bin/swarm-sidecar"), None).expect("start");
     (dir, server)
 }
 

@@ -29,6 +29,7 @@ pub fn ctx(repo: &Path, worker_id: &str, idle_timeout: Option<Duration>) -> Cont
         standby: Default::default(),
         sandbox: swarm_sidecar::sandbox::probe(),
         cgroups: swarm_sidecar::sandbox::Cgroups::probe(),
+        worker_user: None,
         redactor: Default::default(),
     }
 }
