@@ -6,11 +6,11 @@
 #![allow(clippy::unwrap_used)] // tests: a panic is the report
 
 use serde_json::json;
-use swarm_tests::github::GitHub;
+use swarm_tests::github::{GitHub, Pull};
 use swarm_tests::messages_api::{Script, Step};
 use swarm_tests::{
-    RealClaude, TempRepo, WAIT, claude_task, git_cli, spawn_controller_env, spawn_sidecar_env, stdout,
-    swarmctl, wait_until,
+    ControllerProc, Proc, RealClaude, TaskBuilder, TempRepo, WAIT, claude_task, git_cli,
+    spawn_controller_env, spawn_sidecar_env, stdout, swarmctl, wait_until,
 };
 
 const TOKEN: &str = "ghs_realclaudeforgetoken0123456789";
@@ -37,6 +37,59 @@ fn writer(
     Script::new(name, vec![write(), Step::text("Written."), write(), Step::text("Fixed.")])
 }
 
+/// The repository the swarm works on, its scripted GitHub, a controller
+/// allowed the token and polling the forge every 200 ms, and `sidecars`
+/// sidecars whose agents read `claude`'s home.
+struct Rig {
+    _repo: TempRepo,
+    gh: GitHub,
+    controller: ControllerProc,
+    _sidecars: Vec<Proc>,
+}
+
+impl Rig {
+    fn start(claude: &RealClaude, sidecars: usize) -> Rig {
+        let repo = TempRepo::with_files(&[("src/keep.txt", "keep\n"), ("docs/keep.txt", "keep\n")]);
+        let gh = GitHub::for_checkout(repo.path(), "acme", "app", TOKEN, "swarm-bot");
+        let allow = format!("env:{TOKEN_VAR}");
+        let controller = spawn_controller_env(
+            repo.path(),
+            &["--forge-secret", &allow, "--forge-poll-ms", "200"],
+            &[(TOKEN_VAR, TOKEN)],
+        );
+        let home = claude.home().to_str().unwrap().to_string();
+        let sidecars = (1..=sidecars)
+            .map(|n| {
+                spawn_sidecar_env(&controller.url(), repo.path(), &format!("w{n}"), &[], &[("HOME", &home)])
+            })
+            .collect();
+        Rig { _repo: repo, gh, controller, _sidecars: sidecars }
+    }
+
+    /// Creates swarm `name` of `tasks` (agents may write under src/ and
+    /// docs/) with the scripted GitHub as its forge; its pull request
+    /// once opened.
+    fn create(&self, claude: &RealClaude, name: &str, tasks: Vec<TaskBuilder>) -> Pull {
+        let forge = format!(
+            "[forge]\nprovider = \"github\"\nremote = \"origin\"\napi_url = \"{}\"\ntoken = {{ env = \"{TOKEN_VAR}\" }}\n",
+            self.gh.api_url()
+        );
+        let mut plan = claude
+            .plan(name)
+            .default("permissions", r#"{ allow = ["Write(src/**)", "Write(docs/**)"], otherwise = "deny" }"#);
+        for task in tasks {
+            plan = plan.task(task);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("plan.toml");
+        std::fs::write(&path, plan.tables(&forge).build()).unwrap();
+        assert!(swarmctl(&self.controller.url(), &["create", path.to_str().unwrap()]).status.success());
+        wait_until("the pull request opens", WAIT * 2, || {
+            self.gh.pulls("acme", "app").into_iter().find(|p| p.open && !p.draft)
+        })
+    }
+}
+
 #[test]
 fn the_real_cli_s_work_opens_a_pull_request_and_a_failed_check_reaches_its_agent() {
     let test = "the_real_cli_s_work_opens_a_pull_request_and_a_failed_check_reaches_its_agent";
@@ -46,38 +99,14 @@ fn the_real_cli_s_work_opens_a_pull_request_and_a_failed_check_reaches_its_agent
         writer("wc", "docs/c.txt", "c\n", None),
     ];
     let Some(claude) = RealClaude::start(test, scripts) else { return };
-    let repo = TempRepo::with_files(&[("src/keep.txt", "keep\n"), ("docs/keep.txt", "keep\n")]);
-    let gh = GitHub::for_checkout(repo.path(), "acme", "app", TOKEN, "swarm-bot");
-    let allow = format!("env:{TOKEN_VAR}");
-    let controller = spawn_controller_env(
-        repo.path(),
-        &["--forge-secret", &allow, "--forge-poll-ms", "200"],
-        &[(TOKEN_VAR, TOKEN)],
-    );
-    let home = claude.home().to_str().unwrap().to_string();
-    let _sidecars: Vec<_> = (1..=2)
-        .map(|n| spawn_sidecar_env(&controller.url(), repo.path(), &format!("w{n}"), &[], &[("HOME", &home)]))
-        .collect();
-    let forge = format!(
-        "[forge]\nprovider = \"github\"\nremote = \"origin\"\napi_url = \"{}\"\ntoken = {{ env = \"{TOKEN_VAR}\" }}\n",
-        gh.api_url()
-    );
-    let plan = claude
-        .plan("rc")
-        .default("permissions", r#"{ allow = ["Write(src/**)", "Write(docs/**)"], otherwise = "deny" }"#)
-        .task(claude_task("a", &["src/a.txt"], "wa", "Write a."))
-        .task(claude_task("b", &["src/b.txt"], "wb", "Write b.").deps(&["a"]))
-        .task(claude_task("c", &["docs/**"], "wc", "Write c."))
-        .tables(&forge)
-        .build();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("plan.toml");
-    std::fs::write(&path, plan).unwrap();
-    assert!(swarmctl(&controller.url(), &["create", path.to_str().unwrap()]).status.success());
-
-    let pr = wait_until("the pull request opens", WAIT * 2, || {
-        gh.pulls("acme", "app").into_iter().find(|p| p.open && !p.draft)
-    });
+    let rig = Rig::start(&claude, 2);
+    let tasks = vec![
+        claude_task("a", &["src/a.txt"], "wa", "Write a."),
+        claude_task("b", &["src/b.txt"], "wb", "Write b.").deps(&["a"]),
+        claude_task("c", &["docs/**"], "wc", "Write c."),
+    ];
+    let pr = rig.create(&claude, "rc", tasks);
+    let (gh, controller) = (&rig.gh, &rig.controller);
     let body = pr.body.clone().unwrap_or_default();
     assert!(body.contains("3/3 merged") && body.contains("| b |"), "the report:\n{body}");
     let bare = gh.repo_path("acme", "app");
@@ -166,36 +195,14 @@ fn the_real_cli_answers_its_reviewer_on_the_thread_it_was_given() {
         ],
     );
     let Some(claude) = RealClaude::start(test, vec![a, c]) else { return };
-    let repo = TempRepo::with_files(&[("src/keep.txt", "keep\n"), ("docs/keep.txt", "keep\n")]);
-    let gh = GitHub::for_checkout(repo.path(), "acme", "app", TOKEN, "swarm-bot");
-    gh.add_collaborator("acme", "app", "alice", "write");
-    let allow = format!("env:{TOKEN_VAR}");
-    let controller = spawn_controller_env(
-        repo.path(),
-        &["--forge-secret", &allow, "--forge-poll-ms", "200"],
-        &[(TOKEN_VAR, TOKEN)],
-    );
-    let home = claude.home().to_str().unwrap().to_string();
-    let _sidecar = spawn_sidecar_env(&controller.url(), repo.path(), "w1", &[], &[("HOME", &home)]);
-    let forge = format!(
-        "[forge]\nprovider = \"github\"\nremote = \"origin\"\napi_url = \"{}\"\ntoken = {{ env = \"{TOKEN_VAR}\" }}\n",
-        gh.api_url()
-    );
-    let plan = claude
-        .plan("rp")
-        .default("permissions", r#"{ allow = ["Write(src/**)", "Write(docs/**)"], otherwise = "deny" }"#)
-        .task(claude_task("a", &["src/a.txt"], "wa", "Write a."))
-        .task(claude_task("c", &["docs/**"], "wc", "Write c."))
-        .tables(&forge)
-        .build();
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("plan.toml");
-    std::fs::write(&path, plan).unwrap();
-    assert!(swarmctl(&controller.url(), &["create", path.to_str().unwrap()]).status.success());
-
-    let pr = wait_until("the pull request opens", WAIT * 2, || {
-        gh.pulls("acme", "app").into_iter().find(|p| p.open && !p.draft)
-    });
+    let rig = Rig::start(&claude, 1);
+    rig.gh.add_collaborator("acme", "app", "alice", "write");
+    let tasks = vec![
+        claude_task("a", &["src/a.txt"], "wa", "Write a."),
+        claude_task("c", &["docs/**"], "wc", "Write c."),
+    ];
+    let pr = rig.create(&claude, "rp", tasks);
+    let (gh, controller) = (&rig.gh, &rig.controller);
     let state = |name: &str| {
         let d = stdout(&swarmctl(&controller.url(), &["describe", "swarm", name, "-o", "json"]));
         serde_json::from_str::<serde_json::Value>(&d).unwrap_or_default()["swarm"]["state"].clone()
