@@ -202,10 +202,35 @@ pub enum Command {
     },
     /// Print a shell completion script.
     Completions { shell: Shell },
+    /// The worker sandbox: `sandbox check PLAN`.
+    Sandbox {
+        #[command(subcommand)]
+        what: SandboxCommand,
+    },
     /// Create certificates for TLS and mTLS.
     Certs(CertsArgs),
     /// Create bearer tokens for the controller's tokens file.
     Token(TokenArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SandboxCommand {
+    /// Run each task's setup and verify commands once, confined as its
+    /// workers would be, in a scratch worktree at the plan's base; print
+    /// what the sandbox denied them and the setting that would allow it.
+    /// Exit 1 if anything was denied. The tasks' secrets are not read.
+    Check(SandboxCheckArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SandboxCheckArgs {
+    /// The plan file (TOML).
+    pub plan: PathBuf,
+    /// The git repository the plan runs in.
+    #[arg(long, env = "SWARM_REPO", default_value = ".")]
+    pub repo: PathBuf,
+    #[command(flatten)]
+    pub out: OutputArgs,
 }
 
 #[derive(Debug, Args)]

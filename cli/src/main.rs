@@ -16,6 +16,7 @@ mod ops;
 mod output;
 mod report;
 mod review;
+mod sandbox_check;
 mod subplan;
 mod top;
 mod transport;
@@ -77,6 +78,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         }
         Command::Certs(args) => auth::certs(args).map(|()| exit::SUCCESS),
         Command::Token(args) => auth::token(args).map(|()| exit::SUCCESS),
+        Command::Sandbox { what: cli::SandboxCommand::Check(args) } => sandbox_check::run(args).await,
         command => match command {
             Command::Watch(args) => watch::watch(&target, args).await,
             Command::Top(args) => top::run(&target, args).await,

@@ -129,6 +129,7 @@ pub async fn run(url: &client::Target, command: Command) -> anyhow::Result<()> {
         | Command::Completions { .. }
         | Command::Certs(_)
         | Command::Token(_)
+        | Command::Sandbox { .. }
         | Command::Watch(_)
         | Command::Top(_)
         | Command::Mcp
