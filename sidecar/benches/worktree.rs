@@ -128,7 +128,8 @@ fn main() {
         if cli {
             git(&repo, &["worktree", "add", "-q", "--detach", dir.to_str().expect("utf8"), &c1]);
         } else {
-            let p = worktree::prepare(&repo, &name, &format!("swarm/b/{name}"), &c1).expect("first prepare");
+            let p =
+                worktree::prepare(&ws(&repo), &name, &format!("swarm/b/{name}"), &c1).expect("first prepare");
             assert!(p.created);
         }
         t.elapsed()
@@ -154,13 +155,13 @@ fn main() {
     ratios.sort_by(f64::total_cmp);
     let cli_add = median(cli_adds);
     let first_prepare = median(firsts);
-    worktree::prepare(&repo, "bench", "swarm/b/t0", &c1).expect("bench worktree");
+    worktree::prepare(&ws(&repo), "bench", "swarm/b/t0", &c1).expect("bench worktree");
 
     let mut moves = Vec::with_capacity(rounds);
     for i in 0..rounds {
         let base = if i % 2 == 0 { &c2 } else { &c1 };
         let t = Instant::now();
-        worktree::prepare(&repo, "bench", &format!("swarm/b/t{}", i + 1), base).expect("move");
+        worktree::prepare(&ws(&repo), "bench", &format!("swarm/b/t{}", i + 1), base).expect("move");
         moves.push(t.elapsed());
     }
     let next = median(moves);
@@ -188,7 +189,7 @@ fn main() {
     // The tracked path of an attempt (what the e2e run does per task): move
     // by the changed paths, the worker writes one file, the tracked commit,
     // the list of changed files.
-    let tracked = worktree::prepare(&repo, "tracked", "swarm/b/r0", &c1).expect("tracked worktree");
+    let tracked = worktree::prepare(&ws(&repo), "tracked", "swarm/b/r0", &c1).expect("tracked worktree");
     let mut tracker = changes::Tracker::start(&tracked.path).expect("tracker");
     let (mut moves, mut commits, mut lists) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..rounds {
@@ -196,7 +197,8 @@ fn main() {
         assert_eq!(tracker.take(), Some(Default::default()), "clean before the move");
         let t = Instant::now();
         let (wt, memo) = tracker.repo_and_memo().expect("the tracker's repository");
-        changes::move_clean_in(wt, memo, "tracked", &format!("swarm/b/r{}", i + 1), base).expect("move");
+        changes::move_clean_in(wt, memo, &ws(&repo), "tracked", &format!("swarm/b/r{}", i + 1), base)
+            .expect("move");
         moves.push(t.elapsed());
         assert_eq!(tracker.take().map(|s| s.is_empty()), Some(false), "the move is seen");
         std::fs::write(tracked.path.join(format!("src/d{}/new{i}.txt", i % 100)), "new\n").expect("write");
@@ -216,4 +218,9 @@ fn main() {
     println!("  move to the next base (changed paths)      {:>9.1} ms", ms(median(moves)));
     println!("  commit of the worker's changes             {:>9.1} ms", ms(median(commits)));
     println!("  files changed by the commit                {:>9.1} ms", ms(median(lists)));
+}
+
+/// The repository's own workspaces directory, `.git/workspaces/`.
+fn ws(repo: &std::path::Path) -> worktree::Workspaces {
+    worktree::Workspaces::in_repo(repo).expect("workspaces")
 }

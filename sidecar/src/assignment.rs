@@ -51,6 +51,8 @@ impl Assignment {
 #[derive(Debug, Clone)]
 pub struct Context {
     pub repo: PathBuf,
+    /// Where the worker's worktree and its private directories live.
+    pub workspaces: crate::worktree::Workspaces,
     pub worker_id: String,
     /// Grace between signals when the sidecar itself stops a worker.
     pub stop_grace: Duration,

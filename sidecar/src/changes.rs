@@ -328,14 +328,13 @@ pub fn commit_paths_in(
 /// out only the paths that differ between its HEAD and `base`; the same
 /// end state as `worktree::prepare`, without its walk of the tree.
 pub fn move_clean(
-    repo_path: &Path,
+    ws: &worktree::Workspaces,
     worker_id: &str,
     branch: &str,
     base: &str,
 ) -> Result<worktree::Prepared, WorktreeError> {
-    let repo = Repository::open(repo_path)?;
-    let path = worktree::worktree_path(&repo, worker_id)?;
-    move_clean_in(&Repository::open(&path)?, &mut IndexMemo::default(), worker_id, branch, base)
+    let path = ws.worktree(worker_id)?;
+    move_clean_in(&Repository::open(&path)?, &mut IndexMemo::default(), ws, worker_id, branch, base)
 }
 
 /// [`move_clean`] with the worktree's repository `wt` (a [`Tracker`]'s:
@@ -343,13 +342,14 @@ pub fn move_clean(
 pub fn move_clean_in(
     wt: &Repository,
     memo: &mut IndexMemo,
+    ws: &worktree::Workspaces,
     worker_id: &str,
     branch: &str,
     base: &str,
 ) -> Result<worktree::Prepared, WorktreeError> {
     check_branch(branch).map_err(|rule| WorktreeError::Invalid { what: "branch", rule })?;
     check_commit(base).map_err(|rule| WorktreeError::Invalid { what: "base commit", rule })?;
-    let path = worktree::worktree_path(wt, worker_id)?;
+    let path = ws.worktree(worker_id)?;
     if wt.workdir().and_then(|w| w.canonicalize().ok()).as_deref() != Some(path.as_path()) {
         return Err(WorktreeError::Escapes(path));
     }
@@ -575,7 +575,8 @@ mod tests {
         git(&repo, &["add", "-A"]);
         git(&repo, &["commit", "-q", "-m", "base"]);
         let base = git2::Repository::open(&repo).expect("open").head().expect("head").target().expect("oid");
-        let p = worktree::prepare(&repo, "w1", "swarm/s/t1", &base.to_string()).expect("prepare");
+        let ws = worktree::Workspaces::in_repo(&repo).expect("workspaces");
+        let p = worktree::prepare(&ws, "w1", "swarm/s/t1", &base.to_string()).expect("prepare");
         let mut t = Tracker::start(&p.path).expect("tracker");
         std::fs::write(p.path.join("src/a.txt"), "a2").expect("modify");
         std::fs::remove_file(p.path.join("b.txt")).expect("delete");
@@ -592,7 +593,7 @@ mod tests {
         assert!(wt.statuses(None).expect("status").is_empty(), "index and worktree match the commit");
         assert_eq!(t.take(), Some(BTreeSet::new()), "committing changes no file");
         // Back to the base by the changed paths only: the same tree as a checkout.
-        let moved = move_clean(&repo, "w1", "swarm/s/t2", &base.to_string()).expect("move");
+        let moved = move_clean(&ws, "w1", "swarm/s/t2", &base.to_string()).expect("move");
         assert_eq!(moved.path, p.path);
         assert!(!p.path.join("new/c.txt").exists());
         assert_eq!(std::fs::read_to_string(p.path.join("src/a.txt")).expect("read"), "a");

@@ -304,6 +304,10 @@ mod tests {
     use super::*;
     use crate::worktree;
 
+    fn ws(repo: &Path) -> worktree::Workspaces {
+        worktree::Workspaces::in_repo(repo).expect("workspaces")
+    }
+
     fn git(dir: &Path, args: &[&str]) -> String {
         let out = std::process::Command::new("git")
             .args(args)
@@ -388,7 +392,7 @@ mod tests {
         files.push(("a-b", "dash\n"));
         files.push(("a0", "zero\n"));
         let (dir, repo, base) = repo_with(&files);
-        let p = worktree::prepare(&repo, "w1", "swarm/s/t1", &base).expect("prepare");
+        let p = worktree::prepare(&ws(&repo), "w1", "swarm/s/t1", &base).expect("prepare");
         assert!(p.created);
         let cli = dir.path().join("cli");
         git(&repo, &["worktree", "add", "-q", "--detach", cli.to_str().expect("utf8"), &base]);
@@ -409,7 +413,7 @@ mod tests {
         assert!(made);
         assert_eq!(git(&repo, &["rev-parse", "swarm/s/t1"]), oid.to_string());
         // And it is removed like any worktree.
-        worktree::discard(&repo, "w1").expect("discard");
+        worktree::discard(&ws(&repo), "w1").expect("discard");
         assert!(!p.path.exists());
         assert!(!git(&repo, &["worktree", "list"]).contains("workspaces/w1"));
     }
@@ -421,7 +425,7 @@ mod tests {
         let r = Repository::open(&repo).expect("open");
         let tree = r.find_commit(Oid::from_str(&base).expect("oid")).expect("commit").tree().expect("tree");
         assert!(plain_entries(&r, &tree).expect("entries").is_none());
-        let p = worktree::prepare(&repo, "w1", "swarm/s/t1", &base).expect("prepare");
+        let p = worktree::prepare(&ws(&repo), "w1", "swarm/s/t1", &base).expect("prepare");
         assert_eq!(std::fs::read_to_string(p.path.join("a/b/c.txt")).expect("read"), "c\r\n", "converted");
 
         let (_dir, repo, base) = repo_with(&[("a/b/c.txt", "c\n")]);

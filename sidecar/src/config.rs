@@ -30,9 +30,15 @@ pub struct Config {
     /// to the one that answers as leader, and reconnects the same way.
     #[arg(long, env = "SWARM_CONTROLLER")]
     pub controller: String,
-    /// The repository whose `.git/workspaces/` holds this sidecar's worktree.
+    /// The repository this sidecar's worktree belongs to.
     #[arg(long, env = "SWARM_REPO")]
     pub repo: PathBuf,
+    /// Where the worktree, its attempts' private git and temporary
+    /// directories, the liveness lock and the journal live; default
+    /// `<repo>/.git/workspaces/`. `swarmctl run` passes a directory of its
+    /// own outside the checkout.
+    #[arg(long, env = "SWARM_WORKSPACES")]
+    pub workspaces: Option<PathBuf>,
     /// Stable worker id; default: hostname + hash of the repository path.
     #[arg(long, env = "SWARM_WORKER_ID")]
     pub worker_id: Option<String>,
@@ -119,6 +125,7 @@ impl Config {
         Config {
             controller: controller.into(),
             repo: repo.into(),
+            workspaces: None,
             worker_id: None,
             labels: Vec::new(),
             idle_timeout_secs: 0,

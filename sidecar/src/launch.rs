@@ -52,8 +52,8 @@ impl Launch {
     }
 }
 
-/// The attempt's private directories beside its worktree, in
-/// `.git/workspaces/` where no other worker's rules reach: `<id>.tmp` (its
+/// The attempt's private directories beside its worktree, in the
+/// workspaces directory where no other worker's rules reach: `<id>.tmp` (its
 /// `TMPDIR`) and `<id>.gitdir` (its git metadata, see
 /// [`crate::worker_git`]). Made afresh for a new attempt, kept for a
 /// re-adopted worker, removed when the attempt is over.
@@ -115,10 +115,9 @@ pub fn launch(
         })?;
     }
     let env = worker_env(ctx, a, files, scratch, secrets);
-    let common = scratch.worktree.parent().and_then(Path::parent).unwrap_or(Path::new("/nonexistent"));
     let place = Place {
         worktree: &scratch.worktree,
-        common_dir: common,
+        common_dir: &ctx.workspaces.common,
         private: &[&scratch.tmp, &scratch.git_dir],
         agent: a.agent.as_ref().map(|c| (c.kind, c.program.as_str())),
         review: a.review.is_some(),

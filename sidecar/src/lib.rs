@@ -18,7 +18,11 @@
 //! - [`session`]: the Connect stream, replay, heartbeats, reconnects
 //! - [`orphans`], [`remote`]: leftover worktrees; packs for remote mode
 //!
-//! # Files under `<repo>/.git/workspaces/`
+//! # Files in the workspaces directory
+//!
+//! `--workspaces`, by default `<repo>/.git/workspaces/`; `swarmctl run`
+//! passes `$XDG_STATE_HOME/swarm/<repo hash>/workspaces/`, outside the
+//! checkout (see [`worktree::relocate`] for how an older run's move there).
 //!
 //! - `<worker-id>/`: the worktree (git2 worktree named `<worker-id>`), with
 //!   `.swarm/{task.md,status.json,answers/,logs/}` inside, ignored through
@@ -27,8 +31,10 @@
 //!   worktree so that it survives worktree removal.
 //! - `<worker-id>.lock`: held (`flock`) while the sidecar runs; a second
 //!   sidecar with the same id refuses to start, and orphan detection uses it.
-//! - `.create.lock`: held (`flock`) while any sidecar creates or removes a
-//!   worktree (see [`locks`]).
+//! - `<worker-id>.gitdir/`, `<worker-id>.tmp/`: an attempt's private git
+//!   directory and `TMPDIR` (see [`worker_git`]), removed when it ends.
+//! - `.create.lock`: held (`flock`) while any sidecar of this directory
+//!   creates or removes a worktree (see [`locks`]).
 //! - `<worker-id>/.swarm/worker-exit.json`: the worker's exit, written by its
 //!   supervisor (see [`supervisor`]).
 //!

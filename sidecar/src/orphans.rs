@@ -1,4 +1,4 @@
-//! Worktrees under `.git/workspaces/` left by sidecars that are gone.
+//! Worktrees in the workspaces directory left by sidecars that are gone.
 //!
 //! A sidecar holds an exclusive `flock` on `<worker-id>.lock` beside its
 //! worktree for as long as it runs. Another worker's worktree is an orphan
@@ -72,11 +72,14 @@ pub fn scan(workspaces: &Path, my_id: &str) -> Vec<String> {
 }
 
 /// Removes orphaned worktrees with their lock and journal files.
-pub fn remove(repo: &Path, workspaces: &Path, ids: &[String]) -> Result<(), crate::worktree::WorktreeError> {
+pub fn remove(
+    ws: &crate::worktree::Workspaces,
+    ids: &[String],
+) -> Result<(), crate::worktree::WorktreeError> {
     for id in ids {
-        crate::worktree::remove(repo, id)?;
-        let _ = std::fs::remove_file(journal_path(workspaces, id));
-        let _ = std::fs::remove_file(lock_path(workspaces, id));
+        crate::worktree::remove(ws, id)?;
+        let _ = std::fs::remove_file(journal_path(&ws.dir, id));
+        let _ = std::fs::remove_file(lock_path(&ws.dir, id));
     }
     Ok(())
 }

@@ -6,7 +6,7 @@
 //! The tree is written to a scratch directory of its own, not the
 //! sidecar's worktree: the worktree keeps its task branch and warm build
 //! state, and the merged commit belongs to no branch. The scratch directory
-//! lives under `.git/workspaces/` like the worktrees, is named by the worker
+//! lives in the workspaces directory like the worktrees, is named by the worker
 //! id and the job (a controller restarted mid-verification may send the
 //! batch again while the first run still goes on) and is removed after.
 
@@ -20,6 +20,8 @@ use crate::verify::{Tier, TierResult, run_tiers};
 /// The sidecar that verifies.
 pub struct Verifier {
     pub repo: PathBuf,
+    /// Where its scratch directory goes, beside the worktrees.
+    pub workspaces: crate::worktree::Workspaces,
     pub worker_id: String,
     pub remote: Option<crate::remote::Remote>,
     /// Its own binary, the sandbox trampoline.
@@ -62,7 +64,7 @@ async fn verify(verifier: &Verifier, job: &v1::VerifyMerge) -> Result<(Vec<TierR
     if let Some(remote) = remote {
         remote.ensure_commit(repo, &job.commit).await.map_err(|e| format!("fetch {}: {e}", job.commit))?;
     }
-    let dir = scratch_dir(repo, worker_id, job.job_id)?;
+    let dir = scratch_dir(&verifier.workspaces.dir, worker_id, job.job_id)?;
     let (r, d, c) = (repo.to_path_buf(), dir.clone(), job.commit.clone());
     tokio::task::spawn_blocking(move || write_tree(&r, &d, &c))
         .await
@@ -109,17 +111,16 @@ fn confinement(
 ) -> Result<Option<crate::sandbox::Confinement>, String> {
     use crate::sandbox::Place;
     let settings = crate::wire::sandbox(job.sandbox.as_ref()).map_err(|e| format!("invalid sandbox: {e}"))?;
-    let common = dir.parent().and_then(Path::parent).unwrap_or(Path::new("/nonexistent"));
+    let common = &verifier.workspaces.common;
     let place = Place { worktree: dir, common_dir: common, private: &[tmp], agent: None, review: false };
     crate::sandbox::confine(&settings, verifier.kernel, &verifier.exe, &place, env)
         .map(|c| crate::sandbox::worker_user::run_as(c, verifier.worker_user.as_ref(), &verifier.exe))
         .map_err(|e| format!("the merge queue {e}"))
 }
 
-/// `.git/workspaces/.verify-<worker>-<job>`, emptied.
-fn scratch_dir(repo: &Path, worker_id: &str, job: u64) -> Result<PathBuf, String> {
-    let git = git2::Repository::open(repo).map_err(|e| format!("open repository: {e}"))?;
-    let dir = git.commondir().join("workspaces").join(format!(".verify-{worker_id}-{job}"));
+/// `<workspaces>/.verify-<worker>-<job>`, emptied.
+fn scratch_dir(workspaces: &Path, worker_id: &str, job: u64) -> Result<PathBuf, String> {
+    let dir = workspaces.join(format!(".verify-{worker_id}-{job}"));
     if dir.exists() {
         std::fs::remove_dir_all(&dir).map_err(|e| format!("clear {}: {e}", dir.display()))?;
     }

@@ -63,7 +63,7 @@ fn setup(dir: &Path) -> Setup {
     let repo = dir.join("repo");
     std::fs::create_dir_all(&repo).expect("mkdir");
     let (c1, c2) = build_repo(&repo);
-    let worktree = worktree::prepare(&repo, "w1", "swarm/s/t1", &c1).expect("prepare");
+    let worktree = worktree::prepare(&ws(&repo), "w1", "swarm/s/t1", &c1).expect("prepare");
     let tracker = changes::Tracker::start(&worktree.path).expect("tracker");
     Setup { repo, c1, c2, worktree, tracker }
 }
@@ -78,7 +78,7 @@ fn the_index_written_after_a_move_is_clean_for_every_reader_with_a_cache_tree_gi
     let Setup { repo, c2, worktree: p, mut tracker, .. } = setup(tmp.path());
     assert_eq!(tracker.take(), Some(Default::default()));
     let (wt, memo) = tracker.repo_and_memo().expect("the tracker's repository");
-    changes::move_clean_in(wt, memo, "w1", "swarm/s/t2", &c2).expect("move");
+    changes::move_clean_in(wt, memo, &ws(&repo), "w1", "swarm/s/t2", &c2).expect("move");
     let wt = &p.path;
     let index_path = PathBuf::from(git(wt, &["rev-parse", "--path-format=absolute", "--git-path", "index"]));
 
@@ -150,7 +150,7 @@ fn moves_keep_the_cache_tree_right_and_a_rewritten_index_is_read_again() {
     for (n, base) in [&c2, &c1, &c2].into_iter().enumerate() {
         assert_eq!(tracker.take(), Some(Default::default()), "clean before move {n}");
         let (r, memo) = tracker.repo_and_memo().expect("repository");
-        changes::move_clean_in(r, memo, "w1", &format!("swarm/s/m{n}"), base).expect("move");
+        changes::move_clean_in(r, memo, &ws(&repo), "w1", &format!("swarm/s/m{n}"), base).expect("move");
         assert!(tracker.take().is_some());
         assert_eq!(git(&wt, &["status", "--porcelain"]), "", "move {n}");
         let file = gix::index::File::at(&index_path, gix::hash::Kind::Sha1, false, Default::default())
@@ -170,7 +170,13 @@ fn moves_keep_the_cache_tree_right_and_a_rewritten_index_is_read_again() {
     let files = git(&wt, &["diff-tree", "--no-commit-id", "--name-only", "-r", &oid.to_string(), "HEAD~1"]);
     assert_eq!(files, "src/d1/f1.txt\nsrc/d2/new.txt");
     let (r, memo) = tracker.repo_and_memo().expect("repository");
-    changes::move_clean_in(r, memo, "w1", "swarm/s/next", &oid.to_string()).expect("move to the commit");
+    changes::move_clean_in(r, memo, &ws(&repo), "w1", "swarm/s/next", &oid.to_string())
+        .expect("move to the commit");
     assert_eq!(git(&wt, &["status", "--porcelain"]), "");
     assert_eq!(git(&wt, &["diff-index", "--cached", "HEAD"]), "");
+}
+
+/// The repository's own workspaces directory, `.git/workspaces/`.
+fn ws(repo: &std::path::Path) -> worktree::Workspaces {
+    worktree::Workspaces::in_repo(repo).expect("workspaces")
 }

@@ -60,7 +60,7 @@ async fn locks_left_by_a_crash_are_removed_and_the_next_attempt_succeeds() {
     let worker = script(repo.path(), "w.sh", "echo done > out.txt");
     // The worktree exists from an earlier attempt; then the sidecar was
     // killed mid-commit and mid-ref-update: real lock files, nobody holds them.
-    worktree::prepare(repo.path(), "w1", "swarm/s/t", &base).expect("first prepare");
+    worktree::prepare(&ws(repo.path()), "w1", "swarm/s/t", &base).expect("first prepare");
     let admin = repo.path().join(".git/worktrees/w1");
     let index_lock = admin.join("index.lock");
     let head_lock = admin.join("HEAD.lock");
@@ -102,7 +102,7 @@ async fn locks_left_by_a_crash_are_removed_and_the_next_attempt_succeeds() {
 fn a_lock_held_open_by_a_live_process_is_not_broken() {
     let repo = TempRepo::new();
     let base = repo.commit_on_branch("main", &[("a.txt", Some("a"))], "base");
-    worktree::prepare(repo.path(), "w1", "swarm/s/t", &base).expect("prepare");
+    worktree::prepare(&ws(repo.path()), "w1", "swarm/s/t", &base).expect("prepare");
     let lock = repo.path().join(".git/worktrees/w1/index.lock");
     // A live process (this one) has the lock open, as git does while it works.
     let _held = std::fs::File::create(&lock).expect("hold lock");
@@ -112,11 +112,16 @@ fn a_lock_held_open_by_a_live_process_is_not_broken() {
     assert!(text.contains("index.lock") && text.contains(&std::process::id().to_string()), "{text}");
     assert!(lock.exists());
     // The last-resort repair does not get around it either.
-    assert!(worktree::discard(repo.path(), "w1").is_err());
+    assert!(worktree::discard(&ws(repo.path()), "w1").is_err());
     assert!(lock.exists() && repo.path().join(".git/workspaces/w1").exists());
     // Locks of other worktrees and shared files are never candidates.
     std::fs::write(common.join("packed-refs.lock"), "").expect("shared lock");
     std::fs::write(common.join("index.lock"), "").expect("main index lock");
     let c = locks::candidates(&common, "w1", Some("swarm/s/t"));
     assert_eq!(c, vec![lock.clone()]);
+}
+
+/// The repository's own workspaces directory, `.git/workspaces/`.
+fn ws(repo: &std::path::Path) -> worktree::Workspaces {
+    worktree::Workspaces::in_repo(repo).expect("workspaces")
 }

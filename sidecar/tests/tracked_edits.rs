@@ -129,7 +129,7 @@ fn random_edits_match_git(handles: Handles, seed: u64) {
         (0..40).map(|i| (format!("d{}/e{}/f{i}.txt", i % 4, i % 3), format!("{i}\n"))).collect();
     list.push((".gitignore".into(), "*.log\n".into()));
     let (repo, base) = repo_with(dir.path(), &list);
-    let p = worktree::prepare(&repo, "w1", "swarm/s/r0", &base).expect("prepare");
+    let p = worktree::prepare(&ws(&repo), "w1", "swarm/s/r0", &base).expect("prepare");
     let wt = p.path.clone();
     let mut t = changes::Tracker::start(&wt).expect("tracker");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
@@ -177,10 +177,10 @@ fn random_edits_match_git(handles: Handles, seed: u64) {
         let target = commits[rng.random_range(0..commits.len())].clone();
         let branch = format!("swarm/s/r{}", round + 1);
         match handles {
-            Handles::Fresh => changes::move_clean(&repo, "w1", &branch, &target).expect("move"),
+            Handles::Fresh => changes::move_clean(&ws(&repo), "w1", &branch, &target).expect("move"),
             Handles::Tracker => {
                 let (r, memo) = t.repo_and_memo().expect("the tracker's repository");
-                changes::move_clean_in(r, memo, "w1", &branch, &target).expect("move")
+                changes::move_clean_in(r, memo, &ws(&repo), "w1", &branch, &target).expect("move")
             }
         };
         let target_tree = git(&wt, &["rev-parse", &format!("{target}^{{tree}}")], None);
@@ -232,10 +232,10 @@ fn tracked_paths_match_git_on_random_edits_with_the_trackers_index_in_memory() {
 fn an_index_a_worker_rewrote_is_read_again_and_hashed_in_full() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (repo, base) = repo_with(dir.path(), &files(&[("src/a.txt", "a\n"), ("b.txt", "b\n")]));
-    let p = worktree::prepare(&repo, "w1", "swarm/s/t0", &base).expect("prepare");
+    let p = worktree::prepare(&ws(&repo), "w1", "swarm/s/t0", &base).expect("prepare");
     let mut t = changes::Tracker::start(&p.path).expect("tracker");
     let (r, memo) = t.repo_and_memo().expect("repository");
-    changes::move_clean_in(r, memo, "w1", "swarm/s/t1", &base).expect("move");
+    changes::move_clean_in(r, memo, &ws(&repo), "w1", "swarm/s/t1", &base).expect("move");
     let hashed = memo.full_hashes();
 
     std::fs::write(p.path.join("src/a.txt"), "a2\n").expect("modify");
@@ -254,7 +254,7 @@ fn an_index_a_worker_rewrote_is_read_again_and_hashed_in_full() {
 fn a_changed_gitignore_makes_the_tracker_walk() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (repo, base) = repo_with(dir.path(), &files(&[(".gitignore", "*.log\n"), ("a.txt", "a\n")]));
-    let p = worktree::prepare(&repo, "w1", "swarm/s/t0", &base).expect("prepare");
+    let p = worktree::prepare(&ws(&repo), "w1", "swarm/s/t0", &base).expect("prepare");
     std::fs::write(p.path.join("build.log"), "kept out\n").expect("ignored");
     let mut t = changes::Tracker::start(&p.path).expect("tracker");
     std::fs::write(p.path.join("a.txt"), "a2\n").expect("modify");
@@ -265,4 +265,9 @@ fn a_changed_gitignore_makes_the_tracker_walk() {
     let (oid, made) = worktree::commit_all(&p.path, "t1").expect("commit by a walk");
     assert!(made);
     assert_eq!(git(&p.path, &["show", &format!("{oid}:build.log")], None), "kept out");
+}
+
+/// The repository's own workspaces directory, `.git/workspaces/`.
+fn ws(repo: &std::path::Path) -> worktree::Workspaces {
+    worktree::Workspaces::in_repo(repo).expect("workspaces")
 }

@@ -21,7 +21,7 @@ fn a_full_prepare_repairs_an_index_the_tracked_commit_left_unwritten() {
         &[("a.txt", Some("a")), ("b.txt", Some("b")), ("src/c.txt", Some("c"))],
         "base",
     );
-    let p = worktree::prepare(repo.path(), "w1", "swarm/s/t1", &base).expect("prepare");
+    let p = worktree::prepare(&ws(repo.path()), "w1", "swarm/s/t1", &base).expect("prepare");
     let mut tracker = changes::Tracker::start(&p.path).expect("tracker");
     std::fs::write(p.path.join("a.txt"), "a2").expect("modify");
     std::fs::remove_file(p.path.join("b.txt")).expect("delete");
@@ -37,10 +37,10 @@ fn a_full_prepare_repairs_an_index_the_tracked_commit_left_unwritten() {
 
     // The next sidecar has no tracker: a full prepare, to the commit itself
     // and then to a commit after it.
-    let q = worktree::prepare(repo.path(), "w1", "swarm/s/t2", &oid.to_string()).expect("prepare again");
+    let q = worktree::prepare(&ws(repo.path()), "w1", "swarm/s/t2", &oid.to_string()).expect("prepare again");
     assert_eq!(git(&q.path, &["status", "--porcelain"]), "", "index agrees with HEAD and the files");
     let next = repo.commit(Some(&oid.to_string()), &[("src/c.txt", Some("c2"))], "next");
-    let r = worktree::prepare(repo.path(), "w1", "swarm/s/t3", &next).expect("prepare next");
+    let r = worktree::prepare(&ws(repo.path()), "w1", "swarm/s/t3", &next).expect("prepare next");
     assert_eq!(git(&r.path, &["status", "--porcelain"]), "");
     assert_eq!(std::fs::read_to_string(r.path.join("src/c.txt")).expect("read"), "c2");
     assert_eq!(git(&r.path, &["ls-files"]), "a.txt\nnew/d.txt\nsrc/c.txt");
@@ -50,13 +50,18 @@ fn a_full_prepare_repairs_an_index_the_tracked_commit_left_unwritten() {
 fn a_full_prepare_drops_what_a_worker_staged() {
     let repo = TempRepo::new();
     let base = repo.commit_on_branch("main", &[("a.txt", Some("a")), ("b.txt", Some("b"))], "base");
-    let p = worktree::prepare(repo.path(), "w1", "swarm/s/t1", &base).expect("prepare");
+    let p = worktree::prepare(&ws(repo.path()), "w1", "swarm/s/t1", &base).expect("prepare");
     // The worker staged changes (some matching the base again) and failed.
     std::fs::write(p.path.join("a.txt"), "a2").expect("modify");
     std::fs::write(p.path.join("x.txt"), "x").expect("add");
     git(&p.path, &["add", "-A"]);
     std::fs::write(p.path.join("a.txt"), "a").expect("back to the base");
-    let q = worktree::prepare(repo.path(), "w1", "swarm/s/t2", &base).expect("prepare again");
+    let q = worktree::prepare(&ws(repo.path()), "w1", "swarm/s/t2", &base).expect("prepare again");
     assert_eq!(git(&q.path, &["status", "--porcelain"]), "");
     assert_eq!(git(&q.path, &["ls-files"]), "a.txt\nb.txt");
+}
+
+/// The repository's own workspaces directory, `.git/workspaces/`.
+fn ws(repo: &std::path::Path) -> worktree::Workspaces {
+    worktree::Workspaces::in_repo(repo).expect("workspaces")
 }

@@ -15,7 +15,7 @@ fn worktree_is_made_under_git_workspaces_and_reused() {
     );
     let c2 = repo.commit_on_branch("main", &[("a.txt", Some("a2")), ("b.txt", Some("b"))], "two");
 
-    let p = worktree::prepare(repo.path(), "w1", "swarm/s/t1", &c1).expect("prepare");
+    let p = worktree::prepare(&ws(repo.path()), "w1", "swarm/s/t1", &c1).expect("prepare");
     assert!(p.created);
     let expected = repo.path().join(".git/workspaces/w1").canonicalize().expect("canon");
     assert_eq!(p.path, expected);
@@ -29,7 +29,7 @@ fn worktree_is_made_under_git_workspaces_and_reused() {
     std::fs::write(p.path.join(".swarm/task.md"), "task").expect("task");
     let keep_before = std::fs::metadata(p.path.join("keep.txt")).expect("meta");
 
-    let q = worktree::prepare(repo.path(), "w1", "swarm/s/t2", &c2).expect("move");
+    let q = worktree::prepare(&ws(repo.path()), "w1", "swarm/s/t2", &c2).expect("move");
     assert!(!q.created);
     assert_eq!(q.path, p.path);
     assert_eq!(std::fs::read_to_string(q.path.join("a.txt")).expect("a"), "a2");
@@ -48,7 +48,7 @@ fn worktree_is_made_under_git_workspaces_and_reused() {
     assert_eq!(wt.head().expect("head").shorthand(), Some("swarm/s/t2"));
 
     // Same branch again (a retry) at an older base: the branch is force-moved.
-    let r = worktree::prepare(repo.path(), "w1", "swarm/s/t2", &c1).expect("again");
+    let r = worktree::prepare(&ws(repo.path()), "w1", "swarm/s/t2", &c1).expect("again");
     assert_eq!(worktree::head(&r.path).expect("head").0.to_string(), c1);
     assert!(!r.path.join("b.txt").exists());
 }
@@ -57,7 +57,7 @@ fn worktree_is_made_under_git_workspaces_and_reused() {
 fn commit_all_skips_swarm_dir_and_reports_files() {
     let repo = TempRepo::new();
     let c1 = repo.commit_on_branch("main", &[("a.txt", Some("a")), ("gone.txt", Some("g"))], "one");
-    let p = worktree::prepare(repo.path(), "w2", "swarm/s/t", &c1).expect("prepare");
+    let p = worktree::prepare(&ws(repo.path()), "w2", "swarm/s/t", &c1).expect("prepare");
     std::fs::create_dir_all(p.path.join(".swarm/logs")).expect("mkdir");
     std::fs::write(p.path.join(".swarm/status.json"), "{}").expect("status");
     std::fs::write(p.path.join("new.txt"), "n").expect("new");
@@ -78,9 +78,9 @@ fn commit_all_skips_swarm_dir_and_reports_files() {
 fn bad_worker_ids_and_branches_are_refused() {
     let repo = TempRepo::new();
     let c1 = repo.commit_on_branch("main", &[("a.txt", Some("a"))], "one");
-    assert!(worktree::prepare(repo.path(), "../evil", "swarm/s/t", &c1).is_err());
-    assert!(worktree::prepare(repo.path(), "w", "-x", &c1).is_err());
-    assert!(worktree::prepare(repo.path(), "w", "b", "abc").is_err());
+    assert!(worktree::prepare(&ws(repo.path()), "../evil", "swarm/s/t", &c1).is_err());
+    assert!(worktree::prepare(&ws(repo.path()), "w", "-x", &c1).is_err());
+    assert!(worktree::prepare(&ws(repo.path()), "w", "b", "abc").is_err());
 }
 
 /// A task reassigned after its first sidecar was lost: the lost sidecar's
@@ -91,13 +91,13 @@ fn a_branch_checked_out_in_a_lost_sidecars_worktree_can_be_taken_over() {
     let repo = TempRepo::new();
     let c1 = repo.commit_on_branch("main", &[("a.txt", Some("a1"))], "one");
     let c2 = repo.commit_on_branch("main", &[("a.txt", Some("a2"))], "two");
-    let lost = worktree::prepare(repo.path(), "w1", "swarm/s/t", &c1).expect("first sidecar");
+    let lost = worktree::prepare(&ws(repo.path()), "w1", "swarm/s/t", &c1).expect("first sidecar");
     // The new sidecar's first worktree, on the same branch.
-    let fresh = worktree::prepare(repo.path(), "w2", "swarm/s/t", &c2).expect("new worktree");
+    let fresh = worktree::prepare(&ws(repo.path()), "w2", "swarm/s/t", &c2).expect("new worktree");
     assert_eq!(worktree::head(&fresh.path).expect("head").0.to_string(), c2);
     // And an existing worktree moving onto it.
-    let w3 = worktree::prepare(repo.path(), "w3", "swarm/s/other", &c1).expect("w3");
-    let moved = worktree::prepare(repo.path(), "w3", "swarm/s/t", &c2).expect("move onto it");
+    let w3 = worktree::prepare(&ws(repo.path()), "w3", "swarm/s/other", &c1).expect("w3");
+    let moved = worktree::prepare(&ws(repo.path()), "w3", "swarm/s/t", &c2).expect("move onto it");
     assert_eq!(moved.path, w3.path);
     assert_eq!(worktree::head(&moved.path).expect("head").0.to_string(), c2);
     // Committing publishes the result on the branch.
@@ -121,7 +121,7 @@ fn the_worktree_is_made_ahead_at_head_and_an_existing_one_is_left_alone() {
     git2::Repository::open(repo.path()).expect("open").set_head("refs/heads/main").expect("HEAD");
     let tracker = swarm_sidecar::changes::SharedTracker::default();
 
-    swarm_sidecar::attempt::warm_worktree(&tracker, repo.path(), "w1");
+    swarm_sidecar::attempt::warm_worktree(&tracker, &ws(repo.path()), "w1");
     let path = repo.path().join(".git/workspaces/w1");
     assert_eq!(worktree::head(&path).expect("head").0.to_string(), c1, "made at HEAD");
     assert_eq!(std::fs::read_to_string(path.join("a.txt")).expect("a"), "a1");
@@ -130,18 +130,23 @@ fn the_worktree_is_made_ahead_at_head_and_an_existing_one_is_left_alone() {
 
     // The first task: at a later base, moved there by the changed paths.
     let c2 = repo.commit_on_branch("main", &[("a.txt", Some("a2"))], "two");
-    let p = worktree::prepare(repo.path(), "w1", "swarm/s/t", &c2).expect("prepare");
+    let p = worktree::prepare(&ws(repo.path()), "w1", "swarm/s/t", &c2).expect("prepare");
     assert!(!p.created, "the warm worktree is the one used");
     assert_eq!(std::fs::read_to_string(p.path.join("a.txt")).expect("a"), "a2");
     assert_eq!(std::fs::metadata(p.path.join("keep.txt")).expect("meta").ino(), keep_before.ino());
 
     // A later start finds it (with an attempt's work in it): untouched.
     std::fs::write(p.path.join("wip.txt"), "work").expect("wip");
-    assert_eq!(worktree::warm(repo.path(), "w1", &c1).expect("warm"), None);
+    assert_eq!(worktree::warm(&ws(repo.path()), "w1", &c1).expect("warm"), None);
     let fresh = swarm_sidecar::changes::SharedTracker::default();
-    swarm_sidecar::attempt::warm_worktree(&fresh, repo.path(), "w1");
+    swarm_sidecar::attempt::warm_worktree(&fresh, &ws(repo.path()), "w1");
     assert!(fresh.lock().expect("lock").is_none(), "nothing vouches for an existing worktree");
     assert_eq!(std::fs::read_to_string(p.path.join("wip.txt")).expect("wip"), "work");
     assert_eq!(worktree::head(&p.path).expect("head").0.to_string(), c2);
-    assert!(worktree::warm(repo.path(), "w1", "abc").is_err(), "a bad commit is refused");
+    assert!(worktree::warm(&ws(repo.path()), "w1", "abc").is_err(), "a bad commit is refused");
+}
+
+/// The repository's own workspaces directory, `.git/workspaces/`.
+fn ws(repo: &std::path::Path) -> worktree::Workspaces {
+    worktree::Workspaces::in_repo(repo).expect("workspaces")
 }

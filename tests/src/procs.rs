@@ -263,11 +263,19 @@ pub fn spawn_sidecar_env(
     Proc { name: format!("swarm-sidecar {worker_id}"), child: Some(child), log }
 }
 
+/// `XDG_STATE_HOME` for the `swarmctl run`s of tests: local mode keeps
+/// its worktrees there, and a test's belong in the target directory, not
+/// in the home of whoever runs the tests.
+pub fn state_home() -> std::path::PathBuf {
+    crate::claude_cli::target_dir().map_or_else(|_| std::env::temp_dir(), |t| t.join("tmp")).join("xdg-state")
+}
+
 /// Runs `swarmctl ARGS` against `controller_url` and waits (bounded) for it.
 pub fn swarmctl(controller_url: &str, args: &[&str]) -> Output {
     let child = Command::new(binary("swarmctl"))
         .args(args)
         .env("SWARM_CONTROLLER", controller_url)
+        .env("XDG_STATE_HOME", state_home())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -392,6 +392,7 @@ async fn local_run_needs_no_setup_and_leaves_its_admin_token_private() {
         // A token meant for some other controller must not leak into the run.
         .env("SWARM_TOKEN", "unrelated")
         .env("XDG_RUNTIME_DIR", runtime.path())
+        .env("XDG_STATE_HOME", runtime.path().join("state"))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

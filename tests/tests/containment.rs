@@ -36,7 +36,9 @@ mkdir -p hostile
 : > "$R"
 try() { name=$1; shift; if ( "$@" ) >/dev/null 2>&1; then echo "$name=ok" >> "$R"; else echo "$name=denied" >> "$R"; fi; }
 WT=$(pwd)
-COMMON=$(cd "$WT/../.." && pwd)
+WS=$(dirname "$WT")
+# The shared git directory, as the worker's own git names it.
+COMMON=$(dirname "$(head -n 1 "$GIT_DIR/objects/info/alternates")")
 REPO=$(dirname "$COMMON")
 # Credentials: the old and the new home of the operator token, the sidecar's own.
 try token_in_repo cat "$COMMON/swarm/operator.token"
@@ -52,13 +54,15 @@ try write_objects sh -c "echo pwned > '$COMMON/objects/pwned'"
 try hardlink_object sh -c "ln \"\$(find '$COMMON/objects' -type f | head -n 1)\" hostile/object"
 # The user's checkout and a sibling's worktree.
 try write_checkout sh -c "echo pwned >> '$REPO/README.md'"
+try read_checkout cat "$REPO/README.md"
 try write_controller_repo sh -c "echo pwned >> '$CONTROLLER_REPO/.git/config'"
-try write_sibling sh -c "for n in 1 2 3; do [ -d '$COMMON/workspaces/local-'\$n ] && [ '$COMMON/workspaces/local-'\$n != '$WT' ] && echo pwned > '$COMMON/workspaces/local-'\$n/pwned.txt && exit 0; done; exit 1"
-try read_sibling sh -c "for n in 1 2 3; do [ '$COMMON/workspaces/local-'\$n != '$WT' ] && cat '$COMMON/workspaces/local-'\$n/victim.txt && exit 0; done; exit 1"
+try write_sibling sh -c "for n in 1 2 3; do [ -d '$WS/local-'\$n ] && [ '$WS/local-'\$n != '$WT' ] && echo pwned > '$WS/local-'\$n/pwned.txt && exit 0; done; exit 1"
+try read_sibling sh -c "for n in 1 2 3; do [ '$WS/local-'\$n != '$WT' ] && cat '$WS/local-'\$n/victim.txt && exit 0; done; exit 1"
+try list_workspaces ls "$WS"
 # The controller's store and the sidecar's journal.
 try store_write sh -c "echo pwned >> '$COMMON/swarm/swarm.db'"
 try store_read cat "$COMMON/swarm/swarm.db"
-try journal_read sh -c "cat '$COMMON'/workspaces/*.journal"
+try journal_read sh -c "cat '$WS'/*.journal"
 # Processes: swarm's own, by signal and through /proc.
 PIDS=$(for p in /proc/[0-9]*; do tr '\0' ' ' < $p/cmdline 2>/dev/null | grep -q '^[^ ]*swarmctl' && basename $p; done)
 try signal sh -c "for p in $PIDS; do kill -CONT \$p && exit 0; done; exit 1"
@@ -186,8 +190,14 @@ impl Scene {
             let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
             assert_eq!(readme, "the user's own checkout\n", "{}", root.display());
             assert!(!root.join(".git/objects/pwned").exists());
-            for n in 1..=2 {
-                let sibling = root.join(format!(".git/workspaces/local-{n}/pwned.txt"));
+        }
+        // Local mode's worktrees are in its state directory, a remote's in its clone.
+        let states = std::fs::read_dir(self.runtime.path().join("state/swarm")).into_iter().flatten();
+        let mut places: Vec<_> = states.flatten().map(|e| e.path().join("workspaces")).collect();
+        places.push(checkout.join(".git/workspaces"));
+        for n in 1..=2 {
+            for ws in &places {
+                let sibling = ws.join(format!("local-{n}/pwned.txt"));
                 assert!(!sibling.exists(), "{}", sibling.display());
             }
         }
@@ -262,7 +272,8 @@ async fn a_hostile_worker_on_a_remote_sidecar_reaches_nothing_outside_its_task()
 }
 
 /// `swarmctl run --plain` of `plan` on `repo` with `workers` local
-/// sidecars, its private runtime directory in `runtime`; bounded.
+/// sidecars, its private runtime directory in `runtime` and its state
+/// directory (the worktrees) in `runtime/state`; bounded.
 fn run_local(
     repo: &Path,
     plan: &Path,
@@ -296,6 +307,7 @@ fn spawn_local(
         .arg(repo)
         .arg(plan)
         .env("XDG_RUNTIME_DIR", runtime)
+        .env("XDG_STATE_HOME", runtime.join("state"))
         .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -361,13 +373,10 @@ fn cargo_builds_in_a_sandboxed_worktree_with_the_shared_registry_listed() {
     let build = "cargo build --offline -q\nls target/debug > built.txt";
     let repo = TempRepo::with_files(&[
         ("worker.sh", &worker_script(&[("build", build)])),
-        // Its own workspace root: cargo looks for one in the directories
-        // above a package that is not, and above a local worktree lies the
-        // user's checkout, which the sandbox does not let it read.
-        (
-            "Cargo.toml",
-            "[package]\nname = \"tiny\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[workspace]\n",
-        ),
+        // Not its own workspace root: cargo looks for one in the
+        // directories above, which hold no unreadable manifest now that
+        // local worktrees live outside the user's checkout.
+        ("Cargo.toml", "[package]\nname = \"tiny\"\nversion = \"0.1.0\"\nedition = \"2021\"\n"),
         ("src/main.rs", "fn main() { println!(\"built in a sandbox\"); }\n"),
         (".gitignore", "/target/\n"),
     ]);
@@ -391,10 +400,12 @@ fn cargo_builds_in_a_sandboxed_worktree_with_the_shared_registry_listed() {
     let plan_path = dir.path().join("plan.toml");
     std::fs::write(&plan_path, plan).unwrap();
     let out = run_local(repo.path(), &plan_path, 1, dir.path(), &[]);
-    let logs = repo.path().join(".git/workspaces/local-1/.swarm/logs");
-    let worker_log: String = std::fs::read_dir(&logs)
-        .map(|dir| dir.filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok()).collect())
-        .unwrap_or_default();
+    let states = std::fs::read_dir(dir.path().join("state/swarm")).into_iter().flatten().flatten();
+    let logs = states.map(|e| e.path().join("workspaces/local-1/.swarm/logs"));
+    let worker_log: String = logs
+        .flat_map(|l| std::fs::read_dir(l).into_iter().flatten().flatten())
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .collect();
     assert_eq!(out.status.code(), Some(0), "stdout:\n{}\nworker:\n{worker_log}", stdout(&out));
     let built = repo.file("swarm/rs/integration", "built.txt").unwrap_or_default();
     assert!(built.lines().any(|l| l == "tiny"), "the binary was built: {built:?}");
@@ -517,11 +528,11 @@ fn a_worker_cannot_add_an_address_to_the_loopback() {
 /// tries to read their environment, where the run's token is.
 #[test]
 fn a_worker_cannot_read_the_environ_of_swarms_processes() {
-    let body = r#"WT=$(pwd); REPO=$(dirname "$(cd "$WT/../.." && pwd)")
+    let body = r#"WS=$(dirname "$(pwd)"); REPO=$(dirname "$(dirname "$(head -n 1 "$GIT_DIR/objects/info/alternates")")")
 : > environ.txt
 for p in /proc/[0-9]*; do
   cmd=$(tr '\0' ' ' < "$p/cmdline" 2>/dev/null) || continue
-  case "$cmd" in *"$REPO"*) ;; *) continue ;; esac
+  case "$cmd" in *"$REPO"*|*"$WS"*) ;; *) continue ;; esac
   case "$cmd" in
     *swarmctl\ run\ *) kind=run ;;
     *swarmctl\ __sidecar\ *) kind=sidecar ;;

@@ -249,6 +249,7 @@ fn swarmctl_run_reports_an_embedded_controller_that_stopped_on_its_own() {
         .arg(&plan_path)
         .args(["--workers", "1", "--repo"])
         .arg(repo.path())
+        .env("XDG_STATE_HOME", swarm_tests::state_home())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use swarm_tests::{
-    Gate, PlanBuilder, TempRepo, binary, merges_of, stderr, stdout, swarmctl, task, wait_output,
+    Gate, PlanBuilder, TempRepo, binary, merges_of, state_home, stderr, stdout, swarmctl, task, wait_output,
     worker_script,
 };
 
@@ -93,6 +93,7 @@ fn run_interrupted_exits_130_and_running_it_again_resumes() {
 
     let mut child = Command::new(binary("swarmctl"))
         .args(["run", &plan_path, "--workers", "1", "--repo", repo_arg])
+        .env("XDG_STATE_HOME", state_home())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -133,6 +134,7 @@ fn demo_runs_every_scenario() {
     let demo = Command::new(binary("swarmctl"))
         .args(["demo", "--dir", repo_dir.to_str().unwrap(), "--plain"])
         .env("SWARM_CONTROLLER", NOWHERE)
+        .env("XDG_STATE_HOME", state_home())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -23,34 +23,46 @@ pub const URL_FILE: &str = "controller.url";
 /// surroundings less than it reads the repository, and the token gives
 /// the operator's and admin's powers.
 pub fn runtime_dir(repo: &Path) -> anyhow::Result<std::path::PathBuf> {
-    use std::hash::{Hash as _, Hasher as _};
-    use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, PermissionsExt as _};
     let uid = nix::unistd::getuid().as_raw();
     let base = match std::env::var_os("XDG_RUNTIME_DIR").map(std::path::PathBuf::from) {
         Some(d) if d.is_absolute() && d.is_dir() => d.join("swarm"),
         _ => std::env::temp_dir().join(format!("swarm-{uid}")),
     };
+    let dir = base.join(repo_key(repo));
+    // In a shared /tmp another user could have made the base first.
+    private_dir(&[&base, &dir], "it holds the run's admin token")?;
+    Ok(dir)
+}
+
+/// A stable name per repository (16 hex digits of a hash of its canonical
+/// path): local runs of two repositories never share a directory.
+pub fn repo_key(repo: &Path) -> String {
+    use std::hash::{Hash as _, Hasher as _};
     let canonical = repo.canonicalize().unwrap_or_else(|_| repo.to_path_buf());
-    // A stable name per repository: runs of two repositories never share it.
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     canonical.hash(&mut hasher);
-    let dir = base.join(format!("{:016x}", hasher.finish()));
+    format!("{:016x}", hasher.finish())
+}
+
+/// Makes the last of `dirs` (and its parents) with mode 0700 and checks
+/// that each of `dirs` is a directory of this user's that no one else may
+/// enter; `why` says what it protects.
+pub fn private_dir(dirs: &[&Path], why: &str) -> anyhow::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, PermissionsExt as _};
+    let uid = nix::unistd::getuid().as_raw();
+    let Some(dir) = dirs.last() else { return Ok(()) };
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
-        .create(&dir)
+        .create(dir)
         .with_context(|| format!("creating {}", dir.display()))?;
-    for d in [&base, &dir] {
-        // In a shared /tmp another user could have made it first.
+    for d in dirs {
         let meta = std::fs::symlink_metadata(d).with_context(|| format!("reading {}", d.display()))?;
         if meta.uid() != uid || !meta.is_dir() || meta.permissions().mode() & 0o077 != 0 {
-            anyhow::bail!(
-                "{} must be a directory owned by uid {uid} with mode 0700 (it holds the run's admin token)",
-                d.display()
-            );
+            anyhow::bail!("{} must be a directory owned by uid {uid} with mode 0700 ({why})", d.display());
         }
     }
-    Ok(dir)
+    Ok(())
 }
 
 /// Replaces `path` with `text`, readable by the owner only.

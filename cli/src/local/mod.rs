@@ -6,6 +6,7 @@ mod forge;
 mod progress;
 pub mod sidecar_mode;
 pub mod sidecars;
+mod state;
 mod summary;
 
 use std::collections::BTreeMap;
@@ -117,15 +118,26 @@ impl Session {
         let controller =
             LocalController::start(repo, &log_dir.join("controller.log"), metrics_listen).await?;
         let url = controller.url();
-        let flags = Flags { labels, worker_user };
-        let sidecars =
-            match Sidecars::start(&url, controller.sidecar_token(), repo, workers, &flags, &log_dir) {
-                Ok(s) => s,
-                Err(e) => {
-                    let _ = controller.shutdown().await;
-                    return Err(e);
-                }
-            };
+        // Before the sidecars: an older run's worktrees move first, each
+        // under its worker's liveness lock.
+        let started = state::workspaces(repo).and_then(|ws| {
+            Sidecars::start(
+                &url,
+                controller.sidecar_token(),
+                repo,
+                &ws,
+                workers,
+                &Flags { labels, worker_user },
+                &log_dir,
+            )
+        });
+        let sidecars = match started {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = controller.shutdown().await;
+                return Err(e);
+            }
+        };
         let target = controller.operator_target();
         let session = Session { controller, sidecars, target, log_dir, labels: labels.clone() };
         if let Err(e) = session.wait_for_workers(workers as usize).await {

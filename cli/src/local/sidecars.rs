@@ -25,11 +25,13 @@ pub struct Sidecars {
 }
 
 impl Sidecars {
-    /// Starts `count` sidecars named `local-1`..; each logs to `<log_dir>/<id>.log`.
+    /// Starts `count` sidecars named `local-1`..; their worktrees live in
+    /// `workspaces`, each logs to `<log_dir>/<id>.log`.
     pub fn start(
         url: &str,
         token: &str,
         repo: &Path,
+        workspaces: &Path,
         count: u32,
         flags: &Flags<'_>,
         log_dir: &Path,
@@ -46,6 +48,8 @@ impl Sidecars {
             let child = Command::new(&bin)
                 .args([super::sidecar_mode::ARG, "--controller", url, "--worker-id", &id, "--repo"])
                 .arg(repo)
+                .arg("--workspaces")
+                .arg(workspaces)
                 .args(labels.iter().flat_map(|(k, v)| ["--label".to_string(), format!("{k}={v}")]))
                 .args(worker_user.iter().flat_map(|u| ["--worker-user", u]))
                 // The run's sidecar token; the environment of a process is
@@ -53,6 +57,7 @@ impl Sidecars {
                 // for remote controllers, not this loopback one.
                 .env("SWARM_TOKEN", token)
                 .env_remove("SWARM_TOKEN_FILE")
+                .env_remove("SWARM_WORKSPACES")
                 .env_remove("SWARM_CA")
                 .env_remove("SWARM_CERT")
                 .env_remove("SWARM_KEY")

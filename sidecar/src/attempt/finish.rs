@@ -154,12 +154,11 @@ async fn commit_with_repairs(
     let mut last = String::new();
     for n in 1..=INFRA_TRIES {
         let (wt, message, common, id) =
-            (wt.to_path_buf(), message.clone(), ctx.repo.clone(), ctx.worker_id.clone());
+            (wt.to_path_buf(), message.clone(), ctx.workspaces.common.clone(), ctx.worker_id.clone());
         let tracker = ctx.tracker.clone();
         let r = tokio::task::spawn_blocking(move || {
-            let repo = git2::Repository::open(&common)?;
-            crate::locks::clear_stale(repo.commondir(), &id, None)?;
-            worktree::repair_git_file(&wt)?;
+            crate::locks::clear_stale(&common, &id, None)?;
+            worktree::repair_git_file(&common, &wt)?;
             match crate::worker_git::import(&wt) {
                 Ok(Some(head)) => tracing::info!(%head, "took the worker's own commits"),
                 Ok(None) => {}

@@ -113,13 +113,7 @@ async fn setup(a: &Assignment, wt: &Path, launch: &Launch) -> Result<(), TaskFai
 
 /// The worktree of an attempt being resumed (it is already prepared).
 pub(super) async fn own_worktree(ctx: &Context) -> Result<PathBuf, InfraFailure> {
-    let (repo, id) = (ctx.repo.clone(), ctx.worker_id.clone());
-    tokio::task::spawn_blocking(move || {
-        let r = git2::Repository::open(&repo).map_err(|e| InfraFailure::OwnWorktree(e.to_string()))?;
-        worktree::worktree_path(&r, &id).map_err(|e| InfraFailure::OwnWorktree(e.to_string()))
-    })
-    .await
-    .map_err(|e| InfraFailure::OwnWorktree(format!("worktree task failed: {e}")))?
+    ctx.workspaces.worktree(&ctx.worker_id).map_err(|e| InfraFailure::OwnWorktree(e.to_string()))
 }
 
 /// Fetches the base (remote mode) and moves the worktree to the task,
@@ -142,14 +136,14 @@ async fn prepare_with_repairs(
             last = format!("fetching base {}: {e}", a.base_commit);
             continue;
         }
-        let (repo, id, branch, base) =
-            (ctx.repo.clone(), ctx.worker_id.clone(), a.branch.clone(), a.base_commit.clone());
+        let (ws, id, branch, base) =
+            (ctx.workspaces.clone(), ctx.worker_id.clone(), a.branch.clone(), a.base_commit.clone());
         let fresh = n == INFRA_TRIES;
         let tracker = ctx.tracker.clone();
         let user = ctx.worker_user.as_ref().map(|u| u.ids.clone());
         let r = tokio::task::spawn_blocking(move || {
             // The worker's own git metadata is part of a prepared worktree.
-            let p = prepare_tracked(&tracker, &repo, &id, &branch, &base, fresh)?;
+            let p = prepare_tracked(&tracker, &ws, &id, &branch, &base, fresh)?;
             crate::worker_git::prepare(&p.path)?;
             if let Some(ids) = &user {
                 hand_over(&p.path, ids, &tracker)?;
@@ -209,20 +203,20 @@ fn hand_over(
 /// an attempt that arrives meanwhile waits for it instead of racing it; a
 /// worktree that already exists is left alone and untracked, since nothing
 /// vouches for what happened in it before this process.
-pub fn warm_worktree(tracker: &crate::changes::SharedTracker, repo: &Path, id: &str) {
+pub fn warm_worktree(tracker: &crate::changes::SharedTracker, ws: &worktree::Workspaces, id: &str) {
     let _span = tracing::info_span!("worktree.warm", worker = id).entered();
     let mut slot = tracker.lock().unwrap_or_else(|e| e.into_inner());
     if slot.is_some() {
         return;
     }
-    let head = git2::Repository::open(repo)
+    let head = git2::Repository::open(&ws.repo)
         .and_then(|r| r.head().and_then(|h| h.peel_to_commit()).map(|c| c.id().to_string()));
     let Ok(head) = head else {
         tracing::info!("no HEAD commit to prepare the worktree at; the first attempt makes it");
         return;
     };
     let started = std::time::Instant::now();
-    match worktree::warm(repo, id, &head) {
+    match worktree::warm(ws, id, &head) {
         Ok(Some(path)) => {
             match crate::changes::Tracker::start(&path) {
                 Ok(t) => *slot = Some(t),
@@ -241,7 +235,7 @@ pub fn warm_worktree(tracker: &crate::changes::SharedTracker, repo: &Path, id: &
 /// a new tracker starts.
 fn prepare_tracked(
     tracker: &crate::changes::SharedTracker,
-    repo: &Path,
+    ws: &worktree::Workspaces,
     id: &str,
     branch: &str,
     base: &str,
@@ -250,8 +244,8 @@ fn prepare_tracked(
     let mut slot = tracker.lock().unwrap_or_else(|e| e.into_inner());
     if !fresh && slot.as_mut().and_then(|t| t.take()).is_some_and(|changed| changed.is_empty()) {
         let moved = match slot.as_mut().and_then(|t| t.repo_and_memo()) {
-            Some((wt, memo)) => crate::changes::move_clean_in(wt, memo, id, branch, base),
-            None => crate::changes::move_clean(repo, id, branch, base),
+            Some((wt, memo)) => crate::changes::move_clean_in(wt, memo, ws, id, branch, base),
+            None => crate::changes::move_clean(ws, id, branch, base),
         };
         match moved {
             Ok(p) => {
@@ -267,9 +261,9 @@ fn prepare_tracked(
     }
     *slot = None;
     if fresh {
-        worktree::discard(repo, id)?;
+        worktree::discard(ws, id)?;
     }
-    let p = worktree::prepare(repo, id, branch, base)?;
+    let p = worktree::prepare(ws, id, branch, base)?;
     match crate::changes::Tracker::start(&p.path) {
         Ok(t) => *slot = Some(t),
         Err(e) => tracing::info!(error = %e, "not tracking worktree changes; every attempt walks it"),
@@ -313,14 +307,15 @@ mod tests {
         let target = commit(&repo, Some(moved), &[("d.txt", "d\n")]);
 
         let tracker: crate::changes::SharedTracker = Default::default();
-        warm_worktree(&tracker, &repo_path, "w1");
+        let ws = worktree::Workspaces::in_repo(&repo_path).expect("workspaces");
+        warm_worktree(&tracker, &ws, "w1");
         assert!(tracker.lock().expect("lock").is_some(), "the warmed worktree is tracked");
-        let path = worktree::worktree_path(&repo, "w1").expect("path");
+        let path = ws.worktree("w1").expect("path");
         // HEAD moves to `moved` behind the tracker's back; b.txt still says 1.
         git2::Repository::open(&path).expect("wt").set_head_detached(moved).expect("detach");
 
-        let p = prepare_tracked(&tracker, &repo_path, "w1", "swarm/s/t", &target.to_string(), false)
-            .expect("prepared");
+        let p =
+            prepare_tracked(&tracker, &ws, "w1", "swarm/s/t", &target.to_string(), false).expect("prepared");
         assert_eq!(std::fs::read_to_string(p.path.join("b.txt")).expect("b"), "2\n", "the target's b.txt");
         assert_eq!(std::fs::read_to_string(p.path.join("d.txt")).expect("d"), "d\n");
         let wt = git2::Repository::open(&p.path).expect("wt");

@@ -76,6 +76,7 @@ impl Session {
     pub(super) fn start_with(&mut self, assignment: Assignment, launch: Launch) {
         let ctx = Context {
             repo: self.repo.clone(),
+            workspaces: self.workspaces.clone(),
             worker_id: self.worker_id.clone(),
             stop_grace: self.cfg.stop_grace(),
             default_idle_timeout: self.cfg.default_idle_timeout(),

@@ -97,6 +97,7 @@ struct Session {
     cfg: Config,
     worker_id: String,
     repo: PathBuf,
+    workspaces: worktree::Workspaces,
     worktree: PathBuf,
     journal: Journal,
     current: Option<Current>,
@@ -181,17 +182,15 @@ pub async fn run(mut cfg: Config, shutdown: CancellationToken) -> Result<(), Sid
         None => default_worker_id(&repo),
     };
     swarm_core::names::check_id(&worker_id).map_err(|e| SidecarError::Config(format!("worker id: {e}")))?;
-    let (workspaces, worktree) = {
-        let r = git2::Repository::open(&repo).map_err(|e| SidecarError::Repo(e.to_string()))?;
-        let wt = worktree::worktree_path(&r, &worker_id).map_err(|e| SidecarError::Repo(e.to_string()))?;
-        (worktree::workspaces_dir(&r), wt)
-    };
+    let workspaces = worktree::Workspaces::new(&repo, cfg.workspaces.as_deref())
+        .map_err(|e| SidecarError::Repo(e.to_string()))?;
+    let worktree = workspaces.worktree(&worker_id).map_err(|e| SidecarError::Repo(e.to_string()))?;
     if let Some(user) = &cfg.worker_user {
         user.check_reaches_worktree(&repo, &worktree).map_err(|e| SidecarError::Config(e.to_string()))?;
     }
     let lock =
-        orphans::take_lock(&workspaces, &worker_id).map_err(|e| SidecarError::Config(e.to_string()))?;
-    let mut journal = Journal::open(orphans::journal_path(&workspaces, &worker_id))?;
+        orphans::take_lock(&workspaces.dir, &worker_id).map_err(|e| SidecarError::Config(e.to_string()))?;
+    let mut journal = Journal::open(orphans::journal_path(&workspaces.dir, &worker_id))?;
     let supervisor = match &cfg.supervisor {
         Some(p) => p.clone(),
         None => std::env::current_exe()
@@ -201,10 +200,10 @@ pub async fn run(mut cfg: Config, shutdown: CancellationToken) -> Result<(), Sid
         let adopt = adoptable(&worktree, &h);
         Held { started: h.pid.is_some() || adopt.is_some(), assign: h.assign, adopt }
     });
-    let orphan_ids = orphans::scan(&workspaces, &worker_id);
+    let orphan_ids = orphans::scan(&workspaces.dir, &worker_id);
     if !orphan_ids.is_empty() {
         let removed = cfg.orphans == OrphanPolicy::Remove;
-        if removed && let Err(e) = orphans::remove(&repo, &workspaces, &orphan_ids) {
+        if removed && let Err(e) = orphans::remove(&workspaces, &orphan_ids) {
             tracing::warn!(error = %e, "removing orphaned worktrees failed");
         }
         tracing::info!(?orphan_ids, removed, "orphaned worktrees");
@@ -241,6 +240,7 @@ pub async fn run(mut cfg: Config, shutdown: CancellationToken) -> Result<(), Sid
         cfg,
         worker_id,
         repo,
+        workspaces,
         worktree,
         journal,
         current: None,
@@ -264,10 +264,10 @@ pub async fn run(mut cfg: Config, shutdown: CancellationToken) -> Result<(), Sid
     if s.held.is_none() {
         // Before the Hello: a sidecar takes work only once its worktree is
         // ready, so no task waits for a checkout of the whole tree.
-        let (tracker, repo, id) = (s.tracker.clone(), s.repo.clone(), s.worker_id.clone());
+        let (tracker, ws, id) = (s.tracker.clone(), s.workspaces.clone(), s.worker_id.clone());
         let warm = span.clone();
         let _ = tokio::task::spawn_blocking(move || {
-            warm.in_scope(|| crate::attempt::warm_worktree(&tracker, &repo, &id))
+            warm.in_scope(|| crate::attempt::warm_worktree(&tracker, &ws, &id))
         })
         .await;
     }
@@ -722,6 +722,7 @@ impl Session {
             Some(In::VerifyMerge(v)) => {
                 let place = crate::verify_job::Verifier {
                     repo: self.repo.clone(),
+                    workspaces: self.workspaces.clone(),
                     worker_id: self.worker_id.clone(),
                     remote: self.remote.clone(),
                     exe: self.supervisor.clone(),

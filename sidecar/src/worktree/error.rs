@@ -12,7 +12,7 @@ pub enum WorktreeError {
     Io { path: PathBuf, source: std::io::Error },
     #[error("invalid {what}: {rule}")]
     Invalid { what: &'static str, rule: String },
-    #[error("worktree path {0} escapes .git/workspaces/")]
+    #[error("worktree path {0} escapes its workspaces directory")]
     Escapes(PathBuf),
     #[error("base commit {0} is not in the repository")]
     MissingBase(String),

@@ -1,5 +1,7 @@
-//! The sidecar's one worktree, `<repo>/.git/workspaces/<worker-id>`, reused
-//! across tasks so that ignored build output stays warm.
+//! The sidecar's one worktree, `<workspaces>/<worker-id>`, reused across
+//! tasks so that ignored build output stays warm. The workspaces directory
+//! (see [`Workspaces`]) is the repository's `.git/workspaces/` unless the
+//! sidecar is given one; local mode's lies outside the user's checkout.
 //!
 //! Moving to a task checks out the base commit with `force` and
 //! `remove_untracked` (never `remove_ignored`): libgit2 rewrites only files
@@ -16,9 +18,11 @@ use git2::{
 use swarm_core::names::{check_branch, check_commit, check_id};
 
 pub mod error;
+pub mod relocate;
 pub use error::WorktreeError;
 
-/// Name of the directory (under the common git dir) that holds worktrees.
+/// Name of the directory (under the common git dir) that holds worktrees
+/// when the sidecar is given no other.
 pub const WORKSPACES: &str = "workspaces";
 /// The worker's directory inside its worktree.
 pub const SWARM_DIR: &str = ".swarm";
@@ -27,22 +31,44 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> WorktreeError + '_ {
     move |source| WorktreeError::Io { path: path.to_path_buf(), source }
 }
 
-/// The `.git/workspaces` directory of the repository at `repo`.
-pub fn workspaces_dir(repo: &Repository) -> PathBuf {
-    repo.commondir().join(WORKSPACES)
+/// Where a repository's sidecar keeps its worktree and what lies beside
+/// it (its attempts' private git and temporary directories, its liveness
+/// lock and journal, the verifier's scratch trees).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Workspaces {
+    /// The repository the worktrees belong to.
+    pub repo: PathBuf,
+    /// Its common git directory (refs, objects, `worktrees/` admin dirs).
+    pub common: PathBuf,
+    /// The directory holding the worktrees, canonical.
+    pub dir: PathBuf,
 }
 
-/// The worktree path for `worker_id`, checked to stay inside `.git/workspaces/`.
-pub fn worktree_path(repo: &Repository, worker_id: &str) -> Result<PathBuf, WorktreeError> {
-    check_id(worker_id).map_err(|rule| WorktreeError::Invalid { what: "worker id", rule })?;
-    let dir = workspaces_dir(repo);
-    std::fs::create_dir_all(&dir).map_err(io(&dir))?;
-    let dir = dir.canonicalize().map_err(io(&dir))?;
-    let path = dir.join(worker_id);
-    if path.parent() != Some(dir.as_path()) || !path.starts_with(&dir) {
-        return Err(WorktreeError::Escapes(path));
+impl Workspaces {
+    /// The repository's own `<common git dir>/workspaces/`.
+    pub fn in_repo(repo: &Path) -> Result<Workspaces, WorktreeError> {
+        Workspaces::new(repo, None)
     }
-    Ok(path)
+
+    /// `dir`, made if missing, or the repository's own when None.
+    pub fn new(repo: &Path, dir: Option<&Path>) -> Result<Workspaces, WorktreeError> {
+        let common = Repository::open(repo)?.commondir().to_path_buf();
+        let dir = dir.map_or_else(|| common.join(WORKSPACES), Path::to_path_buf);
+        std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+        let dir = dir.canonicalize().map_err(io(&dir))?;
+        let common = common.canonicalize().map_err(io(&common))?;
+        Ok(Workspaces { repo: repo.to_path_buf(), common, dir })
+    }
+
+    /// The worktree path for `worker_id`, checked to stay a child of [`Workspaces::dir`].
+    pub fn worktree(&self, worker_id: &str) -> Result<PathBuf, WorktreeError> {
+        check_id(worker_id).map_err(|rule| WorktreeError::Invalid { what: "worker id", rule })?;
+        let path = self.dir.join(worker_id);
+        if path.parent() != Some(self.dir.as_path()) || !path.starts_with(&self.dir) {
+            return Err(WorktreeError::Escapes(path));
+        }
+        Ok(path)
+    }
 }
 
 /// Adds `.swarm/` to the common `info/exclude` (shared by all worktrees).
@@ -84,16 +110,16 @@ pub struct Prepared {
 
 /// Moves (or first makes) the worker's worktree to a new `branch` at `base`.
 pub fn prepare(
-    repo_path: &Path,
+    ws: &Workspaces,
     worker_id: &str,
     branch: &str,
     base: &str,
 ) -> Result<Prepared, WorktreeError> {
     check_branch(branch).map_err(|rule| WorktreeError::Invalid { what: "branch", rule })?;
     check_commit(base).map_err(|rule| WorktreeError::Invalid { what: "base commit", rule })?;
-    let repo = Repository::open(repo_path)?;
+    let repo = Repository::open(&ws.repo)?;
     exclude_swarm_dir(&repo)?;
-    let path = worktree_path(&repo, worker_id)?;
+    let path = ws.worktree(worker_id)?;
     let oid = Oid::from_str(base)?;
     if repo.find_commit(oid).is_err() {
         return Err(WorktreeError::MissingBase(base.to_string()));
@@ -102,11 +128,11 @@ pub fn prepare(
     // of its own is running: lock files left in what it owns are stale.
     let cleared_locks = crate::locks::clear_stale(repo.commondir(), worker_id, Some(branch))?;
     if path.is_dir() {
-        repair_git_file(&path)?;
+        repair_git_file(&ws.common, &path)?;
     }
     let valid = path.join(".git").exists() && Repository::open(&path).is_ok();
     if !valid {
-        let path = create(&repo, worker_id, &path, oid)?;
+        let path = create(&repo, ws, worker_id, &path, oid)?;
         let wt = Repository::open(&path)?;
         point_at_branch(&repo, &wt, branch, oid)?;
         return Ok(Prepared { path, created: true, cleared_locks });
@@ -128,13 +154,13 @@ pub fn prepare(
 /// instead of writing every file while the task waits. Returns the path
 /// when it made one, None when a usable worktree was already there (it is
 /// left untouched: it may hold an attempt's work).
-pub fn warm(repo_path: &Path, worker_id: &str, base: &str) -> Result<Option<PathBuf>, WorktreeError> {
+pub fn warm(ws: &Workspaces, worker_id: &str, base: &str) -> Result<Option<PathBuf>, WorktreeError> {
     check_commit(base).map_err(|rule| WorktreeError::Invalid { what: "base commit", rule })?;
-    let repo = Repository::open(repo_path)?;
+    let repo = Repository::open(&ws.repo)?;
     exclude_swarm_dir(&repo)?;
-    let path = worktree_path(&repo, worker_id)?;
+    let path = ws.worktree(worker_id)?;
     if path.is_dir() {
-        repair_git_file(&path)?;
+        repair_git_file(&ws.common, &path)?;
         if path.join(".git").exists() && Repository::open(&path).is_ok() {
             return Ok(None);
         }
@@ -144,7 +170,7 @@ pub fn warm(repo_path: &Path, worker_id: &str, base: &str) -> Result<Option<Path
         return Err(WorktreeError::MissingBase(base.to_string()));
     }
     crate::locks::clear_stale(repo.commondir(), worker_id, None)?;
-    create(&repo, worker_id, &path, oid).map(Some)
+    create(&repo, ws, worker_id, &path, oid).map(Some)
 }
 
 /// Points the worktree's `.git` at its admin directory again, whatever a
@@ -152,13 +178,12 @@ pub fn warm(repo_path: &Path, worker_id: &str, base: &str) -> Result<Option<Path
 /// may write, and a `.git` naming another repository (the user's checkout,
 /// a sibling's worktree) would turn the sidecar's next checkout or commit,
 /// which no sandbox confines, against that repository. Returns whether it
-/// had to be rewritten. Call before any git operation on the worktree.
-pub fn repair_git_file(wt: &Path) -> Result<bool, WorktreeError> {
-    let (Some(workspaces), Some(id)) = (wt.parent(), wt.file_name()) else {
+/// had to be rewritten. `common` is the repository's common git
+/// directory. Call before any git operation on the worktree.
+pub fn repair_git_file(common: &Path, wt: &Path) -> Result<bool, WorktreeError> {
+    let Some(id) = wt.file_name() else {
         return Err(WorktreeError::Escapes(wt.to_path_buf()));
     };
-    let common = workspaces.parent().filter(|_| workspaces.file_name() == Some(WORKSPACES.as_ref()));
-    let Some(common) = common else { return Err(WorktreeError::Escapes(wt.to_path_buf())) };
     let admin = common.join("worktrees").join(id);
     let dot_git = wt.join(".git");
     let meta = std::fs::symlink_metadata(&dot_git);
@@ -221,9 +246,15 @@ fn repair_index(wt: &Repository, tree: &git2::Tree<'_>) -> Result<(), WorktreeEr
 /// serialized across sidecars by the repository-wide creation lock, and
 /// whatever a crashed or raced creation left (the directory, the admin dir
 /// `.git/worktrees/<id>`) is removed first, so a retry always starts clean.
-fn create(repo: &Repository, worker_id: &str, path: &Path, oid: Oid) -> Result<PathBuf, WorktreeError> {
+fn create(
+    repo: &Repository,
+    ws: &Workspaces,
+    worker_id: &str,
+    path: &Path,
+    oid: Oid,
+) -> Result<PathBuf, WorktreeError> {
     let _span = tracing::info_span!("worktree.create", worker = worker_id, base = %oid).entered();
-    let _creating = crate::locks::creation_lock(&workspaces_dir(repo))?;
+    let _creating = crate::locks::creation_lock(&ws.dir)?;
     discard_locked(repo, worker_id, path)?;
     let tree = repo.find_commit(oid)?.tree()?;
     if let Some(entries) = crate::checkout::plain_entries(repo, &tree)? {
@@ -249,12 +280,12 @@ fn create(repo: &Repository, worker_id: &str, path: &Path, oid: Oid) -> Result<P
 
 /// Removes the worker's own worktree (directory and registration) so the
 /// next [`prepare`] makes it afresh: the last repair when it is broken.
-pub fn discard(repo_path: &Path, worker_id: &str) -> Result<(), WorktreeError> {
-    let repo = Repository::open(repo_path)?;
-    let path = worktree_path(&repo, worker_id)?;
+pub fn discard(ws: &Workspaces, worker_id: &str) -> Result<(), WorktreeError> {
+    let repo = Repository::open(&ws.repo)?;
+    let path = ws.worktree(worker_id)?;
     // Never a way around the lock rules: a lock a live process holds stops it.
     crate::locks::clear_stale(repo.commondir(), worker_id, None)?;
-    let _creating = crate::locks::creation_lock(&workspaces_dir(&repo))?;
+    let _creating = crate::locks::creation_lock(&ws.dir)?;
     discard_locked(&repo, worker_id, &path)
 }
 
@@ -387,10 +418,10 @@ pub fn local_tips(repo_path: &Path) -> Result<Vec<String>, WorktreeError> {
 }
 
 /// Removes another worker's worktree: its directory and its registration.
-pub fn remove(repo_path: &Path, worker_id: &str) -> Result<(), WorktreeError> {
-    let repo = Repository::open(repo_path)?;
-    let path = worktree_path(&repo, worker_id)?;
-    let _creating = crate::locks::creation_lock(&workspaces_dir(&repo))?;
+pub fn remove(ws: &Workspaces, worker_id: &str) -> Result<(), WorktreeError> {
+    let repo = Repository::open(&ws.repo)?;
+    let path = ws.worktree(worker_id)?;
+    let _creating = crate::locks::creation_lock(&ws.dir)?;
     if let Ok(wt) = repo.find_worktree(worker_id) {
         wt.prune(Some(WorktreePruneOptions::new().valid(true).locked(true).working_tree(true)))?;
     }

@@ -19,6 +19,7 @@ use super::sent::Report;
 pub fn ctx(repo: &Path, worker_id: &str, idle_timeout: Option<Duration>) -> Context {
     Context {
         repo: repo.to_path_buf(),
+        workspaces: swarm_sidecar::worktree::Workspaces::in_repo(repo).expect("workspaces"),
         worker_id: worker_id.into(),
         stop_grace: Duration::from_millis(200),
         default_idle_timeout: idle_timeout,
