@@ -127,6 +127,21 @@ pub enum SetupOn {
 }
 text_enum!(SetupOn { Create = "create", Attempt = "attempt" });
 
+/// What a succeeded attempt that changed no file comes to: an agent that
+/// claims success without an edit has usually failed quietly (its commands
+/// never ran), while a command may rightly have nothing to change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnEmpty {
+    /// The attempt fails with "no change", retried like any failure (the
+    /// default for agent tasks).
+    Fail,
+    /// It merges, and the task says it changed nothing (the default for
+    /// command tasks).
+    Merge,
+}
+text_enum!(OnEmpty { Fail = "fail", Merge = "merge" });
+
 /// Exponential backoff with jitter, in the spirit of Temporal and Nomad.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RetryPolicy {
@@ -188,6 +203,7 @@ pub struct TaskSpec {
     pub ownership: OwnershipPolicy,
     pub setup: Vec<String>,
     pub setup_on: SetupOn,
+    pub on_empty: OnEmpty,
     /// Set: a coding agent runs the task and `command` is empty. Boxed: most
     /// tasks run a command, and the agent's settings would cost each of
     /// them a few hundred bytes inline.
@@ -309,6 +325,7 @@ struct RawDefaults {
     #[serde(default)]
     setup: Vec<String>,
     setup_on: Option<SetupOn>,
+    on_empty: Option<OnEmpty>,
     agent: Option<AgentKind>,
     agent_path: Option<String>,
     agent_command: Option<Vec<String>>,
@@ -359,6 +376,7 @@ struct RawTask {
     ownership: Option<OwnershipPolicy>,
     setup: Option<Vec<String>>,
     setup_on: Option<SetupOn>,
+    on_empty: Option<OnEmpty>,
     agent: Option<AgentKind>,
     agent_path: Option<String>,
     agent_command: Option<Vec<String>>,
@@ -688,6 +706,10 @@ fn validate_body(frame: subplan::Frame, d: &RawDefaults, raw_tasks: &[RawTask]) 
             ownership: task.ownership.or(d.ownership).unwrap_or_default(),
             setup: task.setup.clone().unwrap_or_else(|| d.setup.clone()),
             setup_on: task.setup_on.or(d.setup_on).unwrap_or_default(),
+            on_empty: task.on_empty.or(d.on_empty).unwrap_or(match agent {
+                Some(_) => OnEmpty::Fail,
+                None => OnEmpty::Merge,
+            }),
             agent: agent.map(Box::new),
             subplan: sub,
             review: match &task.review {

@@ -77,18 +77,24 @@ impl Scheduler {
                     t.merge_commit = merge_commit.clone();
                     t.resume_commit.clear();
                 });
+                // Said where the operator looks (the event, describe, the
+                // run's report): a merge that brought nothing is no success
+                // to take on trust.
+                let reported_none =
+                    self.shared.model.tasks().get(&key).is_some_and(|t| t.notes.files_changed.is_empty());
+                let note = if brought_nothing(&stats, reported_none) { " with no change" } else { "" };
                 fx.task_event(
                     &key,
                     number,
                     "",
                     "task.merged",
-                    format!("merged as {merge_commit}"),
+                    format!("merged as {merge_commit}{note}"),
                     merged_detail(&stats),
                 );
                 self.core(fx).set_state(
                     &key,
                     TaskState::Merged,
-                    &format!("merged as {}", short(&merge_commit)),
+                    &format!("merged as {}{note}", short(&merge_commit)),
                 );
                 let dependents = self.shared.model.dependents(&key).to_vec();
                 for d in dependents {
@@ -150,6 +156,19 @@ impl Scheduler {
             serde_json::json!({ "reason": reason }),
         );
         self.core(fx).fail_or_retry(key, number, reason);
+    }
+}
+
+/// Whether a landed merge changed no file on the integration branch. A
+/// result already contained in it (an attempt that committed nothing over
+/// its base) counts when the attempt reported no file either; one found
+/// after a restart is not claimed.
+fn brought_nothing(stats: &MergeStats, reported_none: bool) -> bool {
+    match stats {
+        MergeStats::Integrated { files_changed, .. } => files_changed.is_empty(),
+        MergeStats::Verified { files_changed, .. } => *files_changed == 0,
+        MergeStats::AlreadyContained { .. } => reported_none,
+        MergeStats::Recovered { .. } => false,
     }
 }
 

@@ -2,6 +2,7 @@
 //! exit-code transitions. Sessions and claims are in `sessions`, merge
 //! results in `merged`.
 
+use swarm_core::plan::OnEmpty;
 use swarm_core::{AttemptState, Outcome, TaskKey, TaskState, Usage};
 
 use super::command::{HelloInfo, Report, ReportedAttempt, ResultReport};
@@ -269,6 +270,28 @@ impl Scheduler {
                     self.core(fx).fail_or_retry(&key, number, "reported success without a commit");
                     return;
                 };
+                let empty = self.no_change(&key, &r);
+                if let Some(why) = &empty {
+                    let on_empty = self.on_empty(&key);
+                    fx.task_event(
+                        &key,
+                        number,
+                        worker_id,
+                        "task.no_change",
+                        format!("{}: {why}", key.attempt(number)),
+                        serde_json::json!({ "commit": commit, "on_empty": on_empty.as_str() }),
+                    );
+                    if on_empty == OnEmpty::Fail {
+                        self.core(fx).edit_attempt(&key, number, |a| a.error = why.clone());
+                        self.core(fx).set_attempt_state(&key, number, AttemptState::Failed);
+                        if cancel_requested {
+                            self.core(fx).set_state(&key, TaskState::Cancelled, "cancelled by the operator");
+                        } else {
+                            self.core(fx).fail_or_retry(&key, number, why);
+                        }
+                        return;
+                    }
+                }
                 self.core(fx).set_attempt_state(&key, number, AttemptState::Succeeded);
                 self.core(fx).edit_task(&key, |t| {
                     t.result_commit = commit;
@@ -284,7 +307,11 @@ impl Scheduler {
                         t.notes.conflict = None;
                     }
                 });
-                self.core(fx).set_state(&key, TaskState::Succeeded, &format!("attempt {number} succeeded"));
+                let reason = match empty {
+                    Some(_) => format!("attempt {number} succeeded with no change"),
+                    None => format!("attempt {number} succeeded"),
+                };
+                self.core(fx).set_state(&key, TaskState::Succeeded, &reason);
                 self.after_success(&key, number, fx);
             }
             Outcome::Error | Outcome::VerifyFailed | Outcome::Signaled | Outcome::Stalled => {
@@ -429,6 +456,23 @@ impl Scheduler {
                 }
             }
         }
+    }
+
+    /// Why a succeeded attempt counts as no change, if it does: its commit
+    /// changes no file over its base. An attempt that resumed a WIP commit
+    /// is not judged: its base holds an earlier attempt's work, which the
+    /// controller cannot see from here.
+    fn no_change(&self, key: &TaskKey, r: &ResultReport) -> Option<String> {
+        let t = self.shared.model.tasks().get(key)?;
+        if !r.files_changed.is_empty() || !t.resume_commit.is_empty() || t.spec.subplan.is_some() {
+            return None;
+        }
+        let who = if t.spec.agent.is_some() { "agent" } else { "worker" };
+        Some(format!("no change: the {who} changed no file"))
+    }
+
+    fn on_empty(&self, key: &TaskKey) -> OnEmpty {
+        self.shared.model.tasks().get(key).map_or(OnEmpty::Merge, |t| t.spec.on_empty)
     }
 
     /// A reviewer attempt's result: the review gate decides, and an

@@ -159,8 +159,10 @@ impl Rig {
             outcome,
             exit_code: 0,
             signal: None,
+            // What `commit_file` changed: a success that changed nothing
+            // is its own case (`on_empty`).
+            files_changed: if outcome == Outcome::Success { vec!["a.txt".into()] } else { vec![] },
             commit,
-            files_changed: vec![],
             tiers: vec![],
             summary: String::new(),
             error: String::new(),

@@ -43,6 +43,7 @@ const RUN_KEYS: &[&str] = &[
     "agent_instructions",
     "extra_args",
     "permissions",
+    "on_empty",
 ];
 
 /// The rest of how the caller ran, which each child takes unless it sets

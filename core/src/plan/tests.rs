@@ -253,3 +253,38 @@ fn acp_settings_name_the_field_and_the_rule() {
         assert!(e.rule.contains(rule), "{extra}: {e}");
     }
 }
+
+#[test]
+fn on_empty_fails_agents_and_merges_commands_unless_set() {
+    let plan = Plan::parse(
+        "name = \"s\"\n[defaults]\ncommand = \"true\"\n\
+         [[tasks]]\nid = \"cmd\"\nfiles = [\"a\"]\n\
+         [[tasks]]\nid = \"agent\"\nagent = \"claude\"\nfiles = [\"b\"]\n\
+         [[tasks]]\nid = \"lenient\"\nagent = \"claude\"\nfiles = [\"c\"]\non_empty = \"merge\"\n",
+    )
+    .expect("plan");
+    let on_empty: Vec<OnEmpty> = plan.tasks.iter().map(|t| t.on_empty).collect();
+    assert_eq!(on_empty, [OnEmpty::Merge, OnEmpty::Fail, OnEmpty::Merge]);
+    let strict = Plan::parse(
+        "name = \"s\"\n[defaults]\ncommand = \"true\"\non_empty = \"fail\"\n\
+         [[tasks]]\nid = \"cmd\"\nfiles = [\"a\"]\n",
+    )
+    .expect("plan");
+    assert_eq!(strict.tasks[0].on_empty, OnEmpty::Fail);
+}
+
+#[test]
+fn a_bad_on_empty_names_its_field() {
+    for (doc, path) in [
+        (task_block("on_empty = \"skip\"\n"), "tasks[0].on_empty"),
+        (
+            "name = \"s\"\n[defaults]\ncommand = \"true\"\non_empty = \"ok\"\n[[tasks]]\nid = \"a\"\nfiles = [\"a\"]\n"
+                .to_string(),
+            "defaults.on_empty",
+        ),
+    ] {
+        let e = Plan::parse(&doc).expect_err(path);
+        assert_eq!(e.path, path, "{e}");
+        assert!(e.to_string().contains("fail"), "the rule names the choices: {e}");
+    }
+}

@@ -307,3 +307,44 @@ fn an_escalation_after_an_answered_question_still_asks_the_operator() {
     assert!(detail.task.pending_question.contains("clashes"), "{:?}", detail.task.pending_question);
     assert!(assigns(&mut rig.outbound).is_empty());
 }
+
+/// An agent attempt that claims success with its base as its commit and no
+/// file changed: `on_empty` decides between a failure (retried) and a merge
+/// that says so.
+#[test]
+fn an_agent_success_that_changed_nothing_fails_unless_on_empty_merges() {
+    let nothing = |rig: &mut Rig, a: &AssignSpec| {
+        let mut r = result(handle(a), Outcome::Success);
+        r.commit = Some(rig.base.clone());
+        r.summary = "Wrote out.txt.".into();
+        rig.send("w1", 1, Report::Result(Box::new(r)));
+    };
+    let mut rig = Rig::build(1, 64, "[[tasks]]\nid = \"a\"\nfiles = [\"a.txt\"]\nagent = \"claude\"\n");
+    let first = assigns(&mut rig.outbound);
+    nothing(&mut rig, &first[0]);
+    let a = rig.task_of("a");
+    assert_eq!(a.task.state, TaskState::Running, "retried at once (no backoff): {}", a.task.reason);
+    assert_eq!(a.task.retries_used, 1, "no change spends a retry");
+    assert_eq!(a.attempts[0].state, AttemptState::Failed);
+    assert_eq!(a.attempts[0].error, "no change: the agent changed no file");
+    let second = assigns(&mut rig.outbound);
+    nothing(&mut rig, &second[0]);
+    let a = rig.task_of("a");
+    assert_eq!(a.task.state, TaskState::Failed);
+    assert!(a.task.reason.starts_with("no change: the agent changed no file"), "{}", a.task.reason);
+
+    let mut rig = Rig::build(
+        0,
+        64,
+        "[[tasks]]\nid = \"a\"\nfiles = [\"a.txt\"]\nagent = \"claude\"\non_empty = \"merge\"\n",
+    );
+    let first = assigns(&mut rig.outbound);
+    nothing(&mut rig, &first[0]);
+    assert_eq!(rig.task_of("a").task.reason, "merging attempt 1");
+    let merged = rig.merged.recv_timeout(std::time::Duration::from_secs(10)).expect("merge result");
+    rig.sched.turn([merged]).expect("turn");
+    let a = rig.task_of("a");
+    assert_eq!(a.task.state, TaskState::Merged);
+    assert!(a.task.reason.ends_with("with no change"), "{}", a.task.reason);
+    assert_eq!(a.attempts[0].state, AttemptState::Succeeded);
+}
