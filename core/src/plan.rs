@@ -21,6 +21,7 @@ pub mod budget;
 pub mod forge;
 pub mod integration;
 pub mod limits;
+pub mod prices;
 pub mod review;
 pub mod sandbox;
 pub mod schedule;
@@ -31,6 +32,7 @@ pub use agent::{AgentInstructions, AgentKind, AgentSpec, Otherwise, PermissionPo
 pub use budget::{Budget, OnUsageLimit, SwarmBudget};
 pub use forge::ForgeSpec;
 pub use limits::Limits;
+pub use prices::{Price, PriceTable};
 pub use review::ReviewSpec;
 pub use sandbox::{SandboxMode, SandboxSpec};
 pub use schedule::Schedule;
@@ -253,6 +255,9 @@ pub struct Plan {
     pub schedule: Schedule,
     /// Where the finished work is pushed and reviewed (root plans only).
     pub forge: Option<Arc<ForgeSpec>>,
+    /// What its agents' tokens cost, over the built-in table (root plans
+    /// only: a child swarm's agents are priced by its root's).
+    pub prices: Arc<PriceTable>,
 }
 
 impl Plan {
@@ -295,6 +300,7 @@ struct RawPlan {
     merge_queue: Option<integration::RawMergeQueue>,
     budget: Option<budget::RawBudget>,
     forge: Option<forge::RawForge>,
+    prices: Option<BTreeMap<String, prices::RawPrice>>,
     priority: Option<i64>,
     share: Option<u32>,
     max_parallel: Option<u32>,
@@ -509,8 +515,9 @@ fn validate(raw: RawPlan) -> Result<Plan, PlanError> {
     let budget = budget::swarm_budget(raw.budget.as_ref())?;
     let schedule = schedule::swarm(raw.priority, raw.share, raw.max_parallel)?;
     let forge = forge::validate(raw.forge.as_ref())?.map(Arc::new);
+    let prices = Arc::new(prices::resolve(raw.prices.as_ref())?);
     let plan = validate_body(frame, &raw.defaults, &raw.tasks)?;
-    Ok(Plan { integration: integration.map(Arc::new), budget, schedule, forge, ..plan })
+    Ok(Plan { integration: integration.map(Arc::new), budget, schedule, forge, prices, ..plan })
 }
 
 /// Validates the defaults and tasks of the plan `frame` names: the root
@@ -745,6 +752,7 @@ fn validate_body(frame: subplan::Frame, d: &RawDefaults, raw_tasks: &[RawTask]) 
         budget: SwarmBudget::default(),
         schedule: Schedule::default(),
         forge: None,
+        prices: Arc::default(),
     })
 }
 

@@ -292,15 +292,15 @@ impl Request {
         out
     }
 
-    /// The directory the client works in, as Claude Code's system prompt
-    /// says it ("Primary working directory: ..."), in the `system` field or
-    /// a system message.
     /// `path` under the CLI's working directory, as a model writes file paths.
     pub fn abs(&self, path: &str) -> String {
         let cwd = self.working_directory().expect("the system prompt names the working directory");
         format!("{cwd}/{path}")
     }
 
+    /// The directory the client works in, as Claude Code says it
+    /// ("Primary working directory: ..."): in the `system` field, a system
+    /// message, or (for some models) a reminder in the first user message.
     pub fn working_directory(&self) -> Option<String> {
         const SAYS: &str = "Primary working directory: ";
         let system = self.body.get("system").map(text_of).unwrap_or_default();
@@ -308,6 +308,7 @@ impl Request {
             .messages()
             .iter()
             .filter(|m| m.get("role").and_then(Value::as_str) == Some("system"))
+            .chain(self.messages().iter().find(|m| m.get("role").and_then(Value::as_str) == Some("user")))
             .map(|m| text_of(m.get("content").unwrap_or(&Value::Null)));
         std::iter::once(system).chain(messages).find_map(|t| {
             let at = t.find(SAYS)? + SAYS.len();

@@ -406,6 +406,18 @@ fn agent_spec(a: &crate::scheduler::AgentAssign) -> v1::AgentSpec {
             } as i32,
         }),
         resume_session: a.resume_session.clone(),
+        prices: a
+            .prices
+            .entries()
+            .iter()
+            .map(|(model, p)| v1::ModelPrice {
+                model: model.clone(),
+                input: p.input,
+                output: p.output,
+                cache_write: p.cache_write,
+                cache_read: p.cache_read,
+            })
+            .collect(),
     }
 }
 

@@ -177,6 +177,7 @@ impl Scheduler {
                     .filter(|a| a.worker == attempt.worker)
                     .map(|a| a.agent.session_id.clone())
                     .unwrap_or_default(),
+                prices: self.shared.model.prices(&key.swarm),
             }),
             review_diff_base: None,
             sandbox: task.spec.sandbox.clone(),

@@ -25,23 +25,18 @@
 //!
 //! # Usage accounting
 //!
-//! Within one process: every assistant message of one API call repeats
-//! the same `message.id` and the same usage (text and each parallel
-//! tool_use arrive as separate lines), so live usage counts each id once,
-//! keeping the largest value seen per field (the SDK's cost-tracking notes:
-//! the last of a group is the accurate one). With stream-json input one
-//! process serves every turn, and a `result`'s `usage` covers only its own
-//! turn (since the previous result) while `total_cost_usd` is the running
-//! total of the process: so results' tokens are summed, each replacing the
-//! live estimate of its turn, and the cost is the latest total. Across
-//! processes (a resume is a new process) each reports only its own
-//! spending, so the driver adds the processes' totals.
+//! With stream-json input one process serves every turn; each API call's
+//! tokens are priced as its assistant message arrives, and each turn's
+//! `result` replaces the estimate with the CLI's own running total
+//! ([`ClaudeSpend`]). Across processes (a resume is a new process) each
+//! reports only its own spending, so the driver adds the processes' totals.
 
 use std::collections::HashMap;
 
 use serde_json::{Value, json};
-use swarm_core::Usage;
 use swarm_core::plan::AgentKind;
+
+use super::cost::{ClaudeSpend, Pricing};
 
 use crate::worker_mcp::{SERVER_NAME, StdioServer};
 
@@ -62,12 +57,7 @@ const MAX_OPTIONS: usize = 16;
 #[derive(Debug, Default)]
 pub struct Claude {
     session: Option<String>,
-    /// Live usage of the current turn, per API message id.
-    turn: HashMap<String, Usage>,
-    /// Tokens of this process's results, summed (each covers its turn).
-    results: Usage,
-    /// `total_cost_usd` of this process's latest result (cumulative).
-    cost: f64,
+    spend: ClaudeSpend,
     /// Edits in flight: tool_use id → the path, reported once the tool's
     /// result says it worked (a denied edit changed nothing).
     pending_edits: HashMap<String, String>,
@@ -233,7 +223,16 @@ impl Agent for Claude {
 
     fn new_process(&mut self) {
         let session = self.session.take();
-        *self = Claude { session, ..Claude::default() };
+        self.spend.new_process();
+        let spend = std::mem::take(&mut self.spend);
+        *self = Claude { session, spend, ..Claude::default() };
+    }
+}
+
+impl Claude {
+    /// Claude Code for an attempt whose calls are priced with `pricing`.
+    pub fn new(pricing: Pricing) -> Claude {
+        Claude { spend: ClaudeSpend::new(pricing), ..Claude::default() }
     }
 }
 
@@ -247,27 +246,6 @@ fn control_success(request_id: &str, response: Value) -> String {
 
 fn str_at<'a>(v: &'a Value, k: &str) -> Option<&'a str> {
     v.get(k).and_then(Value::as_str)
-}
-
-fn usage_of(u: &Value) -> Usage {
-    let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
-    Usage {
-        input_tokens: n("input_tokens"),
-        output_tokens: n("output_tokens"),
-        cache_read_tokens: n("cache_read_input_tokens"),
-        cache_creation_tokens: n("cache_creation_input_tokens"),
-        cost_usd: 0.0,
-    }
-}
-
-fn max_usage(a: &Usage, b: &Usage) -> Usage {
-    Usage {
-        input_tokens: a.input_tokens.max(b.input_tokens),
-        output_tokens: a.output_tokens.max(b.output_tokens),
-        cache_read_tokens: a.cache_read_tokens.max(b.cache_read_tokens),
-        cache_creation_tokens: a.cache_creation_tokens.max(b.cache_creation_tokens),
-        cost_usd: 0.0,
-    }
 }
 
 fn control_request(v: &Value, out: &mut Vec<AgentEvent>) {
@@ -335,13 +313,8 @@ fn asked_questions(input: &Value) -> Option<Vec<AskedQuestion>> {
 }
 
 impl Claude {
-    fn usage(&self) -> Usage {
-        let mut u = self.results;
-        for t in self.turn.values() {
-            u.add(t);
-        }
-        u.cost_usd = self.cost;
-        u
+    fn usage(&self) -> swarm_core::Usage {
+        self.spend.usage()
     }
 
     fn note_session(&mut self, v: &Value, out: &mut Vec<AgentEvent>) {
@@ -387,9 +360,7 @@ impl Claude {
 
     fn assistant(&mut self, v: &Value, out: &mut Vec<AgentEvent>) {
         let Some(msg) = v.get("message") else { return };
-        if let (Some(id), Some(u)) = (str_at(msg, "id"), msg.get("usage")) {
-            let seen = self.turn.get(id).copied().unwrap_or_default();
-            self.turn.insert(id.to_string(), max_usage(&seen, &usage_of(u)));
+        if self.spend.message(msg, out) {
             out.push(AgentEvent::Usage(self.usage()));
         }
         let Some(blocks) = msg.get("content").and_then(Value::as_array) else { return };
@@ -478,16 +449,7 @@ impl Claude {
 
     fn result(&mut self, v: &Value, out: &mut Vec<AgentEvent>) {
         self.note_session(v, out);
-        self.turn.clear();
-        if let Some(u) = v.get("usage") {
-            self.results.add(&usage_of(u));
-        }
-        if let Some(c) = v.get("total_cost_usd").and_then(Value::as_f64)
-            && c.is_finite()
-            && c >= 0.0
-        {
-            self.cost = self.cost.max(c.min(swarm_core::usage::MAX_COST_USD));
-        }
+        self.spend.result(v);
         out.push(AgentEvent::Usage(self.usage()));
         let subtype = str_at(v, "subtype").unwrap_or_default();
         let is_error = v.get("is_error").and_then(Value::as_bool).unwrap_or(subtype != "success");
@@ -549,6 +511,8 @@ fn mcp_config(server: &StdioServer) -> String {
 
 #[cfg(test)]
 mod tests {
+    use swarm_core::Usage;
+
     use super::*;
 
     fn parse_all(lines: &[&str]) -> (Claude, Vec<AgentEvent>) {
@@ -793,18 +757,18 @@ mod tests {
                 r#"{{"type":"result","subtype":"success","is_error":false,"result":"ok","session_id":"s","total_cost_usd":{cost},"usage":{{"input_tokens":1,"output_tokens":{out}}}}}"#
             )
         };
-        let assistant = r#"{"type":"assistant","message":{"id":"m9","content":[],"usage":{"input_tokens":50,"output_tokens":3}}}"#;
+        let assistant = r#"{"type":"assistant","message":{"id":"m9","model":"claude-sonnet-4-5","content":[],"usage":{"input_tokens":50000,"output_tokens":3}}}"#;
         let mut c = Claude::default();
         c.parse_line(&r(0.10, 5));
         let live = c.parse_line(assistant);
+        let u = live
+            .iter()
+            .find_map(|e| if let AgentEvent::Usage(u) = e { Some(*u) } else { None })
+            .expect("live usage");
+        assert_eq!((u.input_tokens, u.output_tokens), (50_001, 8), "the live turn adds to the finished ones");
         assert!(
-            live.contains(&AgentEvent::Usage(Usage {
-                input_tokens: 51,
-                output_tokens: 8,
-                cost_usd: 0.10,
-                ..Usage::default()
-            })),
-            "the live turn adds to the finished ones: {live:?}"
+            (u.cost_usd - (0.10 + 0.15 + 0.000045)).abs() < 1e-9,
+            "the latest total plus the live call priced at sonnet's prices: {u:?}"
         );
         let ev = c.parse_line(&r(0.25, 7));
         let u = ev

@@ -7,7 +7,9 @@
 //! Codex asks no permissions in exec mode (its sandbox is set with
 //! `extra_args`) and reports no cost, only tokens per turn
 //! (`turn.completed.usage`); its `input_tokens` include the cached ones,
-//! which are reported here as cache reads, as Claude counts them.
+//! which are reported here as cache reads, as Claude counts them. Those
+//! tokens are priced with the attempt's price table as the plan's `model`
+//! (its output does not name one), or as the `codex` family without one.
 
 use serde_json::Value;
 use swarm_core::Usage;
@@ -15,17 +17,31 @@ use swarm_core::plan::AgentKind;
 
 use crate::worker_mcp::{SERVER_NAME, StdioServer};
 
+use super::cost::Pricing;
 use super::{
     Agent, AgentConfig, AgentEvent, FollowUp, Opening, RateLimit, TurnEnd, Verdict, clip, now_unix_ms,
     usage_limit_in_text,
 };
 
+/// What Codex's tokens are priced as when the plan names no model.
+const DEFAULT_MODEL: &str = "codex";
+
 #[derive(Debug, Default)]
 pub struct Codex {
-    /// Tokens of this process's completed turns.
+    /// Tokens of this process's completed turns, with their estimated cost.
     usage: Usage,
     last_message: String,
     rate_limit: Option<RateLimit>,
+    pricing: Pricing,
+    /// The model its tokens are priced as.
+    model: String,
+}
+
+impl Codex {
+    pub fn new(cfg: &AgentConfig, pricing: Pricing) -> Codex {
+        let model = cfg.model.clone().unwrap_or_else(|| DEFAULT_MODEL.to_string());
+        Codex { pricing, model, ..Codex::default() }
+    }
 }
 
 impl Agent for Codex {
@@ -122,7 +138,8 @@ impl Agent for Codex {
     }
 
     fn new_process(&mut self) {
-        *self = Codex::default();
+        let (pricing, model) = (std::mem::take(&mut self.pricing), std::mem::take(&mut self.model));
+        *self = Codex { pricing, model, ..Codex::default() };
     }
 }
 
@@ -135,13 +152,15 @@ impl Codex {
         if let Some(u) = v.get("usage") {
             let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
             let cached = n("cached_input_tokens");
-            self.usage.add(&Usage {
+            let mut turn = Usage {
                 input_tokens: n("input_tokens").saturating_sub(cached),
                 output_tokens: n("output_tokens"),
                 cache_read_tokens: cached,
                 cache_creation_tokens: 0,
                 cost_usd: 0.0,
-            });
+            };
+            turn.cost_usd = self.pricing.cost(&self.model, &turn, out);
+            self.usage.add(&turn);
             out.push(AgentEvent::Usage(self.usage));
         }
         let text = std::mem::take(&mut self.last_message);
@@ -276,7 +295,7 @@ mod tests {
 
     #[test]
     fn a_turn_parses_into_events() {
-        let mut c = Codex::default();
+        let mut c = Codex::new(&cfg(), Pricing::default());
         let lines = [
             r#"{"type":"thread.started","thread_id":"th-1"}"#,
             r#"{"type":"turn.started"}"#,
@@ -305,12 +324,14 @@ mod tests {
         assert!(ev.contains(&AgentEvent::Step("gh.pr".into())));
         assert!(ev.contains(&AgentEvent::Note("error: minor".into())));
         assert!(ev.contains(&AgentEvent::Note("the agent asks: Which database?".into())));
-        assert!(ev.contains(&AgentEvent::Usage(Usage {
-            input_tokens: 60,
-            cache_read_tokens: 40,
-            output_tokens: 7,
-            ..Default::default()
-        })));
+        let u = ev
+            .iter()
+            .find_map(|e| if let AgentEvent::Usage(u) = e { Some(*u) } else { None })
+            .expect("usage");
+        assert_eq!((u.input_tokens, u.cache_read_tokens, u.output_tokens), (60, 40, 7));
+        // gpt-5's prices: $1.25, $0.125 cached and $10 out per million.
+        assert!((u.cost_usd - (60.0 * 1.25 + 40.0 * 0.125 + 7.0 * 10.0) / 1e6).abs() < 1e-12, "{u:?}");
+        assert!(!ev.iter().any(|e| matches!(e, AgentEvent::Note(n) if n.contains("price"))), "a known model");
         assert_eq!(
             ev.last(),
             Some(&AgentEvent::TurnEnded(TurnEnd {
@@ -319,6 +340,10 @@ mod tests {
                 rate_limit: None
             }))
         );
+        c.new_process();
+        let ev = c.parse_line(r#"{"type":"turn.completed","usage":{"input_tokens":1000000}}"#);
+        let next = Usage { input_tokens: 1_000_000, cost_usd: 1.25, ..Usage::default() };
+        assert!(ev.contains(&AgentEvent::Usage(next)), "a new process keeps the model: {ev:?}");
     }
 
     #[test]

@@ -20,6 +20,7 @@ use swarm_core::plan::{AgentKind, Otherwise, PermissionRule};
 pub mod acp;
 pub mod claude;
 pub mod codex;
+pub mod cost;
 pub mod driver;
 pub mod instructions;
 mod limits;
@@ -68,6 +69,8 @@ pub struct AgentConfig {
     /// swarm's tools for this attempt, as the agent starts them; set by
     /// the attempt once its server listens.
     pub mcp: Option<crate::worker_mcp::StdioServer>,
+    /// The swarm's prices, for the live estimate of each API call's cost.
+    pub prices: std::sync::Arc<swarm_core::plan::PriceTable>,
 }
 
 impl AgentConfig {
@@ -91,6 +94,7 @@ impl AgentConfig {
             resume_session: None,
             instructions: Default::default(),
             mcp: None,
+            prices: Default::default(),
         }
     }
 }
@@ -182,9 +186,10 @@ pub fn for_kind(
     worktree: &std::path::Path,
     owned_globs: &[String],
 ) -> Result<Box<dyn Agent>, AgentError> {
+    let pricing = cost::Pricing::new(cfg.prices.clone());
     Ok(match cfg.kind {
-        AgentKind::Claude => Box::new(claude::Claude::default()),
-        AgentKind::Codex => Box::new(codex::Codex::default()),
+        AgentKind::Claude => Box::new(claude::Claude::new(pricing)),
+        AgentKind::Codex => Box::new(codex::Codex::new(cfg, pricing)),
         AgentKind::Acp => Box::new(acp::Acp::new(cfg, worktree, owned_globs)?),
     })
 }

@@ -9,7 +9,9 @@ use swarm_core::names::{check_branch, check_commit};
 use swarm_core::plan::limits::{Limits, check_cpu_millis, check_memory, check_pids};
 use swarm_core::plan::sandbox::{DEFAULT_CONNECT, check_paths, check_ports, check_sandbox_path};
 use swarm_core::plan::secrets::check_env_name;
-use swarm_core::plan::{AgentKind, Otherwise, PermissionRule, SandboxMode, SandboxSpec, SecretSource};
+use swarm_core::plan::{
+    AgentKind, Otherwise, PermissionRule, Price, PriceTable, SandboxMode, SandboxSpec, SecretSource,
+};
 use swarm_proto::convert::{FieldError, required_attempt, session_id_from_wire};
 use swarm_proto::v1;
 
@@ -121,6 +123,21 @@ fn agent(s: &v1::AgentSpec) -> Result<AgentConfig, FieldError> {
             "agent \"acp\" needs the ACP server's program (the plan's agent_command)",
         ));
     }
+    let prices = s
+        .prices
+        .iter()
+        .map(|p| {
+            let price = Price {
+                input: p.input,
+                output: p.output,
+                cache_write: p.cache_write,
+                cache_read: p.cache_read,
+            };
+            (p.model.clone(), price)
+        })
+        .collect();
+    // The plan parser's own rules (non-negative finite prices, one entry a family).
+    let prices = PriceTable::new("agent.prices", prices).map_err(|e| FieldError::new(e.path, e.rule))?;
     let non_empty = |v: &str| (!v.is_empty()).then(|| v.to_string());
     Ok(AgentConfig {
         kind,
@@ -138,6 +155,7 @@ fn agent(s: &v1::AgentSpec) -> Result<AgentConfig, FieldError> {
         resume_session,
         instructions: instructions::Instructions::from_wire(s.instructions.as_deref()),
         mcp: None,
+        prices: std::sync::Arc::new(prices),
     })
 }
 
@@ -255,6 +273,26 @@ mod tests {
         ] {
             assert!(agent(&bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn the_plans_prices_come_with_the_agent_and_bad_ones_are_refused() {
+        let price = |model: &str, output: f64| v1::ModelPrice {
+            model: model.into(),
+            input: 1.0,
+            output,
+            cache_write: 1.0,
+            cache_read: 0.1,
+        };
+        let spec = |prices| v1::AgentSpec { kind: "claude".into(), prices, ..Default::default() };
+        let c = agent(&spec(vec![price("Mystery", 2.0)])).expect("valid");
+        let (p, _) = c.prices.lookup("mystery-7");
+        assert_eq!((p.input, p.output, p.cache_read), (1.0, 2.0, 0.1));
+        let e = agent(&spec(vec![price("mystery", -2.0)])).expect_err("negative");
+        assert_eq!(e.field, "agent.prices.\"mystery\".output");
+        let e = agent(&spec(vec![price("x", f64::INFINITY)])).expect_err("infinite");
+        assert_eq!(e.field, "agent.prices.\"x\".output");
+        assert!(agent(&spec(vec![price("", 1.0)])).is_err(), "no model");
     }
 
     #[test]

@@ -51,6 +51,8 @@ pub struct AgentAssign {
     pub spec: AgentSpec,
     /// Empty: a new session.
     pub resume_session: String,
+    /// The swarm's prices, for the sidecar's estimate of each API call.
+    pub prices: std::sync::Arc<swarm_core::plan::PriceTable>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -427,6 +427,17 @@ impl Model {
         &self.swarms
     }
 
+    /// What the agents of `swarm` are priced at: its root plan's `prices`
+    /// (a child swarm's plan has none of its own).
+    pub fn prices(&self, swarm: &SwarmId) -> std::sync::Arc<swarm_core::plan::PriceTable> {
+        let root = SwarmId::new(swarm.root()).ok();
+        root.as_ref()
+            .and_then(|r| self.swarms.get(r))
+            .or_else(|| self.swarms.get(swarm))
+            .map(|s| s.plan.prices.clone())
+            .unwrap_or_default()
+    }
+
     pub fn tasks(&self) -> &Tasks {
         &self.tasks
     }

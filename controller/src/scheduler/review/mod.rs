@@ -413,7 +413,8 @@ pub(super) fn assign_spec(model: &Model, key: &TaskKey, number: u32) -> Option<A
     let (command, agent) = match spec {
         ReviewSpec::Command(argv) => (argv.clone(), None),
         ReviewSpec::Agent { spec, .. } => {
-            (Vec::new(), Some(AgentAssign { spec: (**spec).clone(), resume_session: String::new() }))
+            let prices = model.prices(&key.swarm);
+            (Vec::new(), Some(AgentAssign { spec: (**spec).clone(), resume_session: String::new(), prices }))
         }
         ReviewSpec::Operator => return None,
     };

@@ -86,6 +86,33 @@ impl Rig {
     }
 }
 
+/// The sidecar's live figure is an estimate from the price table; the
+/// agent's own total replaces it. Stopped on an estimate over the cap, a
+/// task whose agent then reports less goes on (resuming its session)
+/// rather than staying BLOCKED; the Assign carries the plan's prices.
+#[test]
+fn a_task_stopped_on_an_estimate_goes_on_when_the_agents_own_total_is_under_its_budget() {
+    let top = "[prices.\"claude-sonnet\"]\ninput = 2.0\noutput = 10.0\n";
+    let plan = "[[tasks]]\nid = \"a\"\nfiles = [\"a.txt\"]\nagent = \"claude\"\nbudget_usd = 1.0\n";
+    let mut rig = Rig::build_with(0, 64, top, plan);
+    let first = assigned(&drain(&mut rig.outbound));
+    let prices = &first[0].agent.as_ref().expect("agent").prices;
+    let (price, _) = prices.lookup("claude-sonnet-4-5");
+    assert_eq!((price.input, price.output), (2.0, 10.0), "the plan's prices go with the Assign");
+    let attempt = handle(&first[0]);
+    rig.progress(attempt.clone(), spent(1.05), "sess-a");
+    assert_eq!(
+        cancels(&drain(&mut rig.outbound)),
+        vec![("s/a".to_string(), true)],
+        "stopped at the estimate"
+    );
+    rig.checkpointed(attempt, spent(0.9), "sess-a");
+    assert_eq!(rig.task_of("a").task.state, TaskState::Running, "READY and assigned again");
+    let next = assigned(&drain(&mut rig.outbound));
+    assert_eq!(next.len(), 1);
+    assert_eq!(next[0].agent.as_ref().expect("agent").resume_session, "sess-a");
+}
+
 #[test]
 fn a_task_at_its_budget_is_checkpointed_blocked_and_resumes_its_session_once_raised() {
     let plan = "[[tasks]]\nid = \"a\"\nfiles = [\"a.txt\"]\nagent = \"claude\"\nbudget_usd = 1.0\n";

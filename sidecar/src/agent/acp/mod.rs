@@ -27,6 +27,14 @@
 //! offered: an agent then runs commands itself, inside the same sandbox as
 //! its own process, which is what a served terminal would have to rebuild.
 //!
+//! # Cost
+//!
+//! A `usage_update`'s cost is the agent's own running total and stands as
+//! the process's cost once one came; until then the tokens a prompt
+//! response reports are priced with the attempt's price table, as the
+//! model the session named (`models.currentModelId`) or, unnamed, as the
+//! table's fallback.
+//!
 //! Every line is hostile input: nothing here panics, sizes are bounded,
 //! a line that is not a JSON-RPC message is [`AgentEvent::Unparseable`].
 
@@ -38,6 +46,7 @@ use serde_json::{Value, json};
 use swarm_core::Usage;
 use swarm_core::plan::AgentKind;
 
+use super::cost::Pricing;
 use super::policy::Policy;
 use super::{Agent, AgentConfig, AgentError, AgentEvent, FollowUp, Opening, Verdict, clip};
 
@@ -98,6 +107,13 @@ pub struct Acp {
     /// The process's usage so far (cost from `usage_update`, tokens from a
     /// prompt response's `usage`, where an agent reports them).
     usage: Usage,
+    /// The process reported its cost (`usage_update`): estimates stop counting.
+    reported: bool,
+    /// The estimated cost of its turns' tokens.
+    estimated: f64,
+    pricing: Pricing,
+    /// The session's model, as the agent named it; empty when it did not.
+    model: String,
     /// swarm's tools, given to every session (stdio, which every agent supports).
     mcp_servers: Vec<schema::McpServer>,
 }
@@ -117,6 +133,10 @@ impl Acp {
             turn: updates::Turn::default(),
             perms: permission::Pending::default(),
             usage: Usage::default(),
+            reported: false,
+            estimated: 0.0,
+            pricing: Pricing::new(cfg.prices.clone()),
+            model: String::new(),
             mcp_servers: cfg.mcp.iter().map(mcp_server).collect(),
         })
     }
@@ -201,6 +221,7 @@ impl Acp {
             return;
         };
         if let Some(cost) = self.turn.on_update(update, out) {
+            self.reported = true;
             self.usage.cost_usd = cost;
             out.push(AgentEvent::Usage(self.usage));
         }
@@ -226,6 +247,7 @@ impl Acp {
         match sent {
             Sent::Initialize => self.on_initialized(result, out),
             Sent::NewSession => {
+                self.note_model(result);
                 match result.get("sessionId").and_then(Value::as_str).filter(|s| session_ok(s)) {
                     Some(id) => self.on_session(id.to_string(), out),
                     None => out.push(AgentEvent::TurnEnded(
@@ -234,11 +256,17 @@ impl Acp {
                 }
             }
             Sent::LoadSession(id) => {
+                self.note_model(result);
                 self.loading = false;
                 self.on_session(id, out);
             }
             Sent::Prompt => {
-                self.usage.add(&updates::turn_usage(result));
+                let turn = updates::turn_usage(result);
+                self.estimated += self.pricing.cost(&self.model, &turn, out);
+                self.usage.add(&turn);
+                if !self.reported {
+                    self.usage.cost_usd = self.estimated.min(swarm_core::usage::MAX_COST_USD);
+                }
                 out.push(AgentEvent::Usage(self.usage));
                 out.push(AgentEvent::TurnEnded(self.turn.end(result)));
                 if let Some(next) = self.release_held() {
@@ -278,6 +306,13 @@ impl Acp {
             }
         };
         out.push(AgentEvent::Send(line));
+    }
+
+    /// The session's model, where the agent names it (for pricing).
+    fn note_model(&mut self, result: &Value) {
+        if let Some(m) = result.pointer("/models/currentModelId").and_then(Value::as_str) {
+            self.model = clip(m, 128);
+        }
     }
 
     fn on_session(&mut self, id: String, out: &mut Vec<AgentEvent>) {
@@ -360,6 +395,8 @@ impl Agent for Acp {
         self.loading = false;
         self.can_load = false;
         self.usage = Usage::default();
+        self.reported = false;
+        self.estimated = 0.0;
         // The session stays: the next process may load it.
     }
 

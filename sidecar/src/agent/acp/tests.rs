@@ -448,3 +448,36 @@ fn a_new_session_gets_swarms_tools_as_a_stdio_server() {
                 "env": [{"name": "SWARM_MCP_TOKEN", "value": "t0k"}]}])
     );
 }
+
+#[test]
+fn turn_tokens_are_priced_as_the_sessions_model_until_the_agent_reports_its_cost() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wt = dir.path();
+    let mut a = acp(wt);
+    let init: Value = serde_json::from_str(a.opening("go", None).input.trim()).expect("json");
+    let new =
+        sent(&feed(&mut a, response(&init["id"], json!({"protocolVersion": 1, "agentCapabilities": {}}))))
+            .remove(0);
+    let models = json!({"currentModelId": "claude-sonnet-4-5", "availableModels": []});
+    let prompt =
+        sent(&feed(&mut a, response(&new["id"], json!({"sessionId": "s1", "models": models})))).remove(0);
+    let cost = |ev: &[AgentEvent]| {
+        ev.iter().rev().find_map(|e| if let AgentEvent::Usage(u) = e { Some(u.cost_usd) } else { None })
+    };
+    let usage = json!({"inputTokens": 1_000_000, "outputTokens": 100_000, "totalTokens": 1_100_000});
+    let ev = feed(&mut a, response(&prompt["id"], json!({"stopReason": "end_turn", "usage": usage})));
+    let usd = cost(&ev).expect("usage");
+    assert!((usd - 4.5).abs() < 1e-9, "sonnet's $3 in and $15 out per million: {usd}");
+    assert!(!ev.iter().any(|e| matches!(e, AgentEvent::Note(_))), "a priced model: {ev:?}");
+    let next: Value = serde_json::from_str(a.user_message("more").trim()).expect("json");
+    let update = json!({"sessionUpdate": "usage_update", "used": 1, "size": 2,
+        "cost": {"amount": 4.0, "currency": "USD"}});
+    let ev = feed(
+        &mut a,
+        json!({"jsonrpc": "2.0", "method": "session/update",
+        "params": {"sessionId": "s1", "update": update}}),
+    );
+    assert_eq!(cost(&ev), Some(4.0), "the agent's own total replaces the estimate");
+    let ev = feed(&mut a, response(&next["id"], json!({"stopReason": "end_turn", "usage": usage})));
+    assert_eq!(cost(&ev), Some(4.0), "and later tokens do not add to it");
+}

@@ -473,8 +473,16 @@ impl Driver<'_, '_> {
                 }
             }
             AgentEvent::Usage(u) => {
+                let changed = u != self.usage_proc;
                 self.usage_proc = u;
                 self.progress_dirty = true;
+                // Budgets are enforced by the controller from these
+                // reports: each API call's spending goes out at once, so
+                // the call that reaches a cap stops the agent before it
+                // makes many more.
+                if changed {
+                    self.send_progress();
+                }
             }
             AgentEvent::Note(n) => {
                 self.push_tail(n);
