@@ -214,3 +214,57 @@ async fn permission_events(url: &str, task_id: &str) -> Vec<String> {
     let decided = |m: &String| m.contains("permission allowed: ") || m.contains("permission denied: ");
     events.into_iter().map(|e| e.message).filter(decided).collect()
 }
+
+/// As root with `--worker-user`, the state directory lets the worker
+/// user's group search it (mode 0710), so its workers reach their
+/// worktrees; a state home the user cannot pass stops the run before any
+/// sidecar starts, naming `XDG_STATE_HOME`.
+#[test]
+fn a_worker_user_reaches_its_worktrees_in_the_state_directory() {
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    let test = "a_worker_user_reaches_its_worktrees_in_the_state_directory";
+    if !swarm_tests::is_root() {
+        return skip_for(test, Needs::Root, "only root may run its workers as another user");
+    }
+    let gid = Command::new("id").args(["-g", "nobody"]).output().ok().filter(|o| o.status.success());
+    let Some(gid) = gid.and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse::<u32>().ok()) else {
+        return skip_for(test, Needs::Program("id"), "no user nobody");
+    };
+    let open = |p: &Path| std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[]))]);
+    open(repo.path());
+    let plan = PlanBuilder::new("wu").task(task("a")).build();
+    let run_as = |state: &Path| {
+        let dir = tempfile::tempdir().unwrap();
+        let plan_path = dir.path().join("plan.toml");
+        std::fs::write(&plan_path, &plan).unwrap();
+        let child = Command::new(binary("swarmctl"))
+            .args(["run", "--plain", "--workers", "1", "--worker-user", "nobody", "--repo"])
+            .arg(repo.path())
+            .arg(&plan_path)
+            .env("XDG_STATE_HOME", state)
+            .env("XDG_RUNTIME_DIR", dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_output(child, Duration::from_secs(300))
+    };
+    let private = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let out = run_as(private.path());
+    assert_ne!(out.status.code(), Some(0), "stdout:\n{}", stdout(&out));
+    assert!(stderr(&out).contains("set XDG_STATE_HOME"), "{}", stderr(&out));
+
+    let state = tempfile::tempdir().unwrap();
+    open(state.path());
+    let out = run_as(state.path());
+    assert_eq!(out.status.code(), Some(0), "stdout:\n{}\nstderr:\n{}", stdout(&out), stderr(&out));
+    let dir = state_dir(state.path(), repo.path());
+    for d in [dir.clone(), dir.join("workspaces")] {
+        let meta = std::fs::metadata(&d).unwrap();
+        assert_eq!((meta.mode() & 0o777, meta.gid()), (0o710, gid), "{}", d.display());
+    }
+    assert_eq!(repo.file("swarm/wu/integration", "a.txt").as_deref(), Some("a\n"));
+}

@@ -64,8 +64,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
     }
     // Refused here, before anything starts, rather than by each sidecar.
     let worker_user = args.worker_user.map(|u| u.for_this_process()).transpose()?.flatten();
-    let worker_user = worker_user.as_ref().map(|u| u.name.as_str());
-    let mut session = Session::start(&repo, args.workers, &labels, args.metrics_listen, worker_user).await?;
+    let mut session =
+        Session::start(&repo, args.workers, &labels, args.metrics_listen, worker_user.as_ref()).await?;
     let result = session.drive(&text, &plan, live, &BTreeMap::new()).await;
     // A controller that stopped on its own (its store failed, a thread
     // died) is the error to report, whatever the drive saw.
@@ -111,7 +111,7 @@ impl Session {
         workers: u32,
         labels: &BTreeMap<String, String>,
         metrics_listen: Option<std::net::SocketAddr>,
-        worker_user: Option<&str>,
+        worker_user: Option<&swarm_sidecar::sandbox::WorkerUser>,
     ) -> anyhow::Result<Session> {
         let log_dir = repo.join(".git").join("swarm").join("logs");
         std::fs::create_dir_all(&log_dir).with_context(|| format!("creating {}", log_dir.display()))?;
@@ -120,14 +120,14 @@ impl Session {
         let url = controller.url();
         // Before the sidecars: an older run's worktrees move first, each
         // under its worker's liveness lock.
-        let started = state::workspaces(repo).and_then(|ws| {
+        let started = state::workspaces(repo, worker_user).and_then(|ws| {
             Sidecars::start(
                 &url,
                 controller.sidecar_token(),
                 repo,
                 &ws,
                 workers,
-                &Flags { labels, worker_user },
+                &Flags { labels, worker_user: worker_user.map(|u| u.name.as_str()) },
                 &log_dir,
             )
         });

@@ -14,6 +14,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
+use swarm_sidecar::sandbox::WorkerUser;
 use swarm_sidecar::worktree::Workspaces;
 use swarm_sidecar::worktree::relocate::{Moved, relocate_all};
 
@@ -24,17 +25,72 @@ const REPO_FILE: &str = "repo";
 
 /// The local sidecars' workspaces directory for `repo`, made private, with
 /// what an older swarmctl left under `<repo>/.git/workspaces/` moved into it.
-pub fn workspaces(repo: &Path) -> anyhow::Result<PathBuf> {
+/// With a `--worker-user`, its group may search it and anyone may pass
+/// through `swarm/` above it (the worker reaches its worktree by path), and
+/// every directory above that must let the user pass.
+pub fn workspaces(repo: &Path, worker_user: Option<&WorkerUser>) -> anyhow::Result<PathBuf> {
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
     let home = std::env::var_os("HOME").map(PathBuf::from).filter(|h| h.is_absolute());
     let base = state_home(std::env::var_os("XDG_STATE_HOME").map(PathBuf::from), home)?;
     let dir = base.join("swarm").join(super::controller::repo_key(repo));
     let ws = dir.join(WORKSPACES);
-    super::controller::private_dir(&[&dir, &ws], "it holds the worktrees of the local sidecars")?;
+    {
+        use std::os::unix::fs::DirBuilderExt as _;
+        let mut builder = std::fs::DirBuilder::new();
+        builder
+            .recursive(true)
+            .mode(0o700)
+            .create(&ws)
+            .with_context(|| format!("creating {}", ws.display()))?;
+    }
+    for d in [&dir, &ws] {
+        own_private(d, worker_user.map(|u| u.ids.gid))?;
+    }
+    if let Some(user) = worker_user {
+        // Shared by the runs of every repository: any user may pass
+        // through it, none list it.
+        let swarm = base.join("swarm");
+        if std::fs::symlink_metadata(&swarm).is_ok_and(|m| m.uid() == nix::unistd::getuid().as_raw()) {
+            std::fs::set_permissions(&swarm, std::fs::Permissions::from_mode(0o711))
+                .with_context(|| format!("setting the mode of {}", swarm.display()))?;
+        }
+        user.check_reaches(&[&ws]).map_err(|e| {
+            anyhow::anyhow!(
+                "{e}; the local worktrees live in {}: set XDG_STATE_HOME to a directory that user can reach",
+                ws.display()
+            )
+        })?;
+    }
     let record = dir.join(REPO_FILE);
     std::fs::write(&record, format!("{}\n", repo.display()))
         .with_context(|| format!("writing {}", record.display()))?;
     move_old_worktrees(repo, &ws)?;
     Ok(ws)
+}
+
+/// Makes `dir`, which must be this user's, mode 0700, or 0710 with group
+/// `gid` (a worker user's) when given: as each run needs it, whatever an
+/// earlier run with or without a worker user left.
+fn own_private(dir: &Path, gid: Option<u32>) -> anyhow::Result<()> {
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    let uid = nix::unistd::getuid().as_raw();
+    let meta = std::fs::symlink_metadata(dir).with_context(|| format!("reading {}", dir.display()))?;
+    if meta.uid() != uid || !meta.is_dir() {
+        anyhow::bail!(
+            "{} must be a directory owned by uid {uid} (it holds the local worktrees)",
+            dir.display()
+        );
+    }
+    let (group, mode) = match gid {
+        Some(g) => (Some(nix::unistd::Gid::from_raw(g)), 0o710),
+        None => (None, 0o700),
+    };
+    if group.is_some() {
+        nix::unistd::chown(dir, None, group)
+            .with_context(|| format!("giving {} to group {gid:?}", dir.display()))?;
+    }
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
+        .with_context(|| format!("setting the mode of {}", dir.display()))
 }
 
 /// `$XDG_STATE_HOME` when it is an absolute path (the XDG rule for a
