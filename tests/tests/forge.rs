@@ -65,6 +65,7 @@ fn run(repo: &TempRepo, plan: &str, extra: &[&str]) -> Output {
     std::fs::write(&path, plan).unwrap();
     let child = Command::new(binary("swarmctl"))
         .args(["run", path.to_str().unwrap(), "--workers", "2", "--repo", repo.path().to_str().unwrap()])
+        .env("XDG_STATE_HOME", swarm_tests::state_home())
         .args(extra)
         .env(TOKEN_VAR, TOKEN)
         .stdin(Stdio::null())

@@ -32,6 +32,7 @@ fn a_2000_task_plan_runs_to_the_end_without_a_failed_attempt() {
     // A bound, not a timing: 2,000 debug-built tasks on a loaded 2-core
     // machine take minutes; the shared 60 s wait was too short there.
     let run = Command::new(binary("swarmctl"))
+        .env("XDG_STATE_HOME", swarm_tests::state_home())
         .args([
             "run",
             path.to_str().unwrap(),

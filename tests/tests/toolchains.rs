@@ -32,6 +32,7 @@ fn run_local(repo: &Path, plan: &str, path: Option<&str>) -> Output {
         .arg(repo)
         .arg(&plan_path)
         .env("XDG_RUNTIME_DIR", dir.path())
+        .env("XDG_STATE_HOME", swarm_tests::state_home())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
