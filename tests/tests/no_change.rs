@@ -63,6 +63,9 @@ async fn an_agent_that_changed_nothing_fails_unless_on_empty_merges_and_a_comman
         assert_eq!(a.state, AttemptState::Failed as i32, "{a:?}");
         assert_eq!(a.error, NO_CHANGE, "{a:?}");
     }
+    let out = swarmctl(&url, &["report", "nc"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains(NO_CHANGE), "the report names why strict failed:\n{}", stdout(&out));
     let said = event_messages(&url, "nc/strict", "task.no_change").await;
     assert_eq!(said.len(), 2, "one task.no_change per attempt: {said:?}");
     assert!(said.iter().all(|m| m.ends_with(NO_CHANGE)), "{said:?}");
@@ -77,6 +80,7 @@ async fn an_agent_that_changed_nothing_fails_unless_on_empty_merges_and_a_comman
     let describe = stdout(&out);
     assert!(describe.contains("with no change"), "{describe}");
     assert!(describe.contains("task.no_change"), "{describe}");
+    assert!(describe.contains("no change: its result changes no file"), "the branch report: {describe}");
 
     // A command may rightly have nothing to change: it merges by default.
     let cmd = wait_task_state(&url, "nc", "cmd", TaskState::Merged).await;

@@ -55,6 +55,13 @@ pub fn branch_report(task: &Task, attempts: &Attempts) -> BranchReport {
         {
             format!("approved by {}", r.by)
         }
+        // A result that changed no file is said so: nothing to review
+        // (a child swarm's task reports no files of its own).
+        (TaskState::Succeeded | TaskState::Merging | TaskState::Merged, _)
+            if task.notes.files_changed.is_empty() && task.spec.subplan.is_none() =>
+        {
+            "no change: its result changes no file".into()
+        }
         (TaskState::Succeeded | TaskState::Merging | TaskState::Merged, _) => {
             "its own verification passed".into()
         }
