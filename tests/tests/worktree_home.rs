@@ -21,11 +21,18 @@ use swarm_tests::{
 
 /// `swarmctl run --plain` of `plan` on `repo` with `XDG_STATE_HOME=state`.
 fn run(repo: &Path, plan: &str, workers: u32, state: &Path) -> std::process::Output {
+    run_with(repo, plan, workers, state, &[])
+}
+
+/// As [`run`], with `extra` flags for `swarmctl run`.
+fn run_with(repo: &Path, plan: &str, workers: u32, state: &Path, extra: &[&str]) -> std::process::Output {
     let dir = tempfile::tempdir().unwrap();
     let plan_path = dir.path().join("plan.toml");
     std::fs::write(&plan_path, plan).unwrap();
     let child = Command::new(binary("swarmctl"))
-        .args(["run", "--plain", "--workers", &workers.to_string(), "--repo"])
+        .args(["run", "--plain", "--workers", &workers.to_string()])
+        .args(extra)
+        .arg("--repo")
         .arg(repo)
         .arg(&plan_path)
         .env("XDG_STATE_HOME", state)
@@ -234,23 +241,7 @@ fn a_worker_user_reaches_its_worktrees_in_the_state_directory() {
     let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[]))]);
     open(repo.path());
     let plan = PlanBuilder::new("wu").task(task("a")).build();
-    let run_as = |state: &Path| {
-        let dir = tempfile::tempdir().unwrap();
-        let plan_path = dir.path().join("plan.toml");
-        std::fs::write(&plan_path, &plan).unwrap();
-        let child = Command::new(binary("swarmctl"))
-            .args(["run", "--plain", "--workers", "1", "--worker-user", "nobody", "--repo"])
-            .arg(repo.path())
-            .arg(&plan_path)
-            .env("XDG_STATE_HOME", state)
-            .env("XDG_RUNTIME_DIR", dir.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        wait_output(child, Duration::from_secs(300))
-    };
+    let run_as = |state: &Path| run_with(repo.path(), &plan, 1, state, &["--worker-user", "nobody"]);
     let private = tempfile::tempdir().unwrap();
     std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
     let out = run_as(private.path());
