@@ -23,6 +23,7 @@ pub mod codex;
 pub mod cost;
 pub mod driver;
 pub mod instructions;
+mod jsonrpc;
 mod limits;
 pub mod policy;
 mod process;
@@ -178,19 +179,29 @@ pub trait Agent: Send {
     }
 }
 
-/// The agent for the Assign's settings. `worktree` and `owned_globs` are
-/// for an agent the sidecar serves files to (ACP), under the same
-/// ownership rules as its permission requests.
-pub fn for_kind(
-    cfg: &AgentConfig,
-    worktree: &std::path::Path,
-    owned_globs: &[String],
-) -> Result<Box<dyn Agent>, AgentError> {
+/// Where an agent runs, beyond its settings.
+#[derive(Debug, Clone, Copy)]
+pub struct Host<'a> {
+    pub worktree: &'a std::path::Path,
+    pub owned_globs: &'a [String],
+    /// swarm's sandbox confines the agent's process.
+    pub confined: bool,
+    /// How the installed Codex is spoken to ([`codex::transport`]).
+    pub codex: codex::Transport,
+}
+
+/// The agent for the Assign's settings. The worktree and owned globs are
+/// for an agent whose edits are asked or served (ACP, Codex's
+/// app-server), under the same ownership rules as every permission request.
+pub fn for_kind(cfg: &AgentConfig, host: Host<'_>) -> Result<Box<dyn Agent>, AgentError> {
     let pricing = cost::Pricing::new(cfg.prices.clone());
-    Ok(match cfg.kind {
-        AgentKind::Claude => Box::new(claude::Claude::new(pricing)),
-        AgentKind::Codex => Box::new(codex::Codex::new(cfg, pricing)),
-        AgentKind::Acp => Box::new(acp::Acp::new(cfg, worktree, owned_globs)?),
+    Ok(match (cfg.kind, host.codex) {
+        (AgentKind::Claude, _) => Box::new(claude::Claude::new(pricing)),
+        (AgentKind::Codex, codex::Transport::AppServer) => {
+            Box::new(codex::AppServer::new(cfg, host.worktree, host.owned_globs, pricing, host.confined)?)
+        }
+        (AgentKind::Codex, codex::Transport::Exec) => Box::new(codex::Exec::new(cfg, pricing, host.confined)),
+        (AgentKind::Acp, _) => Box::new(acp::Acp::new(cfg, host.worktree, host.owned_globs)?),
     })
 }
 

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use agent_client_protocol_schema::v1 as schema;
 use serde_json::{Value, json};
 
-use super::{INVALID_PARAMS, error_reply, reply};
+use crate::agent::jsonrpc::{INVALID_PARAMS, error_reply, reply};
 use crate::agent::policy::{Decision, Policy};
 use crate::agent::{AgentEvent, clip};
 

@@ -47,6 +47,7 @@ use swarm_core::Usage;
 use swarm_core::plan::AgentKind;
 
 use super::cost::Pricing;
+use super::jsonrpc::{self, INVALID_PARAMS, METHOD_NOT_FOUND, Message, error_reply, line, session_ok};
 use super::policy::Policy;
 use super::{Agent, AgentConfig, AgentError, AgentEvent, FollowUp, Opening, Verdict, clip};
 
@@ -67,10 +68,6 @@ fn mcp_server(server: &crate::worker_mcp::StdioServer) -> schema::McpServer {
 #[cfg(test)]
 mod tests;
 
-/// JSON-RPC's "method not found".
-const METHOD_NOT_FOUND: i32 = -32601;
-/// JSON-RPC's "invalid params".
-const INVALID_PARAMS: i32 = -32602;
 /// Texts held for the session (the prompt, follow-ups) at most.
 const MAX_HELD: usize = 64;
 
@@ -173,23 +170,16 @@ impl Acp {
     }
 
     fn on_message(&mut self, v: &Value, out: &mut Vec<AgentEvent>) {
-        let id = v.get("id");
-        match (v.get("method").and_then(Value::as_str), id) {
-            (Some(method), Some(id)) if valid_id(id) => self.on_request(method, id, v.get("params"), out),
-            (Some(_), Some(_)) => {
-                out.push(AgentEvent::Unparseable("a request id must be a number or string".into()))
-            }
-            (Some(method), None) => self.on_notification(method, v.get("params"), out),
-            (None, Some(id)) if v.get("result").is_some() || v.get("error").is_some() => {
-                self.on_response(id, v, out)
-            }
-            _ => out.push(AgentEvent::Unparseable("not a JSON-RPC request, notification or response".into())),
+        match jsonrpc::classify(v) {
+            Ok(Message::Request { id, method, params }) => self.on_request(method, id, params, out),
+            Ok(Message::Notification { method, params }) => self.on_notification(method, params, out),
+            Ok(Message::Response { id, result }) => self.on_response(id, result, out),
+            Err(unparseable) => out.push(unparseable),
         }
     }
 
-    fn on_request(&mut self, method: &str, id: &Value, params: Option<&Value>, out: &mut Vec<AgentEvent>) {
+    fn on_request(&mut self, method: &str, id: &Value, params: &Value, out: &mut Vec<AgentEvent>) {
         let _span = tracing::debug_span!("acp.request", method = %clip(method, 64)).entered();
-        let params = params.unwrap_or(&Value::Null);
         match method {
             "session/request_permission" => self.on_permission(id, params, out),
             "fs/read_text_file" => out.push(fs::read(&self.worktree, &self.policy, id, params)),
@@ -227,22 +217,23 @@ impl Acp {
         }
     }
 
-    fn on_response(&mut self, id: &Value, v: &Value, out: &mut Vec<AgentEvent>) {
+    fn on_response(&mut self, id: &Value, result: Result<&Value, String>, out: &mut Vec<AgentEvent>) {
         let Some(sent) = id.as_i64().and_then(|id| self.pending.remove(&id)) else {
             // Not an answer to anything of ours (or answered twice).
             return;
         };
-        let result = v.get("result").filter(|_| v.get("error").is_none());
-        let Some(result) = result else {
-            let why = error_text(v.get("error"));
-            self.loading = false;
-            out.push(AgentEvent::TurnEnded(self.turn.failed(format!("{} failed: {why}", sent.method()))));
-            if sent == Sent::Prompt
-                && let Some(next) = self.release_held()
-            {
-                out.push(AgentEvent::Send(next));
+        let result = match result {
+            Ok(r) => r,
+            Err(why) => {
+                self.loading = false;
+                out.push(AgentEvent::TurnEnded(self.turn.failed(format!("{} failed: {why}", sent.method()))));
+                if sent == Sent::Prompt
+                    && let Some(next) = self.release_held()
+                {
+                    out.push(AgentEvent::Send(next));
+                }
+                return;
             }
-            return;
         };
         match sent {
             Sent::Initialize => self.on_initialized(result, out),
@@ -423,39 +414,4 @@ impl Acp {
             Err(why) => out.push(error_reply(id, INVALID_PARAMS, &why)),
         }
     }
-}
-
-/// A JSON-RPC id the reply can echo: a number or a bounded string.
-fn valid_id(id: &Value) -> bool {
-    id.is_i64() || id.is_u64() || id.as_str().is_some_and(|s| s.len() <= 256)
-}
-
-/// A session id we will hand back in requests and keep in the session file.
-fn session_ok(id: &str) -> bool {
-    !id.is_empty() && id.len() <= 256 && !id.chars().any(char::is_control)
-}
-
-fn line(v: &Value) -> String {
-    format!("{v}\n")
-}
-
-fn reply(id: &Value, result: Value) -> AgentEvent {
-    AgentEvent::Send(line(&json!({"jsonrpc": "2.0", "id": id, "result": result})))
-}
-
-fn error_reply(id: &Value, code: i32, message: &str) -> AgentEvent {
-    AgentEvent::Send(line(&json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})))
-}
-
-/// A JSON-RPC error object as text for a report.
-fn error_text(error: Option<&Value>) -> String {
-    let Some(e) = error else { return "no error given".into() };
-    let message = e.get("message").and_then(Value::as_str).unwrap_or("no message");
-    let data = match e.get("data") {
-        None | Some(Value::Null) => String::new(),
-        Some(Value::String(s)) => format!(" ({})", clip(s, 1000)),
-        Some(d) => format!(" ({})", clip(&d.to_string(), 1000)),
-    };
-    let code = e.get("code").and_then(Value::as_i64).map(|c| format!(" [{c}]")).unwrap_or_default();
-    format!("{}{data}{code}", clip(message, 2000))
 }

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use agent_client_protocol_schema::v1 as schema;
 use serde_json::{Map, Value, json};
 
-use super::line;
+use crate::agent::jsonrpc::line;
 use crate::agent::policy::{Decision, Policy};
 use crate::agent::{AgentEvent, Verdict, clip};
 

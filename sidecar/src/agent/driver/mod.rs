@@ -179,7 +179,17 @@ pub async fn run(s: &Setup<'_>, ch: Channels<'_>) -> Ran {
         Ok(p) => p,
         Err(e) => return Ran::failed(e.to_string()),
     };
-    let agent = match super::for_kind(s.cfg, s.worktree, s.owned_globs) {
+    let codex = match s.cfg.kind {
+        swarm_core::plan::AgentKind::Codex => super::codex::transport(&s.cfg.program).await,
+        _ => super::codex::Transport::Exec,
+    };
+    let host = super::Host {
+        worktree: s.worktree,
+        owned_globs: s.owned_globs,
+        confined: s.launch.confinement.is_some(),
+        codex,
+    };
+    let agent = match super::for_kind(s.cfg, host) {
         Ok(a) => a,
         Err(e) => return Ran::failed(e.to_string()),
     };

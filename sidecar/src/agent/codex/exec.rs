@@ -4,8 +4,9 @@
 //! (options go before the subcommand: `--json` and `--model` are global
 //! there, the rest belong to `exec`).
 //!
-//! Codex asks no permissions in exec mode (its sandbox is set with
-//! `extra_args`) and reports no cost, only tokens per turn
+//! Codex can ask nothing in exec mode: it runs with `approval_policy =
+//! "never"` and the sandbox mode the parent module explains, unless the
+//! plan's `extra_args` set them. It reports no cost, only tokens per turn
 //! (`turn.completed.usage`); its `input_tokens` include the cached ones,
 //! which are reported here as cache reads, as Claude counts them. Those
 //! tokens are priced with the attempt's price table as the plan's `model`
@@ -15,16 +16,12 @@ use serde_json::Value;
 use swarm_core::Usage;
 use swarm_core::plan::AgentKind;
 
-use crate::worker_mcp::{SERVER_NAME, StdioServer};
-
-use super::cost::Pricing;
-use super::{
+use super::{DEFAULT_MODEL, mcp_overrides, sandbox_mode, user_sets};
+use crate::agent::cost::Pricing;
+use crate::agent::{
     Agent, AgentConfig, AgentEvent, FollowUp, Opening, RateLimit, TurnEnd, Verdict, clip, now_unix_ms,
     usage_limit_in_text,
 };
-
-/// What Codex's tokens are priced as when the plan names no model.
-const DEFAULT_MODEL: &str = "codex";
 
 #[derive(Debug, Default)]
 pub struct Codex {
@@ -35,12 +32,14 @@ pub struct Codex {
     pricing: Pricing,
     /// The model its tokens are priced as.
     model: String,
+    /// swarm's sandbox confines the process (see the parent module).
+    confined: bool,
 }
 
 impl Codex {
-    pub fn new(cfg: &AgentConfig, pricing: Pricing) -> Codex {
+    pub fn new(cfg: &AgentConfig, pricing: Pricing, confined: bool) -> Codex {
         let model = cfg.model.clone().unwrap_or_else(|| DEFAULT_MODEL.to_string());
-        Codex { pricing, model, ..Codex::default() }
+        Codex { pricing, model, confined, ..Codex::default() }
     }
 }
 
@@ -56,6 +55,12 @@ impl Agent for Codex {
         }
         if let Some(server) = &cfg.mcp {
             v.extend(mcp_overrides(server));
+        }
+        if !user_sets(&cfg.extra_args, "sandbox_mode") {
+            v.extend(["-c".into(), format!("sandbox_mode=\"{}\"", sandbox_mode(self.confined))]);
+        }
+        if !user_sets(&cfg.extra_args, "approval_policy") {
+            v.extend(["-c".into(), "approval_policy=\"never\"".into()]);
         }
         v.extend(cfg.extra_args.iter().cloned());
         if let Some(s) = resume {
@@ -86,7 +91,7 @@ impl Agent for Codex {
     }
 
     fn parse_line(&mut self, line: &str) -> Vec<AgentEvent> {
-        let v = match super::json_object(line) {
+        let v = match crate::agent::json_object(line) {
             Ok(v) => v,
             Err(unparseable) => return vec![unparseable],
         };
@@ -139,7 +144,7 @@ impl Agent for Codex {
 
     fn new_process(&mut self) {
         let (pricing, model) = (std::mem::take(&mut self.pricing), std::mem::take(&mut self.model));
-        *self = Codex { pricing, model, ..Codex::default() };
+        *self = Codex { pricing, model, confined: self.confined, ..Codex::default() };
     }
 }
 
@@ -224,26 +229,10 @@ impl Codex {
     }
 }
 
-/// swarm's tools as `-c` overrides of Codex's `mcp_servers` table: each
-/// value is TOML, so strings go in as JSON strings (valid TOML basic strings).
-fn mcp_overrides(server: &StdioServer) -> Vec<String> {
-    let quote = |s: &str| serde_json::to_string(s).unwrap_or_default();
-    let key = format!("mcp_servers.{SERVER_NAME}");
-    let args: Vec<String> = server.args.iter().map(|a| quote(a)).collect();
-    let env: Vec<String> = server.env.iter().map(|(k, v)| format!("{} = {}", quote(k), quote(v))).collect();
-    vec![
-        "-c".into(),
-        format!("{key}.command={}", quote(&server.command)),
-        "-c".into(),
-        format!("{key}.args=[{}]", args.join(", ")),
-        "-c".into(),
-        format!("{key}.env={{ {} }}", env.join(", ")),
-    ]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::worker_mcp::StdioServer;
 
     fn cfg() -> AgentConfig {
         AgentConfig {
@@ -261,7 +250,11 @@ mod tests {
             env: vec![("SWARM_MCP_TOKEN".into(), "t\"0k".into())],
         };
         let argv = Codex::default().argv(&AgentConfig { mcp: Some(server), ..cfg() }, None);
-        let overrides: Vec<&str> = argv.windows(2).filter(|w| w[0] == "-c").map(|w| w[1].as_str()).collect();
+        let overrides: Vec<&str> = argv
+            .windows(2)
+            .filter(|w| w[0] == "-c" && w[1].starts_with("mcp_servers."))
+            .map(|w| w[1].as_str())
+            .collect();
         assert_eq!(
             overrides,
             [
@@ -283,11 +276,17 @@ mod tests {
         let mut c = Codex::default();
         assert_eq!(
             c.argv(&cfg(), None).join(" "),
-            "codex exec --json --model gpt-5-codex --sandbox workspace-write -"
+            "codex exec --json --model gpt-5-codex -c approval_policy=\"never\" --sandbox workspace-write -"
         );
         assert_eq!(
             c.argv(&cfg(), Some("th-1")).join(" "),
-            "codex exec --json --model gpt-5-codex --sandbox workspace-write resume th-1 -"
+            "codex exec --json --model gpt-5-codex -c approval_policy=\"never\" --sandbox workspace-write resume th-1 -"
+        );
+        let confined = Codex::new(&AgentConfig::of_kind(AgentKind::Codex), Pricing::default(), true);
+        assert_eq!(
+            confined.argv(&AgentConfig::of_kind(AgentKind::Codex), None).join(" "),
+            "codex exec --json -c sandbox_mode=\"danger-full-access\" -c approval_policy=\"never\" -",
+            "swarm's sandbox is the floor"
         );
         assert_eq!(c.opening("task", None), Opening { input: "task".into(), close: true });
         assert_eq!(c.follow_up(), FollowUp::Resume);
@@ -295,7 +294,7 @@ mod tests {
 
     #[test]
     fn a_turn_parses_into_events() {
-        let mut c = Codex::new(&cfg(), Pricing::default());
+        let mut c = Codex::new(&cfg(), Pricing::default(), false);
         let lines = [
             r#"{"type":"thread.started","thread_id":"th-1"}"#,
             r#"{"type":"turn.started"}"#,
