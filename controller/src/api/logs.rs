@@ -35,9 +35,6 @@ pub type LogRequestMessage = Box<v1::ControllerMessage>;
 const MAX_PENDING: usize = 1024;
 /// How long a sidecar may take to answer one request.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
-/// How much of a log a read returns without `tail_bytes`, and at most.
-pub const DEFAULT_TAIL: u64 = 1 << 20;
-pub const MAX_TAIL: u64 = 16 << 20;
 /// How often a follower looks for new output of a running attempt.
 const FOLLOW_POLL: Duration = Duration::from_millis(300);
 /// How many polls between two checks that the attempt still runs.

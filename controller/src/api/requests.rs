@@ -15,6 +15,12 @@ use tonic::Status;
 use super::{convert, watch};
 use crate::scheduler::{BudgetChange, BudgetTarget, Page};
 
+/// How much of a log a read returns without `tail_bytes`, and at most:
+/// rules of the request, so they sit with its check, which `logs.rs`
+/// calls.
+pub const DEFAULT_TAIL: u64 = 1 << 20;
+pub const MAX_TAIL: u64 = 16 << 20;
+
 /// A swarm id: a root swarm's, or a child swarm's (`app/auth`).
 pub fn swarm_id(field: &str, id: &str) -> Result<String, Status> {
     SwarmId::new(id).map_err(|rule| FieldError::new(field, rule))?;
@@ -159,11 +165,9 @@ pub fn pause(req: v1::PauseSwarmRequest) -> Result<(SwarmId, bool, String), Stat
 pub fn read_attempt_log(req: &v1::ReadAttemptLogRequest) -> Result<(TaskKey, u64), Status> {
     let task = convert::task_key("task_id", &req.task_id)?;
     let tail = match req.tail_bytes {
-        0 => super::logs::DEFAULT_TAIL,
-        n if n > super::logs::MAX_TAIL => {
-            return Err(
-                FieldError::new("tail_bytes", format!("at most {} bytes", super::logs::MAX_TAIL)).into()
-            );
+        0 => DEFAULT_TAIL,
+        n if n > MAX_TAIL => {
+            return Err(FieldError::new("tail_bytes", format!("at most {} bytes", MAX_TAIL)).into());
         }
         n => n,
     };
