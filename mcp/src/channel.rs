@@ -1,6 +1,9 @@
 //! The Operator API client the tools call: one type whatever carries it
-//! (a network channel, or the controller's own service in-process).
+//! (a network channel, or the controller's own service in-process), and
+//! the request that carries the caller to it.
 
+use rmcp::RoleServer;
+use rmcp::service::RequestContext;
 use tonic::body::Body;
 use tower::ServiceExt as _;
 use tower::util::BoxCloneSyncService;
@@ -43,4 +46,15 @@ where
 {
     let service = service.map_response(|r| r.map(Body::new)).map_err(|e| ChannelError(e.into()));
     OperatorServiceClient::new(BoxCloneSyncService::new(service))
+}
+
+/// A request carrying what the transport knows of the caller: over HTTP,
+/// the extensions the controller's authentication put on the request (its
+/// identity), which the in-process Operator API authorizes.
+pub(crate) fn request<T>(ctx: &RequestContext<RoleServer>, message: T) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(message);
+    if let Some(parts) = ctx.extensions.get::<http::request::Parts>() {
+        *req.extensions_mut() = parts.extensions.clone();
+    }
+    req
 }

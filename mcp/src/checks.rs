@@ -1,55 +1,15 @@
 //! Each tool's arguments checked, as the Operator API request the tool
 //! then sends: an error names the argument and the rule, and nothing is
-//! sent. The tools call these, and so does [`check_arguments`], which the
-//! fuzzer feeds every tool's arguments through without a session or a
-//! controller.
+//! sent. The tools call these, and so does [`crate::check_arguments`],
+//! which the fuzzer feeds every tool's arguments through without a session
+//! or a controller. It imports only the arguments, so the tools and `wait`
+//! both build on it and nothing here reaches back to them.
 
 use swarm_core::TaskKey;
 use swarm_core::plan::Plan;
 use swarm_proto::v1;
 
-use crate::args::{
-    CancelArgs, LandArgs, ListTasksArgs, PlanArgs, ReviewArgs, SwarmArgs, TaskArgs, TextArgs, WaitArgs,
-};
-use crate::wait::{self, Wait};
-
-/// The tools' names, as a model calls them.
-pub const TOOL_NAMES: &[&str] = &[
-    "check_plan",
-    "create_swarm",
-    "report",
-    "list_tasks",
-    "describe_task",
-    "answer",
-    "review",
-    "message",
-    "cancel",
-    "retry",
-    "land",
-    "wait",
-];
-
-/// Reads `arguments` (a tool call's JSON) as the tool `name`'s input
-/// schema says and checks them as the tool does, sending nothing.
-pub fn check_arguments(name: &str, arguments: serde_json::Value) -> Result<(), String> {
-    fn read<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> Result<T, String> {
-        serde_json::from_value(v).map_err(|e| format!("arguments: {e}"))
-    }
-    match name {
-        "check_plan" => read::<PlanArgs>(arguments).map(|a| drop(a.check())),
-        "create_swarm" => read::<PlanArgs>(arguments)?.create().map(drop),
-        "report" => read::<SwarmArgs>(arguments)?.swarm_id().map(drop),
-        "list_tasks" => read::<ListTasksArgs>(arguments)?.request().map(drop),
-        "describe_task" | "retry" => read::<TaskArgs>(arguments)?.task_id().map(drop),
-        "answer" => read::<TextArgs>(arguments)?.answer().map(drop),
-        "message" => read::<TextArgs>(arguments)?.message().map(drop),
-        "review" => read::<ReviewArgs>(arguments)?.request().map(drop),
-        "cancel" => read::<CancelArgs>(arguments)?.request().map(drop),
-        "land" => read::<LandArgs>(arguments)?.request().map(drop),
-        "wait" => Wait::from_args(read::<WaitArgs>(arguments)?).map(drop),
-        other => Err(format!("name: no tool {other:?}")),
-    }
-}
+use crate::args::{CancelArgs, LandArgs, ListTasksArgs, PlanArgs, ReviewArgs, SwarmArgs, TaskArgs, TextArgs};
 
 impl PlanArgs {
     /// What `check_plan` answers: the plan's swarm and size, or the field
@@ -91,9 +51,7 @@ impl ListTasksArgs {
             .states
             .iter()
             .enumerate()
-            .map(|(i, s)| {
-                wait::task_state(s).map(|s| s as i32).map_err(|rule| format!("states[{i}]: {rule}"))
-            })
+            .map(|(i, s)| task_state(s).map(|s| s as i32).map_err(|rule| format!("states[{i}]: {rule}")))
             .collect::<Result<Vec<_>, _>>()?;
         Ok((swarm_id, states))
     }
@@ -172,55 +130,38 @@ pub(crate) fn swarm_arg(field: &str, swarm: &str) -> Result<String, String> {
     swarm_core::SwarmId::new(swarm).map(|s| s.to_string()).map_err(|rule| format!("{field}: {rule}"))
 }
 
-#[cfg(test)]
-mod tests {
-    use serde_json::json;
+pub(crate) fn parse_each<T>(
+    names: &[String],
+    parse: fn(&str) -> Result<T, String>,
+) -> Result<Vec<i32>, String>
+where
+    T: Into<i32>,
+{
+    names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| parse(n).map(Into::into).map_err(|rule| format!("states[{i}]: {rule}")))
+        .collect()
+}
 
-    use super::*;
-
-    #[test]
-    fn every_tool_the_server_lists_is_checked_here() {
-        let mut listed = crate::tools::listed();
-        listed.sort_unstable();
-        let mut names: Vec<&str> = TOOL_NAMES.to_vec();
-        names.sort_unstable();
-        assert_eq!(listed, names);
+/// A task state by its plain name (`MERGED`), as the views print it.
+pub(crate) fn task_state(name: &str) -> Result<v1::TaskState, String> {
+    let upper = name.trim().to_ascii_uppercase();
+    match v1::TaskState::from_str_name(&format!("TASK_STATE_{upper}")) {
+        Some(v1::TaskState::Unspecified) | None => Err(format!(
+            "{name:?} is not a task state (PENDING, READY, RUNNING, SUCCEEDED, MERGING, MERGED, FAILED, \
+             CONFLICT, BLOCKED, ESCALATED, CANCELLED, REVIEW, REJECTED)"
+        )),
+        Some(s) => Ok(s),
     }
+}
 
-    #[test]
-    fn bad_arguments_are_refused_naming_the_argument_and_the_rule() {
-        let huge = format!("name = \"big\"\n# {}\n", "x".repeat(2 << 20));
-        let refusals = [
-            ("describe_task", json!({"task": "m"}), "task: "),
-            ("cancel", json!({"task": "m/a", "swarm": "m"}), "task, swarm: give exactly one"),
-            ("cancel", json!({}), "task, swarm: give exactly one"),
-            (
-                "list_tasks",
-                json!({"swarm": "m", "states": ["DONE"]}),
-                "states[0]: \"DONE\" is not a task state",
-            ),
-            ("review", json!({"task": "m/a", "decision": "maybe"}), "decision: must be approve"),
-            ("review", json!({"task": "m/a", "decision": "request-changes"}), "message: required"),
-            ("answer", json!({"task": "m/a", "text": " "}), "text: must not be empty"),
-            ("message", json!({"task": "m/../a", "text": "hi"}), "task: "),
-            ("land", json!({"swarm": "M A"}), "swarm: "),
-            ("report", json!({"swarm": ""}), "swarm: "),
-            ("wait", json!({"task": "m/a", "timeout_secs": 0}), "timeout_secs: must be at least 1"),
-            ("wait", json!({"swarm": "m", "timeout_secs": 7200}), "timeout_secs: must be at most 3600"),
-            ("wait", json!({"swarm": "m", "sleep": 1}), "unknown field `sleep`"),
-            ("create_swarm", json!({"plan_toml": huge}), "plan_toml: "),
-            ("retry", json!({"task": 7}), "arguments: "),
-            ("nope", json!({}), "name: no tool"),
-        ];
-        for (tool, args, expected) in refusals {
-            let text = check_arguments(tool, args).expect_err(tool);
-            assert!(text.contains(expected), "{tool}: {text:?} should say {expected:?}");
-        }
-        assert_eq!(
-            check_arguments("check_plan", json!({"plan_toml": "not toml ["})),
-            Ok(()),
-            "a finding, not an error"
-        );
-        assert_eq!(check_arguments("wait", json!({"task": "m/a", "states": ["merged"]})), Ok(()));
+pub(crate) fn swarm_state(name: &str) -> Result<v1::SwarmState, String> {
+    let upper = name.trim().to_ascii_uppercase();
+    match v1::SwarmState::from_str_name(&format!("SWARM_STATE_{upper}")) {
+        Some(v1::SwarmState::Unspecified) | None => Err(format!(
+            "{name:?} is not a swarm state (ACTIVE, STALLED, PAUSED, LANDING, COMPLETED, FAILED, CANCELLED)"
+        )),
+        Some(s) => Ok(s),
     }
 }

@@ -18,5 +18,4 @@ mod tools;
 mod wait;
 
 pub use channel::{GrpcChannel, Operator, operator};
-pub use checks::{TOOL_NAMES, check_arguments};
-pub use tools::SwarmTools;
+pub use tools::{SwarmTools, TOOL_NAMES, check_arguments};

@@ -7,8 +7,7 @@ use rmcp::service::RequestContext;
 use swarm_proto::v1;
 use tonic::Status;
 
-use crate::Operator;
-use crate::tools::request;
+use crate::channel::{Operator, request};
 
 type Ctx = RequestContext<RoleServer>;
 

@@ -2,7 +2,9 @@
 //! the rule, and nothing is sent), makes one or a few Operator API calls,
 //! and returns `swarm_view`'s JSON. A refusal of the Operator API (not
 //! found, not allowed now, no permission) comes back as the tool's error
-//! with the controller's words.
+//! with the controller's words. The table of the tools by name
+//! (`TOOL_NAMES`, `check_arguments`) is here, beside the router it must
+//! match, above the checks and `wait` it calls.
 
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
@@ -16,8 +18,10 @@ use swarm_view::{SwarmView, TaskDetailView, TaskView};
 use crate::args::{
     CancelArgs, LandArgs, ListTasksArgs, PlanArgs, ReviewArgs, SwarmArgs, TaskArgs, TextArgs, WaitArgs,
 };
+use crate::channel::{Operator, request};
 use crate::checks::Cancel;
-use crate::{Operator, pages, wait};
+use crate::pages;
+use crate::wait::Wait;
 
 /// What a tool returns: its JSON, or why it did nothing.
 pub type ToolResult = Result<CallToolResult, String>;
@@ -216,7 +220,7 @@ impl SwarmTools {
         ctx: RequestContext<RoleServer>,
         Parameters(args): Parameters<WaitArgs>,
     ) -> ToolResult {
-        let waited = wait::Wait::from_args(args)?;
+        let waited = Wait::from_args(args)?;
         let outcome = waited.run(&self.op, &ctx).await.map_err(refused)?;
         Ok(json(&outcome))
     }
@@ -224,7 +228,7 @@ impl SwarmTools {
 
 /// The tools the server lists, by name.
 #[cfg(test)]
-pub(crate) fn listed() -> Vec<String> {
+fn listed() -> Vec<String> {
     SwarmTools::tool_router().list_all().into_iter().map(|t| t.name.to_string()).collect()
 }
 
@@ -235,17 +239,6 @@ impl ServerHandler for SwarmTools {
             .with_server_info(Implementation::new("swarm", env!("CARGO_PKG_VERSION")))
             .with_instructions(INSTRUCTIONS)
     }
-}
-
-/// A request carrying what the transport knows of the caller: over HTTP,
-/// the extensions the controller's authentication put on the request (its
-/// identity), which the in-process Operator API authorizes.
-pub(crate) fn request<T>(ctx: &RequestContext<RoleServer>, message: T) -> tonic::Request<T> {
-    let mut req = tonic::Request::new(message);
-    if let Some(parts) = ctx.extensions.get::<http::request::Parts>() {
-        *req.extensions_mut() = parts.extensions.clone();
-    }
-    req
 }
 
 fn json(value: &impl Serialize) -> CallToolResult {
@@ -273,4 +266,95 @@ pub(crate) fn refused(status: tonic::Status) -> String {
         _ => "failed",
     };
     format!("{code}: {}", status.message())
+}
+
+/// The tools' names, as a model calls them.
+pub const TOOL_NAMES: &[&str] = &[
+    "check_plan",
+    "create_swarm",
+    "report",
+    "list_tasks",
+    "describe_task",
+    "answer",
+    "review",
+    "message",
+    "cancel",
+    "retry",
+    "land",
+    "wait",
+];
+
+/// Reads `arguments` (a tool call's JSON) as the tool `name`'s input
+/// schema says and checks them as the tool does, sending nothing.
+pub fn check_arguments(name: &str, arguments: serde_json::Value) -> Result<(), String> {
+    fn read<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> Result<T, String> {
+        serde_json::from_value(v).map_err(|e| format!("arguments: {e}"))
+    }
+    match name {
+        "check_plan" => read::<PlanArgs>(arguments).map(|a| drop(a.check())),
+        "create_swarm" => read::<PlanArgs>(arguments)?.create().map(drop),
+        "report" => read::<SwarmArgs>(arguments)?.swarm_id().map(drop),
+        "list_tasks" => read::<ListTasksArgs>(arguments)?.request().map(drop),
+        "describe_task" | "retry" => read::<TaskArgs>(arguments)?.task_id().map(drop),
+        "answer" => read::<TextArgs>(arguments)?.answer().map(drop),
+        "message" => read::<TextArgs>(arguments)?.message().map(drop),
+        "review" => read::<ReviewArgs>(arguments)?.request().map(drop),
+        "cancel" => read::<CancelArgs>(arguments)?.request().map(drop),
+        "land" => read::<LandArgs>(arguments)?.request().map(drop),
+        "wait" => Wait::from_args(read::<WaitArgs>(arguments)?).map(drop),
+        other => Err(format!("name: no tool {other:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn every_tool_the_server_lists_is_checked_here() {
+        let mut listed = listed();
+        listed.sort_unstable();
+        let mut names: Vec<&str> = TOOL_NAMES.to_vec();
+        names.sort_unstable();
+        assert_eq!(listed, names);
+    }
+
+    #[test]
+    fn bad_arguments_are_refused_naming_the_argument_and_the_rule() {
+        let huge = format!("name = \"big\"\n# {}\n", "x".repeat(2 << 20));
+        let refusals = [
+            ("describe_task", json!({"task": "m"}), "task: "),
+            ("cancel", json!({"task": "m/a", "swarm": "m"}), "task, swarm: give exactly one"),
+            ("cancel", json!({}), "task, swarm: give exactly one"),
+            (
+                "list_tasks",
+                json!({"swarm": "m", "states": ["DONE"]}),
+                "states[0]: \"DONE\" is not a task state",
+            ),
+            ("review", json!({"task": "m/a", "decision": "maybe"}), "decision: must be approve"),
+            ("review", json!({"task": "m/a", "decision": "request-changes"}), "message: required"),
+            ("answer", json!({"task": "m/a", "text": " "}), "text: must not be empty"),
+            ("message", json!({"task": "m/../a", "text": "hi"}), "task: "),
+            ("land", json!({"swarm": "M A"}), "swarm: "),
+            ("report", json!({"swarm": ""}), "swarm: "),
+            ("wait", json!({"task": "m/a", "timeout_secs": 0}), "timeout_secs: must be at least 1"),
+            ("wait", json!({"swarm": "m", "timeout_secs": 7200}), "timeout_secs: must be at most 3600"),
+            ("wait", json!({"swarm": "m", "sleep": 1}), "unknown field `sleep`"),
+            ("create_swarm", json!({"plan_toml": huge}), "plan_toml: "),
+            ("retry", json!({"task": 7}), "arguments: "),
+            ("nope", json!({}), "name: no tool"),
+        ];
+        for (tool, args, expected) in refusals {
+            let text = check_arguments(tool, args).expect_err(tool);
+            assert!(text.contains(expected), "{tool}: {text:?} should say {expected:?}");
+        }
+        assert_eq!(
+            check_arguments("check_plan", json!({"plan_toml": "not toml ["})),
+            Ok(()),
+            "a finding, not an error"
+        );
+        assert_eq!(check_arguments("wait", json!({"task": "m/a", "states": ["merged"]})), Ok(()));
+    }
 }

@@ -19,10 +19,10 @@ use swarm_view::{SwarmView, TaskView};
 use tokio::time::Instant;
 use tonic::Status;
 
-use crate::Operator;
 use crate::args::WaitArgs;
-use crate::checks::{swarm_arg, task_arg};
-use crate::tools::request;
+use crate::channel::{Operator, request};
+use crate::checks::{parse_each, swarm_arg, swarm_state, task_arg, task_state};
+use crate::pages;
 
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
@@ -162,7 +162,7 @@ impl Wait {
                 if self.states.contains(&swarm.state) {
                     return Ok(Some(outcome("state", Some(&swarm), None)));
                 }
-                let tasks = crate::pages::tasks(op, ctx, swarm_id, Vec::new()).await?;
+                let tasks = pages::tasks(op, ctx, swarm_id, Vec::new()).await?;
                 let asking: Vec<TaskView> =
                     tasks.iter().filter(|t| !t.pending_question.is_empty()).map(TaskView::from).collect();
                 if !asking.is_empty() {
@@ -255,39 +255,6 @@ fn retryable(status: &Status) -> bool {
         status.code(),
         tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Internal | tonic::Code::Cancelled
     )
-}
-
-fn parse_each<T>(names: &[String], parse: fn(&str) -> Result<T, String>) -> Result<Vec<i32>, String>
-where
-    T: Into<i32>,
-{
-    names
-        .iter()
-        .enumerate()
-        .map(|(i, n)| parse(n).map(Into::into).map_err(|rule| format!("states[{i}]: {rule}")))
-        .collect()
-}
-
-/// A task state by its plain name (`MERGED`), as the views print it.
-pub fn task_state(name: &str) -> Result<v1::TaskState, String> {
-    let upper = name.trim().to_ascii_uppercase();
-    match v1::TaskState::from_str_name(&format!("TASK_STATE_{upper}")) {
-        Some(v1::TaskState::Unspecified) | None => Err(format!(
-            "{name:?} is not a task state (PENDING, READY, RUNNING, SUCCEEDED, MERGING, MERGED, FAILED, \
-             CONFLICT, BLOCKED, ESCALATED, CANCELLED, REVIEW, REJECTED)"
-        )),
-        Some(s) => Ok(s),
-    }
-}
-
-fn swarm_state(name: &str) -> Result<v1::SwarmState, String> {
-    let upper = name.trim().to_ascii_uppercase();
-    match v1::SwarmState::from_str_name(&format!("SWARM_STATE_{upper}")) {
-        Some(v1::SwarmState::Unspecified) | None => Err(format!(
-            "{name:?} is not a swarm state (ACTIVE, STALLED, PAUSED, LANDING, COMPLETED, FAILED, CANCELLED)"
-        )),
-        Some(s) => Ok(s),
-    }
 }
 
 #[cfg(test)]
