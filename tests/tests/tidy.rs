@@ -157,3 +157,58 @@ fn a_component_naming_another_is_found() {
     assert_eq!(components_named("review", source), ["pause", "budget"]);
     assert!(components_named("pause", "use super::pause::Pause;\nuse super::model::Pause;").is_empty());
 }
+
+/// What `source`, a file of `scheduler/model/` (`mod.rs` when `is_mod_rs`),
+/// names of the scheduler outside the model: the model is the scheduler's
+/// base, so every other part may build on it only while it reaches back to
+/// none of them. Its own test module may use anything.
+fn scheduler_named_by_model(is_mod_rs: bool, source: &str) -> Vec<String> {
+    let code = source.split("\n#[cfg(test)]\nmod tests").next().unwrap_or(source);
+    let up = if is_mod_rs { "super::" } else { "super::super::" };
+    let mut names = Vec::new();
+    for prefix in [up, "crate::scheduler::"] {
+        for (at, _) in code.match_indices(prefix) {
+            let rest = &code[at + prefix.len()..];
+            if prefix == "crate::scheduler::" && rest.starts_with("model::") {
+                continue;
+            }
+            let path: String =
+                rest.chars().take_while(|c| c.is_alphanumeric() || "_:".contains(*c)).collect();
+            names.push(format!("{prefix}{path}"));
+        }
+    }
+    names
+}
+
+#[test]
+fn the_scheduler_model_imports_nothing_else_of_the_scheduler() {
+    let dir = repo_root().join("controller/src/scheduler/model");
+    let mut files = Vec::new();
+    sources(&dir, &mut files);
+    assert!(files.iter().any(|f| f.ends_with("mod.rs")), "no model/mod.rs under {}", dir.display());
+    let mut reaches = Vec::new();
+    for file in &files {
+        let source = std::fs::read_to_string(file).unwrap();
+        for name in scheduler_named_by_model(file.ends_with("mod.rs"), &source) {
+            reaches.push(format!("{} -> {name}", file.file_name().unwrap().to_string_lossy()));
+        }
+    }
+    assert!(
+        reaches.is_empty(),
+        "scheduler/model/ names the scheduler outside itself; move what it needs into model/:\n  {}",
+        reaches.join("\n  ")
+    );
+}
+
+#[test]
+fn a_model_file_reaching_out_of_the_model_is_found() {
+    let source = "use super::stored::Stall;\nuse crate::scheduler::model::Task;\n\
+                  pub tx: crate::scheduler::outbound::OutboundTx,\nuse super::super::core::Core;";
+    assert_eq!(
+        scheduler_named_by_model(false, source),
+        ["super::super::core::Core", "crate::scheduler::outbound::OutboundTx"]
+    );
+    assert_eq!(scheduler_named_by_model(true, "use super::Effects;"), ["super::Effects"]);
+    let tested = "mod types;\n#[cfg(test)]\nmod tests {\n    use super::*;\n}";
+    assert!(scheduler_named_by_model(true, tested).is_empty());
+}

@@ -1,26 +1,20 @@
 //! Handing messages to sidecars' sessions without blocking the scheduler.
-//! The messages themselves are data the model's sessions queue, so they
-//! live with it (`model::messages`).
+//! The messages themselves, and the queue type a session holds, are data
+//! of the model's sessions, so they live with it (`model::messages`): the
+//! model imports nothing else of the scheduler.
 
 use flume::TrySendError;
 
-/// A sidecar session's queue of messages to send. flume, not tokio's
-/// mpsc: tokio allocates a block of 32 slots when a channel is made, 3 KiB
-/// of `Outbound` for every connected sidecar even while it is idle; flume
-/// allocates as messages come.
-pub type OutboundTx = flume::Sender<Outbound>;
-pub type OutboundRx = flume::Receiver<Outbound>;
+use super::model::Session;
+pub use super::model::messages::{
+    AgentAssign, AssignSpec, AttemptHandle, CloseCode, Outbound, OutboundRx, OutboundTx, VerifyMergeSpec,
+};
+use crate::metrics::Metrics;
 
 /// A session's queue holding at most `capacity` messages.
 pub fn outbound_queue(capacity: usize) -> (OutboundTx, OutboundRx) {
     flume::bounded(capacity)
 }
-
-use super::model::Session;
-pub use super::model::messages::{
-    AgentAssign, AssignSpec, AttemptHandle, CloseCode, Outbound, VerifyMergeSpec,
-};
-use crate::metrics::Metrics;
 
 /// Queues `message` for a sidecar without blocking the scheduler. A full
 /// queue means the sidecar is not keeping up: rather than drop the message

@@ -10,6 +10,13 @@ use swarm_core::{Outcome, TaskKey, Usage};
 
 use super::TierOutcome;
 
+/// A sidecar session's queue of messages to send. flume, not tokio's
+/// mpsc: tokio allocates a block of 32 slots when a channel is made, 3 KiB
+/// of `Outbound` for every connected sidecar even while it is idle; flume
+/// allocates as messages come.
+pub type OutboundTx = flume::Sender<Outbound>;
+pub type OutboundRx = flume::Receiver<Outbound>;
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct AttemptHandle {
     pub task: TaskKey,

@@ -482,7 +482,7 @@ impl Attempt {
 #[derive(Debug, Clone)]
 pub struct Session {
     pub id: u64,
-    pub tx: crate::scheduler::outbound::OutboundTx,
+    pub tx: super::messages::OutboundTx,
     /// Milliseconds since the controller started at which the sidecar was
     /// last heard from; written by the stream reader without a round trip
     /// through the scheduler.
