@@ -8,7 +8,40 @@
 //! sends no `previous_response_id` and resends the whole conversation with
 //! every request, so a resumed session goes on with the same script.
 //!
-//! FACTS_PLACEHOLDER
+//! What Codex 0.147 does with it (learnt by `tests/real_codex_cli.rs`):
+//! - Requests: `POST /v1/responses`, `"stream": true`, `"store": false`,
+//!   `parallel_tool_calls: false`, `include: ["reasoning.encrypted_content"]`,
+//!   the whole conversation in `input`, no `previous_response_id`. With
+//!   `-m gpt-5.5` the tools are `exec_command` (function, `{"cmd": ...}`),
+//!   `write_stdin`, `update_plan`, `request_user_input` (function),
+//!   `apply_patch` (custom, freeform: the call is a `custom_tool_call` with
+//!   the patch text as `input`), `view_image`, goals, `tool_search`,
+//!   `web_search`. Tool results come back as `function_call_output` /
+//!   `custom_tool_call_output`; exec_command's output is text starting
+//!   `Chunk ID: ...\nWall time: ...\nProcess exited with code 0\n...`.
+//! - SSE: `event: <type>\ndata: <json>\n\n`; Codex acts on
+//!   `response.output_item.done` items and `response.completed`
+//!   (`response.id` and `usage` required); data that is not JSON is skipped;
+//!   a body ending without `response.completed` is the error "stream
+//!   disconnected before completion: stream closed before
+//!   response.completed".
+//! - `codex exec --json` sums a turn's responses into `turn.completed`
+//!   `usage`: `input_tokens` (cached included), `cached_input_tokens`,
+//!   `cache_write_input_tokens` (0), `output_tokens`, `reasoning_output_tokens`.
+//! - A 429 whose body is `{"error": {"type": "usage_limit_reached",
+//!   "plan_type": .., "resets_at": <unix s>}}` is not retried; exec prints
+//!   `{"type":"error","message":M}` then `{"type":"turn.failed","error":
+//!   {"message":M}}` and exits non-zero, M = "You've hit your usage limit.
+//!   Visit https://chatgpt.com/codex/settings/usage to purchase more
+//!   credits or try again at 8:56 PM." (plan `pro`): the reset only as a
+//!   local wall-clock time, no date when it is today, no zone. The
+//!   `x-codex-primary-*` headers (`used-percent`, `window-minutes`,
+//!   `reset-at`) feed rate-limit snapshots (app-server's
+//!   `account/rateLimits/updated`), not the message. (By its source, a 429
+//!   of another body is retried, then "exceeded retry limit, last status:
+//!   429 ..."; not run here.)
+//! - A 500 (retries 0) prints M = "We're currently experiencing high
+//!   demand, which may cause temporary errors." the same way.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;

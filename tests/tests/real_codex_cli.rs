@@ -4,6 +4,29 @@
 //! command, a patch, a usage limit, a server error, and how its app-server
 //! asks for approvals. These pin the formats the swarm adapter reads.
 //!
+//! What `codex app-server` 0.147 sends for a turn that runs
+//! `exec_command`, then `apply_patch`, then answers (thread started with
+//! `sandbox: "danger-full-access"`; deltas left out): `thread/started`,
+//! `warning`, `thread/status/changed`, `turn/started`, `item/started` and
+//! `item/completed` of the `userMessage`, then per tool `item/started`
+//! (`commandExecution` / `fileChange`), the approval request if any,
+//! `serverRequest/resolved` after the answer, `item/completed`;
+//! `thread/tokenUsage/updated` and `account/rateLimits/updated` after each
+//! response, `turn/diff/updated` after the patch, the `agentMessage` item,
+//! `turn/completed` (`turn.status` `completed`).
+//! - `approvalPolicy: "untrusted"`: `item/commandExecution/requestApproval`
+//!   then `item/fileChange/requestApproval` (answered `{"decision":
+//!   "accept"}`), each between `thread/status/changed` notifications.
+//! - `"on-request"` and `"never"`: no server requests (with the sandbox
+//!   off nothing needs escalating).
+//! - `request_user_input` is offered in every request but its description
+//!   says "only available in Plan mode"; with `-c
+//!   features.default_mode_request_user_input=true` (under development) a
+//!   call in the default mode reaches the client as
+//!   `item/tool/requestUserInput` (`params.questions[].id`), answered
+//!   `{"answers": {"<id>": {"answers": ["..."]}}}`; with `approvalPolicy`
+//!   `"never"` too.
+//!
 //! Where the CLI cannot be installed (no python3, pip or network) each test
 //! prints why and returns; under `CI` that is a failure.
 #![allow(clippy::unwrap_used)] // tests: a panic is the report
@@ -369,8 +392,18 @@ fn app_server_asks_for_approvals_by_policy() {
         let thread = app.result_of(id)["thread"]["id"].as_str().unwrap().to_string();
         let seen = app.turn(&thread, &format!("Go.\n\n{}", marker(policy)));
         eprintln!("{policy}: {seen:?}");
-        let requests: Vec<&String> = seen.iter().filter(|m| m.contains("request")).collect();
-        eprintln!("{policy} requests: {requests:?}");
+        let requests: Vec<&str> = seen
+            .iter()
+            .map(String::as_str)
+            .filter(|m| m.ends_with("/requestApproval") || m.ends_with("/requestUserInput"))
+            .collect();
+        let expected: &[&str] = match policy {
+            "untrusted" => &["item/commandExecution/requestApproval", "item/fileChange/requestApproval"],
+            "ask" => &["item/tool/requestUserInput"],
+            _ => &[],
+        };
+        assert_eq!(requests, expected, "{policy}: {seen:?}");
+        assert_eq!(seen.contains(&"serverRequest/resolved".to_string()), !expected.is_empty(), "{seen:?}");
         if policy != "ask" {
             assert_eq!(std::fs::read_to_string(dir.path().join("a.txt")).unwrap(), "hi", "{seen:?}");
             assert_eq!(std::fs::read_to_string(dir.path().join("b.txt")).unwrap(), "patched\n", "{seen:?}");
