@@ -364,9 +364,18 @@ pub struct LogsArgs {
 
 #[derive(Debug, Args)]
 pub struct WatchArgs {
-    /// Replay events after this id (0: from the beginning).
-    #[arg(long, default_value_t = 0)]
+    /// Replay events after this id (0: from the beginning). An id beyond
+    /// the controller's newest event (a store restored from a backup) is
+    /// an error naming the newest, unless --wait-for-after.
+    #[arg(long, visible_alias = "after", default_value_t = 0, conflicts_with = "from_now")]
     pub since: u64,
+    /// Replay nothing: only the events committed from now on.
+    #[arg(long)]
+    pub from_now: bool,
+    /// With --since beyond the controller's newest event: wait for the
+    /// events after it instead of failing.
+    #[arg(long, conflicts_with = "from_now")]
+    pub wait_for_after: bool,
     /// Only this swarm's events.
     #[arg(long)]
     pub swarm: Option<String>,

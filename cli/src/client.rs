@@ -213,6 +213,7 @@ pub fn retryable(e: &anyhow::Error) -> bool {
                 | tonic::Code::Unauthenticated
                 | tonic::Code::Unimplemented
                 | tonic::Code::FailedPrecondition
+                | tonic::Code::OutOfRange
         ),
         None => false,
     }

@@ -141,9 +141,11 @@ impl OperatorService for OperatorApi {
     }
 
     async fn watch(&self, request: Request<v1::WatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
-        let (swarm, after) = requests::watch(request.get_ref())?;
-        let stream = watch::watch(self.shared.clone(), after, swarm).await?;
-        Ok(Response::new(stream))
+        let (swarm, start) = requests::watch(request.get_ref())?;
+        let (after, stream) = watch::watch(self.shared.clone(), start, swarm).await?;
+        let mut response = Response::new(stream);
+        response.metadata_mut().insert(watch::STARTS_AFTER_HEADER, after.into());
+        Ok(response)
     }
 
     #[tracing::instrument(skip_all)]

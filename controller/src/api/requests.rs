@@ -51,10 +51,26 @@ pub fn list_tasks(req: v1::ListTasksRequest) -> Result<(String, Vec<TaskState>, 
     Ok((swarm, states, Page::new(req.page_size, req.page_token)?))
 }
 
-/// The swarm watched (all of them: `None`) and the event id to start after.
-pub fn watch(req: &v1::WatchRequest) -> Result<(Option<String>, u64), Status> {
+/// The swarm watched (all of them: `None`) and where the stream starts.
+/// `from_now` with a cursor is ambiguous (which one wins?), so it is refused.
+pub fn watch(req: &v1::WatchRequest) -> Result<(Option<String>, watch::Start), Status> {
     let swarm = if req.swarm_id.is_empty() { None } else { Some(swarm_id("swarm_id", &req.swarm_id)?) };
-    Ok((swarm, if req.from_now { watch::FROM_NOW } else { req.after_event_id }))
+    if !req.from_now {
+        return Ok((swarm, watch::Start::After { id: req.after_event_id, wait: req.wait_for_after }));
+    }
+    if req.after_event_id != 0 {
+        return Err(FieldError::new(
+            "after_event_id",
+            "must be 0 with from_now (which starts after the newest event)",
+        )
+        .into());
+    }
+    if req.wait_for_after {
+        return Err(
+            FieldError::new("wait_for_after", "needs a cursor in after_event_id, not from_now").into()
+        );
+    }
+    Ok((swarm, watch::Start::FromNow))
 }
 
 pub fn cancel_task(req: v1::CancelTaskRequest) -> Result<(TaskKey, String), Status> {
@@ -219,5 +235,22 @@ mod tests {
         assert_eq!(field(read_attempt_log(&huge)), "tail_bytes");
         let watch_req = v1::WatchRequest { swarm_id: "../x".into(), ..Default::default() };
         assert_eq!(field(watch(&watch_req)), "swarm_id");
+        let both = v1::WatchRequest { after_event_id: 5, from_now: true, ..Default::default() };
+        assert_eq!(field(watch(&both)), "after_event_id");
+        let wait_now = v1::WatchRequest { from_now: true, wait_for_after: true, ..Default::default() };
+        assert_eq!(field(watch(&wait_now)), "wait_for_after");
+    }
+
+    #[test]
+    fn from_now_is_a_flag_and_every_cursor_value_is_a_cursor() {
+        use super::watch::Start;
+        let start = |req: v1::WatchRequest| watch(&req).expect("valid").1;
+        assert_eq!(start(v1::WatchRequest { from_now: true, ..Default::default() }), Start::FromNow);
+        for id in [0, 7, u64::MAX] {
+            let req = v1::WatchRequest { after_event_id: id, ..Default::default() };
+            assert_eq!(start(req), Start::After { id, wait: false });
+        }
+        let waits = v1::WatchRequest { after_event_id: u64::MAX, wait_for_after: true, ..Default::default() };
+        assert_eq!(start(waits), Start::After { id: u64::MAX, wait: true });
     }
 }
