@@ -7,7 +7,7 @@ use std::path::Path;
 
 use crate::codex_cli::{CodexCli, codex_cli};
 use crate::responses_api::{ResponsesApi, Script, marker};
-use crate::{PlanBuilder, TaskBuilder, TempDir, skip, task};
+use crate::{Cluster, PlanBuilder, TaskBuilder, TempDir, TempRepo, skip, task};
 
 /// The provider id the overrides define.
 pub const CODEX_PROVIDER: &str = "swarmtest";
@@ -86,19 +86,32 @@ impl RealCodex {
         args
     }
 
-    /// A plan whose tasks run the CLI (`agent = "codex"`) with
-    /// [`RealCodex::args`] and [`RealCodex::env`]; its workers can reach
-    /// the server's port and no other.
+    /// A plan whose tasks run the CLI (`agent = "codex"`) with the
+    /// plan's `model` and only [`RealCodex::provider_config`] in
+    /// `extra_args`, so that the sandbox and approvals are swarm's to set;
+    /// its workers can reach the server's port and no other.
     pub fn plan(&self, name: &str) -> PlanBuilder {
-        let env: Vec<String> = self.env().iter().map(|(k, v)| format!("{k} = {v:?}")).collect();
-        let args: Vec<String> = self.args().iter().map(|a| format!("{a:?}")).collect();
+        let args: Vec<String> = self
+            .provider_config()
+            .into_iter()
+            .flat_map(|(k, v)| ["-c".to_string(), format!("{k}={v}")])
+            .map(|a| format!("{a:?}"))
+            .collect();
         PlanBuilder::new(name)
             .remove_default("command")
             .default("agent", r#""codex""#)
             .default("agent_path", &format!("{:?}", self.cli.path.display().to_string()))
+            .default("model", &format!("{CODEX_MODEL:?}"))
             .default("extra_args", &format!("[{}]", args.join(", ")))
-            .default("env", &format!("{{ {} }}", env.join(", ")))
+            .default("env", &format!("{{ {CODEX_KEY_ENV} = \"test\" }}"))
             .sandbox_with(&[], &[], &[self.api.port()])
+    }
+
+    /// A controller and `n` sidecars whose `HOME` is [`RealCodex::home`]:
+    /// `~/.codex` is the one agent state swarm's sandbox lets Codex write.
+    pub fn cluster(&self, repo: &TempRepo, n: usize) -> Cluster {
+        let home = self.home().to_str().unwrap_or_default();
+        Cluster::start_env(repo, n, &[], &[("HOME", home)])
     }
 }
 

@@ -90,6 +90,12 @@ pub enum Call {
     Function { name: String, arguments: String },
     /// A `custom_tool_call` item (freeform tools, e.g. `apply_patch`).
     Custom { name: String, input: String },
+    /// A `tool_search_call` Codex runs itself (`execution: "client"`):
+    /// MCP tools are offered only through it, and a `tool_search_output`
+    /// with the matching tools comes back.
+    ToolSearch { query: String },
+    /// A `function_call` of a tool a search returned, in its namespace.
+    Namespaced { namespace: String, name: String, arguments: String },
 }
 
 /// One answer of a script.
@@ -142,6 +148,25 @@ impl Step {
     /// tool whose input is the patch text.
     pub fn apply_patch(patch: &str) -> Step {
         Step::empty().and_custom("apply_patch", patch)
+    }
+
+    /// A `tool_search_call` for `query` (see [`Call::ToolSearch`]).
+    pub fn tool_search(query: &str) -> Step {
+        let mut step = Step::empty();
+        if let Step::Reply { calls, .. } = &mut step {
+            calls.push(Call::ToolSearch { query: query.to_string() });
+        }
+        step
+    }
+
+    /// A `function_call` of `name` in `namespace` (a searched-for tool).
+    pub fn namespaced_call(namespace: &str, name: &str, arguments: Value) -> Step {
+        let mut step = Step::empty();
+        if let Step::Reply { calls, .. } = &mut step {
+            let (namespace, name) = (namespace.to_string(), name.to_string());
+            calls.push(Call::Namespaced { namespace, name, arguments: arguments.to_string() });
+        }
+        step
     }
 
     /// A further `function_call` in the same response.
@@ -361,9 +386,10 @@ pub fn step_of(input: &[Value]) -> usize {
     for item in input {
         let kind = item.get("type").and_then(Value::as_str).unwrap_or_default();
         let role = item.get("role").and_then(Value::as_str);
-        let from_model =
-            matches!(kind, "reasoning" | "function_call" | "custom_tool_call" | "local_shell_call")
-                || (kind == "message" && role == Some("assistant"));
+        let from_model = matches!(
+            kind,
+            "reasoning" | "function_call" | "custom_tool_call" | "local_shell_call" | "tool_search_call"
+        ) || (kind == "message" && role == Some("assistant"));
         if !from_model {
             in_run = false;
             continue;
@@ -626,6 +652,14 @@ fn reply(req: &Request, id: u64, step: &Step) -> Response {
             Call::Custom { name, input } => {
                 json!({"type": "custom_tool_call", "id": format!("ctc_{id:08}_{n}"),
                 "call_id": call_id, "name": name, "input": input, "status": "completed"})
+            }
+            Call::ToolSearch { query } => {
+                json!({"type": "tool_search_call", "id": format!("tsc_{id:08}_{n}"), "call_id": call_id,
+                "execution": "client", "status": "completed", "arguments": {"query": query}})
+            }
+            Call::Namespaced { namespace, name, arguments } => {
+                json!({"type": "function_call", "id": format!("fc_{id:08}_{n}"), "call_id": call_id,
+                "namespace": namespace, "name": name, "arguments": arguments, "status": "completed"})
             }
         });
     }

@@ -329,19 +329,14 @@ pub(super) fn resolve(
     }
     let permissions = match &f.permissions {
         None => PermissionPolicy::default(),
-        Some(raw) => {
-            if kind == AgentKind::Codex {
-                return Err(err(
-                    path("permissions"),
-                    "codex exec asks no permissions; set its sandbox with extra_args (e.g. [\"--sandbox\", \"workspace-write\"])",
-                ));
-            }
-            PermissionPolicy {
+        // Codex's app-server asks before commands and edits, so its
+        // permissions count as Claude's do (a CLI too old for app-server
+        // runs `exec`, which cannot ask; the sidecar says so in the log).
+        Some(raw) => PermissionPolicy {
                 allow: rules(&format!("{}.allow", path("permissions")), &raw.allow)?,
                 deny: rules(&format!("{}.deny", path("permissions")), &raw.deny)?,
                 otherwise: raw.otherwise,
-            }
-        }
+        },
     };
     // An ACP agent's command line travels as the spec's path and the head
     // of its extra_args.

@@ -185,7 +185,7 @@ fn bad_agent_settings_name_the_field_and_the_rule() {
         ("agent = \"claude\"\nmax_budget_usd = -1.0", "tasks[0].max_budget_usd", "more than 0"),
         ("agent = \"claude\"\npermission_mode = \"yolo\"", "tasks[0].permission_mode", "one of"),
         ("agent = \"codex\"\npermission_mode = \"plan\"", "tasks[0].permission_mode", "claude"),
-        ("agent = \"codex\"\npermissions = { allow = [\"Read\"] }", "tasks[0].permissions", "sandbox"),
+        ("agent = \"codex\"\npermissions = { allow = [\"Edit(\"] }", "tasks[0].permissions.allow[0]", "')'"),
         ("agent = \"claude\"\npermissions = { allow = [\"Edit(\"] }", "tasks[0].permissions.allow[0]", "')'"),
         (
             "agent = \"claude\"\npermissions = { otherwise = \"maybe\" }",

@@ -241,6 +241,12 @@ pub async fn run(s: &Setup<'_>, ch: Channels<'_>) -> Ran {
         tool_asks_made: 0,
         ending: None,
     };
+    if codex == super::codex::Transport::Exec
+        && d.cfg.kind == swarm_core::plan::AgentKind::Codex
+        && !(d.cfg.allow.is_empty() && d.cfg.deny.is_empty())
+    {
+        d.log("this Codex is older than its app-server protocol: codex exec asks nothing, so the task's permission rules are not consulted (its sandbox still is)").await;
+    }
     let end = d.drive().await;
     d.into_ran(end)
 }

@@ -27,9 +27,13 @@
 //!   task does not own refuses the edit at once.
 //! - `item/tool/requestUserInput`: the model's questions, each an operator
 //!   question with its options; the answers go back in the same turn.
+//! - `mcpServer/elicitation/request` that Codex itself makes before an MCP
+//!   tool call (`_meta.codex_approval_kind: "mcp_tool_call"`): the policy
+//!   as `mcp__<server>__<tool>`, so swarm's own tools need no rule; an
+//!   MCP server's own forms are declined.
 //! - `item/permissions/requestApproval` (more than its sandbox) is
-//!   granted nothing, MCP elicitations are declined, and any other
-//!   request is answered "method not found".
+//!   granted nothing, and any other request is answered "method not
+//!   found".
 //!
 //! # Usage and limits
 //!
@@ -60,6 +64,8 @@ mod requests;
 #[cfg(test)]
 mod tests;
 
+/// The feature that lets the model ask the user in Codex's default mode.
+const ASK_FEATURE: &str = "features.default_mode_request_user_input";
 /// Texts held for the thread (the prompt, follow-ups) at most.
 const MAX_HELD: usize = 64;
 /// Notifications swarm has no use for, which Codex then does not send:
@@ -245,9 +251,7 @@ impl AppServer {
                 out.push(AgentEvent::Note("Codex asked for more than its sandbox; granted nothing".into()));
                 out.push(jsonrpc::reply(id, json!({"permissions": {}, "scope": "turn"})));
             }
-            "mcpServer/elicitation/request" => {
-                out.push(jsonrpc::reply(id, json!({"action": "decline", "content": null, "_meta": null})))
-            }
+            "mcpServer/elicitation/request" => self.open.elicitation(id, params, out),
             _ => {
                 tracing::debug!("refusing a Codex request swarm does not serve");
                 out.push(error_reply(
@@ -379,6 +383,11 @@ impl Agent for AppServer {
     /// and a resume is a `thread/resume`, not a flag.
     fn argv(&self, cfg: &AgentConfig, _resume: Option<&str>) -> Vec<String> {
         let mut v = vec![cfg.program.clone(), "app-server".into()];
+        // Outside Plan mode Codex offers the model no way to ask the user
+        // unless this is on; swarm's operator is that user.
+        if !cfg.extra_args.iter().any(|a| a.contains(ASK_FEATURE)) {
+            v.extend(["-c".into(), format!("{ASK_FEATURE}=true")]);
+        }
         if let Some(server) = &cfg.mcp {
             v.extend(mcp_overrides(server));
         }

@@ -41,12 +41,14 @@ impl Items {
         self.limited = false;
     }
 
-    /// The command an approval is about: its own, or its item's.
+    /// The command an approval is about: its own, or its item's, as the
+    /// script the shell runs (see [`script_of`]).
     pub(super) fn command(&self, params: &Value) -> Option<String> {
-        match params.get("command").and_then(Value::as_str) {
-            Some(c) => Some(c.to_string()),
-            None => self.commands.get(str_at(params, "itemId")).cloned(),
-        }
+        let command = match params.get("command").and_then(Value::as_str) {
+            Some(c) => c,
+            None => self.commands.get(str_at(params, "itemId"))?,
+        };
+        Some(script_of(command))
     }
 
     /// The files an edit approval is about, from the item that announced it.
@@ -177,6 +179,22 @@ impl Items {
                 TurnEnd { ok: false, text: clip(&msg, 4096), rate_limit }
             }
         }
+    }
+}
+
+/// Codex runs a model's command as `/bin/bash -lc '<script>'` and names
+/// it so; the script is the whole of what runs, and what a rule like
+/// `Bash(cargo test:*)` is written against. Anything else stays as it is.
+pub(super) fn script_of(command: &str) -> String {
+    const SHELLS: &[&str] = &["bash", "sh", "zsh", "dash"];
+    match shlex::split(command).as_deref() {
+        Some([shell, flag, script])
+            if SHELLS.contains(&shell.rsplit('/').next().unwrap_or_default())
+                && matches!(flag.as_str(), "-c" | "-lc") =>
+        {
+            script.clone()
+        }
+        _ => command.to_string(),
     }
 }
 

@@ -22,6 +22,8 @@ const MAX_QUESTION_ID: usize = 256;
 enum Kind {
     /// A command or an edit: answered with a decision.
     Approval,
+    /// An MCP tool call Codex asks about as an elicitation: answered with an action.
+    ToolCall,
     /// The model's questions, by their ids in the asked order.
     UserInput(Vec<String>),
 }
@@ -66,9 +68,10 @@ impl Open {
     }
 
     /// An edit of `paths` (worktree-relative or absolute, as Codex named
-    /// them). Refused at once when the task may not edit one of them; else
-    /// the policy sees the path it is least sure of, so that a rule
-    /// allowing the first file cannot carry the others.
+    /// them), put to the policy as the one path it is least sure of: one
+    /// the task may not edit (refused at the edit, and reported so), else
+    /// one no rule allows, else the first; so a rule allowing one file
+    /// cannot carry the others.
     pub(super) fn file_change(
         &mut self,
         policy: &Policy,
@@ -83,14 +86,12 @@ impl Open {
             return;
         }
         let edit = |p: &String| json!({"file_path": p});
-        if let Some(why) = paths.iter().find_map(|p| policy.forbids("Edit", &edit(p))) {
-            out.push(AgentEvent::Note(format!("permission denied: {why}")));
-            out.push(AgentEvent::Send(decision(id, "decline")));
-            return;
-        }
         let shown = paths
             .iter()
-            .find(|p| !matches!(policy.decide("Edit", &edit(p)), Decision::Allow { .. }))
+            .find(|p| policy.forbids("Edit", &edit(p)).is_some())
+            .or_else(|| {
+                paths.iter().find(|p| !matches!(policy.decide("Edit", &edit(p)), Decision::Allow { .. }))
+            })
             .unwrap_or(&paths[0]);
         let mut input = edit(shown);
         if paths.len() > 1 {
@@ -101,6 +102,27 @@ impl Open {
         }
         if let Some(request_id) = self.add(id, Kind::Approval, out) {
             out.push(AgentEvent::PermissionRequest { request_id, tool: "Edit".into(), input });
+        }
+    }
+
+    /// An elicitation: Codex's own question before an MCP tool call goes
+    /// to the policy as that tool; anything else an MCP server asks is
+    /// declined (the operator is not there to fill in forms).
+    pub(super) fn elicitation(&mut self, id: &Value, params: &Value, out: &mut Vec<AgentEvent>) {
+        let kind = params.pointer("/_meta/codex_approval_kind").and_then(Value::as_str);
+        let server = params.get("serverName").and_then(Value::as_str).filter(|s| is_name(s));
+        let tool = params.get("message").and_then(Value::as_str).and_then(quoted_tool);
+        let (Some("mcp_tool_call"), Some(server), Some(tool)) = (kind, server, tool) else {
+            out.push(AgentEvent::Send(action(id, "decline")));
+            return;
+        };
+        let input = params.pointer("/_meta/tool_params").cloned().unwrap_or(json!({}));
+        if let Some(request_id) = self.add(id, Kind::ToolCall, out) {
+            out.push(AgentEvent::PermissionRequest {
+                request_id,
+                tool: format!("mcp__{server}__{tool}"),
+                input,
+            });
         }
     }
 
@@ -149,6 +171,8 @@ impl Open {
             (Kind::Approval, Verdict::Allow) => decision(&r.id, "accept"),
             // Codex's reply carries no reason: the model learns only that it was declined.
             (Kind::Approval, Verdict::Deny(_)) => decision(&r.id, "decline"),
+            (Kind::ToolCall, Verdict::Allow) => action(&r.id, "accept"),
+            (Kind::ToolCall, Verdict::Deny(_)) => action(&r.id, "decline"),
             (Kind::UserInput(_), _) => answers(&r.id, &[], &[]),
         })
     }
@@ -178,10 +202,33 @@ impl Open {
             .drain()
             .map(|(_, r)| match r.kind {
                 Kind::Approval => decision(&r.id, "cancel"),
+                Kind::ToolCall => action(&r.id, "cancel"),
                 Kind::UserInput(_) => answers(&r.id, &[], &[]),
             })
             .collect()
     }
+}
+
+/// The tool an MCP approval names: `… run tool "progress"?` (Codex puts
+/// the name only in its message).
+fn quoted_tool(message: &str) -> Option<&str> {
+    let (_, rest) = message.rsplit_once("tool \"")?;
+    let (name, _) = rest.split_once('"')?;
+    is_name(name).then_some(name)
+}
+
+/// An MCP server's or tool's name as a rule can name it.
+fn is_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 128
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
+fn action(id: &Value, action: &str) -> String {
+    let content = if action == "accept" { json!({}) } else { Value::Null };
+    line(
+        &json!({"jsonrpc": "2.0", "id": id, "result": {"action": action, "content": content, "_meta": null}}),
+    )
 }
 
 fn decision(id: &Value, decision: &str) -> String {

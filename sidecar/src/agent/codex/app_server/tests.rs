@@ -60,7 +60,11 @@ fn started(c: &mut AppServer, resume: Option<&str>) -> Value {
 #[test]
 fn a_thread_starts_in_the_worktree_with_swarms_sandbox_as_the_floor() {
     let (mut c, dir) = client(true);
-    assert_eq!(c.argv(&cfg(), Some("th-0")), ["codex", "app-server"], "a resume is a request, not a flag");
+    assert_eq!(
+        c.argv(&cfg(), Some("th-0")),
+        ["codex", "app-server", "-c", "features.default_mode_request_user_input=true"],
+        "a resume is a request, not a flag"
+    );
     let thread = started(&mut c, None);
     assert_eq!(thread["method"], "thread/start");
     let p = &thread["params"];
@@ -141,7 +145,7 @@ fn commands_and_edits_go_through_the_policy_and_the_verdict_goes_back() {
 }
 
 #[test]
-fn an_edit_of_a_file_the_task_does_not_own_is_refused_at_the_edit() {
+fn an_edit_touching_a_file_the_task_does_not_own_is_put_to_the_policy_as_that_file() {
     let (mut c, dir) = client(false);
     started(&mut c, None);
     let mine = dir.path().join("src/a.rs").display().to_string();
@@ -153,13 +157,11 @@ fn an_edit_of_a_file_the_task_does_not_own_is_refused_at_the_edit() {
         &mut c,
         json!({"id": 9, "method": "item/fileChange/requestApproval", "params": {"itemId": "f2"}}),
     );
-    assert!(
-        matches!(&ev[0], AgentEvent::Note(n) if n.contains("permission denied") && n.contains("README.md")),
-        "{ev:?}"
-    );
-    assert_eq!(sent(&ev)[0]["result"]["decision"], "decline");
-    assert!(!ev.iter().any(|e| matches!(e, AgentEvent::PermissionRequest { .. })), "nobody is asked");
-    // An edit whose files were never announced is declined too.
+    let AgentEvent::PermissionRequest { tool, input, .. } = &ev[0] else { panic!("{ev:?}") };
+    assert_eq!(input["file_path"], "README.md", "the file it may not edit: {input}");
+    let policy = Policy::new(&cfg(), &["src/**".to_string()], dir.path()).expect("policy");
+    assert!(matches!(policy.decide(tool, input), crate::agent::policy::Decision::Deny { .. }));
+    // An edit whose files were never announced is declined.
     let ev = feed(
         &mut c,
         json!({"id": 10, "method": "item/fileChange/requestApproval", "params": {"itemId": "nope"}}),
@@ -332,4 +334,49 @@ fn hostile_lines_never_panic() {
     let ev = c.parse_line(r#"{"id":4,"method":"some/new/request","params":{}}"#);
     assert_eq!(sent(&ev)[0]["error"]["code"], -32601);
     assert!(matches!(c.parse_line("nope").as_slice(), [AgentEvent::Unparseable(_)]));
+}
+
+#[test]
+fn a_shell_wrapped_command_is_judged_by_its_script() {
+    use super::notifications::script_of;
+    assert_eq!(script_of("/bin/bash -lc 'cp a b'"), "cp a b");
+    assert_eq!(script_of(r#"/bin/bash -lc 'echo '"'"'hi'"'"' > x'"#), "echo 'hi' > x");
+    assert_eq!(script_of("bash -c 'cargo test && rm -rf /'"), "cargo test && rm -rf /", "the whole script");
+    assert_eq!(script_of("/bin/bash -lc 'a' extra"), "/bin/bash -lc 'a' extra", "not one script");
+    assert_eq!(script_of("python -c 'x'"), "python -c 'x'", "not a shell");
+    assert_eq!(script_of("cargo test"), "cargo test");
+    assert_eq!(script_of("bash -lc 'unterminated"), "bash -lc 'unterminated");
+}
+
+#[test]
+fn codexs_question_before_an_mcp_tool_call_is_the_policys_and_other_forms_are_declined() {
+    let (mut c, _dir) = client(false);
+    started(&mut c, None);
+    let ev = feed(
+        &mut c,
+        json!({"id": 20, "method": "mcpServer/elicitation/request", "params": {
+        "threadId": "th-1", "turnId": "tu-1", "serverName": "swarm", "mode": "form",
+        "_meta": {"codex_approval_kind": "mcp_tool_call", "tool_params": {"step": "x", "percent": 5}},
+        "message": "Allow the swarm MCP server to run tool \"progress\"?", "requestedSchema": {"type": "object", "properties": {}}}}),
+    );
+    let AgentEvent::PermissionRequest { request_id, tool, input } = &ev[0] else { panic!("{ev:?}") };
+    assert_eq!(tool, "mcp__swarm__progress");
+    assert_eq!(input["percent"], 5);
+    let reply: Value =
+        serde_json::from_str(c.permission_reply(request_id, &Verdict::Allow, input).expect("reply").trim())
+            .expect("json");
+    assert_eq!(reply["result"], json!({"action": "accept", "content": {}, "_meta": null}));
+
+    let ev = feed(
+        &mut c,
+        json!({"id": 21, "method": "mcpServer/elicitation/request", "params": {
+        "serverName": "db", "mode": "form", "_meta": null, "message": "Your password?", "requestedSchema": {}}}),
+    );
+    assert_eq!(sent(&ev)[0]["result"]["action"], "decline");
+    let ev = feed(
+        &mut c,
+        json!({"id": 22, "method": "mcpServer/elicitation/request", "params": {
+        "serverName": "a b", "_meta": {"codex_approval_kind": "mcp_tool_call"}, "message": "run tool \"x\"?"}}),
+    );
+    assert_eq!(sent(&ev)[0]["result"]["action"], "decline", "a server name no rule can name");
 }
