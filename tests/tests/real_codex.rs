@@ -10,7 +10,7 @@
 //! prints why and returns; under `CI` that is a failure.
 #![allow(clippy::unwrap_used)] // tests: a panic is the report
 
-use serde_json::{Value, json};
+use serde_json::json;
 use swarm_proto::v1::{self, AttemptState, Outcome, TaskState};
 use swarm_tests::responses_api::{Script, Step, Usage, unix_now_s};
 use swarm_tests::{
@@ -96,14 +96,19 @@ async fn an_edit_and_a_command_by_the_real_codex_merge_and_its_usage_is_summed()
     assert_eq!(usage_of(t.usage.as_ref()), want);
 }
 
-/// An edit of a file the task does not own is declined at the edit
-/// (the model is told), nothing outside the owned files changes, and an
-/// attempt that changed nothing is not success.
+/// An edit of a file the task does not own, or of a path outside the
+/// worktree, is declined at the edit (the model is told), nothing outside
+/// the owned files changes, and an attempt that changed nothing is not
+/// success.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_edit_outside_the_owned_files_is_refused_at_the_edit() {
     let script = Script::new(
         "outside",
-        vec![Step::apply_patch(&add_file("README.md", "taken over")), Step::text("I edited the README.")],
+        vec![
+            Step::apply_patch(&add_file("README.md", "taken over")),
+            Step::apply_patch(&add_file("../escape.txt", "out")),
+            Step::text("I edited the README."),
+        ],
     );
     let test = "an_edit_outside_the_owned_files_is_refused_at_the_edit";
     let Some(codex) = RealCodex::start(test, vec![script]) else { return };
@@ -121,11 +126,16 @@ async fn an_edit_outside_the_owned_files_is_refused_at_the_edit() {
 
     let log = swarmctl(&url, &["logs", "cxout/t"]);
     let text = String::from_utf8_lossy(&log.stdout);
-    assert!(text.contains("permission denied") && text.contains("README.md"), "{text}\n{}", stderr(&log));
-    let requests = codex.api.requests_of("outside");
-    let told = requests.last().map(|r| r.body.to_string()).unwrap_or_default();
-    assert!(told.contains("rejected") || told.contains("declined"), "the model is told: {told}");
+    let denials: Vec<&str> = text.lines().filter(|l| l.contains("permission denied")).collect();
+    assert_eq!(denials.len(), 2, "{text}\n{}", stderr(&log));
+    assert!(denials[0].contains("README.md"), "{denials:?}");
+    assert!(denials[1].contains("escape.txt"), "{denials:?}");
+    let told = codex.api.requests_of("outside").last().map(|r| r.call_outputs()).unwrap_or_default();
+    assert_eq!(told.len(), 2, "{told:#?}");
+    assert!(told.iter().all(|o| o.output.contains("rejected")), "the model is told: {told:#?}");
     assert_eq!(std::fs::read_to_string(repo.path().join("README.md")).unwrap(), "mine\n");
+    let workspaces = repo.path().join(".git/workspaces");
+    assert!(!workspaces.join("escape.txt").exists() && !repo.path().join("escape.txt").exists());
 }
 
 /// A command no rule allows is a permission question; "allow" lets it
@@ -294,17 +304,19 @@ async fn codex_uses_swarms_worker_tools() {
     assert!(said, "the progress call is in the event log: {events:#?}");
 }
 
-/// A stream that breaks off mid-response and a tool output too large to
-/// hold end the attempt with a clear failure; nothing panics, nothing merges.
+/// A command whose output is far larger than any line swarm reads, then
+/// a stream that breaks off mid-response: the attempt ends with a clear
+/// failure; nothing panics, nothing merges.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_hostile_transcript_ends_in_a_clear_failure() {
-    let script = Script::new("broken", vec![Step::Malformed]);
+    let script =
+        Script::new("broken", vec![Step::exec("head -c 20000000 /dev/zero | tr '\\0' x"), Step::Malformed]);
     let test = "a_hostile_transcript_ends_in_a_clear_failure";
     let Some(codex) = RealCodex::start(test, vec![script]) else { return };
     let repo = TempRepo::with_files(&[]);
     let plan = codex
         .plan("cxbad")
-        .default("permissions", r#"{ allow = ["Edit(src/**)"], otherwise = "deny" }"#)
+        .default("permissions", r#"{ allow = ["Edit(src/**)", "Bash(head:*)"], otherwise = "deny" }"#)
         .task(codex_task("t", &["src/**"], "broken", "Do it.").set("retries", "0"))
         .build();
     let cluster = codex.cluster(&repo, 1);
@@ -312,11 +324,13 @@ async fn a_hostile_transcript_ends_in_a_clear_failure() {
     create_swarm(&url, &plan).await;
     let t = wait_task_state(&url, "cxbad", "t", TaskState::Failed).await;
     let a = &attempts(&url, "cxbad/t").await[0];
-    assert!(!a.error.is_empty(), "a reason is given: {a:?}");
+    assert!(a.error.contains("stream"), "the broken stream is the reason: {a:?}");
     assert!(!a.error.contains("panicked"), "{}", a.error);
     assert!(!t.reason.is_empty());
-    let v: Value = json!(a.error);
-    eprintln!("failure as reported: {v}");
+    let told = codex.api.requests_of("broken").last().map(|r| r.call_outputs()).unwrap_or_default();
+    assert_eq!(told.first().map(|o| o.tool.as_str()), Some("exec_command"), "the command ran: {told:#?}");
+    let tree = repo.tree(&integration("cxbad"));
+    assert!(tree.keys().all(|k| !k.starts_with("src/")), "nothing merged: {tree:?}");
 }
 
 /// Local mode, as a newcomer runs it: `swarmctl run` with an embedded
