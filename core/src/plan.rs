@@ -22,6 +22,7 @@ pub mod forge;
 pub mod integration;
 pub mod limits;
 pub mod prices;
+pub mod repo_rules;
 pub mod review;
 pub mod sandbox;
 pub mod schedule;
