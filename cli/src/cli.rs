@@ -202,6 +202,12 @@ pub enum Command {
     },
     /// Print a shell completion script.
     Completions { shell: Shell },
+    /// Check a plan offline against the repository it will run on: the
+    /// controller's parser, then owned globs that exist, disjoint files for
+    /// tasks that may run at once, shared lockfiles and registries, verify
+    /// tiers when the repository has tests. Exit 0 with warnings only, 1
+    /// with an error, 3 when the plan does not parse.
+    Check(CheckArgs),
     /// The worker sandbox: `sandbox check PLAN`.
     Sandbox {
         #[command(subcommand)]
@@ -220,6 +226,23 @@ pub enum SandboxCommand {
     /// what the sandbox denied them and the setting that would allow it.
     /// Exit 1 if anything was denied. The tasks' secrets are not read.
     Check(SandboxCheckArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The plan file (TOML).
+    pub plan: PathBuf,
+    /// The git repository the plan runs in.
+    #[arg(long, env = "SWARM_REPO", default_value = ".")]
+    pub repo: PathBuf,
+    /// The most of the repository's files one task may own (0 to 1).
+    #[arg(long, value_name = "F", default_value_t = 0.5)]
+    pub max_share: f64,
+    /// A planner wrote the plan: every task needs an `estimate`.
+    #[arg(long)]
+    pub planned: bool,
+    #[command(flatten)]
+    pub out: OutputArgs,
 }
 
 #[derive(Debug, Args)]

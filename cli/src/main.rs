@@ -6,6 +6,7 @@
 mod attempt_log;
 mod auth;
 mod budget;
+mod check;
 mod cli;
 mod client;
 mod demo;
@@ -79,6 +80,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Certs(args) => auth::certs(args).map(|()| exit::SUCCESS),
         Command::Token(args) => auth::token(args).map(|()| exit::SUCCESS),
         Command::Sandbox { what: cli::SandboxCommand::Check(args) } => sandbox_check::run(args).await,
+        Command::Check(args) => check::run(args),
         command => match command {
             Command::Watch(args) => watch::watch(&target, args).await,
             Command::Top(args) => top::run(&target, args).await,

@@ -130,6 +130,7 @@ pub async fn run(url: &client::Target, command: Command) -> anyhow::Result<()> {
         | Command::Certs(_)
         | Command::Token(_)
         | Command::Sandbox { .. }
+        | Command::Check(_)
         | Command::Watch(_)
         | Command::Top(_)
         | Command::Mcp
