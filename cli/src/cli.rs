@@ -70,6 +70,9 @@ pub enum Command {
     Run(RunArgs),
     /// Run a scripted demo swarm in a throwaway repository (under a minute).
     Demo(DemoArgs),
+    /// Plan a swarm from a goal: a planning agent reads the repository
+    /// (read-only, sandboxed) and writes a plan that passes `swarmctl check`.
+    Plan(crate::plan::PlanArgs),
     /// Submit a plan file to the controller (idempotent for the same plan).
     Create {
         plan: PathBuf,

@@ -15,6 +15,7 @@ mod local;
 mod mcp;
 mod ops;
 mod output;
+mod plan;
 mod report;
 mod review;
 mod sandbox_check;
@@ -38,6 +39,10 @@ fn main() -> ExitCode {
     }
     if std::env::args_os().nth(1).is_some_and(|a| a == local::sidecar_mode::ARG) {
         return local::sidecar_mode::main();
+    }
+    // The planning agent starts this binary as its tool server.
+    if std::env::args_os().nth(1).is_some_and(|a| a == plan::tools::ARG) {
+        return plan::tools::main();
     }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -73,6 +78,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     match cli.command {
         Command::Run(args) => local::run(args).await,
         Command::Demo(args) => demo::run(args).await,
+        Command::Plan(args) => plan::run(args).await,
         Command::Completions { shell } => {
             cli::print_completions(shell);
             Ok(exit::SUCCESS)

@@ -126,6 +126,7 @@ pub async fn run(url: &client::Target, command: Command) -> anyhow::Result<()> {
         }
         Command::Run(_)
         | Command::Demo(_)
+        | Command::Plan(_)
         | Command::Completions { .. }
         | Command::Certs(_)
         | Command::Token(_)

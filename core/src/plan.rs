@@ -18,6 +18,7 @@ use crate::names::{check_branch, check_glob, check_id, check_text};
 
 pub mod agent;
 pub mod budget;
+mod critical;
 pub mod forge;
 pub mod integration;
 pub mod limits;
@@ -31,6 +32,7 @@ pub mod spawn;
 pub mod subplan;
 pub use agent::{AgentInstructions, AgentKind, AgentSpec, Otherwise, PermissionPolicy, PermissionRule};
 pub use budget::{Budget, OnUsageLimit, SwarmBudget};
+pub use critical::critical_paths;
 pub use forge::ForgeSpec;
 pub use limits::Limits;
 pub use prices::{Price, PriceTable};

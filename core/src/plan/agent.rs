@@ -333,9 +333,9 @@ pub(super) fn resolve(
         // permissions count as Claude's do (a CLI too old for app-server
         // runs `exec`, which cannot ask; the sidecar says so in the log).
         Some(raw) => PermissionPolicy {
-                allow: rules(&format!("{}.allow", path("permissions")), &raw.allow)?,
-                deny: rules(&format!("{}.deny", path("permissions")), &raw.deny)?,
-                otherwise: raw.otherwise,
+            allow: rules(&format!("{}.allow", path("permissions")), &raw.allow)?,
+            deny: rules(&format!("{}.deny", path("permissions")), &raw.deny)?,
+            otherwise: raw.otherwise,
         },
     };
     // An ACP agent's command line travels as the spec's path and the head

@@ -27,7 +27,7 @@
 use std::cmp::Reverse;
 use std::collections::BTreeSet;
 
-use swarm_core::{SwarmId, TaskId, TaskKey};
+use swarm_core::{SwarmId, TaskKey};
 
 use super::{HashMap, HashSet, Swarm, Tasks};
 
@@ -215,7 +215,7 @@ impl ReadyQueue {
                 .fold((0u64, 0u64), |(sum, n), ms| (sum.saturating_add(ms), n + 1));
             q.has_estimates = estimates.1 > 0;
             q.basis_ms = q.unknown_weight(estimates);
-            let paths = critical_paths(&specs, q.basis_ms);
+            let paths = swarm_core::plan::critical_paths(&specs, q.basis_ms);
             for (spec, path) in specs.iter().zip(paths) {
                 if let Some(t) = tasks.get_mut(&TaskKey::new(id.clone(), spec.id.clone())) {
                     t.path = path;
@@ -258,43 +258,6 @@ impl ReadyQueue {
     }
 }
 
-/// The remaining critical path below each task of a swarm (in the order
-/// of `specs`): its weight plus the heaviest path among the tasks that
-/// depend on it. The plan was checked acyclic; a dep not among `specs`
-/// is left out.
-fn critical_paths(specs: &[std::sync::Arc<swarm_core::plan::TaskSpec>], unknown_ms: u64) -> Vec<u64> {
-    let index: HashMap<&TaskId, usize> = specs.iter().enumerate().map(|(i, s)| (&s.id, i)).collect();
-    let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); specs.len()];
-    let mut waiting: Vec<usize> = vec![0; specs.len()];
-    for (i, s) in specs.iter().enumerate() {
-        for d in &s.deps {
-            if let Some(&j) = index.get(d) {
-                dependents[j].push(i);
-                waiting[i] += 1;
-            }
-        }
-    }
-    // Kahn's order: every task after its dependencies.
-    let mut topo: Vec<usize> = (0..specs.len()).filter(|&i| waiting[i] == 0).collect();
-    let mut at = 0;
-    while at < topo.len() {
-        let i = topo[at];
-        at += 1;
-        for &j in &dependents[i] {
-            waiting[j] -= 1;
-            if waiting[j] == 0 {
-                topo.push(j);
-            }
-        }
-    }
-    let mut path = vec![0u64; specs.len()];
-    for &i in topo.iter().rev() {
-        let below = dependents[i].iter().map(|&j| path[j]).max().unwrap_or(0);
-        path[i] = specs[i].estimate_ms.unwrap_or(unknown_ms).saturating_add(below);
-    }
-    path
-}
-
 #[cfg(test)]
 mod tests {
     use swarm_core::plan::Plan;
@@ -314,7 +277,7 @@ mod tests {
              [[tasks]]\nid = \"c\"\nfiles = [\"c\"]\ndeps = [\"a\"]\n\
              [[tasks]]\nid = \"d\"\nfiles = [\"d\"]\ndeps = [\"b\", \"c\"]\n",
         );
-        assert_eq!(critical_paths(&specs, 1_000), [7_000, 6_000, 2_000, 1_000]);
+        assert_eq!(swarm_core::plan::critical_paths(&specs, 1_000), [7_000, 6_000, 2_000, 1_000]);
     }
 
     #[test]

@@ -1,0 +1,282 @@
+//! `swarmctl plan "GOAL"`: one planning agent turns a goal into a plan.
+//!
+//! The agent (Claude Code) runs over a snapshot of the repository at HEAD,
+//! inside swarm's sandbox with the snapshot read-only (it may write only
+//! the snapshot's `.swarm/`, where its tool server keeps the proposal, and
+//! its own state), with the reading tools and two of swarm's
+//! ([`tools`]): `check_plan` and `propose_plan`, which check a draft with
+//! the rules `swarmctl check --planned` applies. It iterates until a plan
+//! passes; swarmctl then prints the task graph (owned files, dependencies,
+//! estimates, the critical path) and what planning cost, and writes the
+//! plan with the goal as a comment. The agent never starts anything.
+
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{Context as _, bail};
+use swarm_core::plan::{AgentKind, Plan, SandboxSpec};
+
+pub mod dag;
+pub mod tools;
+
+/// The planner's instructions, versioned with swarm (the first line names
+/// the version); `--planner-instructions FILE` replaces them.
+pub const INSTRUCTIONS: &str = include_str!("instructions.md");
+/// A goal longer than this belongs in a file of its own… and still fits here.
+const MAX_GOAL: usize = 64 << 10;
+
+#[derive(Debug, clap::Args)]
+pub struct PlanArgs {
+    /// What the swarm should achieve, in your words.
+    #[arg(required_unless_present = "from")]
+    pub goal: Option<String>,
+    /// Read the goal from this file instead.
+    #[arg(long, value_name = "FILE", conflicts_with = "goal")]
+    pub from: Option<PathBuf>,
+    /// Write the plan here (stdout shows the task graph); without it the
+    /// plan goes to stdout and the graph to stderr.
+    #[arg(short = 'o', long = "out", value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// The repository to plan for.
+    #[arg(long, default_value = ".")]
+    pub repo: PathBuf,
+    /// The planning agent (claude; codex and acp planners are not built yet).
+    #[arg(long, default_value = "claude", value_parser = ["claude"])]
+    pub agent: String,
+    /// Its executable (default: `claude` on PATH).
+    #[arg(long, value_name = "PATH")]
+    pub agent_path: Option<String>,
+    /// Its model.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Turns the planner may take.
+    #[arg(long, default_value_t = 40)]
+    pub max_turns: u32,
+    /// Instructions to use instead of swarm's.
+    #[arg(long, value_name = "FILE")]
+    pub planner_instructions: Option<PathBuf>,
+    /// The largest share of the repository's files one task may own.
+    #[arg(long, default_value_t = 0.5)]
+    pub max_share: f64,
+}
+
+/// A plan the planner wrote, and what it cost.
+pub struct Planned {
+    pub goal: String,
+    pub plan: Plan,
+    pub toml: String,
+    pub cost: dag::Cost,
+}
+
+pub async fn run(args: PlanArgs) -> anyhow::Result<u8> {
+    let planned = tokio::task::spawn_blocking(move || plan(&args).map(|p| (p, args.out)))
+        .await
+        .context("the planner's thread")??;
+    let (planned, out) = planned;
+    let text = with_goal(&planned);
+    match out {
+        Some(path) => {
+            std::fs::write(&path, &text).with_context(|| format!("writing {}", path.display()))?;
+            print!("{}", dag::render(&planned.plan, &planned.cost));
+            println!("plan written to {}", path.display());
+        }
+        None => {
+            eprint!("{}", dag::render(&planned.plan, &planned.cost));
+            print!("{text}");
+        }
+    }
+    Ok(crate::exit::SUCCESS)
+}
+
+/// The plan's text with the goal and the planner's run as a comment.
+pub fn with_goal(p: &Planned) -> String {
+    let goal: String = p.goal.lines().map(|l| format!("# {l}\n")).collect();
+    format!("# Goal:\n{goal}# Planned by swarmctl plan: {}\n\n{}", p.cost.summary(), p.toml.trim_start())
+}
+
+/// Runs the planner to a plan that passes (blocking: a child process).
+pub fn plan(args: &PlanArgs) -> anyhow::Result<Planned> {
+    let goal = read_goal(args)?;
+    let facts = crate::check::repo_facts(&args.repo)?;
+    let work = tempfile::Builder::new().prefix("swarm-plan-").tempdir()?;
+    let snapshot = work.path().join("repo");
+    snapshot_head(&args.repo, &snapshot)?;
+    let dir = snapshot.join(".swarm");
+    std::fs::create_dir_all(&dir)?;
+    let sent = tools::Facts {
+        files: facts.files,
+        has_test_command: facts.has_test_command,
+        max_share: args.max_share,
+    };
+    std::fs::write(dir.join(tools::FACTS), serde_json::to_vec(&sent)?)?;
+    let instructions = match &args.planner_instructions {
+        Some(f) => {
+            std::fs::read_to_string(f).with_context(|| format!("--planner-instructions {}", f.display()))?
+        }
+        None => INSTRUCTIONS.to_string(),
+    };
+    let argv = claude_argv(args, &dir, &instructions)?;
+    let tmp = work.path().join("tmp");
+    std::fs::create_dir_all(&tmp)?;
+    let cost = run_agent(&argv, &snapshot, &tmp, &goal)?;
+    let toml = match std::fs::read_to_string(dir.join(tools::PROPOSED)) {
+        Ok(t) => t,
+        Err(_) => bail!(
+            "the planner ended without proposing a plan that passes swarm's checks{}",
+            cost.last_message
+                .as_deref()
+                .map(|m| format!(": {}", crate::plan::dag::one_line(m)))
+                .unwrap_or_default()
+        ),
+    };
+    let plan = Plan::parse(&toml).map_err(|e| anyhow::anyhow!("the proposed plan: {e}"))?;
+    Ok(Planned { goal, plan, toml, cost })
+}
+
+fn read_goal(args: &PlanArgs) -> anyhow::Result<String> {
+    let goal = match (&args.goal, &args.from) {
+        (_, Some(f)) => std::fs::read_to_string(f).with_context(|| format!("--from {}", f.display()))?,
+        (Some(g), None) => g.clone(),
+        (None, None) => bail!("goal: give the goal, or --from FILE"),
+    };
+    let goal = goal.trim().to_string();
+    if goal.is_empty() {
+        bail!("goal: must not be empty");
+    }
+    if goal.len() > MAX_GOAL {
+        bail!("goal: at most {} KiB", MAX_GOAL >> 10);
+    }
+    Ok(goal)
+}
+
+/// The repository's HEAD as plain files in `to` (no git metadata, and the
+/// repository's index untouched).
+fn snapshot_head(repo: &Path, to: &Path) -> anyhow::Result<()> {
+    let _span = tracing::info_span!("git.snapshot", repo = %repo.display()).entered();
+    let r = git2::Repository::discover(repo)
+        .with_context(|| format!("--repo {}: not a git repository", repo.display()))?;
+    let tree =
+        r.head().and_then(|h| h.peel_to_tree()).context("--repo: the repository has no HEAD commit")?;
+    std::fs::create_dir_all(to)?;
+    let mut checkout = git2::build::CheckoutBuilder::new();
+    checkout.target_dir(to).force().update_index(false);
+    r.checkout_tree(tree.as_object(), Some(&mut checkout)).context("writing the snapshot")?;
+    Ok(())
+}
+
+/// Claude Code in print mode with only the reading tools and the planner's.
+fn claude_argv(args: &PlanArgs, dir: &Path, instructions: &str) -> anyhow::Result<Vec<String>> {
+    let exe = std::env::current_exe().context("swarmctl's own path")?;
+    let mcp = serde_json::json!({"mcpServers": {"planner": {
+        "command": exe.display().to_string(), "args": [tools::ARG, dir.display().to_string()],
+    }}});
+    let mut v: Vec<String> = vec![
+        args.agent_path.clone().unwrap_or_else(|| "claude".to_string()),
+        "-p".into(),
+        "--output-format".into(),
+        "stream-json".into(),
+        "--verbose".into(),
+        "--mcp-config".into(),
+        mcp.to_string(),
+        "--strict-mcp-config".into(),
+        "--allowedTools".into(),
+        "Read,Grep,Glob,LS,mcp__planner__check_plan,mcp__planner__propose_plan".into(),
+        "--disallowedTools".into(),
+        "Bash,Edit,Write,MultiEdit,NotebookEdit,WebFetch,WebSearch,Task".into(),
+        "--append-system-prompt".into(),
+        instructions.to_string(),
+        "--max-turns".into(),
+        args.max_turns.to_string(),
+    ];
+    if let Some(m) = &args.model {
+        v.extend(["--model".into(), m.clone()]);
+    }
+    Ok(v)
+}
+
+/// Runs the planner confined (the snapshot read-only) and reads its
+/// stream for progress and cost.
+fn run_agent(argv: &[String], snapshot: &Path, tmp: &Path, goal: &str) -> anyhow::Result<dag::Cost> {
+    let env = planner_env(tmp);
+    let argv = confined(argv, snapshot, tmp, &env)?;
+    let _span = tracing::info_span!("planner.run", program = %argv[0].to_string_lossy()).entered();
+    let mut child = Command::new(&argv[0])
+        .args(&argv[1..])
+        .current_dir(snapshot)
+        .env_clear()
+        .envs(env)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .with_context(|| format!("cannot start the planner {:?}", argv[0]))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin.write_all(format!("GOAL:\n{goal}\n").as_bytes())?;
+    }
+    let mut cost = dag::Cost::default();
+    if let Some(out) = child.stdout.take() {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            cost.read_line(&line);
+        }
+    }
+    let status = child.wait()?;
+    if !status.success() && cost.turns == 0 {
+        bail!("the planner exited {status} before it answered");
+    }
+    Ok(cost)
+}
+
+/// The planner's environment: the operator's, with its own temporary
+/// directory (the snapshot and the rest are read-only to it).
+fn planner_env(tmp: &Path) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> =
+        std::env::vars().filter(|(k, _)| !k.starts_with("SWARM_") && k != "TMPDIR").collect();
+    env.push(("TMPDIR".into(), tmp.display().to_string()));
+    env
+}
+
+/// `argv` under swarm's sandbox, the snapshot as a reviewer's worktree
+/// (read-only but for `.swarm/`), the model API's port reachable.
+fn confined(
+    argv: &[String],
+    snapshot: &Path,
+    tmp: &Path,
+    env: &[(String, String)],
+) -> anyhow::Result<Vec<std::ffi::OsString>> {
+    use swarm_sidecar::sandbox;
+    let exe = std::env::current_exe()?;
+    let mut spec = SandboxSpec::default();
+    spec.connect.extend(api_port(env));
+    let settings = sandbox::Settings(spec);
+    let private = [tmp];
+    let place = sandbox::Place {
+        worktree: snapshot,
+        common_dir: snapshot,
+        private: &private,
+        agent: Some((AgentKind::Claude, argv[0].as_str())),
+        review: true,
+    };
+    if let Some(home) = env.iter().find(|(k, _)| k == "HOME") {
+        sandbox::make_agent_state(AgentKind::Claude, Path::new(&home.1), None)?;
+    }
+    let confinement = sandbox::confine(&settings, sandbox::probe(), &exe, &place, env)
+        .map_err(|e| anyhow::anyhow!("sandbox: {e}"))?;
+    Ok(match confinement {
+        Some(mut c) => {
+            // The planner's tool server is this binary.
+            let mut policy = (*c.policy).clone();
+            policy.read.push(exe);
+            c.policy = std::sync::Arc::new(policy);
+            c.argv(argv)
+        }
+        None => argv.iter().map(Into::into).collect(),
+    })
+}
+
+/// The port of the model API the agent is pointed at, when it is not 443.
+fn api_port(env: &[(String, String)]) -> Option<u16> {
+    let (_, url) = env.iter().find(|(k, _)| k == "ANTHROPIC_BASE_URL")?;
+    let authority = url.split("://").nth(1)?.split('/').next()?;
+    authority.rsplit_once(':')?.1.parse().ok()
+}
