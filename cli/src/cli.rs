@@ -335,6 +335,13 @@ pub struct RunArgs {
     /// Serve the embedded controller's Prometheus metrics here (GET /metrics).
     #[arg(long, env = "SWARM_METRICS_LISTEN")]
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Serve the embedded controller's web dashboard (see README
+    /// "Dashboard") at a loopback ADDR, by default a free port on
+    /// 127.0.0.1; its address and login link are printed at start.
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:0")]
+    pub ui: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    pub notify: swarm_controller::notify::NotifyArgs,
     /// Where the finished work goes, for a plan without `[forge]`: `github`
     /// (push, then one pull request) or `git` (push only).
     #[arg(long, env = "SWARM_FORGE", value_parser = ["github", "git"])]

@@ -110,19 +110,8 @@ struct Args {
     /// can reach the port may do anything, in the clear.
     #[arg(long, env = "SWARM_INSECURE")]
     insecure: bool,
-    /// POST a JSON notification (Slack- and Discord-compatible) to URL when
-    /// something waits for the operator; repeat for more endpoints (see
-    /// README "Notifications").
-    #[arg(long = "notify", value_name = "URL", env = "SWARM_NOTIFY", value_delimiter = ',')]
-    notify: Vec<String>,
-    /// Which notifications to send, comma-separated: names such as
-    /// task.question or swarm.completed, a prefix such as swarm.*, or all.
-    #[arg(long, value_name = "EVENTS", env = "SWARM_NOTIFY_EVENTS", default_value = "all")]
-    notify_events: String,
-    /// A file holding the secret that signs each notification
-    /// (X-Swarm-Signature, HMAC-SHA256 over the timestamp and the body).
-    #[arg(long, value_name = "PATH", env = "SWARM_NOTIFY_SECRET_FILE")]
-    notify_secret_file: Option<PathBuf>,
+    #[command(flatten)]
+    notify: swarm_controller::notify::NotifyArgs,
     /// A source a plan's `[forge]` may read its token or webhook secret
     /// from: `env:NAME` or `file:/path`; repeat for more. None by default:
     /// a plan cannot make the controller send one of its files or
@@ -160,11 +149,7 @@ async fn main() -> anyhow::Result<()> {
     if args.heartbeat_interval_ms == 0 || args.lease_ttl_ms <= args.heartbeat_interval_ms {
         anyhow::bail!("--lease-ttl-ms must be greater than --heartbeat-interval-ms (and both non-zero)");
     }
-    let notify = swarm_controller::notify::NotifyConfig::from_flags(
-        &args.notify,
-        Some(&args.notify_events),
-        args.notify_secret_file.as_deref(),
-    )?;
+    let notify = args.notify.config()?;
     let forge = swarm_controller::forge::ForgeConfig {
         secrets: swarm_controller::forge::SecretPolicy::from_flags(&args.forge_secrets)
             .map_err(anyhow::Error::msg)?,

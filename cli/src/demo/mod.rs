@@ -14,7 +14,7 @@ use swarm_core::plan::Plan;
 
 use crate::cli::DemoArgs;
 use crate::exit;
-use crate::local::{Ended, Session};
+use crate::local::{Ended, Serve, Session};
 
 /// The scripted worker; see its comments for what each task does.
 pub const WORKER_SH: &str = include_str!("worker.sh");
@@ -43,7 +43,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<u8> {
     );
 
     let live = !args.plain && std::io::stdout().is_terminal();
-    let mut session = Session::start(&repo, args.workers, &BTreeMap::new(), None, None).await?;
+    let mut session = Session::start(&repo, args.workers, &BTreeMap::new(), &Serve::default(), None).await?;
     let answers = BTreeMap::from([("config".to_string(), ANSWER.to_string())]);
     let result = session.drive(&plan_text, &plan, live, &answers).await;
     let log_dir = session.log_dir.clone();

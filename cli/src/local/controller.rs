@@ -78,6 +78,31 @@ fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
+/// What the embedded controller serves besides its gRPC port, and whom
+/// it tells; nothing by default.
+#[derive(Debug, Clone, Default)]
+pub struct Serve {
+    /// Prometheus metrics (`--metrics-listen`).
+    pub metrics_listen: Option<SocketAddr>,
+    /// The dashboard (`--ui`), checked by [`check_ui`].
+    pub ui_listen: Option<SocketAddr>,
+    /// Operator webhooks (`--notify*`).
+    pub notify: swarm_controller::notify::NotifyConfig,
+}
+
+/// The standalone controller's rule for its dashboard, with what local
+/// mode can give: the dashboard shows all the Operator API's reads, and
+/// local mode has neither TLS nor a way to hand its tokens to another
+/// machine, so it serves on loopback only.
+pub fn check_ui(addr: SocketAddr) -> Result<(), crate::exit::Usage> {
+    if addr.ip().is_loopback() {
+        return Ok(());
+    }
+    Err(crate::exit::Usage(format!(
+        "--ui {addr}: not a loopback address; swarmctl run serves the dashboard over plain HTTP,          so only on 127.0.0.1 or [::1] (reach it from elsewhere through an SSH tunnel, or run          swarm-controller with --ui-listen, --tls-cert, --tls-key and --tokens)"
+    )))
+}
+
 pub struct LocalController {
     inner: Controller,
     /// This run's credentials: the controller accepts only these, so other
@@ -91,13 +116,9 @@ pub struct LocalController {
 
 impl LocalController {
     /// Starts the controller on 127.0.0.1 (ephemeral port) with its store
-    /// under `<repo>/.git/swarm/`; its logs go to `log`, its metrics to
-    /// `metrics_listen` when given.
-    pub async fn start(
-        repo: &Path,
-        log: &Path,
-        metrics_listen: Option<SocketAddr>,
-    ) -> anyhow::Result<LocalController> {
+    /// under `<repo>/.git/swarm/`; its logs go to `log`; it serves and
+    /// notifies what `serve` asks.
+    pub async fn start(repo: &Path, log: &Path, serve: &Serve) -> anyhow::Result<LocalController> {
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -106,12 +127,19 @@ impl LocalController {
         // Fails only when a subscriber is already set (a second session).
         let telemetry = swarm_telemetry::init_with_writer("swarm-controller", false, Mutex::new(file)).ok();
         let mut config = Config::local(repo.to_path_buf());
-        config.metrics_listen = metrics_listen;
+        config.metrics_listen = serve.metrics_listen;
+        config.ui_listen = serve.ui_listen;
+        config.notify = serve.notify.clone();
         let sidecar_token = crate::auth::new_token();
         let admin_token = crate::auth::new_token();
+        // The link printed for the dashboard carries a token of its own,
+        // with the role the dashboard needs and no more: the terminal's
+        // scrollback is no place for the admin token.
+        let ui_token = crate::auth::new_token();
         let entries = [
             crate::auth::token_entry("local-sidecars", "sidecar", Some("local-*"), &sidecar_token),
             crate::auth::token_entry("local-operator", "admin", None, &admin_token),
+            crate::auth::token_entry("local-dashboard", "operator", None, &ui_token),
         ];
         config.security.tokens = tokens::parse(&entries.join("\n")).context("local-mode tokens")?;
         // For `swarmctl --token-file` while the run goes on; only this user may read it.
@@ -126,6 +154,11 @@ impl LocalController {
         write_private(&url_file, &format!("http://{}", inner.local_addr()))
             .with_context(|| format!("writing {}", url_file.display()))?;
         eprintln!("controller: http://{} (operator token: {})", inner.local_addr(), token_file.display());
+        if let Some(at) = inner.ui_addr() {
+            // The dashboard logs a `/?token=` link in and drops the token
+            // from the address bar at once (see README "Dashboard").
+            eprintln!("dashboard: http://{at}/?token={ui_token}");
+        }
         Ok(LocalController { inner, sidecar_token, admin_token, telemetry })
     }
 

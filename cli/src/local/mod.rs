@@ -24,6 +24,7 @@ use crate::cli::RunArgs;
 use crate::client::{Client, Target, connect, read_plan};
 use crate::exit::{self, Usage};
 use controller::LocalController;
+pub use controller::Serve;
 use progress::Progress;
 use sidecars::{Flags, Sidecars};
 pub use summary::{Outcome, outcome};
@@ -39,6 +40,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
         text => (text, plan),
     };
     let repo = check_repo(&args.repo)?;
+    if let Some(at) = args.ui {
+        controller::check_ui(at)?;
+    }
+    let notify = args.notify.config().map_err(|e| Usage(e.to_string()))?;
     let live = !args.plain && std::io::stdout().is_terminal();
     let labels: BTreeMap<String, String> = args.labels.into_iter().collect();
     let mut effective = labels.clone();
@@ -64,8 +69,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
     }
     // Refused here, before anything starts, rather than by each sidecar.
     let worker_user = args.worker_user.map(|u| u.for_this_process()).transpose()?.flatten();
-    let mut session =
-        Session::start(&repo, args.workers, &labels, args.metrics_listen, worker_user.as_ref()).await?;
+    let serve = Serve { metrics_listen: args.metrics_listen, ui_listen: args.ui, notify };
+    let mut session = Session::start(&repo, args.workers, &labels, &serve, worker_user.as_ref()).await?;
     let result = session.drive(&text, &plan, live, &BTreeMap::new()).await;
     // A controller that stopped on its own (its store failed, a thread
     // died) is the error to report, whatever the drive saw.
@@ -110,13 +115,12 @@ impl Session {
         repo: &Path,
         workers: u32,
         labels: &BTreeMap<String, String>,
-        metrics_listen: Option<std::net::SocketAddr>,
+        serve: &Serve,
         worker_user: Option<&swarm_sidecar::sandbox::WorkerUser>,
     ) -> anyhow::Result<Session> {
         let log_dir = repo.join(".git").join("swarm").join("logs");
         std::fs::create_dir_all(&log_dir).with_context(|| format!("creating {}", log_dir.display()))?;
-        let controller =
-            LocalController::start(repo, &log_dir.join("controller.log"), metrics_listen).await?;
+        let controller = LocalController::start(repo, &log_dir.join("controller.log"), serve).await?;
         let url = controller.url();
         // Before the sidecars: an older run's worktrees move first, each
         // under its worker's liveness lock.

@@ -12,6 +12,7 @@
 //! controller stops, and what happened while it was down, is not sent.
 
 mod deliver;
+mod flags;
 mod kinds;
 mod payload;
 mod sign;
@@ -26,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
 
+pub use flags::NotifyArgs;
 pub use kinds::{Kind, classify, parse_filter};
 pub use payload::{line, render};
 pub use sign::{SIGNATURE_HEADER, Signer, TIMESTAMP_HEADER};
