@@ -312,7 +312,15 @@ pub enum TokenCommand {
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// The plan file (TOML).
+    #[arg(required_unless_present = "goal", default_value = "plan.toml", hide_default_value = true)]
     pub plan: PathBuf,
+    /// Plan the swarm from this goal first (as `swarmctl plan` does), show
+    /// the plan and ask to run it.
+    #[arg(long, conflicts_with = "plan")]
+    pub goal: Option<String>,
+    /// Run the planned swarm without asking.
+    #[arg(long, requires = "goal")]
+    pub yes: bool,
     /// How many local sidecars (workers) to start.
     #[arg(long, short = 'w', env = "SWARM_WORKERS", default_value_t = 2,
           value_parser = clap::value_parser!(u32).range(1..=64))]

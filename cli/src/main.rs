@@ -76,7 +76,7 @@ fn main() -> ExitCode {
 async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     let target = cli.target();
     match cli.command {
-        Command::Run(args) => local::run(args).await,
+        Command::Run(args) => local::run(plan::goal::resolve(args).await?).await,
         Command::Demo(args) => demo::run(args).await,
         Command::Plan(args) => plan::run(args).await,
         Command::Completions { shell } => {

@@ -200,3 +200,54 @@ async fn a_planner_that_proposes_nothing_fails_and_writes_nothing() {
     assert!(results.first().is_some_and(|r| r.is_error), "Write is refused: {results:#?}");
     assert_eq!(std::fs::read_to_string(repo.path().join("src/lib.txt")).unwrap(), "lib\n");
 }
+
+/// `swarmctl run --goal`: plans, saves the plan in the repository's git
+/// directory, and without a terminal to ask on refuses to run it unless
+/// `--yes`, with which the planned swarm runs to MERGED.
+#[tokio::test(flavor = "multi_thread")]
+async fn run_goal_plans_then_runs_only_when_approved() {
+    let script = Script::new(
+        "goal",
+        vec![Step::tool("mcp__planner__propose_plan", json!({"plan_toml": VALID})), Step::text("Proposed.")],
+    );
+    let test = "run_goal_plans_then_runs_only_when_approved";
+    let Some(claude) = RealClaude::start(test, vec![script]) else { return };
+    let repo = TempRepo::with_files(&[("src/lib.txt", "lib\n"), ("docs/index.md", "docs\n")]);
+    let dir = tempfile::tempdir().unwrap();
+    // The planner is `claude` on PATH, as a newcomer has it.
+    let bin = claude.cli.path.parent().unwrap().display().to_string();
+    let path = format!("{bin}:{}", std::env::var("PATH").unwrap_or_default());
+    let goal = format!("Add a schema, an API on it, and a guide.\n{}", marker("goal"));
+    let repo_arg = repo.path().display().to_string();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run", "--plain", "--workers", "2", "--repo", &repo_arg, "--goal", &goal];
+        args.extend_from_slice(extra);
+        let child = Command::new(binary("swarmctl"))
+            .args(&args)
+            .current_dir(dir.path())
+            .envs(claude.env())
+            .env("PATH", &path)
+            .env("HOME", claude.home())
+            .env("XDG_STATE_HOME", state_home())
+            .env("XDG_RUNTIME_DIR", dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_output(child, Duration::from_secs(180))
+    };
+
+    let refused = run(&[]);
+    assert_eq!(refused.status.code(), Some(3), "{}\n{}", stdout(&refused), stderr(&refused));
+    let err = stderr(&refused);
+    assert!(err.contains("--yes") && err.contains("critical path: schema -> api"), "{err}");
+    let saved = repo.path().join(".git/swarm/plans/planned.toml");
+    assert!(std::fs::read_to_string(&saved).unwrap().starts_with("# Goal:\n"), "saved with its goal");
+    assert!(!repo.tree("main").contains_key("src/api/api.txt"), "nothing ran");
+
+    let approved = run(&["--yes"]);
+    assert_eq!(approved.status.code(), Some(0), "{}\n{}", stdout(&approved), stderr(&approved));
+    let tree = repo.tree("swarm/planned/integration");
+    assert_eq!(tree.get("src/api/api.txt").map(String::as_str), Some("api\n"), "{tree:?}");
+}

@@ -43,7 +43,10 @@ impl Cost {
                     self.cache_read_tokens += n(u, "cache_read_input_tokens");
                 }
                 let text = v.pointer("/message/content").and_then(Value::as_array).and_then(|c| {
-                    c.iter().filter_map(|b| b.get("text").and_then(Value::as_str)).last().map(str::to_string)
+                    c.iter()
+                        .filter_map(|b| b.get("text").and_then(Value::as_str))
+                        .next_back()
+                        .map(str::to_string)
                 });
                 if text.is_some() {
                     self.last_message = text;

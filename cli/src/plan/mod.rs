@@ -18,6 +18,7 @@ use anyhow::{Context as _, bail};
 use swarm_core::plan::{AgentKind, Plan, SandboxSpec};
 
 pub mod dag;
+pub mod goal;
 pub mod tools;
 
 /// The planner's instructions, versioned with swarm (the first line names

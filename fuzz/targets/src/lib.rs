@@ -70,11 +70,27 @@ pub fn claude_lines(data: &[u8]) {
     }
 }
 
-/// Codex's `exec --json` output, line by line through one parser.
+/// Codex's output, line by line: through the `exec --json` parser, and
+/// through an app-server client that has sent its `initialize` (the
+/// client touches no file, so one worktree path serves every input).
 pub fn codex_lines(data: &[u8]) {
-    let mut codex = swarm_sidecar::agent::codex::Codex::default();
+    use swarm_sidecar::agent::Agent as _;
+    let mut exec = swarm_sidecar::agent::codex::Exec::default();
+    let cfg = swarm_sidecar::agent::AgentConfig::of_kind(swarm_core::plan::AgentKind::Codex);
+    let owned = ["src/**".to_string()];
+    let pricing = swarm_sidecar::agent::cost::Pricing::default();
+    let app = swarm_sidecar::agent::codex::AppServer::new(
+        &cfg,
+        std::path::Path::new("/nonexistent"),
+        &owned,
+        pricing,
+        true,
+    );
+    let Ok(mut app) = app else { return };
+    let _ = app.opening("task", None);
     for line in String::from_utf8_lossy(data).lines() {
-        let _ = codex.parse_line(line);
+        let _ = exec.parse_line(line);
+        let _ = app.parse_line(line);
     }
 }
 
