@@ -5,10 +5,7 @@
 //! CLI as one native executable, so only pip and the network are needed,
 //! not Node.
 //!
-//! Concurrent test processes install once: the installer holds
-//! `target/claude-cli/install.lock` and installs into a staging directory
-//! that it renames into place only when the CLI in it runs, so a killed
-//! install leaves nothing that looks finished.
+//! Concurrent test processes install once ([`crate::wheel`]).
 //!
 //! `SWARM_CLAUDE_CLI=/path/to/claude` uses that CLI instead (to try a newer
 //! one); nothing is installed then.
@@ -16,7 +13,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::wheel::Wheel;
 
 /// The SDK release the tests install (the newest on PyPI when pinned).
 pub const SDK_VERSION: &str = "0.2.189";
@@ -51,11 +50,9 @@ fn find_or_install() -> Result<ClaudeCli, String> {
         return Ok(ClaudeCli { path, version });
     }
     let root = target_dir()?.join("claude-cli");
-    let dir = root.join(format!("sdk-{SDK_VERSION}"));
-    if !dir.join(BUNDLED).is_file() {
-        install(&root, &dir)?;
-    }
-    let path = dir.join(BUNDLED);
+    let requirement = format!("claude-agent-sdk=={SDK_VERSION}");
+    let wheel = Wheel { requirement: &requirement, executable: BUNDLED, limit: INSTALL_LIMIT };
+    let path = wheel.install(&root, &root.join(format!("sdk-{SDK_VERSION}")), version_of)?;
     let version = version_of(&path)?;
     // The pin and the record of what it bundles change together.
     if !version.starts_with(BUNDLED_CLI_VERSION) {
@@ -73,60 +70,6 @@ pub(crate) fn target_dir() -> Result<PathBuf, String> {
         .nth(3)
         .map(Path::to_path_buf)
         .ok_or_else(|| format!("no target directory above {}", exe.display()))
-}
-
-fn install(root: &Path, dir: &Path) -> Result<(), String> {
-    let deadline = Instant::now() + INSTALL_LIMIT;
-    let _lock = crate::install_lock(&root.join("install.lock"), INSTALL_LIMIT)?;
-    // Another process may have finished while this one waited.
-    if dir.join(BUNDLED).is_file() {
-        return Ok(());
-    }
-    // Holding the lock, whatever staging directories exist are leftovers.
-    for entry in std::fs::read_dir(root).map_err(|e| e.to_string())?.flatten() {
-        if entry.file_name().to_string_lossy().starts_with(".staging-") {
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
-    }
-    let staging = root.join(format!(".staging-{}", std::process::id()));
-    let result = stage(&staging, deadline).and_then(|site| {
-        let _ = std::fs::remove_dir_all(dir);
-        std::fs::rename(&site, dir)
-            .map_err(|e| format!("renaming {} to {}: {e}", site.display(), dir.display()))
-    });
-    let _ = std::fs::remove_dir_all(&staging);
-    result
-}
-
-/// Installs the SDK, without its Python dependencies, into `<staging>/site`
-/// with the pip of a throwaway venv (a system Python may be externally
-/// managed, PEP 668, and refuse pip's installs); returns that directory
-/// once its CLI runs.
-fn stage(staging: &Path, deadline: Instant) -> Result<PathBuf, String> {
-    let venv = staging.join("venv");
-    let site = staging.join("site");
-    let left = || deadline.saturating_duration_since(Instant::now());
-    let out = run(Command::new("python3").args(["-m", "venv"]).arg(&venv), left())
-        .map_err(|e| format!("python3 -m venv: {e}"))?;
-    check("python3 -m venv", &out)?;
-    let mut pip = Command::new(venv.join("bin/python"));
-    pip.args(["-m", "pip", "install", "--disable-pip-version-check", "--no-input", "--quiet"])
-        // Only the wheel carries the CLI; the SDK's Python deps are not needed.
-        .args(["--no-deps", "--only-binary=:all:", "--target"])
-        .arg(&site)
-        .arg(format!("claude-agent-sdk=={SDK_VERSION}"))
-        .env("PIP_NO_INPUT", "1")
-        .env_remove("PIP_REQUIRE_VIRTUALENV");
-    let out = run(&mut pip, left())?;
-    check(&format!("pip install claude-agent-sdk=={SDK_VERSION}"), &out)?;
-    let cli = site.join(BUNDLED);
-    if !cli.is_file() {
-        return Err(format!(
-            "claude-agent-sdk {SDK_VERSION} has no bundled CLI for this platform at {BUNDLED}"
-        ));
-    }
-    version_of(&cli)?;
-    Ok(site)
 }
 
 /// Runs `cmd` to its end, killing it after `limit`.

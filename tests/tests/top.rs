@@ -182,7 +182,15 @@ grep -o "colour is [a-z]*" "$SWARM_TASK_FILE" > ask.txt || echo "no answer" > as
 
     top.keys("q");
     assert_eq!(top.exit_code(), 0, "{}", top.text());
-    let screen = top.screen.lock().unwrap().screen().clone();
+    // The reader thread may still be parsing top's last bytes on a busy machine.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let screen = loop {
+        let screen = top.screen.lock().unwrap().screen().clone();
+        if !screen.alternate_screen() || std::time::Instant::now() > deadline {
+            break screen;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
     assert!(!screen.alternate_screen(), "top left the alternate screen");
     assert!(!screen.hide_cursor(), "the cursor is shown again");
     let modes = top.stty();

@@ -192,8 +192,8 @@ estimate = "5m"
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], "swarm p: 3 tasks");
         assert!(lines[1].starts_with("  schema  [src/schema/**]  ~10m"), "{text}");
-        assert!(lines[2].starts_with("  api  [src/api/**]  after schema  ~30m"), "{text}");
-        assert!(lines[3].starts_with("  docs"), "{text}");
+        assert!(lines[2].starts_with("  docs  [docs/**]  ~5m"), "{text}");
+        assert!(lines[3].starts_with("  api  [src/api/**]  after schema  ~30m"), "{text}");
         assert!(text.contains("critical path: schema -> api"), "{text}");
         assert!(text.contains("planning: 3 turns"), "{text}");
     }
