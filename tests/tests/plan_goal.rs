@@ -56,12 +56,14 @@ command = "echo docs > docs/guide.md"
 estimate = "5m"
 "#;
 
-/// `swarmctl` with the planner's environment (the real CLI, pointed at the server).
-fn swarmctl_env(claude: &RealClaude, args: &[&str], dir: &Path) -> Output {
+/// `swarmctl` with the planner's environment (the real CLI, pointed at the
+/// server) and `extra` variables.
+fn swarmctl_with(claude: &RealClaude, args: &[&str], dir: &Path, extra: &[(&str, &str)]) -> Output {
     let child = Command::new(binary("swarmctl"))
         .args(args)
         .current_dir(dir)
         .envs(claude.env())
+        .envs(extra.iter().copied())
         .env("HOME", claude.home())
         .env("XDG_STATE_HOME", state_home())
         .env("XDG_RUNTIME_DIR", dir)
@@ -71,6 +73,10 @@ fn swarmctl_env(claude: &RealClaude, args: &[&str], dir: &Path) -> Output {
         .spawn()
         .unwrap();
     wait_output(child, Duration::from_secs(180))
+}
+
+fn swarmctl_env(claude: &RealClaude, args: &[&str], dir: &Path) -> Output {
+    swarmctl_with(claude, args, dir, &[])
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -222,20 +228,7 @@ async fn run_goal_plans_then_runs_only_when_approved() {
     let run = |extra: &[&str]| {
         let mut args = vec!["run", "--plain", "--workers", "2", "--repo", &repo_arg, "--goal", &goal];
         args.extend_from_slice(extra);
-        let child = Command::new(binary("swarmctl"))
-            .args(&args)
-            .current_dir(dir.path())
-            .envs(claude.env())
-            .env("PATH", &path)
-            .env("HOME", claude.home())
-            .env("XDG_STATE_HOME", state_home())
-            .env("XDG_RUNTIME_DIR", dir.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        wait_output(child, Duration::from_secs(180))
+        swarmctl_with(&claude, &args, dir.path(), &[("PATH", &path)])
     };
 
     let refused = run(&[]);
