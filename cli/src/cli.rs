@@ -72,7 +72,7 @@ pub enum Command {
     Demo(DemoArgs),
     /// Plan a swarm from a goal: a planning agent reads the repository
     /// (read-only, sandboxed) and writes a plan that passes `swarmctl check`.
-    Plan(crate::plan::PlanArgs),
+    Plan(PlanArgs),
     /// Submit a plan file to the controller (idempotent for the same plan).
     Create {
         plan: PathBuf,
@@ -307,6 +307,45 @@ pub enum TokenCommand {
         #[arg(long)]
         name: String,
     },
+}
+
+/// Turns a planner may take unless told otherwise.
+pub const PLANNER_TURNS: u32 = 40;
+
+/// `swarmctl plan`'s arguments (also built by `run --goal`).
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// What the swarm should achieve, in your words.
+    #[arg(required_unless_present = "from")]
+    pub goal: Option<String>,
+    /// Read the goal from this file instead.
+    #[arg(long, value_name = "FILE", conflicts_with = "goal")]
+    pub from: Option<PathBuf>,
+    /// Write the plan here (stdout shows the task graph); without it the
+    /// plan goes to stdout and the graph to stderr.
+    #[arg(short = 'o', long = "out", value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// The repository to plan for.
+    #[arg(long, default_value = ".")]
+    pub repo: PathBuf,
+    /// The planning agent (claude; codex and acp planners are not built yet).
+    #[arg(long, default_value = "claude", value_parser = ["claude"])]
+    pub agent: String,
+    /// Its executable (default: `claude` on PATH).
+    #[arg(long, value_name = "PATH")]
+    pub agent_path: Option<String>,
+    /// Its model.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Turns the planner may take.
+    #[arg(long, default_value_t = PLANNER_TURNS)]
+    pub max_turns: u32,
+    /// Instructions to use instead of swarm's.
+    #[arg(long, value_name = "FILE")]
+    pub planner_instructions: Option<PathBuf>,
+    /// The largest share of the repository's files one task may own.
+    #[arg(long, default_value_t = 0.5)]
+    pub max_share: f64,
 }
 
 #[derive(Debug, Args)]

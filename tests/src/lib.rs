@@ -28,6 +28,7 @@ mod real_claude;
 mod real_codex;
 mod repo;
 pub mod responses_api;
+mod scripted_api;
 mod skip;
 mod wheel;
 

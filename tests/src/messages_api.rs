@@ -20,24 +20,23 @@
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
-use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
+use axum::http::{HeaderMap, HeaderValue, Method, Uri};
 use axum::response::Response;
 use serde_json::{Value, json};
+
+use crate::scripted_api::{Log, Parts, Running, json_response, summary_line};
 
 /// What a conversation's first user message says to pick its script.
 pub const MARKER: &str = "SCRIPT: ";
 /// Largest request body accepted; the CLI's first request (system prompt
 /// and tool schemas) is ~100 KiB and grows with the conversation.
 const MAX_BODY: usize = 16 << 20;
-/// Requests kept for the test; later ones are counted, not kept.
-const MAX_RECORDED: usize = 2000;
 /// How deep [`Step::Dynamic`] steps may return further dynamic steps.
 const MAX_DYNAMIC_DEPTH: usize = 8;
 
@@ -355,16 +354,14 @@ fn text_of(content: &Value) -> String {
 
 struct Shared {
     scripts: BTreeMap<String, Vec<Step>>,
-    log: Mutex<(Vec<Request>, u64)>,
+    log: Log<Request>,
     next_id: AtomicU64,
 }
 
 /// The running server; it stops when dropped.
 pub struct MessagesApi {
-    addr: SocketAddr,
     shared: Arc<Shared>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    server: Running,
 }
 
 impl MessagesApi {
@@ -375,49 +372,26 @@ impl MessagesApi {
         for s in scripts {
             assert!(by_name.insert(s.name.clone(), s.steps).is_none(), "two scripts named {}", s.name);
         }
-        let shared = Arc::new(Shared {
-            scripts: by_name,
-            log: Mutex::new((Vec::new(), 0)),
-            next_id: AtomicU64::new(1),
-        });
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("binding 127.0.0.1:0");
-        listener.set_nonblocking(true).expect("non-blocking listener");
-        let addr = listener.local_addr().expect("local address");
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let shared = Arc::new(Shared { scripts: by_name, log: Log::new(), next_id: AtomicU64::new(1) });
         let app = axum::Router::new()
             .fallback(handle)
             .layer(DefaultBodyLimit::max(MAX_BODY))
             .with_state(shared.clone());
-        let thread = std::thread::Builder::new()
-            .name("messages-api".into())
-            .spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-                rt.block_on(async move {
-                    let listener = tokio::net::TcpListener::from_std(listener).expect("tokio listener");
-                    // Dropping the runtime at the end cancels open
-                    // connections: a stop never waits for a client.
-                    tokio::select! {
-                        r = axum::serve(listener, app) => r.expect("messages API server"),
-                        _ = stopped => {}
-                    }
-                });
-            })
-            .expect("spawning the messages API thread");
-        MessagesApi { addr, shared, stop: Some(stop), thread: Some(thread) }
+        MessagesApi { server: Running::start("messages-api", app), shared }
     }
 
     /// `http://127.0.0.1:PORT`, what `ANTHROPIC_BASE_URL` should say.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("http://{}", self.server.addr)
     }
 
     pub fn port(&self) -> u16 {
-        self.addr.port()
+        self.server.addr.port()
     }
 
     /// Every request so far (at most the first 2000), oldest first.
     pub fn requests(&self) -> Vec<Request> {
-        self.shared.log.lock().unwrap().0.clone()
+        self.shared.log.all()
     }
 
     /// The Messages requests of conversations on `script`.
@@ -430,7 +404,7 @@ impl MessagesApi {
 
     /// Requests received beyond what was kept.
     pub fn dropped(&self) -> u64 {
-        self.shared.log.lock().unwrap().1
+        self.shared.log.dropped()
     }
 
     /// One line per request, for failure messages.
@@ -438,26 +412,9 @@ impl MessagesApi {
         let lines: Vec<String> = self
             .requests()
             .iter()
-            .map(|r| {
-                let at = match (&r.script, r.step) {
-                    (Some(s), Some(n)) => format!(" script {s} step {n}"),
-                    _ => String::new(),
-                };
-                format!("{} {}{at} -> {}", r.method, r.path, r.status)
-            })
+            .map(|r| summary_line(&r.method, &r.path, r.script.as_deref(), r.step, r.status))
             .collect();
         lines.join("\n")
-    }
-}
-
-impl Drop for MessagesApi {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 
@@ -468,18 +425,16 @@ async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    let parts = Parts::of(&method, &uri, &headers, &body);
     let mut req = Request {
-        method: method.to_string(),
-        path: uri.path_and_query().map(|p| p.to_string()).unwrap_or_else(|| uri.path().to_string()),
-        headers: headers
-            .iter()
-            .map(|(k, v)| (k.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
-            .collect(),
-        body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+        method: parts.method,
+        path: parts.path,
+        headers: parts.headers,
+        body: parts.body,
         script: None,
         step: None,
         status: 0,
-        unix_ms: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0),
+        unix_ms: parts.unix_ms,
     };
     let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
     let mut response = match (method, uri.path()) {
@@ -495,27 +450,12 @@ async fn handle(
     if let Ok(v) = HeaderValue::from_str(&format!("req_test_{id:08}")) {
         response.headers_mut().insert("request-id", v);
     }
-    let mut log = shared.log.lock().unwrap();
-    if log.0.len() < MAX_RECORDED {
-        log.0.push(req);
-    } else {
-        log.1 += 1;
-    }
+    shared.log.record(req);
     response
 }
 
 fn api_error(kind: &str, message: &str) -> Value {
     json!({"type": "error", "error": {"type": kind, "message": message}})
-}
-
-fn json_response(status: u16, body: &Value, headers: &[(String, String)]) -> Response {
-    let mut r = Response::builder()
-        .status(StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
-        .header("content-type", "application/json");
-    for (k, v) in headers {
-        r = r.header(k.as_str(), v.as_str());
-    }
-    r.body(Body::from(body.to_string())).unwrap()
 }
 
 /// The script named by the first user message's marker.
@@ -666,7 +606,7 @@ mod tests {
 
     /// POSTs `body` with HTTP/1.1 and `Connection: close`; (status, body).
     fn post(api: &MessagesApi, path: &str, body: &Value) -> (u16, String) {
-        let mut s = std::net::TcpStream::connect(api.addr).unwrap();
+        let mut s = std::net::TcpStream::connect(api.server.addr).unwrap();
         let body = body.to_string();
         let head = format!(
             "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",

@@ -45,24 +45,22 @@
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
-use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::http::{HeaderMap, Method, Uri};
 use axum::response::Response;
 use serde_json::{Value, json};
+
+use crate::scripted_api::{Log, Parts, Running, json_response, summary_line};
 
 pub use crate::messages_api::{MARKER, marker, unix_now_s};
 
 /// Largest request body accepted (instructions and tool schemas are tens
 /// of KiB and the conversation grows).
 const MAX_BODY: usize = 16 << 20;
-/// Requests kept for the test; later ones are counted, not kept.
-const MAX_RECORDED: usize = 2000;
 /// How deep [`Step::Dynamic`] steps may return further dynamic steps.
 const MAX_DYNAMIC_DEPTH: usize = 8;
 
@@ -420,16 +418,14 @@ fn response_of_call(call_id: &str) -> Option<String> {
 
 struct Shared {
     scripts: BTreeMap<String, Vec<Step>>,
-    log: Mutex<(Vec<Request>, u64)>,
+    log: Log<Request>,
     next_id: AtomicU64,
 }
 
 /// The running server; it stops when dropped.
 pub struct ResponsesApi {
-    addr: SocketAddr,
     shared: Arc<Shared>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    server: Running,
 }
 
 impl ResponsesApi {
@@ -440,47 +436,26 @@ impl ResponsesApi {
         for s in scripts {
             assert!(by_name.insert(s.name.clone(), s.steps).is_none(), "two scripts named {}", s.name);
         }
-        let shared = Arc::new(Shared {
-            scripts: by_name,
-            log: Mutex::new((Vec::new(), 0)),
-            next_id: AtomicU64::new(1),
-        });
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("binding 127.0.0.1:0");
-        listener.set_nonblocking(true).expect("non-blocking listener");
-        let addr = listener.local_addr().expect("local address");
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let shared = Arc::new(Shared { scripts: by_name, log: Log::new(), next_id: AtomicU64::new(1) });
         let app = axum::Router::new()
             .fallback(handle)
             .layer(DefaultBodyLimit::max(MAX_BODY))
             .with_state(shared.clone());
-        let thread = std::thread::Builder::new()
-            .name("responses-api".into())
-            .spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-                rt.block_on(async move {
-                    let listener = tokio::net::TcpListener::from_std(listener).expect("tokio listener");
-                    tokio::select! {
-                        r = axum::serve(listener, app) => r.expect("responses API server"),
-                        _ = stopped => {}
-                    }
-                });
-            })
-            .expect("spawning the responses API thread");
-        ResponsesApi { addr, shared, stop: Some(stop), thread: Some(thread) }
+        ResponsesApi { server: Running::start("responses-api", app), shared }
     }
 
     /// `http://127.0.0.1:PORT/v1`, a provider's `base_url`.
     pub fn base_url(&self) -> String {
-        format!("http://{}/v1", self.addr)
+        format!("http://{}/v1", self.server.addr)
     }
 
     pub fn port(&self) -> u16 {
-        self.addr.port()
+        self.server.addr.port()
     }
 
     /// Every request so far (at most the first 2000), oldest first.
     pub fn requests(&self) -> Vec<Request> {
-        self.shared.log.lock().unwrap().0.clone()
+        self.shared.log.all()
     }
 
     /// The Responses requests of conversations on `script`.
@@ -493,7 +468,7 @@ impl ResponsesApi {
 
     /// Requests received beyond what was kept.
     pub fn dropped(&self) -> u64 {
-        self.shared.log.lock().unwrap().1
+        self.shared.log.dropped()
     }
 
     /// One line per request, for failure messages.
@@ -501,26 +476,9 @@ impl ResponsesApi {
         let lines: Vec<String> = self
             .requests()
             .iter()
-            .map(|r| {
-                let at = match (&r.script, r.step) {
-                    (Some(s), Some(n)) => format!(" script {s} step {n}"),
-                    _ => String::new(),
-                };
-                format!("{} {}{at} -> {}", r.method, r.path, r.status)
-            })
+            .map(|r| summary_line(&r.method, &r.path, r.script.as_deref(), r.step, r.status))
             .collect();
         lines.join("\n")
-    }
-}
-
-impl Drop for ResponsesApi {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 
@@ -531,18 +489,16 @@ async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    let parts = Parts::of(&method, &uri, &headers, &body);
     let mut req = Request {
-        method: method.to_string(),
-        path: uri.path_and_query().map(|p| p.to_string()).unwrap_or_else(|| uri.path().to_string()),
-        headers: headers
-            .iter()
-            .map(|(k, v)| (k.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
-            .collect(),
-        body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+        method: parts.method,
+        path: parts.path,
+        headers: parts.headers,
+        body: parts.body,
         script: None,
         step: None,
         status: 0,
-        unix_ms: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0),
+        unix_ms: parts.unix_ms,
     };
     let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
     let mut response = match (method, uri.path()) {
@@ -555,27 +511,12 @@ async fn handle(
     if let Ok(v) = format!("req_test_{id:08}").parse() {
         response.headers_mut().insert("x-request-id", v);
     }
-    let mut log = shared.log.lock().unwrap();
-    if log.0.len() < MAX_RECORDED {
-        log.0.push(req);
-    } else {
-        log.1 += 1;
-    }
+    shared.log.record(req);
     response
 }
 
 fn api_error(kind: &str, message: &str) -> Value {
     json!({"error": {"type": kind, "code": kind, "message": message}})
-}
-
-fn json_response(status: u16, body: &Value, headers: &[(String, String)]) -> Response {
-    let mut r = Response::builder()
-        .status(StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
-        .header("content-type", "application/json");
-    for (k, v) in headers {
-        r = r.header(k.as_str(), v.as_str());
-    }
-    r.body(Body::from(body.to_string())).unwrap()
 }
 
 /// The script the first user input naming one names.

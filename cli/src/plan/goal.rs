@@ -24,7 +24,7 @@ pub async fn resolve(mut args: RunArgs) -> anyhow::Result<RunArgs> {
         agent: "claude".into(),
         agent_path: None,
         model: None,
-        max_turns: 40,
+        max_turns: crate::cli::PLANNER_TURNS,
         planner_instructions: None,
         max_share: RuleConfig::default().max_share,
     };

@@ -11,11 +11,13 @@
 //! plan with the goal as a comment. The agent never starts anything.
 
 use std::io::{BufRead as _, BufReader, Write as _};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use anyhow::{Context as _, bail};
 use swarm_core::plan::{AgentKind, Plan, SandboxSpec};
+
+pub use crate::cli::PlanArgs;
 
 pub mod dag;
 pub mod goal;
@@ -26,41 +28,6 @@ pub mod tools;
 pub const INSTRUCTIONS: &str = include_str!("instructions.md");
 /// A goal longer than this belongs in a file of its own… and still fits here.
 const MAX_GOAL: usize = 64 << 10;
-
-#[derive(Debug, clap::Args)]
-pub struct PlanArgs {
-    /// What the swarm should achieve, in your words.
-    #[arg(required_unless_present = "from")]
-    pub goal: Option<String>,
-    /// Read the goal from this file instead.
-    #[arg(long, value_name = "FILE", conflicts_with = "goal")]
-    pub from: Option<PathBuf>,
-    /// Write the plan here (stdout shows the task graph); without it the
-    /// plan goes to stdout and the graph to stderr.
-    #[arg(short = 'o', long = "out", value_name = "FILE")]
-    pub out: Option<PathBuf>,
-    /// The repository to plan for.
-    #[arg(long, default_value = ".")]
-    pub repo: PathBuf,
-    /// The planning agent (claude; codex and acp planners are not built yet).
-    #[arg(long, default_value = "claude", value_parser = ["claude"])]
-    pub agent: String,
-    /// Its executable (default: `claude` on PATH).
-    #[arg(long, value_name = "PATH")]
-    pub agent_path: Option<String>,
-    /// Its model.
-    #[arg(long)]
-    pub model: Option<String>,
-    /// Turns the planner may take.
-    #[arg(long, default_value_t = 40)]
-    pub max_turns: u32,
-    /// Instructions to use instead of swarm's.
-    #[arg(long, value_name = "FILE")]
-    pub planner_instructions: Option<PathBuf>,
-    /// The largest share of the repository's files one task may own.
-    #[arg(long, default_value_t = 0.5)]
-    pub max_share: f64,
-}
 
 /// A plan the planner wrote, and what it cost.
 pub struct Planned {
@@ -275,9 +242,8 @@ fn confined(
     })
 }
 
-/// The port of the model API the agent is pointed at, when it is not 443.
+/// The port of the model API the agent is pointed at, when the URL names one.
 fn api_port(env: &[(String, String)]) -> Option<u16> {
     let (_, url) = env.iter().find(|(k, _)| k == "ANTHROPIC_BASE_URL")?;
-    let authority = url.split("://").nth(1)?.split('/').next()?;
-    authority.rsplit_once(':')?.1.parse().ok()
+    swarm_sidecar::sandbox::url_port(url)
 }

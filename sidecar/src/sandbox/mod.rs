@@ -311,6 +311,11 @@ fn resolv_conf_target() -> Option<PathBuf> {
 /// The OTLP collector's port: an agent's spans go where the sidecar's do.
 fn otlp_port(env: &[(String, String)]) -> Option<u16> {
     let (_, url) = env.iter().find(|(k, _)| k == "OTEL_EXPORTER_OTLP_ENDPOINT")?;
+    url_port(url)
+}
+
+/// The port a `scheme://host:port/...` URL names; None when it names none.
+pub fn url_port(url: &str) -> Option<u16> {
     let authority = url.split("://").nth(1)?.split('/').next()?;
     authority.rsplit_once(':')?.1.parse().ok()
 }
