@@ -11,6 +11,7 @@
 #![allow(clippy::unwrap_used)] // tests: a panic is the report
 
 use serde_json::json;
+use std::sync::{Arc, OnceLock};
 use swarm_proto::v1::{self, AttemptState, Outcome, TaskState};
 use swarm_tests::responses_api::{Script, Step, Usage, unix_now_s};
 use swarm_tests::{
@@ -197,7 +198,11 @@ async fn approvals_and_the_models_questions_reach_the_operator_within_the_turn()
 /// thread, whose earlier conversation the model sees, and the task merges.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_usage_limit_is_waited_out_and_the_thread_resumed() {
-    let reset = unix_now_s() + 3;
+    // The window starts when the model is first asked for the second
+    // step, not when the test starts: a slow machine may spend longer than
+    // the window starting Codex, and then the limit would never be hit.
+    let window_reset = Arc::new(OnceLock::new());
+    let reset_seen = window_reset.clone();
     let script = Script::new(
         "limit",
         vec![
@@ -205,6 +210,7 @@ async fn a_usage_limit_is_waited_out_and_the_thread_resumed() {
             // A limit that lifts at its reset: the request that hit it is
             // asked again by the resumed thread.
             Step::dynamic(move |_| {
+                let reset = *window_reset.get_or_init(|| unix_now_s() + 3);
                 if unix_now_s() < reset {
                     Step::usage_limit(reset)
                 } else {
@@ -236,6 +242,7 @@ async fn a_usage_limit_is_waited_out_and_the_thread_resumed() {
     let mut op = operator(&url).await;
     let workers = op.list_workers(v1::ListWorkersRequest::default()).await.unwrap().into_inner().workers;
     let w1 = workers.iter().find(|w| w.id == "w1").unwrap();
+    let reset = *reset_seen.get().expect("the limit was hit");
     let reset_ms = reset as i64 * 1000;
     assert!(
         w1.rate_limited_until_unix_ms >= reset_ms && w1.rate_limited_until_unix_ms < reset_ms + 10_000,
