@@ -15,6 +15,9 @@ pub mod report;
 mod swarm;
 mod task;
 pub mod text;
+pub mod timeline;
+pub mod timeline_html;
+pub mod timeline_svg;
 mod usage;
 mod worker;
 
