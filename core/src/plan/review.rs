@@ -8,7 +8,8 @@
 use serde::Deserialize;
 
 use super::agent::{AgentKind, AgentSpec, PermissionPolicy};
-use super::{Command, MAX_PROMPT_BYTES, PlanError, err};
+use super::fields::Command;
+use super::{MAX_PROMPT_BYTES, PlanError, err};
 use crate::names::check_text;
 
 /// Where a reviewer leaves its decision, relative to its worktree.

@@ -16,9 +16,8 @@
 
 use std::sync::Arc;
 
-use serde::Deserialize;
-
-use super::{Plan, PlanError, RawDefaults, RawTask, err, task_branch, validate_body};
+use super::raw::{RawDefaults, RawTask};
+use super::{Plan, PlanError, err, task_branch, validate_body};
 use crate::globs::OwnedGlobs;
 use crate::ids::{SwarmId, TaskId};
 
@@ -37,20 +36,6 @@ const CHILD_SUFFIX: &str = ".sub";
 /// beside the agent's `swarm/app/auth` (a task id never contains a `.`,
 /// so it is no task's branch, and no namespace directory of one).
 const SPAWNED_SUFFIX: &str = ".spawned";
-
-/// A sub-plan with its own defaults: what a `plan = "..."` file becomes.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawSubPlan {
-    /// The sub-plan file's own name, if it has one; the child swarm is
-    /// named by its task all the same.
-    #[allow(dead_code)]
-    name: Option<String>,
-    /// Replaces the enclosing plan's defaults when given.
-    defaults: Option<RawDefaults>,
-    #[serde(default)]
-    tasks: Vec<RawTask>,
-}
 
 /// Where a plan body sits: its swarm, branches and nesting depth.
 #[derive(Debug, Clone)]
@@ -105,7 +90,7 @@ pub(super) fn child(
     if task.command.is_some() {
         return Err(err(at("command"), format!("a task with a sub-plan ({field}) runs no command")));
     }
-    if task.agent.is_some() {
+    if task.agent.agent.is_some() {
         return Err(err(at("agent"), format!("a task with a sub-plan ({field}) runs no agent")));
     }
     if frame.depth + 1 > frame.max_depth {
