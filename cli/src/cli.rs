@@ -153,6 +153,11 @@ pub enum Command {
     /// integration queue. Markdown by default; `-o json` for scripts.
     Report {
         swarm: String,
+        /// Write one self-contained HTML page instead: the report and each
+        /// swarm's timeline (where its time went), to FILE, or to stdout
+        /// when FILE is `-` or left out.
+        #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
+        html: Option<std::path::PathBuf>,
         #[command(flatten)]
         out: OutputArgs,
     },

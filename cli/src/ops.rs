@@ -82,10 +82,13 @@ pub async fn run(url: &client::Target, command: Command) -> anyhow::Result<()> {
             eprintln!("message {} sent", resp.message_id);
             print_task(resp.task, out.output)
         }
-        Command::Report { swarm, out } => {
+        Command::Report { swarm, html, out } => {
             let swarm_id = client::swarm_id(&swarm)?;
             let mut c = connect(url).await?;
-            crate::report::report(&mut c, &swarm_id, out.output).await
+            match html {
+                Some(file) => crate::report::html(&mut c, &swarm_id, &file).await,
+                None => crate::report::report(&mut c, &swarm_id, out.output).await,
+            }
         }
         Command::Budget { target, usd, tokens, max_usd_per_hour, out } => {
             crate::budget::set(url, &target, (usd, tokens, max_usd_per_hour), out.output).await

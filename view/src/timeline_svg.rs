@@ -170,7 +170,8 @@ fn bar_rect(s: &mut String, b: &Bar, x0: f64, x1: f64, y: f64) {
         b.attempt,
         b.critical,
         y + 1.0,
-        (x1 - x0).max(1.0),
+        // Wide enough to see and to hover, however short.
+        (x1 - x0).max(2.0),
         LANE_H - 2.0,
         fill(b.kind),
         escape_xml(&b.label),

@@ -10,6 +10,7 @@
 //! - [`gate`]: who may look (the operator credential, as a bearer header,
 //!   a cookie set at login, or an mTLS client certificate);
 //! - [`api`]: the JSON reads; [`events`]: the event stream;
+//! - [`timeline`]: where a swarm's time went, as a model and its SVG;
 //! - [`assets`]: the page, its script and style; [`dto`]: the JSON shapes;
 //! - [`tls`]: HTTPS with the controller's certificate when it has one.
 
@@ -18,6 +19,7 @@ pub mod assets;
 pub mod dto;
 pub mod events;
 pub mod gate;
+pub mod timeline;
 pub mod tls;
 
 use std::net::SocketAddr;
@@ -137,6 +139,7 @@ fn router(ui: Ui, gate: gate::Gate) -> Router {
         .route("/api/swarms", get(api::swarms))
         .route("/api/swarms/{swarm}", get(api::swarm))
         .route("/api/swarms/{swarm}/tasks/{task}", get(api::task))
+        .route("/api/swarms/{swarm}/timeline", get(timeline::timeline))
         .route("/api/workers", get(api::workers))
         .route("/api/events", get(events::stream))
         .with_state(ui)

@@ -39,8 +39,15 @@
     const enc = encodeURIComponent;
     let node;
     try {
-      if (r.page === "swarm") node = Views.swarm(await get(`/api/swarms/${enc(r.swarm)}`));
-      else if (r.page === "task") node = Views.task(await get(`/api/swarms/${enc(r.swarm)}/tasks/${enc(r.task)}`), r.swarm);
+      if (r.page === "swarm") {
+        // A timeline that cannot be made costs the page its timeline only.
+        const [page, timeline] = await Promise.all([get(`/api/swarms/${enc(r.swarm)}`),
+          get(`/api/swarms/${enc(r.swarm)}/timeline`).catch((e) => ({ note: `No timeline: ${e.message}` }))]);
+        node = Views.swarm(page);
+        // Above the task graph: a slow swarm's first question is where its time went.
+        const graph = [...node.querySelectorAll("h2")].find((e) => e.textContent === "Task graph");
+        node.insertBefore(Views.timeline(timeline), graph || null);
+      } else if (r.page === "task") node = Views.task(await get(`/api/swarms/${enc(r.swarm)}/tasks/${enc(r.task)}`), r.swarm);
       else if (r.page === "workers") node = Views.workers(await get("/api/workers"));
       else node = Views.swarms(await get("/api/swarms"));
     } catch (e) {

@@ -177,5 +177,25 @@ const Views = (() => {
     return h("div", {}, h("h1", {}, "Error"), h("p", { class: "error" }, message));
   }
 
-  return { swarms, swarm, task, workers, error };
+  // Where the swarm's time went: the server's SVG (made by the same code
+  // as `swarmctl report --html`), parsed as XML and adopted as nodes, so
+  // nothing in it is ever read as HTML and no script in it could run.
+  function timeline(t) {
+    const box = h("section", { id: "timeline-section" }, h("h2", {}, "Timeline"));
+    if (!t.svg) {
+      box.appendChild(h("p", { class: "muted" }, t.note || "No timeline."));
+      return box;
+    }
+    const doc = new DOMParser().parseFromString(t.svg, "image/svg+xml");
+    const root = doc.documentElement;
+    if (root.nodeName !== "svg" || doc.getElementsByTagName("parsererror").length) {
+      box.appendChild(h("p", { class: "error" }, "The timeline could not be read."));
+      return box;
+    }
+    box.appendChild(h("p", { class: "muted", id: "timeline-summary" }, t.summary));
+    box.appendChild(h("div", { class: "timeline-wrap" }, document.importNode(root, true)));
+    return box;
+  }
+
+  return { swarms, swarm, task, workers, error, timeline };
 })();
