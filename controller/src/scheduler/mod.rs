@@ -21,6 +21,7 @@ mod merged;
 mod model;
 mod operator;
 pub mod outbound;
+mod outcome;
 mod pause;
 mod pipeline;
 pub mod reads;

@@ -3,17 +3,21 @@
 //! results in `merged`.
 
 use swarm_core::plan::OnEmpty;
-use swarm_core::{AttemptState, Outcome, TaskKey, TaskState, Usage};
+use swarm_core::{AttemptState, TaskKey, TaskState, Usage};
 
 use super::command::{HelloInfo, Report, ReportedAttempt, ResultReport};
 use super::model::{PendingQuestion, Session};
 use super::operator::PERMISSION_CATEGORY;
 use super::outbound::Outbound;
+use super::outcome::{self, Facts, Then};
 use super::{Effects, Scheduler, now_ms, pause, sessions};
 
-/// Pause before a task whose attempt failed for infrastructure reasons is
-/// assigned again.
-const INFRA_BACKOFF_MS: i64 = 2_000;
+/// Whose result it was: a reviewer's decides a review, not the task's run.
+#[derive(PartialEq)]
+enum Recorded {
+    ByReviewer,
+    ForTask,
+}
 
 impl Scheduler {
     pub(super) fn on_hello(&mut self, hello: HelloInfo, session: Session, fx: &mut Effects) {
@@ -223,15 +227,67 @@ impl Scheduler {
         self.budgets.after_result(&mut self.shared.core(fx), &key, number);
     }
 
-    /// Long: one arm per outcome, each a few transitions, so what a
-    /// result does reads as one table.
+    /// A result: recorded on its attempt, then what the outcome table
+    /// (`outcome.rs`) decides is carried out.
     fn apply_result(&mut self, worker_id: &str, r: ResultReport, fx: &mut Effects) {
         let key = r.attempt.task.clone();
         let number = r.attempt.number;
         let _span =
             tracing::info_span!("attempt.result", swarm = %key.swarm, task = %key, attempt = %key.attempt(number), worker = worker_id, outcome = %r.outcome)
                 .entered();
-        self.core(fx).edit_attempt(&key, number, |a| {
+        if self.record_result(&r, fx) == Recorded::ByReviewer {
+            self.on_review_result(&key, number, &r, fx);
+            return;
+        }
+        let detail = if r.error.is_empty() { &r.summary } else { &r.error };
+        let facts = Facts {
+            answered: self.answered_during(&key, number, detail),
+            no_change: self.no_change(&key, &r),
+            on_empty: self.on_empty(&key),
+        };
+        let effect = outcome::effect_of(&r, facts);
+        if let Some(why) = &effect.no_change {
+            fx.task_event(
+                &key,
+                number,
+                worker_id,
+                "task.no_change",
+                format!("{}: {why}", key.attempt(number)),
+                serde_json::json!({ "commit": r.commit, "on_empty": self.on_empty(&key).as_str() }),
+            );
+        }
+        if let Some(error) = effect.attempt_error.clone() {
+            self.core(fx).edit_attempt(&key, number, |a| a.error = error);
+        }
+        self.core(fx).set_attempt_state(&key, number, effect.attempt);
+        if effect.keep_work || effect.note.is_some() {
+            let (commit, note) = (r.commit.clone().filter(|_| effect.keep_work), effect.note.clone());
+            self.core(fx).edit_task(&key, |t| {
+                if let Some(c) = commit {
+                    t.resume_commit = c;
+                }
+                if let Some(note) = note {
+                    t.notes.failures.push(note);
+                }
+            });
+        }
+        let cancel_requested = self.shared.model.tasks().get(&key).is_some_and(|t| t.cancel_requested);
+        if cancel_requested && effect.then.yields_to_cancel() {
+            if effect.then == Then::WaitForLimit {
+                // The limit still holds the worker for its other tasks.
+                self.hold_for_limit(worker_id, &key, &r, fx);
+            }
+            self.core(fx).set_state(&key, TaskState::Cancelled, "cancelled by the operator");
+            return;
+        }
+        self.carry_out(worker_id, &key, number, &r, effect.then, fx);
+    }
+
+    /// What a result leaves on its attempt whatever its outcome; a
+    /// reviewer's result goes no further than this.
+    fn record_result(&mut self, r: &ResultReport, fx: &mut Effects) -> Recorded {
+        let (key, number) = (&r.attempt.task, r.attempt.number);
+        self.core(fx).edit_attempt(key, number, |a| {
             a.outcome = Some(r.outcome);
             a.exit_code = r.exit_code;
             a.summary = r.summary.clone();
@@ -240,60 +296,41 @@ impl Scheduler {
             a.result_commit = r.commit.clone().unwrap_or_default();
         });
         if !r.session_id.is_empty() || !r.usage.is_zero() {
-            self.record_agent(&key, number, Some(r.usage), &r.session_id, false, fx);
+            self.record_agent(key, number, Some(r.usage), &r.session_id, false, fx);
             self.shared.metrics.agent_usage(&r.usage);
         }
-        if self.shared.model.is_reviewer(&key, number) {
-            self.core(fx).free_worker_of(&key, number);
-            self.on_review_result(&key, number, &r, fx);
-            return;
+        self.core(fx).free_worker_of(key, number);
+        if self.shared.model.is_reviewer(key, number) {
+            return Recorded::ByReviewer;
         }
-        self.core(fx).free_worker_of(&key, number);
         // A permission request lives and dies with the agent that asked: an
         // answer after its attempt ended would reach nobody.
         if self
             .shared
             .model
             .tasks()
-            .get(&key)
+            .get(key)
             .and_then(|t| t.notes.pending_question.as_ref())
             .is_some_and(|q| q.category == PERMISSION_CATEGORY)
         {
-            self.core(fx).edit_task(&key, |t| t.notes.pending_question = None);
+            self.core(fx).edit_task(key, |t| t.notes.pending_question = None);
         }
-        let cancel_requested = self.shared.model.tasks().get(&key).is_some_and(|t| t.cancel_requested);
-        let detail = if r.error.is_empty() { r.summary.clone() } else { r.error.clone() };
-        match r.outcome {
-            Outcome::Success => {
-                let Some(commit) = r.commit.clone() else {
-                    self.core(fx).set_attempt_state(&key, number, AttemptState::Failed);
-                    self.core(fx).fail_or_retry(&key, number, "reported success without a commit");
-                    return;
-                };
-                let empty = self.no_change(&key, &r);
-                if let Some(why) = &empty {
-                    let on_empty = self.on_empty(&key);
-                    fx.task_event(
-                        &key,
-                        number,
-                        worker_id,
-                        "task.no_change",
-                        format!("{}: {why}", key.attempt(number)),
-                        serde_json::json!({ "commit": commit, "on_empty": on_empty.as_str() }),
-                    );
-                    if on_empty == OnEmpty::Fail {
-                        self.core(fx).edit_attempt(&key, number, |a| a.error = why.clone());
-                        self.core(fx).set_attempt_state(&key, number, AttemptState::Failed);
-                        if cancel_requested {
-                            self.core(fx).set_state(&key, TaskState::Cancelled, "cancelled by the operator");
-                        } else {
-                            self.core(fx).fail_or_retry(&key, number, why);
-                        }
-                        return;
-                    }
-                }
-                self.core(fx).set_attempt_state(&key, number, AttemptState::Succeeded);
-                self.core(fx).edit_task(&key, |t| {
+        Recorded::ForTask
+    }
+
+    /// The task's next move, as the outcome table decided it.
+    fn carry_out(
+        &mut self,
+        worker_id: &str,
+        key: &TaskKey,
+        number: u32,
+        r: &ResultReport,
+        then: Then,
+        fx: &mut Effects,
+    ) {
+        match then {
+            Then::Succeed { commit, reason } => {
+                self.core(fx).edit_task(key, |t| {
                     t.result_commit = commit;
                     // Written only when there is something to keep: notes
                     // are allocated on their first write (see `LazyNotes`).
@@ -307,155 +344,51 @@ impl Scheduler {
                         t.notes.conflict = None;
                     }
                 });
-                let reason = match empty {
-                    Some(_) => format!("attempt {number} succeeded with no change"),
-                    None => format!("attempt {number} succeeded"),
-                };
-                self.core(fx).set_state(&key, TaskState::Succeeded, &reason);
-                self.after_success(&key, number, fx);
+                self.core(fx).set_state(key, TaskState::Succeeded, &reason);
+                self.after_success(key, number, fx);
             }
-            Outcome::Error | Outcome::VerifyFailed | Outcome::Signaled | Outcome::Stalled => {
-                self.core(fx).set_attempt_state(&key, number, AttemptState::Failed);
-                let why = match r.outcome {
-                    Outcome::VerifyFailed => {
-                        let failed: Vec<&str> = r
-                            .tiers
-                            .iter()
-                            .filter(|t| t.blocking && !t.passed)
-                            .map(|t| t.name.as_str())
-                            .collect();
-                        format!("verification failed ({})", failed.join(", "))
-                    }
-                    Outcome::Signaled => format!("worker killed by signal {}", r.signal.unwrap_or(0)),
-                    Outcome::Stalled => "worker stalled past its restarts".to_string(),
-                    // -1: no worker exit to speak of (it never ran, or the sidecar failed).
-                    _ if r.exit_code < 0 => "attempt failed".to_string(),
-                    _ => format!("exit {}", r.exit_code),
-                };
-                let why = if detail.is_empty() { why } else { format!("{why}: {}", first_line(&detail)) };
-                if cancel_requested {
-                    self.core(fx).set_state(&key, TaskState::Cancelled, "cancelled by the operator");
-                } else {
-                    self.core(fx).fail_or_retry(&key, number, &why);
+            Then::FailOrRetry(why) => self.core(fx).fail_or_retry(key, number, &why),
+            Then::Ready { reason, delay_ms } => {
+                if delay_ms > 0 {
+                    self.core(fx).edit_task(key, |t| t.not_before = now_ms() + delay_ms);
                 }
+                self.core(fx).make_ready(key, &reason);
             }
-            Outcome::Checkpoint => {
-                self.core(fx).set_attempt_state(&key, number, AttemptState::Checkpointed);
-                self.core(fx).edit_task(&key, |t| {
-                    if let Some(c) = &r.commit {
-                        t.resume_commit = c.clone();
-                    }
-                    t.notes
-                        .failures
-                        .push(format!("attempt {number}: checkpointed ({})", first_line(&r.summary)));
-                });
-                if cancel_requested {
-                    self.core(fx).set_state(&key, TaskState::Cancelled, "cancelled by the operator");
-                } else {
-                    self.core(fx).make_ready(
-                        &key,
-                        &format!("attempt {number} checkpointed; resumes from its WIP commit"),
-                    );
-                }
+            Then::WaitForLimit => {
+                let until = self.hold_for_limit(worker_id, key, r, fx);
+                pause::after_usage_limit(&mut self.core(fx), key, number, until);
             }
-            Outcome::RateLimited => {
-                // The provider's limit, not the task's fault: no retry is
-                // spent, the work is kept as a WIP commit, and the task waits
-                // for the reset on the worker that holds its session.
-                self.core(fx).set_attempt_state(&key, number, AttemptState::RateLimited);
-                let until = self.limits.on_rate_limited(
-                    &self.shared.model,
-                    &self.shared.metrics,
-                    worker_id,
-                    r.rate_limit_reset_ms,
-                    &r.rate_limit_kind,
-                    fx,
-                );
-                self.core(fx).edit_task(&key, |t| {
-                    if let Some(c) = &r.commit {
-                        t.resume_commit = c.clone();
-                    }
-                    t.not_before = until;
-                    t.notes.failures.push(format!("attempt {number}: paused by the agent's usage limit"));
-                });
-                if cancel_requested {
-                    self.core(fx).set_state(&key, TaskState::Cancelled, "cancelled by the operator");
-                } else {
-                    pause::after_usage_limit(&mut self.core(fx), &key, number, until);
-                }
-            }
-            Outcome::Escalation if self.answered_during(&key, number, &detail).is_some() => {
-                // The operator answered the question while the worker was
-                // exiting over it (the sidecar had no one to hand the answer
-                // to): asking again would lose that answer.
-                self.core(fx).set_attempt_state(&key, number, AttemptState::Stopped);
-                if let Some(c) = &r.commit {
-                    self.core(fx).edit_task(&key, |t| t.resume_commit = c.clone());
-                }
-                let qid = self.answered_during(&key, number, &detail).unwrap_or_default();
-                self.core(fx).make_ready(&key, &format!("answered ({qid}) while attempt {number} ended"));
-            }
-            Outcome::Blocked => {
-                self.core(fx).set_attempt_state(&key, number, AttemptState::Stopped);
-                self.core(fx).set_state(
-                    &key,
-                    TaskState::Blocked,
-                    &format!("blocked: {}", first_line(&detail)),
-                );
-            }
-            Outcome::Escalation => {
-                self.core(fx).set_attempt_state(&key, number, AttemptState::Stopped);
-                // An agent that escalated through its tool kept its work: the
-                // answered task resumes from it, in the same session.
-                if let Some(c) = &r.commit {
-                    self.core(fx).edit_task(&key, |t| t.resume_commit = c.clone());
-                }
-                if self.shared.model.tasks().get(&key).is_some_and(|t| t.notes.pending_question.is_none()) {
-                    let question = PendingQuestion {
+            Then::Block(reason) => self.core(fx).set_state(key, TaskState::Blocked, &reason),
+            Then::Escalate { question, category } => {
+                if self.shared.model.tasks().get(key).is_some_and(|t| t.notes.pending_question.is_none()) {
+                    let pending = PendingQuestion {
                         id: format!("q{number}"),
-                        text: if detail.is_empty() {
-                            "escalated without a question".into()
-                        } else {
-                            detail.clone()
-                        },
+                        text: question.clone(),
                         category: r.category.clone(),
                         attempt: number,
                         options: Vec::new(),
                     };
-                    self.core(fx).edit_task(&key, |t| t.notes.pending_question = Some(question));
+                    self.core(fx).edit_task(key, |t| t.notes.pending_question = Some(pending));
                 }
-                let category =
-                    if r.category.is_empty() { "escalation".to_string() } else { r.category.clone() };
-                self.core(fx).set_state(
-                    &key,
-                    TaskState::Escalated,
-                    &format!("{category}: {}", first_line(&detail)),
-                );
-            }
-            Outcome::InfraFailed => {
-                // The sidecar's machinery failed, not the task: no retry is
-                // spent; a short pause keeps a broken host from spinning.
-                self.core(fx).set_attempt_state(&key, number, AttemptState::Failed);
-                if cancel_requested {
-                    self.core(fx).set_state(&key, TaskState::Cancelled, "cancelled by the operator");
-                } else {
-                    self.core(fx).edit_task(&key, |t| t.not_before = now_ms() + INFRA_BACKOFF_MS);
-                    let why = format!(
-                        "attempt {number}: infrastructure failure, no retry spent: {}",
-                        first_line(&detail)
-                    );
-                    self.core(fx).make_ready(&key, &why);
-                }
-            }
-            Outcome::Interrupted | Outcome::Cancelled => {
-                self.core(fx).set_attempt_state(&key, number, AttemptState::Cancelled);
-                if cancel_requested {
-                    self.core(fx).set_state(&key, TaskState::Cancelled, "cancelled by the operator");
-                } else {
-                    self.core(fx).make_ready(&key, &format!("attempt {number} interrupted"));
-                }
+                let reason = format!("{category}: {}", outcome::first_line(&question));
+                self.core(fx).set_state(key, TaskState::Escalated, &reason);
             }
         }
+    }
+
+    /// A usage limit holds its worker's agent tasks until the reset; the
+    /// task waits for it too. Returns the reset (unix ms).
+    fn hold_for_limit(&mut self, worker_id: &str, key: &TaskKey, r: &ResultReport, fx: &mut Effects) -> i64 {
+        let until = self.limits.on_rate_limited(
+            &self.shared.model,
+            &self.shared.metrics,
+            worker_id,
+            r.rate_limit_reset_ms,
+            &r.rate_limit_kind,
+            fx,
+        );
+        self.core(fx).edit_task(key, |t| t.not_before = until);
+        until
     }
 
     /// Why a succeeded attempt counts as no change, if it does: its commit
@@ -539,8 +472,4 @@ fn report_kind(r: &Report) -> &'static str {
         Report::Orphans { .. } => "orphans",
         Report::MergeVerified(_) => "merge_verified",
     }
-}
-
-fn first_line(s: &str) -> &str {
-    s.lines().next().unwrap_or("")
 }
