@@ -404,6 +404,10 @@ pub struct RunArgs {
     /// With --forge github: the variable holding the token.
     #[arg(long, env = "SWARM_FORGE_TOKEN_ENV", default_value = "GITHUB_TOKEN", requires = "forge")]
     pub forge_token_env: String,
+    /// Not an argument: set by --goal once planned (the goal, the planner's
+    /// session and cost), and recorded on the swarm.
+    #[arg(skip)]
+    pub origin: Option<Box<swarm_proto::v1::SwarmOrigin>>,
 }
 
 fn parse_label(raw: &str) -> Result<(String, String), String> {

@@ -15,7 +15,8 @@ pub async fn run(url: &client::Target, command: Command) -> anyhow::Result<()> {
         Command::Create { plan, out } => {
             let (text, _) = read_plan(&plan)?;
             let mut c = connect(url).await?;
-            let resp = c.create_swarm(v1::CreateSwarmRequest { plan_toml: text }).await?.into_inner();
+            let resp =
+                c.create_swarm(v1::CreateSwarmRequest { plan_toml: text, origin: None }).await?.into_inner();
             let swarm = resp.swarm.unwrap_or_default();
             let view = SwarmView::from(&swarm);
             if out.output == crate::cli::Format::Table {
@@ -221,7 +222,26 @@ async fn describe(url: &client::Target, what: DescribeWhat) -> anyhow::Result<()
                     )
                 };
                 let cost = detail.swarm.usage.text();
-                let cost = if cost.is_empty() { String::new() } else { format!("Cost:        {cost}\n") };
+                let cost = match (cost.is_empty(), &detail.swarm.origin) {
+                    (true, _) => String::new(),
+                    (false, None) => format!("Cost:        {cost}\n"),
+                    (false, Some(_)) => {
+                        format!("Cost:        {cost} ({})\n", swarm_view::origin::PLANNING_EXCLUDED)
+                    }
+                };
+                let origin = match &detail.swarm.origin {
+                    Some(o) => format!(
+                        "Goal:        {}\nPlanned by:  {}\n{}",
+                        o.goal_lines("             "),
+                        o.planned_by(),
+                        if o.issue_url.is_empty() {
+                            String::new()
+                        } else {
+                            format!("Issue:       {}\n", o.issue_url)
+                        }
+                    ),
+                    None => String::new(),
+                };
                 let paused = if detail.swarm.paused_reason.is_empty() {
                     String::new()
                 } else {
@@ -235,7 +255,7 @@ async fn describe(url: &client::Target, what: DescribeWhat) -> anyhow::Result<()
                     None => String::new(),
                 };
                 format!(
-                    "Swarm:       {}\nState:       {}\n{stalled}{paused}Base:        {}\nIntegration: {} at {}\n{forge}{cost}{budget}\n{table}",
+                    "Swarm:       {}\nState:       {}\n{origin}{stalled}{paused}Base:        {}\nIntegration: {} at {}\n{forge}{cost}{budget}\n{table}",
                     detail.swarm.id,
                     detail.swarm.state,
                     detail.swarm.base_branch,

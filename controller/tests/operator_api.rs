@@ -84,7 +84,7 @@ async fn bad_operator_requests_name_the_field_and_change_nothing() {
     h.create(PLAN).await;
     let before = store_fingerprint(&h).await;
     let mut op = h.operator();
-    let bad_plan = |text: &str| v1::CreateSwarmRequest { plan_toml: text.into() };
+    let bad_plan = |text: &str| v1::CreateSwarmRequest { plan_toml: text.into(), origin: None };
     let plan_with = |extra: &str| {
         format!(
             "name = \"t\"\n[defaults]\ncommand = \"true\"\n[[tasks]]\nid = \"a\"\nfiles = [\"a\"]\n{extra}"

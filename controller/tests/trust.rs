@@ -434,8 +434,11 @@ async fn create_swarm_refuses_refs_another_swarm_owns_before_making_any() {
     for (head, field) in plans {
         let plan =
             format!("{head}\n[defaults]\ncommand = \"true\"\n[[tasks]]\nid = \"a\"\nfiles = [\"a.txt\"]\n");
-        let status =
-            h.operator().create_swarm(v1::CreateSwarmRequest { plan_toml: plan }).await.expect_err("refused");
+        let status = h
+            .operator()
+            .create_swarm(v1::CreateSwarmRequest { plan_toml: plan, origin: None })
+            .await
+            .expect_err("refused");
         assert_eq!(status.code(), Code::AlreadyExists, "{}", status.message());
         assert!(status.message().contains(field), "{}", status.message());
     }

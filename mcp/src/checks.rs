@@ -27,7 +27,7 @@ impl PlanArgs {
 
     pub(crate) fn create(self) -> Result<v1::CreateSwarmRequest, String> {
         Plan::parse(&self.plan_toml).map_err(|e| format!("plan_toml: {e}"))?;
-        Ok(v1::CreateSwarmRequest { plan_toml: self.plan_toml })
+        Ok(v1::CreateSwarmRequest { plan_toml: self.plan_toml, origin: None })
     }
 }
 

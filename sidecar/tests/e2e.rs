@@ -89,7 +89,9 @@ echo '{"status":"done","message":"said hi"}' > "$SWARM_STATUS_FILE""#,
     );
     let ctl = start_controller(repo.path());
     let mut op = operator(&ctl.url()).await;
-    op.create_swarm(v1::CreateSwarmRequest { plan_toml: plan("hello", &worker, 0) }).await.expect("create");
+    op.create_swarm(v1::CreateSwarmRequest { plan_toml: plan("hello", &worker, 0), origin: None })
+        .await
+        .expect("create");
 
     let mut cfg = Config::new(ctl.url(), repo.path());
     cfg.worker_id = Some("w1".into());
@@ -130,7 +132,9 @@ async fn sidecar_killed_with_its_worker_reports_the_worker_lost_after_restart() 
     );
     let ctl = start_controller(repo.path());
     let mut op = operator(&ctl.url()).await;
-    op.create_swarm(v1::CreateSwarmRequest { plan_toml: plan("hello", &worker, 2) }).await.expect("create");
+    op.create_swarm(v1::CreateSwarmRequest { plan_toml: plan("hello", &worker, 2), origin: None })
+        .await
+        .expect("create");
 
     let sidecar_bin = env!("CARGO_BIN_EXE_swarm-sidecar");
     let spawn = || {
@@ -218,7 +222,7 @@ grep -q '## Answers' "$SWARM_TASK_FILE" || exit 1"#,
     );
     let ctl = start_controller(repo.path());
     let mut op = operator(&ctl.url()).await;
-    op.create_swarm(v1::CreateSwarmRequest { plan_toml: plan }).await.expect("create");
+    op.create_swarm(v1::CreateSwarmRequest { plan_toml: plan, origin: None }).await.expect("create");
     let sidecar =
         tokio::spawn(swarm_sidecar::run(sidecar_config(&ctl.url(), repo.path()), CancellationToken::new()));
 
@@ -277,7 +281,9 @@ async fn reports_made_while_the_controller_is_down_are_replayed() {
     let ctl = start_controller(repo.path());
     let addr = ctl.url().trim_start_matches("http://").to_string();
     let mut op = operator(&ctl.url()).await;
-    op.create_swarm(v1::CreateSwarmRequest { plan_toml: plan("hello", &worker, 0) }).await.expect("create");
+    op.create_swarm(v1::CreateSwarmRequest { plan_toml: plan("hello", &worker, 0), origin: None })
+        .await
+        .expect("create");
     let shutdown = CancellationToken::new();
     let sidecar = tokio::spawn(swarm_sidecar::run(sidecar_config(&ctl.url(), repo.path()), shutdown.clone()));
     poll("worker running", Duration::from_secs(30), || async { started.exists().then_some(()) }).await;
@@ -308,7 +314,9 @@ async fn remote_sidecar_fetches_the_base_and_pushes_its_result() {
     let clone = TempRepo::new(); // empty: no commits at all
     let ctl = start_controller(repo.path());
     let mut op = operator(&ctl.url()).await;
-    op.create_swarm(v1::CreateSwarmRequest { plan_toml: plan("hello", &worker, 0) }).await.expect("create");
+    op.create_swarm(v1::CreateSwarmRequest { plan_toml: plan("hello", &worker, 0), origin: None })
+        .await
+        .expect("create");
     let mut cfg = sidecar_config(&ctl.url(), clone.path());
     cfg.remote = true;
     let shutdown = CancellationToken::new();

@@ -14,6 +14,9 @@ pub struct SwarmRow {
     /// What the operator set on the swarm (pause, budget), JSON; empty:
     /// nothing.
     pub control: String,
+    /// How the swarm was made (a planner's goal, session and cost), JSON;
+    /// empty: a plan written by hand. Written once, with the plan.
+    pub origin: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]

@@ -73,6 +73,7 @@ conformance!(
     events_are_read_in_id_order_within_bounds_and_by_swarm,
     a_store_from_a_newer_controller_is_refused,
     swarm_progress_is_written_without_rewriting_the_plan,
+    a_swarms_origin_is_written_with_its_plan_and_survives_reopen,
     a_tasks_events_are_read_through_their_own_index,
     a_forgotten_worker_is_deleted_and_a_claim_survives_reopen,
     batches_committed_together_end_as_the_later_wrote_them,
@@ -92,6 +93,7 @@ fn swarm(id: &str) -> SwarmRow {
         integration_head: "h".into(),
         created_at: 1,
         control: String::new(),
+        origin: String::new(),
     }
 }
 
@@ -227,6 +229,25 @@ fn swarm_progress_is_written_without_rewriting_the_plan(f: Fixture) {
     assert_eq!(snap.swarms[0].control, control);
     assert_eq!(snap.swarms[0].integration_head, "h2");
     assert_eq!(&*snap.swarms[0].plan, "name = \"x\"");
+}
+
+fn a_swarms_origin_is_written_with_its_plan_and_survives_reopen(f: Fixture) {
+    let origin = r#"{"goal":"add a flag\nwith docs","planner_agent":"claude"}"#;
+    let mut store = f.open();
+    let mut batch = Batch::default();
+    batch.new_swarm(SwarmRow { origin: origin.into(), ..swarm("planned") });
+    batch.new_swarm(swarm("by-hand"));
+    store.commit(&batch).expect("create");
+    // A progress row carries no origin of its own; the stored one stays.
+    let mut batch = Batch::default();
+    batch.swarm(SwarmRow { state: "COMPLETED".into(), ..swarm("planned") });
+    store.commit(&batch).expect("progress");
+    drop(store);
+    let snap = f.open().load().expect("load");
+    let by_id = |id: &str| snap.swarms.iter().find(|s| s.id == id).expect("swarm");
+    assert_eq!(by_id("planned").origin, origin);
+    assert_eq!(by_id("planned").state, "COMPLETED");
+    assert_eq!(by_id("by-hand").origin, "");
 }
 
 fn a_tasks_events_are_read_through_their_own_index(f: Fixture) {

@@ -158,7 +158,7 @@ pub async fn try_operator(url: &str) -> Option<Operator> {
 /// Submits a plan through the API.
 pub async fn create_swarm(url: &str, plan: &str) -> v1::Swarm {
     let mut op = operator(url).await;
-    let resp = op.create_swarm(v1::CreateSwarmRequest { plan_toml: plan.to_string() }).await;
+    let resp = op.create_swarm(v1::CreateSwarmRequest { plan_toml: plan.to_string(), origin: None }).await;
     resp.expect("CreateSwarm").into_inner().swarm.expect("swarm")
 }
 

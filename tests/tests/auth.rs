@@ -252,7 +252,7 @@ async fn mtls_certs_from_certs_init_run_a_plan_and_strangers_are_refused() {
     let tls_args = ["--ca", &p("ca.pem"), "--cert", &p("sidecar.pem"), "--key", &p("sidecar.key")];
     let _sidecar = spawn_sidecar(&url, repo.path(), "m1", &tls_args);
     let plan = PlanBuilder::new("mtls").task(task("a")).task(task("b").deps(&["a"])).build();
-    admin.create_swarm(v1::CreateSwarmRequest { plan_toml: plan }).await.unwrap();
+    admin.create_swarm(v1::CreateSwarmRequest { plan_toml: plan, origin: None }).await.unwrap();
     let merged = poll("every task of mtls to be MERGED over mTLS", WAIT, || {
         let mut admin = admin.clone();
         async move {

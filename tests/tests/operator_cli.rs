@@ -185,7 +185,10 @@ async fn bad_plans_name_the_field_and_rule_and_create_nothing() {
         assert!(stderr(&out).contains(expected), "want {expected:?} in {}", stderr(&out));
 
         // Straight to the API: InvalidArgument naming the same field.
-        let err = op.create_swarm(v1::CreateSwarmRequest { plan_toml: plan.clone() }).await.unwrap_err();
+        let err = op
+            .create_swarm(v1::CreateSwarmRequest { plan_toml: plan.clone(), origin: None })
+            .await
+            .unwrap_err();
         assert_eq!(err.code(), tonic::Code::InvalidArgument, "{expected}");
         assert!(err.message().contains(expected), "want {expected:?} in {}", err.message());
     }

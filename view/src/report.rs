@@ -37,7 +37,12 @@ pub struct Report {
     /// With a `[forge]`: the branch pushed and its pull request.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub forge: Option<crate::ForgeView>,
+    /// What the swarm's own agents spent (planning is not in it).
     pub usage: UsageView,
+    /// When a planner wrote its plan: the goal, the planner's session and
+    /// what planning cost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub origin: Option<crate::OriginView>,
     pub branches: Vec<Branch>,
     /// Tasks that succeeded and wait to land, oldest first.
     pub integration_queue: Vec<String>,
@@ -140,6 +145,7 @@ pub fn build(swarm: &v1::Swarm, tasks: &[v1::Task], workers: &[v1::Worker], now:
         integration_head: swarm.integration_head.clone(),
         forge: swarm.forge.as_ref().map(crate::ForgeView::from),
         usage: UsageView::from(swarm.usage.as_ref()),
+        origin: swarm.origin.as_ref().map(crate::OriginView::from),
         branches,
         integration_queue: queue.iter().map(|t| t.id.clone()).collect(),
         integration_status: queue.iter().map(|t| t.reason.clone()).collect(),
@@ -228,6 +234,14 @@ pub fn markdown(r: &Report) -> String {
     let mut md = String::new();
     let _ = writeln!(md, "# Swarm {} — {}", r.swarm, r.state);
     let _ = writeln!(md);
+    if let Some(o) = &r.origin {
+        // A goal of several lines stays inside its list item.
+        let _ = writeln!(md, "- Goal: {}", o.goal_lines("  "));
+        let _ = writeln!(md, "- Planned by: {}", o.planned_by());
+        if !o.issue_url.is_empty() {
+            let _ = writeln!(md, "- Issue: {}", o.issue_url);
+        }
+    }
     if !r.paused_reason.is_empty() {
         let _ = writeln!(md, "- Paused: {}", r.paused_reason);
     }
@@ -240,7 +254,10 @@ pub fn markdown(r: &Report) -> String {
     }
     let cost = r.usage.text();
     if !cost.is_empty() {
-        let _ = writeln!(md, "- Cost: {cost}");
+        let _ = match &r.origin {
+            Some(_) => writeln!(md, "- Cost: {cost} ({})", crate::origin::PLANNING_EXCLUDED),
+            None => writeln!(md, "- Cost: {cost}"),
+        };
     }
     let _ = writeln!(md, "\n## Branches\n");
     let _ = writeln!(md, "| task | state | progress | health | worker | attempts | merge |");
@@ -332,6 +349,32 @@ mod tests {
         let md = markdown(&r);
         assert!(md.contains("- Progress: 1/6 merged") && md.contains("## Integration queue\n\n1. e"), "{md}");
         assert!(md.contains("- [x] merged into the integration branch"), "{md}");
+    }
+
+    #[test]
+    fn a_planned_swarm_reports_its_goal_and_planning_cost_apart_from_its_own() {
+        let swarm = v1::Swarm {
+            id: "s".into(),
+            usage: Some(v1::Usage { output_tokens: 5, cost_usd: 1.0, ..Default::default() }),
+            origin: Some(v1::SwarmOrigin {
+                goal: "first line\nsecond line".into(),
+                planner_agent: "claude".into(),
+                planner_session: "sess-1".into(),
+                planner_usage: Some(v1::Usage { input_tokens: 3, cost_usd: 0.25, ..Default::default() }),
+                issue_url: "https://github.com/o/r/issues/1".into(),
+            }),
+            ..Default::default()
+        };
+        let md = markdown(&build(&swarm, &[], &[], 0));
+        assert!(md.contains("- Goal: first line\n  second line\n"), "{md}");
+        assert!(md.contains("- Planned by: claude session sess-1 cost $0.2500 (3 in,"), "{md}");
+        assert!(md.contains("- Issue: https://github.com/o/r/issues/1"), "{md}");
+        assert!(
+            md.contains("- Cost: $1.0000 (0 in, 5 out, 0 cache read, 0 cache write) (its agents only"),
+            "{md}"
+        );
+        let plain = markdown(&build(&v1::Swarm { id: "h".into(), ..Default::default() }, &[], &[], 0));
+        assert!(!plain.contains("Goal:") && !plain.contains("Planned by"), "{plain}");
     }
 
     #[test]

@@ -35,6 +35,10 @@ pub struct SwarmView {
     /// With a `[forge]`: the branch pushed and its pull request.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub forge: Option<ForgeView>,
+    /// When a planner wrote its plan: the goal and what planning cost
+    /// (apart from `usage`, which is what the swarm's own agents spent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub origin: Option<crate::OriginView>,
 }
 
 /// Where a swarm's work went on its remote.
@@ -137,6 +141,7 @@ impl From<&v1::Swarm> for SwarmView {
             max_usd_per_hour: s.max_usd_per_hour,
             usd_last_hour: s.usd_last_hour,
             forge: s.forge.as_ref().map(ForgeView::from),
+            origin: s.origin.as_ref().map(crate::OriginView::from),
         }
     }
 }

@@ -71,7 +71,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
     let worker_user = args.worker_user.map(|u| u.for_this_process()).transpose()?.flatten();
     let serve = Serve { metrics_listen: args.metrics_listen, ui_listen: args.ui, notify };
     let mut session = Session::start(&repo, args.workers, &labels, &serve, worker_user.as_ref()).await?;
-    let result = session.drive(&text, &plan, live, &BTreeMap::new()).await;
+    let result = session.drive_from(&text, &plan, live, &BTreeMap::new(), args.origin.map(|o| *o)).await;
     // A controller that stopped on its own (its store failed, a thread
     // died) is the error to report, whatever the drive saw.
     session.stop().await?;
@@ -183,8 +183,22 @@ impl Session {
         live: bool,
         answers: &BTreeMap<String, String>,
     ) -> anyhow::Result<Ended> {
+        self.drive_from(plan_text, plan, live, answers, None).await
+    }
+
+    /// [`Session::drive`] for a plan a planner wrote: `origin` (the goal,
+    /// the planner's session and cost) is recorded on the swarm.
+    pub async fn drive_from(
+        &mut self,
+        plan_text: &str,
+        plan: &Plan,
+        live: bool,
+        answers: &BTreeMap<String, String>,
+        origin: Option<v1::SwarmOrigin>,
+    ) -> anyhow::Result<Ended> {
         let mut client = connect(&self.target).await?;
-        let resp = client.create_swarm(v1::CreateSwarmRequest { plan_toml: plan_text.to_string() }).await?;
+        let request = v1::CreateSwarmRequest { plan_toml: plan_text.to_string(), origin };
+        let resp = client.create_swarm(request).await?;
         let resp = resp.into_inner();
         let swarm = resp.swarm.unwrap_or_default();
         if resp.created {
@@ -215,6 +229,35 @@ impl Session {
     pub async fn stop(self) -> anyhow::Result<()> {
         self.sidecars.stop(Duration::from_secs(15)).await;
         self.controller.shutdown().await
+    }
+}
+
+/// What `run --goal` records on the swarm it planned: the goal, the
+/// planning agent, its session and what planning cost (`issue_url` when
+/// the goal came from an issue).
+pub fn planned_origin(
+    goal: &str,
+    agent: &str,
+    cost: &crate::plan::dag::Cost,
+    issue_url: Option<&str>,
+) -> v1::SwarmOrigin {
+    // The controller refuses control characters in a goal and a session id
+    // that is not a plain token; neither is worth failing the run over.
+    let goal = goal.chars().map(|c| if c.is_control() && c != '\n' && c != '\t' { ' ' } else { c }).collect();
+    let session =
+        swarm_proto::convert::session_id_from_wire("planner_session", &cost.session).unwrap_or_default();
+    v1::SwarmOrigin {
+        goal,
+        planner_agent: agent.to_string(),
+        planner_session: session,
+        planner_usage: Some(v1::Usage {
+            input_tokens: cost.input_tokens,
+            output_tokens: cost.output_tokens,
+            cache_read_tokens: cost.cache_read_tokens,
+            cache_creation_tokens: 0,
+            cost_usd: cost.cost_usd,
+        }),
+        issue_url: issue_url.unwrap_or_default().to_string(),
     }
 }
 

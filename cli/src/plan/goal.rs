@@ -38,6 +38,7 @@ pub async fn resolve(mut args: RunArgs) -> anyhow::Result<RunArgs> {
     if !args.yes {
         approve(&path, &args.repo, &planned)?;
     }
+    args.origin = Some(Box::new(crate::local::planned_origin(&planned.goal, "claude", &planned.cost, None)));
     args.plan = path;
     args.goal = None;
     Ok(args)

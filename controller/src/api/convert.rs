@@ -506,6 +506,7 @@ pub fn swarm(v: SwarmView) -> v1::Swarm {
         max_usd_per_hour: v.budget.max_usd_per_hour.unwrap_or(0.0),
         usd_last_hour: v.usd_last_hour,
         forge: v.forge.map(forge),
+        origin: v.origin.as_deref().map(super::origin::to_wire),
     }
 }
 

@@ -8,6 +8,7 @@ mod children;
 pub mod convert;
 pub mod logs;
 pub mod operator;
+pub mod origin;
 pub mod pages;
 pub mod requests;
 pub mod sidecar;

@@ -44,7 +44,10 @@ impl OperatorService for OperatorApi {
         &self,
         request: Request<v1::CreateSwarmRequest>,
     ) -> Result<Response<v1::CreateSwarmResponse>, Status> {
-        let text = request.into_inner().plan_toml;
+        let request = request.into_inner();
+        // Checked before the plan is parsed: a bad origin costs no parse.
+        let origin = super::origin::from_wire(request.origin.as_ref())?;
+        let text = request.plan_toml;
         // Off the runtime: a plan of 50,000 tasks takes a few hundred
         // milliseconds to parse and check, and the sidecar streams served by
         // this worker would wait that long.
@@ -59,7 +62,7 @@ impl OperatorService for OperatorApi {
                 if e.path.is_empty() { "plan_toml".to_string() } else { format!("plan_toml: {}", e.path) };
             Status::invalid_argument(format!("{field}: {}", e.rule))
         })?;
-        tracing::info!(swarm = %plan.swarm, "create swarm");
+        tracing::info!(swarm = %plan.swarm, planned = origin.is_some(), "create swarm");
         let plan = Arc::new(plan);
         // Refused before any branch is made: nothing changes for a plan
         // whose refs another swarm owns.
@@ -69,7 +72,13 @@ impl OperatorService for OperatorApi {
         let head = self.shared.merger.ensure_branch(&plan.integration_branch, &plan.base_branch).await?;
         let (view, created) = self
             .shared
-            .ask(|reply| OperatorOp::CreateSwarm { plan_text: text, plan, integration_head: head, reply })
+            .ask(|reply| OperatorOp::CreateSwarm {
+                plan_text: text,
+                plan,
+                integration_head: head,
+                origin,
+                reply,
+            })
             .await?;
         Ok(Response::new(v1::CreateSwarmResponse { swarm: Some(convert::swarm(view)), created }))
     }

@@ -112,6 +112,9 @@ pub enum OperatorOp {
         plan_text: String,
         plan: Arc<Plan>,
         integration_head: String,
+        /// How the plan was made, checked by the API; kept only when this
+        /// creates the swarm.
+        origin: Option<Arc<super::Origin>>,
         reply: Reply<(SwarmView, bool)>,
     },
     GetSwarm {

@@ -444,10 +444,22 @@ impl Core<'_> {
     /// Adds a swarm on its integration branch at `head` and makes its
     /// first tasks READY: a swarm the operator created, or a task's child.
     pub fn insert_swarm(&mut self, plan_text: Arc<str>, plan: Arc<Plan>, head: &str) {
+        self.insert_swarm_from(plan_text, plan, head, None);
+    }
+
+    /// A new swarm with how it was made (a planner's goal and cost), which
+    /// is written with its plan.
+    pub fn insert_swarm_from(
+        &mut self,
+        plan_text: Arc<str>,
+        plan: Arc<Plan>,
+        head: &str,
+        origin: Option<Arc<model::Origin>>,
+    ) {
         let _span =
             tracing::info_span!("swarm.create", swarm = %plan.swarm, tasks = plan.tasks.len()).entered();
         let now = now_ms();
-        let swarm = model::Swarm::new(
+        let mut swarm = model::Swarm::new(
             plan_text,
             plan.clone(),
             SwarmState::Active,
@@ -455,6 +467,7 @@ impl Core<'_> {
             now,
             Default::default(),
         );
+        swarm.origin = origin;
         self.fx.batch.new_swarm(swarm.row());
         self.fx.event(
             plan.swarm.as_str(),

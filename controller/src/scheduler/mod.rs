@@ -56,7 +56,8 @@ pub use merge_queue::VerifiedReport;
 pub(crate) use model::HashMap;
 pub use model::messages::{FeedbackTaken, ForgeFeedback};
 pub use model::{
-    AgentRecord, Attempt, ForgeState, PendingReply, PullRecord, Session, SwarmState, TierOutcome, now_ms,
+    AgentRecord, Attempt, ForgeState, Origin, PendingReply, PullRecord, Session, SwarmState, TierOutcome,
+    now_ms,
 };
 // What a question's category and a pause's author mean to the operator's webhooks.
 pub use model::{BUDGET_CATEGORY, MAX_FLAKY, ScheduleOrder};

@@ -46,8 +46,8 @@ impl Scheduler {
     /// Long: one short arm per operator request, each a call and its reply.
     pub(super) fn on_operator(&mut self, op: OperatorOp, fx: &mut Effects) {
         match op {
-            OperatorOp::CreateSwarm { plan_text, plan, integration_head, reply } => {
-                let r = self.create_swarm(plan_text, plan, &integration_head, fx);
+            OperatorOp::CreateSwarm { plan_text, plan, integration_head, origin, reply } => {
+                let r = self.create_swarm(plan_text, plan, &integration_head, origin, fx);
                 later(fx, reply, r);
             }
             OperatorOp::GetSwarm { swarm, reply } => {
@@ -235,6 +235,7 @@ impl Scheduler {
         plan_text: String,
         plan: Arc<Plan>,
         head: &str,
+        origin: Option<Arc<super::Origin>>,
         fx: &mut Effects,
     ) -> Result<(SwarmView, bool), SchedError> {
         self.check_plan_refs(&plan)?;
@@ -245,6 +246,9 @@ impl Scheduler {
             });
         }
         if let Some(existing) = self.shared.model.swarms().get(&plan.swarm) {
+            // The same plan again (a resumed `swarmctl run`) keeps the
+            // origin it was created with: a second planning run's session
+            // and cost did not make this swarm.
             if *existing.plan_text == *plan_text {
                 return Ok((SwarmView::of(existing, self.budgets.burn_rate(&existing.id)), false));
             }
@@ -254,7 +258,7 @@ impl Scheduler {
             )));
         }
         let id = plan.swarm.clone();
-        self.core(fx).insert_swarm(plan_text.into(), plan, head);
+        self.core(fx).insert_swarm_from(plan_text.into(), plan, head, origin);
         let view = self.swarm_view(id.as_str())?;
         Ok((view, true))
     }

@@ -143,7 +143,10 @@ fn load(model: &mut Model, snap: Snapshot) -> Result<(), ControllerError> {
             specs.insert(key.clone(), spec.clone());
             order.push(key);
         }
-        let swarm = Swarm::new(row.plan, plan, state, row.integration_head, row.created_at, control);
+        let origin = super::model::Origin::from_json(&row.origin)
+            .map_err(|e| corrupt("swarms", row.id.clone(), format!("bad origin: {e}")))?;
+        let mut swarm = Swarm::new(row.plan, plan, state, row.integration_head, row.created_at, control);
+        swarm.origin = origin.map(Arc::new);
         model.apply(Transition::SwarmAdded(swarm));
     }
 

@@ -108,6 +108,7 @@ impl Rig {
                 plan_text: text,
                 plan,
                 integration_head: base.clone(),
+                origin: None,
                 reply,
             })])
             .expect("turn");

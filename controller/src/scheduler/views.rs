@@ -33,6 +33,8 @@ pub struct SwarmView {
     pub usd_last_hour: f64,
     /// Its branch on the remote and its pull request, with a `[forge]`.
     pub forge: Option<SwarmForge>,
+    /// How it was made, when a planner wrote its plan.
+    pub origin: Option<Arc<super::model::Origin>>,
 }
 
 /// A swarm's `[forge]` and what its last sync did.
@@ -76,6 +78,7 @@ impl SwarmView {
                 remote_branch: spec.branch.clone().unwrap_or_else(|| swarm.plan.integration_branch.clone()),
                 state: swarm.control.forge.as_deref().cloned().unwrap_or_default(),
             }),
+            origin: swarm.origin.clone(),
         }
     }
 }

@@ -54,7 +54,7 @@ impl Harness {
 
     pub async fn create(&self, plan: &str) -> v1::Swarm {
         self.operator()
-            .create_swarm(v1::CreateSwarmRequest { plan_toml: plan.into() })
+            .create_swarm(v1::CreateSwarmRequest { plan_toml: plan.into(), origin: None })
             .await
             .expect("create swarm")
             .into_inner()

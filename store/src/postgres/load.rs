@@ -21,7 +21,7 @@ pub fn load(client: &mut Client) -> Result<Snapshot, StoreError> {
         client.build_transaction().isolation_level(::postgres::IsolationLevel::RepeatableRead).start()?;
     let mut snap = Snapshot::default();
     for r in tx.query(
-        "SELECT s.id, s.plan, p.state, p.integration_head, s.created_at, p.control
+        "SELECT s.id, s.plan, p.state, p.integration_head, s.created_at, p.control, s.origin
          FROM swarms s JOIN swarm_progress p ON p.swarm = s.id ORDER BY s.created_at, s.id",
         &[],
     )? {
@@ -32,6 +32,7 @@ pub fn load(client: &mut Client) -> Result<Snapshot, StoreError> {
             integration_head: r.try_get(3)?,
             created_at: r.try_get(4)?,
             control: r.try_get(5)?,
+            origin: r.try_get(6)?,
         });
     }
     for r in tx.query(

@@ -94,6 +94,9 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     // 2: what the operator set on a swarm (a pause, a budget) survives a
     // restart; JSON, empty for nothing.
     "ALTER TABLE swarm_progress ADD COLUMN control TEXT NOT NULL DEFAULT '';",
+    // 3: how a swarm was made (a planner's goal, session and cost), JSON,
+    // empty for a plan written by hand; written once, with the plan.
+    "ALTER TABLE swarms ADD COLUMN origin TEXT NOT NULL DEFAULT '';",
 ];
 
 pub const VERSION: i64 = MIGRATIONS.len() as i64;

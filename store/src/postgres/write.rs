@@ -27,8 +27,8 @@ impl Statements {
         Ok(Statements {
             fence: client.prepare("SELECT 1 FROM swarm_leader WHERE id = 1 AND epoch = $1 FOR SHARE")?,
             new_swarms: client.prepare(
-                "INSERT INTO swarms (id, plan, created_at)
-                 SELECT * FROM UNNEST($1::text[], $2::text[], $3::int8[])",
+                "INSERT INTO swarms (id, plan, created_at, origin)
+                 SELECT * FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::text[])",
             )?,
             progress: client.prepare(
                 "INSERT INTO swarm_progress (swarm, state, integration_head, control)
@@ -125,7 +125,12 @@ pub fn write(tx: &mut Transaction<'_>, st: &Statements, batches: &[&Batch]) -> R
         let r = &m.new_swarms;
         tx.execute(
             &st.new_swarms,
-            &[&texts(r, |r| &r.id), &texts(r, |r| &r.plan), &ints(r, |r| r.created_at)],
+            &[
+                &texts(r, |r| &r.id),
+                &texts(r, |r| &r.plan),
+                &ints(r, |r| r.created_at),
+                &texts(r, |r| &r.origin),
+            ],
         )?;
     }
     if !m.swarms.is_empty() {

@@ -8,7 +8,7 @@ pub fn load(conn: &Connection) -> Result<Snapshot, StoreError> {
     let mut snap = Snapshot::default();
     let mut stmt = conn.prepare(
         "SELECT s.id, s.plan, COALESCE(p.state, s.state), COALESCE(p.integration_head, s.integration_head), s.created_at,
-                COALESCE(p.control, '')
+                COALESCE(p.control, ''), s.origin
          FROM swarms s LEFT JOIN swarm_progress p ON p.swarm = s.id ORDER BY s.created_at, s.id",
     )?;
     snap.swarms = stmt
@@ -20,6 +20,7 @@ pub fn load(conn: &Connection) -> Result<Snapshot, StoreError> {
                 integration_head: r.get(3)?,
                 created_at: r.get(4)?,
                 control: r.get(5)?,
+                origin: r.get(6)?,
             })
         })?
         .collect::<Result<_, _>>()?;

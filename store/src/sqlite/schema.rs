@@ -100,6 +100,10 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     // 7: what the operator set on a swarm (a pause, a budget) survives a
     // restart; JSON, empty for nothing.
     "ALTER TABLE swarm_progress ADD COLUMN control TEXT NOT NULL DEFAULT '';",
+    // 8: how a swarm was made (a planner's goal, session and cost), JSON,
+    // empty for a plan written by hand. It never changes, so it sits with
+    // the plan rather than with the progress rewritten on every change.
+    "ALTER TABLE swarms ADD COLUMN origin TEXT NOT NULL DEFAULT '';",
 ];
 
 pub const VERSION: i64 = MIGRATIONS.len() as i64;

@@ -195,10 +195,11 @@ fn forget(tx: &Transaction<'_>, m: &Merged<'_>) -> Result<(), StoreError> {
 pub(super) fn rows(tx: &Transaction<'_>, m: &Merged<'_>) -> Result<(), StoreError> {
     forget(tx, m)?;
     let mut stmt = tx.prepare_cached(
-        "INSERT INTO swarms (id, plan, state, integration_head, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+        "INSERT INTO swarms (id, plan, state, integration_head, created_at, origin)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )?;
     for r in &m.new_swarms {
-        stmt.execute(params![r.id, &*r.plan, r.state, r.integration_head, r.created_at])?;
+        stmt.execute(params![r.id, &*r.plan, r.state, r.integration_head, r.created_at, r.origin])?;
     }
     let mut stmt = tx.prepare_cached(
         "INSERT INTO swarm_progress (swarm, state, integration_head, control) VALUES (?1, ?2, ?3, ?4)

@@ -178,7 +178,7 @@ async fn durable_tasks(args: &Args, repo: &Path) -> anyhow::Result<()> {
     let bench_cpu0 = usage(std::process::id())?.cpu_s;
     let started = Instant::now();
     let deadline = started + Duration::from_secs(300);
-    op.create_swarm(v1::CreateSwarmRequest { plan_toml: plan }).await?;
+    op.create_swarm(v1::CreateSwarmRequest { plan_toml: plan, origin: None }).await?;
     // The aim counts the whole run, creation included; apart, the two say
     // whether the plan's creation or the task path moved.
     let created = started.elapsed().as_secs_f64();

@@ -238,7 +238,7 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
     let u0 = usage(pid)?;
     let started = Instant::now();
     let created_at = unix_ms();
-    op.create_swarm(v1::CreateSwarmRequest { plan_toml: plan(args, &script, &stamps) }).await?;
+    op.create_swarm(v1::CreateSwarmRequest { plan_toml: plan(args, &script, &stamps), origin: None }).await?;
     let deadline = started + Duration::from_secs(args.timeout_secs);
     let mut merged = 0usize;
     let mut end_state = String::new();

@@ -301,7 +301,7 @@ async fn run_once(args: &Args, instance: &Instance, order: &str, repo: &Path) ->
     }
     let plan = instance.plan(args.estimates);
     let started = Instant::now();
-    op.create_swarm(v1::CreateSwarmRequest { plan_toml: plan }).await?;
+    op.create_swarm(v1::CreateSwarmRequest { plan_toml: plan, origin: None }).await?;
     loop {
         let s = op.get_swarm(v1::GetSwarmRequest { swarm_id: "makespan".into() }).await?.into_inner();
         let merged = s.tasks_by_state.get("MERGED").copied().unwrap_or(0) as usize;

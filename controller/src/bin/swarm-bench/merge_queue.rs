@@ -130,7 +130,7 @@ async fn run_once(args: &Args, max_parallel: u32) -> anyhow::Result<f64> {
 
     let (plan, culprits) = plan(args, max_parallel, &marks);
     let started = Instant::now();
-    op.create_swarm(v1::CreateSwarmRequest { plan_toml: plan }).await?;
+    op.create_swarm(v1::CreateSwarmRequest { plan_toml: plan, origin: None }).await?;
     let deadline = started + Duration::from_secs(args.timeout_secs);
     loop {
         let s = op.get_swarm(v1::GetSwarmRequest { swarm_id: "mq".into() }).await?.into_inner();

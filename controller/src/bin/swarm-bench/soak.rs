@@ -339,7 +339,7 @@ impl Swarms {
             for i in 0..n {
                 plan.push_str(&format!("[[tasks]]\nid = \"t{i}\"\nfiles = [\"f/{i}\"]\n"));
             }
-            op.create_swarm(v1::CreateSwarmRequest { plan_toml: plan }).await?;
+            op.create_swarm(v1::CreateSwarmRequest { plan_toml: plan, origin: None }).await?;
             self.live.push((name, 0));
             self.created += 1;
         }

@@ -13,6 +13,7 @@
 //! scheduler.
 
 pub mod messages;
+mod origin;
 mod ownership;
 mod ready;
 mod stored;
@@ -24,6 +25,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use swarm_core::{AttemptState, SwarmId, TaskKey, TaskState};
 
+pub use origin::Origin;
 pub use ownership::{LiveOwnership, Ownership};
 use ready::ReadyQueue;
 pub use ready::ScheduleOrder;

@@ -91,6 +91,9 @@ pub struct Swarm {
     /// may still move, and after a restart until retention first looks
     /// (which then takes its tasks' last change). Kept by the model.
     pub(super) ended_at: i64,
+    /// How it was made, when a planner wrote its plan; set once, at
+    /// creation (or recovery), and never changed.
+    pub origin: Option<Arc<super::Origin>>,
 }
 
 /// Whether a task in `state` waits for the operator's review (no reviewer
@@ -128,6 +131,7 @@ impl Swarm {
             usage: Usage::default(),
             control,
             ended_at: 0,
+            origin: None,
         }
     }
 
@@ -165,6 +169,7 @@ impl Swarm {
             integration_head: self.integration_head.clone(),
             created_at: self.created_at,
             control: self.control.to_json(),
+            origin: super::Origin::to_json(self.origin.as_deref()),
         }
     }
 }

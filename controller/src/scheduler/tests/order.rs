@@ -23,7 +23,13 @@ pub(super) fn create(rig: &mut Rig, name: &str, top: &str, tasks: &str) {
     let text = format!("name = \"{name}\"\n{top}[defaults]\ncommand = \"true\"\n{tasks}");
     let plan = Arc::new(Plan::parse(&text).expect("plan"));
     let (reply, mut rx) = oneshot::channel();
-    let op = OperatorOp::CreateSwarm { plan_text: text, plan, integration_head: rig.base.clone(), reply };
+    let op = OperatorOp::CreateSwarm {
+        plan_text: text,
+        plan,
+        integration_head: rig.base.clone(),
+        origin: None,
+        reply,
+    };
     rig.sched.turn([Command::Operator(op)]).expect("turn");
     rx.try_recv().expect("replied").expect("created");
 }

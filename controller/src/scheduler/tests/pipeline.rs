@@ -14,7 +14,13 @@ fn create(rig: &Rig, name: &str) -> (Command, Created) {
     );
     let plan = Arc::new(Plan::parse(&text).expect("plan"));
     let (reply, rx) = oneshot::channel();
-    let op = OperatorOp::CreateSwarm { plan_text: text, plan, integration_head: rig.base.clone(), reply };
+    let op = OperatorOp::CreateSwarm {
+        plan_text: text,
+        plan,
+        integration_head: rig.base.clone(),
+        origin: None,
+        reply,
+    };
     (Command::Operator(op), rx)
 }
 

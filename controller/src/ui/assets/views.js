@@ -37,6 +37,20 @@ const Views = (() => {
     return [what, f.checks ? ` — checks: ${f.checks}` : "", f.error ? h("div", { class: "fail" }, f.error) : null];
   }
 
+  // A planned swarm's goal and what planning cost, which is not part of
+  // the swarm's own cost (nor of its budget).
+  function origin(o) {
+    const issue = /^https?:\/\//.test(o.issue_url || "")
+      ? h("a", { href: o.issue_url, rel: "noopener noreferrer" }, o.issue_url) : (o.issue_url || "");
+    const by = [o.planner_agent || "a planner", o.planner_session ? ` session ${o.planner_session}` : "",
+      ` cost $${(o.planner_usage.cost_usd || 0).toFixed(4)}`].join("");
+    return [
+      ["goal", h("div", { class: "goal", id: "goal" }, o.goal)],
+      ["planned by", h("span", { id: "planned-by" }, by)],
+      ["issue", issue],
+    ];
+  }
+
   function counts(byState) {
     return h("div", { class: "legend" },
       Object.entries(byState).map(([s, n]) => h("span", { class: `badge ${s}` }, `${s} ${n}`)));
@@ -70,7 +84,9 @@ const Views = (() => {
       kv([
         ["progress", `${merged} of ${s.task_count} merged`],
         ["base", s.base_branch], ["integration", `${s.integration_branch} @ ${short(s.integration_head)}`],
-        ["created", when(s.created_at_unix_ms)], ["cost", cost(s.usage)],
+        ["created", when(s.created_at_unix_ms)],
+        ["cost", s.origin ? `${cost(s.usage) || "$0.00"} (its agents only; planning is shown apart)` : cost(s.usage)],
+        ...(s.origin ? origin(s.origin) : []),
         ["stalled", s.stalled_reason ? `${s.stalled_reason} (${(s.stalled_tasks || []).join(", ")})` : ""],
         ["paused", s.paused_reason],
         ["pull request", s.forge ? pullRequest(s.forge) : ""],
