@@ -12,6 +12,6 @@ pub mod state;
 pub mod usage;
 
 pub use ids::{AttemptId, SwarmId, TaskId, TaskKey};
-pub use outcome::Outcome;
+pub use outcome::{Outcome, TierOutcome};
 pub use state::{AttemptState, TaskState};
 pub use usage::Usage;

@@ -11,6 +11,8 @@
 
 use std::fmt;
 
+use serde::{Deserialize, Serialize};
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Outcome {
     Success,
@@ -102,6 +104,19 @@ impl fmt::Display for Outcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// How one verify tier went: what the sidecar ran, reports, journals and
+/// the controller stores, in one shape (its JSON is the stored form).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct TierOutcome {
+    pub name: String,
+    pub passed: bool,
+    pub blocking: bool,
+    /// -1 when it could not start or died by a signal.
+    pub exit_code: i32,
+    pub duration_ms: u64,
+    pub output_tail: String,
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 use std::fmt;
 
 use swarm_core::names::{check_commit, check_id};
-use swarm_core::{AttemptState, Outcome, SwarmId, TaskId, TaskKey, TaskState, Usage};
+use swarm_core::{AttemptState, Outcome, SwarmId, TaskId, TaskKey, TaskState, TierOutcome, Usage};
 
 use crate::v1;
 
@@ -205,6 +205,34 @@ impl From<&Usage> for v1::Usage {
             cache_read_tokens: u.cache_read_tokens,
             cache_creation_tokens: u.cache_creation_tokens,
             cost_usd: u.cost_usd,
+        }
+    }
+}
+
+impl From<&TierOutcome> for v1::TierResult {
+    fn from(t: &TierOutcome) -> Self {
+        v1::TierResult {
+            name: t.name.clone(),
+            passed: t.passed,
+            blocking: t.blocking,
+            exit_code: t.exit_code,
+            duration_ms: t.duration_ms,
+            output_tail: t.output_tail.clone(),
+        }
+    }
+}
+
+/// As sent, unchecked: for a peer's own journal read back. A report from
+/// the network is checked field by field where it is received.
+impl From<&v1::TierResult> for TierOutcome {
+    fn from(t: &v1::TierResult) -> Self {
+        TierOutcome {
+            name: t.name.clone(),
+            passed: t.passed,
+            blocking: t.blocking,
+            exit_code: t.exit_code,
+            duration_ms: t.duration_ms,
+            output_tail: t.output_tail.clone(),
         }
     }
 }

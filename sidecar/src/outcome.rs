@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use swarm_core::{Outcome, Usage};
 use swarm_proto::convert::AttemptRef;
 
-use crate::verify::TierResult;
+use crate::verify::TierOutcome;
 
 /// The end of one attempt.
 #[derive(Debug, Clone, PartialEq)]
@@ -28,7 +28,7 @@ pub struct AttemptOutcome {
     /// The result or WIP commit (a reviewer's: the reviewed HEAD).
     pub commit: String,
     pub files_changed: Vec<String>,
-    pub tiers: Vec<TierResult>,
+    pub tiers: Vec<TierOutcome>,
     pub summary: String,
     pub error: String,
     /// The escalation's category.

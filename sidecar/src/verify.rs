@@ -18,16 +18,7 @@ pub struct Tier {
 }
 
 /// How one tier went.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TierResult {
-    pub name: String,
-    pub passed: bool,
-    pub blocking: bool,
-    /// -1 when it could not start or died by a signal.
-    pub exit_code: i32,
-    pub duration_ms: u64,
-    pub output_tail: String,
-}
+pub use swarm_core::TierOutcome;
 
 /// Runs the tiers in order; stops after the first failing blocking tier.
 /// Returns the results and whether every blocking tier passed.
@@ -36,7 +27,7 @@ pub async fn run_tiers(
     cwd: &Path,
     env: &[(String, String)],
     confinement: Option<&Confinement>,
-) -> (Vec<TierResult>, bool) {
+) -> (Vec<TierOutcome>, bool) {
     let mut out = Vec::new();
     for tier in tiers {
         let span = tracing::info_span!("verify", tier = %tier.name, blocking = tier.blocking);
@@ -55,7 +46,7 @@ pub async fn run_tier(
     cwd: &Path,
     env: &[(String, String)],
     confinement: Option<&Confinement>,
-) -> TierResult {
+) -> TierOutcome {
     let started = Instant::now();
     let spec = SpawnSpec {
         argv: vec!["sh".into(), "-c".into(), tier.command.clone()],
@@ -63,7 +54,7 @@ pub async fn run_tier(
         env: env.to_vec(),
         confinement: confinement.cloned(),
     };
-    let mut result = TierResult {
+    let mut result = TierOutcome {
         name: tier.name.clone(),
         passed: false,
         blocking: tier.blocking,

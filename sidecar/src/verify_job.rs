@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use swarm_proto::v1;
 use tracing::Instrument as _;
 
-use crate::verify::{Tier, TierResult, run_tiers};
+use crate::verify::{Tier, TierOutcome, run_tiers};
 
 /// The sidecar that verifies.
 pub struct Verifier {
@@ -57,7 +57,7 @@ pub async fn run(verifier: Verifier, job: v1::VerifyMerge) -> v1::SidecarMessage
     v1::SidecarMessage { seq: 0, body: Some(v1::sidecar_message::Body::MergeVerified(body)) }
 }
 
-async fn verify(verifier: &Verifier, job: &v1::VerifyMerge) -> Result<(Vec<TierResult>, bool), String> {
+async fn verify(verifier: &Verifier, job: &v1::VerifyMerge) -> Result<(Vec<TierOutcome>, bool), String> {
     let (repo, worker_id) = (verifier.repo.as_path(), verifier.worker_id.as_str());
     let remote = verifier.remote.as_ref();
     swarm_core::names::check_commit(&job.commit).map_err(|rule| format!("commit: {rule}"))?;

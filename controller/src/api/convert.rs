@@ -198,20 +198,7 @@ pub fn report(seq: u64, body: &v1::sidecar_message::Body) -> Result<Option<Repor
             if matches!(outcome, swarm_core::Outcome::Success) && commit.is_none() {
                 return Err(FieldError::new("result.commit", "is required when outcome is SUCCESS"));
             }
-            let mut tiers = Vec::with_capacity(r.tiers.len());
-            if r.tiers.len() > 32 {
-                return Err(FieldError::new("result.tiers", "at most 32 tiers"));
-            }
-            for (i, t) in r.tiers.iter().enumerate() {
-                tiers.push(TierOutcome {
-                    name: text(&format!("result.tiers[{i}].name"), &t.name, MAX_TIER_NAME)?,
-                    passed: t.passed,
-                    blocking: t.blocking,
-                    exit_code: t.exit_code,
-                    duration_ms: t.duration_ms,
-                    output_tail: text(&format!("result.tiers[{i}].output_tail"), &t.output_tail, MAX_TEXT)?,
-                });
-            }
+            let tiers = tiers("result.tiers", &r.tiers)?;
             Report::Result(Box::new(ResultReport {
                 attempt: reported(required_attempt("result.attempt", r.attempt.as_ref())?),
                 outcome,
@@ -267,24 +254,29 @@ fn review_verdict(
 
 /// A merge queue verification's verdict (unsequenced: a lost one is run
 /// again rather than replayed).
+/// A sidecar's verify tiers, each checked: at most 32, names and output
+/// within their bounds.
+fn tiers(field: &str, wire: &[v1::TierResult]) -> Result<Vec<TierOutcome>, FieldError> {
+    if wire.len() > 32 {
+        return Err(FieldError::new(field, "at most 32 tiers"));
+    }
+    wire.iter()
+        .enumerate()
+        .map(|(i, t)| {
+            Ok(TierOutcome {
+                name: text(&format!("{field}[{i}].name"), &t.name, MAX_TIER_NAME)?,
+                output_tail: text(&format!("{field}[{i}].output_tail"), &t.output_tail, MAX_TEXT)?,
+                ..TierOutcome::from(t)
+            })
+        })
+        .collect()
+}
+
 fn merge_verified(v: &v1::MergeVerified) -> Result<Report, FieldError> {
     if v.job_id == 0 {
         return Err(FieldError::new("merge_verified.job_id", "must be at least 1"));
     }
-    if v.tiers.len() > 32 {
-        return Err(FieldError::new("merge_verified.tiers", "at most 32 tiers"));
-    }
-    let mut tiers = Vec::with_capacity(v.tiers.len());
-    for (i, t) in v.tiers.iter().enumerate() {
-        tiers.push(TierOutcome {
-            name: text(&format!("merge_verified.tiers[{i}].name"), &t.name, MAX_TIER_NAME)?,
-            passed: t.passed,
-            blocking: t.blocking,
-            exit_code: t.exit_code,
-            duration_ms: t.duration_ms,
-            output_tail: text(&format!("merge_verified.tiers[{i}].output_tail"), &t.output_tail, MAX_TEXT)?,
-        });
-    }
+    let tiers = tiers("merge_verified.tiers", &v.tiers)?;
     Ok(Report::MergeVerified(Box::new(VerifiedReport {
         job: v.job_id,
         commit: swarm_proto::convert::required_commit("merge_verified.commit", &v.commit)?,
@@ -573,18 +565,7 @@ fn attempt(a: crate::scheduler::Attempt) -> v1::Attempt {
         error: a.error,
         started_at_unix_ms: a.started_at,
         ended_at_unix_ms: a.ended_at,
-        tiers: a
-            .tiers
-            .into_iter()
-            .map(|t| v1::TierResult {
-                name: t.name,
-                passed: t.passed,
-                blocking: t.blocking,
-                exit_code: t.exit_code,
-                duration_ms: t.duration_ms,
-                output_tail: t.output_tail,
-            })
-            .collect(),
+        tiers: a.tiers.iter().map(v1::TierResult::from).collect(),
         agent: a.agent.kind,
         session_id: a.agent.session_id,
         usage: Some(v1::Usage::from(&a.agent.usage)),

@@ -14,7 +14,7 @@ use crate::assignment::{Assignment, Context};
 use crate::launch::Launch;
 use crate::outcome::{AttemptOutcome, InfraFailure};
 use crate::sandbox::denials;
-use crate::verify::{self, TierResult};
+use crate::verify::{self, TierOutcome};
 use crate::worktree;
 
 /// What the run step hands on: the outcome so far and what is left to do.
@@ -46,7 +46,7 @@ impl Ran {
 
 /// The verify tiers' results, and whether every blocking tier passed.
 pub(super) struct Verified {
-    pub tiers: Vec<TierResult>,
+    pub tiers: Vec<TierOutcome>,
     pub passed: bool,
 }
 

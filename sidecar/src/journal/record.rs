@@ -13,7 +13,7 @@ use crate::outcome::{AttemptOutcome, ReviewVerdict, UsageLimit};
 use crate::report::{Event, StatusKind};
 use crate::sandbox::SandboxReport;
 use crate::status::WorkerStatus;
-use crate::verify::TierResult;
+use crate::verify::TierOutcome;
 
 /// The record version this sidecar writes and the newest it reads.
 pub(super) const VERSION: u32 = 1;
@@ -73,7 +73,7 @@ pub(super) struct OutcomeRecord {
     log_tail: Vec<String>,
     commit: String,
     files_changed: Vec<String>,
-    tiers: Vec<TierRecord>,
+    tiers: Vec<TierOutcome>,
     summary: String,
     error: String,
     category: String,
@@ -83,16 +83,6 @@ pub(super) struct OutcomeRecord {
     usage_limit: Option<(u64, String)>,
     /// (decision, message, error).
     review: Option<(String, String, String)>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct TierRecord {
-    name: String,
-    passed: bool,
-    blocking: bool,
-    exit_code: i32,
-    duration_ms: u64,
-    output_tail: String,
 }
 
 impl From<&Event> for EventRecord {
@@ -202,7 +192,7 @@ impl From<&AttemptOutcome> for OutcomeRecord {
             log_tail: o.log_tail.clone(),
             commit: o.commit.clone(),
             files_changed: o.files_changed.clone(),
-            tiers: o.tiers.iter().map(TierRecord::from).collect(),
+            tiers: o.tiers.clone(),
             summary: o.summary.clone(),
             error: o.error.clone(),
             category: o.category.clone(),
@@ -228,7 +218,7 @@ impl TryFrom<OutcomeRecord> for AttemptOutcome {
             log_tail: r.log_tail,
             commit: r.commit,
             files_changed: r.files_changed,
-            tiers: r.tiers.into_iter().map(TierResult::from).collect(),
+            tiers: r.tiers,
             summary: r.summary,
             error: r.error,
             category: r.category,
@@ -237,32 +227,6 @@ impl TryFrom<OutcomeRecord> for AttemptOutcome {
             usage_limit: r.usage_limit.map(|(reset_unix_ms, kind)| UsageLimit { reset_unix_ms, kind }),
             review: r.review.map(|(decision, message, error)| ReviewVerdict { decision, message, error }),
         })
-    }
-}
-
-impl From<&TierResult> for TierRecord {
-    fn from(t: &TierResult) -> Self {
-        TierRecord {
-            name: t.name.clone(),
-            passed: t.passed,
-            blocking: t.blocking,
-            exit_code: t.exit_code,
-            duration_ms: t.duration_ms,
-            output_tail: t.output_tail.clone(),
-        }
-    }
-}
-
-impl From<TierRecord> for TierResult {
-    fn from(t: TierRecord) -> Self {
-        TierResult {
-            name: t.name,
-            passed: t.passed,
-            blocking: t.blocking,
-            exit_code: t.exit_code,
-            duration_ms: t.duration_ms,
-            output_tail: t.output_tail,
-        }
     }
 }
 

@@ -3,7 +3,7 @@ use crate::outcome::{AttemptOutcome, ReviewVerdict, UsageLimit};
 use crate::report::StatusKind;
 use crate::sandbox::SandboxReport;
 use crate::status::WorkerStatus;
-use crate::verify::TierResult;
+use crate::verify::TierOutcome;
 use swarm_proto::convert::AttemptRef;
 use swarm_proto::v1::sidecar_message::Body;
 
@@ -152,7 +152,7 @@ fn reports() -> Vec<Event> {
         log_tail: vec!["last line".into()],
         commit: "a".repeat(40),
         files_changed: vec!["src/lib.rs".into()],
-        tiers: vec![TierResult {
+        tiers: vec![TierOutcome {
             name: "test".into(),
             passed: false,
             blocking: true,

@@ -10,7 +10,7 @@ use crate::outcome::{AttemptOutcome, ReviewVerdict, UsageLimit};
 use crate::report::{Event, StatusKind};
 use crate::sandbox::SandboxReport;
 use crate::status::WorkerStatus;
-use crate::verify::TierResult;
+use crate::verify::TierOutcome;
 
 /// A report as an earlier sidecar journaled it (the wire's message), back
 /// as the event it was made from.
@@ -70,18 +70,7 @@ fn outcome_from_wire(r: &v1::AttemptResult) -> Result<AttemptOutcome, FieldError
         log_tail: r.log_tail.clone(),
         commit: r.commit.clone(),
         files_changed: r.files_changed.clone(),
-        tiers: r
-            .tiers
-            .iter()
-            .map(|t| TierResult {
-                name: t.name.clone(),
-                passed: t.passed,
-                blocking: t.blocking,
-                exit_code: t.exit_code,
-                duration_ms: t.duration_ms,
-                output_tail: t.output_tail.clone(),
-            })
-            .collect(),
+        tiers: r.tiers.iter().map(TierOutcome::from).collect(),
         summary: r.summary.clone(),
         error: r.error.clone(),
         category: r.category.clone(),

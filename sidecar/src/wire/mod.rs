@@ -17,20 +17,6 @@ use crate::outcome::{AttemptOutcome, ReviewVerdict};
 use crate::report::{Event, Progress, StatusKind};
 use crate::sandbox::SandboxReport;
 use crate::status::WorkerStatus;
-use crate::verify::TierResult;
-
-impl From<&TierResult> for v1::TierResult {
-    fn from(t: &TierResult) -> Self {
-        v1::TierResult {
-            name: t.name.clone(),
-            passed: t.passed,
-            blocking: t.blocking,
-            exit_code: t.exit_code,
-            duration_ms: t.duration_ms,
-            output_tail: t.output_tail.clone(),
-        }
-    }
-}
 
 impl From<&AttemptOutcome> for v1::AttemptResult {
     fn from(o: &AttemptOutcome) -> Self {

@@ -365,15 +365,7 @@ impl Task {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
-pub struct TierOutcome {
-    pub name: String,
-    pub passed: bool,
-    pub blocking: bool,
-    pub exit_code: i32,
-    pub duration_ms: u64,
-    pub output_tail: String,
-}
+pub use swarm_core::TierOutcome;
 
 #[derive(Debug, Clone)]
 pub struct Attempt {
