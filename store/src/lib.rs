@@ -25,7 +25,7 @@ pub mod sqlite;
 use std::path::{Path, PathBuf};
 
 use rows::Merged;
-pub use rows::{AttemptRow, Batch, CommitStats, EventRow, SwarmRow, TaskRow, WorkerRow};
+pub use rows::{AttemptRow, Batch, CommitStats, DurationRow, EventRow, SwarmRow, TaskRow, WorkerRow};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -63,6 +63,8 @@ pub struct Snapshot {
     pub attempts: Vec<AttemptRow>,
     pub workers: Vec<WorkerRow>,
     pub last_event_id: u64,
+    /// What forgotten swarms' tasks took, for the next runs of their plans.
+    pub durations: Vec<DurationRow>,
 }
 
 /// Where a store lives: what readers and a second writer connection need.

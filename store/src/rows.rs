@@ -87,6 +87,18 @@ pub struct EventRow {
     pub data: String,
 }
 
+/// What an earlier swarm's task took (the mean of its succeeded
+/// attempts), kept after the swarm is forgotten so that the next run of
+/// the plan starts from it. Keyed by plan name and task id.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct DurationRow {
+    pub plan: String,
+    pub task: String,
+    pub ms: u64,
+    pub samples: u32,
+    pub updated_at: i64,
+}
+
 /// Everything one group commit writes. Rows of the same key collapse to
 /// the last one written in the batch.
 #[derive(Debug, Default)]
@@ -103,6 +115,8 @@ pub struct Batch {
     /// Fleet events (no swarm, no task) with ids below this are deleted.
     pub(super) fleet_events_before: Option<u64>,
     pub events: Vec<EventRow>,
+    /// Earlier tasks' durations to keep (by plan and task; the later wins).
+    pub(super) durations: Vec<DurationRow>,
 }
 
 impl Batch {
@@ -151,6 +165,10 @@ impl Batch {
     pub fn event(&mut self, row: EventRow) {
         self.events.push(row);
     }
+    /// Keeps what a task took for the next run of its plan.
+    pub fn duration(&mut self, row: DurationRow) {
+        self.durations.push(row);
+    }
     pub fn is_empty(&self) -> bool {
         self.swarms.is_empty()
             && self.tasks.is_empty()
@@ -160,6 +178,7 @@ impl Batch {
             && self.forgotten_swarms.is_empty()
             && self.fleet_events_before.is_none()
             && self.events.is_empty()
+            && self.durations.is_empty()
     }
     /// Rows in the batch, for the batch-size metric.
     pub fn len(&self) -> usize {
@@ -171,6 +190,7 @@ impl Batch {
             + self.forgotten_swarms.len()
             + usize::from(self.fleet_events_before.is_some())
             + self.events.len()
+            + self.durations.len()
     }
 }
 
@@ -194,6 +214,7 @@ pub(super) struct Merged<'a> {
     pub forgotten_swarms: BTreeSet<&'a str>,
     pub fleet_events_before: Option<u64>,
     pub events: Vec<&'a EventRow>,
+    pub durations: BTreeMap<(&'a str, &'a str), &'a DurationRow>,
 }
 
 impl<'a> Merged<'a> {
@@ -227,6 +248,7 @@ impl<'a> Merged<'a> {
                 m.workers.insert(&r.id, r);
             }
             m.events.extend(b.events.iter());
+            m.durations.extend(b.durations.iter().map(|r| ((r.plan.as_str(), r.task.as_str()), r)));
         }
         m
     }

@@ -101,7 +101,14 @@ impl<T: Clone + PartialEq> MergeQueue<T> {
     /// Forms car `id` behind the last one from the first waiting items,
     /// unless `limit` cars are out already, nothing waits, or a failed car
     /// waits to be decided.
+    #[cfg(test)]
     pub fn form(&mut self, id: u64, limit: usize) -> Option<&[T]> {
+        self.form_sized(id, limit, usize::MAX)
+    }
+
+    /// As [`MergeQueue::form`], with at most `n` items (the fit the caller
+    /// chose); a half of a split car keeps its own size.
+    pub fn form_sized(&mut self, id: u64, limit: usize, n: usize) -> Option<&[T]> {
         let failed = self.cars.iter().any(|c| c.verdict == Some(false));
         if self.cars.len() >= limit.max(1) || failed || self.waiting.is_empty() {
             return None;
@@ -114,7 +121,7 @@ impl<T: Clone + PartialEq> MergeQueue<T> {
         let n = match &self.halves {
             Some((first, _)) if starts_with(first) => first.len(),
             Some((_, second)) if starts_with(second) => second.len(),
-            _ => self.size.min(self.waiting.len()),
+            _ => self.size.min(n.max(1)).min(self.waiting.len()),
         };
         let items: Vec<T> = self.waiting.drain(..n).collect();
         self.cars.push(Car { id, items, verdict: None, landing: false });

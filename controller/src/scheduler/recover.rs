@@ -131,6 +131,12 @@ fn load(model: &mut Model, snap: Snapshot) -> Result<(), ControllerError> {
     // map shares one copy of them (and a row finds its spec in one lookup).
     let mut specs: HashMap<TaskKey, Arc<TaskSpec>> = HashMap::default();
     let mut order: Vec<TaskKey> = Vec::new();
+    model.remember_durations(snap.durations.into_iter().map(|r| super::model::Remembered {
+        plan: r.plan,
+        task: r.task,
+        ms: r.ms,
+        samples: r.samples,
+    }));
     for row in snap.swarms {
         let plan = super::subswarm::stored_plan(&row.id, &row.plan)
             .map_err(|e| corrupt("swarms", row.id.clone(), e.to_string()))?;

@@ -169,6 +169,17 @@ fn forget_tree(core: &mut Core, root: &SwarmId, tree: &[SwarmId], ended_at: i64,
     let (state, tasks) = (swarm.state.as_str(), tree_tasks(core.model, tree));
     let _span = tracing::info_span!("swarm.forget", swarm = %root, state, tasks).entered();
     for id in tree.iter().rev() {
+        // What its tasks took outlives it: the next run of its plan starts there.
+        for d in core.model.learned_durations(id) {
+            let (plan, task, ms, samples) = (d.plan, d.task, d.ms, d.samples);
+            core.fx.batch.duration(crate::store::DurationRow {
+                plan,
+                task,
+                ms,
+                samples,
+                updated_at: now_ms(),
+            });
+        }
         core.model.apply(Transition::SwarmForgotten(id));
         core.fx.dirty_tasks.retain(|k| k.swarm != *id);
         core.fx.dirty_attempts.retain(|(k, _)| k.swarm != *id);

@@ -12,6 +12,14 @@ use crate::TaskId;
 /// depend on it. The plan was checked acyclic; a dep not among `specs`
 /// is left out.
 pub fn critical_paths(specs: &[Arc<TaskSpec>], unknown_ms: u64) -> Vec<u64> {
+    let weights: Vec<u64> = specs.iter().map(|s| s.estimate_ms.unwrap_or(unknown_ms)).collect();
+    critical_paths_weighted(specs, &weights)
+}
+
+/// As [`critical_paths`], with each task's weight given (`weights[i]` for
+/// `specs[i]`; a missing one weighs nothing): the controller weighs a task
+/// without an estimate by what it learned.
+pub fn critical_paths_weighted(specs: &[Arc<TaskSpec>], weights: &[u64]) -> Vec<u64> {
     let index: HashMap<&TaskId, usize> = specs.iter().enumerate().map(|(i, s)| (&s.id, i)).collect();
     let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); specs.len()];
     let mut waiting: Vec<usize> = vec![0; specs.len()];
@@ -39,7 +47,7 @@ pub fn critical_paths(specs: &[Arc<TaskSpec>], unknown_ms: u64) -> Vec<u64> {
     let mut path = vec![0u64; specs.len()];
     for &i in topo.iter().rev() {
         let below = dependents[i].iter().map(|&j| path[j]).max().unwrap_or(0);
-        path[i] = specs[i].estimate_ms.unwrap_or(unknown_ms).saturating_add(below);
+        path[i] = weights.get(i).copied().unwrap_or(0).saturating_add(below);
     }
     path
 }

@@ -3,7 +3,7 @@
 
 use ::postgres::{Client, Row};
 
-use crate::{AttemptRow, Snapshot, StoreError, SwarmRow, TaskRow, WorkerRow};
+use crate::{AttemptRow, DurationRow, Snapshot, StoreError, SwarmRow, TaskRow, WorkerRow};
 
 /// A BIGINT column that the model keeps as u32/i32: out of range is a
 /// corrupt row, not a wrap.
@@ -62,6 +62,15 @@ pub fn load(client: &mut Client) -> Result<Snapshot, StoreError> {
             updated_at: r.try_get(5)?,
             resume_secret: r.try_get(6)?,
             principal: r.try_get(7)?,
+        });
+    }
+    for r in tx.query("SELECT plan, task, ms, samples, updated_at FROM task_durations", &[])? {
+        snap.durations.push(DurationRow {
+            plan: r.try_get(0)?,
+            task: r.try_get(1)?,
+            ms: r.try_get::<_, i64>(2)?.max(0) as u64,
+            samples: narrow("task_durations", r.try_get(3)?)?,
+            updated_at: r.try_get(4)?,
         });
     }
     let last: i64 = tx.query_one("SELECT COALESCE(MAX(id), 0)::BIGINT FROM events", &[])?.get(0);

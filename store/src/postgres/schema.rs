@@ -97,6 +97,16 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     // 3: how a swarm was made (a planner's goal, session and cost), JSON,
     // empty for a plan written by hand; written once, with the plan.
     "ALTER TABLE swarms ADD COLUMN origin TEXT NOT NULL DEFAULT '';",
+    // 4: what a forgotten swarm's tasks took, by plan name and task id
+    // (as SQLite's migration 9).
+    "CREATE TABLE task_durations (
+        plan TEXT NOT NULL,
+        task TEXT NOT NULL,
+        ms BIGINT NOT NULL,
+        samples BIGINT NOT NULL,
+        updated_at BIGINT NOT NULL,
+        PRIMARY KEY (plan, task)
+    );",
 ];
 
 pub const VERSION: i64 = MIGRATIONS.len() as i64;

@@ -175,6 +175,15 @@ pub fn write(tx: &mut Transaction<'_>, st: &Statements, batches: &[&Batch]) -> R
             ],
         )?;
     }
+    for r in m.durations.values() {
+        // Rare (a swarm forgotten), so one statement per row.
+        tx.execute(
+            "INSERT INTO task_durations (plan, task, ms, samples, updated_at) VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (plan, task) DO UPDATE SET ms = excluded.ms, samples = excluded.samples,
+               updated_at = excluded.updated_at",
+            &[&r.plan, &r.task, &(r.ms as i64), &i64::from(r.samples), &r.updated_at],
+        )?;
+    }
     if !m.events.is_empty() {
         let r = &m.events;
         tx.execute(

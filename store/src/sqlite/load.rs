@@ -2,7 +2,7 @@
 
 use rusqlite::Connection;
 
-use crate::{AttemptRow, Snapshot, StoreError, SwarmRow, TaskRow, WorkerRow};
+use crate::{AttemptRow, DurationRow, Snapshot, StoreError, SwarmRow, TaskRow, WorkerRow};
 
 pub fn load(conn: &Connection) -> Result<Snapshot, StoreError> {
     let mut snap = Snapshot::default();
@@ -86,6 +86,18 @@ pub fn load(conn: &Connection) -> Result<Snapshot, StoreError> {
                 updated_at: r.get(5)?,
                 resume_secret: r.get(6)?,
                 principal: r.get(7)?,
+            })
+        })?
+        .collect::<Result<_, _>>()?;
+    let mut stmt = conn.prepare("SELECT plan, task, ms, samples, updated_at FROM task_durations")?;
+    snap.durations = stmt
+        .query_map([], |r| {
+            Ok(DurationRow {
+                plan: r.get(0)?,
+                task: r.get(1)?,
+                ms: r.get::<_, i64>(2)?.max(0) as u64,
+                samples: r.get(3)?,
+                updated_at: r.get(4)?,
             })
         })?
         .collect::<Result<_, _>>()?;

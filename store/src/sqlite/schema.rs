@@ -104,6 +104,18 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     // empty for a plan written by hand. It never changes, so it sits with
     // the plan rather than with the progress rewritten on every change.
     "ALTER TABLE swarms ADD COLUMN origin TEXT NOT NULL DEFAULT '';",
+    // 9: what a forgotten swarm's tasks took (the mean of their succeeded
+    // attempts), by plan name and task id: the next run of the plan weighs
+    // its tasks by them. Retention does not delete these; a row is
+    // replaced when the plan's next swarm is forgotten.
+    "CREATE TABLE task_durations (
+        plan TEXT NOT NULL,
+        task TEXT NOT NULL,
+        ms INTEGER NOT NULL,
+        samples INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        PRIMARY KEY (plan, task)
+    );",
 ];
 
 pub const VERSION: i64 = MIGRATIONS.len() as i64;

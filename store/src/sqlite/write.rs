@@ -236,5 +236,13 @@ pub(super) fn rows(tx: &Transaction<'_>, m: &Merged<'_>) -> Result<(), StoreErro
             r.principal
         ])?;
     }
+    let mut durations = tx.prepare_cached(
+        "INSERT INTO task_durations (plan, task, ms, samples, updated_at) VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT(plan, task) DO UPDATE SET ms = excluded.ms, samples = excluded.samples,
+           updated_at = excluded.updated_at",
+    )?;
+    for r in m.durations.values() {
+        durations.execute(params![r.plan, r.task, r.ms as i64, r.samples, r.updated_at])?;
+    }
     write(tx, &EVENTS, &m.events, bind_event)
 }

@@ -93,6 +93,16 @@ pub fn start_controller(
     extra: &[&str],
     log: Option<&Path>,
 ) -> anyhow::Result<ControllerProcess> {
+    start_controller_env(repo, extra, log, &[])
+}
+
+/// As [`start_controller`], with `env` set for the controller.
+pub fn start_controller_env(
+    repo: &Path,
+    extra: &[&str],
+    log: Option<&Path>,
+    env: &[(&str, &str)],
+) -> anyhow::Result<ControllerProcess> {
     let exe = sibling("swarm-controller")?;
     let stderr = match log {
         Some(p) => Stdio::from(std::fs::File::create(p)?),
@@ -103,6 +113,7 @@ pub fn start_controller(
         .arg(repo)
         .args(extra)
         .env("RUST_LOG", "warn")
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(stderr)
         .spawn()?;

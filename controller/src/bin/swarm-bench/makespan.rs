@@ -10,8 +10,15 @@
 //! makespan (CreateSwarm returned → every task MERGED) is printed over the
 //! lower bound max(critical path, total work / W): no order can beat it.
 //!
-//! The plan gives no estimates unless `--estimates`: the order then counts
-//! tasks on each chain, as it does when a plan says nothing of durations.
+//! The plan gives no estimates unless `--estimates`: the order then
+//! weighs each task by what the controller learned (see the controller's
+//! `durations.rs`).
+//!
+//! `--rerun` measures learning: for each instance, critical-path order
+//! only, the plan runs with and without estimates, each twice on one
+//! repository: a first run, then (once retention forgot the first swarm
+//! and the controller was restarted on the same store) the same plan
+//! again, as a re-run, which starts from what the first run's tasks took.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -68,6 +75,11 @@ pub struct Args {
     /// Give the plan each task's duration as its `estimate`.
     #[arg(long)]
     pub estimates: bool,
+    /// For each instance: with and without estimates, a first run and a
+    /// re-run of the same plan after a controller restart (critical-path
+    /// order only).
+    #[arg(long)]
+    pub rerun: bool,
     /// Give up on one run after this long.
     #[arg(long, default_value_t = 300)]
     pub timeout_secs: u64,
@@ -220,6 +232,7 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
     }
     let dir = tempfile::tempdir()?;
     let mut ratios: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    let mut reruns: [Vec<f64>; 4] = Default::default();
     for seed in args.seed..args.seed + args.runs {
         let mut rng = StdRng::seed_from_u64(seed);
         let (ids, deps) = match &args.dag {
@@ -247,13 +260,48 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
             path / 1e3,
             work / 1e3
         );
+        if args.rerun {
+            for (k, estimates) in [true, false].into_iter().enumerate() {
+                let repo = temp_repo(dir.path(), &format!("repo-{seed}-{estimates}"), 0)?;
+                for (r, what) in ["first run", "re-run"].into_iter().enumerate() {
+                    let run = Run { order: "critical-path", estimates, retain: r == 0 };
+                    let took = run_once(args, &instance, run, &repo).await?;
+                    let ratio = took / bound;
+                    reruns[k * 2 + r].push(ratio);
+                    let est = if estimates { "estimates" } else { "no estimates" };
+                    println!(
+                        "  {est:<12} {what:<9} makespan {:.2} s = {ratio:.3} x the lower bound",
+                        took / 1e3
+                    );
+                }
+            }
+            continue;
+        }
         for (k, order) in ["critical-path", "fifo"].into_iter().enumerate() {
             let repo = temp_repo(dir.path(), &format!("repo-{seed}-{order}"), 0)?;
-            let took = run_once(args, &instance, order, &repo).await?;
+            let run = Run { order, estimates: args.estimates, retain: false };
+            let took = run_once(args, &instance, run, &repo).await?;
             let ratio = took / bound;
             ratios[k].push(ratio);
             println!("  {order:<13} makespan {:.2} s = {ratio:.3} x the lower bound", took / 1e3);
         }
+    }
+    if args.rerun {
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+        let all = |v: &[f64]| v.iter().map(|r| format!("{r:.3}")).collect::<Vec<_>>().join(" / ");
+        println!("| plan | first run | re-run |");
+        println!("| --- | --- | --- |");
+        for (k, est) in ["estimates", "no estimates"].into_iter().enumerate() {
+            let (first, again) = (&reruns[k * 2], &reruns[k * 2 + 1]);
+            println!(
+                "| {est} | {} (mean {:.3}x) | {} (mean {:.3}x) |",
+                all(first),
+                mean(first),
+                all(again),
+                mean(again)
+            );
+        }
+        return Ok(());
     }
     if args.runs > 1 {
         let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
@@ -270,11 +318,31 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One run of `instance` in `order`: ms from CreateSwarm to all MERGED.
-async fn run_once(args: &Args, instance: &Instance, order: &str, repo: &Path) -> anyhow::Result<f64> {
+/// How one run goes.
+#[derive(Clone, Copy)]
+struct Run {
+    order: &'static str,
+    estimates: bool,
+    /// Wait, after the run, until retention forgot the swarm (its tasks'
+    /// durations kept in the store for a re-run).
+    retain: bool,
+}
+
+/// One run of `instance`: ms from CreateSwarm to all MERGED.
+async fn run_once(args: &Args, instance: &Instance, run: Run, repo: &Path) -> anyhow::Result<f64> {
+    let order = run.order;
     let controller = start_controller(
         repo,
-        &["--heartbeat-interval-ms", "1000", "--lease-ttl-ms", "60000", "--schedule-order", order],
+        &[
+            "--heartbeat-interval-ms",
+            "1000",
+            "--lease-ttl-ms",
+            "60000",
+            "--schedule-order",
+            order,
+            "--forget-finished-after-secs",
+            "1",
+        ],
         None,
     )?;
     let chans = channels(&controller.addr, 1 + args.workers.div_ceil(100)).await?;
@@ -299,7 +367,7 @@ async fn run_once(args: &Args, instance: &Instance, order: &str, repo: &Path) ->
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let plan = instance.plan(args.estimates);
+    let plan = instance.plan(run.estimates);
     let started = Instant::now();
     op.create_swarm(v1::CreateSwarmRequest { plan_toml: plan, origin: None }).await?;
     loop {
@@ -316,6 +384,17 @@ async fn run_once(args: &Args, instance: &Instance, order: &str, repo: &Path) ->
     let took = started.elapsed().as_secs_f64() * 1e3;
     for s in sims {
         s.abort();
+    }
+    if run.retain {
+        // Retention (1 s here) forgets the ended swarm and keeps its tasks'
+        // durations; the re-run's controller loads them from the store.
+        let forgotten = Instant::now() + Duration::from_secs(30);
+        while op.get_swarm(v1::GetSwarmRequest { swarm_id: "makespan".into() }).await.is_ok() {
+            if Instant::now() > forgotten {
+                bail!("the first run's swarm was not forgotten within 30 s");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
     Ok(took)
 }

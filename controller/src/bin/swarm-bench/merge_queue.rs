@@ -5,11 +5,24 @@
 //! real sidecars; a fraction of them are culprits whose first attempt
 //! writes a file that breaks the integration verification (which sleeps
 //! its verification time, then fails on such a file); their second
-//! attempt is good. V more sidecars verify the merge queue's batches.
-//! The lower bound is the work spread over the workers, one verification,
-//! and, with culprits, one more task time and verification for their
-//! retries. Printed: landing time / lower bound, and the verifications run
-//! (counted by the verify command itself).
+//! attempt is good. V more sidecars verify the merge queue's batches
+//! ("dedicated"), or, with `--shared`, the W sidecars verify too, each
+//! verification taking a slot the tasks also need.
+//!
+//! Lower bounds. Dedicated: the work spread over the workers, one
+//! verification, and, with culprits, one more task time and verification
+//! for their retries. Shared (S slots, batches of at most B, c culprits):
+//! the slots must hold all the work, retries included, and at least
+//! ⌈N / B⌉ verifications (one more with culprits), so the bound is the
+//! longest of that over S, the work over S and one verification after it,
+//! and one task's chain (task, verification, and with culprits a retry and
+//! its verification). Printed: landing time / lower bound, and the
+//! verifications run (counted by the verify command itself).
+//!
+//! `--compare` runs the same instance six ways in one command: one batch
+//! at a time, the parallel queue as it was (a car per idle verifier with
+//! everything waiting; `SWARM_MERGE_QUEUE_BATCHING=parallel`) and the
+//! fitted queue (the default), each with dedicated and shared verifiers.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -18,7 +31,7 @@ use anyhow::bail;
 use swarm_proto::v1;
 use swarm_proto::v1::operator_service_client::OperatorServiceClient;
 
-use crate::common::{channels, sibling, start_controller, start_sidecar, temp_repo};
+use crate::common::{channels, sibling, start_controller_env, start_sidecar, temp_repo};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
@@ -50,6 +63,15 @@ pub struct Args {
     /// baseline, and print the ratio.
     #[arg(long)]
     pub baseline: bool,
+    /// The workers verify too (no separate verifiers; --verifiers is
+    /// ignored).
+    #[arg(long)]
+    pub shared: bool,
+    /// Run one batch at a time, the parallel queue and the fitted queue,
+    /// each with dedicated and with shared verifiers, and print them side
+    /// by side.
+    #[arg(long)]
+    pub compare: bool,
     #[arg(long, default_value_t = 900)]
     pub timeout_secs: u64,
 }
@@ -68,9 +90,9 @@ fn plan(args: &Args, max_parallel: u32, marks: &Path) -> (String, usize) {
         v = args.verify_secs
     );
     let mut p = format!(
-        "name = \"mq\"\n[defaults]\nlabels = {{ role = \"work\" }}\nretries = 3\ncommand = {work:?}\n\n\
+        "name = \"mq\"\n[defaults]\nlabels = {{ work = \"1\" }}\nretries = 3\ncommand = {work:?}\n\n\
          [[integration_verify]]\nname = \"integration\"\ncommand = {verify:?}\n\n\
-         [merge_queue]\nmax_batch = {b}\n{parallel}labels = {{ role = \"verify\" }}\nsandbox = {{ write = [{m:?}] }}\n",
+         [merge_queue]\nmax_batch = {b}\n{parallel}labels = {{ verify = \"1\" }}\nsandbox = {{ write = [{m:?}] }}\n",
         b = args.max_batch,
         parallel = if max_parallel > 0 { format!("max_parallel = {max_parallel}\n") } else { String::new() },
         m = marks.display().to_string()
@@ -86,32 +108,112 @@ fn plan(args: &Args, max_parallel: u32, marks: &Path) -> (String, usize) {
     (p, culprits)
 }
 
+/// How the queue forms its batches in one run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Batching {
+    /// `max_parallel = 1`, cars as the parallel queue forms them.
+    OneBatch,
+    /// A car per idle verifier with everything that waits (before fitting).
+    Parallel,
+    /// The default: cars fitted to the verifiers (`fit.rs`).
+    Fitted,
+}
+
+impl Batching {
+    fn name(self) -> &'static str {
+        match self {
+            Batching::OneBatch => "one batch at a time",
+            Batching::Parallel => "parallel",
+            Batching::Fitted => "fitted",
+        }
+    }
+}
+
+/// What one run measured.
+struct Landed {
+    secs: f64,
+    bound: f64,
+    verifications: usize,
+}
+
 pub async fn run(args: &Args) -> anyhow::Result<()> {
-    if args.tasks == 0 || args.workers == 0 || args.verifiers == 0 {
+    if args.tasks == 0 || args.workers == 0 || (args.verifiers == 0 && !args.shared && !args.compare) {
         bail!("--tasks, --workers and --verifiers must be at least 1");
     }
-    let serial = if args.baseline { Some(run_once(args, 1).await?) } else { None };
-    let landed = run_once(args, args.max_parallel).await?;
+    if args.compare {
+        let mut rows = Vec::new();
+        for shared in [false, true] {
+            for batching in [Batching::OneBatch, Batching::Parallel, Batching::Fitted] {
+                let landed = run_once(args, batching, shared).await?;
+                rows.push((shared, batching, landed));
+            }
+        }
+        println!("| verifiers | queue | landed | / lower bound | verifications |");
+        println!("| --- | --- | --- | --- | --- |");
+        for (shared, batching, l) in &rows {
+            println!(
+                "| {} | {} | {:.1} s | {:.2}x ({:.1} s) | {} |",
+                if *shared {
+                    format!("shared ({} workers)", args.workers)
+                } else {
+                    format!("dedicated ({} + {})", args.workers, args.verifiers)
+                },
+                batching.name(),
+                l.secs,
+                l.secs / l.bound,
+                l.bound,
+                l.verifications
+            );
+        }
+        return Ok(());
+    }
+    let batching = if args.max_parallel == 1 { Batching::OneBatch } else { Batching::Fitted };
+    let serial =
+        if args.baseline { Some(run_once(args, Batching::OneBatch, args.shared).await?) } else { None };
+    let landed = run_once(args, batching, args.shared).await?;
     if let Some(serial) = serial {
-        println!("one batch at a time took {:.2}x as long as this queue", serial / landed);
+        println!("one batch at a time took {:.2}x as long as this queue", serial.secs / landed.secs);
     }
     Ok(())
 }
 
-/// One run of the instance; the seconds it took to land everything.
-async fn run_once(args: &Args, max_parallel: u32) -> anyhow::Result<f64> {
+/// The least the instance could take, seconds (see the module's text).
+fn lower_bound(args: &Args, culprits: usize, shared: bool) -> f64 {
+    let (n, c, t, v) = (args.tasks as f64, culprits as f64, args.task_secs, args.verify_secs);
+    let retry = if culprits > 0 { t + v } else { 0.0 };
+    if !shared {
+        let work = (n * t / args.workers as f64).max(t);
+        return work + v + retry;
+    }
+    let slots = args.workers as f64;
+    let verifications = (n / f64::from(args.max_batch.max(1))).ceil() + if culprits > 0 { 1.0 } else { 0.0 };
+    let held = ((n + c) * t + verifications * v) / slots;
+    let work_then_verify = (n + c) * t / slots + v;
+    held.max(work_then_verify).max(t + v + retry)
+}
+
+/// One run of the instance: how long it took to land everything.
+async fn run_once(args: &Args, batching: Batching, shared: bool) -> anyhow::Result<Landed> {
+    let max_parallel = if batching == Batching::OneBatch { 1 } else { args.max_parallel };
     let dir = tempfile::tempdir()?;
     let repo = temp_repo(dir.path(), "repo", 0)?;
     let marks = dir.path().join("marks");
     std::fs::create_dir_all(&marks)?;
-    let controller = start_controller(&repo, &[], Some(&dir.path().join("controller.log")))?;
+    let env: &[(&str, &str)] =
+        if batching == Batching::Fitted { &[] } else { &[("SWARM_MERGE_QUEUE_BATCHING", "parallel")] };
+    let controller = start_controller_env(&repo, &[], Some(&dir.path().join("controller.log")), env)?;
     let exe = sibling("swarm-sidecar")?;
     let mut sidecars = Vec::new();
-    let roles =
-        std::iter::repeat_n("work", args.workers).chain(std::iter::repeat_n("verify", args.verifiers));
+    let verifiers = if shared { 0 } else { args.verifiers };
+    let roles = std::iter::repeat_n(if shared { "both" } else { "work" }, args.workers)
+        .chain(std::iter::repeat_n("verify", verifiers));
     for (k, role) in roles.enumerate() {
         let log = dir.path().join(format!("sidecar-{k}.log"));
-        let labels = [format!("role={role}")];
+        let labels: Vec<String> = match role {
+            "both" => vec!["work=1".into(), "verify=1".into()],
+            "work" => vec!["work=1".into()],
+            _ => vec!["verify=1".into()],
+        };
         sidecars.push(start_sidecar(&exe, &controller.addr, &format!("{role}-{k}"), &repo, &labels, &log)?);
     }
     let chans = channels(&controller.addr, 1).await?;
@@ -151,22 +253,22 @@ async fn run_once(args: &Args, max_parallel: u32) -> anyhow::Result<f64> {
     let landed = started.elapsed().as_secs_f64();
     let verifications =
         std::fs::read_to_string(marks.join("verifications")).unwrap_or_default().lines().count();
-    let work = (args.tasks as f64 * args.task_secs / args.workers as f64).max(args.task_secs);
-    let retry = if culprits > 0 { args.task_secs + args.verify_secs } else { 0.0 };
-    let bound = work + args.verify_secs + retry;
+    let bound = lower_bound(args, culprits, shared);
     println!(
-        "merge queue: {} tasks ({culprits} culprits), task {} s, verification {} s, {} workers, {} verifiers, \
+        "merge queue ({}, {}): {} tasks ({culprits} culprits), task {} s, verification {} s, {} workers, {}, \
          max batch {}, max parallel {}: landed in {landed:.1} s = {:.2}x the lower bound ({bound:.1} s); {verifications} \
          verifications",
+        batching.name(),
+        if shared { "shared" } else { "dedicated" },
         args.tasks,
         args.task_secs,
         args.verify_secs,
         args.workers,
-        args.verifiers,
+        if shared { "the workers verify".to_string() } else { format!("{verifiers} verifiers") },
         args.max_batch,
         if max_parallel == 0 { "auto".to_string() } else { max_parallel.to_string() },
         landed / bound
     );
     drop(sidecars);
-    Ok(landed)
+    Ok(Landed { secs: landed, bound, verifications })
 }

@@ -29,6 +29,7 @@ use super::core::Core;
 use super::model::{HashMap, HashSet, Model, TierOutcome, Worker};
 use crate::merger::MergerHandle;
 
+mod fit;
 mod land;
 mod verify;
 
@@ -37,6 +38,19 @@ mod verify;
 const RETRY_MS: u64 = 1_000;
 /// Most characters of failing tier output carried into a culprit's task text.
 const MAX_FAILURE_TEXT: usize = 8_000;
+/// The longest a car waits to fill before it takes a verifier READY tasks
+/// could use (see `fit.rs`).
+const FILL_MS: u64 = 1_000;
+/// What a verification is taken to cost before one was timed.
+const VERIFY_GUESS_MS: u64 = 1_000;
+
+/// Whether cars are fitted to the verifiers (`fit.rs`, the default) or
+/// formed as before, one per idle verifier with everything that waits
+/// (`SWARM_MERGE_QUEUE_BATCHING=parallel`: the benchmark's baseline).
+fn fitted() -> bool {
+    static FITTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *FITTED.get_or_init(|| std::env::var("SWARM_MERGE_QUEUE_BATCHING").map_or(true, |v| v != "parallel"))
+}
 
 /// What one car (a batch on the train) is doing.
 #[derive(Debug)]
@@ -86,6 +100,13 @@ pub(super) struct SwarmQueue {
     /// was in: the culprit it leads to gets it in its task text.
     failures: HashMap<TaskKey, String>,
     retry_at: u64,
+    /// When each waiting task was queued (monotonic ms): how long a car
+    /// has been filling.
+    queued_at: HashMap<TaskKey, u64>,
+    /// When each car's verification was sent, and the verifications timed
+    /// so far (sum, count): what a verification costs a slot.
+    verify_sent: HashMap<u64, u64>,
+    verified_ms: (u64, u64),
 }
 
 impl SwarmQueue {
@@ -94,6 +115,7 @@ impl SwarmQueue {
     fn sync(&mut self) {
         let live: HashSet<u64> = self.queue.cars().iter().map(|c| c.id).collect();
         self.cars.retain(|id, _| live.contains(id));
+        self.verify_sent.retain(|id, _| live.contains(id));
     }
 }
 
@@ -157,6 +179,9 @@ impl Queues {
             recovering: HashSet::default(),
             failures: HashMap::default(),
             retry_at: 0,
+            queued_at: HashMap::default(),
+            verify_sent: HashMap::default(),
+            verified_ms: (0, 0),
         }))
     }
 
@@ -165,6 +190,7 @@ impl Queues {
     pub fn enqueue(&mut self, core: &mut Core, key: &TaskKey, number: u32) {
         let Some(q) = self.swarm_queue(core.model, &key.swarm) else { return };
         q.queue.push(key.clone());
+        q.queued_at.insert(key.clone(), core.mono_ms());
         let waiting = q.queue.waiting().count();
         core.set_state(key, TaskState::Merging, &format!("attempt {number} queued for integration verify"));
         core.fx.task_event(
@@ -220,15 +246,15 @@ impl Queues {
     /// Forms the next car from the waiting tasks, stacked on the last car's
     /// merged commit (or the integration head), and sends it to the merger
     /// to be merged in memory. One speculation at a time: a car needs the
-    /// head of the car ahead of it. A car is formed when a verifier is free
-    /// to take it, so everything that queued up meanwhile goes together.
+    /// head of the car ahead of it. Its size and whether it goes now are
+    /// `fit.rs`'s decision (before: a car whenever a verifier was idle, with
+    /// everything that waited).
     fn start_car(&mut self, core: &mut Core, merger: &MergerHandle, swarm: &SwarmId) {
         let Some(iv) = integration_of(core.model, swarm) else { return };
-        let free = idle_verifiers(core.model, &iv).next().is_some();
         let now = core.mono_ms();
-        let Some(q) = self.by_swarm.get_mut(swarm) else { return };
+        let Some(q) = self.by_swarm.get(swarm) else { return };
         let speculating = q.cars.values().any(|c| matches!(c, CarStage::Speculating));
-        if !free || speculating || q.retry_at > now {
+        if speculating || q.retry_at > now || q.queue.waiting().next().is_none() {
             return;
         }
         let onto = match q.queue.cars().last() {
@@ -238,18 +264,29 @@ impl Queues {
                 None => return,
             },
         };
+        let n = if fitted() {
+            match fit::car_size(&fit_of(core.model, &iv, q, swarm, now)) {
+                Some(n) => n,
+                None => return,
+            }
+        } else if idle_verifiers(core.model, &iv).next().is_some() {
+            usize::MAX
+        } else {
+            return;
+        };
         let Some(branch) = core.model.swarms().get(swarm).map(|s| s.plan.integration_branch.clone()) else {
             return;
         };
         let limit = Self::limit(core, &iv, q);
         let job = self.next_job + 1;
         let Some(q) = self.by_swarm.get_mut(swarm) else { return };
-        let Some(items) = q.queue.form(job, limit).map(<[TaskKey]>::to_vec) else { return };
+        let Some(items) = q.queue.form_sized(job, limit, n).map(<[TaskKey]>::to_vec) else { return };
         self.next_job = job;
         let size = q.queue.batch_size();
         let mut jobs = Vec::with_capacity(items.len());
         let mut gone = Vec::new();
         for key in &items {
+            q.queued_at.remove(key);
             let number = core.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
             let still_merging = core.model.tasks().get(key).is_some_and(|t| t.state() == TaskState::Merging);
             match merge_job(core.model, key, number, q.recovering.contains(key)) {
@@ -349,4 +386,71 @@ struct Speculated {
     chained: Vec<Chained>,
     decided: Vec<MergeResult>,
     error: Option<swarm_git::merge::MergeFailure>,
+}
+
+/// The figures `fit::car_size` decides from, as the model has them now.
+fn fit_of(model: &Model, iv: &IntegrationVerify, q: &SwarmQueue, swarm: &SwarmId, now: u64) -> fit::Fit {
+    let idle: Vec<&Worker> = idle_verifiers(model, iv).collect();
+    let claimed = q
+        .cars
+        .values()
+        .filter(|c| matches!(c, CarStage::Speculating | CarStage::Verifying { worker: None, .. }))
+        .count();
+    let unclaimed = idle.len().saturating_sub(claimed);
+    // READY tasks an idle verifier could run instead, the most critical
+    // first; a bounded look, so that READY tasks no verifier can run (the
+    // dedicated case) cost nothing per tick.
+    let (mut wanted, mut ready_path) = (0, 0);
+    if unclaimed > 0 {
+        for key in model.ready().take(unclaimed * 4 + 16) {
+            let Some(t) = model.tasks().get(key) else { continue };
+            if idle.iter().any(|w| w.satisfies(&t.spec.labels)) {
+                wanted += 1;
+                ready_path = ready_path.max(model.critical_path(key).unwrap_or(0));
+                if wanted == unclaimed {
+                    break;
+                }
+            }
+        }
+    }
+    let size = q.queue.batch_size();
+    let waiting = q.queue.waiting().count();
+    let mut spare = 0;
+    if wanted > 0 && wanted == unclaimed {
+        let verify_ms = q.verified_ms.0.checked_div(q.verified_ms.1).unwrap_or(VERIFY_GUESS_MS);
+        let car_path = q
+            .queue
+            .waiting()
+            .take(size)
+            .flat_map(|k| model.dependents(k))
+            .filter_map(|d| model.critical_path(d))
+            .max()
+            .unwrap_or(0);
+        let (work_ms, slots) = remaining_work(model, swarm);
+        if fit::can_spare(ready_path, car_path, verify_ms, ready_path.max(car_path), work_ms, slots) {
+            spare = wanted;
+        }
+    }
+    let oldest = q.queue.waiting().map(|k| q.queued_at.get(k).copied().unwrap_or(0)).min().unwrap_or(now);
+    fit::Fit {
+        waiting,
+        size,
+        free: unclaimed - wanted,
+        spare,
+        waited_ms: now.saturating_sub(oldest),
+        fill_ms: FILL_MS,
+    }
+}
+
+/// The swarm's work not done yet (its tasks to run or running, at the
+/// weight a task without an estimate has) and the slots it has.
+fn remaining_work(model: &Model, swarm: &SwarmId) -> (u64, usize) {
+    let left = model.swarms().get(swarm).map_or(0, |s| {
+        [TaskState::Pending, TaskState::Ready, TaskState::Running]
+            .iter()
+            .map(|st| u64::from(s.count(*st)))
+            .sum()
+    });
+    let slots = model.workers().values().filter(|w| w.session.is_some() && !w.draining).count();
+    (left.saturating_mul(model.unknown_weight_ms(swarm)), slots)
 }

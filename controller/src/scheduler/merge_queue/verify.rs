@@ -81,6 +81,7 @@ impl Queues {
         let Some(CarStage::Verifying { head, chained, worker: w, .. }) = q.cars.get_mut(&job) else { return };
         *w = Some((worker.clone(), session));
         let head = head.clone();
+        q.verify_sent.insert(job, core.mono_ms());
         let attempts: Vec<String> = chained.iter().map(|c| c.task.attempt(c.attempt).to_string()).collect();
         let keys: Vec<TaskKey> = chained.iter().map(|c| c.task.clone()).collect();
         core.edit_worker_unstored(&worker, |w| w.verifying = Some(job));
@@ -157,6 +158,10 @@ impl Queues {
             return; // the next tick sends it to a verifier again
         }
         let Some(CarStage::Verifying { base, head, chained, .. }) = q.cars.remove(&r.job) else { return };
+        if let Some(sent) = q.verify_sent.remove(&r.job) {
+            let ms = core.mono_ms().saturating_sub(sent);
+            q.verified_ms = (q.verified_ms.0.saturating_add(ms), q.verified_ms.1 + 1);
+        }
         let tasks: Vec<String> = chained.iter().map(|c| c.task.task.to_string()).collect();
         if !r.passed {
             let failure = failure_text(&r.tiers);

@@ -12,6 +12,7 @@
 //! by the returned [`Applied`]; the model imports nothing else of the
 //! scheduler.
 
+mod durations;
 pub mod messages;
 mod origin;
 mod ownership;
@@ -25,6 +26,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use swarm_core::{AttemptState, SwarmId, TaskKey, TaskState};
 
+pub use durations::{Remembered, Source as WeightSource};
 pub use origin::Origin;
 pub use ownership::{LiveOwnership, Ownership};
 use ready::ReadyQueue;
@@ -408,8 +410,12 @@ impl Model {
     /// estimate weigh on the critical path. A reviewer's attempt is not
     /// the task's work, and is left out.
     fn learn_duration(&mut self, key: &TaskKey, number: u32, started: i64, ended: i64) {
-        if started > 0 && ended > started && !self.is_reviewer(key, number) {
-            self.ready.finished(&key.swarm, (ended - started) as u64);
+        if started > 0
+            && ended > started
+            && !self.is_reviewer(key, number)
+            && let Some(t) = self.tasks.get(key)
+        {
+            self.ready.finished(key, &t.spec, (ended - started) as u64);
         }
     }
 
@@ -473,6 +479,28 @@ impl Model {
 
     pub fn schedule_order(&self) -> ScheduleOrder {
         self.ready.order()
+    }
+
+    /// What a task of `swarm` without an estimate weighs, in ms, as the
+    /// critical paths were last computed with.
+    pub fn unknown_weight_ms(&self, swarm: &SwarmId) -> u64 {
+        self.ready.unknown_weight_ms(swarm)
+    }
+
+    /// What the store remembers of earlier swarms' tasks' durations.
+    pub fn remember_durations(&mut self, rows: impl IntoIterator<Item = Remembered>) {
+        self.ready.remember(rows);
+    }
+
+    /// What `swarm`'s tasks took: kept in the store when it is forgotten,
+    /// for the next run of its plan.
+    pub fn learned_durations(&self, swarm: &SwarmId) -> Vec<Remembered> {
+        self.ready.learned(swarm)
+    }
+
+    /// What `key` is expected to take (ms) and where that came from.
+    pub fn expected(&self, key: &TaskKey) -> Option<(u64, WeightSource)> {
+        self.tasks.get(key).map(|t| self.ready.weight(&key.swarm, &t.spec))
     }
 
     /// Tasks of `swarm` a sidecar runs now.

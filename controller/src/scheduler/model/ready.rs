@@ -14,21 +14,22 @@
 //!
 //! The critical path below a task is the heaviest chain of tasks that
 //! depend on it, itself included. A task's weight is its `estimate`; a
-//! task without one weighs the mean duration of the swarm's succeeded
-//! attempts so far, else the mean of the swarm's estimates, else one
-//! second. When no task of a swarm has an estimate every weight is the
-//! same, so the order is that of chain lengths in tasks and never changes
-//! as durations are learnt. Paths are computed for the whole swarm at
+//! task without one weighs what `durations.rs` learned of it (its own
+//! earlier attempts, the same task in earlier runs of the plan, its
+//! directory's tasks, the swarm's median), else the mean of the swarm's
+//! estimates, else one second. Paths are computed for the whole swarm at
 //! once (reverse topological order, O(tasks + deps)), lazily: after tasks
-//! were added, and in a swarm with estimates when the learnt mean moved by
-//! more than a quarter, so that a completion costs O(1) and a recompute
-//! happens a few times per swarm, not per task.
+//! were added, and when a weight that moves with the swarm's samples was
+//! used and the samples grew by a quarter since, so that a completion
+//! costs O(1) and a swarm's paths are computed O(log tasks) times. A swarm
+//! whose tasks all have estimates is never recomputed for what was learnt.
 
 use std::cmp::Reverse;
 use std::collections::BTreeSet;
 
 use swarm_core::{SwarmId, TaskKey};
 
+use super::durations::{Durations, Remembered, Source};
 use super::{HashMap, HashSet, Swarm, Tasks};
 
 /// The weight of a task nothing is known about: one second.
@@ -63,24 +64,11 @@ struct SwarmQueue {
     ready: BTreeSet<(Rank, TaskKey)>,
     /// Its tasks a sidecar runs now.
     running: u32,
-    /// Tasks were added, or the learnt mean moved, since its tasks' paths
+    /// Tasks were added, or learnt weights moved, since its tasks' paths
     /// (`Task::path`) were computed.
     stale: bool,
-    /// The weight of a task without an estimate the paths were made with.
+    /// The mean weight its paths were computed with.
     basis_ms: u64,
-    /// Whether any task of the swarm has an estimate (then the learnt
-    /// mean changes the order, and is watched).
-    has_estimates: bool,
-    /// Succeeded attempts' durations: their sum and count.
-    done_ms: u64,
-    done: u64,
-}
-
-impl SwarmQueue {
-    fn unknown_weight(&self, estimates: (u64, u64)) -> u64 {
-        let learnt = self.done_ms.checked_div(self.done);
-        learnt.or_else(|| estimates.0.checked_div(estimates.1)).map_or(UNIT_MS, |ms| ms.max(1))
-    }
 }
 
 #[derive(Debug, Default)]
@@ -96,6 +84,7 @@ pub struct ReadyQueue {
     rank: HashMap<TaskKey, Rank>,
     running: HashSet<TaskKey>,
     next_seq: u64,
+    durations: Durations,
 }
 
 impl ReadyQueue {
@@ -153,6 +142,7 @@ impl ReadyQueue {
 
     /// Drops a forgotten swarm's queue; its tasks were taken out first.
     pub fn forget(&mut self, swarm: &SwarmId) {
+        self.durations.forget(swarm);
         self.swarms.remove(swarm);
         self.open.remove(swarm);
         self.stale.retain(|s| s != swarm);
@@ -166,20 +156,34 @@ impl ReadyQueue {
         }
     }
 
-    /// An attempt of `swarm` succeeded after `ms`: the mean it learns.
-    pub fn finished(&mut self, swarm: &SwarmId, ms: u64) {
-        let q = self.swarms.entry(swarm.clone()).or_default();
-        q.done_ms = q.done_ms.saturating_add(ms);
-        q.done += 1;
-        if q.has_estimates && !q.stale {
-            let mean = (q.done_ms / q.done).max(1);
-            // Beyond a quarter either way: a few recomputes per swarm.
-            if mean.saturating_mul(4) > q.basis_ms.saturating_mul(5)
-                || mean.saturating_mul(5) < q.basis_ms.saturating_mul(4)
-            {
-                self.mark_stale(swarm);
-            }
+    /// An attempt of `key` (`spec`) succeeded after `ms`: what it learns.
+    pub fn finished(&mut self, key: &TaskKey, spec: &swarm_core::plan::TaskSpec, ms: u64) {
+        if self.durations.finished(&key.swarm, spec, ms) {
+            self.mark_stale(&key.swarm);
         }
+    }
+
+    /// What the store remembers of earlier swarms' tasks.
+    pub fn remember(&mut self, rows: impl IntoIterator<Item = Remembered>) {
+        self.durations.remember(rows);
+    }
+
+    /// What `swarm`'s tasks took, for the store to keep once it is
+    /// forgotten.
+    pub fn learned(&self, swarm: &SwarmId) -> Vec<Remembered> {
+        self.durations.rows_of(swarm)
+    }
+
+    /// A task's weight as it would be computed now, and where it came from.
+    pub fn weight(&self, swarm: &SwarmId, spec: &swarm_core::plan::TaskSpec) -> (u64, Source) {
+        let guess = self.swarms.get(swarm).map_or(UNIT_MS, |q| q.basis_ms.max(1));
+        self.durations.weight(swarm, spec, guess)
+    }
+
+    /// The weight of a task of `swarm` without an estimate, as its paths
+    /// were last computed with.
+    pub fn unknown_weight_ms(&self, swarm: &SwarmId) -> u64 {
+        self.swarms.get(swarm).map_or(UNIT_MS, |q| q.basis_ms.max(1))
     }
 
     /// Running tasks of `swarm`.
@@ -213,9 +217,12 @@ impl ReadyQueue {
                 .iter()
                 .filter_map(|s| s.estimate_ms)
                 .fold((0u64, 0u64), |(sum, n), ms| (sum.saturating_add(ms), n + 1));
-            q.has_estimates = estimates.1 > 0;
-            q.basis_ms = q.unknown_weight(estimates);
-            let paths = swarm_core::plan::critical_paths(&specs, q.basis_ms);
+            let guess = estimates.0.checked_div(estimates.1).map_or(UNIT_MS, |ms| ms.max(1));
+            let weights: Vec<u64> =
+                self.durations.weights(&id, &specs, guess).into_iter().map(|(ms, _)| ms).collect();
+            let sum = weights.iter().fold(0u64, |a, w| a.saturating_add(*w));
+            q.basis_ms = sum.checked_div(weights.len() as u64).unwrap_or(guess).max(1);
+            let paths = swarm_core::plan::critical_paths_weighted(&specs, &weights);
             for (spec, path) in specs.iter().zip(paths) {
                 if let Some(t) = tasks.get_mut(&TaskKey::new(id.clone(), spec.id.clone())) {
                     t.path = path;
@@ -281,21 +288,19 @@ mod tests {
     }
 
     #[test]
-    fn learnt_durations_reorder_only_a_swarm_with_estimates_and_only_past_a_quarter() {
+    fn a_swarm_whose_weights_were_learnt_is_recomputed_as_it_learns() {
         let swarm = SwarmId::new("s").expect("id");
+        let specs = specs("[[tasks]]\nid = \"a\"\nfiles = [\"a\"]\n");
+        let key = TaskKey::new(swarm.clone(), specs[0].id.clone());
         let mut q = ReadyQueue::default();
-        q.swarms.insert(swarm.clone(), SwarmQueue { basis_ms: 1_000, ..SwarmQueue::default() });
-        q.finished(&swarm, 10_000);
-        assert!(!q.stale(), "without estimates every weight is the same: the order cannot change");
+        q.durations.weights(&swarm, &specs, UNIT_MS);
+        q.finished(&key, &specs[0], 10_000);
+        assert!(q.stale(), "the first duration replaces the guess");
 
+        let specs = super::tests::specs("[[tasks]]\nid = \"a\"\nfiles = [\"a\"]\nestimate = \"1s\"\n");
         let mut q = ReadyQueue::default();
-        q.swarms.insert(
-            swarm.clone(),
-            SwarmQueue { basis_ms: 1_000, has_estimates: true, ..SwarmQueue::default() },
-        );
-        q.finished(&swarm, 1_200);
-        assert!(!q.stale(), "a mean within a quarter of the basis keeps the paths");
-        q.finished(&swarm, 2_000);
-        assert!(q.stale(), "a mean of 1.6 s is past a quarter above 1 s");
+        q.durations.weights(&swarm, &specs, UNIT_MS);
+        q.finished(&key, &specs[0], 10_000);
+        assert!(!q.stale(), "every weight is an estimate: nothing learnt reorders it");
     }
 }
