@@ -61,6 +61,8 @@ impl Cli {
     }
 }
 
+// Parsed once per process: the size of its largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run a plan locally: an embedded controller plus N local sidecars.
@@ -321,11 +323,21 @@ pub const PLANNER_TURNS: u32 = 40;
 #[derive(Debug, Args)]
 pub struct PlanArgs {
     /// What the swarm should achieve, in your words.
-    #[arg(required_unless_present = "from")]
+    #[arg(required_unless_present_any = ["from", "issue"])]
     pub goal: Option<String>,
     /// Read the goal from this file instead.
     #[arg(long, value_name = "FILE", conflicts_with = "goal")]
     pub from: Option<PathBuf>,
+    /// The goal is this GitHub issue's title and body (OWNER/REPO#N); the
+    /// plan's goal comment names the issue.
+    #[arg(long, value_name = "OWNER/REPO#N", conflicts_with_all = ["goal", "from"])]
+    pub issue: Option<String>,
+    /// With --issue: GitHub's REST API (GitHub Enterprise: https://HOST/api/v3).
+    #[arg(long, env = "GITHUB_API_URL", default_value = "https://api.github.com")]
+    pub forge_api_url: String,
+    /// With --issue: the variable holding the token, as `run --forge` takes it.
+    #[arg(long, env = "SWARM_FORGE_TOKEN_ENV", default_value = "GITHUB_TOKEN")]
+    pub forge_token_env: String,
     /// Write the plan here (stdout shows the task graph); without it the
     /// plan goes to stdout and the graph to stderr.
     #[arg(short = 'o', long = "out", value_name = "FILE")]
@@ -333,15 +345,8 @@ pub struct PlanArgs {
     /// The repository to plan for.
     #[arg(long, default_value = ".")]
     pub repo: PathBuf,
-    /// The planning agent (claude; codex and acp planners are not built yet).
-    #[arg(long, default_value = "claude", value_parser = ["claude"])]
-    pub agent: String,
-    /// Its executable (default: `claude` on PATH).
-    #[arg(long, value_name = "PATH")]
-    pub agent_path: Option<String>,
-    /// Its model.
-    #[arg(long)]
-    pub model: Option<String>,
+    #[command(flatten)]
+    pub planner: PlannerAgentArgs,
     /// Turns the planner may take.
     #[arg(long, default_value_t = PLANNER_TURNS)]
     pub max_turns: u32,
@@ -351,6 +356,26 @@ pub struct PlanArgs {
     /// The largest share of the repository's files one task may own.
     #[arg(long, default_value_t = 0.5)]
     pub max_share: f64,
+}
+
+/// The planning agent, with the settings a task's agent takes.
+#[derive(Debug, Clone, Args)]
+pub struct PlannerAgentArgs {
+    /// The planning agent: claude (Claude Code), codex (`codex app-server`,
+    /// or `codex exec` for an older CLI) or acp (any Agent Client Protocol
+    /// server, named by --agent-path).
+    #[arg(long, default_value = "claude", value_parser = ["claude", "codex", "acp"])]
+    pub agent: String,
+    /// Its executable (default: `claude` or `codex` on PATH; acp needs one).
+    #[arg(long, value_name = "PATH")]
+    pub agent_path: Option<String>,
+    /// Its model.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// One more argument for its command line, as a task's `extra_args`
+    /// (repeatable; `--extra-arg=-c --extra-arg=key=value`).
+    #[arg(long = "extra-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub extra_args: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -365,6 +390,9 @@ pub struct RunArgs {
     /// Run the planned swarm without asking.
     #[arg(long, requires = "goal")]
     pub yes: bool,
+    /// With --goal: the planning agent, as `swarmctl plan` takes it.
+    #[command(flatten, next_help_heading = "Planner (with --goal)")]
+    pub planner: PlannerAgentArgs,
     /// How many local sidecars (workers) to start.
     #[arg(long, short = 'w', env = "SWARM_WORKERS", default_value_t = 2,
           value_parser = clap::value_parser!(u32).range(1..=64))]

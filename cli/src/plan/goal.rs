@@ -17,19 +17,21 @@ use crate::exit::Usage;
 pub async fn resolve(mut args: RunArgs) -> anyhow::Result<RunArgs> {
     let Some(goal) = args.goal.clone() else { return Ok(args) };
     let plan_args = PlanArgs {
-        goal: Some(goal),
+        goal: Some(goal.clone()),
         from: None,
+        issue: None,
+        forge_api_url: String::new(),
+        forge_token_env: String::new(),
         out: None,
         repo: args.repo.clone(),
-        agent: "claude".into(),
-        agent_path: None,
-        model: None,
+        planner: args.planner.clone(),
         max_turns: crate::cli::PLANNER_TURNS,
         planner_instructions: None,
         max_share: RuleConfig::default().max_share,
     };
+    let goal = super::Goal { text: super::checked_goal(&goal)?, source: None };
     let planned =
-        tokio::task::spawn_blocking(move || super::plan(&plan_args)).await.context("the planner")??;
+        tokio::task::spawn_blocking(move || super::plan(&plan_args, goal)).await.context("the planner")??;
     let path = saved_path(&args.repo, planned.plan.swarm.as_str())?;
     std::fs::write(&path, super::with_goal(&planned))
         .with_context(|| format!("writing {}", path.display()))?;
@@ -38,7 +40,8 @@ pub async fn resolve(mut args: RunArgs) -> anyhow::Result<RunArgs> {
     if !args.yes {
         approve(&path, &args.repo, &planned)?;
     }
-    args.origin = Some(Box::new(crate::local::planned_origin(&planned.goal, "claude", &planned.cost, None)));
+    let (agent, issue) = (&args.planner.agent, planned.source.as_deref());
+    args.origin = Some(Box::new(crate::local::planned_origin(&planned.goal, agent, &planned.cost, issue)));
     args.plan = path;
     args.goal = None;
     Ok(args)
@@ -77,7 +80,9 @@ fn approve(path: &Path, repo: &Path, planned: &Planned) -> anyhow::Result<()> {
 }
 
 fn edit(path: &Path, repo: &Path, planned: &Planned) -> anyhow::Result<()> {
-    let editor = std::env::var("VISUAL").or_else(|_| std::env::var("EDITOR")).unwrap_or_else(|_| "vi".into());
+    // An empty variable is an unset one (as git and most tools read them).
+    let set = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+    let editor = set("VISUAL").or_else(|| set("EDITOR")).unwrap_or_else(|| "vi".into());
     let status = std::process::Command::new("sh")
         .arg("-c")
         .arg(format!("{editor} \"$1\""))

@@ -1,9 +1,10 @@
 //! `swarmctl plan "GOAL"`: one planning agent turns a goal into a plan.
 //!
-//! The agent (Claude Code) runs over a snapshot of the repository at HEAD,
-//! inside swarm's sandbox with the snapshot read-only (it may write only
-//! the snapshot's `.swarm/`, where its tool server keeps the proposal, and
-//! its own state), with the reading tools and two of swarm's
+//! The agent (Claude Code; Codex or an ACP server through [`agent`]) runs
+//! over a snapshot of the repository at HEAD, inside swarm's sandbox with
+//! the snapshot read-only ([`sandbox`]: it may write only the snapshot's
+//! `.swarm/`, where its tool server keeps the proposal, and its own
+//! state), with the reading tools and two of swarm's
 //! ([`tools`]): `check_plan` and `propose_plan`, which check a draft with
 //! the rules `swarmctl check --planned` applies. It iterates until a plan
 //! passes; swarmctl then prints the task graph (owned files, dependencies,
@@ -15,12 +16,15 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use anyhow::{Context as _, bail};
-use swarm_core::plan::{AgentKind, Plan, SandboxSpec};
+use swarm_core::plan::{AgentKind, Plan};
 
 pub use crate::cli::PlanArgs;
 
+pub mod agent;
 pub mod dag;
 pub mod goal;
+pub mod issue;
+mod sandbox;
 pub mod tools;
 
 /// The planner's instructions, versioned with swarm (the first line names
@@ -29,16 +33,26 @@ pub const INSTRUCTIONS: &str = include_str!("instructions.md");
 /// A goal longer than this belongs in a file of its own… and still fits here.
 const MAX_GOAL: usize = 64 << 10;
 
+/// What to plan for, and where it came from.
+#[derive(Debug, Clone)]
+pub struct Goal {
+    pub text: String,
+    /// The issue's URL, for a goal read from one.
+    pub source: Option<String>,
+}
+
 /// A plan the planner wrote, and what it cost.
 pub struct Planned {
     pub goal: String,
+    pub source: Option<String>,
     pub plan: Plan,
     pub toml: String,
     pub cost: dag::Cost,
 }
 
 pub async fn run(args: PlanArgs) -> anyhow::Result<u8> {
-    let planned = tokio::task::spawn_blocking(move || plan(&args).map(|p| (p, args.out)))
+    let goal = read_goal(&args).await?;
+    let planned = tokio::task::spawn_blocking(move || plan(&args, goal).map(|p| (p, args.out)))
         .await
         .context("the planner's thread")??;
     let (planned, out) = planned;
@@ -59,13 +73,17 @@ pub async fn run(args: PlanArgs) -> anyhow::Result<u8> {
 
 /// The plan's text with the goal and the planner's run as a comment.
 pub fn with_goal(p: &Planned) -> String {
-    let goal: String = p.goal.lines().map(|l| format!("# {l}\n")).collect();
-    format!("# Goal:\n{goal}# Planned by swarmctl plan: {}\n\n{}", p.cost.summary(), p.toml.trim_start())
+    let goal: String = p.goal.lines().map(|l| format!("# {l}").trim_end().to_string() + "\n").collect();
+    let head = match &p.source {
+        Some(url) => format!("# Goal (from {url}):\n"),
+        None => "# Goal:\n".to_string(),
+    };
+    format!("{head}{goal}# Planned by swarmctl plan: {}\n\n{}", p.cost.summary(), p.toml.trim_start())
 }
 
 /// Runs the planner to a plan that passes (blocking: a child process).
-pub fn plan(args: &PlanArgs) -> anyhow::Result<Planned> {
-    let goal = read_goal(args)?;
+pub fn plan(args: &PlanArgs, goal: Goal) -> anyhow::Result<Planned> {
+    let kind = agent::kind(&args.planner.agent)?;
     let facts = crate::check::repo_facts(&args.repo)?;
     let work = tempfile::Builder::new().prefix("swarm-plan-").tempdir()?;
     let snapshot = work.path().join("repo");
@@ -84,10 +102,25 @@ pub fn plan(args: &PlanArgs) -> anyhow::Result<Planned> {
         }
         None => INSTRUCTIONS.to_string(),
     };
-    let argv = claude_argv(args, &dir, &instructions)?;
-    let tmp = work.path().join("tmp");
-    std::fs::create_dir_all(&tmp)?;
-    let cost = run_agent(&argv, &snapshot, &tmp, &goal)?;
+    let tmp = sandbox::tmp_dir(work.path())?;
+    let cost = match kind {
+        AgentKind::Claude => {
+            let argv = claude_argv(args, &dir, &instructions)?;
+            run_agent(&argv, &snapshot, &tmp, &goal.text, &args.planner.extra_args)?
+        }
+        _ => {
+            let prompt = format!("{instructions}\n\nGOAL:\n{}\n", goal.text);
+            let run = agent::Run {
+                agent: &args.planner,
+                kind,
+                snapshot: &snapshot,
+                dir: &dir,
+                tmp: &tmp,
+                prompt: &prompt,
+            };
+            agent::run(&run)?
+        }
+    };
     let toml = match std::fs::read_to_string(dir.join(tools::PROPOSED)) {
         Ok(t) => t,
         Err(_) => bail!(
@@ -99,15 +132,29 @@ pub fn plan(args: &PlanArgs) -> anyhow::Result<Planned> {
         ),
     };
     let plan = Plan::parse(&toml).map_err(|e| anyhow::anyhow!("the proposed plan: {e}"))?;
-    Ok(Planned { goal, plan, toml, cost })
+    Ok(Planned { goal: goal.text, source: goal.source, plan, toml, cost })
 }
 
-fn read_goal(args: &PlanArgs) -> anyhow::Result<String> {
-    let goal = match (&args.goal, &args.from) {
-        (_, Some(f)) => std::fs::read_to_string(f).with_context(|| format!("--from {}", f.display()))?,
-        (Some(g), None) => g.clone(),
-        (None, None) => bail!("goal: give the goal, or --from FILE"),
+/// The goal as given, read from `--from`, or fetched from `--issue`.
+pub async fn read_goal(args: &PlanArgs) -> anyhow::Result<Goal> {
+    let mut source = None;
+    let goal = match (&args.goal, &args.from, &args.issue) {
+        (_, _, Some(spec)) => {
+            let (text, url) = issue::goal(spec, &args.forge_api_url, &args.forge_token_env).await?;
+            source = Some(url);
+            text
+        }
+        (_, Some(f), None) => {
+            std::fs::read_to_string(f).with_context(|| format!("--from {}", f.display()))?
+        }
+        (Some(g), None, None) => g.clone(),
+        (None, None, None) => bail!("goal: give the goal, --from FILE or --issue OWNER/REPO#N"),
     };
+    Ok(Goal { text: checked_goal(&goal)?, source })
+}
+
+/// The goal trimmed, neither empty nor too long.
+pub fn checked_goal(goal: &str) -> anyhow::Result<String> {
     let goal = goal.trim().to_string();
     if goal.is_empty() {
         bail!("goal: must not be empty");
@@ -140,7 +187,7 @@ fn claude_argv(args: &PlanArgs, dir: &Path, instructions: &str) -> anyhow::Resul
         "command": exe.display().to_string(), "args": [tools::ARG, dir.display().to_string()],
     }}});
     let mut v: Vec<String> = vec![
-        args.agent_path.clone().unwrap_or_else(|| "claude".to_string()),
+        args.planner.agent_path.clone().unwrap_or_else(|| "claude".to_string()),
         "-p".into(),
         "--output-format".into(),
         "stream-json".into(),
@@ -157,17 +204,26 @@ fn claude_argv(args: &PlanArgs, dir: &Path, instructions: &str) -> anyhow::Resul
         "--max-turns".into(),
         args.max_turns.to_string(),
     ];
-    if let Some(m) = &args.model {
+    if let Some(m) = &args.planner.model {
         v.extend(["--model".into(), m.clone()]);
     }
+    v.extend(args.planner.extra_args.iter().cloned());
     Ok(v)
 }
 
 /// Runs the planner confined (the snapshot read-only) and reads its
 /// stream for progress and cost.
-fn run_agent(argv: &[String], snapshot: &Path, tmp: &Path, goal: &str) -> anyhow::Result<dag::Cost> {
-    let env = planner_env(tmp);
-    let argv = confined(argv, snapshot, tmp, &env)?;
+fn run_agent(
+    argv: &[String],
+    snapshot: &Path,
+    tmp: &Path,
+    goal: &str,
+    extra_args: &[String],
+) -> anyhow::Result<dag::Cost> {
+    let env = sandbox::planner_env(tmp);
+    let jail =
+        sandbox::Jail { kind: AgentKind::Claude, program: &argv[0], snapshot, tmp, env: &env, extra_args };
+    let argv = sandbox::wrap(sandbox::confinement(&jail)?.as_ref(), argv);
     let _span = tracing::info_span!("planner.run", program = %argv[0].to_string_lossy()).entered();
     let mut child = Command::new(&argv[0])
         .args(&argv[1..])
@@ -193,57 +249,4 @@ fn run_agent(argv: &[String], snapshot: &Path, tmp: &Path, goal: &str) -> anyhow
         bail!("the planner exited {status} before it answered");
     }
     Ok(cost)
-}
-
-/// The planner's environment: the operator's, with its own temporary
-/// directory (the snapshot and the rest are read-only to it).
-fn planner_env(tmp: &Path) -> Vec<(String, String)> {
-    let mut env: Vec<(String, String)> =
-        std::env::vars().filter(|(k, _)| !k.starts_with("SWARM_") && k != "TMPDIR").collect();
-    env.push(("TMPDIR".into(), tmp.display().to_string()));
-    env
-}
-
-/// `argv` under swarm's sandbox, the snapshot as a reviewer's worktree
-/// (read-only but for `.swarm/`), the model API's port reachable.
-fn confined(
-    argv: &[String],
-    snapshot: &Path,
-    tmp: &Path,
-    env: &[(String, String)],
-) -> anyhow::Result<Vec<std::ffi::OsString>> {
-    use swarm_sidecar::sandbox;
-    let exe = std::env::current_exe()?;
-    let mut spec = SandboxSpec::default();
-    spec.connect.extend(api_port(env));
-    let settings = sandbox::Settings(spec);
-    let private = [tmp];
-    let place = sandbox::Place {
-        worktree: snapshot,
-        common_dir: snapshot,
-        private: &private,
-        agent: Some((AgentKind::Claude, argv[0].as_str())),
-        review: true,
-    };
-    if let Some(home) = env.iter().find(|(k, _)| k == "HOME") {
-        sandbox::make_agent_state(AgentKind::Claude, Path::new(&home.1), None)?;
-    }
-    let confinement = sandbox::confine(&settings, sandbox::probe(), &exe, &place, env)
-        .map_err(|e| anyhow::anyhow!("sandbox: {e}"))?;
-    Ok(match confinement {
-        Some(mut c) => {
-            // The planner's tool server is this binary.
-            let mut policy = (*c.policy).clone();
-            policy.read.push(exe);
-            c.policy = std::sync::Arc::new(policy);
-            c.argv(argv)
-        }
-        None => argv.iter().map(Into::into).collect(),
-    })
-}
-
-/// The port of the model API the agent is pointed at, when the URL names one.
-fn api_port(env: &[(String, String)]) -> Option<u16> {
-    let (_, url) = env.iter().find(|(k, _)| k == "ANTHROPIC_BASE_URL")?;
-    swarm_sidecar::sandbox::url_port(url)
 }

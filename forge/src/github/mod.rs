@@ -14,6 +14,7 @@
 mod cache;
 mod client;
 mod http;
+mod issue;
 mod paging;
 mod ratelimit;
 pub(crate) mod types;
@@ -23,6 +24,7 @@ use std::time::Duration;
 
 use reqwest::Url;
 
+pub use issue::Issue;
 pub use paging::{MAX_PAGES, PER_PAGE};
 pub use ratelimit::{Quota, SECONDARY_DEFAULT_WAIT};
 

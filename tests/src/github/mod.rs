@@ -198,6 +198,7 @@ impl GitHub {
             required_checks: Vec::new(),
             collaborators: Default::default(),
             pulls: Vec::new(),
+            issues: Vec::new(),
             issue_comments: Vec::new(),
             review_comments: Vec::new(),
             reviews: Vec::new(),
@@ -207,6 +208,25 @@ impl GitHub {
             created_at: now_s(),
         };
         st.repos.insert((owner.to_string(), repo.to_string()), r);
+    }
+
+    /// Opens an issue by `login` on `owner/repo`; its number (issues and
+    /// pull requests share one sequence, as on GitHub).
+    pub fn add_issue(&self, owner: &str, repo: &str, login: &str, title: &str, body: &str) -> u64 {
+        let mut st = self.lock();
+        let id = st.id();
+        let r = st.repo_mut(owner, repo).expect("the repository exists");
+        let number = r.next_number();
+        let issue = state::Issue {
+            id,
+            number,
+            title: title.to_string(),
+            body: body.to_string(),
+            user: login.to_string(),
+            created_at: now_s(),
+        };
+        r.issues.push(issue);
+        number
     }
 
     /// The bare repository of `owner/repo` on disk.

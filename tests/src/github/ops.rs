@@ -122,7 +122,7 @@ impl State {
                 validation(json!({"resource": "PullRequest", "code": "custom", "message": msg})),
             ));
         }
-        let number = r.pulls.iter().map(|p| p.number).max().unwrap_or(0) + 1;
+        let number = r.next_number();
         let id = self.id();
         let now = now_s();
         let pull = Pull {

@@ -79,6 +79,13 @@ fn repo_route(
             }),
             None => Reply::fail(not_found()),
         },
+        ("GET", ["issues", n]) => match number(n) {
+            Some(n) => with_repo(st, o, r, |st, repo| match issue(st, repo, n) {
+                Some(v) => Reply::json(200, v),
+                None => Reply::fail(not_found()),
+            }),
+            None => Reply::fail(not_found()),
+        },
         ("GET", ["issues", n, "comments"]) => list(st, path, q, o, r, number(n), |st, repo, n| {
             repo.issue_comments
                 .iter()
@@ -153,6 +160,38 @@ fn repo_route(
         ("GET", ["collaborators", user, "permission"]) => permission(st, o, r, user, login),
         _ => Reply::fail(not_found()),
     }
+}
+
+/// `GET /issues/{n}`: an issue, or a pull request as GitHub shows one
+/// there (with `pull_request`).
+fn issue(st: &State, repo: &Repo, n: u64) -> Option<Value> {
+    let api = format!("{}/api/v3/repos/{}", st.base, repo.full_name());
+    let page = format!("{}/{}", st.base, repo.full_name());
+    if let Some(i) = repo.issues.iter().find(|i| i.number == n) {
+        return Some(json!({
+            "url": format!("{api}/issues/{n}"),
+            "id": i.id,
+            "number": n,
+            "html_url": format!("{page}/issues/{n}"),
+            "title": i.title,
+            "body": if i.body.is_empty() { Value::Null } else { json!(i.body) },
+            "state": "open",
+            "user": json::user(st, &i.user),
+            "created_at": super::state::iso(i.created_at),
+            "comments": repo.issue_comments.iter().filter(|c| c.number == n).count(),
+        }));
+    }
+    let p = repo.pull(n)?;
+    Some(json!({
+        "url": format!("{api}/issues/{n}"),
+        "id": p.id,
+        "number": n,
+        "html_url": format!("{page}/pull/{n}"),
+        "title": p.title,
+        "body": p.body,
+        "state": if p.open { "open" } else { "closed" },
+        "pull_request": {"url": format!("{api}/pulls/{n}"), "html_url": format!("{page}/pull/{n}")},
+    }))
 }
 
 fn with_repo(st: &State, o: &str, r: &str, f: impl FnOnce(&State, &Repo) -> Reply) -> Reply {

@@ -70,6 +70,17 @@ impl Pull {
     }
 }
 
+/// An issue (not a pull request; those are [`Pull`]s), numbered with them.
+#[derive(Debug, Clone)]
+pub(super) struct Issue {
+    pub id: u64,
+    pub number: u64,
+    pub title: String,
+    pub body: String,
+    pub user: String,
+    pub created_at: u64,
+}
+
 #[derive(Debug, Clone)]
 pub(super) struct IssueComment {
     pub id: u64,
@@ -142,6 +153,7 @@ pub(super) struct Repo {
     /// login → admin | maintain | write | triage | read.
     pub collaborators: BTreeMap<String, String>,
     pub pulls: Vec<Pull>,
+    pub issues: Vec<Issue>,
     pub issue_comments: Vec<IssueComment>,
     pub review_comments: Vec<ReviewComment>,
     pub reviews: Vec<Review>,
@@ -155,6 +167,12 @@ pub(super) struct Repo {
 impl Repo {
     pub fn full_name(&self) -> String {
         format!("{}/{}", self.owner, self.name)
+    }
+
+    /// The next issue or pull request number.
+    pub fn next_number(&self) -> u64 {
+        let pulls = self.pulls.iter().map(|p| p.number);
+        pulls.chain(self.issues.iter().map(|i| i.number)).max().unwrap_or(0) + 1
     }
 
     pub fn pull(&self, number: u64) -> Option<&Pull> {
