@@ -12,10 +12,11 @@ use tonic::{Request, Status};
 use super::Ui;
 use super::api::ApiError;
 use crate::api::{convert, pages};
+use crate::scheduler::OperatorOp;
 use crate::store::Reader;
 
-/// Above this many tasks the timeline is not made (one read per task for
-/// its attempts): the page says so instead.
+/// Above this many tasks the timeline is not made (one scheduler read per
+/// task for its attempts, on every refresh): the page says so instead.
 pub const MAX_TASKS: usize = 2000;
 /// The most events read for one timeline, oldest first.
 pub const MAX_EVENTS: usize = 200_000;
@@ -46,8 +47,12 @@ pub async fn timeline(
     }
     let mut attempts = Vec::new();
     for t in &tasks {
-        let req = v1::GetTaskRequest { task_id: format!("{swarm}/{}", t.id) };
-        let detail = ui.reads.get_task(Request::new(req)).await?.into_inner();
+        // The scheduler's record only: the task's events (what GetTask
+        // reads from the store for each task) come with the swarm's below.
+        let key = convert::task_key("task", &format!("{swarm}/{}", t.id)).map_err(Status::from)?;
+        let detail =
+            ui.shared.ask(|reply| OperatorOp::GetTask { task: key, reply }).await.map_err(Status::from)?;
+        let detail = convert::task_detail(detail);
         attempts.extend(detail.attempts.into_iter().map(|a| (t.id.clone(), a)));
     }
     let workers = pages::workers(&ui.reads).await?;
