@@ -5,6 +5,10 @@
 //! before anything starts.
 #![allow(clippy::unwrap_used)] // tests: a panic is the report
 
+#[path = "dashboard/cdp.rs"]
+#[allow(dead_code)] // the dashboard test's driver; no screenshot is taken here
+mod cdp;
+
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
@@ -15,8 +19,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use swarm_tests::{
-    Gate, PlanBuilder, TempRepo, binary, state_home, stderr, stdout, task, wait_output, wait_until,
-    worker_script,
+    Gate, Needs, PlanBuilder, TempRepo, binary, skip_for, state_home, stderr, stdout, task, wait_output,
+    wait_until, worker_script,
 };
 
 const LIMIT: Duration = Duration::from_secs(120);
@@ -238,6 +242,7 @@ fn run_serves_the_dashboard_and_posts_webhooks() {
     let swarm: Value = serde_json::from_str(&swarm).unwrap();
     let text = swarm.to_string();
     assert!(text.contains("\"lui\"") && text.contains("\"held\"") && text.contains("\"next\""), "{text}");
+    in_chromium(&link, addr, dir.path());
 
     // A pause while the held task runs is the operator's to hear about.
     operator(url, &token_file, &["pause", "lui", "--reason", "looking"]);
@@ -264,6 +269,29 @@ fn run_serves_the_dashboard_and_posts_webhooks() {
     assert_eq!(status.code(), Some(0), "{}", show(&seen));
     let completed = hooks.wait_for("swarm.completed", "lui");
     assert_eq!(completed["event"]["swarm"], "lui", "{completed}");
+}
+
+/// The printed link in a real browser: it logs in, and the swarm's page
+/// draws both tasks, the held one running; a plan file has no goal line.
+fn in_chromium(link: &str, addr: &str, dir: &Path) {
+    let chromium = match cdp::find_or_install() {
+        Ok(p) => p,
+        Err(why) => {
+            return skip_for("run_serves_the_dashboard_and_posts_webhooks (Chromium)", Needs::Chromium, &why);
+        }
+    };
+    let mut browser = cdp::Browser::launch(&chromium, &dir.join("chromium.log"));
+    browser.navigate(link);
+    browser.wait_for(
+        "the swarm list after the login",
+        "!!document.querySelector('#swarms tr[data-swarm=\"lui\"]')",
+        LIMIT,
+    );
+    browser.navigate(&format!("http://{addr}/#/swarm/lui"));
+    browser.wait_for("both tasks drawn", "document.querySelectorAll('#dag .node').length === 2", LIMIT);
+    let rows = "[...document.querySelectorAll('#tasks tbody tr')].map(r => r.dataset.task + '=' + r.dataset.state).join(',')";
+    assert_eq!(browser.eval(rows), "held=RUNNING,next=PENDING");
+    assert_eq!(browser.eval("document.getElementById('goal') === null"), true, "a plan file has no goal");
 }
 
 /// A run with `extra` flags on a valid plan and repository, which must be

@@ -211,6 +211,11 @@ impl Session {
         } else {
             eprintln!("swarm {} exists: resuming", swarm.id);
         }
+        // Read back from the controller's answer: what it recorded.
+        if let Some(origin) = &swarm.origin {
+            let by = swarm_view::OriginView::from(origin).planned_by();
+            eprintln!("swarm {}: its goal is recorded, planned by {by}", swarm.id);
+        }
         eprintln!("logs: {}", self.log_dir.display());
         let stopped = self.controller.stopped();
         let ended =
