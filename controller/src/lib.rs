@@ -147,23 +147,9 @@ pub async fn start_with(
     listener: Option<std::net::TcpListener>,
     store: Option<Location>,
 ) -> Result<Controller, ControllerError> {
-    let repo_err =
-        |reason: String| ControllerError::Repository { path: config.repo.display().to_string(), reason };
     // Refuse an unsafe listener before touching the store.
-    let server_auth = config.security.prepare(config.listen).map_err(ControllerError::Security)?;
-    if let Some(at) = config.ui_listen {
-        ui::check_listen(at, &config.security).map_err(ControllerError::Security)?;
-    }
-    if let Some(at) = config.mcp_listen {
-        mcp::check_listen(at, &config.security).map_err(ControllerError::Security)?;
-    }
-    if let Some(at) = config.forge.webhook_listen {
-        forge::check_webhook_listen(at, &config.security).map_err(ControllerError::Security)?;
-    }
-    let repo = git2::Repository::open(&config.repo).map_err(|e| repo_err(e.message().to_string()))?;
-    let workdir = repo.workdir().map(|p| p.to_path_buf()).unwrap_or_else(|| repo.path().to_path_buf());
-    let db = config.db.clone().unwrap_or_else(|| repo.commondir().join("swarm").join("swarm.db"));
-    drop(repo);
+    let server_auth = check_listeners(&config)?;
+    let (workdir, db) = locate(&config)?;
     let location = store.unwrap_or_else(|| Location::Sqlite(db.clone()));
 
     let (commands, results, inbox) = scheduler::inbox(scheduler::COMMAND_QUEUE);
@@ -221,11 +207,67 @@ pub async fn start_with(
     };
     forge::start(config.forge.clone(), workdir.clone(), &shared).await.map_err(ControllerError::Thread)?;
     let authenticator = Arc::new(server_auth.authenticator);
+    let (ui_addr, mcp_addr) = serve_web(&config, &shared, &authenticator, &shutdown).await?;
+    let tls = server_auth.tls.is_some();
+    let grpc =
+        Grpc { config: &config, shared, authenticator, tls: server_auth.tls, shutdown: shutdown.clone() };
+    let server = serve_grpc(grpc, listener, supervisor.clone()).await?;
+    tracing::info!(%addr, tls, metrics = ?metrics_addr, store = %location, "controller serving");
+    Ok(Controller {
+        addr,
+        shutdown,
+        server,
+        scheduler: Some(scheduler),
+        supervisor,
+        commands,
+        tasks,
+        metrics_addr,
+        ui_addr,
+        mcp_addr,
+    })
+}
+
+/// Every listener the configuration asks for, checked against its
+/// security settings (none serves in the clear off loopback unless told
+/// to); the gRPC listener's authentication and TLS.
+fn check_listeners(config: &Config) -> Result<swarm_auth::ServerAuth, ControllerError> {
+    let server_auth = config.security.prepare(config.listen).map_err(ControllerError::Security)?;
+    if let Some(at) = config.ui_listen {
+        ui::check_listen(at, &config.security).map_err(ControllerError::Security)?;
+    }
+    if let Some(at) = config.mcp_listen {
+        mcp::check_listen(at, &config.security).map_err(ControllerError::Security)?;
+    }
+    if let Some(at) = config.forge.webhook_listen {
+        forge::check_webhook_listen(at, &config.security).map_err(ControllerError::Security)?;
+    }
+    Ok(server_auth)
+}
+
+/// The repository's work tree (where the merger works) and the store's
+/// default file, under its common git directory.
+fn locate(config: &Config) -> Result<(PathBuf, PathBuf), ControllerError> {
+    let repo_err =
+        |reason: String| ControllerError::Repository { path: config.repo.display().to_string(), reason };
+    let repo = git2::Repository::open(&config.repo).map_err(|e| repo_err(e.message().to_string()))?;
+    let workdir = repo.workdir().map(|p| p.to_path_buf()).unwrap_or_else(|| repo.path().to_path_buf());
+    let db = config.db.clone().unwrap_or_else(|| repo.commondir().join("swarm").join("swarm.db"));
+    Ok((workdir, db))
+}
+
+/// The dashboard and the MCP endpoint, where configured.
+async fn serve_web(
+    config: &Config,
+    shared: &api::Shared,
+    authenticator: &Arc<swarm_auth::Authenticator>,
+    shutdown: &CancellationToken,
+) -> Result<(Option<SocketAddr>, Option<SocketAddr>), ControllerError> {
+    let listen_err = |at: SocketAddr| move |source| ControllerError::Listen { addr: at.to_string(), source };
     let ui_addr = match config.ui_listen {
         Some(at) => Some(
             ui::serve(at, shared.clone(), authenticator.clone(), &config.security, shutdown.clone())
                 .await
-                .map_err(|source| ControllerError::Listen { addr: at.to_string(), source })?,
+                .map_err(listen_err(at))?,
         ),
         None => None,
     };
@@ -233,10 +275,30 @@ pub async fn start_with(
         Some(at) => Some(
             mcp::serve(at, shared.clone(), authenticator.clone(), &config.security, shutdown.clone())
                 .await
-                .map_err(|source| ControllerError::Listen { addr: at.to_string(), source })?,
+                .map_err(listen_err(at))?,
         ),
         None => None,
     };
+    Ok((ui_addr, mcp_addr))
+}
+
+/// What the gRPC server is made of.
+struct Grpc<'c> {
+    config: &'c Config,
+    shared: api::Shared,
+    authenticator: Arc<swarm_auth::Authenticator>,
+    tls: Option<tonic::transport::ServerTlsConfig>,
+    shutdown: CancellationToken,
+}
+
+/// The Sidecar and Operator APIs, health and reflection, behind the
+/// authentication layer, served on `listener` until shutdown.
+async fn serve_grpc(
+    grpc: Grpc<'_>,
+    listener: tokio::net::TcpListener,
+    served: Supervisor,
+) -> Result<tokio::task::JoinHandle<Result<(), ControllerError>>, ControllerError> {
+    let Grpc { config, shared, authenticator, tls, shutdown } = grpc;
     let auth_layer = api::auth::AuthLayer::new(authenticator, shared.clone());
     let sidecar = SidecarServiceServer::new(api::sidecar::SidecarApi::new(
         shared.clone(),
@@ -259,14 +321,11 @@ pub async fn start_with(
     // applies to listeners it binds itself, and with Nagle a small message
     // (an Assign, an Ack) can sit out the peer's 40 ms delayed ACK.
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-    let token = shutdown.clone();
-    let served = supervisor.clone();
     let mut builder = tonic::transport::Server::builder();
-    let tls = server_auth.tls.is_some();
-    if let Some(tls) = server_auth.tls {
+    if let Some(tls) = tls {
         builder = builder.tls_config(tls).map_err(|e| ControllerError::Security(format!("TLS: {e}")))?;
     }
-    let server = tokio::spawn(async move {
+    Ok(tokio::spawn(async move {
         builder
             .http2_keepalive_interval(Some(Duration::from_secs(20)))
             .tcp_nodelay(true)
@@ -275,24 +334,11 @@ pub async fn start_with(
             .add_service(reflection)
             .add_service(sidecar)
             .add_service(operator)
-            .serve_with_incoming_shutdown(incoming, token.cancelled())
+            .serve_with_incoming_shutdown(incoming, shutdown.cancelled())
             .await
             .map_err(ControllerError::from)?;
         served.check()
-    });
-    tracing::info!(%addr, tls, metrics = ?metrics_addr, store = %location, "controller serving");
-    Ok(Controller {
-        addr,
-        shutdown,
-        server,
-        scheduler: Some(scheduler),
-        supervisor,
-        commands,
-        tasks,
-        metrics_addr,
-        ui_addr,
-        mcp_addr,
-    })
+    }))
 }
 
 impl Controller {

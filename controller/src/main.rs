@@ -146,63 +146,16 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let telemetry =
         swarm_telemetry::init("swarm-controller", args.log_format == "json").map_err(anyhow::Error::msg)?;
-    if args.heartbeat_interval_ms == 0 || args.lease_ttl_ms <= args.heartbeat_interval_ms {
-        anyhow::bail!("--lease-ttl-ms must be greater than --heartbeat-interval-ms (and both non-zero)");
-    }
-    let notify = args.notify.config()?;
-    let forge = swarm_controller::forge::ForgeConfig {
-        secrets: swarm_controller::forge::SecretPolicy::from_flags(&args.forge_secrets)
-            .map_err(anyhow::Error::msg)?,
-        dashboard: args.ui_listen.map(|at| {
-            let scheme = if args.tls_cert.is_some() { "https" } else { "http" };
-            format!("{scheme}://{at}/")
-        }),
-        poll: Duration::from_millis(args.forge_poll_ms),
-        webhook_listen: args.forge_webhook_listen,
-        webhook_security: swarm_controller::Security {
-            tls_cert: args.tls_cert.clone(),
-            tls_key: args.tls_key.clone(),
-            insecure: args.insecure,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let config = swarm_controller::Config {
-        listen: args.listen,
-        repo: args.repo,
-        db: args.db,
-        heartbeat_interval: Duration::from_millis(args.heartbeat_interval_ms),
-        lease_ttl: Duration::from_millis(args.lease_ttl_ms),
-        lost_grace: Duration::from_millis(args.lost_grace_ms),
-        cancel_grace: Duration::from_millis(args.cancel_grace_ms),
-        metrics_listen: args.metrics_listen,
-        forget_workers_after: Duration::from_secs(args.forget_workers_after_secs),
-        forget_finished_after: (args.forget_finished_after_secs > 0)
-            .then(|| Duration::from_secs(args.forget_finished_after_secs)),
-        hello_timeout: Duration::from_millis(args.hello_timeout_ms.max(1)),
-        max_pack_bytes: args.max_pack_mib.saturating_mul(1 << 20),
-        security: swarm_controller::Security {
-            tls_cert: args.tls_cert,
-            tls_key: args.tls_key,
-            client_ca: args.client_ca,
-            tokens_file: args.tokens,
-            tokens: Vec::new(),
-            insecure: args.insecure,
-        },
-        ui_listen: args.ui_listen,
-        mcp_listen: args.mcp_listen,
-        notify,
-        forge,
-        schedule_order: swarm_controller::scheduler::ScheduleOrder::parse(&args.schedule_order)
-            .unwrap_or_default(),
-    };
+    let standby = args.standby()?;
+    let health_listen = args.health_listen;
+    let config = args.into_config()?;
     let shutdown = CancellationToken::new();
     let signals = shutdown.clone();
     tokio::spawn(async move {
         wait_for_signal().await;
         signals.cancel();
     });
-    let readiness = match args.health_listen {
+    let readiness = match health_listen {
         Some(addr) => swarm_controller::probes::serve(addr, shutdown.clone()).await?.1,
         None => swarm_controller::probes::Readiness::detached(),
     };
@@ -212,26 +165,9 @@ async fn main() -> anyhow::Result<()> {
         let _ = writeln!(out, "listening on {addr}");
         let _ = out.flush();
     };
-    let result = match args.store {
-        Some(store_url) => {
-            if args.leader_lease_ms < 100 {
-                anyhow::bail!("--leader-lease-ms must be at least 100");
-            }
-            if let Some(url) = &args.advertise_url {
-                // Standbys hand it to clients in a header, which they then dial.
-                let scheme_ok = url.starts_with("http://") || url.starts_with("https://");
-                if !scheme_ok || url.len() <= "https://".len() || !url.bytes().all(|b| b.is_ascii_graphic()) {
-                    anyhow::bail!(
-                        "--advertise-url {url:?} must be an http:// or https:// URL of printable ASCII without spaces"
-                    );
-                }
-            }
-            let ha = swarm_controller::leader::HaConfig {
-                store_url,
-                advertise_url: args.advertise_url,
-                lease_ttl: Duration::from_millis(args.leader_lease_ms),
-                readiness,
-            };
+    let result = match standby {
+        Some((store_url, advertise_url, lease_ttl)) => {
+            let ha = swarm_controller::leader::HaConfig { store_url, advertise_url, lease_ttl, readiness };
             swarm_controller::leader::run(config, ha, shutdown, ready).await
         }
         None => {
@@ -246,6 +182,86 @@ async fn main() -> anyhow::Result<()> {
     // Export the last spans; the exporter needs the runtime, so not on it.
     let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
     result
+}
+
+impl Args {
+    /// With `--store`: the shared store's URL, the URL standbys hand to
+    /// clients, and the leader's lease, each checked.
+    fn standby(&self) -> anyhow::Result<Option<(String, Option<String>, Duration)>> {
+        let Some(store_url) = self.store.clone() else { return Ok(None) };
+        if self.leader_lease_ms < 100 {
+            anyhow::bail!("--leader-lease-ms must be at least 100");
+        }
+        if let Some(url) = &self.advertise_url {
+            // Standbys hand it to clients in a header, which they then dial.
+            let scheme_ok = url.starts_with("http://") || url.starts_with("https://");
+            if !scheme_ok || url.len() <= "https://".len() || !url.bytes().all(|b| b.is_ascii_graphic()) {
+                anyhow::bail!(
+                    "--advertise-url {url:?} must be an http:// or https:// URL of printable ASCII without spaces"
+                );
+            }
+        }
+        Ok(Some((store_url, self.advertise_url.clone(), Duration::from_millis(self.leader_lease_ms))))
+    }
+
+    /// The forge's settings: secrets only from the sources the flags
+    /// allow, the dashboard's URL for pull request bodies.
+    fn forge_config(&self) -> anyhow::Result<swarm_controller::forge::ForgeConfig> {
+        Ok(swarm_controller::forge::ForgeConfig {
+            secrets: swarm_controller::forge::SecretPolicy::from_flags(&self.forge_secrets)
+                .map_err(anyhow::Error::msg)?,
+            dashboard: self.ui_listen.map(|at| {
+                let scheme = if self.tls_cert.is_some() { "https" } else { "http" };
+                format!("{scheme}://{at}/")
+            }),
+            poll: Duration::from_millis(self.forge_poll_ms),
+            webhook_listen: self.forge_webhook_listen,
+            webhook_security: swarm_controller::Security {
+                tls_cert: self.tls_cert.clone(),
+                tls_key: self.tls_key.clone(),
+                insecure: self.insecure,
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+    }
+
+    fn into_config(self) -> anyhow::Result<swarm_controller::Config> {
+        if self.heartbeat_interval_ms == 0 || self.lease_ttl_ms <= self.heartbeat_interval_ms {
+            anyhow::bail!("--lease-ttl-ms must be greater than --heartbeat-interval-ms (and both non-zero)");
+        }
+        let notify = self.notify.config()?;
+        let forge = self.forge_config()?;
+        Ok(swarm_controller::Config {
+            listen: self.listen,
+            repo: self.repo,
+            db: self.db,
+            heartbeat_interval: Duration::from_millis(self.heartbeat_interval_ms),
+            lease_ttl: Duration::from_millis(self.lease_ttl_ms),
+            lost_grace: Duration::from_millis(self.lost_grace_ms),
+            cancel_grace: Duration::from_millis(self.cancel_grace_ms),
+            metrics_listen: self.metrics_listen,
+            forget_workers_after: Duration::from_secs(self.forget_workers_after_secs),
+            forget_finished_after: (self.forget_finished_after_secs > 0)
+                .then(|| Duration::from_secs(self.forget_finished_after_secs)),
+            hello_timeout: Duration::from_millis(self.hello_timeout_ms.max(1)),
+            max_pack_bytes: self.max_pack_mib.saturating_mul(1 << 20),
+            security: swarm_controller::Security {
+                tls_cert: self.tls_cert,
+                tls_key: self.tls_key,
+                client_ca: self.client_ca,
+                tokens_file: self.tokens,
+                tokens: Vec::new(),
+                insecure: self.insecure,
+            },
+            ui_listen: self.ui_listen,
+            mcp_listen: self.mcp_listen,
+            notify,
+            forge,
+            schedule_order: swarm_controller::scheduler::ScheduleOrder::parse(&self.schedule_order)
+                .unwrap_or_default(),
+        })
+    }
 }
 
 async fn wait_for_signal() {

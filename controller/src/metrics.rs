@@ -162,77 +162,92 @@ impl Default for Metrics {
             forge: ForgeMetrics::default(),
             registry: Registry::default(),
         };
-        registry.register("tasks", "Tasks by state", m.tasks.clone());
-        registry.register("workers_connected", "Sidecars with an open stream", m.workers_connected.clone());
+        m.register(&mut registry);
+        m.notify.register(&mut registry);
+        m.forge.register(&mut registry);
+        Metrics { registry, ..m }
+    }
+}
+
+impl Metrics {
+    /// The scheduler's, the store's and the API's own series.
+    fn register(&self, registry: &mut Registry) {
+        registry.register("tasks", "Tasks by state", self.tasks.clone());
+        registry.register(
+            "workers_connected",
+            "Sidecars with an open stream",
+            self.workers_connected.clone(),
+        );
         registry.register(
             "heartbeat_lag_seconds",
             "Time since a sidecar's previous message, at each message",
-            m.heartbeat_lag.clone(),
+            self.heartbeat_lag.clone(),
         );
         registry.register(
             "assignment_latency_seconds",
             "From READY to assigned",
-            m.assignment_latency.clone(),
+            self.assignment_latency.clone(),
         );
         registry.register(
             "merge_duration_seconds",
             "Merge time of one merger batch",
-            m.merge_duration.clone(),
+            self.merge_duration.clone(),
         );
-        registry.register("store_batch_rows", "Rows per group commit", m.batch_rows.clone());
-        registry.register("store_commit_seconds", "Group commit latency", m.commit_latency.clone());
+        registry.register("store_batch_rows", "Rows per group commit", self.batch_rows.clone());
+        registry.register("store_commit_seconds", "Group commit latency", self.commit_latency.clone());
         registry.register(
             "store_sync_seconds",
             "WAL sync latency, one per group of commits released together (SQLite only)",
-            m.sync_latency.clone(),
+            self.sync_latency.clone(),
         );
-        registry.register("retries", "Automatic retries after a failed attempt", m.retries.clone());
-        registry.register("fenced_reports", "Stale reports fenced", m.fenced_reports.clone());
+        registry.register("retries", "Automatic retries after a failed attempt", self.retries.clone());
+        registry.register("fenced_reports", "Stale reports fenced", self.fenced_reports.clone());
         registry.register(
             "refused_hellos",
             "Hellos refused because another sidecar holds the worker id",
-            m.refused_hellos.clone(),
+            self.refused_hellos.clone(),
         );
         registry.register(
             "sessions_closed_queue_full",
             "Sidecar sessions closed because their outbound queue was full",
-            m.sessions_closed_full.clone(),
+            self.sessions_closed_full.clone(),
         );
         registry.register(
             "swarms_stalled",
             "Swarms in which nothing can move (STALLED)",
-            m.swarms_stalled.clone(),
+            self.swarms_stalled.clone(),
         );
         registry.register(
             "auth_denied",
             "Requests refused by authentication or authorization",
-            m.auth_denied.clone(),
+            self.auth_denied.clone(),
         );
-        registry.register("agent_tokens", "Tokens spent by agent attempts, by kind", m.agent_tokens.clone());
-        registry.register("agent_cost_usd", "Dollars spent by agent attempts", m.agent_cost_usd.clone());
+        registry.register(
+            "agent_tokens",
+            "Tokens spent by agent attempts, by kind",
+            self.agent_tokens.clone(),
+        );
+        registry.register("agent_cost_usd", "Dollars spent by agent attempts", self.agent_cost_usd.clone());
         registry.register(
             "rate_limits_active",
             "Agent usage limits (per account label or worker) holding tasks back until their reset",
-            m.rate_limits_active.clone(),
+            self.rate_limits_active.clone(),
         );
         registry.register(
             "rate_limited_attempts",
             "Agent attempts that ended on a usage limit",
-            m.rate_limited_attempts.clone(),
+            self.rate_limited_attempts.clone(),
         );
         registry.register(
             "merge_queue_verifications",
             "Merged trees sent to a sidecar for integration verify",
-            m.merge_queue_verifications.clone(),
+            self.merge_queue_verifications.clone(),
         );
         registry.register(
             "merge_queue_batch_size",
             "Tasks verified together in the merge queue's latest verification",
-            m.merge_queue_batch_size.clone(),
+            self.merge_queue_batch_size.clone(),
         );
-        m.notify.register(&mut registry);
-        m.forge.register(&mut registry);
-        Metrics { registry, ..m }
     }
 }
 
