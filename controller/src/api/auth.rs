@@ -1,6 +1,7 @@
 //! Authentication and authorization at the gRPC edge, in one place.
 //!
-//! [`AuthLayer`] wraps every service of the server. For each request it
+//! [`AuthLayer`] (the [`Admit`] layer of `admit.rs`) wraps every service
+//! of the server. For each request it
 //! resolves the caller's [`Identity`] through `swarm_auth`'s
 //! [`Authenticator`] (a bearer token from the tokens file, or the verified
 //! client certificate of an mTLS connection), checks the identity's role
@@ -8,14 +9,12 @@
 //! the request's extensions for the handlers. Health and reflection stay
 //! open. Every denial goes through [`on_denied`].
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use tonic::Status;
 
 use super::Shared;
+use super::admit::{Admit, AdmitLayer};
 pub use swarm_auth::*;
 
 /// Every denial passes through here: counted, logged at warn, and the one
@@ -71,63 +70,35 @@ pub fn authorize_worker(
     Err(denial.status)
 }
 
-/// The tower layer that puts [`Authenticator`] in front of every service.
-#[derive(Clone)]
-pub struct AuthLayer {
-    auth: Arc<Authenticator>,
-    shared: Shared,
-}
+/// The layer that puts [`Authenticator`] in front of every service.
+pub type AuthLayer = AdmitLayer<Authenticate>;
 
 impl AuthLayer {
     pub fn new(auth: Arc<Authenticator>, shared: Shared) -> AuthLayer {
-        AuthLayer { auth, shared }
+        AdmitLayer::with(Authenticate { auth, shared })
     }
 }
 
-impl<S> tower::Layer<S> for AuthLayer {
-    type Service = AuthService<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        AuthService { inner, auth: self.auth.clone(), shared: self.shared.clone() }
-    }
-}
-
+/// The caller's credentials and role, checked for the RPC's path; its
+/// identity goes into the request's extensions for the handlers.
 #[derive(Clone)]
-pub struct AuthService<S> {
-    inner: S,
+pub struct Authenticate {
     auth: Arc<Authenticator>,
     shared: Shared,
 }
 
-type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
-
-impl<S, B, R> tower::Service<http::Request<B>> for AuthService<S>
-where
-    S: tower::Service<http::Request<B>, Response = http::Response<R>>,
-    S::Future: Send + 'static,
-    S::Error: Send + 'static,
-    R: Default + Send + 'static,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = BoxFuture<Result<Self::Response, Self::Error>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
+impl Admit for Authenticate {
+    fn admit<B>(&self, req: &mut http::Request<B>) -> Result<(), Status> {
         match self.auth.check(req.uri().path(), req.headers(), req.extensions()) {
             Ok(Some(identity)) => {
                 req.extensions_mut().insert(identity);
+                Ok(())
             }
-            Ok(None) => {}
+            Ok(None) => Ok(()),
             Err(denial) => {
                 on_denied(&self.shared, &denial);
-                let response = denial.status.into_http::<R>();
-                return Box::pin(async move { Ok(response) });
+                Err(denial.status)
             }
         }
-        Box::pin(self.inner.call(req))
     }
 }

@@ -2,6 +2,7 @@
 //! them on the way, so the scheduler never sees a prost type or a bad
 //! value) and the scheduler's views back into wire messages.
 
+pub mod admit;
 pub mod auth;
 mod budget;
 mod children;

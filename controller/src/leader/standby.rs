@@ -3,9 +3,7 @@
 //! advertised URL in the `swarm-leader` response metadata, so a client
 //! (sidecar, swarmctl) can go there instead of retrying here.
 
-use std::pin::Pin;
 use std::sync::{Arc, RwLock};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use swarm_proto::v1::operator_service_server::OperatorServiceServer;
@@ -13,6 +11,7 @@ use swarm_proto::v1::sidecar_service_server::SidecarServiceServer;
 use tokio_util::sync::CancellationToken;
 use tonic::server::NamedService;
 
+use crate::api::admit::{Admit, AdmitLayer};
 use crate::api::operator::OperatorApi;
 use crate::api::sidecar::SidecarApi;
 use crate::error::ControllerError;
@@ -55,7 +54,7 @@ impl Standby {
         let token = stop.clone();
         let server = tokio::spawn(async move {
             builder
-                .layer(NotLeaderLayer { leader })
+                .layer(AdmitLayer::with(NotLeader { leader }))
                 .add_service(health)
                 .serve_with_incoming_shutdown(incoming, token.cancelled())
                 .await
@@ -72,26 +71,21 @@ impl Standby {
     }
 }
 
+/// Lets health through and refuses every other call with the leader's URL.
 #[derive(Clone)]
-struct NotLeaderLayer {
+struct NotLeader {
     leader: LeaderUrl,
 }
 
-impl<S> tower::Layer<S> for NotLeaderLayer {
-    type Service = NotLeader<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        NotLeader { inner, leader: self.leader.clone() }
+impl Admit for NotLeader {
+    fn admit<B>(&self, req: &mut http::Request<B>) -> Result<(), tonic::Status> {
+        if req.uri().path().starts_with("/grpc.health.v1.Health/") {
+            return Ok(());
+        }
+        let leader = self.leader.read().map(|l| l.clone()).unwrap_or_default();
+        Err(not_the_leader(&leader))
     }
 }
-
-#[derive(Clone)]
-struct NotLeader<S> {
-    inner: S,
-    leader: LeaderUrl,
-}
-
-type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 /// The refusal, with the leader's URL when one is known.
 pub fn not_the_leader(leader: &str) -> tonic::Status {
@@ -102,29 +96,4 @@ pub fn not_the_leader(leader: &str) -> tonic::Status {
         status.metadata_mut().insert(LEADER_HEADER, value);
     }
     status
-}
-
-impl<S, B, R> tower::Service<http::Request<B>> for NotLeader<S>
-where
-    S: tower::Service<http::Request<B>, Response = http::Response<R>>,
-    S::Future: Send + 'static,
-    S::Error: Send + 'static,
-    R: Default + Send + 'static,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = BoxFuture<Result<Self::Response, Self::Error>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        if req.uri().path().starts_with("/grpc.health.v1.Health/") {
-            return Box::pin(self.inner.call(req));
-        }
-        let leader = self.leader.read().map(|l| l.clone()).unwrap_or_default();
-        let response = not_the_leader(&leader).into_http::<R>();
-        Box::pin(async move { Ok(response) })
-    }
 }

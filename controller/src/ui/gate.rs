@@ -30,7 +30,7 @@ use tonic::Status;
 use super::assets;
 use super::tls::PeerCert;
 use crate::api::Shared;
-use crate::api::auth::{Authenticator, Denial, Identity, Role, cert, on_denied};
+use crate::api::auth::{Authenticator, Denial, Identity, on_denied};
 
 pub const COOKIE: &str = "swarm_token";
 
@@ -87,20 +87,11 @@ impl Gate {
         self.auth.check(NEEDS, &headers, &http::Extensions::new())
     }
 
+    /// The certificate's identity and role, as the gRPC edge reads and
+    /// checks them for the RPCs the dashboard stands for.
     fn cert_identity(&self, der: &[u8]) -> Result<Identity, Denial> {
-        let id = cert::identity(der)
-            .map_err(|reason| denial(Status::unauthenticated(format!("client certificate: {reason}"))))?;
-        if !id.grants(Role::Operator) {
-            return Err(Denial {
-                status: Status::permission_denied(format!(
-                    "{} has role {} but the dashboard needs role operator",
-                    id.principal,
-                    id.role.as_str()
-                )),
-                principal: Some(id.principal),
-                what: "dashboard".into(),
-            });
-        }
+        let id = self.auth.identify_caller(&HeaderMap::new(), Some(der)).map_err(denial)?;
+        Authenticator::authorize(&id, NEEDS).map_err(|d| Denial { what: "dashboard".into(), ..d })?;
         Ok(id)
     }
 
