@@ -123,6 +123,12 @@ async fn the_timeline_shows_a_retry_a_queue_car_and_an_operator_wait_in_chromium
     for external in ["<script", "<link", "src=", "href=", "url("] {
         assert!(!html.contains(external), "{external} in the self-contained page");
     }
+    let out = swarmctl(&url, &["report", SWARM, "--html"]);
+    assert!(
+        stdout(&out).starts_with("<!doctype html>"),
+        "--html without FILE writes to stdout: {}",
+        stderr(&out)
+    );
     let file_url = format!("file://{}", file.display());
     let dom = dump_dom(&chromium, &file_url);
     let counts = bars_by_kind(&dom);
