@@ -221,27 +221,7 @@ async fn describe(url: &client::Target, what: DescribeWhat) -> anyhow::Result<()
                         detail.swarm.stalled_tasks.join(", ")
                     )
                 };
-                let cost = detail.swarm.usage.text();
-                let cost = match (cost.is_empty(), &detail.swarm.origin) {
-                    (true, _) => String::new(),
-                    (false, None) => format!("Cost:        {cost}\n"),
-                    (false, Some(_)) => {
-                        format!("Cost:        {cost} ({})\n", swarm_view::origin::PLANNING_EXCLUDED)
-                    }
-                };
-                let origin = match &detail.swarm.origin {
-                    Some(o) => format!(
-                        "Goal:        {}\nPlanned by:  {}\n{}",
-                        o.goal_lines("             "),
-                        o.planned_by(),
-                        if o.issue_url.is_empty() {
-                            String::new()
-                        } else {
-                            format!("Issue:       {}\n", o.issue_url)
-                        }
-                    ),
-                    None => String::new(),
-                };
+                let (origin, cost) = origin_and_cost(&detail.swarm);
                 let paused = if detail.swarm.paused_reason.is_empty() {
                     String::new()
                 } else {
@@ -265,6 +245,24 @@ async fn describe(url: &client::Target, what: DescribeWhat) -> anyhow::Result<()
             })
         }
     }
+}
+
+/// `describe swarm`'s lines on where the swarm came from and what it spent:
+/// a planned swarm's goal and planner, and its own cost, which then says
+/// that planning is not in it.
+fn origin_and_cost(s: &SwarmView) -> (String, String) {
+    let cost = s.usage.text();
+    let cost = match (cost.is_empty(), &s.origin) {
+        (true, _) => String::new(),
+        (false, None) => format!("Cost:        {cost}\n"),
+        (false, Some(_)) => format!("Cost:        {cost} ({})\n", swarm_view::origin::PLANNING_EXCLUDED),
+    };
+    let Some(o) = &s.origin else { return (String::new(), cost) };
+    let issue =
+        if o.issue_url.is_empty() { String::new() } else { format!("Issue:       {}\n", o.issue_url) };
+    let origin =
+        format!("Goal:        {}\nPlanned by:  {}\n{issue}", o.goal_lines("             "), o.planned_by());
+    (origin, cost)
 }
 
 /// Used by `logs` without -f: the task's stored events.

@@ -266,8 +266,12 @@ pub fn operator_request(data: &[u8]) {
     }
     let Some((&pick, bytes)) = data.split_first() else { return };
     let _ = match pick % 19 {
-        0 => decoded::<v1::CreateSwarmRequest>(bytes)
-            .map(|r| swarm_core::plan::Plan::parse(&r.plan_toml).map(drop).is_ok()),
+        0 => decoded::<v1::CreateSwarmRequest>(bytes).map(|r| {
+            // Both checks run on every input: the handler checks the origin
+            // first, the plan after it.
+            let origin = swarm_controller::api::origin::from_wire(r.origin.as_ref()).is_ok();
+            swarm_core::plan::Plan::parse(&r.plan_toml).map(drop).is_ok() && origin
+        }),
         1 => {
             decoded::<v1::GetSwarmRequest>(bytes).map(|r| requests::swarm_id("swarm_id", &r.swarm_id).is_ok())
         }
