@@ -12,48 +12,10 @@ use crate::output::{
 
 pub async fn run(url: &client::Target, command: Command) -> anyhow::Result<()> {
     match command {
-        Command::Create { plan, out } => {
-            let (text, _) = read_plan(&plan)?;
-            let mut c = connect(url).await?;
-            let resp =
-                c.create_swarm(v1::CreateSwarmRequest { plan_toml: text, origin: None }).await?.into_inner();
-            let swarm = resp.swarm.unwrap_or_default();
-            let view = SwarmView::from(&swarm);
-            if out.output == crate::cli::Format::Table {
-                let verb = if resp.created { "created" } else { "unchanged (already exists)" };
-                println!("swarm {} {verb}", view.id);
-                Ok(())
-            } else {
-                print_one(&view, out.output)
-            }
-        }
+        Command::Create { plan, out } => create(url, &plan, out.output).await,
         Command::Get { what } => get(url, what).await,
         Command::Describe { what } => describe(url, what).await,
-        Command::Cancel { task, swarm, reason, out } => {
-            let mut c = connect(url).await?;
-            match (task, swarm) {
-                (Some(task), None) => {
-                    let task_id = client::task_id(&task)?;
-                    let resp = c.cancel_task(v1::CancelTaskRequest { task_id, reason }).await?.into_inner();
-                    print_task(resp.task, out.output)
-                }
-                (None, Some(swarm)) => {
-                    let swarm_id = client::swarm_id(&swarm)?;
-                    let resp =
-                        c.cancel_swarm(v1::CancelSwarmRequest { swarm_id: swarm_id.clone(), reason }).await?;
-                    let cancelled = resp.into_inner().cancelled;
-                    #[derive(Serialize)]
-                    struct Cancelled {
-                        swarm: String,
-                        cancelled: u32,
-                    }
-                    print_value(&Cancelled { swarm: swarm_id.clone(), cancelled }, out.output, || {
-                        format!("swarm {swarm_id}: {cancelled} task(s) cancelled")
-                    })
-                }
-                _ => Err(Usage("give either SWARM/TASK or --swarm S".into()).into()),
-            }
-        }
+        Command::Cancel { task, swarm, reason, out } => cancel(url, task, swarm, reason, out.output).await,
         Command::Retry { task, out } => {
             let task_id = client::task_id(&task)?;
             let mut c = connect(url).await?;
@@ -103,31 +65,7 @@ pub async fn run(url: &client::Target, command: Command) -> anyhow::Result<()> {
             let resp = c.drain_worker(v1::DrainWorkerRequest { worker_id: worker }).await?.into_inner();
             print_one(&WorkerView::from(&resp.worker.unwrap_or_default()), out.output)
         }
-        Command::Land { swarm, target, out } => {
-            let swarm_id = client::swarm_id(&swarm)?;
-            let mut c = connect(url).await?;
-            let req = v1::LandRequest { swarm_id, target_branch: target.unwrap_or_default() };
-            let resp = c.land(req).await?.into_inner();
-            #[derive(Serialize)]
-            struct Landed {
-                target_branch: String,
-                old_commit: String,
-                new_commit: String,
-            }
-            let landed = Landed {
-                target_branch: resp.target_branch,
-                old_commit: resp.old_commit,
-                new_commit: resp.new_commit,
-            };
-            print_value(&landed, out.output, || {
-                format!(
-                    "{}: {} -> {}",
-                    landed.target_branch,
-                    output::short_commit(&landed.old_commit),
-                    output::short_commit(&landed.new_commit)
-                )
-            })
-        }
+        Command::Land { swarm, target, out } => land(url, &swarm, target, out.output).await,
         Command::Run(_)
         | Command::Demo(_)
         | Command::Plan(_)
@@ -141,6 +79,87 @@ pub async fn run(url: &client::Target, command: Command) -> anyhow::Result<()> {
         | Command::Mcp
         | Command::Logs(_) => Err(anyhow::anyhow!("not an operator command")),
     }
+}
+
+async fn create(
+    url: &client::Target,
+    plan: &std::path::Path,
+    format: crate::cli::Format,
+) -> anyhow::Result<()> {
+    let (text, _) = read_plan(plan)?;
+    let mut c = connect(url).await?;
+    let resp = c.create_swarm(v1::CreateSwarmRequest { plan_toml: text, origin: None }).await?.into_inner();
+    let swarm = resp.swarm.unwrap_or_default();
+    let view = SwarmView::from(&swarm);
+    if format == crate::cli::Format::Table {
+        let verb = if resp.created { "created" } else { "unchanged (already exists)" };
+        println!("swarm {} {verb}", view.id);
+        Ok(())
+    } else {
+        print_one(&view, format)
+    }
+}
+
+async fn cancel(
+    url: &client::Target,
+    task: Option<String>,
+    swarm: Option<String>,
+    reason: String,
+    format: crate::cli::Format,
+) -> anyhow::Result<()> {
+    let mut c = connect(url).await?;
+    match (task, swarm) {
+        (Some(task), None) => {
+            let task_id = client::task_id(&task)?;
+            let resp = c.cancel_task(v1::CancelTaskRequest { task_id, reason }).await?.into_inner();
+            print_task(resp.task, format)
+        }
+        (None, Some(swarm)) => {
+            let swarm_id = client::swarm_id(&swarm)?;
+            let resp = c.cancel_swarm(v1::CancelSwarmRequest { swarm_id: swarm_id.clone(), reason }).await?;
+            let cancelled = resp.into_inner().cancelled;
+            #[derive(Serialize)]
+            struct Cancelled {
+                swarm: String,
+                cancelled: u32,
+            }
+            print_value(&Cancelled { swarm: swarm_id.clone(), cancelled }, format, || {
+                format!("swarm {swarm_id}: {cancelled} task(s) cancelled")
+            })
+        }
+        _ => Err(Usage("give either SWARM/TASK or --swarm S".into()).into()),
+    }
+}
+
+async fn land(
+    url: &client::Target,
+    swarm: &str,
+    target: Option<String>,
+    format: crate::cli::Format,
+) -> anyhow::Result<()> {
+    let swarm_id = client::swarm_id(swarm)?;
+    let mut c = connect(url).await?;
+    let req = v1::LandRequest { swarm_id, target_branch: target.unwrap_or_default() };
+    let resp = c.land(req).await?.into_inner();
+    #[derive(Serialize)]
+    struct Landed {
+        target_branch: String,
+        old_commit: String,
+        new_commit: String,
+    }
+    let landed = Landed {
+        target_branch: resp.target_branch,
+        old_commit: resp.old_commit,
+        new_commit: resp.new_commit,
+    };
+    print_value(&landed, format, || {
+        format!(
+            "{}: {} -> {}",
+            landed.target_branch,
+            output::short_commit(&landed.old_commit),
+            output::short_commit(&landed.new_commit)
+        )
+    })
 }
 
 fn print_task(task: Option<v1::Task>, format: crate::cli::Format) -> anyhow::Result<()> {

@@ -31,11 +31,8 @@ const PRODUCT: &[&str] = &[
 /// Functions over the line today, as `path::name` and the most lines each
 /// may have. Each is due to be split; none may grow.
 const STILL_LONG: &[(&str, usize)] = &[
-    ("cli/src/ops.rs::run", 132),
-    ("controller/src/api/convert.rs::report", 118),
     ("core/src/plan/agent.rs::resolve", 110),
     ("sidecar/src/session/mod.rs::run", 102),
-    ("store/src/sqlite/load.rs::load", 101),
 ];
 
 fn sources(dir: &Path, out: &mut Vec<PathBuf>) {

@@ -156,27 +156,7 @@ pub fn report(seq: u64, body: &v1::sidecar_message::Body) -> Result<Option<Repor
         }
         Body::Status(s) => {
             needs_seq("status")?;
-            let status = v1::WorkerStatus::try_from(s.status).map_err(|_| {
-                FieldError::new(
-                    "status.status",
-                    "must be UNSPECIFIED, WORKING, BLOCKED, QUESTION, DONE or NOTE",
-                )
-            })?;
-            // UNSPECIFIED is how a sidecar relays a status.json it could not
-            // read (the message says why).
-            let status = match status {
-                v1::WorkerStatus::Unspecified => "invalid",
-                v1::WorkerStatus::Working => "working",
-                v1::WorkerStatus::Blocked => "blocked",
-                v1::WorkerStatus::Question => "question",
-                v1::WorkerStatus::Done => "done",
-                v1::WorkerStatus::Note => "note",
-            };
-            Report::Status {
-                attempt: reported(required_attempt("status.attempt", s.attempt.as_ref())?),
-                status: status.to_string(),
-                message: text("status.message", &s.message, MAX_TEXT)?,
-            }
+            status_report(s)?
         }
         Body::Question(q) => {
             needs_seq("question")?;
@@ -193,30 +173,7 @@ pub fn report(seq: u64, body: &v1::sidecar_message::Body) -> Result<Option<Repor
         }
         Body::Result(r) => {
             needs_seq("result")?;
-            let outcome = outcome_from_wire("result.outcome", r.outcome)?;
-            let commit = optional_commit("result.commit", &r.commit)?;
-            if matches!(outcome, swarm_core::Outcome::Success) && commit.is_none() {
-                return Err(FieldError::new("result.commit", "is required when outcome is SUCCESS"));
-            }
-            let tiers = tiers("result.tiers", &r.tiers)?;
-            Report::Result(Box::new(ResultReport {
-                attempt: reported(required_attempt("result.attempt", r.attempt.as_ref())?),
-                outcome,
-                exit_code: r.exit_code,
-                signal: r.signal,
-                commit,
-                files_changed: paths("result.files_changed", &r.files_changed)?,
-                tiers,
-                summary: text("result.summary", &r.summary, MAX_TEXT)?,
-                error: text("result.error", &r.error, MAX_TEXT)?,
-                log_tail: lines("result.log_tail", &r.log_tail)?,
-                category: text("result.category", &r.category, MAX_CATEGORY)?,
-                usage: usage_from_wire("result.usage", r.usage.as_ref())?,
-                session_id: session_id_from_wire("result.session_id", &r.session_id)?,
-                rate_limit_reset_ms: r.rate_limit_reset_unix_ms,
-                rate_limit_kind: text("result.rate_limit_kind", &r.rate_limit_kind, MAX_CATEGORY)?,
-                review: review_verdict(r.review.as_ref())?,
-            }))
+            Report::Result(Box::new(result_report(r)?))
         }
         Body::ForgeReply(r) => {
             needs_seq("forge_reply")?;
@@ -237,6 +194,53 @@ pub fn report(seq: u64, body: &v1::sidecar_message::Body) -> Result<Option<Repor
             Report::Orphans { worktrees: lines("orphans.worktrees", &o.worktrees)?, removed: o.removed }
         }
     }))
+}
+
+fn status_report(s: &v1::Status) -> Result<Report, FieldError> {
+    let status = v1::WorkerStatus::try_from(s.status).map_err(|_| {
+        FieldError::new("status.status", "must be UNSPECIFIED, WORKING, BLOCKED, QUESTION, DONE or NOTE")
+    })?;
+    // UNSPECIFIED is how a sidecar relays a status.json it could not
+    // read (the message says why).
+    let status = match status {
+        v1::WorkerStatus::Unspecified => "invalid",
+        v1::WorkerStatus::Working => "working",
+        v1::WorkerStatus::Blocked => "blocked",
+        v1::WorkerStatus::Question => "question",
+        v1::WorkerStatus::Done => "done",
+        v1::WorkerStatus::Note => "note",
+    };
+    Ok(Report::Status {
+        attempt: reported(required_attempt("status.attempt", s.attempt.as_ref())?),
+        status: status.to_string(),
+        message: text("status.message", &s.message, MAX_TEXT)?,
+    })
+}
+
+fn result_report(r: &v1::AttemptResult) -> Result<ResultReport, FieldError> {
+    let outcome = outcome_from_wire("result.outcome", r.outcome)?;
+    let commit = optional_commit("result.commit", &r.commit)?;
+    if matches!(outcome, swarm_core::Outcome::Success) && commit.is_none() {
+        return Err(FieldError::new("result.commit", "is required when outcome is SUCCESS"));
+    }
+    Ok(ResultReport {
+        attempt: reported(required_attempt("result.attempt", r.attempt.as_ref())?),
+        outcome,
+        exit_code: r.exit_code,
+        signal: r.signal,
+        commit,
+        files_changed: paths("result.files_changed", &r.files_changed)?,
+        tiers: tiers("result.tiers", &r.tiers)?,
+        summary: text("result.summary", &r.summary, MAX_TEXT)?,
+        error: text("result.error", &r.error, MAX_TEXT)?,
+        log_tail: lines("result.log_tail", &r.log_tail)?,
+        category: text("result.category", &r.category, MAX_CATEGORY)?,
+        usage: usage_from_wire("result.usage", r.usage.as_ref())?,
+        session_id: session_id_from_wire("result.session_id", &r.session_id)?,
+        rate_limit_reset_ms: r.rate_limit_reset_unix_ms,
+        rate_limit_kind: text("result.rate_limit_kind", &r.rate_limit_kind, MAX_CATEGORY)?,
+        review: review_verdict(r.review.as_ref())?,
+    })
 }
 
 /// A reviewer attempt's decision, bounded like any text from a sidecar
@@ -545,6 +549,8 @@ pub fn task(v: TaskView) -> v1::Task {
         pending_options: v.pending_options,
         usage: Some(v1::Usage::from(&v.usage)),
         first_started_at_unix_ms: v.first_started_at,
+        expected_ms: v.expected_ms,
+        expected_source: v.expected_source.to_string(),
         last_ended_at_unix_ms: v.last_ended_at,
         recommendation: v.recommendation.to_string(),
         budget: Some(budget(&v.budget)),

@@ -5,13 +5,25 @@ use rusqlite::Connection;
 use crate::{AttemptRow, DurationRow, Snapshot, StoreError, SwarmRow, TaskRow, WorkerRow};
 
 pub fn load(conn: &Connection) -> Result<Snapshot, StoreError> {
-    let mut snap = Snapshot::default();
+    Ok(Snapshot {
+        swarms: swarms(conn)?,
+        tasks: tasks(conn)?,
+        attempts: attempts(conn)?,
+        workers: workers(conn)?,
+        durations: durations(conn)?,
+        last_event_id: conn
+            .query_row("SELECT COALESCE(MAX(id), 0) FROM events", [], |r| r.get::<_, i64>(0))?
+            as u64,
+    })
+}
+
+fn swarms(conn: &Connection) -> Result<Vec<SwarmRow>, StoreError> {
     let mut stmt = conn.prepare(
         "SELECT s.id, s.plan, COALESCE(p.state, s.state), COALESCE(p.integration_head, s.integration_head), s.created_at,
                 COALESCE(p.control, ''), s.origin
          FROM swarms s LEFT JOIN swarm_progress p ON p.swarm = s.id ORDER BY s.created_at, s.id",
     )?;
-    snap.swarms = stmt
+    let rows = stmt
         .query_map([], |r| {
             Ok(SwarmRow {
                 id: r.get(0)?,
@@ -24,11 +36,15 @@ pub fn load(conn: &Connection) -> Result<Snapshot, StoreError> {
             })
         })?
         .collect::<Result<_, _>>()?;
+    Ok(rows)
+}
+
+fn tasks(conn: &Connection) -> Result<Vec<TaskRow>, StoreError> {
     let mut stmt = conn.prepare(
         "SELECT swarm, id, state, attempts, retries_used, not_before, resume_commit, result_commit,
                 merge_commit, reason, cancel_requested, notes, updated_at FROM tasks",
     )?;
-    snap.tasks = stmt
+    let rows = stmt
         .query_map([], |r| {
             Ok(TaskRow {
                 swarm: r.get(0)?,
@@ -47,11 +63,15 @@ pub fn load(conn: &Connection) -> Result<Snapshot, StoreError> {
             })
         })?
         .collect::<Result<_, _>>()?;
+    Ok(rows)
+}
+
+fn attempts(conn: &Connection) -> Result<Vec<AttemptRow>, StoreError> {
     let mut stmt = conn.prepare(
         "SELECT swarm, task, number, state, worker, token, base_commit, result_commit, outcome, exit_code,
                 summary, error, started_at, ended_at, tiers, agent FROM attempts ORDER BY swarm, task, number",
     )?;
-    snap.attempts = stmt
+    let rows = stmt
         .query_map([], |r| {
             Ok(AttemptRow {
                 swarm: r.get(0)?,
@@ -73,9 +93,13 @@ pub fn load(conn: &Connection) -> Result<Snapshot, StoreError> {
             })
         })?
         .collect::<Result<_, _>>()?;
+    Ok(rows)
+}
+
+fn workers(conn: &Connection) -> Result<Vec<WorkerRow>, StoreError> {
     let mut stmt =
         conn.prepare("SELECT id, host, labels, last_applied_seq, draining, updated_at, resume_secret, principal FROM workers")?;
-    snap.workers = stmt
+    let rows = stmt
         .query_map([], |r| {
             Ok(WorkerRow {
                 id: r.get(0)?,
@@ -89,8 +113,12 @@ pub fn load(conn: &Connection) -> Result<Snapshot, StoreError> {
             })
         })?
         .collect::<Result<_, _>>()?;
+    Ok(rows)
+}
+
+fn durations(conn: &Connection) -> Result<Vec<DurationRow>, StoreError> {
     let mut stmt = conn.prepare("SELECT plan, task, ms, samples, updated_at FROM task_durations")?;
-    snap.durations = stmt
+    let rows = stmt
         .query_map([], |r| {
             Ok(DurationRow {
                 plan: r.get(0)?,
@@ -101,7 +129,5 @@ pub fn load(conn: &Connection) -> Result<Snapshot, StoreError> {
             })
         })?
         .collect::<Result<_, _>>()?;
-    snap.last_event_id =
-        conn.query_row("SELECT COALESCE(MAX(id), 0) FROM events", [], |r| r.get::<_, i64>(0))? as u64;
-    Ok(snap)
+    Ok(rows)
 }
