@@ -376,6 +376,14 @@ pub struct PlannerAgentArgs {
     /// (repeatable; `--extra-arg=-c --extra-arg=key=value`).
     #[arg(long = "extra-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub extra_args: Vec<String>,
+    /// A path its sandbox also lets it read, as a plan's `sandbox.read`
+    /// (an ACP server's install; repeatable).
+    #[arg(long = "sandbox-read", value_name = "PATH")]
+    pub sandbox_read: Vec<String>,
+    /// A path its sandbox also lets it write, as a plan's `sandbox.write`
+    /// (an ACP server's own state; repeatable). The repository never is.
+    #[arg(long = "sandbox-write", value_name = "PATH")]
+    pub sandbox_write: Vec<String>,
 }
 
 #[derive(Debug, Args)]

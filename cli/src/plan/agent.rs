@@ -75,6 +75,8 @@ pub fn run(r: &Run<'_>) -> anyhow::Result<Cost> {
         tmp: r.tmp,
         env: &env,
         extra_args: &extra_args,
+        read: &r.agent.sandbox_read,
+        write: &r.agent.sandbox_write,
     };
     let confinement = sandbox::confinement(&jail)?;
     let confined = confinement.is_some();

@@ -102,11 +102,12 @@ pub fn plan(args: &PlanArgs, goal: Goal) -> anyhow::Result<Planned> {
         }
         None => INSTRUCTIONS.to_string(),
     };
+    sandbox::check_writable(&args.planner.sandbox_write, &[&args.repo, work.path()])?;
     let tmp = sandbox::tmp_dir(work.path())?;
     let cost = match kind {
         AgentKind::Claude => {
             let argv = claude_argv(args, &dir, &instructions)?;
-            run_agent(&argv, &snapshot, &tmp, &goal.text, &args.planner.extra_args)?
+            run_agent(&argv, &snapshot, &tmp, &goal.text, &args.planner)?
         }
         _ => {
             let prompt = format!("{instructions}\n\nGOAL:\n{}\n", goal.text);
@@ -218,11 +219,19 @@ fn run_agent(
     snapshot: &Path,
     tmp: &Path,
     goal: &str,
-    extra_args: &[String],
+    planner: &crate::cli::PlannerAgentArgs,
 ) -> anyhow::Result<dag::Cost> {
     let env = sandbox::planner_env(tmp);
-    let jail =
-        sandbox::Jail { kind: AgentKind::Claude, program: &argv[0], snapshot, tmp, env: &env, extra_args };
+    let jail = sandbox::Jail {
+        kind: AgentKind::Claude,
+        program: &argv[0],
+        snapshot,
+        tmp,
+        env: &env,
+        extra_args: &planner.extra_args,
+        read: &planner.sandbox_read,
+        write: &planner.sandbox_write,
+    };
     let argv = sandbox::wrap(sandbox::confinement(&jail)?.as_ref(), argv);
     let _span = tracing::info_span!("planner.run", program = %argv[0].to_string_lossy()).entered();
     let mut child = Command::new(&argv[0])

@@ -20,6 +20,9 @@ pub struct Jail<'a> {
     /// The agent's extra arguments: a model provider's URL there (Codex's
     /// `-c model_providers.X={base_url=…}`) names a port to reach.
     pub extra_args: &'a [String],
+    /// `--sandbox-read` and `--sandbox-write`.
+    pub read: &'a [String],
+    pub write: &'a [String],
 }
 
 /// The planner's environment: the operator's, with its own temporary
@@ -38,6 +41,8 @@ pub fn confinement(jail: &Jail<'_>) -> anyhow::Result<Option<sandbox::Confinemen
     let exe = std::env::current_exe()?;
     let mut spec = SandboxSpec::default();
     spec.connect.extend(api_ports(jail.env, jail.extra_args));
+    spec.read.extend(jail.read.iter().cloned());
+    spec.write.extend(jail.write.iter().cloned());
     let home = var(jail.env, "HOME");
     if let Some(home) = home {
         sandbox::make_agent_state(jail.kind, Path::new(home), None)?;
@@ -111,6 +116,34 @@ fn urls_in(text: &str) -> Vec<&str> {
     out
 }
 
+/// `--sandbox-write` paths may not open the repository or the snapshot to
+/// the planner: neither one that holds them nor one inside them.
+pub fn check_writable(paths: &[String], kept: &[&Path]) -> Result<(), crate::exit::Usage> {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let real = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    for p in paths {
+        let path = match (p.strip_prefix("~/"), &home) {
+            (Some(rest), Some(h)) => h.join(rest),
+            _ => PathBuf::from(p),
+        };
+        let path = real(&path);
+        if !path.is_absolute() {
+            return Err(crate::exit::Usage(format!(
+                "--sandbox-write {p}: must be an absolute path or start with ~/"
+            )));
+        }
+        for k in kept.iter().map(|k| real(k)) {
+            if k.starts_with(&path) || path.starts_with(&k) {
+                return Err(crate::exit::Usage(format!(
+                    "--sandbox-write {p}: would let the planner write {} (the repository and its snapshot stay read-only)",
+                    k.display()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// A directory for the planner: removed with it.
 pub fn tmp_dir(work: &Path) -> std::io::Result<PathBuf> {
     let tmp = work.join("tmp");
@@ -133,5 +166,15 @@ mod tests {
         ];
         assert_eq!(api_ports(&env, &args), vec![4000, 5000]);
         assert!(api_ports(&[], &["httpx".to_string()]).is_empty());
+    }
+
+    #[test]
+    fn the_repository_cannot_be_made_writable() {
+        let repo = Path::new("/srv/work/repo");
+        let ok = |p: &str| check_writable(&[p.to_string()], &[repo]).is_ok();
+        assert!(ok("/home/u/.claude"));
+        assert!(!ok("/srv/work"), "a directory holding it");
+        assert!(!ok("/srv/work/repo/src"), "a directory inside it");
+        assert!(!ok("relative/dir"));
     }
 }

@@ -1,14 +1,15 @@
-//! `swarmctl plan --agent codex` with the real Codex CLI (`codex
+//! `swarmctl plan --agent codex|acp`: the real Codex CLI (`codex
 //! app-server`, as the sidecar drives it) against the scripted Responses
-//! API: the planner finds swarm's planner tools through Codex's tool
-//! search, proposes a plan that `check_plan`'s rules refuse naming the
-//! field, then a valid one, which is written. And what keeps a planner
-//! from changing anything: the sandbox (a command that writes into the
-//! snapshot, the repository and elsewhere writes nothing, an edit is
-//! refused), and a tool server that has no tool to start a swarm and
-//! writes only its proposal.
+//! API finds swarm's planner tools through Codex's tool search, proposes
+//! a plan that `check_plan`'s rules refuse naming the field, then a valid
+//! one, which is written. And what keeps a planner from changing
+//! anything: the sandbox, not only its tools (Codex's command and the
+//! real Claude Code CLI's Bash, under `claude-code-acp`, write into the
+//! snapshot, the repository and beside it, and nothing is written; an
+//! edit is refused), and a tool server that has no tool to start a swarm
+//! and writes only its proposal.
 //!
-//! Where the CLI cannot be installed each test prints why and returns;
+//! Where a CLI cannot be installed each test prints why and returns;
 //! under `CI` that is a failure.
 #![allow(clippy::unwrap_used)] // tests: a panic is the report
 
@@ -18,9 +19,12 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use swarm_tests::acp_agent::claude_code_acp;
+use swarm_tests::messages_api;
 use swarm_tests::responses_api::{Request, Script, Step, marker};
 use swarm_tests::{
-    CODEX_MODEL, Needs, RealCodex, TempRepo, binary, skip_for, state_home, stderr, stdout, wait_output,
+    CODEX_MODEL, Needs, RealClaude, RealCodex, TempRepo, binary, skip, skip_for, state_home, stderr, stdout,
+    wait_output,
 };
 
 /// One task owning files under a directory that does not exist.
@@ -174,9 +178,7 @@ async fn a_codex_planner_is_told_the_field_its_plan_breaks_then_its_valid_plan_i
 #[tokio::test(flavor = "multi_thread")]
 async fn a_codex_planners_commands_and_edits_write_nowhere() {
     let test = "a_codex_planners_commands_and_edits_write_nowhere";
-    let cap = swarm_sidecar::sandbox::probe();
-    if !cap.is_full() {
-        let why = format!("the kernel enforces Landlock ABI {} of the 6 the sandbox needs", cap.abi);
+    if let Some(why) = landlock_missing() {
         return skip_for(test, Needs::Kernel, &why);
     }
     let repo = TempRepo::with_files(&[("src/lib.txt", "lib\n")]);
@@ -210,6 +212,100 @@ async fn a_codex_planners_commands_and_edits_write_nowhere() {
     assert!(!escape.exists(), "nothing is written outside");
     assert!(!repo.path().join("src/new.txt").exists() && !repo.path().join("src/patched.txt").exists());
     assert!(!dir.path().join("plan.toml").exists());
+}
+
+/// Why the sandbox tests cannot run here, if they cannot.
+fn landlock_missing() -> Option<String> {
+    let cap = swarm_sidecar::sandbox::probe();
+    (!cap.is_full())
+        .then(|| format!("the kernel enforces Landlock ABI {} of the 6 the sandbox needs", cap.abi))
+}
+
+/// An ACP server as the planner: `claude-code-acp` drives the real Claude
+/// Code CLI, whose Bash the planner allows (it runs in the sandbox): the
+/// command writes into the snapshot, the repository and a directory
+/// beside it, and nothing is written; then its plan, proposed through
+/// swarm's planner tools as the ACP session's MCP server, is written.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_acp_planners_bash_writes_nowhere_and_its_plan_is_written() {
+    const TEST: &str = "an_acp_planners_bash_writes_nowhere_and_its_plan_is_written";
+    if let Some(why) = landlock_missing() {
+        return skip_for(TEST, Needs::Kernel, &why);
+    }
+    let acp = match claude_code_acp() {
+        Ok(exe) => exe,
+        Err(why) => return skip(TEST, &format!("no claude-code-acp: {why}")),
+    };
+    let repo = TempRepo::with_files(&[("src/lib.txt", "lib\n")]);
+    let outside = tempfile::tempdir().unwrap();
+    let real = repo.path().join("src/lib.txt");
+    let escape = outside.path().join("escape.txt");
+    let attack = format!(
+        "echo mine > src/lib.txt; echo mine > {}; echo out > {}; cat src/lib.txt",
+        real.display(),
+        escape.display()
+    );
+    let script = messages_api::Script::new(
+        "acpplan",
+        vec![
+            messages_api::Step::tool("Bash", json!({"command": attack, "description": "try to write"})),
+            messages_api::Step::tool("mcp__swarm__propose_plan", json!({"plan_toml": VALID})),
+            messages_api::Step::text("Proposed."),
+        ],
+    );
+    let Some(claude) = RealClaude::start(TEST, vec![script]) else { return };
+    let home = claude.home().to_path_buf();
+    std::fs::create_dir_all(home.join(".claude")).unwrap();
+    let venv = acp.parent().and_then(|bin| bin.parent()).unwrap().to_path_buf();
+    let dir = tempfile::tempdir().unwrap();
+    let goal = format!("Add a schema and an API on it.\n{}", messages_api::marker("acpplan"));
+    let paths = [venv.display().to_string(), home.join(".claude").display().to_string()];
+    let claude_json = home.join(".claude.json").display().to_string();
+    let child = Command::new(binary("swarmctl"))
+        .args(["plan", &goal, "--repo", repo.path().to_str().unwrap(), "--agent", "acp"])
+        .args(["--agent-path", acp.to_str().unwrap(), "--sandbox-read", &paths[0]])
+        .args(["--sandbox-write", &paths[1], "--sandbox-write", &claude_json, "-o", "plan.toml"])
+        .current_dir(dir.path())
+        .envs(claude.env())
+        .env("HOME", &home)
+        .env("XDG_STATE_HOME", state_home())
+        .env("XDG_RUNTIME_DIR", dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = wait_output(child, Duration::from_secs(240));
+    assert_eq!(out.status.code(), Some(0), "{}\n{}\n{}", stdout(&out), stderr(&out), claude.api.summary());
+
+    let results = claude.api.requests_of("acpplan").last().map(|r| r.tool_results()).unwrap_or_default();
+    assert_eq!(results.len(), 2, "{results:#?}");
+    let ran = &results[0].content;
+    assert!(ran.contains("Permission denied"), "the sandbox refused the writes: {ran}");
+    assert!(ran.contains("lib"), "the snapshot still reads as the repository: {ran}");
+    assert!(results[1].content.contains("\"accepted\":true"), "{:?}", results[1].content);
+    assert_eq!(std::fs::read_to_string(&real).unwrap(), "lib\n", "the repository is untouched");
+    assert!(!escape.exists(), "nothing is written outside");
+    let written = std::fs::read_to_string(dir.path().join("plan.toml")).unwrap();
+    assert!(written.starts_with("# Goal:\n# Add a schema and an API on it.\n"), "{written}");
+}
+
+/// `--sandbox-write` cannot open the repository to the planner.
+#[test]
+fn the_repository_cannot_be_made_writable_for_the_planner() {
+    let repo = TempRepo::with_files(&[("src/lib.txt", "lib\n")]);
+    let parent = repo.path().parent().unwrap().display().to_string();
+    let out = Command::new(binary("swarmctl"))
+        .args(["plan", "Anything.", "--repo", repo.path().to_str().unwrap(), "--agent", "codex"])
+        .args(["--agent-path", "/nonexistent/codex", "--sandbox-write", &parent])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--sandbox-write") && stderr(&out).contains("read-only"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 /// The planner's tool server, spoken to as its agent speaks to it: it
