@@ -252,9 +252,7 @@ async fn run_goal_plans_then_runs_only_when_approved() {
     // The controller's answer to the create carries the goal it recorded.
     let err = stderr(&approved);
     assert!(err.contains("swarm planned: its goal is recorded, planned by claude session "), "{err}");
-    // The controller's answer to the create carries the goal it recorded.
-    let err = stderr(&approved);
-    assert!(err.contains("swarm planned: its goal is recorded, planned by claude session "), "{err}");
+    assert!(stdout(&approved).contains("planning spent $"), "said apart: {}", stdout(&approved));
     let tree = repo.tree("swarm/planned/integration");
     assert_eq!(tree.get("src/api/api.txt").map(String::as_str), Some("api\n"), "{tree:?}");
 }

@@ -199,8 +199,15 @@ pub async fn print(client: &mut Client, plan: &Plan, outcome: &Outcome) -> anyho
         table.add_row(row);
     }
     println!("\n{table}");
-    if agents {
-        println!("agents spent ${total_cost:.2} in all");
+    // Planning is not one of the swarm's attempts: said apart, never summed in.
+    let swarm =
+        client.get_swarm(v1::GetSwarmRequest { swarm_id: plan.swarm.to_string() }).await?.into_inner();
+    let planning = swarm.origin.map(|o| UsageView::from(o.planner_usage.as_ref()).cost_usd);
+    match (agents, planning) {
+        (true, None) => println!("agents spent ${total_cost:.2} in all"),
+        (true, Some(p)) => println!("agents spent ${total_cost:.2} in all; planning spent ${p:.2} apart"),
+        (false, Some(p)) => println!("planning spent ${p:.2}"),
+        (false, None) => {}
     }
     let verdict = match outcome.code() {
         exit::SUCCESS => format!("all {} tasks merged", outcome.merged),

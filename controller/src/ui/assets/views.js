@@ -59,7 +59,9 @@ const Views = (() => {
   function swarms(list) {
     if (!list.length) return h("div", {}, h("h1", {}, "Swarms"), h("p", { class: "muted" }, "No swarms yet: swarmctl create PLAN."));
     return h("div", {}, h("h1", {}, "Swarms"), h("table", { id: "swarms" },
-      h("thead", {}, h("tr", {}, ["swarm", "state", "tasks", "by state", "integration", "created", "cost"].map((c) => h("th", {}, c)))),
+      // A planned swarm's planning is not in its cost; its page shows it apart.
+      h("thead", {}, h("tr", {}, ["swarm", "state", "tasks", "by state", "integration", "created", "cost"].map((c) =>
+        h("th", c === "cost" ? { title: "what its agents spent (planning is shown apart, on the swarm's page)" } : {}, c)))),
       h("tbody", {}, list.map((s) => h("tr", { "data-swarm": s.id },
         h("td", {}, h("a", { href: `#/swarm/${enc(s.id)}` }, s.id)),
         h("td", {}, badge(s.state)),
