@@ -14,7 +14,7 @@ impl Session {
             }
             return Ok(());
         }
-        if self.draining || self.shutting_down {
+        if !self.lifecycle.takes_work() {
             tracing::warn!(attempt = ?a.attempt, "assign while draining; ignored");
             return Ok(());
         }
@@ -53,14 +53,14 @@ impl Session {
             return;
         }
         self.infra_failures += 1;
-        if self.infra_failures >= MAX_INFRA_FAILURES && !self.draining {
+        if self.infra_failures >= MAX_INFRA_FAILURES && self.lifecycle != Lifecycle::Draining {
             tracing::error!(failures = self.infra_failures, error = %r.error,
                 "infrastructure failures in a row; draining this sidecar");
             r.error.push_str(&format!(
                 " [sidecar {} is draining itself after {} infrastructure failures in a row]",
                 self.worker_id, self.infra_failures
             ));
-            self.draining = true;
+            self.lifecycle.drain();
         }
     }
 
