@@ -352,18 +352,22 @@ async fn run_once(args: &Args, instance: &Instance, run: Run, repo: &Path) -> an
     let mut sims = Vec::new();
     for i in 0..args.workers {
         let chan = chans[1 + i / 100].clone();
-        sims.push(tokio::spawn(sleeping_sidecar(chan, format!("w{i}"), sleeps.clone(), deadline)));
+        // A re-run's controller knows the first run's workers from the
+        // store; fresh ids keep their claims out of the way.
+        let id = if run.retain { format!("w{i}") } else { format!("w{i}-again") };
+        sims.push(tokio::spawn(sleeping_sidecar(chan, id, sleeps.clone(), deadline)));
     }
     let mut op = OperatorServiceClient::new(chans[0].clone());
     // Every sidecar connected before the clock starts, bounded.
-    let connected = Instant::now() + Duration::from_secs(30);
+    let connect_by = Instant::now() + Duration::from_secs(30);
     loop {
         let workers = op.list_workers(v1::ListWorkersRequest::default()).await?.into_inner().workers;
-        if workers.len() >= args.workers {
+        let connected = workers.iter().filter(|w| w.connected).count();
+        if connected >= args.workers {
             break;
         }
-        if Instant::now() > connected {
-            bail!("{} of {} sidecars connected within 30 s", workers.len(), args.workers);
+        if Instant::now() > connect_by {
+            bail!("{connected} of {} sidecars connected within 30 s", args.workers);
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
