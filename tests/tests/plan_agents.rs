@@ -57,23 +57,15 @@ estimate = "20m"
 
 /// `swarmctl plan GOAL --agent codex` with the rig's model and provider.
 fn plan_with_codex(codex: &RealCodex, goal: &str, repo: &Path, dir: &Path) -> Output {
-    let mut args: Vec<String> = [
-        "plan",
-        goal,
-        "--repo",
-        repo.to_str().unwrap(),
-        "--agent",
-        "codex",
-        "--agent-path",
-        codex.cli.path.to_str().unwrap(),
-        "--model",
-        CODEX_MODEL,
-        "-o",
-        "plan.toml",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let repo = repo.to_str().unwrap();
+    swarmctl_with_codex(codex, &["plan", goal, "--repo", repo, "-o", "plan.toml"], dir)
+}
+
+/// `swarmctl ARGS` with the planner's settings for the rig's Codex.
+fn swarmctl_with_codex(codex: &RealCodex, args: &[&str], dir: &Path) -> Output {
+    let mut args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let path = codex.cli.path.to_str().unwrap();
+    args.extend(["--agent", "codex", "--agent-path", path, "--model", CODEX_MODEL].map(String::from));
     for (k, v) in codex.provider_config() {
         args.push("--extra-arg=-c".into());
         args.push(format!("--extra-arg={k}={v}"));
@@ -169,6 +161,26 @@ async fn a_codex_planner_is_told_the_field_its_plan_breaks_then_its_valid_plan_i
     assert!(written.starts_with("# Goal:\n# Add a schema and an API on it.\n"), "{written}");
     assert!(written.contains("id = \"api\"") && !written.contains("ghost"), "{written}");
     assert!(stdout(&out).contains("critical path: schema -> api"), "{}", stdout(&out));
+}
+
+/// `swarmctl run --goal --agent codex --yes`: the same planner settings
+/// plan the swarm, which then runs to MERGED.
+#[tokio::test(flavor = "multi_thread")]
+async fn run_goal_plans_with_codex_and_runs_to_merged() {
+    let [search, propose] = find_tools_then_propose(VALID);
+    let script = Script::new("cxrun", vec![search, propose, Step::text("Proposed.")]);
+    let test = "run_goal_plans_with_codex_and_runs_to_merged";
+    let Some(codex) = RealCodex::start(test, vec![script]) else { return };
+    let repo = TempRepo::with_files(&[("src/lib.txt", "lib\n")]);
+    let dir = tempfile::tempdir().unwrap();
+    let goal = format!("Add a schema and an API on it.\n{}", marker("cxrun"));
+    let repo_arg = repo.path().display().to_string();
+    let args = ["run", "--plain", "--workers", "2", "--repo", &repo_arg, "--goal", &goal, "--yes"];
+    let out = swarmctl_with_codex(&codex, &args, dir.path());
+    assert_eq!(out.status.code(), Some(0), "{}\n{}\n{}", stdout(&out), stderr(&out), codex.api.summary());
+    assert!(stderr(&out).contains("critical path: schema -> api"), "{}", stderr(&out));
+    let tree = repo.tree("swarm/planned/integration");
+    assert_eq!(tree.get("src/api/api.txt").map(String::as_str), Some("api\n"), "{tree:?}");
 }
 
 /// The planner runs commands (Codex reads with them), but in swarm's
