@@ -83,6 +83,7 @@ conformance!(
     a_forgotten_swarm_leaves_no_row_and_its_id_can_be_created_again,
     a_swarm_forgotten_and_created_again_in_one_commit_ends_as_the_new_one,
     old_fleet_events_are_forgotten_and_swarm_events_kept,
+    a_forgotten_swarms_durations_outlive_it_and_a_later_run_replaces_them,
 );
 
 fn swarm(id: &str) -> SwarmRow {
@@ -542,6 +543,30 @@ fn a_forgotten_swarm_leaves_no_row_and_its_id_can_be_created_again(f: Fixture) {
     stored_swarm(&mut store, "gone", 6);
     let snap = f.open().load().expect("load");
     assert_eq!(snap.swarms.len(), 2, "the id is free again");
+}
+
+fn a_forgotten_swarms_durations_outlive_it_and_a_later_run_replaces_them(f: Fixture) {
+    let mut store = f.open();
+    stored_swarm(&mut store, "p", 1);
+    let row = |task: &str, ms: u64| crate::DurationRow {
+        plan: "p".into(),
+        task: task.into(),
+        ms,
+        samples: 2,
+        updated_at: 7,
+    };
+    let mut batch = Batch::default();
+    batch.duration(row("a", 4_000));
+    batch.duration(row("b", 9_000));
+    batch.forget_swarm("p");
+    store.commit(&batch).expect("commit");
+    let mut later = Batch::default();
+    later.duration(row("a", 5_000));
+    store.commit(&later).expect("commit");
+    let mut snap = f.open().load().expect("load");
+    assert!(snap.swarms.is_empty(), "the swarm is gone");
+    snap.durations.sort_by(|x, y| x.task.cmp(&y.task));
+    assert_eq!(snap.durations, vec![row("a", 5_000), row("b", 9_000)]);
 }
 
 fn a_swarm_forgotten_and_created_again_in_one_commit_ends_as_the_new_one(f: Fixture) {
