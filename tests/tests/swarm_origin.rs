@@ -3,7 +3,8 @@
 //! by `describe swarm` (text and `-o json`), `report` and the dashboard in
 //! Chromium, kept apart from the swarm's own cost; the same plan created
 //! again keeps the first origin; a bad origin is refused naming its field
-//! and nothing is created.
+//! and nothing is created. The origin also survives a restart on a
+//! PostgreSQL store (skipped, by name, where none can be started).
 #![allow(clippy::unwrap_used)] // tests: a panic is the report
 
 #[path = "dashboard/cdp.rs"]
@@ -156,4 +157,26 @@ async fn a_bad_origin_is_refused_naming_its_field_and_creates_nothing() {
     let missing = op.get_swarm(v1::GetSwarmRequest { swarm_id: "bad".into() }).await.unwrap_err();
     assert_eq!(missing.code(), tonic::Code::NotFound, "{missing:?}");
     assert!(!repo.has("swarm/bad/integration"), "no branch was made");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_planned_swarms_origin_survives_a_restart_on_a_postgres_store() {
+    let test = "a_planned_swarms_origin_survives_a_restart_on_a_postgres_store";
+    let Some(db) = swarm_tests::postgres::database(test) else { return };
+    let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[]))]);
+    // A short lease: the restarted controller takes over from the killed one.
+    let mut controller =
+        spawn_controller(repo.path(), &[&format!("--store={}", db.url), "--leader-lease-ms=1500"]);
+    let url = controller.url();
+    wait_serving(&url).await;
+    let plan = PlanBuilder::new("pg").task(task("a")).build();
+    let mut op = operator(&url).await;
+    let request = v1::CreateSwarmRequest { plan_toml: plan, origin: Some(origin(GOAL, "sess-pg", 0.5)) };
+    assert!(op.create_swarm(request).await.unwrap().into_inner().created);
+
+    controller.restart_after_kill9();
+    wait_serving(&url).await;
+    let text = ok(&swarmctl(&url, &["describe", "swarm", "pg"]), "describe");
+    assert!(text.contains("Goal:        Add a --json flag to the report\n"), "{text}");
+    assert!(text.contains("Planned by:  claude session sess-pg cost $0.5000"), "{text}");
 }
