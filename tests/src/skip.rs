@@ -10,7 +10,9 @@
 //! machine is known to have what the test needs: the binaries are there but
 //! the thing does not work, which is a fault to see, not a reason to skip.
 //! What CI machines are not promised (a kernel feature, a pseudo-terminal)
-//! skips under CI too, still counted.
+//! skips under CI too, still counted, and `.ci/test` then fails the run
+//! unless `.ci/allowed-skips` names the test and its reason
+//! (`.ci/check-skips`): a skip CI accepts is one written down with why.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};

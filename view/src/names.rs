@@ -24,6 +24,15 @@ pub fn outcome(o: i32) -> String {
     }
 }
 
+/// The wire number of a name `enum_name` made: `MERGED` → the value of
+/// `TASK_STATE_MERGED`, `UNKNOWN(n)` → n, anything else → 0 (unspecified).
+pub fn state_number(name: &str, prefix: &str, lookup: impl Fn(&str) -> Option<i32>) -> i32 {
+    if let Some(n) = name.strip_prefix("UNKNOWN(").and_then(|r| r.strip_suffix(')')) {
+        return n.parse().unwrap_or(0);
+    }
+    lookup(&format!("{prefix}{name}")).unwrap_or(0)
+}
+
 fn enum_name<E>(name: Result<&'static str, E>, prefix: &str, raw: i32) -> String {
     match name {
         Ok(n) => n.strip_prefix(prefix).unwrap_or(n).to_string(),
@@ -42,5 +51,14 @@ mod tests {
         assert_eq!(outcome(v1::Outcome::Checkpoint as i32), "CHECKPOINT");
         assert_eq!(outcome(v1::Outcome::Unspecified as i32), "");
         assert_eq!(swarm_state(v1::SwarmState::Stalled as i32), "STALLED");
+    }
+
+    #[test]
+    fn a_name_reads_back_as_its_number() {
+        let task = |n: &str| v1::TaskState::from_str_name(n).map(|s| s as i32);
+        for s in [v1::TaskState::Merged as i32, v1::TaskState::Pending as i32, 99] {
+            assert_eq!(state_number(&task_state(s), "TASK_STATE_", task), s);
+        }
+        assert_eq!(state_number("", "TASK_STATE_", task), 0);
     }
 }

@@ -1,12 +1,17 @@
 //! A task, and its whole record: prompt, attempts, events, branch report.
+//!
+//! `TaskView` is the one read shape of a task: the controller's scheduler
+//! builds it from its model, `From<TaskView> for v1::Task` puts it on the
+//! wire, and `From<&v1::Task>` reads it back for swarmctl, the dashboard
+//! and the MCP tools.
 
 use serde::Serialize;
 use swarm_proto::v1;
 
-use crate::names::task_state;
+use crate::names::{state_number, task_state};
 use crate::{AttemptView, BranchReportView, EventView, UsageView};
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TaskView {
     /// Whole id: `swarm/task`.
     pub id: String,
@@ -34,6 +39,23 @@ pub struct TaskView {
     pub usage: UsageView,
     /// The branch report's merge recommendation once the work is done.
     pub recommendation: String,
+    /// What the scheduler expects it to take (ms) and where that came
+    /// from (the plan's estimate, or what was learned).
+    pub expected_ms: u64,
+    pub expected_source: String,
+    /// When its first attempt started and its latest ended (0: not yet).
+    /// On the wire so a summary needs no call per task; the JSON has
+    /// never carried them, and keeps its shape.
+    #[serde(skip)]
+    pub first_started_at_unix_ms: i64,
+    #[serde(skip)]
+    pub last_ended_at_unix_ms: i64,
+    /// Its budget in force across its attempts (0: no cap); `budget`
+    /// prints it, the JSON does not carry it.
+    #[serde(skip)]
+    pub budget_usd: f64,
+    #[serde(skip)]
+    pub budget_tokens: u64,
 }
 
 impl From<&v1::Task> for TaskView {
@@ -58,6 +80,44 @@ impl From<&v1::Task> for TaskView {
             updated_at_unix_ms: t.updated_at_unix_ms,
             usage: UsageView::from(t.usage.as_ref()),
             recommendation: t.recommendation.clone(),
+            expected_ms: t.expected_ms,
+            expected_source: t.expected_source.clone(),
+            first_started_at_unix_ms: t.first_started_at_unix_ms,
+            last_ended_at_unix_ms: t.last_ended_at_unix_ms,
+            budget_usd: t.budget.as_ref().map(|b| b.usd).unwrap_or_default(),
+            budget_tokens: t.budget.as_ref().map(|b| b.tokens).unwrap_or_default(),
+        }
+    }
+}
+
+impl From<TaskView> for v1::Task {
+    fn from(t: TaskView) -> Self {
+        v1::Task {
+            state: state_number(&t.state, "TASK_STATE_", |n| {
+                v1::TaskState::from_str_name(n).map(|s| s as i32)
+            }),
+            swarm_id: t.swarm,
+            id: t.task,
+            title: t.title,
+            deps: t.deps,
+            owned_globs: t.files,
+            attempts: t.attempts,
+            retries_used: t.retries_used,
+            worker_id: t.worker,
+            merge_commit: t.merge_commit,
+            reason: t.reason,
+            percent: t.percent,
+            step: t.step,
+            updated_at_unix_ms: t.updated_at_unix_ms,
+            pending_question: t.pending_question,
+            pending_options: t.pending_options,
+            usage: Some(v1::Usage::from(&t.usage)),
+            first_started_at_unix_ms: t.first_started_at_unix_ms,
+            last_ended_at_unix_ms: t.last_ended_at_unix_ms,
+            recommendation: t.recommendation,
+            budget: Some(v1::Budget { usd: t.budget_usd, tokens: t.budget_tokens }),
+            expected_ms: t.expected_ms,
+            expected_source: t.expected_source,
         }
     }
 }
@@ -107,6 +167,28 @@ mod tests {
         let t = v1::Task { swarm_id: "app/auth".into(), id: "api".into(), ..Default::default() };
         let v = TaskView::from(&t);
         assert_eq!((v.id.as_str(), v.swarm.as_str(), v.task.as_str()), ("app/auth/api", "app/auth", "api"));
+    }
+
+    #[test]
+    fn a_task_goes_to_the_wire_and_back_unchanged() {
+        let t = v1::Task {
+            swarm_id: "app".into(),
+            id: "api".into(),
+            state: v1::TaskState::Merged as i32,
+            deps: vec!["db".into()],
+            owned_globs: vec!["src/**".into()],
+            first_started_at_unix_ms: 5,
+            last_ended_at_unix_ms: 9,
+            usage: Some(v1::Usage { input_tokens: 3, cost_usd: 0.5, ..Default::default() }),
+            budget: Some(v1::Budget { usd: 2.0, tokens: 7 }),
+            expected_ms: 60_000,
+            expected_source: "estimate".into(),
+            ..Default::default()
+        };
+        assert_eq!(v1::Task::from(TaskView::from(&t)), t);
+        // A state this build does not know keeps its number on the way back.
+        let newer = v1::Task { state: 99, ..t };
+        assert_eq!(v1::Task::from(TaskView::from(&newer)).state, 99);
     }
 
     #[test]

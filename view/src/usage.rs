@@ -4,7 +4,7 @@ use serde::Serialize;
 use swarm_proto::v1;
 
 /// What agent attempts spent.
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Serialize)]
 pub struct UsageView {
     pub input_tokens: u64,
     pub output_tokens: u64,
@@ -17,6 +17,30 @@ impl From<Option<&v1::Usage>> for UsageView {
     fn from(u: Option<&v1::Usage>) -> Self {
         let Some(u) = u else { return UsageView::default() };
         UsageView {
+            input_tokens: u.input_tokens,
+            output_tokens: u.output_tokens,
+            cache_read_tokens: u.cache_read_tokens,
+            cache_creation_tokens: u.cache_creation_tokens,
+            cost_usd: u.cost_usd,
+        }
+    }
+}
+
+impl From<&swarm_core::Usage> for UsageView {
+    fn from(u: &swarm_core::Usage) -> Self {
+        UsageView {
+            input_tokens: u.input_tokens,
+            output_tokens: u.output_tokens,
+            cache_read_tokens: u.cache_read_tokens,
+            cache_creation_tokens: u.cache_creation_tokens,
+            cost_usd: u.cost_usd,
+        }
+    }
+}
+
+impl From<&UsageView> for v1::Usage {
+    fn from(u: &UsageView) -> Self {
+        v1::Usage {
             input_tokens: u.input_tokens,
             output_tokens: u.output_tokens,
             cache_read_tokens: u.cache_read_tokens,

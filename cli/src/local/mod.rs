@@ -364,3 +364,29 @@ async fn answer_questions(
     }
     Ok(notes)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_planned_origin_carries_the_planners_run_and_nothing_the_controller_would_refuse() {
+        let cost = crate::plan::dag::Cost {
+            input_tokens: 10,
+            output_tokens: 2,
+            cache_read_tokens: 7,
+            cost_usd: 0.25,
+            session: "0b1e-42".into(),
+            ..Default::default()
+        };
+        let o = planned_origin("add a flag\r\n\tand docs\u{1b}[2J", "claude", &cost, Some("https://x/i/1"));
+        assert_eq!(o.goal, "add a flag \n\tand docs [2J");
+        assert_eq!((o.planner_agent.as_str(), o.planner_session.as_str()), ("claude", "0b1e-42"));
+        let u = o.planner_usage.unwrap_or_default();
+        assert_eq!((u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cost_usd), (10, 2, 7, 0.25));
+        assert_eq!(o.issue_url, "https://x/i/1");
+        // A session id that is not a plain token is dropped, not sent.
+        let odd = crate::plan::dag::Cost { session: "a b;c".into(), ..Default::default() };
+        assert_eq!(planned_origin("g", "acp", &odd, None).planner_session, "");
+    }
+}

@@ -11,7 +11,7 @@ pub async fn set_budget(shared: &Shared, req: v1::SetBudgetRequest) -> Result<v1
     let (target, change) = requests::set_budget(&req)?;
     tracing::info!(target = %req.target, ?change, "set budget");
     let (swarm, task) = shared.ask(|reply| OperatorOp::SetBudget { target, change, reply }).await?;
-    Ok(v1::SetBudgetResponse { swarm: Some(convert::swarm(swarm)), task: task.map(convert::task) })
+    Ok(v1::SetBudgetResponse { swarm: Some(convert::swarm(swarm)), task: task.map(v1::Task::from) })
 }
 
 pub async fn pause(shared: &Shared, req: v1::PauseSwarmRequest) -> Result<v1::PauseSwarmResponse, Status> {

@@ -12,7 +12,7 @@ use swarm_proto::convert::{
 };
 use swarm_proto::v1;
 
-use crate::scheduler::views::{SwarmView, TaskDetailView, TaskView, WorkerView};
+use crate::scheduler::views::{SwarmView, TaskDetailView};
 use crate::scheduler::{
     AssignSpec, AttemptHandle, CloseCode, HelloInfo, Outbound, Report, ReportedAttempt, ResultReport,
     SandboxReported, TierOutcome, VerifiedReport,
@@ -529,34 +529,6 @@ fn budget(b: &swarm_core::plan::Budget) -> v1::Budget {
     v1::Budget { usd: b.usd.unwrap_or(0.0), tokens: b.tokens.unwrap_or(0) }
 }
 
-pub fn task(v: TaskView) -> v1::Task {
-    v1::Task {
-        swarm_id: v.swarm,
-        id: v.id,
-        title: v.title,
-        state: v1::TaskState::from(v.state) as i32,
-        deps: v.deps,
-        owned_globs: v.owned_globs,
-        attempts: v.attempts,
-        retries_used: v.retries_used,
-        worker_id: v.worker,
-        merge_commit: v.merge_commit,
-        reason: v.reason,
-        percent: v.percent,
-        step: v.step,
-        updated_at_unix_ms: v.updated_at,
-        pending_question: v.pending_question,
-        pending_options: v.pending_options,
-        usage: Some(v1::Usage::from(&v.usage)),
-        first_started_at_unix_ms: v.first_started_at,
-        expected_ms: v.expected_ms,
-        expected_source: v.expected_source.to_string(),
-        last_ended_at_unix_ms: v.last_ended_at,
-        recommendation: v.recommendation.to_string(),
-        budget: Some(budget(&v.budget)),
-    }
-}
-
 fn attempt(a: crate::scheduler::Attempt) -> v1::Attempt {
     v1::Attempt {
         number: a.number,
@@ -580,7 +552,7 @@ fn attempt(a: crate::scheduler::Attempt) -> v1::Attempt {
 
 pub fn task_detail(v: TaskDetailView) -> v1::TaskDetail {
     v1::TaskDetail {
-        task: Some(task(v.task)),
+        task: Some(v1::Task::from(v.task)),
         prompt: v.prompt,
         attempts: v.attempts.into_iter().map(attempt).collect(),
         events: v.events.into_iter().map(event).collect(),
@@ -608,21 +580,6 @@ fn branch_report(r: crate::scheduler::views::BranchReportView) -> v1::BranchRepo
                 at_unix_ms: x.at,
             })
             .collect(),
-    }
-}
-
-pub fn worker(w: WorkerView) -> v1::Worker {
-    v1::Worker {
-        id: w.id,
-        host: w.host,
-        labels: w.labels.into_iter().collect(),
-        connected: w.connected,
-        draining: w.draining,
-        attempt: w.attempt,
-        heartbeat_age_ms: w.heartbeat_age_ms,
-        last_applied_seq: w.last_applied_seq,
-        rate_limit_key: w.rate_limit_key,
-        rate_limited_until_unix_ms: w.rate_limited_until,
     }
 }
 

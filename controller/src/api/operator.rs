@@ -112,7 +112,7 @@ impl OperatorService for OperatorApi {
         let (views, next_page_token) =
             self.shared.ask(|reply| OperatorOp::ListTasks { swarm, states, page, reply }).await?;
         Ok(Response::new(v1::ListTasksResponse {
-            tasks: views.into_iter().map(convert::task).collect(),
+            tasks: views.into_iter().map(v1::Task::from).collect(),
             next_page_token,
         }))
     }
@@ -144,7 +144,7 @@ impl OperatorService for OperatorApi {
         let (views, next_page_token) =
             self.shared.ask(|reply| OperatorOp::ListWorkers { page, reply }).await?;
         Ok(Response::new(v1::ListWorkersResponse {
-            workers: views.into_iter().map(convert::worker).collect(),
+            workers: views.into_iter().map(v1::Worker::from).collect(),
             next_page_token,
         }))
     }
@@ -164,7 +164,7 @@ impl OperatorService for OperatorApi {
     ) -> Result<Response<v1::CancelTaskResponse>, Status> {
         let (task, reason) = requests::cancel_task(request.into_inner())?;
         let view = self.shared.ask(|reply| OperatorOp::CancelTask { task, reason, reply }).await?;
-        Ok(Response::new(v1::CancelTaskResponse { task: Some(convert::task(view)) }))
+        Ok(Response::new(v1::CancelTaskResponse { task: Some(v1::Task::from(view)) }))
     }
 
     #[tracing::instrument(skip_all)]
@@ -184,7 +184,7 @@ impl OperatorService for OperatorApi {
     ) -> Result<Response<v1::RetryTaskResponse>, Status> {
         let task = convert::task_key("task_id", &request.into_inner().task_id)?;
         let view = self.shared.ask(|reply| OperatorOp::RetryTask { task, reply }).await?;
-        Ok(Response::new(v1::RetryTaskResponse { task: Some(convert::task(view)) }))
+        Ok(Response::new(v1::RetryTaskResponse { task: Some(v1::Task::from(view)) }))
     }
 
     #[tracing::instrument(skip_all, fields(task = %request.get_ref().task_id))]
@@ -194,7 +194,7 @@ impl OperatorService for OperatorApi {
     ) -> Result<Response<v1::ReviewTaskResponse>, Status> {
         let (task, decision, message) = requests::review_task(request.into_inner())?;
         let view = self.shared.ask(|reply| OperatorOp::ReviewTask { task, decision, message, reply }).await?;
-        Ok(Response::new(v1::ReviewTaskResponse { task: Some(convert::task(view)) }))
+        Ok(Response::new(v1::ReviewTaskResponse { task: Some(v1::Task::from(view)) }))
     }
 
     #[tracing::instrument(skip_all)]
@@ -204,7 +204,7 @@ impl OperatorService for OperatorApi {
     ) -> Result<Response<v1::AnswerResponse>, Status> {
         let (task, question_id, text) = requests::answer(request.into_inner())?;
         let view = self.shared.ask(|reply| OperatorOp::Answer { task, question_id, text, reply }).await?;
-        Ok(Response::new(v1::AnswerResponse { task: Some(convert::task(view)) }))
+        Ok(Response::new(v1::AnswerResponse { task: Some(v1::Task::from(view)) }))
     }
 
     #[tracing::instrument(skip_all)]
@@ -215,7 +215,7 @@ impl OperatorService for OperatorApi {
         let (task, text) = requests::send_message(request.into_inner())?;
         let (view, message_id) =
             self.shared.ask(|reply| OperatorOp::SendMessage { task, text, reply }).await?;
-        Ok(Response::new(v1::SendMessageResponse { task: Some(convert::task(view)), message_id }))
+        Ok(Response::new(v1::SendMessageResponse { task: Some(v1::Task::from(view)), message_id }))
     }
 
     #[tracing::instrument(skip_all, fields(target = %request.get_ref().target))]
@@ -249,7 +249,7 @@ impl OperatorService for OperatorApi {
     ) -> Result<Response<v1::DrainWorkerResponse>, Status> {
         let worker = required_id("worker_id", &request.into_inner().worker_id)?;
         let view = self.shared.ask(|reply| OperatorOp::DrainWorker { worker, reply }).await?;
-        Ok(Response::new(v1::DrainWorkerResponse { worker: Some(convert::worker(view)) }))
+        Ok(Response::new(v1::DrainWorkerResponse { worker: Some(v1::Worker::from(view)) }))
     }
 
     #[tracing::instrument(skip_all)]

@@ -12,7 +12,7 @@ use super::outbound::{AttemptHandle, Outbound};
 use super::pause;
 use super::reads::reply_read;
 use super::review;
-use super::views::{SwarmView, TaskView, WorkerView};
+use super::views::{self, SwarmView, TaskView, WorkerView};
 use super::{Effects, Scheduler, now_ms};
 use crate::error::SchedError;
 
@@ -227,10 +227,7 @@ impl Scheduler {
     }
 
     pub(super) fn task_view(&self, key: &TaskKey) -> Result<TaskView, SchedError> {
-        self.task(key).map(|t| {
-            TaskView::of(t, self.holder(key), self.shared.model.attempts())
-                .expecting(self.shared.model.expected(key))
-        })
+        self.task(key).map(|t| views::task_view(t, self.holder(key), &self.shared.model))
     }
 
     fn create_swarm(
@@ -471,7 +468,7 @@ impl Scheduler {
         let Some(w) = self.shared.model.workers().get(worker) else {
             return Err(SchedError::NotFound(worker.to_string()));
         };
-        let view = WorkerView::of(w, now, self.limits.limited_until(w, now_ms()));
+        let view = views::worker_view(w, now, self.limits.limited_until(w, now_ms()));
         self.core(fx).send(worker, Outbound::Drain { reason: "drained by the operator".into() });
         fx.event(
             "",

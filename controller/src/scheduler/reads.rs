@@ -123,7 +123,7 @@ impl Scheduler {
             .model
             .workers()
             .values()
-            .map(|w| (w.id.clone(), WorkerView::of(w, mono, self.limits.limited_until(w, now))))
+            .map(|w| (w.id.clone(), super::views::worker_view(w, mono, self.limits.limited_until(w, now))))
             .collect();
         page.take(keyed)
     }
@@ -156,10 +156,7 @@ impl Scheduler {
                 next = last.to_string();
                 break;
             }
-            views.push(
-                TaskView::of(t, self.holder(key), self.shared.model.attempts())
-                    .expecting(self.shared.model.expected(key)),
-            );
+            views.push(super::views::task_view(t, self.holder(key), &self.shared.model));
             last = i;
         }
         Ok((views, next))
@@ -172,8 +169,7 @@ impl Scheduler {
             .cloned()
             .collect();
         Ok(TaskDetailView {
-            task: TaskView::of(t, self.holder(key), self.shared.model.attempts())
-                .expecting(self.shared.model.expected(key)),
+            task: super::views::task_view(t, self.holder(key), &self.shared.model),
             prompt: t.spec.prompt.clone(),
             attempts,
             events: Vec::new(),

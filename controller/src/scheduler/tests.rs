@@ -28,6 +28,11 @@ use super::{Scheduler, Timing};
 use crate::merger;
 use crate::store::Store;
 
+/// A task view's state as the scheduler's enum (the view carries its name).
+fn state(t: &swarm_view::TaskView) -> TaskState {
+    t.state.parse().expect("a state this build knows")
+}
+
 /// The Hello of a sidecar with no labels, nothing in hand and no secret yet.
 fn fresh_hello(worker: &str) -> HelloInfo {
     HelloInfo {
@@ -183,7 +188,7 @@ impl Rig {
             report: Report::Result(Box::new(r)),
         };
         self.sched.turn([cmd]).expect("turn");
-        if self.detail().task.state == TaskState::Merging {
+        if state(&self.detail().task) == TaskState::Merging {
             let merged = self.merged.recv_timeout(Duration::from_secs(10)).expect("merge result");
             self.sched.turn([merged]).expect("turn");
         }
@@ -319,7 +324,7 @@ proptest! {
                 current = Some(a);
             }
             let d = rig.detail();
-            prop_assert_eq!(d.task.state, model.state, "after {:?} in {:?}", step, steps);
+            prop_assert_eq!(state(&d.task), model.state, "after {:?} in {:?}", step, steps);
             prop_assert_eq!(d.task.retries_used, model.retries_used);
             prop_assert_eq!(d.task.attempts, model.attempts);
             let live = d.attempts.iter().filter(|a| a.state.is_live()).count();
@@ -341,7 +346,7 @@ fn a_full_outbound_queue_closes_the_session_and_the_next_hello_sends_the_assign_
     assert!(rig.closed.is_cancelled(), "a full queue closes the session instead of dropping the Assign");
     assert!(matches!(rig.outbound.try_recv(), Ok(Outbound::Welcome { .. })));
     assert!(rig.outbound.try_recv().is_err(), "nothing but the Welcome was queued");
-    assert_eq!(rig.detail().task.state, TaskState::Running, "the attempt stays current");
+    assert_eq!(state(&rig.detail().task), TaskState::Running, "the attempt stays current");
     // The stream reader ends on the close and reports the disconnect; the
     // sidecar reconnects without the attempt it never received.
     rig.sched.turn([Command::Disconnected { worker: "w1".into(), session: 1 }]).expect("turn");

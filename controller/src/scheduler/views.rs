@@ -4,12 +4,15 @@ use std::collections::BTreeMap;
 
 use std::sync::Arc;
 
-use swarm_core::plan::{Budget, ForgeSpec, Plan, SwarmBudget};
+use swarm_core::plan::{ForgeSpec, Plan, SwarmBudget};
 use swarm_core::{SwarmId, TaskState, Usage};
+use swarm_proto::v1;
+use swarm_view::UsageView;
+pub use swarm_view::{TaskView, WorkerView};
 
 pub use super::branch_report::BranchReport as BranchReportView;
 pub use super::model::task_usage;
-use super::model::{Attempt, Attempts, ForgeState, Model, PendingReply, Swarm, SwarmState, Task, Worker};
+use super::model::{Attempt, ForgeState, Model, PendingReply, Swarm, SwarmState, Task, Worker};
 use crate::store::EventRow;
 
 #[derive(Debug, Clone)]
@@ -128,84 +131,44 @@ impl ForgeTarget {
     }
 }
 
-#[derive(Debug, Clone)]
-pub struct TaskView {
-    pub swarm: String,
-    pub id: String,
-    pub title: String,
-    pub state: TaskState,
-    pub deps: Vec<String>,
-    pub owned_globs: Vec<String>,
-    pub attempts: u32,
-    pub retries_used: u32,
-    pub worker: String,
-    pub merge_commit: String,
-    pub reason: String,
-    pub percent: u32,
-    pub step: String,
-    pub updated_at: i64,
-    pub pending_question: String,
-    pub pending_options: Vec<String>,
-    /// What its agent attempts spent, summed.
-    pub usage: Usage,
-    /// When its first attempt started and its latest ended (0: not yet).
-    pub first_started_at: i64,
-    pub last_ended_at: i64,
-    /// Its branch report's merge recommendation (empty while it works).
-    pub recommendation: &'static str,
-    /// Its budget in force.
-    pub budget: Budget,
-    /// What the scheduler expects it to take, ms, and where that came from.
-    pub expected_ms: u64,
-    pub expected_source: &'static str,
-}
-
-impl TaskView {
-    /// With what the scheduler expects of it (`Model::expected`).
-    pub fn expecting(mut self, expected: Option<(u64, super::model::WeightSource)>) -> TaskView {
-        if let Some((ms, source)) = expected {
-            self.expected_ms = ms;
-            self.expected_source = source.as_str();
-        }
-        self
-    }
-
-    pub fn of(task: &Task, worker: Option<&str>, attempts: &Attempts) -> TaskView {
-        TaskView {
-            swarm: task.key.swarm.to_string(),
-            id: task.key.task.to_string(),
-            title: task.spec.title.clone(),
-            state: task.state(),
-            deps: task.spec.deps.iter().map(|d| d.to_string()).collect(),
-            owned_globs: task.spec.files.clone(),
-            attempts: task.attempts,
-            retries_used: task.retries_used,
-            worker: worker.unwrap_or_default().to_string(),
-            merge_commit: task.merge_commit.clone(),
-            reason: task.reason.clone(),
-            percent: task.percent,
-            step: task.step.clone(),
-            updated_at: task.updated_at,
-            pending_question: task
-                .notes
-                .pending_question
-                .as_ref()
-                .map(|q| q.text.clone())
-                .unwrap_or_default(),
-            pending_options: task
-                .notes
-                .pending_question
-                .as_ref()
-                .map(|q| q.options.clone())
-                .unwrap_or_default(),
-            usage: task_usage(task, attempts),
-            first_started_at: attempts.get(&(task.key.clone(), 1)).map(|a| a.started_at).unwrap_or(0),
-            last_ended_at: attempts.get(&(task.key.clone(), task.attempts)).map(|a| a.ended_at).unwrap_or(0),
-            recommendation: super::branch_report::recommendation(task),
-            budget: super::model::task_budget(task),
-            expected_ms: 0,
-            expected_source: "",
-        }
+/// A task as every client reads it: the same `swarm_view::TaskView` the
+/// wire carries and swarmctl, the dashboard and the MCP tools show, with
+/// what the scheduler expects it to take (`Model::expected`).
+pub fn task_view(task: &Task, worker: Option<&str>, model: &Model) -> TaskView {
+    let attempts = model.attempts();
+    let question = task.notes.pending_question.as_ref();
+    let budget = super::model::task_budget(task);
+    let (expected_ms, expected_source) =
+        model.expected(&task.key).map(|(ms, source)| (ms, source.as_str())).unwrap_or((0, ""));
+    TaskView {
+        id: task.key.to_string(),
+        swarm: task.key.swarm.to_string(),
+        task: task.key.task.to_string(),
+        title: task.spec.title.clone(),
+        state: swarm_view::names::task_state(v1::TaskState::from(task.state()) as i32),
+        deps: task.spec.deps.iter().map(|d| d.to_string()).collect(),
+        files: task.spec.files.clone(),
+        attempts: task.attempts,
+        retries_used: task.retries_used,
+        worker: worker.unwrap_or_default().to_string(),
+        merge_commit: task.merge_commit.clone(),
+        reason: task.reason.clone(),
+        percent: task.percent,
+        step: task.step.clone(),
+        pending_question: question.map(|q| q.text.clone()).unwrap_or_default(),
+        pending_options: question.map(|q| q.options.clone()).unwrap_or_default(),
+        updated_at_unix_ms: task.updated_at,
+        usage: UsageView::from(&task_usage(task, attempts)),
+        recommendation: super::branch_report::recommendation(task).to_string(),
+        expected_ms,
+        expected_source: expected_source.to_string(),
+        first_started_at_unix_ms: attempts.get(&(task.key.clone(), 1)).map(|a| a.started_at).unwrap_or(0),
+        last_ended_at_unix_ms: attempts
+            .get(&(task.key.clone(), task.attempts))
+            .map(|a| a.ended_at)
+            .unwrap_or(0),
+        budget_usd: budget.usd.unwrap_or(0.0),
+        budget_tokens: budget.tokens.unwrap_or(0),
     }
 }
 
@@ -220,37 +183,21 @@ pub struct TaskDetailView {
     pub branch_report: BranchReportView,
 }
 
-#[derive(Debug, Clone)]
-pub struct WorkerView {
-    pub id: String,
-    pub host: String,
-    pub labels: BTreeMap<String, String>,
-    pub connected: bool,
-    pub draining: bool,
-    pub attempt: String,
-    pub heartbeat_age_ms: u64,
-    pub last_applied_seq: u64,
-    /// The usage limit its agents share, and when it resets while it holds.
-    pub rate_limit_key: String,
-    pub rate_limited_until: i64,
-}
-
-impl WorkerView {
-    pub fn of(w: &Worker, now_ms: u64, limited_until: Option<i64>) -> WorkerView {
-        let last_seen =
-            w.session.as_ref().map(|s| s.last_seen.load(std::sync::atomic::Ordering::Relaxed)).unwrap_or(0);
-        WorkerView {
-            id: w.id.clone(),
-            host: w.host.clone(),
-            labels: w.labels.clone(),
-            connected: w.session.is_some(),
-            draining: w.draining,
-            attempt: w.attempt().map(|(k, n)| k.attempt(*n).to_string()).unwrap_or_default(),
-            heartbeat_age_ms: if w.session.is_some() { now_ms.saturating_sub(last_seen) } else { 0 },
-            last_applied_seq: w.last_applied_seq,
-            rate_limit_key: super::limits::limit_key(w),
-            rate_limited_until: limited_until.unwrap_or(0),
-        }
+/// A worker as every client reads it (`swarm_view::WorkerView`).
+pub fn worker_view(w: &Worker, now_ms: u64, limited_until: Option<i64>) -> WorkerView {
+    let last_seen =
+        w.session.as_ref().map(|s| s.last_seen.load(std::sync::atomic::Ordering::Relaxed)).unwrap_or(0);
+    WorkerView {
+        id: w.id.clone(),
+        host: w.host.clone(),
+        labels: w.labels.clone(),
+        connected: w.session.is_some(),
+        draining: w.draining,
+        attempt: w.attempt().map(|(k, n)| k.attempt(*n).to_string()).unwrap_or_default(),
+        heartbeat_age_ms: if w.session.is_some() { now_ms.saturating_sub(last_seen) } else { 0 },
+        last_applied_seq: w.last_applied_seq,
+        rate_limit_key: super::limits::limit_key(w),
+        rate_limited_until_unix_ms: limited_until.unwrap_or(0),
     }
 }
 

@@ -11,7 +11,7 @@ use super::super::command::{Command, HelloInfo, OperatorOp, Report, ReportedAtte
 use super::super::model::Session;
 use super::super::now_ms;
 use super::super::outbound::{AssignSpec, Outbound};
-use super::Rig;
+use super::{Rig, state};
 
 const AGENT_PLAN: &str = "[[tasks]]\nid = \"a\"\nfiles = [\"a.txt\"]\nagent = \"claude\"\n\
     [[tasks]]\nid = \"b\"\nfiles = [\"b.txt\"]\nagent = \"claude\"\n\
@@ -114,7 +114,7 @@ fn a_usage_limit_spends_no_retry_and_holds_only_agent_tasks_until_the_reset() {
     rig.send("w1", 1, Report::Result(Box::new(r)));
 
     let a = rig.task_of("a");
-    assert_eq!(a.task.state, TaskState::Ready);
+    assert_eq!(state(&a.task), TaskState::Ready);
     assert_eq!(a.task.retries_used, 0, "a usage limit spends no retry (the plan allows none)");
     assert_eq!(a.attempts[0].state, AttemptState::RateLimited);
     // The command task goes ahead on the limited worker; the agent task does not.
@@ -126,7 +126,7 @@ fn a_usage_limit_spends_no_retry_and_holds_only_agent_tasks_until_the_reset() {
         .expect("turn");
     let (workers, _) = rx.try_recv().expect("replied").expect("workers");
     assert_eq!(workers[0].rate_limit_key, "worker=w1");
-    assert!(workers[0].rate_limited_until > now_ms(), "get workers shows the limit");
+    assert!(workers[0].rate_limited_until_unix_ms > now_ms(), "get workers shows the limit");
 
     // Once c is done and the reset has passed, the limited task resumes
     // on its own worker, continuing its session.
@@ -289,7 +289,7 @@ fn an_answer_given_while_the_asking_worker_exits_is_not_asked_again() {
     let detail = rig.task_of("a");
     assert_eq!(detail.task.pending_question, "", "the answer given is kept, not asked again");
     let next = assigns(&mut rig.outbound);
-    assert_eq!(next.len(), 1, "the task runs again with its answer: {:?}", detail.task.state);
+    assert_eq!(next.len(), 1, "the task runs again with its answer: {:?}", state(&detail.task));
     assert_eq!(next[0].attempt.number, 2);
 }
 
@@ -303,7 +303,7 @@ fn an_escalation_after_an_answered_question_still_asks_the_operator() {
     r.error = "blue clashes with the logo; which do we keep?".into();
     rig.send("w1", 1, Report::Result(Box::new(r)));
     let detail = rig.task_of("a");
-    assert_eq!(detail.task.state, TaskState::Escalated);
+    assert_eq!(state(&detail.task), TaskState::Escalated);
     assert!(detail.task.pending_question.contains("clashes"), "{:?}", detail.task.pending_question);
     assert!(assigns(&mut rig.outbound).is_empty());
 }
@@ -323,14 +323,14 @@ fn an_agent_success_that_changed_nothing_fails_unless_on_empty_merges() {
     let first = assigns(&mut rig.outbound);
     nothing(&mut rig, &first[0]);
     let a = rig.task_of("a");
-    assert_eq!(a.task.state, TaskState::Running, "retried at once (no backoff): {}", a.task.reason);
+    assert_eq!(state(&a.task), TaskState::Running, "retried at once (no backoff): {}", a.task.reason);
     assert_eq!(a.task.retries_used, 1, "no change spends a retry");
     assert_eq!(a.attempts[0].state, AttemptState::Failed);
     assert_eq!(a.attempts[0].error, "no change: the agent changed no file");
     let second = assigns(&mut rig.outbound);
     nothing(&mut rig, &second[0]);
     let a = rig.task_of("a");
-    assert_eq!(a.task.state, TaskState::Failed);
+    assert_eq!(state(&a.task), TaskState::Failed);
     assert!(a.task.reason.starts_with("no change: the agent changed no file"), "{}", a.task.reason);
 
     let mut rig = Rig::build(
@@ -344,7 +344,7 @@ fn an_agent_success_that_changed_nothing_fails_unless_on_empty_merges() {
     let merged = rig.merged.recv_timeout(std::time::Duration::from_secs(10)).expect("merge result");
     rig.sched.turn([merged]).expect("turn");
     let a = rig.task_of("a");
-    assert_eq!(a.task.state, TaskState::Merged);
+    assert_eq!(state(&a.task), TaskState::Merged);
     assert!(a.task.reason.ends_with("with no change"), "{}", a.task.reason);
     assert_eq!(a.attempts[0].state, AttemptState::Succeeded);
 }

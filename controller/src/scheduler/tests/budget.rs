@@ -7,8 +7,8 @@ use super::super::command::{BudgetChange, BudgetTarget, Command, OperatorOp, Rep
 use super::super::model::SwarmState;
 use super::super::outbound::{AssignSpec, Outbound};
 use super::super::views::SwarmView;
-use super::Rig;
 use super::agents::{handle, key, result};
+use super::{Rig, state};
 
 fn drain(rx: &mut crate::scheduler::outbound::OutboundRx) -> Vec<Outbound> {
     let mut out = Vec::new();
@@ -107,7 +107,7 @@ fn a_task_stopped_on_an_estimate_goes_on_when_the_agents_own_total_is_under_its_
         "stopped at the estimate"
     );
     rig.checkpointed(attempt, spent(0.9), "sess-a");
-    assert_eq!(rig.task_of("a").task.state, TaskState::Running, "READY and assigned again");
+    assert_eq!(state(&rig.task_of("a").task), TaskState::Running, "READY and assigned again");
     let next = assigned(&drain(&mut rig.outbound));
     assert_eq!(next.len(), 1);
     assert_eq!(next[0].agent.as_ref().expect("agent").resume_session, "sess-a");
@@ -131,12 +131,12 @@ fn a_task_at_its_budget_is_checkpointed_blocked_and_resumes_its_session_once_rai
     );
     rig.checkpointed(attempt, spent(1.3), "sess-a");
     let a = rig.task_of("a");
-    assert_eq!(a.task.state, TaskState::Blocked);
+    assert_eq!(state(&a.task), TaskState::Blocked);
     assert!(a.task.reason.starts_with("budget: task spent $1.30"), "{}", a.task.reason);
     assert!(assigned(&drain(&mut rig.outbound)).is_empty());
 
     rig.set_budget(BudgetTarget::Task(key("a")), 5.0);
-    assert_eq!(rig.task_of("a").task.budget.usd, Some(5.0));
+    assert_eq!(rig.task_of("a").task.budget_usd, 5.0);
     let next = assigned(&drain(&mut rig.outbound));
     assert_eq!(next.len(), 1, "raised: READY and assigned again");
     assert_eq!(next[0].attempt.number, 2);
@@ -157,7 +157,7 @@ fn a_swarm_at_its_budget_stops_its_agents_blocks_the_rest_and_continues_when_rai
     assert_eq!(cancels(&drain(&mut rig.outbound)).len(), 1);
     let waiting = if first[0].attempt.task == key("a") { "b" } else { "a" };
     let other = rig.task_of(waiting);
-    assert_eq!(other.task.state, TaskState::Blocked, "a READY agent task waits for the budget");
+    assert_eq!(state(&other.task), TaskState::Blocked, "a READY agent task waits for the budget");
     assert!(other.task.reason.starts_with("budget: swarm spent $2.50"), "{}", other.task.reason);
     rig.checkpointed(attempt, spent(2.5), "sess-1");
     assert!(assigned(&drain(&mut rig.outbound)).is_empty(), "no new agent attempt over budget");
@@ -181,7 +181,7 @@ fn a_paused_swarm_starts_nothing_stop_checkpoints_and_resume_assigns_again() {
     rig.pause(true);
     assert_eq!(cancels(&drain(&mut rig.outbound)), vec![(first[0].attempt.task.to_string(), true)]);
     rig.checkpointed(handle(&first[0]), None, "");
-    assert_eq!(rig.task_of(first[0].attempt.task.task.as_str()).task.state, TaskState::Ready);
+    assert_eq!(state(&rig.task_of(first[0].attempt.task.task.as_str()).task), TaskState::Ready);
     for _ in 0..3 {
         rig.sched.turn([]).expect("turn");
     }
@@ -241,7 +241,7 @@ fn on_usage_limit_fail_fails_the_task_and_pause_pauses_the_swarm() {
         let mut r = result(attempt, Outcome::RateLimited);
         r.commit = Some(rig.base.clone());
         rig.send("w1", 1, Report::Result(Box::new(r)));
-        assert_eq!(rig.task_of("a").task.state, task_state, "{policy}");
+        assert_eq!(state(&rig.task_of("a").task), task_state, "{policy}");
         assert_eq!(rig.swarm_view().state, swarm_state, "{policy}");
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use swarm_core::{Outcome, TaskState};
 
 use super::super::{Scheduler, Timing};
-use super::Rig;
+use super::{Rig, state};
 use crate::merger;
 
 /// Recovers a second scheduler from the store `rig` has written.
@@ -37,7 +37,7 @@ fn a_recovered_model_has_the_indexes_the_live_run_built() {
     let a = rig.take_assign().expect("a assigned");
     assert_eq!(a.task, Rig::key());
     rig.report(a, Outcome::Success);
-    assert_eq!(rig.detail().task.state, TaskState::Merged);
+    assert_eq!(state(&rig.detail().task), TaskState::Merged);
     // w1 holds the next task; the other READY ones wait.
     rig.sched.turn([]).expect("turn");
     let next = rig.take_assign().expect("next assigned");
@@ -55,7 +55,7 @@ fn a_recovered_reviewer_attempt_holds_its_worker_and_no_ownership_as_in_the_live
     let work = rig.take_assign().expect("assigned");
     assert_eq!(work.task, Rig::key());
     rig.report(work, Outcome::Success);
-    assert_eq!(rig.detail().task.state, TaskState::Review);
+    assert_eq!(state(&rig.detail().task), TaskState::Review);
     rig.sched.turn([]).expect("turn");
     let reviewer = rig.take_assign().expect("the reviewer is assigned to w1");
     assert_eq!(reviewer.task, Rig::key());

@@ -8,9 +8,9 @@ use tokio::sync::oneshot;
 
 use super::super::command::{Command, OperatorOp};
 use super::super::model::SwarmState;
-use super::Rig;
 use super::order::create;
 use super::recovery::recovered;
+use super::{Rig, state};
 use crate::SchedError;
 
 fn retain_for(rig: &mut Rig, window: Duration) {
@@ -126,7 +126,7 @@ fn a_child_swarm_is_forgotten_with_its_root_and_not_before() {
         }
     }
     // The child ended long before its root; it stays while the root runs.
-    assert_eq!(rig.detail().task.state, TaskState::Merged);
+    assert_eq!(state(&rig.detail().task), TaskState::Merged);
     assert_eq!(swarm_state(&mut rig, "s/a").expect("child kept"), SwarmState::Completed);
     rig.report(b.expect("b"), Outcome::Success);
     // b's merge result comes back from the merger; the root then ends and

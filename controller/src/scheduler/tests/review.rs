@@ -41,7 +41,7 @@ fn a_reviewer_approving_another_commit_than_the_reviewed_one_decides_nothing() {
     let work = rig.take_assign().expect("assigned");
     rig.report(work, Outcome::Success);
     let d = rig.detail();
-    assert_eq!(d.task.state, TaskState::Review);
+    assert_eq!(state(&d.task), TaskState::Review);
     let reviewed = d.branch_report.commit.clone();
     assert!(!reviewed.is_empty());
 
@@ -51,7 +51,7 @@ fn a_reviewer_approving_another_commit_than_the_reviewed_one_decides_nothing() {
     let base = rig.base.clone();
     reviewer_result(&mut rig, review, &base, "approve");
     let d = rig.detail();
-    assert_eq!(d.task.state, TaskState::Review, "not approved: {}", d.task.reason);
+    assert_eq!(state(&d.task), TaskState::Review, "not approved: {}", d.task.reason);
     assert_eq!(d.attempts[1].state, AttemptState::Failed);
     assert!(d.branch_report.reviews.is_empty(), "no decision recorded");
 
@@ -60,7 +60,7 @@ fn a_reviewer_approving_another_commit_than_the_reviewed_one_decides_nothing() {
     assert_eq!(again.number, 3);
     reviewer_result(&mut rig, again, &reviewed, "approve");
     let d = rig.detail();
-    assert!(matches!(d.task.state, TaskState::Merging | TaskState::Merged), "{:?}", d.task.state);
+    assert!(matches!(state(&d.task), TaskState::Merging | TaskState::Merged), "{:?}", state(&d.task));
     assert_eq!(d.branch_report.reviews.len(), 1);
     assert_eq!(d.branch_report.reviews[0].commit, reviewed);
 }
@@ -74,7 +74,7 @@ fn cancelling_a_task_in_review_stops_its_reviewer() {
     let review = rig.take_assign().expect("a reviewer attempt");
     assert!(rig.op(|reply| OperatorOp::CancelTask { task: Rig::key(), reason: "no".into(), reply }));
     let d = rig.detail();
-    assert_eq!(d.task.state, TaskState::Cancelled);
+    assert_eq!(state(&d.task), TaskState::Cancelled);
     assert_eq!(d.attempts[1].state, AttemptState::Cancelled, "the reviewer attempt");
     let mut cancelled = false;
     while let Ok(m) = rig.outbound.try_recv() {
@@ -85,6 +85,6 @@ fn cancelling_a_task_in_review_stops_its_reviewer() {
     let reviewed = d.branch_report.commit.clone();
     reviewer_result(&mut rig, review, &reviewed, "approve");
     let d = rig.detail();
-    assert_eq!(d.task.state, TaskState::Cancelled);
+    assert_eq!(state(&d.task), TaskState::Cancelled);
     assert!(d.branch_report.reviews.is_empty());
 }
