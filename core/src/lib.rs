@@ -13,5 +13,5 @@ pub mod usage;
 
 pub use ids::{AttemptId, SwarmId, TaskId, TaskKey};
 pub use outcome::{Outcome, TierOutcome};
-pub use state::{AttemptState, TaskState};
+pub use state::{AttemptState, IllegalTransition, TaskState};
 pub use usage::Usage;

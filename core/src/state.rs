@@ -1,5 +1,6 @@
-//! Task and attempt states. The transitions themselves live in the
-//! controller's scheduler; these are the names every part agrees on.
+//! Task and attempt states, the names every part agrees on, and which
+//! moves between them a lifecycle has (`may_become`); the scheduler
+//! makes the moves and refuses any other.
 
 use std::fmt;
 use std::str::FromStr;
@@ -94,6 +95,66 @@ impl AttemptState {
     }
 }
 
+/// A state change the lifecycle does not have: the scheduler refuses it
+/// (and says so in its log) rather than record a history no run could
+/// have had.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum IllegalTransition {
+    #[error("a task cannot go from {0} to {1}")]
+    Task(TaskState, TaskState),
+    #[error("an attempt cannot go from {0} to {1}")]
+    Attempt(AttemptState, AttemptState),
+}
+
+impl TaskState {
+    /// Whether a task may move from `self` to `to`. A new reason in the
+    /// same state is always allowed.
+    pub fn may_become(self, to: TaskState) -> bool {
+        use TaskState::*;
+        if self == to {
+            return true;
+        }
+        match to {
+            // Runnable again (PENDING while a dependency is not merged):
+            // a retry, an answer, an unblock, an operator's retry, a
+            // reopen for a pull request's feedback; any state may lead here.
+            Ready | Pending => true,
+            Running => self == Ready,
+            // An attempt's success, a review's approval, a child swarm's end.
+            Succeeded => matches!(self, Running | Review),
+            Review => self == Succeeded,
+            Merging => self == Succeeded,
+            Merged | Conflict => self == Merging,
+            // Exit 3; a budget that READY work would overrun.
+            Blocked => matches!(self, Ready | Running),
+            Escalated => self == Running,
+            Rejected => self == Review,
+            // Out of retries, or failed by policy: never once merged.
+            Failed => !matches!(self, Merged | Cancelled | Rejected),
+            // The operator's cancel reaches everything but merged work.
+            Cancelled => self != Merged,
+        }
+    }
+}
+
+impl AttemptState {
+    /// Whether an attempt may move from `self` to `to`. Only a live
+    /// attempt ends; an ended one changes only when the merge refuses its
+    /// success, or when a lost one is fenced.
+    pub fn may_become(self, to: AttemptState) -> bool {
+        use AttemptState::*;
+        match (self, to) {
+            (from, to) if from == to => true,
+            (Assigned, Running) => true,
+            (Assigned | Running, Assigned) => false,
+            (Assigned | Running, _) => true,
+            (Succeeded, Failed) => true,
+            (Lost, Fenced) => true,
+            _ => false,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,6 +168,60 @@ mod tests {
             assert_eq!(s.as_str().parse::<AttemptState>(), Ok(*s));
         }
         assert!("DONE".parse::<TaskState>().is_err());
+    }
+
+    #[test]
+    fn the_task_lifecycle_runs_forward_and_keeps_merged_work() {
+        use TaskState::*;
+        for (from, to) in [
+            (Pending, Ready),
+            (Ready, Running),
+            (Running, Succeeded),
+            (Succeeded, Review),
+            (Review, Succeeded),
+            (Succeeded, Merging),
+            (Merging, Merged),
+            (Merging, Conflict),
+            (Merged, Ready),
+            (Failed, Ready),
+            (Running, Escalated),
+            (Escalated, Cancelled),
+        ] {
+            assert!(from.may_become(to), "{from} -> {to}");
+        }
+        for (from, to) in [
+            (Pending, Running),
+            (Pending, Merged),
+            (Ready, Succeeded),
+            (Running, Merged),
+            (Merged, Running),
+            (Merged, Failed),
+            (Merged, Cancelled),
+            (Failed, Merging),
+            (Cancelled, Succeeded),
+            (Rejected, Merging),
+        ] {
+            assert!(!from.may_become(to), "{from} -> {to}");
+        }
+        for s in TaskState::ALL {
+            assert!(s.may_become(*s), "a new reason in {s}");
+        }
+    }
+
+    #[test]
+    fn only_a_live_attempt_ends() {
+        use AttemptState::*;
+        for to in [Running, Succeeded, Failed, Checkpointed, Lost, Fenced, Cancelled, Stopped, RateLimited] {
+            assert!(Assigned.may_become(to) && (to == Running || Running.may_become(to)), "-> {to}");
+        }
+        assert!(!Running.may_become(Assigned));
+        assert!(Succeeded.may_become(Failed), "a success the merge refused");
+        assert!(Lost.may_become(Fenced));
+        for from in [Failed, Checkpointed, Cancelled, Stopped, RateLimited, Fenced] {
+            for to in [Running, Succeeded] {
+                assert!(!from.may_become(to), "{from} -> {to}");
+            }
+        }
     }
 
     #[test]

@@ -336,6 +336,13 @@ impl Core<'_> {
         if from == to && task.reason == reason {
             return;
         }
+        if !from.may_become(to) {
+            // A bug in a caller, never a peer's doing: the history stays
+            // one a run could have had, and the refusal is loud.
+            let refused = swarm_core::IllegalTransition::Task(from, to);
+            tracing::error!(swarm = %key.swarm, task = %key, %refused, reason, "task transition refused");
+            return;
+        }
         let span =
             tracing::info_span!("task.transition", swarm = %key.swarm, task = %key, from = %from, to = %to);
         if !span.is_disabled() {
@@ -393,6 +400,9 @@ impl Core<'_> {
 
     pub fn set_attempt_state(&mut self, key: &TaskKey, number: u32, to: AttemptState) {
         let applied = self.transition(Transition::AttemptState { key, number, to });
+        if let Some(refused) = applied.refused {
+            tracing::error!(attempt = %key.attempt(number), %refused, "attempt transition refused");
+        }
         let Some((from, to)) = applied.attempt_state else { return };
         let worker =
             self.model.attempts().get(&(key.clone(), number)).map(|a| a.worker.clone()).unwrap_or_default();

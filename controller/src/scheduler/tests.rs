@@ -466,3 +466,31 @@ fn work_waits_until_the_sidecar_speaks_after_its_welcome_so_a_lost_welcome_locks
         "an impostor is refused: {sent:?}"
     );
 }
+
+/// A move the lifecycle does not have is a typed refusal from the model
+/// and changes nothing; through the core it is refused the same way, and
+/// the task goes on from where it was.
+#[test]
+fn an_illegal_transition_is_refused_and_changes_nothing() {
+    let mut rig = Rig::new(0);
+    let key = Rig::key();
+    let ready = state(&rig.detail().task);
+    assert_eq!(ready, TaskState::Running, "w1 took the task at once");
+    let applied = rig.sched.shared.model.apply(super::model::Transition::TaskState {
+        key: &key,
+        to: TaskState::Merged,
+        reason: "skipping the merge",
+    });
+    assert_eq!(
+        applied.refused,
+        Some(swarm_core::IllegalTransition::Task(TaskState::Running, TaskState::Merged))
+    );
+    assert_eq!(applied.task_state, None);
+    let mut fx = super::Effects::default();
+    rig.sched.shared.core(&mut fx).set_state(&key, TaskState::Review, "no result yet");
+    assert!(fx.batch.is_empty(), "nothing to write");
+    assert_eq!(state(&rig.detail().task), TaskState::Running);
+    let attempt = rig.take_assign().expect("assigned");
+    rig.report(attempt, Outcome::Success);
+    assert_eq!(state(&rig.detail().task), TaskState::Merged, "the task goes on as if nothing was asked");
+}

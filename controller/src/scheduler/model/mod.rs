@@ -24,7 +24,7 @@ mod types;
 use std::collections::BTreeSet;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use swarm_core::{AttemptState, SwarmId, TaskKey, TaskState};
+use swarm_core::{AttemptState, IllegalTransition, SwarmId, TaskKey, TaskState};
 
 pub use durations::{Remembered, Source as WeightSource};
 pub use origin::Origin;
@@ -138,6 +138,8 @@ pub struct Applied {
     pub touched: Option<SwarmId>,
     pub task_state: Option<(TaskState, TaskState)>,
     pub attempt_state: Option<(AttemptState, AttemptState)>,
+    /// The change asked for is not one the lifecycle has; nothing changed.
+    pub refused: Option<IllegalTransition>,
     /// A task became READY or ownership was freed: an idle worker's last
     /// scan may be out of date.
     pub frees_work: bool,
@@ -341,6 +343,9 @@ impl Model {
         if from == to && task.reason == reason {
             return Applied::default();
         }
+        if !from.may_become(to) {
+            return Applied { refused: Some(IllegalTransition::Task(from, to)), ..Applied::default() };
+        }
         task.state = to;
         task.reason = reason.to_string();
         if let Some(sw) = self.swarms.get_mut(&key.swarm) {
@@ -395,6 +400,9 @@ impl Model {
         let id = (key.clone(), number);
         let Some(a) = self.attempts.get_mut(&id) else { return Applied::default() };
         let from = a.state;
+        if !from.may_become(to) {
+            return Applied { refused: Some(IllegalTransition::Attempt(from, to)), ..Applied::default() };
+        }
         a.state = to;
         if !to.is_live() && a.ended_at == 0 {
             a.ended_at = now_ms();
