@@ -176,6 +176,12 @@ pub fn describe_text(detail: &TaskDetailView) -> String {
     field("Files", &t.files.join(", "));
     field("Worker", &t.worker);
     field("Attempts", &format!("{} ({} retries used)", t.attempts, t.retries_used));
+    let expected = if t.expected_source.is_empty() {
+        String::new()
+    } else {
+        format!("{} ({})", duration_text(t.expected_ms), t.expected_source)
+    };
+    field("Expected", &expected);
     field("Progress", &if t.step.is_empty() { String::new() } else { format!("{}% {}", t.percent, t.step) });
     field("Question", &t.pending_question);
     field("Cost", &t.usage.text());
