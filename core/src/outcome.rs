@@ -80,23 +80,24 @@ impl Outcome {
         }
     }
 
+    /// Every outcome, in declaration order.
+    pub const ALL: [Outcome; 12] = [
+        Outcome::Success,
+        Outcome::Error,
+        Outcome::Checkpoint,
+        Outcome::Blocked,
+        Outcome::Escalation,
+        Outcome::Interrupted,
+        Outcome::VerifyFailed,
+        Outcome::Signaled,
+        Outcome::Stalled,
+        Outcome::Cancelled,
+        Outcome::InfraFailed,
+        Outcome::RateLimited,
+    ];
+
     pub fn parse(s: &str) -> Option<Outcome> {
-        [
-            Outcome::Success,
-            Outcome::Error,
-            Outcome::Checkpoint,
-            Outcome::Blocked,
-            Outcome::Escalation,
-            Outcome::Interrupted,
-            Outcome::VerifyFailed,
-            Outcome::Signaled,
-            Outcome::Stalled,
-            Outcome::Cancelled,
-            Outcome::InfraFailed,
-            Outcome::RateLimited,
-        ]
-        .into_iter()
-        .find(|o| o.as_str() == s)
+        Outcome::ALL.into_iter().find(|o| o.as_str() == s)
     }
 }
 

@@ -26,21 +26,6 @@ fn report(outcome: Outcome) -> ResultReport {
     }
 }
 
-const EVERY_OUTCOME: [Outcome; 12] = [
-    Outcome::Success,
-    Outcome::Error,
-    Outcome::Checkpoint,
-    Outcome::Blocked,
-    Outcome::Escalation,
-    Outcome::Interrupted,
-    Outcome::VerifyFailed,
-    Outcome::Signaled,
-    Outcome::Stalled,
-    Outcome::Cancelled,
-    Outcome::InfraFailed,
-    Outcome::RateLimited,
-];
-
 fn facts() -> Facts {
     Facts { answered: None, no_change: None, on_empty: OnEmpty::Fail }
 }
@@ -108,7 +93,7 @@ fn failures_name_what_failed_with_the_first_line_of_the_detail() {
 #[test]
 fn work_is_kept_by_exactly_the_outcomes_that_resume() {
     let keeps: Vec<Outcome> =
-        EVERY_OUTCOME.iter().copied().filter(|o| effect_of(&report(*o), facts()).keep_work).collect();
+        Outcome::ALL.iter().copied().filter(|o| effect_of(&report(*o), facts()).keep_work).collect();
     assert_eq!(keeps, [Outcome::Checkpoint, Outcome::Escalation, Outcome::RateLimited]);
 }
 
