@@ -9,7 +9,6 @@
 //! `tasks[3].deps[0]: unknown task "db"`.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::sync::Arc;
 
 use serde::Deserialize;
@@ -21,6 +20,7 @@ pub mod agent;
 pub mod budget;
 mod critical;
 mod defaults;
+mod error;
 mod fields;
 pub mod forge;
 mod graph;
@@ -40,6 +40,8 @@ mod task;
 pub use agent::{AgentInstructions, AgentKind, AgentSpec, Otherwise, PermissionPolicy, PermissionRule};
 pub use budget::{Budget, OnUsageLimit, SwarmBudget};
 pub use critical::{critical_paths, critical_paths_weighted};
+pub use error::PlanError;
+use error::err;
 pub use forge::ForgeSpec;
 pub use limits::Limits;
 pub use prices::{Price, PriceTable};
@@ -49,36 +51,14 @@ pub use schedule::Schedule;
 pub use secrets::SecretSource;
 pub use subplan::{DEFAULT_MAX_DEPTH, MAX_DEPTH_LIMIT, swarm_namespace};
 
-pub use fields::check_label;
-pub use spec::{
-    ConflictPolicy, MergeStrategy, OnEmpty, OwnershipPolicy, RetryPolicy, SetupOn, TaskSpec, VerifyTier,
-};
+pub use fields::{VerifyTier, check_label};
+pub use spec::{ConflictPolicy, MergeStrategy, OnEmpty, OwnershipPolicy, RetryPolicy, SetupOn, TaskSpec};
 
 /// Largest plan we accept: bounds memory and work for input from a user or
 /// the network.
 pub const MAX_PLAN_BYTES: usize = 4 << 20;
 pub const MAX_TASKS: usize = 50_000;
 pub const MAX_PROMPT_BYTES: usize = 64 * 1024;
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PlanError {
-    /// Where in the document, e.g. `tasks[3].deps[0]`.
-    pub path: String,
-    /// The rule that was broken.
-    pub rule: String,
-}
-
-impl fmt::Display for PlanError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.path.is_empty() { f.write_str(&self.rule) } else { write!(f, "{}: {}", self.path, self.rule) }
-    }
-}
-
-impl std::error::Error for PlanError {}
-
-fn err(path: impl Into<String>, rule: impl Into<String>) -> PlanError {
-    PlanError { path: path.into(), rule: rule.into() }
-}
 
 /// A validated plan.
 #[derive(Debug, Clone, PartialEq)]

@@ -13,7 +13,7 @@ use std::fmt;
 
 use serde::Deserialize;
 
-use super::{PlanError, err};
+use super::error::{PlanError, err};
 use crate::names::check_text;
 
 /// Which coding agent runs the task.

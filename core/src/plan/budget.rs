@@ -25,7 +25,7 @@ use std::fmt;
 
 use serde::Deserialize;
 
-use super::{PlanError, err};
+use super::error::{PlanError, err};
 use crate::usage::MAX_COST_USD;
 
 /// A cap on money and tokens; `None`: no cap on that one.

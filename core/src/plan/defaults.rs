@@ -4,10 +4,16 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::budget::{self, Budget};
+use super::error::{PlanError, err};
+use super::fields::VerifyTier;
 use super::fields::{check_env, check_labels, check_tiers};
+use super::limits::{self, Limits};
 use super::raw::RawDefaults;
-use super::{Budget, Limits, PlanError, RetryPolicy, ReviewSpec, SandboxSpec, SecretSource, VerifyTier, err};
-use super::{budget, limits, review, sandbox, secrets};
+use super::review::{self, ReviewSpec};
+use super::sandbox::{self, SandboxSpec};
+use super::secrets::{self, SecretSource};
+use super::spec::RetryPolicy;
 
 /// The defaults a task falls back on, checked.
 pub(super) struct Defaults<'a> {

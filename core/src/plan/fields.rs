@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+use super::error::{PlanError, err};
 use super::sandbox;
-use super::{PlanError, VerifyTier, err};
 use crate::names::check_id;
 
 /// A worker command: a shell line (run with `sh -c`) or an argv array.
@@ -24,6 +24,15 @@ impl Command {
             Command::Argv(argv) => argv,
         }
     }
+}
+
+/// One verify tier, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifyTier {
+    pub name: String,
+    pub command: String,
+    pub blocking: bool,
+    pub timeout_secs: u32,
 }
 
 #[derive(Debug, Clone, Deserialize)]

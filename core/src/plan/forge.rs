@@ -20,8 +20,9 @@
 
 use serde::Deserialize;
 
+use super::error::{PlanError, err};
 use super::secrets::RawSecret;
-use super::{PlanError, SecretSource, err};
+use super::secrets::SecretSource;
 use crate::names::check_branch;
 
 /// The most failed-check rounds a plan may send back to its agents.

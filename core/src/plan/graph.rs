@@ -4,8 +4,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::error::{PlanError, err};
 use super::raw::RawTask;
-use super::{PlanError, TaskSpec, err, subplan};
+use super::spec::TaskSpec;
+use super::subplan;
 use crate::ids::TaskId;
 use crate::names::check_id;
 

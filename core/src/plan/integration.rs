@@ -26,8 +26,8 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use super::fields::{RawTier, check_labels, check_tiers};
-use super::{PlanError, VerifyTier, err};
+use super::error::{PlanError, err};
+use super::fields::{RawTier, VerifyTier, check_labels, check_tiers};
 
 /// The default and the largest batch a merge queue verifies at once.
 pub const DEFAULT_MAX_BATCH: u32 = 8;

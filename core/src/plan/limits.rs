@@ -16,7 +16,7 @@
 
 use serde::Deserialize;
 
-use super::{PlanError, err};
+use super::error::{PlanError, err};
 
 /// The most processes a limit may allow.
 pub const MAX_PIDS: u32 = 1_000_000;

@@ -27,7 +27,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use super::{PlanError, err};
+use super::error::{PlanError, err};
 use crate::Usage;
 use crate::usage::MAX_COST_USD;
 

@@ -14,11 +14,10 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use super::agent::{AgentKind, RawAgentFields, RawInstructions, RawPermissions};
+use super::budget::OnUsageLimit;
 use super::fields::{Command, RawTier};
-use super::{
-    ConflictPolicy, MergeStrategy, OnEmpty, OnUsageLimit, OwnershipPolicy, SetupOn, limits, review, sandbox,
-    secrets,
-};
+use super::spec::{ConflictPolicy, MergeStrategy, OnEmpty, OwnershipPolicy, SetupOn};
+use super::{limits, review, sandbox, secrets};
 
 /// Declares a table holding `agent: RawAgentFields`, read through a serde
 /// shape (`via`, named again in the caller's `#[serde(from)]`) whose keys

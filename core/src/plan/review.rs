@@ -7,9 +7,10 @@
 
 use serde::Deserialize;
 
+use super::MAX_PROMPT_BYTES;
 use super::agent::{AgentKind, AgentSpec, PermissionPolicy};
+use super::error::{PlanError, err};
 use super::fields::Command;
-use super::{MAX_PROMPT_BYTES, PlanError, err};
 use crate::names::check_text;
 
 /// Where a reviewer leaves its decision, relative to its worktree.

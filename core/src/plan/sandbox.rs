@@ -13,7 +13,7 @@
 
 use serde::Deserialize;
 
-use super::{PlanError, err};
+use super::error::{PlanError, err};
 
 /// The label a sidecar sets on itself when its kernel enforces the whole
 /// sandbox; a `required` task asks for it as for any other label.

@@ -1,7 +1,7 @@
 //! The plan's scheduling fields: a task's `priority` and `estimate`, and a
 //! swarm's `priority`, `share` and `max_parallel`.
 
-use super::{PlanError, err};
+use super::error::{PlanError, err};
 
 /// Bounds of a `priority`, at the plan and at a task: wide enough for any
 /// ranking an operator writes by hand, narrow enough that their sum never

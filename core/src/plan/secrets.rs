@@ -13,8 +13,8 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+use super::error::{PlanError, err};
 use super::sandbox::check_sandbox_path;
-use super::{PlanError, err};
 
 const MAX_SECRETS: usize = 64;
 

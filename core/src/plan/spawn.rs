@@ -17,7 +17,8 @@ use std::sync::Arc;
 
 use toml::{Table, Value};
 
-use super::{Plan, PlanError, err};
+use super::Plan;
+use super::error::{PlanError, err};
 use crate::ids::{SwarmId, TaskId};
 
 /// The most tasks one `spawn` may start: a model splitting its task into

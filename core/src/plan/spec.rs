@@ -7,7 +7,13 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use super::{AgentSpec, Budget, OnUsageLimit, Plan, ReviewSpec, SandboxSpec, SecretSource};
+use super::Plan;
+use super::agent::AgentSpec;
+use super::budget::{Budget, OnUsageLimit};
+use super::fields::VerifyTier;
+use super::review::ReviewSpec;
+use super::sandbox::SandboxSpec;
+use super::secrets::SecretSource;
 use crate::ids::TaskId;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
@@ -112,14 +118,6 @@ impl RetryPolicy {
         let raw = (self.initial_backoff_ms as f64) * exp;
         if raw.is_finite() { (raw as u64).min(self.max_backoff_ms) } else { self.max_backoff_ms }
     }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VerifyTier {
-    pub name: String,
-    pub command: String,
-    pub blocking: bool,
-    pub timeout_secs: u32,
 }
 
 /// One validated task.

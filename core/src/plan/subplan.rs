@@ -16,8 +16,9 @@
 
 use std::sync::Arc;
 
+use super::error::{PlanError, err};
 use super::raw::{RawDefaults, RawTask};
-use super::{Plan, PlanError, err, task_branch, validate_body};
+use super::{Plan, task_branch, validate_body};
 use crate::globs::OwnedGlobs;
 use crate::ids::{SwarmId, TaskId};
 

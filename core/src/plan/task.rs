@@ -4,13 +4,15 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use super::agent::{self, AgentSpec};
+use super::budget::{self, Budget};
 use super::defaults::Defaults;
+use super::error::{PlanError, err};
 use super::fields::{check_env, check_labels, check_tiers};
 use super::raw::RawTask;
-use super::{
-    AgentSpec, Budget, MAX_PROMPT_BYTES, OnEmpty, Plan, PlanError, RetryPolicy, SandboxMode, SandboxSpec,
-};
-use super::{TaskSpec, agent, budget, err, limits, review, sandbox, schedule, secrets, subplan};
+use super::sandbox::{self, SandboxMode, SandboxSpec};
+use super::spec::{OnEmpty, RetryPolicy, TaskSpec};
+use super::{MAX_PROMPT_BYTES, Plan, limits, review, schedule, secrets, subplan};
 use crate::ids::TaskId;
 use crate::names::{check_glob, check_text};
 
