@@ -11,6 +11,7 @@ use super::model::{QuestionAnswer, Swarm, SwarmState, Task};
 use super::outbound::{AttemptHandle, Outbound};
 use super::pause;
 use super::reads::reply_read;
+use super::refs;
 use super::review;
 use super::views::{self, SwarmView, TaskView, WorkerView};
 use super::{Effects, Scheduler, now_ms};
@@ -101,11 +102,11 @@ impl Scheduler {
                 later(fx, reply, r);
             }
             OperatorOp::CheckPlanRefs { plan, reply } => {
-                let r = self.check_plan_refs(&plan);
+                let r = refs::check_plan_refs(&self.shared.model, &plan);
                 later(fx, reply, r);
             }
             OperatorOp::Land { swarm, target, reply } => {
-                let r = self.land_target(&swarm, target);
+                let r = refs::land_target(&self.shared.model, &swarm, target);
                 later(fx, reply, r);
             }
             OperatorOp::SetBudget { target, change, reply } => {
@@ -126,7 +127,7 @@ impl Scheduler {
             }
             OperatorOp::Landed { swarm, target, outcome, reply } => {
                 let _span = tracing::info_span!("swarm.land", swarm = %swarm, target = %target).entered();
-                let r = self.record_land(&swarm, &target, outcome, fx);
+                let r = refs::record_land(&self.shared.model, &swarm, &target, outcome, fx);
                 later(fx, reply, r);
             }
         }
@@ -238,7 +239,7 @@ impl Scheduler {
         origin: Option<Arc<super::Origin>>,
         fx: &mut Effects,
     ) -> Result<(SwarmView, bool), SchedError> {
-        self.check_plan_refs(&plan)?;
+        refs::check_plan_refs(&self.shared.model, &plan)?;
         if plan.swarm.parent().is_some() {
             return Err(SchedError::InvalidArgument {
                 field: "plan.name".into(),

@@ -145,7 +145,7 @@ impl Scheduler {
                     serde_json::json!({ "pid": pid, "restarts": restarts }),
                 );
                 if let Some(s) = sandbox.filter(|_| restarts == 0) {
-                    self.sandbox_event(fx, &attempt, worker_id, s);
+                    super::sandbox::sandbox_event(fx, &attempt, worker_id, s);
                 }
             }
             Report::Progress { attempt, percent, step, usage, session_id } => {
