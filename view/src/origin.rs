@@ -11,7 +11,7 @@ use crate::UsageView;
 /// Said beside a planned swarm's own cost, which leaves planning out.
 pub const PLANNING_EXCLUDED: &str = "its agents only; planning is shown apart";
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct OriginView {
     pub goal: String,
     pub planner_agent: String,
@@ -31,6 +31,18 @@ impl From<&v1::SwarmOrigin> for OriginView {
             planner_session: printable(&o.planner_session, false),
             planner_usage: UsageView::from(o.planner_usage.as_ref()),
             issue_url: printable(&o.issue_url, false),
+        }
+    }
+}
+
+impl From<OriginView> for v1::SwarmOrigin {
+    fn from(o: OriginView) -> Self {
+        v1::SwarmOrigin {
+            goal: o.goal,
+            planner_agent: o.planner_agent,
+            planner_session: o.planner_session,
+            planner_usage: Some(v1::Usage::from(&o.planner_usage)),
+            issue_url: o.issue_url,
         }
     }
 }

@@ -1,4 +1,6 @@
-//! A swarm: its state, its branches, its progress and its spending.
+//! A swarm: its state, its branches, its progress and its spending. The
+//! controller's scheduler builds `SwarmView`; the `From` pair here is its
+//! only wire conversion.
 
 use std::collections::BTreeMap;
 
@@ -6,9 +8,9 @@ use serde::Serialize;
 use swarm_proto::v1;
 
 use crate::UsageView;
-use crate::names::swarm_state;
+use crate::names::{state_number, swarm_state};
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SwarmView {
     pub id: String,
     pub state: String,
@@ -59,6 +61,9 @@ pub struct ForgeView {
     /// Why the last sync failed (empty: it did not).
     #[serde(skip_serializing_if = "String::is_empty")]
     pub error: String,
+    /// When the last sync failed; on the wire, never in the JSON.
+    #[serde(skip)]
+    pub error_at_unix_ms: i64,
     /// When a failed sync is tried again; 0 with an error: it waits for you.
     pub retry_at_unix_ms: i64,
     /// The pushed commit's checks as last read.
@@ -113,6 +118,7 @@ impl From<&v1::Forge> for ForgeView {
             pull_state: f.pull_state.clone(),
             synced_at_unix_ms: f.synced_at_unix_ms,
             error: f.error.clone(),
+            error_at_unix_ms: f.error_at_unix_ms,
             retry_at_unix_ms: f.retry_at_unix_ms,
             checks: f.checks.clone(),
             merge_commit: f.merge_commit.clone(),
@@ -143,5 +149,83 @@ impl From<&v1::Swarm> for SwarmView {
             forge: s.forge.as_ref().map(ForgeView::from),
             origin: s.origin.as_ref().map(crate::OriginView::from),
         }
+    }
+}
+
+impl From<ForgeView> for v1::Forge {
+    fn from(f: ForgeView) -> Self {
+        v1::Forge {
+            provider: f.provider,
+            remote_branch: f.remote_branch,
+            pushed: f.pushed,
+            pull_number: f.pull_number,
+            pull_url: f.pull_url,
+            pull_state: f.pull_state,
+            synced_at_unix_ms: f.synced_at_unix_ms,
+            error: f.error,
+            error_at_unix_ms: f.error_at_unix_ms,
+            retry_at_unix_ms: f.retry_at_unix_ms,
+            checks: f.checks,
+            merge_commit: f.merge_commit,
+            flaky: f.flaky,
+        }
+    }
+}
+
+impl From<SwarmView> for v1::Swarm {
+    fn from(s: SwarmView) -> Self {
+        v1::Swarm {
+            state: state_number(&s.state, "SWARM_STATE_", |n| {
+                v1::SwarmState::from_str_name(n).map(|s| s as i32)
+            }),
+            id: s.id,
+            base_branch: s.base_branch,
+            integration_branch: s.integration_branch,
+            integration_head: s.integration_head,
+            task_count: s.task_count,
+            tasks_by_state: s.tasks_by_state.into_iter().collect(),
+            created_at_unix_ms: s.created_at_unix_ms,
+            stalled_reason: s.stalled_reason,
+            stalled_tasks: s.stalled_tasks,
+            usage: Some(v1::Usage::from(&s.usage)),
+            paused_reason: s.paused_reason,
+            budget: Some(v1::Budget { usd: s.budget_usd, tokens: s.budget_tokens }),
+            max_usd_per_hour: s.max_usd_per_hour,
+            usd_last_hour: s.usd_last_hour,
+            forge: s.forge.map(v1::Forge::from),
+            origin: s.origin.map(v1::SwarmOrigin::from),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_swarm_goes_to_the_wire_and_back_unchanged() {
+        let s = v1::Swarm {
+            id: "app".into(),
+            state: v1::SwarmState::Stalled as i32,
+            tasks_by_state: [("MERGED".to_string(), 2)].into_iter().collect(),
+            task_count: 2,
+            stalled_reason: "waits".into(),
+            stalled_tasks: vec!["api".into()],
+            usage: Some(v1::Usage { output_tokens: 4, ..Default::default() }),
+            budget: Some(v1::Budget { usd: 3.0, tokens: 0 }),
+            forge: Some(v1::Forge {
+                provider: "github".into(),
+                error: "x".into(),
+                error_at_unix_ms: 8,
+                ..Default::default()
+            }),
+            origin: Some(v1::SwarmOrigin {
+                goal: "g".into(),
+                planner_usage: Some(v1::Usage::default()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(v1::Swarm::from(SwarmView::from(&s)), s);
     }
 }

@@ -12,7 +12,7 @@ use swarm_proto::convert::{
 };
 use swarm_proto::v1;
 
-use crate::scheduler::views::{SwarmView, TaskDetailView};
+use crate::scheduler::views::TaskDetailView;
 use crate::scheduler::{
     AssignSpec, AttemptHandle, CloseCode, HelloInfo, Outbound, Report, ReportedAttempt, ResultReport,
     SandboxReported, TierOutcome, VerifiedReport,
@@ -472,61 +472,6 @@ pub fn outbound(o: Outbound) -> Result<v1::ControllerMessage, tonic::Status> {
 
 pub fn task_key(field: &str, full: &str) -> Result<TaskKey, FieldError> {
     TaskKey::parse(full).map_err(|rule| FieldError::new(field, rule))
-}
-
-pub fn swarm(v: SwarmView) -> v1::Swarm {
-    let state = match v.state {
-        crate::scheduler::SwarmState::Active => v1::SwarmState::Active,
-        crate::scheduler::SwarmState::Completed => v1::SwarmState::Completed,
-        crate::scheduler::SwarmState::Failed => v1::SwarmState::Failed,
-        crate::scheduler::SwarmState::Cancelled => v1::SwarmState::Cancelled,
-        crate::scheduler::SwarmState::Stalled => v1::SwarmState::Stalled,
-        crate::scheduler::SwarmState::Paused => v1::SwarmState::Paused,
-        crate::scheduler::SwarmState::Landing => v1::SwarmState::Landing,
-    };
-    let (stalled_reason, stalled_tasks) = v.stall.map(|s| (s.reason, s.tasks)).unwrap_or_default();
-    v1::Swarm {
-        id: v.id,
-        state: state as i32,
-        base_branch: v.base_branch,
-        integration_branch: v.integration_branch,
-        integration_head: v.integration_head,
-        tasks_by_state: v.tasks_by_state.into_iter().collect(),
-        created_at_unix_ms: v.created_at,
-        task_count: v.task_count,
-        stalled_reason,
-        stalled_tasks,
-        usage: Some(v1::Usage::from(&v.usage)),
-        paused_reason: v.paused_reason,
-        budget: Some(budget(&v.budget.limit)),
-        max_usd_per_hour: v.budget.max_usd_per_hour.unwrap_or(0.0),
-        usd_last_hour: v.usd_last_hour,
-        forge: v.forge.map(forge),
-        origin: v.origin.as_deref().map(super::origin::to_wire),
-    }
-}
-
-fn forge(f: crate::scheduler::views::SwarmForge) -> v1::Forge {
-    let pull = f.state.pull.unwrap_or_default();
-    v1::Forge {
-        provider: f.provider.to_string(),
-        remote_branch: f.remote_branch,
-        pushed: f.state.pushed,
-        pull_number: pull.number,
-        pull_url: pull.url,
-        pull_state: pull.state,
-        synced_at_unix_ms: f.state.synced_at,
-        error: f.state.error,
-        error_at_unix_ms: f.state.error_at,
-        retry_at_unix_ms: f.state.retry_at,
-        checks: f.state.checks,
-        merge_commit: pull.merge_commit,
-        flaky: f.state.flaky,
-    }
-}
-
-fn budget(b: &swarm_core::plan::Budget) -> v1::Budget {
-    v1::Budget { usd: b.usd.unwrap_or(0.0), tokens: b.tokens.unwrap_or(0) }
 }
 
 fn attempt(a: crate::scheduler::Attempt) -> v1::Attempt {

@@ -80,14 +80,14 @@ impl OperatorService for OperatorApi {
                 reply,
             })
             .await?;
-        Ok(Response::new(v1::CreateSwarmResponse { swarm: Some(convert::swarm(view)), created }))
+        Ok(Response::new(v1::CreateSwarmResponse { swarm: Some(v1::Swarm::from(view)), created }))
     }
 
     #[tracing::instrument(skip_all)]
     async fn get_swarm(&self, request: Request<v1::GetSwarmRequest>) -> Result<Response<v1::Swarm>, Status> {
         let swarm = requests::swarm_id("swarm_id", &request.into_inner().swarm_id)?;
         let view = self.shared.ask(|reply| OperatorOp::GetSwarm { swarm, reply }).await?;
-        Ok(Response::new(convert::swarm(view)))
+        Ok(Response::new(v1::Swarm::from(view)))
     }
 
     async fn list_swarms(
@@ -99,7 +99,7 @@ impl OperatorService for OperatorApi {
         let (views, next_page_token) =
             self.shared.ask(|reply| OperatorOp::ListSwarms { page, reply }).await?;
         Ok(Response::new(v1::ListSwarmsResponse {
-            swarms: views.into_iter().map(convert::swarm).collect(),
+            swarms: views.into_iter().map(v1::Swarm::from).collect(),
             next_page_token,
         }))
     }

@@ -69,16 +69,6 @@ fn text(field: &str, s: &str, max: usize, lines: bool) -> Result<(), FieldError>
     Ok(())
 }
 
-pub fn to_wire(o: &Origin) -> v1::SwarmOrigin {
-    v1::SwarmOrigin {
-        goal: o.goal.clone(),
-        planner_agent: o.planner_agent.clone(),
-        planner_session: o.planner_session.clone(),
-        planner_usage: Some(v1::Usage::from(&o.planner_usage)),
-        issue_url: o.issue_url.clone(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -101,7 +91,7 @@ mod tests {
     fn a_good_origin_is_kept_whole_and_none_is_none() {
         assert!(from_wire(None).expect("none").is_none());
         let kept = from_wire(Some(&good())).expect("good").expect("some");
-        assert_eq!(to_wire(&kept), good());
+        assert_eq!(v1::SwarmOrigin::from(crate::scheduler::views::origin_view(&kept)), good());
     }
 
     #[test]

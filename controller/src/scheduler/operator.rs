@@ -212,7 +212,7 @@ impl Scheduler {
     }
 
     pub(super) fn swarm_view(&self, id: &str) -> Result<SwarmView, SchedError> {
-        self.swarm(id).map(|s| SwarmView::of(s, self.budgets.burn_rate(&s.id)))
+        self.swarm(id).map(|s| views::swarm_view(s, self.budgets.burn_rate(&s.id)))
     }
 
     pub(super) fn task(&self, key: &TaskKey) -> Result<&Task, SchedError> {
@@ -251,7 +251,7 @@ impl Scheduler {
             // origin it was created with: a second planning run's session
             // and cost did not make this swarm.
             if *existing.plan_text == *plan_text {
-                return Ok((SwarmView::of(existing, self.budgets.burn_rate(&existing.id)), false));
+                return Ok((views::swarm_view(existing, self.budgets.burn_rate(&existing.id)), false));
             }
             return Err(SchedError::AlreadyExists(format!(
                 "swarm {:?} already exists with a different plan",

@@ -109,7 +109,7 @@ impl Scheduler {
             .map(|s| {
                 (
                     format!("{:020}/{}", s.created_at.max(0), s.id),
-                    SwarmView::of(s, self.budgets.burn_rate(&s.id)),
+                    super::views::swarm_view(s, self.budgets.burn_rate(&s.id)),
                 )
             })
             .collect();

@@ -4,85 +4,91 @@ use std::collections::BTreeMap;
 
 use std::sync::Arc;
 
-use swarm_core::plan::{ForgeSpec, Plan, SwarmBudget};
-use swarm_core::{SwarmId, TaskState, Usage};
+use swarm_core::plan::{ForgeSpec, Plan};
+use swarm_core::{SwarmId, TaskState};
 use swarm_proto::v1;
-use swarm_view::UsageView;
-pub use swarm_view::{TaskView, WorkerView};
+use swarm_view::{ForgeView, OriginView, UsageView};
+pub use swarm_view::{SwarmView, TaskView, WorkerView};
 
 pub use super::branch_report::BranchReport as BranchReportView;
 pub use super::model::task_usage;
 use super::model::{Attempt, ForgeState, Model, PendingReply, Swarm, SwarmState, Task, Worker};
 use crate::store::EventRow;
 
-#[derive(Debug, Clone)]
-pub struct SwarmView {
-    pub id: String,
-    pub state: SwarmState,
-    pub base_branch: String,
-    pub integration_branch: String,
-    pub target_branch: String,
-    pub integration_head: String,
-    pub tasks_by_state: BTreeMap<String, u32>,
-    pub created_at: i64,
-    pub task_count: u32,
-    pub stall: Option<super::stall::Stall>,
-    /// What its agent attempts spent.
-    pub usage: Usage,
-    /// Why it is PAUSED (empty otherwise).
-    pub paused_reason: String,
-    pub budget: SwarmBudget,
-    /// What its agents spent in the last hour, as the breaker counts it.
-    pub usd_last_hour: f64,
-    /// Its branch on the remote and its pull request, with a `[forge]`.
-    pub forge: Option<SwarmForge>,
-    /// How it was made, when a planner wrote its plan.
-    pub origin: Option<Arc<super::model::Origin>>,
+/// A swarm as every client reads it (`swarm_view::SwarmView`), with what
+/// its agents spent in the last hour as the breaker counts it.
+pub fn swarm_view(swarm: &Swarm, usd_last_hour: f64) -> SwarmView {
+    let tasks_by_state: BTreeMap<String, u32> = TaskState::ALL
+        .iter()
+        .zip(*swarm.counts())
+        .filter(|(_, n)| *n > 0)
+        .map(|(s, n)| (s.as_str().to_string(), n))
+        .collect();
+    // A stalled swarm cancelled keeps its last description; only STALLED
+    // shows one.
+    let stall = swarm.stall.clone().filter(|_| swarm.state == SwarmState::Stalled);
+    let (stalled_reason, stalled_tasks) = stall.map(|s| (s.reason, s.tasks)).unwrap_or_default();
+    let budget = super::model::swarm_budget(swarm);
+    SwarmView {
+        id: swarm.id.to_string(),
+        state: swarm.state.as_str().to_string(),
+        base_branch: swarm.plan.base_branch.clone(),
+        integration_branch: swarm.plan.integration_branch.clone(),
+        integration_head: swarm.integration_head.clone(),
+        task_count: swarm.tasks.len() as u32,
+        tasks_by_state,
+        created_at_unix_ms: swarm.created_at,
+        stalled_reason,
+        stalled_tasks,
+        usage: UsageView::from(swarm.usage()),
+        paused_reason: match (&swarm.control.paused, swarm.state) {
+            (Some(p), SwarmState::Paused) => format!("{} (by the {})", p.reason, p.by),
+            _ => String::new(),
+        },
+        budget_usd: budget.limit.usd.unwrap_or(0.0),
+        budget_tokens: budget.limit.tokens.unwrap_or(0),
+        max_usd_per_hour: budget.max_usd_per_hour.unwrap_or(0.0),
+        usd_last_hour,
+        forge: swarm.plan.forge.as_ref().map(|spec| {
+            let remote_branch = spec.branch.clone().unwrap_or_else(|| swarm.plan.integration_branch.clone());
+            forge_view(
+                spec.provider.as_str(),
+                remote_branch,
+                swarm.control.forge.as_deref().cloned().unwrap_or_default(),
+            )
+        }),
+        origin: swarm.origin.as_deref().map(origin_view),
+    }
+}
+
+/// How a planned swarm was made, as every client reads it.
+pub fn origin_view(o: &super::model::Origin) -> OriginView {
+    OriginView {
+        goal: o.goal.clone(),
+        planner_agent: o.planner_agent.clone(),
+        planner_session: o.planner_session.clone(),
+        planner_usage: UsageView::from(&o.planner_usage),
+        issue_url: o.issue_url.clone(),
+    }
 }
 
 /// A swarm's `[forge]` and what its last sync did.
-#[derive(Debug, Clone)]
-pub struct SwarmForge {
-    pub provider: &'static str,
-    pub remote_branch: String,
-    pub state: ForgeState,
-}
-
-impl SwarmView {
-    pub fn of(swarm: &Swarm, usd_last_hour: f64) -> SwarmView {
-        let by_state: BTreeMap<String, u32> = TaskState::ALL
-            .iter()
-            .zip(*swarm.counts())
-            .filter(|(_, n)| *n > 0)
-            .map(|(s, n)| (s.as_str().to_string(), n))
-            .collect();
-        SwarmView {
-            id: swarm.id.to_string(),
-            state: swarm.state,
-            base_branch: swarm.plan.base_branch.clone(),
-            integration_branch: swarm.plan.integration_branch.clone(),
-            target_branch: swarm.plan.target_branch.clone(),
-            integration_head: swarm.integration_head.clone(),
-            tasks_by_state: by_state,
-            created_at: swarm.created_at,
-            task_count: swarm.tasks.len() as u32,
-            // A stalled swarm cancelled keeps its last description; only
-            // STALLED shows one.
-            stall: swarm.stall.clone().filter(|_| swarm.state == SwarmState::Stalled),
-            usage: *swarm.usage(),
-            paused_reason: match (&swarm.control.paused, swarm.state) {
-                (Some(p), SwarmState::Paused) => format!("{} (by the {})", p.reason, p.by),
-                _ => String::new(),
-            },
-            budget: super::model::swarm_budget(swarm),
-            usd_last_hour,
-            forge: swarm.plan.forge.as_ref().map(|spec| SwarmForge {
-                provider: spec.provider.as_str(),
-                remote_branch: spec.branch.clone().unwrap_or_else(|| swarm.plan.integration_branch.clone()),
-                state: swarm.control.forge.as_deref().cloned().unwrap_or_default(),
-            }),
-            origin: swarm.origin.clone(),
-        }
+fn forge_view(provider: &str, remote_branch: String, state: ForgeState) -> ForgeView {
+    let pull = state.pull.unwrap_or_default();
+    ForgeView {
+        provider: provider.to_string(),
+        remote_branch,
+        pushed: state.pushed,
+        pull_number: pull.number,
+        pull_url: pull.url,
+        pull_state: pull.state,
+        synced_at_unix_ms: state.synced_at,
+        error: state.error,
+        error_at_unix_ms: state.error_at,
+        retry_at_unix_ms: state.retry_at,
+        checks: state.checks,
+        merge_commit: pull.merge_commit,
+        flaky: state.flaky,
     }
 }
 

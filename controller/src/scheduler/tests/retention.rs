@@ -21,7 +21,7 @@ fn retain_for(rig: &mut Rig, window: Duration) {
 fn swarm_state(rig: &mut Rig, id: &str) -> Result<SwarmState, SchedError> {
     let (reply, mut rx) = oneshot::channel();
     rig.sched.turn([Command::Operator(OperatorOp::GetSwarm { swarm: id.into(), reply })]).expect("turn");
-    rx.try_recv().expect("replied").map(|v| v.state)
+    rx.try_recv().expect("replied").map(|v| SwarmState::parse(&v.state).expect("a state this build knows"))
 }
 
 /// Every stored row and event of `swarm` (its children included), and the
