@@ -373,15 +373,15 @@ impl Scheduler {
                 let _ = reply.send(context);
             }
             Command::PlanSpawn { claim, fragment, reply } => {
-                let r = self.plan_spawn(&claim, &fragment, fx);
+                let r = spawn::plan_spawn(&mut self.core(fx), &claim, &fragment);
                 operator::later(fx, reply, r);
             }
             Command::SpawnChildren { claim, text, plan, head, reply } => {
-                let r = self.spawn_children(&claim, text, plan, &head, fx);
+                let r = spawn::spawn_children(&mut self.core(fx), &claim, text, plan, &head);
                 operator::later(fx, reply, r);
             }
             Command::Children { claim, reply } => {
-                let r = self.children(&claim);
+                let r = spawn::children(&self.shared.model, &claim);
                 reads::reply_read(fx, reply, r);
             }
             Command::ForgeTargets { swarm, reply } => {

@@ -18,10 +18,10 @@ use std::sync::Arc;
 use swarm_core::plan::{Plan, PlanError, spawn};
 use swarm_core::{SwarmId, TaskKey};
 
-use super::core::Effects;
+use super::core::Core;
 use super::model::{Model, SwarmState};
 use super::views::ChildrenView;
-use super::{PackClaim, Scheduler, sessions, subswarm};
+use super::{PackClaim, sessions, subswarm};
 use crate::error::SchedError;
 
 /// What a spawn needs next.
@@ -33,94 +33,84 @@ pub enum SpawnPlan {
     New { text: Arc<str>, plan: Arc<Plan>, base: String },
 }
 
-impl Scheduler {
-    /// Validates a spawn and composes the child's plan; a child that
-    /// exists with the same tasks has its failed tasks retried.
-    pub(super) fn plan_spawn(
-        &mut self,
-        claim: &PackClaim,
-        fragment: &str,
-        fx: &mut Effects,
-    ) -> Result<SpawnPlan, SchedError> {
-        let key = authorized(&self.shared.model, claim)?;
-        let model = &self.shared.model;
-        let parent =
-            model.swarms().get(&key.swarm).ok_or_else(|| SchedError::NotFound(key.swarm.to_string()))?;
-        let spawned_plan =
-            spawn::spawned(&parent.plan_text, &key.swarm, &key.task, fragment).map_err(invalid)?;
-        let child = key.swarm.child(&key.task);
-        let Some(existing) = model.swarms().get(&child) else {
-            let spawned = spawned_under(model, key.swarm.root());
-            if spawned + spawned_plan_tasks(&spawned_plan) > MAX_SPAWNED_PER_ROOT {
-                return Err(SchedError::FailedPrecondition(format!(
-                    "tasks: the agents of swarm {} have spawned {spawned} tasks; at most {MAX_SPAWNED_PER_ROOT} \
-                     in all, so that agents splitting their work cannot grow a swarm without end",
-                    key.swarm.root()
-                )));
-            }
-            let base = model
-                .attempts()
-                .get(&(key.clone(), claim.attempt.as_ref().map_or(0, |a| a.number)))
-                .map(|a| a.base_commit.clone())
-                .unwrap_or_default();
-            return Ok(SpawnPlan::New { text: spawned_plan.text.into(), plan: spawned_plan.plan, base });
-        };
-        if *existing.plan_text != *spawned_plan.text {
+/// Validates a spawn and composes the child's plan; a child that
+/// exists with the same tasks has its failed tasks retried.
+pub(super) fn plan_spawn(
+    core: &mut Core,
+    claim: &PackClaim,
+    fragment: &str,
+) -> Result<SpawnPlan, SchedError> {
+    let key = authorized(core.model, claim)?;
+    let model = &*core.model;
+    let parent = model.swarms().get(&key.swarm).ok_or_else(|| SchedError::NotFound(key.swarm.to_string()))?;
+    let spawned_plan = spawn::spawned(&parent.plan_text, &key.swarm, &key.task, fragment).map_err(invalid)?;
+    let child = key.swarm.child(&key.task);
+    let Some(existing) = model.swarms().get(&child) else {
+        let spawned = spawned_under(model, key.swarm.root());
+        if spawned + spawned_plan_tasks(&spawned_plan) > MAX_SPAWNED_PER_ROOT {
             return Err(SchedError::FailedPrecondition(format!(
-                "task {key} already spawned {child} with other tasks ({} of them, {}); wait for it with \
-                 wait_children, or retry its tasks",
-                existing.tasks.len(),
-                existing.state.as_str()
+                "tasks: the agents of swarm {} have spawned {spawned} tasks; at most {MAX_SPAWNED_PER_ROOT} \
+                 in all, so that agents splitting their work cannot grow a swarm without end",
+                key.swarm.root()
             )));
         }
-        if matches!(existing.state, SwarmState::Failed | SwarmState::Cancelled) {
-            let _span =
-                tracing::info_span!("subswarm.resume", swarm = %key.swarm, task = %key, child = %child)
-                    .entered();
-            subswarm::resume_child(&mut self.shared.core(fx), &child);
-        }
-        Ok(SpawnPlan::Exists(ChildrenView::of(&self.shared.model, &child)))
+        let base = model
+            .attempts()
+            .get(&(key.clone(), claim.attempt.as_ref().map_or(0, |a| a.number)))
+            .map(|a| a.base_commit.clone())
+            .unwrap_or_default();
+        return Ok(SpawnPlan::New { text: spawned_plan.text.into(), plan: spawned_plan.plan, base });
+    };
+    if *existing.plan_text != *spawned_plan.text {
+        return Err(SchedError::FailedPrecondition(format!(
+            "task {key} already spawned {child} with other tasks ({} of them, {}); wait for it with \
+             wait_children, or retry its tasks",
+            existing.tasks.len(),
+            existing.state.as_str()
+        )));
     }
+    if matches!(existing.state, SwarmState::Failed | SwarmState::Cancelled) {
+        let _span =
+            tracing::info_span!("subswarm.resume", swarm = %key.swarm, task = %key, child = %child).entered();
+        subswarm::resume_child(core, &child);
+    }
+    Ok(SpawnPlan::Exists(ChildrenView::of(core.model, &child)))
+}
 
-    /// Creates the child on its branch at `head` (or, when a repeated call
-    /// got here first, answers with the child as it is).
-    pub(super) fn spawn_children(
-        &mut self,
-        claim: &PackClaim,
-        text: Arc<str>,
-        plan: Arc<Plan>,
-        head: &str,
-        fx: &mut Effects,
-    ) -> Result<ChildrenView, SchedError> {
-        let key = authorized(&self.shared.model, claim)?;
-        let child = key.swarm.child(&key.task);
-        if plan.swarm != child {
-            return Err(SchedError::InvalidArgument {
-                field: "plan".into(),
-                rule: format!("must be {child}'s"),
-            });
-        }
-        if !self.shared.model.swarms().contains_key(&child) {
-            let number = claim.attempt.as_ref().map_or(0, |a| a.number);
-            let _span = tracing::info_span!("subswarm.spawn", swarm = %key.swarm, task = %key, attempt = %key.attempt(number), child = %child).entered();
-            fx.task_event(
-                &key,
-                number,
-                "",
-                "task.spawned",
-                format!("the agent spawned child swarm {child} with {} tasks at {head}", plan.tasks.len()),
-                serde_json::json!({ "child": child.as_str(), "head": head, "tasks": plan.tasks.len() }),
-            );
-            self.shared.core(fx).insert_swarm(text, plan, head);
-        }
-        Ok(ChildrenView::of(&self.shared.model, &child))
+/// Creates the child on its branch at `head` (or, when a repeated call
+/// got here first, answers with the child as it is).
+pub(super) fn spawn_children(
+    core: &mut Core,
+    claim: &PackClaim,
+    text: Arc<str>,
+    plan: Arc<Plan>,
+    head: &str,
+) -> Result<ChildrenView, SchedError> {
+    let key = authorized(core.model, claim)?;
+    let child = key.swarm.child(&key.task);
+    if plan.swarm != child {
+        return Err(SchedError::InvalidArgument { field: "plan".into(), rule: format!("must be {child}'s") });
     }
+    if !core.model.swarms().contains_key(&child) {
+        let number = claim.attempt.as_ref().map_or(0, |a| a.number);
+        let _span = tracing::info_span!("subswarm.spawn", swarm = %key.swarm, task = %key, attempt = %key.attempt(number), child = %child).entered();
+        core.fx.task_event(
+            &key,
+            number,
+            "",
+            "task.spawned",
+            format!("the agent spawned child swarm {child} with {} tasks at {head}", plan.tasks.len()),
+            serde_json::json!({ "child": child.as_str(), "head": head, "tasks": plan.tasks.len() }),
+        );
+        core.insert_swarm(text, plan, head);
+    }
+    Ok(ChildrenView::of(core.model, &child))
+}
 
-    /// The attempt's spawned child as it is now.
-    pub(super) fn children(&self, claim: &PackClaim) -> Result<ChildrenView, SchedError> {
-        let key = authorized(&self.shared.model, claim)?;
-        Ok(ChildrenView::of(&self.shared.model, &key.swarm.child(&key.task)))
-    }
+/// The attempt's spawned child as it is now.
+pub(super) fn children(model: &Model, claim: &PackClaim) -> Result<ChildrenView, SchedError> {
+    let key = authorized(model, claim)?;
+    Ok(ChildrenView::of(model, &key.swarm.child(&key.task)))
 }
 
 /// The most tasks the agents of one root swarm may spawn in all, through
