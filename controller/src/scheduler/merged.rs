@@ -7,156 +7,158 @@ use swarm_core::plan::ConflictPolicy;
 use swarm_core::{AttemptState, TaskKey, TaskState};
 use swarm_git::merge::{Conflict, MergeResult, MergeStats, QueueReport, Verdict};
 
-use super::{Effects, Scheduler, merge_queue};
+use super::core::Core;
+use super::merge_queue::{self, Queues};
+use super::review::ReviewQueue;
 
-impl Scheduler {
-    /// A task's attempt succeeded: the one way in for a succeeded result,
-    /// to REVIEW when its plan asks for one, else the merge path.
-    pub(super) fn after_success(&mut self, key: &TaskKey, number: u32, fx: &mut Effects) {
-        if self.reviews.after_success(&mut self.shared.core(fx), key, number) {
-            self.start_merge(key, number, false, fx);
-        }
+/// A task's attempt succeeded: the one way in for a succeeded result,
+/// to REVIEW when its plan asks for one, else the merge path.
+pub(super) fn after_success(
+    core: &mut Core,
+    reviews: &mut ReviewQueue,
+    queues: &mut Queues,
+    key: &TaskKey,
+    number: u32,
+) {
+    if reviews.after_success(core, key, number) {
+        start_merge(core, queues, key, number, false);
     }
+}
 
-    /// SUCCEEDED → MERGING, and the job goes to the merger after commit.
-    /// The one way in for a task ready to merge: a swarm with
-    /// `integration_verify` queues it for a verified batch instead.
-    pub(super) fn start_merge(&mut self, key: &TaskKey, number: u32, recovering: bool, fx: &mut Effects) {
-        if merge_queue::queues_merges(&self.shared.model, &key.swarm) {
-            return self.merge_queues.enqueue(&mut self.shared.core(fx), key, number);
-        }
-        let Some(job) = merge_queue::merge_job(&self.shared.model, key, number, recovering) else { return };
-        self.core(fx).set_state(key, TaskState::Merging, &format!("merging attempt {number}"));
-        fx.merges.push(job);
+/// SUCCEEDED → MERGING, and the job goes to the merger after commit.
+/// The one way in for a task ready to merge: a swarm with
+/// `integration_verify` queues it for a verified batch instead.
+pub(super) fn start_merge(
+    core: &mut Core,
+    queues: &mut Queues,
+    key: &TaskKey,
+    number: u32,
+    recovering: bool,
+) {
+    if merge_queue::queues_merges(core.model, &key.swarm) {
+        return queues.enqueue(core, key, number);
     }
+    let Some(job) = merge_queue::merge_job(core.model, key, number, recovering) else { return };
+    core.set_state(key, TaskState::Merging, &format!("merging attempt {number}"));
+    core.fx.merges.push(job);
+}
 
-    /// A merge queue's report: the results it decided move their tasks as
-    /// the merger's own do, and a culprit found with a landing goes back
-    /// after them.
-    pub(super) fn on_queue_report(&mut self, report: QueueReport, fx: &mut Effects) {
-        let decided = self.merge_queues.on_report(&mut self.shared.core(fx), report);
-        for r in decided.merged {
-            self.on_merged(r, fx);
-        }
-        for key in decided.culprits {
-            self.merge_queues.return_culprit(&mut self.shared.core(fx), &key);
-        }
+/// A merge queue's report: the results it decided move their tasks as
+/// the merger's own do, and a culprit found with a landing goes back
+/// after them.
+pub(super) fn on_queue_report(core: &mut Core, queues: &mut Queues, report: QueueReport) {
+    let decided = queues.on_report(core, report);
+    for r in decided.merged {
+        on_merged(core, r);
     }
+    for key in decided.culprits {
+        queues.return_culprit(core, &key);
+    }
+}
 
-    /// A merge's verdict moves its task. Long: one arm per verdict, so a
-    /// merge's consequences read in one place.
-    pub(super) fn on_merged(&mut self, result: MergeResult, fx: &mut Effects) {
-        let key = result.task.clone();
-        let number = result.attempt;
-        let Some(t) = self.shared.model.tasks().get(&key) else { return };
-        if !matches!(t.state(), TaskState::Merging | TaskState::Succeeded) {
-            return;
-        }
-        let span = tracing::info_span!("merge.result", swarm = %key.swarm, task = %key, attempt = %key.attempt(number));
-        if !span.is_disabled() {
-            swarm_telemetry::join_swarm_trace(&span, key.swarm.as_str(), &key.to_string());
-        }
-        let _span = span.entered();
-        if !result.ownership_warning.is_empty() {
-            fx.task_event(
+/// A merge's verdict moves its task. Long: one arm per verdict, so a
+/// merge's consequences read in one place.
+pub(super) fn on_merged(core: &mut Core, result: MergeResult) {
+    let key = result.task.clone();
+    let number = result.attempt;
+    let Some(t) = core.model.tasks().get(&key) else { return };
+    if !matches!(t.state(), TaskState::Merging | TaskState::Succeeded) {
+        return;
+    }
+    let span =
+        tracing::info_span!("merge.result", swarm = %key.swarm, task = %key, attempt = %key.attempt(number));
+    if !span.is_disabled() {
+        swarm_telemetry::join_swarm_trace(&span, key.swarm.as_str(), &key.to_string());
+    }
+    let _span = span.entered();
+    if !result.ownership_warning.is_empty() {
+        core.fx.task_event(
+            &key,
+            number,
+            "",
+            "task.ownership_warning",
+            format!("touched files outside its globs: {}", result.ownership_warning.join(", ")),
+            serde_json::json!({ "paths": result.ownership_warning }),
+        );
+    }
+    match result.verdict {
+        Verdict::Merged { head, merge_commit, stats } => {
+            if let MergeStats::Integrated { duration, .. } = &stats {
+                crate::metrics::Metrics::observe(&core.metrics.merge_duration, *duration);
+            }
+            core.edit_swarm(&key.swarm, |s| s.integration_head = head.clone());
+            core.edit_task(&key, |t| {
+                t.merge_commit = merge_commit.clone();
+                t.resume_commit.clear();
+            });
+            // Said where the operator looks (the event, describe, the
+            // run's report): a merge that brought nothing is no success
+            // to take on trust.
+            let reported_none =
+                core.model.tasks().get(&key).is_some_and(|t| t.notes.files_changed.is_empty());
+            let note = if brought_nothing(&stats, reported_none) { " with no change" } else { "" };
+            core.fx.task_event(
                 &key,
                 number,
                 "",
-                "task.ownership_warning",
-                format!("touched files outside its globs: {}", result.ownership_warning.join(", ")),
-                serde_json::json!({ "paths": result.ownership_warning }),
+                "task.merged",
+                format!("merged as {merge_commit}{note}"),
+                merged_detail(&stats),
             );
-        }
-        match result.verdict {
-            Verdict::Merged { head, merge_commit, stats } => {
-                if let MergeStats::Integrated { duration, .. } = &stats {
-                    crate::metrics::Metrics::observe(&self.shared.metrics.merge_duration, *duration);
+            core.set_state(&key, TaskState::Merged, &format!("merged as {}{note}", short(&merge_commit)));
+            let dependents = core.model.dependents(&key).to_vec();
+            for d in dependents {
+                if core.model.tasks().get(&d).is_some_and(|t| t.state() == TaskState::Pending) {
+                    core.make_ready(&d, &format!("dependency {} merged", key.task));
                 }
-                self.core(fx).edit_swarm(&key.swarm, |s| s.integration_head = head.clone());
-                self.core(fx).edit_task(&key, |t| {
-                    t.merge_commit = merge_commit.clone();
-                    t.resume_commit.clear();
-                });
-                // Said where the operator looks (the event, describe, the
-                // run's report): a merge that brought nothing is no success
-                // to take on trust.
-                let reported_none =
-                    self.shared.model.tasks().get(&key).is_some_and(|t| t.notes.files_changed.is_empty());
-                let note = if brought_nothing(&stats, reported_none) { " with no change" } else { "" };
-                fx.task_event(
-                    &key,
-                    number,
-                    "",
-                    "task.merged",
-                    format!("merged as {merge_commit}{note}"),
-                    merged_detail(&stats),
-                );
-                self.core(fx).set_state(
-                    &key,
-                    TaskState::Merged,
-                    &format!("merged as {}{note}", short(&merge_commit)),
-                );
-                let dependents = self.shared.model.dependents(&key).to_vec();
-                for d in dependents {
-                    if self.shared.model.tasks().get(&d).is_some_and(|t| t.state() == TaskState::Pending) {
-                        self.core(fx).make_ready(&d, &format!("dependency {} merged", key.task));
-                    }
-                }
-            }
-            Verdict::Conflict(conflict) => {
-                let (paths, description) = (conflict.path_names(), conflict_description(&conflict));
-                fx.task_event(
-                    &key,
-                    number,
-                    "",
-                    "task.conflict",
-                    format!("conflict in {}", paths.join(", ")),
-                    serde_json::json!({ "paths": paths, "description": description }),
-                );
-                let policy =
-                    self.shared.model.tasks().get(&key).map(|t| t.spec.on_conflict).unwrap_or_default();
-                self.core(fx).edit_task(&key, |t| {
-                    t.notes.conflict = Some(description);
-                    t.resume_commit.clear();
-                });
-                self.core(fx).set_state(
-                    &key,
-                    TaskState::Conflict,
-                    &format!("conflict in {}", paths.join(", ")),
-                );
-                if policy == ConflictPolicy::Return {
-                    self.core(fx).make_ready(
-                        &key,
-                        "conflict returned to its owner: new attempt from the integration head",
-                    );
-                }
-            }
-            Verdict::Refused(refusal) => self.refuse_result(&key, number, &refusal.to_string(), fx),
-            Verdict::Failed(failure) => {
-                self.refuse_result(&key, number, &format!("merge failed: {failure}"), fx)
             }
         }
+        Verdict::Conflict(conflict) => {
+            let (paths, description) = (conflict.path_names(), conflict_description(&conflict));
+            core.fx.task_event(
+                &key,
+                number,
+                "",
+                "task.conflict",
+                format!("conflict in {}", paths.join(", ")),
+                serde_json::json!({ "paths": paths, "description": description }),
+            );
+            let policy = core.model.tasks().get(&key).map(|t| t.spec.on_conflict).unwrap_or_default();
+            core.edit_task(&key, |t| {
+                t.notes.conflict = Some(description);
+                t.resume_commit.clear();
+            });
+            core.set_state(&key, TaskState::Conflict, &format!("conflict in {}", paths.join(", ")));
+            if policy == ConflictPolicy::Return {
+                core.make_ready(
+                    &key,
+                    "conflict returned to its owner: new attempt from the integration head",
+                );
+            }
+        }
+        Verdict::Refused(refusal) => refuse_result(core, &key, number, &refusal.to_string()),
+        Verdict::Failed(failure) => refuse_result(core, &key, number, &format!("merge failed: {failure}")),
     }
+}
 
-    /// The merge service would not merge what the attempt reported (a commit
-    /// it lacks, an unrelated history, paths outside the owned globs,
-    /// changes under `.swarm/`): the attempt did not succeed after all. It
-    /// ends FAILED with the reason, the task forgets the commit, and the
-    /// task's retry policy decides what comes next.
-    fn refuse_result(&mut self, key: &TaskKey, number: u32, reason: &str, fx: &mut Effects) {
-        self.core(fx).edit_attempt(key, number, |a| a.error = reason.to_string());
-        self.core(fx).set_attempt_state(key, number, AttemptState::Failed);
-        self.core(fx).edit_task(key, |t| t.result_commit.clear());
-        fx.task_event(
-            key,
-            number,
-            "",
-            "task.result_refused",
-            format!("{} refused: {reason}", key.attempt(number)),
-            serde_json::json!({ "reason": reason }),
-        );
-        self.core(fx).fail_or_retry(key, number, reason);
-    }
+/// The merge service would not merge what the attempt reported (a commit
+/// it lacks, an unrelated history, paths outside the owned globs,
+/// changes under `.swarm/`): the attempt did not succeed after all. It
+/// ends FAILED with the reason, the task forgets the commit, and the
+/// task's retry policy decides what comes next.
+fn refuse_result(core: &mut Core, key: &TaskKey, number: u32, reason: &str) {
+    core.edit_attempt(key, number, |a| a.error = reason.to_string());
+    core.set_attempt_state(key, number, AttemptState::Failed);
+    core.edit_task(key, |t| t.result_commit.clear());
+    core.fx.task_event(
+        key,
+        number,
+        "",
+        "task.result_refused",
+        format!("{} refused: {reason}", key.attempt(number)),
+        serde_json::json!({ "reason": reason }),
+    );
+    core.fail_or_retry(key, number, reason);
 }
 
 /// Whether a landed merge changed no file on the integration branch. A

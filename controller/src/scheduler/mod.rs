@@ -289,7 +289,15 @@ impl Scheduler {
                     if let Some((parent, number, span)) =
                         subswarm::after_refresh(&mut self.core(&mut fx), &swarm)
                     {
-                        span.in_scope(|| self.after_success(&parent, number, &mut fx));
+                        span.in_scope(|| {
+                            merged::after_success(
+                                &mut self.shared.core(&mut fx),
+                                &mut self.reviews,
+                                &mut self.merge_queues,
+                                &parent,
+                                number,
+                            )
+                        });
                     }
                 }
             }
@@ -347,11 +355,13 @@ impl Scheduler {
                 if let Some(removed) = result.lock_removed.take() {
                     self.on_lock_removed(removed, fx);
                 }
-                self.on_merged(result, fx)
+                merged::on_merged(&mut self.shared.core(fx), result)
             }
             Command::LockRemoved(removed) => self.on_lock_removed(removed, fx),
             Command::RefRepaired(repaired) => self.on_ref_repaired(repaired, fx),
-            Command::Queue(report) => self.on_queue_report(report, fx),
+            Command::Queue(report) => {
+                merged::on_queue_report(&mut self.shared.core(fx), &mut self.merge_queues, report)
+            }
             Command::Denied { client, message } => {
                 let data = serde_json::json!({});
                 self.sessions.audited(&mut self.shared.core(fx), &client, "auth.denied", None, message, data);

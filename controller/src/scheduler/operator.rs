@@ -178,7 +178,13 @@ impl Scheduler {
         if let Some(reviewed) =
             self.reviews.operator_review(&mut self.shared.core(fx), key, decision, message)
         {
-            self.start_merge(key, reviewed, false, fx);
+            super::merged::start_merge(
+                &mut self.shared.core(fx),
+                &mut self.merge_queues,
+                key,
+                reviewed,
+                false,
+            );
         }
         Ok(())
     }

@@ -345,7 +345,13 @@ impl Scheduler {
                     }
                 });
                 self.core(fx).set_state(key, TaskState::Succeeded, &reason);
-                self.after_success(key, number, fx);
+                super::merged::after_success(
+                    &mut self.shared.core(fx),
+                    &mut self.reviews,
+                    &mut self.merge_queues,
+                    key,
+                    number,
+                );
             }
             Then::FailOrRetry(why) => self.core(fx).fail_or_retry(key, number, &why),
             Then::Ready { reason, delay_ms } => {
@@ -414,7 +420,13 @@ impl Scheduler {
         let _span = tracing::info_span!("review.result", swarm = %key.swarm, task = %key, attempt = %key.attempt(number), outcome = %r.outcome)
             .entered();
         if let Some(reviewed) = self.reviews.on_result(&mut self.shared.core(fx), key, number, r) {
-            self.start_merge(key, reviewed, false, fx);
+            super::merged::start_merge(
+                &mut self.shared.core(fx),
+                &mut self.merge_queues,
+                key,
+                reviewed,
+                false,
+            );
         }
     }
 
