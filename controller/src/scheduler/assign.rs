@@ -6,226 +6,215 @@
 use swarm_core::plan::task_branch;
 use swarm_core::{AttemptState, Outcome, TaskKey, TaskState};
 
-use super::model::{AgentRecord, Attempt, Task, Transition};
+use super::core::Core;
+use super::limits::RateLimits;
+use super::model::{AgentRecord, Attempt, Model, Task, Transition};
 use super::outbound::{AgentAssign, AssignSpec, AttemptHandle, Outbound};
-use super::{Effects, Scheduler, budget, now_ms, review, task_text};
+use super::{budget, now_ms, review, task_text};
 
-impl Scheduler {
-    /// Gives READY tasks to idle workers until one side runs out.
-    ///
-    /// A worker whose scan of the ready set found nothing is not scanned
-    /// again until something could change the answer: a task became READY
-    /// or left RUNNING, a worker (re)connected, or a skipped task's backoff
-    /// ran out. So an idle fleet facing tasks it cannot take costs nothing
-    /// per tick, however many tasks wait.
-    pub(super) fn schedule(&mut self, fx: &mut Effects) {
-        if self.shared.model.nothing_ready() {
-            return;
-        }
-        // Critical paths wait for a swarm's tasks to be all added; ranking
-        // changes what a scan finds.
-        if self.shared.model.ranks_stale() {
-            let _span = tracing::debug_span!("rank_ready").entered();
-            self.shared.model.apply(Transition::RankReady);
-            self.shared.scan.changed();
-        }
-        let now = now_ms();
-        if now >= self.shared.scan.due_ms {
-            self.shared.scan.found_nothing.clear();
-            self.shared.scan.due_ms = i64::MAX;
-        }
-        let epoch = self.shared.scan.epoch;
-        let mut idle: Vec<String> = self
-            .shared
-            .model
-            .workers()
-            .values()
-            .filter(|w| w.is_idle() && self.shared.scan.found_nothing.get(&w.id) != Some(&epoch))
-            .map(|w| w.id.clone())
-            .collect();
-        if idle.is_empty() {
-            return;
-        }
-        idle.sort();
-        // READY agent tasks a budget holds: BLOCKED after the scan.
-        let mut over_budget: Vec<(TaskKey, String)> = Vec::new();
-        for worker_id in idle {
-            let Some(worker) = self.shared.model.workers().get(&worker_id) else { continue };
-            self.shared.scan.full_scans += 1;
-            let mut chosen = None;
-            for key in self.shared.model.ready() {
-                let Some(task) = self.shared.model.tasks().get(key) else { continue };
-                if task.not_before > now {
-                    self.shared.scan.due_ms = self.shared.scan.due_ms.min(task.not_before);
+/// Gives READY tasks to idle workers until one side runs out.
+///
+/// A worker whose scan of the ready set found nothing is not scanned
+/// again until something could change the answer: a task became READY
+/// or left RUNNING, a worker (re)connected, or a skipped task's backoff
+/// ran out. So an idle fleet facing tasks it cannot take costs nothing
+/// per tick, however many tasks wait.
+pub(super) fn schedule(core: &mut Core, limits: &RateLimits) {
+    if core.model.nothing_ready() {
+        return;
+    }
+    // Critical paths wait for a swarm's tasks to be all added; ranking
+    // changes what a scan finds.
+    if core.model.ranks_stale() {
+        let _span = tracing::debug_span!("rank_ready").entered();
+        core.model.apply(Transition::RankReady);
+        core.scan.changed();
+    }
+    let now = now_ms();
+    if now >= core.scan.due_ms {
+        core.scan.found_nothing.clear();
+        core.scan.due_ms = i64::MAX;
+    }
+    let epoch = core.scan.epoch;
+    let mut idle: Vec<String> = core
+        .model
+        .workers()
+        .values()
+        .filter(|w| w.is_idle() && core.scan.found_nothing.get(&w.id) != Some(&epoch))
+        .map(|w| w.id.clone())
+        .collect();
+    if idle.is_empty() {
+        return;
+    }
+    idle.sort();
+    // READY agent tasks a budget holds: BLOCKED after the scan.
+    let mut over_budget: Vec<(TaskKey, String)> = Vec::new();
+    for worker_id in idle {
+        let Some(worker) = core.model.workers().get(&worker_id) else { continue };
+        core.scan.full_scans += 1;
+        let mut chosen = None;
+        for key in core.model.ready() {
+            let Some(task) = core.model.tasks().get(key) else { continue };
+            if task.not_before > now {
+                core.scan.due_ms = core.scan.due_ms.min(task.not_before);
+                continue;
+            }
+            if !worker.satisfies(&task.spec.labels) || core.model.is_paused(&key.swarm) {
+                continue;
+            }
+            if task.spec.agent.is_some() {
+                if let Some(why) = budget::over_budget(&core.model, key) {
+                    if !over_budget.iter().any(|(k, _)| k == key) {
+                        over_budget.push((key.clone(), why));
+                    }
                     continue;
                 }
-                if !worker.satisfies(&task.spec.labels) || self.shared.model.is_paused(&key.swarm) {
+                if let Some(until) = limits.limited_until(worker, now) {
+                    core.scan.due_ms = core.scan.due_ms.min(until);
                     continue;
                 }
-                if task.spec.agent.is_some() {
-                    if let Some(why) = budget::over_budget(&self.shared.model, key) {
-                        if !over_budget.iter().any(|(k, _)| k == key) {
-                            over_budget.push((key.clone(), why));
-                        }
-                        continue;
-                    }
-                    if let Some(until) = self.limits.limited_until(worker, now) {
-                        self.shared.scan.due_ms = self.shared.scan.due_ms.min(until);
-                        continue;
-                    }
-                    if self.waits_for_its_session(task, &worker_id) {
-                        continue;
-                    }
-                }
-                if self.shared.model.running().conflicts_for(key, &task.ownership()) {
+                if waits_for_its_session(core.model, task, &worker_id) {
                     continue;
                 }
-                chosen = Some(key.clone());
+            }
+            if core.model.running().conflicts_for(key, &task.ownership()) {
+                continue;
+            }
+            chosen = Some(key.clone());
+            break;
+        }
+        let Some(key) = chosen else {
+            core.scan.found_nothing.insert(worker_id, epoch);
+            if core.model.nothing_ready() {
                 break;
             }
-            let Some(key) = chosen else {
-                self.shared.scan.found_nothing.insert(worker_id, epoch);
-                if self.shared.model.nothing_ready() {
-                    break;
-                }
-                continue;
-            };
-            self.assign(&worker_id, &key, fx);
-        }
-        for (key, why) in over_budget {
-            budget::block(&mut self.core(fx), &key, &why);
-        }
-    }
-
-    /// Creates the next attempt of `key` on `worker_id`.
-    fn assign(&mut self, worker_id: &str, key: &TaskKey, fx: &mut Effects) {
-        let token = self.shared.next_token;
-        self.shared.next_token += 1;
-        let Some(task) = self.shared.model.tasks().get(key) else { return };
-        let number = task.attempts + 1;
-        let base = if task.resume_commit.is_empty() {
-            self.shared.model.swarms().get(&key.swarm).map(|s| s.integration_head.clone()).unwrap_or_default()
-        } else {
-            task.resume_commit.clone()
+            continue;
         };
-        let _span = tracing::info_span!("assign", swarm = %key.swarm, task = %key, attempt = %key.attempt(number), worker = worker_id)
-            .entered();
-        let attempt = Attempt::begin(
-            key.clone(),
-            number,
-            AttemptState::Assigned,
-            worker_id.to_string(),
-            token,
-            base,
-            AgentRecord {
-                kind: task.spec.agent.as_ref().map(|a| a.kind.as_str().to_string()).unwrap_or_default(),
-                ..Default::default()
-            },
-        );
-        self.core(fx).edit_task(key, |task| {
-            task.attempts = number;
-            task.percent = 0;
-            task.step.clear();
-        });
-        self.core(fx).transition(Transition::AttemptAdded(attempt));
-        self.core(fx).edit_worker(worker_id, |w| w.updated_at = now_ms());
-        self.shared.lease_seen.insert(worker_id.to_string(), self.shared.mono_ms());
-        self.core(fx).set_state(
-            key,
-            TaskState::Running,
-            &format!("attempt {number} assigned to {worker_id}"),
-        );
-        if let Some(spec) = self.assign_spec(key, number) {
-            self.core(fx).send(worker_id, Outbound::Assign(Box::new(spec)));
-        }
+        assign(core, &worker_id, &key);
     }
+    for (key, why) in over_budget {
+        budget::block(core, &key, &why);
+    }
+}
 
-    /// The Assign message for an existing attempt (also re-sent when its
-    /// sidecar reconnects without it).
-    pub(super) fn assign_spec(&self, key: &TaskKey, number: u32) -> Option<AssignSpec> {
-        if self.shared.model.is_reviewer(key, number) {
-            return review::assign_spec(&self.shared.model, key, number);
-        }
-        let task = self.shared.model.tasks().get(key)?;
-        let attempt = self.shared.model.attempts().get(&(key.clone(), number))?;
-        let deps: Vec<(String, String)> = task
-            .spec
-            .deps
-            .iter()
-            .filter_map(|d| self.shared.model.tasks().get(&TaskKey::new(key.swarm.clone(), d.clone())))
-            .map(|t| (t.key.task.to_string(), t.notes.summary.clone()))
-            .collect();
-        Some(AssignSpec {
-            attempt: AttemptHandle { task: key.clone(), number, token: attempt.token },
-            base_commit: attempt.base_commit.clone(),
-            branch: task_branch(&key.swarm, key.task.as_str()),
-            title: task.spec.title.clone(),
-            task_text: task_text::render(task, number, &deps),
-            command: task.spec.command.to_vec(),
-            env: task.spec.env.clone(),
-            owned_globs: task.spec.files.clone(),
-            verify: task.spec.verify.clone(),
-            idle_timeout_secs: task.spec.idle_timeout_secs,
-            max_restarts: task.spec.max_restarts,
-            setup: task.spec.setup.clone(),
-            setup_every_attempt: task.spec.setup_on == swarm_core::plan::SetupOn::Attempt,
-            traceparent: String::new(),
-            agent: task.spec.agent.as_ref().map(|spec| AgentAssign {
-                spec: (**spec).clone(),
-                resume_session: self
-                    .resumable_session(task, number)
-                    .filter(|a| a.worker == attempt.worker)
-                    .map(|a| a.agent.session_id.clone())
-                    .unwrap_or_default(),
-                prices: self.shared.model.prices(&key.swarm),
-            }),
-            review_diff_base: None,
-            sandbox: task.spec.sandbox.clone(),
-            secrets: task.spec.secrets.clone(),
-            // An attempt after the one that spawned must take the child's
-            // work too, whether or not its agent asks for it again.
-            spawned_child: Some(key.swarm.child(&key.task))
-                .filter(|c| task.spec.subplan.is_none() && self.shared.model.swarms().contains_key(c))
-                .map(|c| c.to_string())
+/// Creates the next attempt of `key` on `worker_id`.
+fn assign(core: &mut Core, worker_id: &str, key: &TaskKey) {
+    let token = core.next_token();
+    let Some(task) = core.model.tasks().get(key) else { return };
+    let number = task.attempts + 1;
+    let base = if task.resume_commit.is_empty() {
+        core.model.swarms().get(&key.swarm).map(|s| s.integration_head.clone()).unwrap_or_default()
+    } else {
+        task.resume_commit.clone()
+    };
+    let _span = tracing::info_span!("assign", swarm = %key.swarm, task = %key, attempt = %key.attempt(number), worker = worker_id)
+        .entered();
+    let attempt = Attempt::begin(
+        key.clone(),
+        number,
+        AttemptState::Assigned,
+        worker_id.to_string(),
+        token,
+        base,
+        AgentRecord {
+            kind: task.spec.agent.as_ref().map(|a| a.kind.as_str().to_string()).unwrap_or_default(),
+            ..Default::default()
+        },
+    );
+    core.edit_task(key, |task| {
+        task.attempts = number;
+        task.percent = 0;
+        task.step.clear();
+    });
+    core.transition(Transition::AttemptAdded(attempt));
+    core.edit_worker(worker_id, |w| w.updated_at = now_ms());
+    let now = core.mono_ms();
+    core.lease_seen.insert(worker_id.to_string(), now);
+    core.set_state(key, TaskState::Running, &format!("attempt {number} assigned to {worker_id}"));
+    if let Some(spec) = assign_spec(core.model, key, number) {
+        core.send(worker_id, Outbound::Assign(Box::new(spec)));
+    }
+}
+
+/// The Assign message for an existing attempt (also re-sent when its
+/// sidecar reconnects without it).
+pub(super) fn assign_spec(model: &Model, key: &TaskKey, number: u32) -> Option<AssignSpec> {
+    if model.is_reviewer(key, number) {
+        return review::assign_spec(&model, key, number);
+    }
+    let task = model.tasks().get(key)?;
+    let attempt = model.attempts().get(&(key.clone(), number))?;
+    let deps: Vec<(String, String)> = task
+        .spec
+        .deps
+        .iter()
+        .filter_map(|d| model.tasks().get(&TaskKey::new(key.swarm.clone(), d.clone())))
+        .map(|t| (t.key.task.to_string(), t.notes.summary.clone()))
+        .collect();
+    Some(AssignSpec {
+        attempt: AttemptHandle { task: key.clone(), number, token: attempt.token },
+        base_commit: attempt.base_commit.clone(),
+        branch: task_branch(&key.swarm, key.task.as_str()),
+        title: task.spec.title.clone(),
+        task_text: task_text::render(task, number, &deps),
+        command: task.spec.command.to_vec(),
+        env: task.spec.env.clone(),
+        owned_globs: task.spec.files.clone(),
+        verify: task.spec.verify.clone(),
+        idle_timeout_secs: task.spec.idle_timeout_secs,
+        max_restarts: task.spec.max_restarts,
+        setup: task.spec.setup.clone(),
+        setup_every_attempt: task.spec.setup_on == swarm_core::plan::SetupOn::Attempt,
+        traceparent: String::new(),
+        agent: task.spec.agent.as_ref().map(|spec| AgentAssign {
+            spec: (**spec).clone(),
+            resume_session: resumable_session(model, task, number)
+                .filter(|a| a.worker == attempt.worker)
+                .map(|a| a.agent.session_id.clone())
                 .unwrap_or_default(),
-        })
-    }
+            prices: model.prices(&key.swarm),
+        }),
+        review_diff_base: None,
+        sandbox: task.spec.sandbox.clone(),
+        secrets: task.spec.secrets.clone(),
+        // An attempt after the one that spawned must take the child's
+        // work too, whether or not its agent asks for it again.
+        spawned_child: Some(key.swarm.child(&key.task))
+            .filter(|c| task.spec.subplan.is_none() && model.swarms().contains_key(c))
+            .map(|c| c.to_string())
+            .unwrap_or_default(),
+    })
+}
 
-    /// The attempt before `number` if its agent session can be continued:
-    /// it stopped with its work kept (checkpoint, usage limit, interrupt,
-    /// lost worker, an escalation with a WIP commit) rather than failing,
-    /// and it named its session. Only its
-    /// own worker can resume it: the session and the worktree holding its
-    /// work live there.
-    pub(super) fn resumable_session(&self, task: &Task, number: u32) -> Option<&Attempt> {
-        let before = number.checked_sub(1)?;
-        let previous = self.shared.model.attempts().get(&(task.key.clone(), before))?;
-        let kept = matches!(
-            previous.state,
-            AttemptState::Checkpointed
-                | AttemptState::RateLimited
-                | AttemptState::Cancelled
-                | AttemptState::Lost
-        ) || (previous.outcome == Some(Outcome::Escalation) && !previous.result_commit.is_empty())
-            // A merged task its pull request's CI or reviewers reopened: the
-            // session that wrote the code takes the feedback.
-            || (previous.outcome == Some(Outcome::Success)
-                && !task.notes.feedback.is_empty()
-                && !self.shared.model.is_reviewer(&task.key, before));
-        (kept && !previous.agent.session_id.is_empty()).then_some(previous)
-    }
+/// The attempt before `number` if its agent session can be continued:
+/// it stopped with its work kept (checkpoint, usage limit, interrupt,
+/// lost worker, an escalation with a WIP commit) rather than failing,
+/// and it named its session. Only its
+/// own worker can resume it: the session and the worktree holding its
+/// work live there.
+pub(super) fn resumable_session<'m>(model: &'m Model, task: &Task, number: u32) -> Option<&'m Attempt> {
+    let before = number.checked_sub(1)?;
+    let previous = model.attempts().get(&(task.key.clone(), before))?;
+    let kept = matches!(
+        previous.state,
+        AttemptState::Checkpointed
+            | AttemptState::RateLimited
+            | AttemptState::Cancelled
+            | AttemptState::Lost
+    ) || (previous.outcome == Some(Outcome::Escalation) && !previous.result_commit.is_empty())
+        // A merged task its pull request's CI or reviewers reopened: the
+        // session that wrote the code takes the feedback.
+        || (previous.outcome == Some(Outcome::Success)
+            && !task.notes.feedback.is_empty()
+            && !model.is_reviewer(&task.key, before));
+    (kept && !previous.agent.session_id.is_empty()).then_some(previous)
+}
 
-    /// Whether `task` should wait for the worker that holds its session
-    /// rather than start afresh on `worker_id`: while that worker is
-    /// connected it will come back for it.
-    fn waits_for_its_session(&self, task: &Task, worker_id: &str) -> bool {
-        let Some(previous) = self.resumable_session(task, task.attempts + 1) else { return false };
-        previous.worker != worker_id
-            && self
-                .shared
-                .model
-                .workers()
-                .get(&previous.worker)
-                .is_some_and(|w| w.session.is_some() && !w.draining)
-    }
+/// Whether `task` should wait for the worker that holds its session
+/// rather than start afresh on `worker_id`: while that worker is
+/// connected it will come back for it.
+fn waits_for_its_session(model: &Model, task: &Task, worker_id: &str) -> bool {
+    let Some(previous) = resumable_session(model, task, task.attempts + 1) else { return false };
+    previous.worker != worker_id
+        && model.workers().get(&previous.worker).is_some_and(|w| w.session.is_some() && !w.draining)
 }

@@ -276,7 +276,7 @@ impl Scheduler {
             self.handle(cmd, &mut fx);
         }
         self.tick(&mut fx);
-        self.schedule(&mut fx);
+        assign::schedule(&mut self.shared.core(&mut fx), &self.limits);
         let limits = &self.limits;
         self.reviews
             .schedule(&mut self.shared.core(&mut fx), |w, now| limits.limited_until(w, now).is_some());

@@ -29,7 +29,7 @@ impl Scheduler {
                 // It does not hold its attempt (restarted without it, or the
                 // Assign was lost with the stream): the same attempt, same
                 // token, is sent again.
-                if let Some(spec) = self.assign_spec(key, *number) {
+                if let Some(spec) = super::assign::assign_spec(&self.shared.model, key, *number) {
                     self.core(fx).send(&hello.worker_id, Outbound::Assign(Box::new(spec)));
                 }
             }
