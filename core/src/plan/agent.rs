@@ -268,58 +268,9 @@ pub(super) fn resolve(
         return Ok(None);
     };
     let command = agent_command(&path, kind, &f)?;
-    if let Some(p) = &f.agent_path {
-        check_arg(p).map_err(|rule| err(path("agent_path"), rule))?;
-        if p.trim().is_empty() {
-            return Err(err(path("agent_path"), "must not be empty"));
-        }
-    }
-    if let Some(m) = &f.model {
-        let ok = !m.is_empty()
-            && m.len() <= 128
-            && m.chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':' | '/' | '[' | ']'));
-        if !ok {
-            return Err(err(path("model"), "must be 1-128 of [A-Za-z0-9._:/[]-]"));
-        }
-    }
-    if f.max_turns == Some(0) {
-        return Err(err(path("max_turns"), "must be at least 1"));
-    }
-    if let Some(b) = f.max_budget_usd
-        && !(b.is_finite() && b > 0.0 && b <= 10_000.0)
-    {
-        return Err(err(path("max_budget_usd"), "must be more than 0 and at most 10000"));
-    }
+    check_settings(&path, kind, &f)?;
     let allowed_tools = f.allowed_tools.clone().unwrap_or_default();
-    for (i, t) in allowed_tools.iter().enumerate() {
-        PermissionRule::parse(t).map_err(|rule| err(format!("{}[{i}]", path("allowed_tools")), rule))?;
-    }
-    if let Some(mode) = &f.permission_mode {
-        if kind != AgentKind::Claude {
-            return Err(err(path("permission_mode"), format!("is for agent = \"claude\", not {kind:?}")));
-        }
-        if !CLAUDE_PERMISSION_MODES.contains(&mode.as_str()) {
-            return Err(err(
-                path("permission_mode"),
-                format!("must be one of {}", CLAUDE_PERMISSION_MODES.join(", ")),
-            ));
-        }
-    }
-    if let Some(p) = &f.append_system_prompt {
-        check_text(p, super::MAX_PROMPT_BYTES).map_err(|rule| err(path("append_system_prompt"), rule))?;
-    }
-    let instructions = match &f.agent_instructions {
-        None | Some(RawInstructions::On(true)) => AgentInstructions::BuiltIn,
-        Some(RawInstructions::On(false)) => AgentInstructions::Off,
-        Some(RawInstructions::Text(t)) => {
-            check_text(t, super::MAX_PROMPT_BYTES).map_err(|rule| err(path("agent_instructions"), rule))?;
-            if t.trim().is_empty() {
-                return Err(err(path("agent_instructions"), "must not be empty (false turns the note off)"));
-            }
-            AgentInstructions::Text(t.clone())
-        }
-    };
+    let instructions = instructions(&path, &f)?;
     let extra_args = f.extra_args.clone().unwrap_or_default();
     if extra_args.len() > MAX_ARGS {
         return Err(err(path("extra_args"), format!("at most {MAX_ARGS} arguments")));
@@ -360,6 +311,70 @@ pub(super) fn resolve(
         permissions,
         instructions,
     }))
+}
+
+/// The scalar settings, each against its own rule.
+fn check_settings(
+    path: &dyn Fn(&str) -> String,
+    kind: AgentKind,
+    f: &RawAgentFields,
+) -> Result<(), PlanError> {
+    if let Some(p) = &f.agent_path {
+        check_arg(p).map_err(|rule| err(path("agent_path"), rule))?;
+        if p.trim().is_empty() {
+            return Err(err(path("agent_path"), "must not be empty"));
+        }
+    }
+    if let Some(m) = &f.model {
+        let ok = !m.is_empty()
+            && m.len() <= 128
+            && m.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':' | '/' | '[' | ']'));
+        if !ok {
+            return Err(err(path("model"), "must be 1-128 of [A-Za-z0-9._:/[]-]"));
+        }
+    }
+    if f.max_turns == Some(0) {
+        return Err(err(path("max_turns"), "must be at least 1"));
+    }
+    if let Some(b) = f.max_budget_usd
+        && !(b.is_finite() && b > 0.0 && b <= 10_000.0)
+    {
+        return Err(err(path("max_budget_usd"), "must be more than 0 and at most 10000"));
+    }
+    for (i, t) in f.allowed_tools.iter().flatten().enumerate() {
+        PermissionRule::parse(t).map_err(|rule| err(format!("{}[{i}]", path("allowed_tools")), rule))?;
+    }
+    if let Some(mode) = &f.permission_mode {
+        if kind != AgentKind::Claude {
+            return Err(err(path("permission_mode"), format!("is for agent = \"claude\", not {kind:?}")));
+        }
+        if !CLAUDE_PERMISSION_MODES.contains(&mode.as_str()) {
+            return Err(err(
+                path("permission_mode"),
+                format!("must be one of {}", CLAUDE_PERMISSION_MODES.join(", ")),
+            ));
+        }
+    }
+    if let Some(p) = &f.append_system_prompt {
+        check_text(p, super::MAX_PROMPT_BYTES).map_err(|rule| err(path("append_system_prompt"), rule))?;
+    }
+    Ok(())
+}
+
+/// `agent_instructions`: the built-in note, none, or the plan's own text.
+fn instructions(path: &dyn Fn(&str) -> String, f: &RawAgentFields) -> Result<AgentInstructions, PlanError> {
+    Ok(match &f.agent_instructions {
+        None | Some(RawInstructions::On(true)) => AgentInstructions::BuiltIn,
+        Some(RawInstructions::On(false)) => AgentInstructions::Off,
+        Some(RawInstructions::Text(t)) => {
+            check_text(t, super::MAX_PROMPT_BYTES).map_err(|rule| err(path("agent_instructions"), rule))?;
+            if t.trim().is_empty() {
+                return Err(err(path("agent_instructions"), "must not be empty (false turns the note off)"));
+            }
+            AgentInstructions::Text(t.clone())
+        }
+    })
 }
 
 /// `agent_command`: required for (and only for) `agent = "acp"`, as the
