@@ -1,12 +1,16 @@
 //! The branch report `describe task` shows: what a task's branch holds,
 //! the reviews of it, and whether it should merge.
+//!
+//! The controller's scheduler builds `BranchReportView` itself;
+//! `From<BranchReportView> for v1::BranchReport` puts it on the wire and
+//! `From<&v1::BranchReport>` reads it back.
 
 use serde::Serialize;
 use swarm_proto::v1;
 
 use crate::text::short_commit;
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ReviewView {
     pub decision: String,
     pub message: String,
@@ -16,7 +20,7 @@ pub struct ReviewView {
 }
 
 /// What a task's branch holds and whether it should merge.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct BranchReportView {
     pub branch: String,
     /// `ready`, `needs_review` or `blocked`; empty while the task works.
@@ -47,6 +51,31 @@ impl From<&v1::BranchReport> for BranchReportView {
                     message: x.message.clone(),
                     by: x.by.clone(),
                     commit: x.commit.clone(),
+                    at_unix_ms: x.at_unix_ms,
+                })
+                .collect(),
+        }
+    }
+}
+
+impl From<BranchReportView> for v1::BranchReport {
+    fn from(r: BranchReportView) -> Self {
+        v1::BranchReport {
+            branch: r.branch,
+            recommendation: r.recommendation,
+            reason: r.reason,
+            commit: r.commit,
+            base_commit: r.base_commit,
+            files_changed: r.files_changed,
+            reviewer: r.reviewer,
+            reviews: r
+                .reviews
+                .into_iter()
+                .map(|x| v1::ReviewRecord {
+                    decision: x.decision,
+                    message: x.message,
+                    by: x.by,
+                    commit: x.commit,
                     at_unix_ms: x.at_unix_ms,
                 })
                 .collect(),

@@ -5,7 +5,7 @@ use swarm_proto::v1;
 
 use crate::text::clock;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct EventView {
     pub id: u64,
     pub at_unix_ms: i64,
@@ -36,6 +36,30 @@ impl From<&v1::Event> for EventView {
             worker: e.worker_id.clone(),
             kind: e.kind.clone(),
             message: e.message.clone(),
+            data,
+        }
+    }
+}
+
+/// The event's data goes back as JSON text (nothing when `null`, the text
+/// itself when it was not JSON): the same value, though not always the
+/// same bytes as the store's, which the Operator API sends as they are.
+impl From<EventView> for v1::Event {
+    fn from(e: EventView) -> Self {
+        let data = match e.data {
+            serde_json::Value::Null => String::new(),
+            serde_json::Value::String(s) if serde_json::from_str::<serde_json::Value>(&s).is_err() => s,
+            v => v.to_string(),
+        };
+        v1::Event {
+            id: e.id,
+            at_unix_ms: e.at_unix_ms,
+            swarm_id: e.swarm,
+            task_id: e.task,
+            attempt: e.attempt,
+            worker_id: e.worker,
+            kind: e.kind,
+            message: e.message,
             data,
         }
     }
@@ -77,6 +101,14 @@ mod tests {
         assert_eq!(e.data, serde_json::Value::String("not json".into()));
         let e = EventView::from(&v1::Event { data: r#"{"a":1}"#.into(), ..Default::default() });
         assert_eq!(e.data["a"], 1);
+    }
+
+    #[test]
+    fn an_event_goes_to_the_wire_and_back_with_its_data() {
+        for data in ["", "not json", r#"{"a":1}"#] {
+            let e = v1::Event { id: 3, kind: "task.merged".into(), data: data.into(), ..Default::default() };
+            assert_eq!(v1::Event::from(EventView::from(&e)), e, "{data:?}");
+        }
     }
 
     #[test]

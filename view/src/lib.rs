@@ -22,7 +22,7 @@ pub mod timeline_svg;
 mod usage;
 mod worker;
 
-pub use attempt::{AttemptView, TierView};
+pub use attempt::AttemptView;
 pub use branch_report::{BranchReportView, ReviewView};
 pub use event::EventView;
 pub use origin::OriginView;

@@ -122,8 +122,10 @@ impl From<TaskView> for v1::Task {
     }
 }
 
-/// Everything known of one task.
-#[derive(Debug, Serialize)]
+/// Everything known of one task. The scheduler builds it (its events left
+/// for the Operator API to read from the store); one `From` pair carries it
+/// over the wire.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TaskDetailView {
     pub task: TaskView,
     pub prompt: String,
@@ -140,6 +142,18 @@ impl From<&v1::TaskDetail> for TaskDetailView {
             attempts: d.attempts.iter().map(AttemptView::from).collect(),
             events: d.events.iter().map(EventView::from).collect(),
             branch_report: d.branch_report.as_ref().map(BranchReportView::from),
+        }
+    }
+}
+
+impl From<TaskDetailView> for v1::TaskDetail {
+    fn from(d: TaskDetailView) -> Self {
+        v1::TaskDetail {
+            task: Some(v1::Task::from(d.task)),
+            prompt: d.prompt,
+            attempts: d.attempts.into_iter().map(v1::Attempt::from).collect(),
+            events: d.events.into_iter().map(v1::Event::from).collect(),
+            branch_report: d.branch_report.map(v1::BranchReport::from),
         }
     }
 }
@@ -189,6 +203,31 @@ mod tests {
         // A state this build does not know keeps its number on the way back.
         let newer = v1::Task { state: 99, ..t };
         assert_eq!(v1::Task::from(TaskView::from(&newer)).state, 99);
+    }
+
+    #[test]
+    fn a_detail_goes_to_the_wire_and_back_unchanged() {
+        let d = v1::TaskDetail {
+            task: Some(v1::Task { swarm_id: "app".into(), id: "api".into(), ..Default::default() }),
+            prompt: "do it".into(),
+            attempts: vec![v1::Attempt { number: 1, worker_id: "w".into(), ..Default::default() }],
+            events: vec![v1::Event { id: 4, data: r#"{"a":1}"#.into(), ..Default::default() }],
+            branch_report: Some(v1::BranchReport {
+                branch: "swarm/app/api".into(),
+                recommendation: "ready".into(),
+                reviews: vec![v1::ReviewRecord {
+                    decision: "approve".into(),
+                    by: "op".into(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+        };
+        let mut back = v1::TaskDetail::from(TaskDetailView::from(&d));
+        // A task, attempt and its usage come back with their empty parts set.
+        back.task = d.task.clone();
+        back.attempts[0].usage = None;
+        assert_eq!(back, d);
     }
 
     #[test]

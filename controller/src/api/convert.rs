@@ -12,7 +12,6 @@ use swarm_proto::convert::{
 };
 use swarm_proto::v1;
 
-use crate::scheduler::views::TaskDetailView;
 use crate::scheduler::{
     AssignSpec, AttemptHandle, CloseCode, HelloInfo, Outbound, Report, ReportedAttempt, ResultReport,
     SandboxReported, TierOutcome, VerifiedReport,
@@ -474,60 +473,7 @@ pub fn task_key(field: &str, full: &str) -> Result<TaskKey, FieldError> {
     TaskKey::parse(full).map_err(|rule| FieldError::new(field, rule))
 }
 
-fn attempt(a: crate::scheduler::Attempt) -> v1::Attempt {
-    v1::Attempt {
-        number: a.number,
-        state: v1::AttemptState::from(a.state) as i32,
-        worker_id: a.worker,
-        fencing_token: a.token,
-        base_commit: a.base_commit,
-        result_commit: a.result_commit,
-        outcome: a.outcome.map(|o| v1::Outcome::from(o) as i32).unwrap_or(0),
-        exit_code: a.exit_code,
-        summary: a.summary,
-        error: a.error,
-        started_at_unix_ms: a.started_at,
-        ended_at_unix_ms: a.ended_at,
-        tiers: a.tiers.iter().map(v1::TierResult::from).collect(),
-        agent: a.agent.kind,
-        session_id: a.agent.session_id,
-        usage: Some(v1::Usage::from(&a.agent.usage)),
-    }
-}
-
-pub fn task_detail(v: TaskDetailView) -> v1::TaskDetail {
-    v1::TaskDetail {
-        task: Some(v1::Task::from(v.task)),
-        prompt: v.prompt,
-        attempts: v.attempts.into_iter().map(attempt).collect(),
-        events: v.events.into_iter().map(event).collect(),
-        branch_report: Some(branch_report(v.branch_report)),
-    }
-}
-
-fn branch_report(r: crate::scheduler::views::BranchReportView) -> v1::BranchReport {
-    v1::BranchReport {
-        branch: r.branch,
-        recommendation: r.recommendation.to_string(),
-        reason: r.reason,
-        commit: r.commit,
-        base_commit: r.base_commit,
-        files_changed: r.files_changed,
-        reviewer: r.reviewer,
-        reviews: r
-            .reviews
-            .into_iter()
-            .map(|x| v1::ReviewRecord {
-                decision: x.decision.as_str().to_string(),
-                message: x.message,
-                by: x.by,
-                commit: x.commit,
-                at_unix_ms: x.at,
-            })
-            .collect(),
-    }
-}
-
+/// A store row on the wire: its data goes as stored, byte for byte.
 pub fn event(e: EventRow) -> v1::Event {
     v1::Event {
         id: e.id,

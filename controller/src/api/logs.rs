@@ -251,9 +251,9 @@ async fn find_attempt(shared: &Shared, task: &swarm_core::TaskKey, number: u32) 
         swarm_id: task.swarm.to_string(),
         task_id: task.task.to_string(),
         attempt: a.number,
-        fencing_token: a.token,
+        fencing_token: a.fencing_token,
     };
-    Ok(Target { task: task.clone(), wire, worker: a.worker.clone(), live: a.state.is_live() })
+    Ok(Target { task: task.clone(), wire, worker: a.worker.clone(), live: a.is_live() })
 }
 
 /// Sends the log piece by piece to the caller until `end` or, when

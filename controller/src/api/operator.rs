@@ -122,9 +122,10 @@ impl OperatorService for OperatorApi {
         request: Request<v1::GetTaskRequest>,
     ) -> Result<Response<v1::TaskDetail>, Status> {
         let task = convert::task_key("task_id", &request.into_inner().task_id)?;
-        let mut detail = self.shared.ask(|reply| OperatorOp::GetTask { task: task.clone(), reply }).await?;
+        let detail = self.shared.ask(|reply| OperatorOp::GetTask { task: task.clone(), reply }).await?;
+        let mut detail = v1::TaskDetail::from(detail);
         let store = self.shared.store.clone();
-        detail.events = tokio::task::spawn_blocking(move || -> Result<_, SchedError> {
+        let events = tokio::task::spawn_blocking(move || -> Result<_, SchedError> {
             let mut reader = Reader::open(&store).map_err(|e| SchedError::Unavailable(e.to_string()))?;
             reader
                 .read_task_events(task.swarm.as_str(), task.task.as_str(), 100_000)
@@ -132,7 +133,8 @@ impl OperatorService for OperatorApi {
         })
         .await
         .map_err(|e| Status::internal(e.to_string()))??;
-        Ok(Response::new(convert::task_detail(detail)))
+        detail.events = events.into_iter().map(convert::event).collect();
+        Ok(Response::new(detail))
     }
 
     async fn list_workers(

@@ -5,21 +5,9 @@ use std::fmt::Write;
 
 use swarm_core::TaskState;
 use swarm_core::plan::{ReviewSpec, task_branch};
+use swarm_view::{BranchReportView, ReviewView};
 
 use super::model::{Attempts, Decision, ReviewNotes, ReviewRecord, Task};
-
-/// A task's branch report: what its branch holds and whether to merge it.
-#[derive(Debug, Clone, Default)]
-pub struct BranchReport {
-    pub branch: String,
-    pub recommendation: &'static str,
-    pub reason: String,
-    pub commit: String,
-    pub base_commit: String,
-    pub files_changed: Vec<String>,
-    pub reviewer: String,
-    pub reviews: Vec<ReviewRecord>,
-}
 
 /// The merge recommendation of a task whose work is done: `ready` (its
 /// result passed every gate), `needs_review` or `blocked`; empty while it
@@ -38,7 +26,9 @@ pub fn recommendation(task: &Task) -> &'static str {
     }
 }
 
-pub fn branch_report(task: &Task, attempts: &Attempts) -> BranchReport {
+/// A task's branch report: what its branch holds and whether to merge it,
+/// in the one shape every client reads.
+pub fn branch_report(task: &Task, attempts: &Attempts) -> BranchReportView {
     let review = task.notes.review.as_deref();
     let number = review.map(|r| r.attempt).filter(|n| *n > 0).unwrap_or(task.attempts);
     let made_by = attempts.get(&(task.key.clone(), number));
@@ -67,9 +57,9 @@ pub fn branch_report(task: &Task, attempts: &Attempts) -> BranchReport {
         }
         _ => task.reason.clone(),
     };
-    BranchReport {
+    BranchReportView {
         branch: task_branch(&task.key.swarm, task.key.task.as_str()),
-        recommendation,
+        recommendation: recommendation.to_string(),
         reason,
         commit: review
             .map(|r| r.commit.clone())
@@ -78,7 +68,17 @@ pub fn branch_report(task: &Task, attempts: &Attempts) -> BranchReport {
         base_commit: made_by.map(|a| a.base_commit.clone()).unwrap_or_default(),
         files_changed: task.notes.files_changed.clone(),
         reviewer,
-        reviews: review.map(|r| r.history.clone()).unwrap_or_default(),
+        reviews: review.map(|r| r.history.iter().map(review_view).collect()).unwrap_or_default(),
+    }
+}
+
+fn review_view(r: &ReviewRecord) -> ReviewView {
+    ReviewView {
+        decision: r.decision.as_str().to_string(),
+        message: r.message.clone(),
+        by: r.by.clone(),
+        commit: r.commit.clone(),
+        at_unix_ms: r.at,
     }
 }
 

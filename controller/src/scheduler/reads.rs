@@ -164,17 +164,7 @@ impl Scheduler {
 
     pub(super) fn task_detail(&self, key: &TaskKey) -> Result<TaskDetailView, SchedError> {
         let t = self.task(key)?;
-        let attempts = (1..=t.attempts)
-            .filter_map(|n| self.shared.model.attempts().get(&(key.clone(), n)))
-            .cloned()
-            .collect();
-        Ok(TaskDetailView {
-            task: super::views::task_view(t, self.holder(key), &self.shared.model),
-            prompt: t.spec.prompt.clone(),
-            attempts,
-            events: Vec::new(),
-            branch_report: super::branch_report::branch_report(t, self.shared.model.attempts()),
-        })
+        Ok(super::views::task_detail_view(t, self.holder(key), &self.shared.model))
     }
 }
 

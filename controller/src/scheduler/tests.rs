@@ -327,7 +327,7 @@ proptest! {
             prop_assert_eq!(state(&d.task), model.state, "after {:?} in {:?}", step, steps);
             prop_assert_eq!(d.task.retries_used, model.retries_used);
             prop_assert_eq!(d.task.attempts, model.attempts);
-            let live = d.attempts.iter().filter(|a| a.state.is_live()).count();
+            let live = d.attempts.iter().filter(|a| a.is_live()).count();
             prop_assert!(live <= 1, "at most one live attempt");
             prop_assert_eq!(live == 1, model.state == TaskState::Running);
             let numbers: Vec<u32> = d.attempts.iter().map(|a| a.number).collect();

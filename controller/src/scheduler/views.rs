@@ -7,13 +7,11 @@ use std::sync::Arc;
 use swarm_core::plan::{ForgeSpec, Plan};
 use swarm_core::{SwarmId, TaskState};
 use swarm_proto::v1;
+pub use swarm_view::{AttemptView, SwarmView, TaskDetailView, TaskView, WorkerView};
 use swarm_view::{ForgeView, OriginView, UsageView};
-pub use swarm_view::{SwarmView, TaskView, WorkerView};
 
-pub use super::branch_report::BranchReport as BranchReportView;
 pub use super::model::task_usage;
 use super::model::{Attempt, ForgeState, Model, PendingReply, Swarm, SwarmState, Task, Worker};
-use crate::store::EventRow;
 
 /// A swarm as every client reads it (`swarm_view::SwarmView`), with what
 /// its agents spent in the last hour as the breaker counts it.
@@ -178,15 +176,43 @@ pub fn task_view(task: &Task, worker: Option<&str>, model: &Model) -> TaskView {
     }
 }
 
-#[derive(Debug, Clone)]
-pub struct TaskDetailView {
-    pub task: TaskView,
-    pub prompt: String,
-    pub attempts: Vec<Attempt>,
-    /// Filled in by the API from the store (the scheduler keeps no event
-    /// history in memory).
-    pub events: Vec<EventRow>,
-    pub branch_report: BranchReportView,
+/// Everything the scheduler knows of a task: its view, prompt, attempts
+/// and branch report. Its events are the Operator API's to read from the
+/// store (the scheduler keeps no event history in memory).
+pub fn task_detail_view(task: &Task, worker: Option<&str>, model: &Model) -> TaskDetailView {
+    let attempts = model.attempts();
+    TaskDetailView {
+        task: task_view(task, worker, model),
+        prompt: task.spec.prompt.clone(),
+        attempts: (1..=task.attempts)
+            .filter_map(|n| attempts.get(&(task.key.clone(), n)))
+            .map(attempt_view)
+            .collect(),
+        events: Vec::new(),
+        branch_report: Some(super::branch_report::branch_report(task, attempts)),
+    }
+}
+
+/// An attempt as every client reads it (`swarm_view::AttemptView`).
+pub fn attempt_view(a: &Attempt) -> AttemptView {
+    AttemptView {
+        number: a.number,
+        state: swarm_view::names::attempt_state(v1::AttemptState::from(a.state) as i32),
+        worker: a.worker.clone(),
+        fencing_token: a.token,
+        base_commit: a.base_commit.clone(),
+        result_commit: a.result_commit.clone(),
+        outcome: swarm_view::names::outcome(a.outcome.map(|o| v1::Outcome::from(o) as i32).unwrap_or(0)),
+        exit_code: a.exit_code,
+        summary: a.summary.clone(),
+        error: a.error.clone(),
+        started_at_unix_ms: a.started_at,
+        ended_at_unix_ms: a.ended_at,
+        tiers: a.tiers.clone(),
+        agent: a.agent.kind.clone(),
+        session_id: a.agent.session_id.clone(),
+        usage: UsageView::from(&a.agent.usage),
+    }
 }
 
 /// A worker as every client reads it (`swarm_view::WorkerView`).

@@ -52,7 +52,7 @@ pub async fn timeline(
         let key = convert::task_key("task", &format!("{swarm}/{}", t.id)).map_err(Status::from)?;
         let detail =
             ui.shared.ask(|reply| OperatorOp::GetTask { task: key, reply }).await.map_err(Status::from)?;
-        let detail = convert::task_detail(detail);
+        let detail = v1::TaskDetail::from(detail);
         attempts.extend(detail.attempts.into_iter().map(|a| (t.id.clone(), a)));
     }
     let workers = pages::workers(&ui.reads).await?;
