@@ -7,7 +7,7 @@ use tonic::Status;
 use tracing::Instrument as _;
 
 use super::Shared;
-use crate::scheduler::spawn::SpawnPlan;
+use crate::scheduler::SpawnPlan;
 use crate::scheduler::views::ChildrenView;
 use crate::scheduler::{Command, PackClaim};
 

@@ -63,7 +63,7 @@ pub(super) fn schedule(core: &mut Core, limits: &RateLimits) {
                 continue;
             }
             if task.spec.agent.is_some() {
-                if let Some(why) = budget::over_budget(&core.model, key) {
+                if let Some(why) = budget::over_budget(core.model, key) {
                     if !over_budget.iter().any(|(k, _)| k == key) {
                         over_budget.push((key.clone(), why));
                     }
@@ -140,7 +140,7 @@ fn assign(core: &mut Core, worker_id: &str, key: &TaskKey) {
 /// sidecar reconnects without it).
 pub(super) fn assign_spec(model: &Model, key: &TaskKey, number: u32) -> Option<AssignSpec> {
     if model.is_reviewer(key, number) {
-        return review::assign_spec(&model, key, number);
+        return review::assign_spec(model, key, number);
     }
     let task = model.tasks().get(key)?;
     let attempt = model.attempts().get(&(key.clone(), number))?;

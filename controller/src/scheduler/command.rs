@@ -15,8 +15,7 @@ pub use super::model::messages::{
     HelloInfo, PackClaim, ReportedAttempt, ResultReport, ReviewVerdict, SandboxReported,
 };
 use super::reads::Page;
-use super::refs::LandTarget;
-use super::views::{SwarmView, TaskDetailView, TaskView, WorkerView};
+use super::views::{ChildrenView, SwarmView, TaskDetailView, TaskView, WorkerView};
 use crate::error::SchedError;
 use crate::merger::ReportSink;
 use crate::store::EventRow;
@@ -80,6 +79,26 @@ impl Report {
 }
 
 pub type Reply<T> = oneshot::Sender<Result<T, SchedError>>;
+
+/// Where a swarm's result lands, as Land resolved it.
+#[derive(Debug, Clone)]
+pub struct LandTarget {
+    pub swarm: String,
+    pub target: String,
+    pub head: String,
+    /// True when the operator named the target rather than the plan: such a
+    /// target must not be checked out anywhere.
+    pub explicit: bool,
+}
+
+/// What a spawn needs next.
+#[derive(Debug)]
+pub enum SpawnPlan {
+    /// The child exists already (a repeated call, a resumed attempt).
+    Exists(ChildrenView),
+    /// A new child: its branch must be made at `base` first.
+    New { text: Arc<str>, plan: Arc<Plan>, base: String },
+}
 
 impl Command {
     /// Whether the command only reads the model.
@@ -261,7 +280,7 @@ pub enum Command {
     PlanSpawn {
         claim: PackClaim,
         fragment: String,
-        reply: oneshot::Sender<Result<super::spawn::SpawnPlan, SchedError>>,
+        reply: oneshot::Sender<Result<SpawnPlan, SchedError>>,
     },
     /// An agent's `spawn`, second step: the child created on its branch
     /// (answered once stored).

@@ -47,7 +47,7 @@ use std::time::{Duration, Instant, SystemTime};
 use swarm_core::{AttemptState, SwarmId, TaskKey, TaskState};
 use tokio::sync::broadcast;
 
-pub use command::{BudgetChange, BudgetTarget, ReviewVerdict};
+pub use command::{BudgetChange, BudgetTarget, LandTarget, ReviewVerdict, SpawnPlan};
 pub use command::{
     Command, HelloInfo, OperatorOp, PackClaim, Report, ReportedAttempt, ResultReport, SandboxReported,
     merger_sink,
@@ -65,7 +65,6 @@ pub use operator::PERMISSION_CATEGORY;
 pub use outbound::{AgentAssign, AssignSpec, AttemptHandle, CloseCode, Outbound};
 pub use pause::BY_BREAKER;
 pub use reads::Page;
-pub use refs::LandTarget;
 
 use self::core::{Core, Effects, Shared, unix_time};
 pub use self::core::{DEFAULT_RETENTION, Timing};

@@ -10,6 +10,7 @@ use swarm_core::SwarmId;
 use swarm_core::plan::Plan;
 
 use super::Effects;
+use super::command::LandTarget;
 use super::core::find_swarm;
 use super::model::{Model, Swarm};
 use crate::error::SchedError;
@@ -22,17 +23,6 @@ fn namespace(swarm: &SwarmId) -> String {
 
 fn owns(swarm: &Swarm, branch: &str) -> bool {
     branch == swarm.plan.integration_branch || branch.starts_with(&namespace(&swarm.id))
-}
-
-/// Where a swarm's result lands, as Land resolved it.
-#[derive(Debug, Clone)]
-pub struct LandTarget {
-    pub swarm: String,
-    pub target: String,
-    pub head: String,
-    /// True when the operator named the target rather than the plan: such a
-    /// target must not be checked out anywhere.
-    pub explicit: bool,
 }
 
 /// Refuses a plan whose refs another swarm owns, or which would own

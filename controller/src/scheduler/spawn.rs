@@ -18,20 +18,12 @@ use std::sync::Arc;
 use swarm_core::plan::{Plan, PlanError, spawn};
 use swarm_core::{SwarmId, TaskKey};
 
+use super::command::SpawnPlan;
 use super::core::Core;
 use super::model::{Model, SwarmState};
 use super::views::ChildrenView;
 use super::{PackClaim, sessions, subswarm};
 use crate::error::SchedError;
-
-/// What a spawn needs next.
-#[derive(Debug)]
-pub enum SpawnPlan {
-    /// The child exists already (a repeated call, a resumed attempt).
-    Exists(ChildrenView),
-    /// A new child: its branch must be made at `base` first.
-    New { text: Arc<str>, plan: Arc<Plan>, base: String },
-}
 
 /// Validates a spawn and composes the child's plan; a child that
 /// exists with the same tasks has its failed tasks retried.
