@@ -8,7 +8,7 @@ use swarm_core::{AttemptState, Outcome, TaskKey, TaskState};
 
 use super::core::Core;
 use super::limits::RateLimits;
-use super::model::{AgentRecord, Attempt, Model, Task, Transition};
+use super::model::{Attempt, Model, Task, Transition};
 use super::outbound::{AgentAssign, AssignSpec, AttemptHandle, Outbound};
 use super::{budget, now_ms, review, task_text};
 
@@ -99,7 +99,6 @@ pub(super) fn schedule(core: &mut Core, limits: &RateLimits) {
 
 /// Creates the next attempt of `key` on `worker_id`.
 fn assign(core: &mut Core, worker_id: &str, key: &TaskKey) {
-    let token = core.next_token();
     let Some(task) = core.model.tasks().get(key) else { return };
     let number = task.attempts + 1;
     let base = if task.resume_commit.is_empty() {
@@ -107,29 +106,15 @@ fn assign(core: &mut Core, worker_id: &str, key: &TaskKey) {
     } else {
         task.resume_commit.clone()
     };
+    let kind = task.spec.agent.as_ref().map(|a| a.kind.as_str().to_string()).unwrap_or_default();
     let _span = tracing::info_span!("assign", swarm = %key.swarm, task = %key, attempt = %key.attempt(number), worker = worker_id)
         .entered();
-    let attempt = Attempt::begin(
-        key.clone(),
-        number,
-        AttemptState::Assigned,
-        worker_id.to_string(),
-        token,
-        base,
-        AgentRecord {
-            kind: task.spec.agent.as_ref().map(|a| a.kind.as_str().to_string()).unwrap_or_default(),
-            ..Default::default()
-        },
-    );
     core.edit_task(key, |task| {
         task.attempts = number;
         task.percent = 0;
         task.step.clear();
     });
-    core.transition(Transition::AttemptAdded(attempt));
-    core.edit_worker(worker_id, |w| w.updated_at = now_ms());
-    let now = core.mono_ms();
-    core.lease_seen.insert(worker_id.to_string(), now);
+    core.begin_attempt(key, number, worker_id, base, kind);
     core.set_state(key, TaskState::Running, &format!("attempt {number} assigned to {worker_id}"));
     if let Some(spec) = assign_spec(core.model, key, number) {
         core.send(worker_id, Outbound::Assign(Box::new(spec)));

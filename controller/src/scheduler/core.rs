@@ -15,7 +15,7 @@ use swarm_core::{AttemptState, SwarmId, TaskKey, TaskState};
 use swarm_git::merge::MergeJob;
 
 use super::model::{
-    self, Applied, Attempt, HashMap, HashSet, Model, Session, SwarmState, Transition, now_ms,
+    self, AgentRecord, Applied, Attempt, HashMap, HashSet, Model, Session, SwarmState, Transition, now_ms,
 };
 use super::outbound::{AttemptHandle, Outbound};
 use super::pipeline::Released;
@@ -415,6 +415,27 @@ impl Core<'_> {
             format!("{} {from} -> {to}", key.attempt(number)),
             StateChange { from: from.as_str(), to: to.as_str(), reason: None },
         );
+    }
+
+    /// A new attempt of `key`, ASSIGNED to `worker_id` from `base`: the
+    /// worker now holds it, and its lease starts now. The caller has
+    /// already counted the attempt on its task.
+    pub fn begin_attempt(&mut self, key: &TaskKey, number: u32, worker_id: &str, base: String, kind: String) {
+        let token = self.next_token();
+        let agent = AgentRecord { kind, ..Default::default() };
+        let attempt = Attempt::begin(
+            key.clone(),
+            number,
+            AttemptState::Assigned,
+            worker_id.to_string(),
+            token,
+            base,
+            agent,
+        );
+        self.transition(Transition::AttemptAdded(attempt));
+        self.edit_worker(worker_id, |w| w.updated_at = now_ms());
+        let now = self.mono_ms();
+        self.lease_seen.insert(worker_id.to_string(), now);
     }
 
     /// Releases the worker holding `key#number`, if any.

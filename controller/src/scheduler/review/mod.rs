@@ -20,7 +20,7 @@ use swarm_core::{AttemptState, Outcome, TaskKey, TaskState};
 
 use super::core::{Core, find_task};
 use super::model::messages::ResultReport;
-use super::model::{AgentRecord, Attempt, Model, Task, Transition, Worker, now_ms};
+use super::model::{Model, Task, Transition, Worker, now_ms};
 pub use super::model::{Decision, ReviewRecord};
 use super::outbound::{AgentAssign, AssignSpec, AttemptHandle, Outbound};
 use crate::error::SchedError;
@@ -357,7 +357,6 @@ fn report_branch(core: &mut Core, key: &TaskKey) {
 }
 
 fn assign_reviewer(core: &mut Core, worker_id: &str, key: &TaskKey) {
-    let token = core.next_token();
     let Some(task) = core.model.tasks().get(key) else { return };
     let Some(review) = task.notes.review.as_deref() else { return };
     let number = task.attempts + 1;
@@ -374,19 +373,7 @@ fn assign_reviewer(core: &mut Core, worker_id: &str, key: &TaskKey) {
     });
     let _span = tracing::info_span!("review.assign", swarm = %key.swarm, task = %key, attempt = %key.attempt(number), worker = worker_id)
         .entered();
-    let attempt = Attempt::begin(
-        key.clone(),
-        number,
-        AttemptState::Assigned,
-        worker_id.to_string(),
-        token,
-        commit.clone(),
-        AgentRecord { kind, ..Default::default() },
-    );
-    core.transition(Transition::AttemptAdded(attempt));
-    core.edit_worker(worker_id, |w| w.updated_at = now_ms());
-    let mono = core.mono_ms();
-    core.lease_seen.insert(worker_id.to_string(), mono);
+    core.begin_attempt(key, number, worker_id, commit.clone(), kind);
     core.fx.task_event(
         key,
         number,
