@@ -20,8 +20,8 @@ use swarm_core::{AttemptState, Outcome, TaskKey, TaskState};
 
 use super::core::{Core, find_task};
 use super::model::messages::ResultReport;
-use super::model::{Model, Task, Transition, Worker, now_ms};
 pub use super::model::{Decision, ReviewRecord};
+use super::model::{Model, Task, Transition, Worker, now_ms};
 use super::outbound::{AgentAssign, AssignSpec, AttemptHandle, Outbound};
 use crate::error::SchedError;
 
