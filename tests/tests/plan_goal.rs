@@ -87,6 +87,13 @@ fn swarmctl_env(claude: &RealClaude, args: &[&str], dir: &Path) -> Output {
     swarmctl_with(claude, args, dir, &[])
 }
 
+/// `swarmctl plan GOAL` over `repo` with the real CLI, writing `plan.toml`
+/// in `dir`.
+fn plan_goal(claude: &RealClaude, goal: &str, repo: &Path, dir: &Path) -> Output {
+    let (repo, cli) = (repo.to_str().unwrap(), claude.cli.path.to_str().unwrap());
+    swarmctl_env(claude, &["plan", goal, "--repo", repo, "--agent-path", cli, "-o", "plan.toml"], dir)
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_planner_is_refused_for_overlap_then_proposes_a_graph_that_runs_to_merged() {
     let propose = |plan: &str| Step::tool("mcp__planner__propose_plan", json!({"plan_toml": plan}));
@@ -110,21 +117,7 @@ async fn a_planner_is_refused_for_overlap_then_proposes_a_graph_that_runs_to_mer
     let repo = TempRepo::with_files(&[("src/lib.txt", "lib\n"), ("docs/index.md", "docs\n")]);
     let dir = tempfile::tempdir().unwrap();
     let goal = format!("Add a schema, an API on it, and a guide.\n{}", marker("planner"));
-    let repo_arg = repo.path().display().to_string();
-    let out = swarmctl_env(
-        &claude,
-        &[
-            "plan",
-            &goal,
-            "--repo",
-            &repo_arg,
-            "--agent-path",
-            claude.cli.path.to_str().unwrap(),
-            "-o",
-            "plan.toml",
-        ],
-        dir.path(),
-    );
+    let out = plan_goal(&claude, &goal, repo.path(), dir.path());
     assert_eq!(out.status.code(), Some(0), "{}\n{}", stdout(&out), stderr(&out));
 
     let results = claude.api.requests_of("planner").last().map(|r| r.tool_results()).unwrap_or_default();
@@ -161,6 +154,7 @@ async fn a_planner_is_refused_for_overlap_then_proposes_a_graph_that_runs_to_mer
         "the repository is untouched"
     );
 
+    let repo_arg = repo.path().display().to_string();
     let run = swarmctl_env(
         &claude,
         &["run", "--plain", "--workers", "2", "--repo", &repo_arg, "plan.toml"],
@@ -191,21 +185,7 @@ async fn a_planner_that_proposes_nothing_fails_and_writes_nothing() {
     let repo = TempRepo::with_files(&[("src/lib.txt", "lib\n")]);
     let dir = tempfile::tempdir().unwrap();
     let goal = format!("Plan something.\n{}", marker("idle"));
-    let repo_arg = repo.path().display().to_string();
-    let out = swarmctl_env(
-        &claude,
-        &[
-            "plan",
-            &goal,
-            "--repo",
-            &repo_arg,
-            "--agent-path",
-            claude.cli.path.to_str().unwrap(),
-            "-o",
-            "plan.toml",
-        ],
-        dir.path(),
-    );
+    let out = plan_goal(&claude, &goal, repo.path(), dir.path());
     assert_ne!(out.status.code(), Some(0), "{}", stdout(&out));
     let err = stderr(&out);
     assert!(err.contains("without proposing a plan") && err.contains("I could not plan this."), "{err}");
