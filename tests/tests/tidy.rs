@@ -100,7 +100,7 @@ fn a_file_the_document_does_not_name_is_found() {
 /// goes through the dispatcher (`mod.rs` and the files of its `impl
 /// Scheduler`), which may use them all.
 const SCHEDULER_COMPONENTS: &[&str] =
-    &["budget", "limits", "merge_queue", "pause", "review", "sessions", "stall", "subswarm"];
+    &["budget", "limits", "merge_queue", "pause", "retention", "review", "sessions", "stall", "subswarm"];
 
 /// The other components that `source`, component `own`'s code, names
 /// through `super::` or `crate::scheduler::`.
@@ -149,6 +149,65 @@ fn a_scheduler_component_imports_no_other_component() {
          and let the dispatcher route it:\n  {}",
         crossings.join("\n  ")
     );
+}
+
+/// Whether `source`'s code (its test module aside, comments skipped)
+/// names the `Scheduler` type.
+fn names_the_dispatcher(source: &str) -> bool {
+    let code = source.split("\n#[cfg(test)]\nmod tests").next().unwrap_or(source);
+    let word = |c: char| c.is_alphanumeric() || c == '_';
+    code.lines().filter(|l| !l.trim_start().starts_with("//")).any(|line| {
+        line.match_indices("Scheduler").any(|(at, name)| {
+            let before = line[..at].chars().next_back();
+            let after = line[at + name.len()..].chars().next();
+            !before.is_some_and(word) && !after.is_some_and(word)
+        })
+    })
+}
+
+/// The dispatcher is `scheduler/mod.rs` alone: every handler and
+/// component below it is a function over the core and the components, so
+/// a reader (or a structure drawing) can follow a command past the
+/// dispatcher's `match` without walking back up into it.
+#[test]
+fn no_file_below_the_dispatcher_names_it() {
+    let dir = repo_root().join("controller/src/scheduler");
+    let mut naming = Vec::new();
+    let mut stack = vec![dir.clone()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if path.is_dir() {
+                if name != "tests" {
+                    stack.push(path);
+                }
+                continue;
+            }
+            let test_file = name == "tests.rs" || name.ends_with("_tests.rs");
+            if path == dir.join("mod.rs") || test_file || !name.ends_with(".rs") {
+                continue;
+            }
+            if names_the_dispatcher(&std::fs::read_to_string(&path).unwrap()) {
+                naming.push(path.strip_prefix(&dir).unwrap().display().to_string());
+            }
+        }
+    }
+    naming.sort();
+    assert!(
+        naming.is_empty(),
+        "these name the `Scheduler` type below the dispatcher; take a `Core` and the `Components` instead:\n  {}",
+        naming.join("\n  ")
+    );
+}
+
+#[test]
+fn naming_the_dispatcher_is_found_in_code_but_not_in_comments_or_longer_names() {
+    assert!(names_the_dispatcher("use super::{Effects, Scheduler};"));
+    assert!(names_the_dispatcher("impl Scheduler {\n}"));
+    assert!(!names_the_dispatcher("// the Scheduler routes it\nfn f() {}"));
+    assert!(!names_the_dispatcher("struct SchedulerHandle;"));
+    assert!(!names_the_dispatcher("fn f() {}\n#[cfg(test)]\nmod tests {\n    use super::Scheduler;\n}"));
 }
 
 #[test]

@@ -49,7 +49,7 @@ pub async fn tasks(reads: &OperatorApi, swarm: &str) -> Result<Vec<v1::Task>, St
         let req = v1::ListTasksRequest {
             swarm_id: swarm.to_string(),
             states: Vec::new(),
-            page_size: crate::scheduler::reads::MAX_PAGE_SIZE as u32,
+            page_size: crate::scheduler::page::MAX_PAGE_SIZE as u32,
             page_token,
         };
         let page = reads.list_tasks(Request::new(req)).await?.into_inner();

@@ -4,7 +4,7 @@
 //! ownership between live attempts.
 
 use swarm_core::plan::task_branch;
-use swarm_core::{AttemptState, Outcome, TaskKey, TaskState};
+use swarm_core::{AttemptState, Outcome, TaskKey};
 
 use super::core::Core;
 use super::limits::RateLimits;
@@ -115,7 +115,7 @@ fn assign(core: &mut Core, worker_id: &str, key: &TaskKey) {
         task.step.clear();
     });
     core.begin_attempt(key, number, worker_id, base, kind);
-    core.set_state(key, TaskState::Running, &format!("attempt {number} assigned to {worker_id}"));
+    core.to_running(key, &format!("attempt {number} assigned to {worker_id}"));
     if let Some(spec) = assign_spec(core.model, key, number) {
         core.send(worker_id, Outbound::Assign(Box::new(spec)));
     }

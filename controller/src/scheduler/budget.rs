@@ -333,7 +333,7 @@ pub(super) fn block(core: &mut Core, key: &TaskKey, why: &str) {
     if core.model.tasks().get(key).map(|t| t.state()) != Some(TaskState::Ready) {
         return;
     }
-    core.set_state(key, TaskState::Blocked, why);
+    core.to_blocked(key, why);
     let attempt = core.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
     core.fx.task_event(
         key,

@@ -14,7 +14,7 @@ use super::model::Session;
 pub use super::model::messages::{
     HelloInfo, PackClaim, ReportedAttempt, ResultReport, ReviewVerdict, SandboxReported,
 };
-use super::reads::Page;
+use super::page::Page;
 use super::views::{ChildrenView, SwarmView, TaskDetailView, TaskView, WorkerView};
 use crate::error::SchedError;
 use crate::merger::ReportSink;

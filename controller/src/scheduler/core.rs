@@ -234,10 +234,6 @@ impl Shared {
         }
     }
 
-    pub fn mono_ms(&self) -> u64 {
-        self.started.elapsed().as_millis() as u64
-    }
-
     /// The stalled-swarms gauge, after swarm states may have changed.
     pub fn count_stalled(&self) {
         count_stalled(&self.model, &self.metrics);
@@ -468,7 +464,7 @@ impl Core<'_> {
             self.make_ready(key, &reason);
         } else {
             self.edit_task(key, |t| t.notes.failures.push(failure));
-            self.set_state(key, TaskState::Failed, &format!("{why} (retries exhausted: {max})"));
+            self.to_failed(key, &format!("{why} (retries exhausted: {max})"));
         }
     }
 

@@ -5,9 +5,9 @@
 
 use swarm_core::plan::ConflictPolicy;
 use swarm_core::{AttemptState, TaskKey, TaskState};
-use swarm_git::merge::{Conflict, MergeResult, MergeStats, QueueReport, Verdict};
+use swarm_git::merge::{Conflict, LockRemoved, MergeResult, MergeStats, QueueReport, RefRepaired, Verdict};
 
-use super::core::Core;
+use super::core::{Core, Effects};
 use super::merge_queue::{self, Queues};
 use super::review::ReviewQueue;
 
@@ -39,7 +39,7 @@ pub(super) fn start_merge(
         return queues.enqueue(core, key, number);
     }
     let Some(job) = merge_queue::merge_job(core.model, key, number, recovering) else { return };
-    core.set_state(key, TaskState::Merging, &format!("merging attempt {number}"));
+    core.to_merging(key, &format!("merging attempt {number}"));
     core.fx.merges.push(job);
 }
 
@@ -105,7 +105,7 @@ pub(super) fn on_merged(core: &mut Core, result: MergeResult) {
                 format!("merged as {merge_commit}{note}"),
                 merged_detail(&stats),
             );
-            core.set_state(&key, TaskState::Merged, &format!("merged as {}{note}", short(&merge_commit)));
+            core.to_merged(&key, &format!("merged as {}{note}", short(&merge_commit)));
             let dependents = core.model.dependents(&key).to_vec();
             for d in dependents {
                 if core.model.tasks().get(&d).is_some_and(|t| t.state() == TaskState::Pending) {
@@ -128,7 +128,7 @@ pub(super) fn on_merged(core: &mut Core, result: MergeResult) {
                 t.notes.conflict = Some(description);
                 t.resume_commit.clear();
             });
-            core.set_state(&key, TaskState::Conflict, &format!("conflict in {}", paths.join(", ")));
+            core.to_conflict(&key, &format!("conflict in {}", paths.join(", ")));
             if policy == ConflictPolicy::Return {
                 core.make_ready(
                     &key,
@@ -215,4 +215,35 @@ fn conflict_description(c: &Conflict) -> String {
 
 fn short(id: &str) -> &str {
     id.get(..12).unwrap_or(id)
+}
+
+/// Records, in the swarm's audit log, that a stale lock on its
+/// integration ref was removed.
+pub(super) fn on_lock_removed(fx: &mut Effects, removed: LockRemoved) {
+    fx.event(
+        &removed.swarm,
+        "",
+        0,
+        "",
+        "integration.lock_removed",
+        format!("removed stale lock {} on {} ({} ms old)", removed.path, removed.branch, removed.age_ms),
+        serde_json::json!({ "branch": removed.branch, "path": removed.path, "age_ms": removed.age_ms }),
+    );
+}
+
+/// Records, in the swarm's audit log, that its integration ref was
+/// behind the recorded head at start, or unreadable, and was put back.
+pub(super) fn on_ref_repaired(fx: &mut Effects, repaired: RefRepaired) {
+    fx.event(
+        &repaired.swarm,
+        "",
+        0,
+        "",
+        "integration.ref_repaired",
+        format!(
+            "integration ref {} held {:?}, behind the recorded head or no commit id (a power loss?); put back at the recorded head {}",
+            repaired.branch, repaired.found, repaired.head
+        ),
+        serde_json::json!({ "branch": repaired.branch, "found": repaired.found, "head": repaired.head }),
+    );
 }

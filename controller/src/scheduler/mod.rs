@@ -13,8 +13,10 @@ mod bisect;
 mod branch_report;
 mod budget;
 pub mod command;
+mod components;
 mod core;
 mod forge;
+mod leases;
 mod limits;
 mod merge_queue;
 mod merged;
@@ -22,11 +24,13 @@ mod model;
 mod operator;
 pub mod outbound;
 mod outcome;
+pub mod page;
 mod pause;
 mod pipeline;
-pub mod reads;
+mod reads;
 mod recover;
 mod refs;
+mod reply;
 mod reports;
 mod retention;
 mod review;
@@ -35,16 +39,17 @@ mod sessions;
 pub mod spawn;
 pub mod stall;
 pub mod subswarm;
+mod swarm_state;
 mod task_text;
 #[cfg(test)]
 mod tests;
+mod transitions;
 pub mod views;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
-use swarm_core::{AttemptState, SwarmId, TaskKey, TaskState};
 use tokio::sync::broadcast;
 
 pub use command::{BudgetChange, BudgetTarget, LandTarget, ReviewVerdict, SpawnPlan};
@@ -60,18 +65,17 @@ pub use model::{
     now_ms,
 };
 // What a question's category and a pause's author mean to the operator's webhooks.
-pub use model::{BUDGET_CATEGORY, MAX_FLAKY, ScheduleOrder};
-pub use operator::PERMISSION_CATEGORY;
+pub use model::{BUDGET_CATEGORY, MAX_FLAKY, PERMISSION_CATEGORY, ScheduleOrder};
 pub use outbound::{AgentAssign, AssignSpec, AttemptHandle, CloseCode, Outbound};
+pub use page::Page;
 pub use pause::BY_BREAKER;
-pub use reads::Page;
 
-use self::core::{Core, Effects, Shared, unix_time};
+use self::core::{Core, Effects, Shared};
 pub use self::core::{DEFAULT_RETENTION, Timing};
 use crate::merger::MergerHandle;
 use crate::metrics::Metrics;
 use crate::store::{EventRow, Store};
-use model::Transition;
+use components::Components;
 use pipeline::{Pipeline, Releaser, Turn};
 
 /// Most commands applied in one group commit.
@@ -138,21 +142,8 @@ pub struct Scheduler {
     /// The newest event whose commit is done (and which was broadcast).
     last_committed_event: Arc<AtomicU64>,
     events: broadcast::Sender<Arc<EventRow>>,
-    merger: MergerHandle,
-    /// Who may claim which worker id; the audit's windows.
-    sessions: sessions::Sessions,
-    /// Agent usage limits holding agent tasks back.
-    limits: limits::RateLimits,
-    /// Sub-swarm tasks whose child swarm is being started.
-    subswarms: subswarm::SubSwarms,
-    /// Merge queues of swarms that verify their merged tree.
-    merge_queues: merge_queue::Queues,
-    /// Tasks in REVIEW waiting for a reviewer attempt.
-    reviews: review::ReviewQueue,
-    /// Budget stops sent, swarms found over budget, the breaker's windows.
-    budgets: budget::Budgets,
-    /// Forgets swarms that ended longer ago than the retention window.
-    retention: retention::Retention,
+    /// The components beside the core, which the handlers borrow with it.
+    parts: Components,
 }
 
 impl Scheduler {
@@ -162,7 +153,20 @@ impl Scheduler {
         timing: Timing,
         merger: MergerHandle,
     ) -> Result<Scheduler, crate::error::ControllerError> {
-        recover::recover(store, timing, merger)
+        let mut store = store;
+        let snap = store.load()?;
+        let last_event_id = snap.last_event_id;
+        let recover::Recovered { shared, parts } = recover::recover(snap, timing, merger)?;
+        tracing::info!(last_event = last_event_id, "scheduler recovered");
+        let (events, _) = broadcast::channel(65_536);
+        Ok(Scheduler {
+            store,
+            shared,
+            next_event_id: last_event_id + 1,
+            last_committed_event: Arc::new(AtomicU64::new(last_event_id)),
+            events,
+            parts,
+        })
     }
 
     /// Reports into `metrics` from now on, starting with the current task
@@ -275,24 +279,25 @@ impl Scheduler {
             self.handle(cmd, &mut fx);
         }
         self.tick(&mut fx);
-        assign::schedule(&mut self.shared.core(&mut fx), &self.limits);
-        let limits = &self.limits;
-        self.reviews
+        assign::schedule(&mut self.shared.core(&mut fx), &self.parts.limits);
+        let limits = &self.parts.limits;
+        self.parts
+            .reviews
             .schedule(&mut self.shared.core(&mut fx), |w, now| limits.limited_until(w, now).is_some());
         if !fx.touched_swarms.is_empty() {
             // A child swarm's end moves its parent task, which touches the
             // parent swarm: refresh until nothing more moves.
             while !fx.touched_swarms.is_empty() {
                 for swarm in std::mem::take(&mut fx.touched_swarms) {
-                    self.refresh_swarm(&swarm, &mut fx);
+                    swarm_state::refresh(&mut self.shared.core(&mut fx), &swarm);
                     if let Some((parent, number, span)) =
                         subswarm::after_refresh(&mut self.core(&mut fx), &swarm)
                     {
                         span.in_scope(|| {
                             merged::after_success(
                                 &mut self.shared.core(&mut fx),
-                                &mut self.reviews,
-                                &mut self.merge_queues,
+                                &mut self.parts.reviews,
+                                &mut self.parts.merge_queues,
                                 &parent,
                                 number,
                             )
@@ -326,22 +331,24 @@ impl Scheduler {
         Releaser {
             events: self.events.clone(),
             metrics: self.shared.metrics.clone(),
-            merger: self.merger.clone(),
+            merger: self.parts.merger.clone(),
             last_committed: self.last_committed_event.clone(),
         }
     }
 
     fn handle(&mut self, cmd: Command, fx: &mut Effects) {
         match cmd {
-            Command::Hello { hello, session } => self.on_hello(hello, session, fx),
+            Command::Hello { hello, session } => {
+                reports::on_hello(&mut self.shared.core(fx), &mut self.parts, hello, session)
+            }
             Command::Report { worker, session, seq, report } => {
-                self.on_report(&worker, session, seq, report, fx)
+                reports::on_report(&mut self.shared.core(fx), &mut self.parts, &worker, session, seq, report)
             }
             Command::Disconnected { worker, session } => {
                 sessions::disconnected(&mut self.core(fx), &worker, session)
             }
             Command::Heard { worker, session } => sessions::heard(&mut self.core(fx), &worker, session),
-            Command::Operator(op) => self.on_operator(op, fx),
+            Command::Operator(op) => operator::on_operator(&mut self.shared.core(fx), &mut self.parts, op),
             Command::Subscribe { reply } => {
                 // On the thread that broadcasts, after the commits before it:
                 // the subscription starts exactly after the id it is given.
@@ -352,96 +359,64 @@ impl Scheduler {
             }
             Command::Merged(mut result) => {
                 if let Some(removed) = result.lock_removed.take() {
-                    self.on_lock_removed(removed, fx);
+                    merged::on_lock_removed(fx, removed);
                 }
                 merged::on_merged(&mut self.shared.core(fx), result)
             }
-            Command::LockRemoved(removed) => self.on_lock_removed(removed, fx),
-            Command::RefRepaired(repaired) => self.on_ref_repaired(repaired, fx),
+            Command::LockRemoved(removed) => merged::on_lock_removed(fx, removed),
+            Command::RefRepaired(repaired) => merged::on_ref_repaired(fx, repaired),
             Command::Queue(report) => {
-                merged::on_queue_report(&mut self.shared.core(fx), &mut self.merge_queues, report)
+                merged::on_queue_report(&mut self.shared.core(fx), &mut self.parts.merge_queues, report)
             }
             Command::Denied { client, message } => {
                 let data = serde_json::json!({});
-                self.sessions.audited(&mut self.shared.core(fx), &client, "auth.denied", None, message, data);
+                self.parts.sessions.audited(
+                    &mut self.shared.core(fx),
+                    &client,
+                    "auth.denied",
+                    None,
+                    message,
+                    data,
+                );
             }
             Command::AuthorizePack { claim, reply } => {
                 // Nothing is written, so the answer need not wait for a commit.
                 let _ = reply.send(sessions::authorize_pack(&self.shared.model, &claim));
             }
             Command::TaskContext { claim, reply } => {
-                let model = &self.shared.model;
-                let context = match (&claim.attempt, sessions::authorize_pack(model, &claim)) {
-                    (Some(a), Ok(())) => Ok(views::ContextView::of(model, &a.task)),
-                    (None, Ok(())) => Err(crate::SchedError::InvalidArgument {
-                        field: "attempt".into(),
-                        rule: "required".into(),
-                    }),
-                    (_, Err(e)) => Err(e),
-                };
-                let _ = reply.send(context);
+                // Nothing is written, so the answer need not wait for a commit.
+                let _ = reply.send(sessions::task_context(&self.shared.model, &claim));
             }
             Command::PlanSpawn { claim, fragment, reply } => {
                 let r = spawn::plan_spawn(&mut self.core(fx), &claim, &fragment);
-                operator::later(fx, reply, r);
+                reply::after_commit(fx, reply, r);
             }
             Command::SpawnChildren { claim, text, plan, head, reply } => {
                 let r = spawn::spawn_children(&mut self.core(fx), &claim, text, plan, &head);
-                operator::later(fx, reply, r);
+                reply::after_commit(fx, reply, r);
             }
             Command::Children { claim, reply } => {
                 let r = spawn::children(&self.shared.model, &claim);
-                reads::reply_read(fx, reply, r);
+                reply::read(fx, reply, r);
             }
             Command::ForgeTargets { swarm, reply } => {
                 let targets = views::ForgeTarget::all(&self.shared.model, swarm.as_ref());
-                reads::reply_read(fx, reply, Ok(targets));
+                reply::read(fx, reply, Ok(targets));
             }
             Command::ForgeSynced { swarm, state, reply } => {
                 let r = forge::synced(&mut self.core(fx), &swarm, state);
-                operator::later(fx, reply, r);
+                reply::after_commit(fx, reply, r);
             }
             Command::ForgeClaim { swarm, key, reply } => {
                 let r = forge::claim(&mut self.core(fx), &swarm, key);
-                operator::later(fx, reply, r);
+                reply::after_commit(fx, reply, r);
             }
             Command::ForgeFeedback { swarm, feedback, reply } => {
                 let r = forge::feedback(&mut self.core(fx), &swarm, feedback);
-                operator::later(fx, reply, r);
+                reply::after_commit(fx, reply, r);
             }
             Command::Shutdown => {}
         }
-    }
-
-    /// Records, in the swarm's audit log, that a stale lock on its
-    /// integration ref was removed.
-    fn on_lock_removed(&mut self, removed: swarm_git::merge::LockRemoved, fx: &mut Effects) {
-        fx.event(
-            &removed.swarm,
-            "",
-            0,
-            "",
-            "integration.lock_removed",
-            format!("removed stale lock {} on {} ({} ms old)", removed.path, removed.branch, removed.age_ms),
-            serde_json::json!({ "branch": removed.branch, "path": removed.path, "age_ms": removed.age_ms }),
-        );
-    }
-
-    /// Records, in the swarm's audit log, that its integration ref was
-    /// behind the recorded head at start, or unreadable, and was put back.
-    fn on_ref_repaired(&mut self, repaired: swarm_git::merge::RefRepaired, fx: &mut Effects) {
-        fx.event(
-            &repaired.swarm,
-            "",
-            0,
-            "",
-            "integration.ref_repaired",
-            format!(
-                "integration ref {} held {:?}, behind the recorded head or no commit id (a power loss?); put back at the recorded head {}",
-                repaired.branch, repaired.found, repaired.head
-            ),
-            serde_json::json!({ "branch": repaired.branch, "found": repaired.found, "head": repaired.head }),
-        );
     }
 
     /// The clock origin of lease timestamps.
@@ -458,162 +433,26 @@ impl Scheduler {
     /// Hands what the core noted for a component to it.
     fn route_follow_ups(&mut self, fx: &mut Effects) {
         for key in std::mem::take(&mut fx.ready_subswarms) {
-            self.subswarms.ready(&key);
+            self.parts.subswarms.ready(&key);
         }
     }
 
     /// Lease expiry: a worker not heard from for the lease TTL loses its
     /// attempt, and the task is READY again after the grace period.
     fn tick(&mut self, fx: &mut Effects) {
-        let now = self.shared.mono_ms();
-        let ttl = self.shared.timing.lease_ttl.as_millis() as u64;
-        let mut expired = Vec::new();
-        for (id, w) in self.shared.model.workers() {
-            let Some((key, number)) = w.attempt().cloned() else { continue };
-            let seen = self.shared.lease_seen.entry(id.clone()).or_insert(now);
-            if let Some(s) = &w.session {
-                *seen = (*seen).max(s.last_seen.load(std::sync::atomic::Ordering::Relaxed));
-            }
-            if now.saturating_sub(*seen) > ttl {
-                expired.push((id.clone(), key, number));
-            }
+        leases::expire(&mut self.shared.core(fx), &mut self.parts);
+        self.parts.sessions.sweep(&mut self.shared.core(fx));
+        for swarm in self.parts.retention.sweep(&mut self.shared.core(fx)) {
+            self.parts.merge_queues.forget(&swarm);
+            self.parts.budgets.forget(&swarm);
         }
-        for (worker, key, number) in expired {
-            self.lose_attempt(&worker, &key, number, fx);
-        }
-        // A sidecar silent for a whole TTL is treated as gone, with or
-        // without an attempt: its stream is dropped (so a live one
-        // reconnects and is told what is current) and it gets no new work.
-        let silent: Vec<(String, u64)> = self
-            .shared
-            .model
-            .workers()
-            .values()
-            .filter_map(|w| w.session.as_ref().map(|s| (w.id.clone(), s)))
-            .filter(|(_, s)| now.saturating_sub(s.last_seen.load(std::sync::atomic::Ordering::Relaxed)) > ttl)
-            .map(|(id, s)| (id, s.id))
-            .collect();
-        for (worker, session) in silent {
-            sessions::disconnected(&mut self.core(fx), &worker, session);
-        }
-        self.sessions.sweep(&mut self.shared.core(fx));
-        for swarm in self.retention.sweep(&mut self.shared.core(fx)) {
-            self.merge_queues.forget(&swarm);
-            self.budgets.forget(&swarm);
-        }
-        if self.limits.lift(&self.shared.metrics, fx) {
+        if self.parts.limits.lift(&self.shared.metrics, fx) {
             self.shared.scan.changed();
         }
         self.route_follow_ups(fx);
-        self.subswarms.tick(&mut self.shared.core(fx), &self.merger);
-        self.merge_queues.tick(&mut self.shared.core(fx), &self.merger);
+        self.parts.subswarms.tick(&mut self.shared.core(fx), &self.parts.merger);
+        self.parts.merge_queues.tick(&mut self.shared.core(fx), &self.parts.merger);
         let connected = self.shared.model.workers().values().filter(|w| w.session.is_some()).count();
         self.shared.metrics.workers_connected.set(connected as i64);
-    }
-
-    fn lose_attempt(&mut self, worker: &str, key: &TaskKey, number: u32, fx: &mut Effects) {
-        let _span = tracing::warn_span!("lease.expired", task = %key, attempt = number, worker).entered();
-        if self.reviews.lose_reviewer(&mut self.shared.core(fx), worker, key, number) {
-            return;
-        }
-        self.core(fx).set_attempt_state(key, number, AttemptState::Lost);
-        self.core(fx).free_worker_of(key, number);
-        let grace = self.shared.timing.lost_grace.as_millis() as i64;
-        let cancel = self.shared.model.tasks().get(key).is_some_and(|t| t.cancel_requested);
-        let edit = |task: &mut model::Task| {
-            task.notes.failures.push(format!("attempt {number}: worker {worker} lost (lease expired)"));
-            task.not_before = now_ms() + grace;
-        };
-        self.core(fx).transition(Transition::Task { key, edit: Box::new(edit) });
-        if cancel {
-            self.core(fx).set_state(
-                key,
-                TaskState::Cancelled,
-                "cancelled by the operator; its worker was lost",
-            );
-        } else {
-            self.core(fx).set_state(
-                key,
-                TaskState::Ready,
-                &format!("attempt {number} lost: worker {worker} lease expired"),
-            );
-        }
-    }
-
-    /// Moves a swarm between ACTIVE, STALLED, LANDING and its end states,
-    /// from its state counts (a task walk only to describe a stall) and
-    /// its pull request.
-    fn refresh_swarm(&mut self, id: &SwarmId, fx: &mut Effects) {
-        let Some(swarm) = self.shared.model.swarms().get(id) else { return };
-        if !swarm.state.is_live() {
-            return;
-        }
-        let total = swarm.tasks.len() as u32;
-        let count = |s: TaskState| swarm.count(s);
-        let terminal: u32 = TaskState::ALL.iter().filter(|s| s.is_terminal()).map(|s| count(*s)).sum();
-        let next = if count(TaskState::Merged) == total {
-            if forge::waits_on_pull(swarm) { SwarmState::Landing } else { SwarmState::Completed }
-        } else if terminal == total {
-            SwarmState::Failed
-        } else if stall::nothing_moves(swarm.counts(), swarm.waits_on_operator().len()) {
-            SwarmState::Stalled
-        } else {
-            SwarmState::Active
-        };
-        let from = swarm.state;
-        // A paused swarm stays paused until resumed, unless it has ended.
-        if from == SwarmState::Paused && !matches!(next, SwarmState::Completed | SwarmState::Failed) {
-            return;
-        }
-        let stall = (next == SwarmState::Stalled).then(|| stall::describe(swarm, self.shared.model.tasks()));
-        let described = stall.clone();
-        let edit = |swarm: &mut model::Swarm| swarm.stall = described;
-        self.shared.model.apply(Transition::Swarm { id, edit: Box::new(edit) });
-        if next == from {
-            return;
-        }
-        let edit = |swarm: &mut model::Swarm| {
-            swarm.state = next;
-            swarm.control.paused = None;
-        };
-        self.core(fx).transition(Transition::Swarm { id, edit: Box::new(edit) });
-        let created_at = self.shared.model.swarms().get(id).map(|s| s.created_at).unwrap_or(0);
-        if matches!(next, SwarmState::Completed | SwarmState::Failed | SwarmState::Cancelled) {
-            // The root of the swarm's trace, which its tasks' spans name.
-            swarm_telemetry::export_swarm_span(
-                id.as_str(),
-                unix_time(created_at),
-                SystemTime::now(),
-                next.as_str(),
-            );
-        }
-        let _span =
-            tracing::info_span!("swarm.transition", swarm = %id, from = from.as_str(), to = next.as_str())
-                .entered();
-        match stall {
-            Some(stall) => {
-                tracing::warn!(reason = %stall.reason, tasks = ?stall.tasks, "swarm stalled");
-                fx.event(
-                    id.as_str(),
-                    "",
-                    0,
-                    "",
-                    "swarm.stalled",
-                    format!("swarm {id} STALLED: {}", stall.reason),
-                    serde_json::json!({ "state": next.as_str(), "reason": stall.reason, "tasks": stall.tasks }),
-                );
-            }
-            None => {
-                fx.event(
-                    id.as_str(),
-                    "",
-                    0,
-                    "",
-                    "swarm.state",
-                    format!("swarm {id} {}", next.as_str()),
-                    serde_json::json!({ "state": next.as_str(), "from": from.as_str() }),
-                );
-            }
-        }
     }
 }

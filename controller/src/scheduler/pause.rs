@@ -220,7 +220,7 @@ pub(super) fn after_usage_limit(core: &mut Core, key: &TaskKey, number: u32, unt
             let why = format!(
                 "attempt {number} hit the agent's usage limit (on_usage_limit = \"fail\"); its work is in the WIP commit"
             );
-            core.set_state(key, TaskState::Failed, &why);
+            core.to_failed(key, &why);
         }
         OnUsageLimit::Wait | OnUsageLimit::Pause => {
             let why = format!(

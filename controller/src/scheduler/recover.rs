@@ -7,41 +7,35 @@ use std::sync::Arc;
 use swarm_core::plan::TaskSpec;
 use swarm_core::{AttemptState, Outcome, SwarmId, TaskId, TaskKey, TaskState};
 use swarm_git::merge::{OwnedRef, RecordedRef};
-use tokio::sync::broadcast;
 
+use super::components::Components;
+use super::core::{Effects, Shared, Timing};
 use super::model::{
     AgentRecord, Attempt, Model, Notes, Stall, Swarm, SwarmControl, SwarmState, Task, TierOutcome,
     Transition, Worker,
 };
-use super::{Effects, Scheduler, Shared, Timing};
 use crate::error::ControllerError;
 use crate::merger::MergerHandle;
-use crate::store::{AttemptRow, Snapshot, Store, StoreError};
+use crate::store::{AttemptRow, Snapshot, StoreError};
 
 fn corrupt(table: &'static str, key: String, reason: impl Into<String>) -> ControllerError {
     ControllerError::Store(StoreError::Corrupt { table, key, reason: reason.into() })
 }
 
+/// The scheduler's core and components as the store's rows leave them.
+pub(super) struct Recovered {
+    pub shared: Shared,
+    pub parts: Components,
+}
+
 /// Long: the order of its steps (rows, stalls, leases, requeued merges,
 /// reviews and sub-swarms, the refs) is the point, so they stand together.
-pub fn recover(mut store: Store, timing: Timing, merger: MergerHandle) -> Result<Scheduler, ControllerError> {
-    let snap = store.load()?;
-    let (events, _) = broadcast::channel(65_536);
-    let mut s = Scheduler {
-        store,
-        shared: Shared::new(timing),
-        next_event_id: snap.last_event_id + 1,
-        last_committed_event: Arc::new(std::sync::atomic::AtomicU64::new(snap.last_event_id)),
-        events,
-        merger,
-        sessions: Default::default(),
-        limits: Default::default(),
-        subswarms: Default::default(),
-        merge_queues: Default::default(),
-        reviews: Default::default(),
-        budgets: Default::default(),
-        retention: Default::default(),
-    };
+pub(super) fn recover(
+    snap: Snapshot,
+    timing: Timing,
+    merger: MergerHandle,
+) -> Result<Recovered, ControllerError> {
+    let mut s = Recovered { shared: Shared::new(timing), parts: Components::new(merger) };
     load(&mut s.shared.model, snap)?;
     s.shared.next_token = s.shared.model.attempts().values().map(|a| a.token + 1).max().unwrap_or(1);
     // Why a STALLED swarm is stalled is described, not stored.
@@ -80,7 +74,7 @@ pub fn recover(mut store: Store, timing: Timing, merger: MergerHandle) -> Result
             TaskState::Merging | TaskState::Succeeded
                 if super::merge_queue::queues_merges(&s.shared.model, &key.swarm) =>
             {
-                s.merge_queues.requeue_recovered(&s.shared.model, &key)
+                s.parts.merge_queues.requeue_recovered(&s.shared.model, &key)
             }
             TaskState::Merging | TaskState::Succeeded => {
                 let number = t.attempts;
@@ -91,8 +85,8 @@ pub fn recover(mut store: Store, timing: Timing, merger: MergerHandle) -> Result
             _ => {}
         }
     }
-    s.reviews.recover(&mut s.shared.model);
-    s.subswarms.recover(&s.shared.model, &s.merger);
+    s.parts.reviews.recover(&mut s.shared.model);
+    s.parts.subswarms.recover(&s.shared.model, &s.parts.merger);
     // A controller killed while moving an integration ref leaves its lock
     // behind, and a power loss can leave the ref empty; restore those first
     // (the merger handles requests in order).
@@ -107,16 +101,15 @@ pub fn recover(mut store: Store, timing: Timing, merger: MergerHandle) -> Result
             head: sw.integration_head.clone(),
         })
         .collect();
-    s.merger.restore_refs(owned);
+    s.parts.merger.restore_refs(owned);
     for job in fx.merges {
-        s.merger.submit(job);
+        s.parts.merger.submit(job);
     }
     tracing::info!(
         swarms = s.shared.model.swarms().len(),
         tasks = s.shared.model.tasks().len(),
         attempts = s.shared.model.attempts().len(),
         workers = s.shared.model.workers().len(),
-        last_event = s.last_committed_event.load(std::sync::atomic::Ordering::Relaxed),
         "state rebuilt from the store"
     );
     Ok(s)

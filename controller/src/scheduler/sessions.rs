@@ -20,6 +20,7 @@ use super::core::Core;
 use super::model::messages::{HelloInfo, PackClaim, ReportedAttempt};
 use super::model::{Model, Session, Transition, Worker, now_ms};
 use super::outbound::{CloseCode, Outbound};
+use super::views::ContextView;
 use crate::audit::{Aggregator, Hit, Summary};
 use crate::error::SchedError;
 use swarm_proto::limits::SECRET_HEADER;
@@ -355,6 +356,16 @@ fn audit_summary(core: &mut Core, s: Summary) {
         message,
         serde_json::json!({ "kind": s.kind, "count": s.suppressed, "window_ms": s.window_ms }),
     );
+}
+
+/// What the worker holding `claim`'s attempt may read of its task: the
+/// caller must hold that attempt, as for a pack. (Nothing is written.)
+pub(super) fn task_context(model: &Model, claim: &PackClaim) -> Result<ContextView, SchedError> {
+    authorize_pack(model, claim)?;
+    let Some(attempt) = &claim.attempt else {
+        return Err(SchedError::InvalidArgument { field: "attempt".into(), rule: "required".into() });
+    };
+    Ok(ContextView::of(model, &attempt.task))
 }
 
 /// May this caller move a pack? (Nothing is written.)

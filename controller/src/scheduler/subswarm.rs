@@ -136,7 +136,7 @@ impl SubSwarms {
                  run again",
                 core.model.tasks().get(key).map(|t| t.reason.as_str()).unwrap_or_default()
             );
-            core.set_state(key, TaskState::Failed, &why);
+            core.to_failed(key, &why);
             return;
         }
         let Some(task) = core.model.tasks().get(key) else { return };
@@ -155,7 +155,7 @@ impl SubSwarms {
             Default::default(),
         );
         core.transition(Transition::AttemptAdded(attempt));
-        core.set_state(key, TaskState::Running, &format!("sub-swarm {child} (attempt {number})"));
+        core.to_running(key, &format!("sub-swarm {child} (attempt {number})"));
         if core.model.swarms().contains_key(&child) {
             resume_child(core, &child);
         } else {
@@ -184,7 +184,7 @@ impl SubSwarms {
             // Nothing runs yet: the task stops here.
             let number = core.model.tasks().get(key).map(|t| t.attempts).unwrap_or(0);
             core.set_attempt_state(key, number, AttemptState::Cancelled);
-            core.set_state(key, TaskState::Cancelled, reason);
+            core.to_cancelled(key, reason);
             return None;
         }
         core.fx.touched_swarms.insert(child.clone());
@@ -274,7 +274,7 @@ pub(super) fn after_refresh(core: &mut Core, id: &SwarmId) -> Option<(TaskKey, u
                 t.notes.summary = format!("sub-swarm {id}: {total} tasks merged");
             });
             core.set_attempt_state(&parent, number, AttemptState::Succeeded);
-            core.set_state(&parent, TaskState::Succeeded, &format!("sub-swarm {id} completed"));
+            core.to_succeeded(&parent, &format!("sub-swarm {id} completed"));
             // The way every succeeded result goes: review, if the plan
             // asks for one, then the merge path.
             drop(entered);
@@ -282,7 +282,7 @@ pub(super) fn after_refresh(core: &mut Core, id: &SwarmId) -> Option<(TaskKey, u
         }
         _ if cancel_requested && matches!(state, SwarmState::Cancelled | SwarmState::Failed) => {
             core.set_attempt_state(&parent, number, AttemptState::Cancelled);
-            core.set_state(&parent, TaskState::Cancelled, &format!("sub-swarm {id} cancelled"));
+            core.to_cancelled(&parent, &format!("sub-swarm {id} cancelled"));
         }
         SwarmState::Cancelled | SwarmState::Failed | SwarmState::Stalled if !failed.is_empty() => {
             let why = format!("sub-swarm {id} failed: {}", failed.join(", "));
@@ -290,7 +290,7 @@ pub(super) fn after_refresh(core: &mut Core, id: &SwarmId) -> Option<(TaskKey, u
             core.set_attempt_state(&parent, number, AttemptState::Failed);
             core.edit_task(&parent, |t| t.notes.failures.push(format!("attempt {number}: {why}")));
             // The child already spent its own tasks' retries.
-            core.set_state(&parent, TaskState::Failed, &why);
+            core.to_failed(&parent, &why);
         }
         _ => {}
     }

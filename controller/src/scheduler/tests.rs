@@ -487,7 +487,7 @@ fn an_illegal_transition_is_refused_and_changes_nothing() {
     );
     assert_eq!(applied.task_state, None);
     let mut fx = super::Effects::default();
-    rig.sched.shared.core(&mut fx).set_state(&key, TaskState::Review, "no result yet");
+    rig.sched.shared.core(&mut fx).to_review(&key, "no result yet");
     assert!(fx.batch.is_empty(), "nothing to write");
     assert_eq!(state(&rig.detail().task), TaskState::Running);
     let attempt = rig.take_assign().expect("assigned");

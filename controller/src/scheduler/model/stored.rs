@@ -181,6 +181,9 @@ impl SwarmControl {
 /// The question category of the burn-rate breaker's question.
 pub const BUDGET_CATEGORY: &str = "budget";
 
+/// The question category of an agent's permission request.
+pub const PERMISSION_CATEGORY: &str = "permission";
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Pause {
     pub reason: String,

@@ -54,7 +54,7 @@ impl ReviewQueue {
         });
         let who =
             if spec.has_reviewer() { format!("a {} reviewer", spec.kind()) } else { "the operator".into() };
-        core.set_state(key, TaskState::Review, &format!("attempt {number} waits for review by {who}"));
+        core.to_review(key, &format!("attempt {number} waits for review by {who}"));
         if spec.has_reviewer() {
             self.waiting.insert(key.clone());
         }
@@ -125,7 +125,7 @@ impl ReviewQueue {
         });
         if cancel {
             core.set_attempt_state(key, number, AttemptState::Cancelled);
-            core.set_state(key, TaskState::Cancelled, "cancelled by the operator");
+            core.to_cancelled(key, "cancelled by the operator");
             return None;
         }
         let detail = if r.error.is_empty() { r.summary.clone() } else { r.error.clone() };
@@ -222,7 +222,7 @@ impl ReviewQueue {
         if n <= max {
             self.requeue(core, key, &format!("reviewer retry {n}/{max} after {why}"));
         } else {
-            core.set_state(key, TaskState::Failed, &format!("{why} (reviewer retries exhausted: {max})"));
+            core.to_failed(key, &format!("{why} (reviewer retries exhausted: {max})"));
             report_branch(core, key);
         }
     }
@@ -468,7 +468,7 @@ fn decide(core: &mut Core, key: &TaskKey, decision: Decision, message: &str, by:
     );
     match decision {
         Decision::Approve => {
-            core.set_state(key, TaskState::Succeeded, &format!("approved by {by}"));
+            core.to_succeeded(key, &format!("approved by {by}"));
             report_branch(core, key);
             return Some(reviewed_attempt);
         }
@@ -485,7 +485,7 @@ fn decide(core: &mut Core, key: &TaskKey, decision: Decision, message: &str, by:
         Decision::Reject => {
             let why =
                 if message.trim().is_empty() { String::new() } else { format!(": {}", first_line(message)) };
-            core.set_state(key, TaskState::Rejected, &format!("rejected by {by}{why}"));
+            core.to_rejected(key, &format!("rejected by {by}{why}"));
             report_branch(core, key);
         }
     }

@@ -27,7 +27,7 @@ fn a_plan_run_again_after_it_was_forgotten_and_a_restart_weighs_its_tasks_by_the
     assert!(took >= 30, "{took} ms");
 
     rig.sched.shared.timing.forget_finished_after = Some(Duration::ZERO);
-    rig.sched.retention.sweep_every_turn();
+    rig.sched.parts.retention.sweep_every_turn();
     rig.sched.turn([]).expect("turn");
     assert!(rig.sched.shared.model.swarms().is_empty(), "s is forgotten");
 

@@ -15,7 +15,7 @@ use crate::SchedError;
 
 fn retain_for(rig: &mut Rig, window: Duration) {
     rig.sched.shared.timing.forget_finished_after = Some(window);
-    rig.sched.retention.sweep_every_turn();
+    rig.sched.parts.retention.sweep_every_turn();
 }
 
 fn swarm_state(rig: &mut Rig, id: &str) -> Result<SwarmState, SchedError> {
