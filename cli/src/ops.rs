@@ -220,10 +220,13 @@ async fn describe(url: &client::Target, what: DescribeWhat) -> anyhow::Result<()
             struct SwarmDetail {
                 swarm: SwarmView,
                 tasks: Vec<TaskView>,
+                durations: swarm_view::Timings,
             }
+            let views: Vec<TaskView> = tasks.tasks.iter().map(TaskView::from).collect();
             let detail = SwarmDetail {
                 swarm: SwarmView::from(&s),
-                tasks: tasks.tasks.iter().map(TaskView::from).collect(),
+                durations: swarm_view::Timings::of(&views, output::now_ms()),
+                tasks: views,
             };
             print_value(&detail, out.output, || {
                 let mut table = output::plain_table();
@@ -254,12 +257,13 @@ async fn describe(url: &client::Target, what: DescribeWhat) -> anyhow::Result<()
                     None => String::new(),
                 };
                 format!(
-                    "Swarm:       {}\nState:       {}\n{origin}{stalled}{paused}Base:        {}\nIntegration: {} at {}\n{forge}{cost}{budget}\n{table}",
+                    "Swarm:       {}\nState:       {}\n{origin}{stalled}{paused}Base:        {}\nIntegration: {} at {}\n{forge}{cost}{budget}\n{table}\n\n{}",
                     detail.swarm.id,
                     detail.swarm.state,
                     detail.swarm.base_branch,
                     detail.swarm.integration_branch,
-                    output::short_commit(&detail.swarm.integration_head)
+                    output::short_commit(&detail.swarm.integration_head),
+                    output::durations_text(&detail.durations),
                 )
             })
         }

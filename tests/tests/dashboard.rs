@@ -119,6 +119,15 @@ fn dashboard_draws_the_task_graph_and_follows_merges_without_a_reload() {
         WAIT,
     );
     assert_eq!(browser.eval("window.stillTheSamePage === true"), true, "the page was reloaded");
+    // What each task was expected to take (learned from its directory's
+    // other tasks, none has an estimate) and took, as swarmctl words it.
+    browser.wait_for(
+        "the durations of all four",
+        "document.getElementById('swarm').innerText.includes('4 finished tasks expected')",
+        WAIT,
+    );
+    let row = browser.eval("document.querySelector('#tasks tr[data-task=\"d\"]').innerText");
+    assert!(row.as_str().is_some_and(|r| r.contains("(directory)")), "task d's row: {row}");
     browser.screenshot(&artifacts().join("dashboard-swarm.png"));
 
     // The task's page: its attempt, merge report, and the end of its worker

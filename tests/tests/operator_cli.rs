@@ -14,7 +14,10 @@ const SLOW: &str = r#"i=0; while [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done"
 #[tokio::test(flavor = "multi_thread")]
 async fn cancel_get_describe_and_logs_through_swarmctl() {
     let repo = TempRepo::with_files(&[("worker.sh", &worker_script(&[("slow", SLOW)]))]);
-    let plan = PlanBuilder::new("ops").task(task("quick")).task(task("slow")).build();
+    // One task with an estimate, one whose expectation is learned (from
+    // quick, which owns a file in the same directory).
+    let plan =
+        PlanBuilder::new("ops").task(task("quick").set("estimate", "\"30s\"")).task(task("slow")).build();
     let cluster = Cluster::start(&repo, 2, &["--cancel-grace-ms=500"]);
     let url = cluster.url();
     create_swarm(&url, &plan).await;
@@ -51,6 +54,16 @@ async fn cancel_get_describe_and_logs_through_swarmctl() {
     assert_eq!(report["branches"].as_array().unwrap().len(), 2, "{report}");
     assert_eq!(report["branches"][0]["health"], "green", "{report}");
     assert_eq!(report["branches"][0]["checklist"][3]["done"], true, "quick is merged: {report}");
+    assert_expected_and_actual(&md, &report["durations"]);
+    let out = swarmctl(&url, &["describe", "swarm", "ops"]);
+    let text = stdout(&out);
+    assert!(text.contains("Durations:   1 finished task expected 30s, took"), "{text}");
+    let row =
+        |name: &str| text.lines().find(|l| l.trim_start().starts_with(name)).unwrap_or_default().to_string();
+    assert!(row("quick").contains("30s (estimate)") && row("slow").contains("(directory)"), "{text}");
+    let out = swarmctl(&url, &["describe", "swarm", "ops", "-o", "json"]);
+    let described: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_expected_and_actual(&md, &described["durations"]);
 
     let out = swarmctl(&url, &["cancel", "ops/slow", "--reason", "not needed"]);
     assert_eq!(out.status.code(), Some(0), "cancel: {}", stderr(&out));
@@ -109,6 +122,26 @@ async fn cancel_get_describe_and_logs_through_swarmctl() {
         .collect();
     assert!(!kinds.is_empty());
     assert!(stdout(&out).contains("CANCELLED"), "{}", stdout(&out));
+}
+
+/// The report's rows and a `durations` JSON (the report's or `describe
+/// swarm`'s) while quick (estimated) merged and slow (learned) runs.
+fn assert_expected_and_actual(md: &str, durations: &serde_json::Value) {
+    let row = |name: &str| md.lines().find(|l| l.starts_with(&format!("| {name} |"))).unwrap_or_default();
+    assert!(row("quick").contains("| 30s (estimate) |"), "{md}");
+    assert!(row("slow").contains("(directory) |") && row("slow").contains(" so far"), "{md}");
+    assert!(md.contains("- Durations: 1 finished task expected 30s, took "), "{md}");
+    let tasks = durations["tasks"].as_array().unwrap();
+    let of = |name: &str| tasks.iter().find(|t| t["task"] == name).unwrap();
+    assert_eq!(
+        (&of("quick")["expected_source"], &of("quick")["running"]),
+        (&"estimate".into(), &false.into())
+    );
+    assert_eq!(of("quick")["expected_ms"], 30_000, "{durations}");
+    assert!(of("quick")["actual_ms"].as_u64().is_some_and(|ms| ms > 0), "{durations}");
+    assert!(of("quick")["ratio"].as_f64().is_some(), "{durations}");
+    assert_eq!((&of("slow")["expected_source"], &of("slow")["running"]), (&"directory".into(), &true.into()));
+    assert_eq!(durations["compared"], 1, "{durations}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -19,6 +19,7 @@ pub mod text;
 pub mod timeline;
 pub mod timeline_html;
 pub mod timeline_svg;
+pub mod timing;
 mod usage;
 mod worker;
 
@@ -29,5 +30,6 @@ pub use origin::OriginView;
 pub use report::{Health, Report};
 pub use swarm::{ForgeView, SwarmView};
 pub use task::{TaskDetailView, TaskView};
+pub use timing::{Timing, Timings};
 pub use usage::UsageView;
 pub use worker::WorkerView;

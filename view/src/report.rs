@@ -44,6 +44,9 @@ pub struct Report {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub origin: Option<crate::OriginView>,
     pub branches: Vec<Branch>,
+    /// What each branch's task was expected to take against what it took
+    /// (in the branches' order), and how far off the swarm's expectations were.
+    pub durations: crate::Timings,
     /// Tasks that succeeded and wait to land, oldest first.
     pub integration_queue: Vec<String>,
     /// What each queued task is doing, in the same order (its state's
@@ -134,6 +137,7 @@ pub fn build(swarm: &v1::Swarm, tasks: &[v1::Task], workers: &[v1::Worker], now:
         .collect();
     queue.sort_by_key(|t| t.updated_at_unix_ms);
     let health = branches.iter().map(|b| b.health).max().unwrap_or(Health::Green);
+    let views: Vec<crate::TaskView> = tasks.iter().map(crate::TaskView::from).collect();
     Report {
         swarm: swarm.id.clone(),
         state: swarm_state(swarm.state),
@@ -147,6 +151,7 @@ pub fn build(swarm: &v1::Swarm, tasks: &[v1::Task], workers: &[v1::Worker], now:
         usage: UsageView::from(swarm.usage.as_ref()),
         origin: swarm.origin.as_ref().map(crate::OriginView::from),
         branches,
+        durations: crate::Timings::of(&views, now),
         integration_queue: queue.iter().map(|t| t.id.clone()).collect(),
         integration_status: queue.iter().map(|t| t.reason.clone()).collect(),
         children: Vec::new(),
@@ -259,30 +264,8 @@ pub fn markdown(r: &Report) -> String {
             None => writeln!(md, "- Cost: {cost}"),
         };
     }
-    let _ = writeln!(md, "\n## Branches\n");
-    let _ = writeln!(md, "| task | state | progress | health | worker | attempts | merge |");
-    let _ = writeln!(md, "| --- | --- | --- | --- | --- | --- | --- |");
-    for b in &r.branches {
-        let progress =
-            if b.step.is_empty() { format!("{}%", b.percent) } else { format!("{}% {}", b.percent, b.step) };
-        let health = if b.health_reason.is_empty() {
-            b.health.mark().to_string()
-        } else {
-            format!("{} ({})", b.health.mark(), b.health_reason.replace('|', "/"))
-        };
-        let worker = if b.worker.is_empty() { "-" } else { &b.worker };
-        let _ = writeln!(
-            md,
-            "| {} | {} | {} | {} | {} | {} | {} |",
-            b.task,
-            b.state,
-            progress,
-            health,
-            worker,
-            b.attempts,
-            if b.recommendation.is_empty() { "-" } else { &b.recommendation }
-        );
-    }
+    let _ = writeln!(md, "- Durations: {}", r.durations.line());
+    branches_table(&mut md, r);
     let _ = writeln!(md, "\n## Checklists\n");
     for b in &r.branches {
         let _ = writeln!(md, "### {} (`{}`)\n", b.task, b.branch);
@@ -311,6 +294,41 @@ pub fn markdown(r: &Report) -> String {
         }
     }
     md
+}
+
+/// The report's table of branches, one row a task, with what it was
+/// expected to take and took.
+fn branches_table(md: &mut String, r: &Report) {
+    let _ = writeln!(md, "\n## Branches\n");
+    let _ =
+        writeln!(md, "| task | state | progress | health | worker | attempts | merge | expected | actual |");
+    let _ = writeln!(md, "| --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    for (i, b) in r.branches.iter().enumerate() {
+        let (expected, actual) = r
+            .durations
+            .tasks
+            .get(i)
+            .map_or_else(|| ("-".to_string(), "-".to_string()), |t| (t.expected_text(), t.actual_text()));
+        let progress =
+            if b.step.is_empty() { format!("{}%", b.percent) } else { format!("{}% {}", b.percent, b.step) };
+        let health = if b.health_reason.is_empty() {
+            b.health.mark().to_string()
+        } else {
+            format!("{} ({})", b.health.mark(), b.health_reason.replace('|', "/"))
+        };
+        let worker = if b.worker.is_empty() { "-" } else { &b.worker };
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {} | {} | {expected} | {actual} |",
+            b.task,
+            b.state,
+            progress,
+            health,
+            worker,
+            b.attempts,
+            if b.recommendation.is_empty() { "-" } else { &b.recommendation }
+        );
+    }
 }
 
 #[cfg(test)]
@@ -375,6 +393,36 @@ mod tests {
         );
         let plain = markdown(&build(&v1::Swarm { id: "h".into(), ..Default::default() }, &[], &[], 0));
         assert!(!plain.contains("Goal:") && !plain.contains("Planned by"), "{plain}");
+    }
+
+    #[test]
+    fn each_branch_shows_what_was_expected_of_it_and_what_it_took() {
+        let swarm = v1::Swarm { id: "s".into(), ..Default::default() };
+        let timed = |id: &str, state, expected: (u64, &str), work: (i64, i64)| v1::Task {
+            expected_ms: expected.0,
+            expected_source: expected.1.into(),
+            work_started_at_unix_ms: work.0,
+            work_ended_at_unix_ms: work.1,
+            ..task(id, state, "")
+        };
+        let tasks = vec![
+            timed("est", v1::TaskState::Merged, (60_000, "estimate"), (1_000, 91_000)),
+            timed("learned", v1::TaskState::Merged, (10_000, "earlier run"), (1_000, 31_000)),
+            timed("new", v1::TaskState::Pending, (1_000, "guess"), (0, 0)),
+        ];
+        let r = build(&swarm, &tasks, &[], 100_000);
+        let md = markdown(&r);
+        let row = |name: &str| md.lines().find(|l| l.starts_with(&format!("| {name} |"))).unwrap_or_default();
+        assert!(row("est").ends_with("| 60s (estimate) | 90s (1.5×) |"), "{md}");
+        assert!(row("learned").ends_with("| 10s (earlier run) | 30s (3.0×) ⚠ far over |"), "{md}");
+        assert!(row("new").ends_with("| 1.0s (guess) | - |"), "{md}");
+        assert!(md.contains("- Durations: 2 finished tasks expected 70s, took 2m; actual/expected median 2.2×; far over (>2×): learned"), "{md}");
+        let html = crate::timeline_html::page(&r, &[]);
+        assert!(
+            html.contains("<td>10s (earlier run)</td><td class=\"red over\">30s (3.0×) ⚠ far over</td>"),
+            "{html}"
+        );
+        assert!(html.contains("<li>Durations: 2 finished tasks"), "{html}");
     }
 
     #[test]

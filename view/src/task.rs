@@ -50,6 +50,13 @@ pub struct TaskView {
     pub first_started_at_unix_ms: i64,
     #[serde(skip)]
     pub last_ended_at_unix_ms: i64,
+    /// Its latest work attempt's start and end (0: not yet), which
+    /// `Timing` sets against `expected_ms`; a reviewer's attempt is not
+    /// its work. `Timing` is what the JSON carries of them.
+    #[serde(skip)]
+    pub work_started_at_unix_ms: i64,
+    #[serde(skip)]
+    pub work_ended_at_unix_ms: i64,
     /// Its budget in force across its attempts (0: no cap); `budget`
     /// prints it, the JSON does not carry it.
     #[serde(skip)]
@@ -84,6 +91,8 @@ impl From<&v1::Task> for TaskView {
             expected_source: t.expected_source.clone(),
             first_started_at_unix_ms: t.first_started_at_unix_ms,
             last_ended_at_unix_ms: t.last_ended_at_unix_ms,
+            work_started_at_unix_ms: t.work_started_at_unix_ms,
+            work_ended_at_unix_ms: t.work_ended_at_unix_ms,
             budget_usd: t.budget.as_ref().map(|b| b.usd).unwrap_or_default(),
             budget_tokens: t.budget.as_ref().map(|b| b.tokens).unwrap_or_default(),
         }
@@ -118,6 +127,8 @@ impl From<TaskView> for v1::Task {
             budget: Some(v1::Budget { usd: t.budget_usd, tokens: t.budget_tokens }),
             expected_ms: t.expected_ms,
             expected_source: t.expected_source,
+            work_started_at_unix_ms: t.work_started_at_unix_ms,
+            work_ended_at_unix_ms: t.work_ended_at_unix_ms,
         }
     }
 }
@@ -197,6 +208,8 @@ mod tests {
             budget: Some(v1::Budget { usd: 2.0, tokens: 7 }),
             expected_ms: 60_000,
             expected_source: "estimate".into(),
+            work_started_at_unix_ms: 6,
+            work_ended_at_unix_ms: 8,
             ..Default::default()
         };
         assert_eq!(v1::Task::from(TaskView::from(&t)), t);

@@ -52,6 +52,7 @@ fn section(h: &mut String, r: &Report, timelines: &[Timeline], depth: usize) {
     if !cost.is_empty() {
         let _ = write!(h, "<li>Cost: {}</li>", esc(&cost));
     }
+    let _ = write!(h, "<li>Durations: {}</li>", esc(&r.durations.line()));
     h.push_str("</ul>");
     if let Some(t) = timelines.iter().find(|t| t.swarm == r.swarm) {
         let sub = level + 1;
@@ -73,9 +74,14 @@ fn branches(h: &mut String, r: &Report, level: usize) {
     let _ = write!(
         h,
         "<h{level}>Branches</h{level}><table class=\"branches\"><tr><th>task</th><th>state</th><th>progress</th>\
-         <th>health</th><th>worker</th><th>attempts</th><th>merge</th></tr>"
+         <th>health</th><th>worker</th><th>attempts</th><th>merge</th><th>expected</th><th>actual</th></tr>"
     );
-    for b in &r.branches {
+    for (i, b) in r.branches.iter().enumerate() {
+        // A task far over what was expected reads red.
+        let timing = r.durations.tasks.get(i);
+        let expected = timing.map_or_else(|| "-".to_string(), |t| t.expected_text());
+        let actual = timing.map_or_else(|| "-".to_string(), |t| t.actual_text());
+        let over = if timing.is_some_and(|t| t.far_over) { " class=\"red over\"" } else { "" };
         let health = format!("{:?}", b.health).to_lowercase();
         let why = if b.health_reason.is_empty() { String::new() } else { format!(" ({})", b.health_reason) };
         let progress =
@@ -83,7 +89,7 @@ fn branches(h: &mut String, r: &Report, level: usize) {
         let _ = write!(
             h,
             "<tr data-task=\"{0}\"><td>{0}</td><td>{1}</td><td>{2}</td><td class=\"{health}\">{health}{3}</td>\
-             <td>{4}</td><td>{5}</td><td>{6}</td></tr>",
+             <td>{4}</td><td>{5}</td><td>{6}</td><td>{7}</td><td{over}>{8}</td></tr>",
             esc(&b.task),
             esc(&b.state),
             esc(&progress),
@@ -91,6 +97,8 @@ fn branches(h: &mut String, r: &Report, level: usize) {
             esc(if b.worker.is_empty() { "-" } else { &b.worker }),
             b.attempts,
             esc(if b.recommendation.is_empty() { "-" } else { &b.recommendation }),
+            esc(&expected),
+            esc(&actual),
         );
     }
     h.push_str("</table>");

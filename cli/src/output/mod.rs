@@ -176,10 +176,11 @@ pub fn describe_text(detail: &TaskDetailView) -> String {
     field("Files", &t.files.join(", "));
     field("Worker", &t.worker);
     field("Attempts", &format!("{} ({} retries used)", t.attempts, t.retries_used));
-    let expected = if t.expected_source.is_empty() {
-        String::new()
-    } else {
-        format!("{} ({})", duration_text(t.expected_ms), t.expected_source)
+    let timing = swarm_view::Timing::of(t, now_ms());
+    let expected = match (t.expected_source.is_empty(), timing.actual_ms) {
+        (true, _) => String::new(),
+        (false, None) => timing.expected_text(),
+        (false, Some(_)) => format!("{}; took {}", timing.expected_text(), timing.actual_text()),
     };
     field("Expected", &expected);
     field("Progress", &if t.step.is_empty() { String::new() } else { format!("{}% {}", t.percent, t.step) });
@@ -225,6 +226,17 @@ pub fn describe_text(detail: &TaskDetailView) -> String {
         out.push_str(&format!("  {}\n", e.line()));
     }
     out
+}
+
+/// `describe swarm`'s durations: the swarm's line, then each task's
+/// expected and actual time.
+pub fn durations_text(d: &swarm_view::Timings) -> String {
+    let mut table = plain_table();
+    table.set_header(vec!["TASK", "EXPECTED", "ACTUAL"]);
+    for t in &d.tasks {
+        table.add_row(vec![t.task.clone(), t.expected_text(), t.actual_text()]);
+    }
+    format!("Durations:   {}\n{}", d.line(), indent(&table.to_string()).trim_end())
 }
 
 fn indent(text: &str) -> String {

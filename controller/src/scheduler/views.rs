@@ -142,8 +142,23 @@ pub fn task_view(task: &Task, worker: Option<&str>, model: &Model) -> TaskView {
     let attempts = model.attempts();
     let question = task.notes.pending_question.as_ref();
     let budget = super::model::task_budget(task);
+    // Its latest work attempt (a reviewer's is not its work); once that
+    // succeeded, what was expected of it leaves out what it took.
+    let work = (1..=task.attempts)
+        .rev()
+        .filter(|n| !model.is_reviewer(&task.key, *n))
+        .find_map(|n| attempts.get(&(task.key.clone(), n)));
+    let took = work
+        .filter(|a| {
+            a.state == swarm_core::AttemptState::Succeeded && a.ended_at > a.started_at && a.started_at > 0
+        })
+        .map(|a| (a.ended_at - a.started_at) as u64);
+    let expected = match took {
+        Some(ms) => model.expected_before(&task.key, ms),
+        None => model.expected(&task.key),
+    };
     let (expected_ms, expected_source) =
-        model.expected(&task.key).map(|(ms, source)| (ms, source.as_str())).unwrap_or((0, ""));
+        expected.map(|(ms, source)| (ms, source.as_str())).unwrap_or((0, ""));
     TaskView {
         id: task.key.to_string(),
         swarm: task.key.swarm.to_string(),
@@ -173,6 +188,8 @@ pub fn task_view(task: &Task, worker: Option<&str>, model: &Model) -> TaskView {
             .unwrap_or(0),
         budget_usd: budget.usd.unwrap_or(0.0),
         budget_tokens: budget.tokens.unwrap_or(0),
+        work_started_at_unix_ms: work.map_or(0, |a| a.started_at),
+        work_ended_at_unix_ms: work.map_or(0, |a| a.ended_at),
     }
 }
 

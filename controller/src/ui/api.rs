@@ -55,14 +55,20 @@ pub async fn swarms(State(ui): State<Ui>) -> Reply<Vec<dto::Swarm>> {
 pub struct SwarmPage {
     swarm: dto::Swarm,
     tasks: Vec<dto::Task>,
+    /// What each task was expected to take against what it took, as
+    /// `describe swarm -o json` has it, and worded as swarmctl words it.
+    durations: swarm_view::Timings,
+    durations_text: dto::DurationsText,
 }
 
 #[tracing::instrument(skip_all, fields(swarm = %swarm))]
 pub async fn swarm(State(ui): State<Ui>, Path(swarm): Path<String>) -> Reply<SwarmPage> {
     let req = v1::GetSwarmRequest { swarm_id: swarm.clone() };
     let view = ui.reads.get_swarm(Request::new(req)).await?.into_inner();
-    let tasks = pages::tasks(&ui.reads, &swarm).await?.iter().map(dto::Task::from).collect();
-    Ok(Json(SwarmPage { swarm: dto::Swarm::from(&view), tasks }))
+    let tasks: Vec<dto::Task> = pages::tasks(&ui.reads, &swarm).await?.iter().map(dto::Task::from).collect();
+    let durations = swarm_view::Timings::of(&tasks, swarm_view::text::now_ms());
+    let durations_text = dto::DurationsText::from(&durations);
+    Ok(Json(SwarmPage { swarm: dto::Swarm::from(&view), tasks, durations, durations_text }))
 }
 
 #[tracing::instrument(skip_all, fields(swarm = %swarm, task = %task))]

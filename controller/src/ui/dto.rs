@@ -6,6 +6,26 @@ use serde::Serialize;
 use swarm_proto::v1;
 pub use swarm_view::{EventView as Event, SwarmView as Swarm, TaskView as Task, WorkerView as Worker};
 
+/// A swarm's durations worded as `describe swarm` and the report word
+/// them, so the page says the same: the swarm's line, and each task's
+/// expected and actual time by task id.
+#[derive(Debug, Serialize)]
+pub struct DurationsText {
+    pub line: String,
+    pub expected: std::collections::BTreeMap<String, String>,
+    pub actual: std::collections::BTreeMap<String, String>,
+}
+
+impl From<&swarm_view::Timings> for DurationsText {
+    fn from(d: &swarm_view::Timings) -> DurationsText {
+        DurationsText {
+            line: d.line(),
+            expected: d.tasks.iter().map(|t| (t.task.clone(), t.expected_text())).collect(),
+            actual: d.tasks.iter().map(|t| (t.task.clone(), t.actual_text())).collect(),
+        }
+    }
+}
+
 /// The end of the latest attempt's worker log, read from its sidecar.
 #[derive(Debug, Serialize)]
 pub struct LogTail {

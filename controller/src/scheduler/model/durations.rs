@@ -65,6 +65,11 @@ impl Mean {
     fn get(&self) -> Option<u64> {
         self.sum.checked_div(u64::from(self.n)).map(|ms| ms.max(1))
     }
+
+    /// The mean with one sample of `ms` taken back out.
+    fn without(self, ms: u64) -> Mean {
+        if self.n == 0 { self } else { Mean { sum: self.sum.saturating_sub(ms), n: self.n - 1 } }
+    }
 }
 
 /// What one swarm's attempts taught.
@@ -147,6 +152,28 @@ impl Durations {
         let l = self.swarms.get(swarm).unwrap_or(&empty);
         let mut samples = l.samples.clone();
         weigh(spec, l, &self.earlier, swarm.as_str(), median(&mut samples), guess)
+    }
+
+    /// The weight of a task whose work succeeded after `own_ms`, as it was
+    /// expected before: that sample left out of what its task, its
+    /// directory and its swarm learned, so that a task without an
+    /// estimate is not said to have been expected to take what it took.
+    pub fn weight_before(&self, swarm: &SwarmId, spec: &TaskSpec, guess: u64, own_ms: u64) -> (u64, Source) {
+        let empty = Learned::default();
+        let l = self.swarms.get(swarm).unwrap_or(&empty);
+        let mut before = Learned::default();
+        if let Some(m) = l.tasks.get(&spec.id) {
+            before.tasks.insert(spec.id.clone(), m.without(own_ms));
+        }
+        let dir = owned_dir(spec);
+        if let Some(m) = l.dirs.get(dir) {
+            before.dirs.insert(dir.to_string(), m.without(own_ms));
+        }
+        let mut samples = l.samples.clone();
+        if let Some(at) = samples.iter().position(|&ms| ms == own_ms) {
+            samples.swap_remove(at);
+        }
+        weigh(spec, &before, &self.earlier, swarm.as_str(), median(&mut samples), guess)
     }
 
     /// `swarm` is forgotten: its tasks' means become what earlier runs of
@@ -264,6 +291,22 @@ mod tests {
         let mut restarted = Durations::default();
         restarted.remember(rows);
         assert_eq!(restarted.weights(&swarm(), &specs, 1_000)[0], (4_000, Source::Earlier));
+    }
+
+    #[test]
+    fn what_a_finished_task_was_expected_to_take_leaves_its_own_time_out() {
+        let specs = plan(
+            "[[tasks]]\nid = \"a\"\nfiles = [\"src/a.rs\"]\n[[tasks]]\nid = \"b\"\nfiles = [\"src/b.rs\"]\n",
+        );
+        let mut d = Durations::default();
+        d.finished(&swarm(), &specs[0], 9_000);
+        assert_eq!(d.weight_before(&swarm(), &specs[0], 1_000, 9_000), (1_000, Source::Guess), "the first");
+        d.finished(&swarm(), &specs[1], 3_000);
+        assert_eq!(d.weight_before(&swarm(), &specs[1], 1_000, 3_000), (9_000, Source::Directory));
+        // A retry that succeeded again was expected to take what the first did.
+        d.finished(&swarm(), &specs[0], 5_000);
+        assert_eq!(d.weight_before(&swarm(), &specs[0], 1_000, 5_000), (9_000, Source::Attempts));
+        assert_eq!(d.weight(&swarm(), &specs[0], 1_000), (7_000, Source::Attempts), "a rerun's weight");
     }
 
     #[test]

@@ -511,6 +511,12 @@ impl Model {
         self.tasks.get(key).map(|t| self.ready.weight(&key.swarm, &t.spec))
     }
 
+    /// What `key`, whose work succeeded after `took_ms`, was expected to
+    /// take before that.
+    pub fn expected_before(&self, key: &TaskKey, took_ms: u64) -> Option<(u64, WeightSource)> {
+        self.tasks.get(key).map(|t| self.ready.weight_before(&key.swarm, &t.spec, took_ms))
+    }
+
     /// Tasks of `swarm` a sidecar runs now.
     pub fn running_in(&self, swarm: &SwarmId) -> u32 {
         self.ready.running(swarm)

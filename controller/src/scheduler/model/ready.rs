@@ -180,6 +180,18 @@ impl ReadyQueue {
         self.durations.weight(swarm, spec, guess)
     }
 
+    /// A task's weight before its work succeeded after `own_ms`
+    /// (`Durations::weight_before`).
+    pub fn weight_before(
+        &self,
+        swarm: &SwarmId,
+        spec: &swarm_core::plan::TaskSpec,
+        own_ms: u64,
+    ) -> (u64, Source) {
+        let guess = self.swarms.get(swarm).map_or(UNIT_MS, |q| q.basis_ms.max(1));
+        self.durations.weight_before(swarm, spec, guess, own_ms)
+    }
+
     /// The weight of a task of `swarm` without an estimate, as its paths
     /// were last computed with.
     pub fn unknown_weight_ms(&self, swarm: &SwarmId) -> u64 {

@@ -91,6 +91,7 @@ const Views = (() => {
         ...(s.origin ? origin(s.origin) : []),
         ["stalled", s.stalled_reason ? `${s.stalled_reason} (${(s.stalled_tasks || []).join(", ")})` : ""],
         ["paused", s.paused_reason],
+        ["durations", page.durations_text.line],
         ["pull request", s.forge ? pullRequest(s.forge) : ""],
         ["budget", s.budget_usd || s.budget_tokens
           ? [s.budget_usd ? `$${s.budget_usd.toFixed(2)}` : "", s.budget_tokens ? `${s.budget_tokens} tokens` : ""].filter(Boolean).join(", ")
@@ -100,7 +101,7 @@ const Views = (() => {
       h("h2", {}, "Task graph"), graph,
       h("h2", {}, "Tasks"),
       h("table", { id: "tasks" },
-        h("thead", {}, h("tr", {}, ["task", "state", "deps", "worker", "attempts", "step", "reason"].map((c) => h("th", {}, c)))),
+        h("thead", {}, h("tr", {}, ["task", "state", "deps", "worker", "attempts", "step", "reason", "expected", "actual"].map((c) => h("th", {}, c)))),
         h("tbody", {}, page.tasks.map((t) => h("tr", { "data-task": t.task, "data-state": t.state },
           h("td", {}, h("a", { href: taskHref(s.id, t.task) }, t.task), t.title ? h("div", { class: "muted" }, t.title) : null),
           h("td", {}, badge(t.state), t.state === "RUNNING" && t.percent ? ` ${t.percent}%` : ""),
@@ -108,7 +109,10 @@ const Views = (() => {
           h("td", {}, t.worker),
           h("td", {}, t.attempts),
           h("td", {}, t.step),
-          h("td", {}, t.pending_question ? `question: ${t.pending_question}` : t.reason))))));
+          h("td", {}, t.pending_question ? `question: ${t.pending_question}` : t.reason),
+          h("td", {}, page.durations_text.expected[t.task] || "-"),
+          h("td", { class: (page.durations.far_over || []).includes(t.task) ? "over" : undefined },
+            page.durations_text.actual[t.task] || "-"))))));
   }
 
   function tiers(list) {
