@@ -10,7 +10,8 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use crate::claude_cli::{SDK_VERSION, check, run, target_dir};
+use crate::claude_cli::{SDK_VERSION, target_dir};
+use crate::command::{check, run};
 
 /// The adapter's release.
 pub const ACP_VERSION: &str = "0.5.1";

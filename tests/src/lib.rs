@@ -13,6 +13,7 @@ pub mod acp_agent;
 mod api;
 pub mod claude_cli;
 pub mod codex_cli;
+mod command;
 pub mod docker;
 pub mod fresh_fs;
 pub mod github;

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::claude_cli::{check, run};
+use crate::command::{check, run};
 
 /// One pinned wheel and where its executable sits in the installed package.
 pub(crate) struct Wheel<'a> {

@@ -20,7 +20,7 @@ use tokio_stream::StreamExt as _;
 
 use super::Shared;
 use super::git;
-use super::http::{authenticate, recorded_headers};
+use super::reply::{authenticate, recorded_headers};
 use super::state::{Request, now_ms};
 
 /// A request for a repository's git endpoints.

@@ -8,7 +8,7 @@
 
 use serde_json::{Value, json};
 
-use super::http::Reply;
+use super::reply::{Payload, Reply};
 use super::state::State;
 
 const MUTATIONS: [(&str, bool); 2] =
@@ -38,7 +38,7 @@ pub(super) fn serve(st: &mut State, body: &Value, login: &str) -> Reply {
         ),
         Err(msg) => {
             let mut reply = error(Some(field), &msg);
-            if let super::http::Payload::Json(v) = &mut reply.body {
+            if let Payload::Json(v) = &mut reply.body {
                 v["data"] = json!({*field: null});
             }
             reply

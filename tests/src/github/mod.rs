@@ -32,12 +32,14 @@
 //! installations, GitHub's own rate-limit buckets per user, TLS.
 
 mod activity;
+mod delivery;
 mod git;
 mod git_http;
 mod graphql;
 mod http;
 mod json;
 mod ops;
+mod reply;
 mod rest;
 mod state;
 #[cfg(test)]
@@ -51,12 +53,13 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+pub use delivery::Delivery;
 pub use state::{Pull, Request};
-pub use webhooks::{Delivery, signature_256};
+pub use webhooks::signature_256;
 
+use delivery::Hook;
 use ops::Fail;
 use state::{Repo, State, now_s};
-use webhooks::Hook;
 
 /// Largest REST request body accepted.
 const MAX_BODY: usize = 16 << 20;

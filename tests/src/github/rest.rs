@@ -7,9 +7,9 @@ use axum::http::Method;
 use serde_json::{Value, json};
 
 use super::git;
-use super::http::{Payload, Query, Reply, paginate};
 use super::json::{self, message, validation};
 use super::ops::not_found;
+use super::reply::{Payload, Query, Reply, paginate};
 use super::state::{Repo, State, user_id};
 use super::webhooks::guid;
 

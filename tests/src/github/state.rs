@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::webhooks::{Delivery, Hook, Job};
+use super::delivery::{Delivery, Hook, Job};
 
 /// Requests kept for the test; later ones are counted, not kept.
 pub(super) const MAX_RECORDED: usize = 5000;

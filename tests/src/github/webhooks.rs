@@ -19,61 +19,12 @@ use serde_json::Value;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::Shared;
+use super::delivery::{Delivery, Hook, Job};
 use super::json;
 use super::state::State;
 
 /// How long a receiver has to answer, as GitHub allows.
 const TIMEOUT: Duration = Duration::from_secs(10);
-
-/// A repository webhook.
-#[derive(Debug, Clone)]
-pub struct Hook {
-    pub id: u64,
-    pub owner: String,
-    pub repo: String,
-    pub url: String,
-    pub secret: String,
-}
-
-/// One delivery of an event to a hook.
-#[derive(Debug, Clone)]
-pub struct Delivery {
-    /// This attempt's id (a redelivery has its own).
-    pub id: u64,
-    /// `X-GitHub-Delivery`: the same for a redelivery.
-    pub guid: String,
-    pub hook_id: u64,
-    /// `X-GitHub-Event`.
-    pub event: String,
-    pub action: Option<String>,
-    /// The body sent, byte for byte.
-    pub body: String,
-    pub redelivery: bool,
-    /// The receiver's status, once it answered.
-    pub status: Option<u16>,
-    /// Why the delivery failed, when it did without a status.
-    pub error: Option<String>,
-    /// Whether the attempt is over (answered, refused or timed out).
-    pub done: bool,
-}
-
-impl Delivery {
-    pub fn payload(&self) -> Value {
-        serde_json::from_str(&self.body).unwrap_or(Value::Null)
-    }
-}
-
-/// A delivery waiting for the sending task.
-pub(super) struct Job {
-    delivery: u64,
-    hook_id: u64,
-    repo_id: u64,
-    url: String,
-    secret: String,
-    guid: String,
-    event: String,
-    body: String,
-}
 
 impl State {
     /// Sends `event` to every hook of `owner/name`, adding `repository`

@@ -254,10 +254,10 @@ async fn graphql_marks_a_draft_ready_and_comments_reviews_and_permissions_read_b
 
 #[test]
 fn query_strings_and_basic_credentials_decode() {
-    let q = http::Query::parse(Some("head=octo%3Atask-1&state=all&x=a+b"));
+    let q = reply::Query::parse(Some("head=octo%3Atask-1&state=all&x=a+b"));
     assert_eq!((q.get("head"), q.get("state"), q.get("x")), (Some("octo:task-1"), Some("all"), Some("a b")));
-    assert_eq!(http::decode("100%"), "100%");
-    assert_eq!(http::base64_decode("eC1hY2Nlc3MtdG9rZW46Z2hwX3g=").unwrap(), b"x-access-token:ghp_x");
+    assert_eq!(reply::decode("100%"), "100%");
+    assert_eq!(reply::base64_decode("eC1hY2Nlc3MtdG9rZW46Z2hwX3g=").unwrap(), b"x-access-token:ghp_x");
 }
 
 #[tokio::test]
