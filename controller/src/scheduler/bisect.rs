@@ -22,6 +22,21 @@
 //!   finds one culprit among N in at most ⌈log2 N⌉ + 1 verifications.
 //! - A failing car whose predecessor then fails is not trusted (the
 //!   predecessor may be the cause) and goes back to waiting.
+//! - Isolating (`isolating(true)`), a failed car of several decided at the
+//!   front leaves the train instead: it becomes a suspect group, bisected
+//!   beside the train by probes, each verifying the first half of a group
+//!   alone on the integration head. A failing half holds a culprit (one
+//!   item: the culprit) and the rest goes back to the queue; a passing half
+//!   lands at once if nothing is on the train (it was verified on the
+//!   head), and then the rest is known to fail as on the train, else it
+//!   goes back to the queue and the rest stays suspect. So the train goes
+//!   on while culprits are sought, several at once, where bisecting on the
+//!   train stops it for every round of every culprit. An item that fails
+//!   alone on the head is a culprit; a group is known to fail only on the
+//!   head it failed on, so after any other landing its last item is probed
+//!   alone, not named. Items a probe passed that fail in a car again (with
+//!   another item: a pair that breaks only together) are bisected on the
+//!   train, which finds such a pair.
 
 use std::collections::VecDeque;
 
@@ -32,6 +47,28 @@ pub struct Car<T> {
     pub items: Vec<T>,
     verdict: Option<bool>,
     landing: bool,
+}
+
+/// A group known (or suspected) to hold a culprit, waiting for a probe.
+#[derive(Debug, Clone)]
+struct Suspect<T> {
+    items: Vec<T>,
+    /// The landing count at which it was known to fail on the head.
+    known_at: Option<u64>,
+    /// A piece of a group split several ways: probed whole.
+    whole: bool,
+}
+
+/// A probe: `items` (the first half of a suspect group) verified alone on
+/// the integration head; `rest` is the group's other half.
+#[derive(Debug, Clone)]
+pub struct Probe<T> {
+    pub id: u64,
+    pub items: Vec<T>,
+    rest: Vec<T>,
+    known_at: Option<u64>,
+    /// The landing count when it was formed: the head it is verified on.
+    at: u64,
 }
 
 /// What a verdict or a removal settled.
@@ -60,6 +97,18 @@ pub struct MergeQueue<T> {
     halves: Option<(Vec<T>, Vec<T>)>,
     size: usize,
     max: usize,
+    /// Whether a failed car's culprits are sought off the train.
+    isolate: bool,
+    suspects: VecDeque<Suspect<T>>,
+    probes: Vec<Probe<T>>,
+    /// A probe that passed and lands as the front car (its id), and the
+    /// rest of its group, known to fail once it lands if the group was.
+    awaiting: Option<(u64, Vec<T>, bool)>,
+    /// Items a probe passed, while queued: failing in a car again, they
+    /// are bisected on the train.
+    cleared: Vec<T>,
+    /// Landings so far: which head a probe and a suspect were verified on.
+    landings: u64,
 }
 
 impl<T: Clone + PartialEq> MergeQueue<T> {
@@ -67,7 +116,25 @@ impl<T: Clone + PartialEq> MergeQueue<T> {
     /// window starts open) and never exceed it; `max` 0 counts as 1.
     pub fn new(max: usize) -> Self {
         let max = max.max(1);
-        MergeQueue { waiting: VecDeque::new(), cars: Vec::new(), halves: None, size: max, max }
+        MergeQueue {
+            waiting: VecDeque::new(),
+            cars: Vec::new(),
+            halves: None,
+            size: max,
+            max,
+            isolate: false,
+            suspects: VecDeque::new(),
+            probes: Vec::new(),
+            awaiting: None,
+            cleared: Vec::new(),
+            landings: 0,
+        }
+    }
+
+    /// Seeks a failed car's culprits off the train (see the rules above).
+    pub fn isolating(mut self, on: bool) -> Self {
+        self.isolate = on;
+        self
     }
 
     pub fn push(&mut self, item: T) {
@@ -76,8 +143,21 @@ impl<T: Clone + PartialEq> MergeQueue<T> {
         }
     }
 
+    /// Queues `item` first: a task back from its owner after failing here
+    /// (a culprit's next attempt), which has waited its turn once already
+    /// and whose swarm's end waits on it.
+    pub fn push_first(&mut self, item: T) {
+        if !self.contains(&item) {
+            self.waiting.push_front(item);
+        }
+    }
+
     pub fn contains(&self, item: &T) -> bool {
-        self.waiting.contains(item) || self.cars.iter().any(|c| c.items.contains(item))
+        self.waiting.contains(item)
+            || self.cars.iter().any(|c| c.items.contains(item))
+            || self.probes.iter().any(|p| p.items.contains(item) || p.rest.contains(item))
+            || self.suspects.iter().any(|g| g.items.contains(item))
+            || self.awaiting.as_ref().is_some_and(|(_, rest, _)| rest.contains(item))
     }
 
     /// The size the next car will have (fewer if fewer wait).
@@ -93,9 +173,23 @@ impl<T: Clone + PartialEq> MergeQueue<T> {
         &self.cars
     }
 
+    /// The probes out.
+    pub fn probes(&self) -> &[Probe<T>] {
+        &self.probes
+    }
+
+    /// Suspect groups waiting for a probe.
+    pub fn suspects(&self) -> usize {
+        self.suspects.len()
+    }
+
     #[cfg(test)]
     pub fn is_empty(&self) -> bool {
-        self.waiting.is_empty() && self.cars.is_empty()
+        self.waiting.is_empty()
+            && self.cars.is_empty()
+            && self.suspects.is_empty()
+            && self.probes.is_empty()
+            && self.awaiting.is_none()
     }
 
     /// Forms car `id` behind the last one from the first waiting items,
@@ -109,8 +203,9 @@ impl<T: Clone + PartialEq> MergeQueue<T> {
     /// As [`MergeQueue::form`], with at most `n` items (the fit the caller
     /// chose); a half of a split car keeps its own size.
     pub fn form_sized(&mut self, id: u64, limit: usize, n: usize) -> Option<&[T]> {
-        let failed = self.cars.iter().any(|c| c.verdict == Some(false));
-        if self.cars.len() >= limit.max(1) || failed || self.waiting.is_empty() {
+        // While a probe lands, the rest of its group is about to be known.
+        let failed = self.cars.iter().any(|c| c.verdict == Some(false)) || self.awaiting.is_some();
+        if self.cars.len() + self.probes.len() >= limit.max(1) || failed || self.waiting.is_empty() {
             return None;
         }
         // A half of a split car is a car of its own, so that the second
@@ -126,6 +221,82 @@ impl<T: Clone + PartialEq> MergeQueue<T> {
         let items: Vec<T> = self.waiting.drain(..n).collect();
         self.cars.push(Car { id, items, verdict: None, landing: false });
         self.cars.last().map(|c| c.items.as_slice())
+    }
+
+    /// Probe `id` of the first suspect group, unless `limit` cars and
+    /// probes are out or none waits: the group's first half (the rest is
+    /// decided by its verdict), or, split `ways` ways (verifiers to spare),
+    /// its first piece, the others probed whole next; or a single item not
+    /// known to fail (a known one is named at once).
+    pub fn form_probe(&mut self, id: u64, limit: usize, ways: usize) -> Option<&[T]> {
+        if self.cars.len() + self.probes.len() >= limit.max(1) {
+            return None;
+        }
+        let Suspect { mut items, known_at, whole } = self.suspects.pop_front()?;
+        let known = known_at == Some(self.landings) && !whole;
+        let mut rest = Vec::new();
+        if !whole && items.len() > 1 && ways > 1 {
+            let size = items.len().div_ceil(ways.min(items.len()));
+            let mut pieces: Vec<Vec<T>> = items.chunks(size).map(<[T]>::to_vec).collect();
+            items = pieces.remove(0);
+            for piece in pieces.into_iter().rev() {
+                self.suspects.push_front(Suspect { items: piece, known_at: None, whole: true });
+            }
+        } else if !whole && items.len() > 1 {
+            rest = items.split_off(items.len().div_ceil(2));
+        }
+        let known_at = (known && !rest.is_empty()).then_some(self.landings);
+        self.probes.push(Probe { id, items, rest, known_at, at: self.landings });
+        self.probes.last().map(|p| p.items.as_slice())
+    }
+
+    /// The verdict on probe `id` (ignored for one no longer out).
+    pub fn probe_verdict(&mut self, id: u64, passed: bool) -> Settled<T> {
+        let mut settled = Settled::default();
+        let Some(i) = self.probes.iter().position(|p| p.id == id) else { return settled };
+        let Probe { mut items, rest, known_at, at, .. } = self.probes.remove(i);
+        let on_head = at == self.landings;
+        if !passed {
+            // It fails on a head of landed, verified commits: known to
+            // fail as of that head, and one item alone is the culprit
+            // whichever head it was (the train may have moved meanwhile).
+            self.requeue(rest);
+            if items.len() == 1 {
+                self.cleared.retain(|x| !items.contains(x));
+                settled.culprits.append(&mut items);
+            } else {
+                self.suspect(items, Some(at), &mut settled);
+            }
+        } else if on_head && self.cars.is_empty() && self.awaiting.is_none() {
+            // Verified on the head with nothing ahead: it lands as it is.
+            if !rest.is_empty() {
+                self.awaiting = Some((id, rest, known_at == Some(self.landings)));
+            }
+            self.cars.push(Car { id, items, verdict: Some(true), landing: false });
+        } else {
+            self.cleared.extend(items.iter().cloned());
+            self.requeue(items);
+            self.suspect(rest, None, &mut settled);
+        }
+        settled
+    }
+
+    /// `items` back to the front of the queue, in order.
+    fn requeue(&mut self, items: Vec<T>) {
+        for item in items.into_iter().rev() {
+            self.waiting.push_front(item);
+        }
+    }
+
+    /// A group that holds a culprit (known to fail on the head as of
+    /// `known_at`), or may: a single known item is the culprit.
+    fn suspect(&mut self, mut items: Vec<T>, known_at: Option<u64>, settled: &mut Settled<T>) {
+        if items.len() == 1 && known_at == Some(self.landings) {
+            self.cleared.retain(|x| !items.contains(x));
+            settled.culprits.extend(items.pop());
+        } else if !items.is_empty() {
+            self.suspects.push_front(Suspect { items, known_at, whole: false });
+        }
     }
 
     /// The verdict on car `id` (ignored for a car no longer on the train).
@@ -160,6 +331,16 @@ impl<T: Clone + PartialEq> MergeQueue<T> {
         }
         let car = self.cars.remove(0);
         self.size = (self.size + 1).min(self.max);
+        self.landings += 1;
+        self.cleared.retain(|x| !car.items.contains(x));
+        if let Some((probe, rest, known)) = self.awaiting.take() {
+            if probe == id {
+                let known_at = known.then_some(self.landings);
+                self.suspect(rest, known_at, &mut settled);
+            } else {
+                self.awaiting = Some((probe, rest, known));
+            }
+        }
         if let Some((first, second)) = self.halves.take() {
             if car.items == first {
                 self.second_half_fails(second, &mut settled);
@@ -195,6 +376,14 @@ impl<T: Clone + PartialEq> MergeQueue<T> {
     /// land (the ref moved), or could not be merged at all.
     pub fn drop_car(&mut self, id: u64) -> Settled<T> {
         let mut settled = Settled::default();
+        if let Some(i) = self.probes.iter().position(|p| p.id == id) {
+            // Not merged: its group is a suspect again, as it was.
+            let Probe { mut items, rest, known_at, .. } = self.probes.remove(i);
+            items.extend(rest);
+            self.suspects.push_front(Suspect { items, known_at, whole: false });
+            settled.dropped.push(id);
+            return settled;
+        }
         if let Some(i) = self.cars.iter().position(|c| c.id == id) {
             settled.dropped = self.drop_from(i, None);
         }
@@ -207,8 +396,29 @@ impl<T: Clone + PartialEq> MergeQueue<T> {
     /// lands exactly what was verified, and the caller decides the item.
     pub fn remove(&mut self, item: &T) -> Settled<T> {
         let mut settled = Settled::default();
+        self.cleared.retain(|x| x != item);
         if let Some(i) = self.waiting.iter().position(|x| x == item) {
             self.waiting.remove(i);
+            return settled;
+        }
+        // Without it, a group may no longer hold a culprit.
+        for g in self.suspects.iter_mut().filter(|g| g.items.contains(item)) {
+            g.items.retain(|x| x != item);
+            g.known_at = None;
+        }
+        self.suspects.retain(|g| !g.items.is_empty());
+        if let Some((_, rest, known)) = self.awaiting.as_mut().filter(|(_, rest, _)| rest.contains(item)) {
+            rest.retain(|x| x != item);
+            *known = false;
+        }
+        if let Some(i) = self.probes.iter().position(|p| p.items.contains(item) || p.rest.contains(item)) {
+            let Probe { id, mut items, rest, .. } = self.probes.remove(i);
+            items.extend(rest);
+            items.retain(|x| x != item);
+            if !items.is_empty() {
+                self.suspects.push_front(Suspect { items, known_at: None, whole: false });
+            }
+            settled.dropped.push(id);
             return settled;
         }
         let Some(i) = self.cars.iter().position(|c| c.items.contains(item)) else { return settled };
@@ -225,6 +435,11 @@ impl<T: Clone + PartialEq> MergeQueue<T> {
     fn drop_from(&mut self, from: usize, except: Option<&T>) -> Vec<u64> {
         let from = from.min(self.cars.len());
         let dropped: Vec<Car<T>> = self.cars.drain(from..).collect();
+        // A passed probe that will not land now: the rest of its group is
+        // suspect, not known.
+        if let Some((_, rest, _)) = self.awaiting.take_if(|(id, ..)| dropped.iter().any(|c| c.id == *id)) {
+            self.suspects.push_front(Suspect { items: rest, known_at: None, whole: false });
+        }
         let items: Vec<T> = dropped.iter().flat_map(|c| c.items.iter().cloned()).collect();
         for item in items.into_iter().rev().filter(|x| Some(x) != except) {
             self.waiting.push_front(item);
@@ -245,11 +460,16 @@ impl<T: Clone + PartialEq> MergeQueue<T> {
     /// the front, to be verified as two halves.
     fn split_failed(&mut self, mut items: Vec<T>, settled: &mut Settled<T>) {
         if items.len() == 1 {
+            self.cleared.retain(|x| !items.contains(x));
             settled.culprits.extend(items.pop());
             return;
         }
         let half = items.len().div_ceil(2);
         self.size = half.min(self.max).max(1);
+        if self.isolate && !items.iter().any(|x| self.cleared.contains(x)) {
+            self.suspects.push_back(Suspect { items, known_at: Some(self.landings), whole: false });
+            return;
+        }
         self.halves = Some((items[..half].to_vec(), items[half..].to_vec()));
         for item in items.into_iter().rev() {
             self.waiting.push_front(item);

@@ -19,10 +19,18 @@
 //! its verification). Printed: landing time / lower bound, and the
 //! verifications run (counted by the verify command itself).
 //!
-//! `--compare` runs the same instance six ways in one command: one batch
+//! `--compare` runs the same instance eight ways in one command: one batch
 //! at a time, the parallel queue as it was (a car per idle verifier with
-//! everything waiting; `SWARM_MERGE_QUEUE_BATCHING=parallel`) and the
-//! fitted queue (the default), each with dedicated and shared verifiers.
+//! everything waiting; `SWARM_MERGE_QUEUE_BATCHING=parallel`), the fitted
+//! queue bisecting failed cars on the train as it did before probes
+//! (`SWARM_MERGE_QUEUE_ISOLATION=train`) and the default (fitted cars,
+//! failed cars bisected by probes beside the train), each with dedicated
+//! and shared verifiers. The first two bisect on the train too.
+//! `--repeat N` runs each of them N times, round by round (so a slow phase
+//! of the machine falls on every row alike), and prints each row's median.
+//! `--timeline DIR` writes each run's merge-queue events, one line each
+//! with the milliseconds since the swarm was created, for reading where
+//! the time went.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -67,14 +75,30 @@ pub struct Args {
     /// ignored).
     #[arg(long)]
     pub shared: bool,
-    /// Run one batch at a time, the parallel queue and the fitted queue,
-    /// each with dedicated and with shared verifiers, and print them side
-    /// by side.
+    /// Run one batch at a time, the parallel queue, the fitted queue
+    /// bisecting on the train and the default, each with dedicated and with
+    /// shared verifiers, and print them side by side.
     #[arg(long)]
     pub compare: bool,
+    /// With --compare: the queues to run (default: all four).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub queues: Vec<Batching>,
+    /// With --compare: only the shared rows (the workers verify).
+    #[arg(long)]
+    pub shared_only: bool,
+    /// Runs of each row; the table shows each row's median (1 to 9).
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
+    /// A directory to write each run's merge-queue events into.
+    #[arg(long)]
+    pub timeline: Option<std::path::PathBuf>,
     #[arg(long, default_value_t = 900)]
     pub timeout_secs: u64,
 }
+
+/// Most runs of one row (`--repeat`): each run of the instance takes tens
+/// of seconds.
+const MAX_REPEAT: usize = 9;
 
 fn plan(args: &Args, max_parallel: u32, marks: &Path) -> (String, usize) {
     let every =
@@ -109,13 +133,16 @@ fn plan(args: &Args, max_parallel: u32, marks: &Path) -> (String, usize) {
 }
 
 /// How the queue forms its batches in one run.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Batching {
+#[derive(Debug, Clone, Copy, PartialEq, clap::ValueEnum)]
+pub enum Batching {
     /// `max_parallel = 1`, cars as the parallel queue forms them.
     OneBatch,
     /// A car per idle verifier with everything that waits (before fitting).
     Parallel,
-    /// The default: cars fitted to the verifiers (`fit.rs`).
+    /// Cars fitted to the verifiers (`fit.rs`), failures bisected on the
+    /// train.
+    FittedTrain,
+    /// The default: fitted cars, failures bisected by probes.
     Fitted,
 }
 
@@ -124,6 +151,26 @@ impl Batching {
         match self {
             Batching::OneBatch => "one batch at a time",
             Batching::Parallel => "parallel",
+            Batching::FittedTrain => "fitted, bisected on the train",
+            Batching::Fitted => "fitted + probes",
+        }
+    }
+
+    /// The controller's environment for it.
+    fn env(self) -> &'static [(&'static str, &'static str)] {
+        const TRAIN: (&str, &str) = ("SWARM_MERGE_QUEUE_ISOLATION", "train");
+        match self {
+            Batching::OneBatch | Batching::Parallel => &[("SWARM_MERGE_QUEUE_BATCHING", "parallel"), TRAIN],
+            Batching::FittedTrain => &[TRAIN],
+            Batching::Fitted => &[],
+        }
+    }
+
+    fn flag(self) -> &'static str {
+        match self {
+            Batching::OneBatch => "one-batch",
+            Batching::Parallel => "parallel",
+            Batching::FittedTrain => "fitted-train",
             Batching::Fitted => "fitted",
         }
     }
@@ -140,39 +187,70 @@ pub async fn run(args: &Args) -> anyhow::Result<()> {
     if args.tasks == 0 || args.workers == 0 || (args.verifiers == 0 && !args.shared && !args.compare) {
         bail!("--tasks, --workers and --verifiers must be at least 1");
     }
+    if !(1..=MAX_REPEAT).contains(&args.repeat) {
+        bail!("--repeat must be between 1 and {MAX_REPEAT}, not {}", args.repeat);
+    }
+    if let Some(dir) = &args.timeline {
+        std::fs::create_dir_all(dir)?;
+    }
     if args.compare {
-        let mut rows = Vec::new();
-        for shared in [false, true] {
-            for batching in [Batching::OneBatch, Batching::Parallel, Batching::Fitted] {
-                let landed = run_once(args, batching, shared).await?;
-                rows.push((shared, batching, landed));
-            }
-        }
-        println!("| verifiers | queue | landed | / lower bound | verifications |");
-        println!("| --- | --- | --- | --- | --- |");
-        for (shared, batching, l) in &rows {
-            println!(
-                "| {} | {} | {:.1} s | {:.2}x ({:.1} s) | {} |",
-                if *shared {
-                    format!("shared ({} workers)", args.workers)
-                } else {
-                    format!("dedicated ({} + {})", args.workers, args.verifiers)
-                },
-                batching.name(),
-                l.secs,
-                l.secs / l.bound,
-                l.bound,
-                l.verifications
-            );
-        }
-        return Ok(());
+        return compare(args).await;
     }
     let batching = if args.max_parallel == 1 { Batching::OneBatch } else { Batching::Fitted };
-    let serial =
-        if args.baseline { Some(run_once(args, Batching::OneBatch, args.shared).await?) } else { None };
-    let landed = run_once(args, batching, args.shared).await?;
-    if let Some(serial) = serial {
-        println!("one batch at a time took {:.2}x as long as this queue", serial.secs / landed.secs);
+    for round in 0..args.repeat {
+        let serial = if args.baseline {
+            Some(run_once(args, Batching::OneBatch, args.shared, round).await?)
+        } else {
+            None
+        };
+        let landed = run_once(args, batching, args.shared, round).await?;
+        if let Some(serial) = serial {
+            println!("one batch at a time took {:.2}x as long as this queue", serial.secs / landed.secs);
+        }
+    }
+    Ok(())
+}
+
+/// `--compare`: every row `--repeat` times, round by round; each row's
+/// median run (by its ratio to the bound) in the table.
+async fn compare(args: &Args) -> anyhow::Result<()> {
+    let queues: Vec<Batching> = if args.queues.is_empty() {
+        vec![Batching::OneBatch, Batching::Parallel, Batching::FittedTrain, Batching::Fitted]
+    } else {
+        args.queues.clone()
+    };
+    let sides: &[bool] = if args.shared_only { &[true] } else { &[false, true] };
+    let rows: Vec<(bool, Batching)> =
+        sides.iter().flat_map(|&shared| queues.iter().map(move |&b| (shared, b))).collect();
+    let mut runs: Vec<Vec<Landed>> = rows.iter().map(|_| Vec::new()).collect();
+    for round in 0..args.repeat {
+        for (i, &(shared, batching)) in rows.iter().enumerate() {
+            runs[i].push(run_once(args, batching, shared, round).await?);
+        }
+    }
+    println!(
+        "| verifiers | queue | landed | / lower bound | verifications | ratios of the {} runs |",
+        args.repeat
+    );
+    println!("| --- | --- | --- | --- | --- | --- |");
+    for ((shared, batching), mut ls) in rows.into_iter().zip(runs) {
+        ls.sort_by(|a, b| (a.secs / a.bound).total_cmp(&(b.secs / b.bound)));
+        let all: Vec<String> = ls.iter().map(|l| format!("{:.2}", l.secs / l.bound)).collect();
+        let Some(l) = ls.get(ls.len() / 2) else { continue };
+        println!(
+            "| {} | {} | {:.1} s | {:.2}x ({:.1} s) | {} | {} |",
+            if shared {
+                format!("shared ({} workers)", args.workers)
+            } else {
+                format!("dedicated ({} + {})", args.workers, args.verifiers)
+            },
+            batching.name(),
+            l.secs,
+            l.secs / l.bound,
+            l.bound,
+            l.verifications,
+            all.join(" / ")
+        );
     }
     Ok(())
 }
@@ -193,15 +271,14 @@ fn lower_bound(args: &Args, culprits: usize, shared: bool) -> f64 {
 }
 
 /// One run of the instance: how long it took to land everything.
-async fn run_once(args: &Args, batching: Batching, shared: bool) -> anyhow::Result<Landed> {
+async fn run_once(args: &Args, batching: Batching, shared: bool, round: usize) -> anyhow::Result<Landed> {
     let max_parallel = if batching == Batching::OneBatch { 1 } else { args.max_parallel };
     let dir = tempfile::tempdir()?;
     let repo = temp_repo(dir.path(), "repo", 0)?;
     let marks = dir.path().join("marks");
     std::fs::create_dir_all(&marks)?;
-    let env: &[(&str, &str)] =
-        if batching == Batching::Fitted { &[] } else { &[("SWARM_MERGE_QUEUE_BATCHING", "parallel")] };
-    let controller = start_controller_env(&repo, &[], Some(&dir.path().join("controller.log")), env)?;
+    let controller =
+        start_controller_env(&repo, &[], Some(&dir.path().join("controller.log")), batching.env())?;
     let exe = sibling("swarm-sidecar")?;
     let mut sidecars = Vec::new();
     let verifiers = if shared { 0 } else { args.verifiers };
@@ -232,6 +309,10 @@ async fn run_once(args: &Args, batching: Batching, shared: bool) -> anyhow::Resu
 
     let (plan, culprits) = plan(args, max_parallel, &marks);
     let started = Instant::now();
+    let events = match &args.timeline {
+        Some(_) => Some(collect_events(&mut op).await?),
+        None => None,
+    };
     op.create_swarm(v1::CreateSwarmRequest { plan_toml: plan, origin: None }).await?;
     let deadline = started + Duration::from_secs(args.timeout_secs);
     loop {
@@ -270,5 +351,39 @@ async fn run_once(args: &Args, batching: Batching, shared: bool) -> anyhow::Resu
         landed / bound
     );
     drop(sidecars);
+    if let (Some(dir), Some(events)) = (&args.timeline, events) {
+        let (reader, lines) = events;
+        reader.abort();
+        let side = if shared { "shared" } else { "dedicated" };
+        let path = dir.join(format!("{side}-{}-{round}.txt", batching.flag()));
+        let lines = lines.lock().map(|l| l.join("\n")).unwrap_or_default();
+        std::fs::write(&path, lines)?;
+    }
     Ok(Landed { secs: landed, bound, verifications })
+}
+
+/// The run's events as they arrive, as lines of text (milliseconds since
+/// the swarm was created, kind, worker, task, message).
+type Events = (tokio::task::JoinHandle<()>, std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+async fn collect_events(op: &mut OperatorServiceClient<tonic::transport::Channel>) -> anyhow::Result<Events> {
+    let mut stream = op
+        .watch(v1::WatchRequest { after_event_id: 0, swarm_id: String::new(), ..Default::default() })
+        .await?
+        .into_inner();
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis() as i64;
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let out = lines.clone();
+    let reader = tokio::spawn(async move {
+        while let Ok(Some(e)) = stream.message().await {
+            let data = if e.kind.starts_with("merge_queue") { e.data.as_str() } else { "" };
+            let (at, kind, worker, task, message) =
+                (e.at_unix_ms - since, e.kind, e.worker_id, e.task_id, e.message);
+            let line = format!("{at:>6} {kind} {worker} {task} {message} {data}");
+            if let Ok(mut l) = out.lock() {
+                l.push(line);
+            }
+        }
+    });
+    Ok((reader, lines))
 }

@@ -15,6 +15,13 @@
 //!   slot for as many tasks as it can carry.
 //! - With no verifier to take, the car waits and fills; it is formed when
 //!   one is free.
+//! - A suspect group (a failed car's items, see `bisect.rs`) is probed
+//!   before any car, on a free verifier or a spare one, without waiting to
+//!   fill: its size is its own, and the culprit it finds goes back to its
+//!   owner sooner, while its innocent items go back to the train. It is
+//!   split one way per verifier it may take now, its pieces probed at once
+//!   (a round of verification each time instead of one per halving); with
+//!   one verifier, halves, the second decided by the first's verdict.
 
 /// What the decision is made from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,6 +40,30 @@ pub struct Fit {
     /// The bound on how long a car waits to fill before it takes a spare
     /// verifier, ms.
     pub fill_ms: u64,
+    /// Suspect groups waiting for a probe.
+    pub suspects: usize,
+}
+
+/// What goes to a verifier next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// The first suspect group's probe.
+    Probe,
+    /// A car of this many waiting tasks.
+    Car(usize),
+}
+
+/// How many ways the suspect group probed next is split.
+pub fn probe_ways(f: &Fit) -> usize {
+    (f.free + f.spare).max(1)
+}
+
+/// The next probe or car, or `None` to wait.
+pub fn next(f: &Fit) -> Option<Next> {
+    if f.suspects > 0 && (f.free > 0 || f.spare > 0) {
+        return Some(Next::Probe);
+    }
+    car_size(f).map(Next::Car)
 }
 
 /// The next car's size, or `None` to wait.
@@ -77,7 +108,25 @@ mod tests {
     use super::*;
 
     fn fit(waiting: usize, free: usize, spare: usize, waited_ms: u64) -> Fit {
-        Fit { waiting, size: 8, free, spare, waited_ms, fill_ms: 1_000 }
+        Fit { waiting, size: 8, free, spare, waited_ms, fill_ms: 1_000, suspects: 0 }
+    }
+
+    #[test]
+    fn a_suspect_group_is_probed_first_on_any_verifier_it_may_take() {
+        let suspect = |f: Fit| Fit { suspects: 1, ..f };
+        assert_eq!(next(&suspect(fit(8, 1, 0, 0))), Some(Next::Probe), "before a full car");
+        assert_eq!(next(&suspect(fit(0, 0, 2, 0))), Some(Next::Probe), "a spare verifier, no filling");
+        assert_eq!(next(&suspect(fit(8, 0, 0, 60_000))), None, "no verifier to take");
+        assert_eq!(next(&fit(8, 1, 0, 0)), Some(Next::Car(8)), "no suspect: the car as fitted");
+        assert_eq!(next(&fit(3, 0, 2, 0)), None);
+    }
+
+    #[test]
+    fn a_suspect_group_is_split_one_way_per_verifier_it_may_take() {
+        assert_eq!(probe_ways(&fit(0, 4, 0, 0)), 4);
+        assert_eq!(probe_ways(&fit(0, 1, 2, 0)), 3, "free and spare alike");
+        assert_eq!(probe_ways(&fit(0, 1, 0, 0)), 1, "one verifier: halves");
+        assert_eq!(probe_ways(&fit(0, 0, 0, 0)), 1);
     }
 
     #[test]

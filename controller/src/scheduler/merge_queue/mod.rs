@@ -52,6 +52,15 @@ fn fitted() -> bool {
     *FITTED.get_or_init(|| std::env::var("SWARM_MERGE_QUEUE_BATCHING").map_or(true, |v| v != "parallel"))
 }
 
+/// Whether a failed car's culprits are sought beside the train (probes,
+/// `bisect.rs`), a culprit's next attempt queued first (the default), or
+/// by bisecting on the train, in queue order, as before
+/// (`SWARM_MERGE_QUEUE_ISOLATION=train`: the benchmark's baseline).
+fn isolating() -> bool {
+    static ISOLATING: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ISOLATING.get_or_init(|| std::env::var("SWARM_MERGE_QUEUE_ISOLATION").map_or(true, |v| v != "train"))
+}
+
 /// What one car (a batch on the train) is doing.
 #[derive(Debug)]
 pub(super) enum CarStage {
@@ -113,7 +122,8 @@ impl SwarmQueue {
     /// Forgets the cars the queue took off the train or decided (their
     /// verifiers' verdicts are no longer wanted).
     fn sync(&mut self) {
-        let live: HashSet<u64> = self.queue.cars().iter().map(|c| c.id).collect();
+        let cars = self.queue.cars().iter().map(|c| c.id);
+        let live: HashSet<u64> = cars.chain(self.queue.probes().iter().map(|p| p.id)).collect();
         self.cars.retain(|id, _| live.contains(id));
         self.verify_sent.retain(|id, _| live.contains(id));
     }
@@ -174,7 +184,7 @@ impl Queues {
     fn swarm_queue(&mut self, model: &Model, swarm: &SwarmId) -> Option<&mut SwarmQueue> {
         let max = integration_of(model, swarm)?.max_batch as usize;
         Some(self.by_swarm.entry(swarm.clone()).or_insert_with(|| SwarmQueue {
-            queue: MergeQueue::new(max),
+            queue: MergeQueue::new(max).isolating(isolating()),
             cars: HashMap::default(),
             recovering: HashSet::default(),
             failures: HashMap::default(),
@@ -189,7 +199,11 @@ impl Queues {
     /// next tick puts it on the train when a verifier is free.
     pub fn enqueue(&mut self, core: &mut Core, key: &TaskKey, number: u32) {
         let Some(q) = self.swarm_queue(core.model, &key.swarm) else { return };
-        q.queue.push(key.clone());
+        if number > 1 && isolating() {
+            q.queue.push_first(key.clone());
+        } else {
+            q.queue.push(key.clone());
+        }
         q.queued_at.insert(key.clone(), core.mono_ms());
         let waiting = q.queue.waiting().count();
         core.set_state(key, TaskState::Merging, &format!("attempt {number} queued for integration verify"));
@@ -244,35 +258,40 @@ impl Queues {
     }
 
     /// Forms the next car from the waiting tasks, stacked on the last car's
-    /// merged commit (or the integration head), and sends it to the merger
+    /// merged commit (or the integration head), or the next probe of a
+    /// suspect group, on the integration head, and sends it to the merger
     /// to be merged in memory. One speculation at a time: a car needs the
-    /// head of the car ahead of it. Its size and whether it goes now are
-    /// `fit.rs`'s decision (before: a car whenever a verifier was idle, with
-    /// everything that waited).
+    /// head of the car ahead of it. Which goes and a car's size are
+    /// `fit.rs`'s decision (before: a car whenever a verifier was idle,
+    /// with everything that waited).
     fn start_car(&mut self, core: &mut Core, merger: &MergerHandle, swarm: &SwarmId) {
         let Some(iv) = integration_of(core.model, swarm) else { return };
         let now = core.mono_ms();
         let Some(q) = self.by_swarm.get(swarm) else { return };
         let speculating = q.cars.values().any(|c| matches!(c, CarStage::Speculating));
-        if speculating || q.retry_at > now || q.queue.waiting().next().is_none() {
+        let idle = q.queue.waiting().next().is_none() && q.queue.suspects() == 0;
+        if speculating || q.retry_at > now || idle {
             return;
         }
-        let onto = match q.queue.cars().last() {
-            None => None,
-            Some(last) => match q.cars.get(&last.id).and_then(CarStage::head) {
+        let (next, ways) = if fitted() {
+            let f = fit_of(core.model, &iv, q, swarm, now);
+            match fit::next(&f) {
+                Some(next) => (next, fit::probe_ways(&f)),
+                None => return,
+            }
+        } else {
+            match idle_verifiers(core.model, &iv).count() {
+                0 => return,
+                idle if q.queue.suspects() > 0 => (fit::Next::Probe, idle),
+                idle => (fit::Next::Car(usize::MAX), idle),
+            }
+        };
+        let onto = match (next, q.queue.cars().last()) {
+            (fit::Next::Probe, _) | (_, None) => None,
+            (fit::Next::Car(_), Some(last)) => match q.cars.get(&last.id).and_then(CarStage::head) {
                 Some(head) => Some(head.to_string()),
                 None => return,
             },
-        };
-        let n = if fitted() {
-            match fit::car_size(&fit_of(core.model, &iv, q, swarm, now)) {
-                Some(n) => n,
-                None => return,
-            }
-        } else if idle_verifiers(core.model, &iv).next().is_some() {
-            usize::MAX
-        } else {
-            return;
         };
         let Some(branch) = core.model.swarms().get(swarm).map(|s| s.plan.integration_branch.clone()) else {
             return;
@@ -280,9 +299,12 @@ impl Queues {
         let limit = Self::limit(core, &iv, q);
         let job = self.next_job + 1;
         let Some(q) = self.by_swarm.get_mut(swarm) else { return };
-        let Some(items) = q.queue.form_sized(job, limit, n).map(<[TaskKey]>::to_vec) else { return };
+        let formed = match next {
+            fit::Next::Probe => q.queue.form_probe(job, limit, ways),
+            fit::Next::Car(n) => q.queue.form_sized(job, limit, n),
+        };
+        let Some(items) = formed.map(<[TaskKey]>::to_vec) else { return };
         self.next_job = job;
-        let size = q.queue.batch_size();
         let mut jobs = Vec::with_capacity(items.len());
         let mut gone = Vec::new();
         for key in &items {
@@ -304,20 +326,7 @@ impl Queues {
             }
             return;
         }
-        let tasks: Vec<String> = items.iter().map(|k| k.task.to_string()).collect();
-        let ahead = q.queue.cars().len() - 1;
-        let _span = tracing::info_span!("merge_queue.batch", swarm = %swarm, job, tasks = items.len(), ahead)
-            .entered();
-        core.metrics.merge_queue_batch_size.set(items.len() as i64);
-        core.fx.event(
-            swarm.as_str(),
-            "",
-            0,
-            "",
-            "merge_queue.batch",
-            format!("batch of {} behind {ahead}: {}", items.len(), tasks.join(", ")),
-            serde_json::json!({ "job": job, "tasks": tasks, "batch_size": size, "ahead": ahead, "onto": onto }),
-        );
+        announce(core, swarm, q, job, &items, next == fit::Next::Probe, &onto);
         q.cars.insert(job, CarStage::Speculating);
         merger.queue(QueueRequest::Speculate { swarm: swarm.clone(), job, branch, onto, jobs });
     }
@@ -376,6 +385,32 @@ fn set_back(core: &mut Core, swarm: &SwarmId, q: &mut SwarmQueue, job: u64, why:
     q.retry_at = core.mono_ms() + RETRY_MS;
     let data = serde_json::json!({ "job": job, "dropped": settled.dropped });
     core.fx.event(swarm.as_str(), "", 0, "", "merge_queue.error", why, data);
+}
+
+/// The event (and span and gauge) of a car or probe put on its way.
+fn announce(
+    core: &mut Core,
+    swarm: &SwarmId,
+    q: &SwarmQueue,
+    job: u64,
+    items: &[TaskKey],
+    probe: bool,
+    onto: &Option<String>,
+) {
+    let tasks: Vec<String> = items.iter().map(|k| k.task.to_string()).collect();
+    let ahead = q.queue.cars().len().saturating_sub(usize::from(!probe));
+    let _span =
+        tracing::info_span!("merge_queue.batch", swarm = %swarm, job, tasks = items.len(), ahead, probe)
+            .entered();
+    core.metrics.merge_queue_batch_size.set(items.len() as i64);
+    let message = if probe {
+        format!("probe of {} alone on the head: {}", items.len(), tasks.join(", "))
+    } else {
+        format!("batch of {} behind {ahead}: {}", items.len(), tasks.join(", "))
+    };
+    let data = serde_json::json!({ "job": job, "tasks": tasks, "batch_size": q.queue.batch_size(),
+        "ahead": ahead, "onto": onto, "probe": probe });
+    core.fx.event(swarm.as_str(), "", 0, "", "merge_queue.batch", message, data);
 }
 
 /// A speculation's report, less its swarm.
@@ -439,6 +474,7 @@ fn fit_of(model: &Model, iv: &IntegrationVerify, q: &SwarmQueue, swarm: &SwarmId
         spare,
         waited_ms: now.saturating_sub(oldest),
         fill_ms: FILL_MS,
+        suspects: q.queue.suspects(),
     }
 }
 

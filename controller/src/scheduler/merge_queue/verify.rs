@@ -45,17 +45,16 @@ impl Queues {
         }
     }
 
-    /// Hands each car waiting for a verifier to an idle sidecar with the
-    /// plan's verifier labels, front car first; the rest wait for the next
-    /// tick.
+    /// Hands each probe and car waiting for a verifier to an idle sidecar
+    /// with the plan's verifier labels, probes first (a culprit found goes
+    /// back to its owner sooner), then the front car first; the rest wait
+    /// for the next tick.
     pub(super) fn dispatch_verifies(&mut self, core: &mut Core, swarm: &SwarmId) {
         let Some(iv) = integration_of(core.model, swarm) else { return };
         let Some(q) = self.by_swarm.get(swarm) else { return };
-        let waiting: Vec<u64> = q
-            .queue
-            .cars()
-            .iter()
-            .map(|c| c.id)
+        let probes = q.queue.probes().iter().map(|p| p.id);
+        let waiting: Vec<u64> = probes
+            .chain(q.queue.cars().iter().map(|c| c.id))
             .filter(|id| matches!(q.cars.get(id), Some(CarStage::Verifying { worker: None, .. })))
             .collect();
         for job in waiting {
@@ -170,7 +169,10 @@ impl Queues {
             }
         }
         q.cars.insert(r.job, CarStage::Verified { base, head: head.clone(), chained });
-        let settled = q.queue.verdict(r.job, r.passed);
+        // A probe that passed may land as it is (then it is a car).
+        let probe = q.queue.probes().iter().any(|p| p.id == r.job);
+        let settled =
+            if probe { q.queue.probe_verdict(r.job, r.passed) } else { q.queue.verdict(r.job, r.passed) };
         q.sync();
         let size = q.queue.batch_size();
         let (kind, what) =
@@ -183,7 +185,7 @@ impl Queues {
             kind,
             format!("integration verify {what} for {}", tasks.join(", ")),
             serde_json::json!({ "job": r.job, "commit": head, "tasks": tasks, "next_batch_size": size,
-                "dropped": settled.dropped,
+                "dropped": settled.dropped, "probe": probe,
                 "tiers": r.tiers.iter().map(|t| serde_json::json!({ "name": t.name, "passed": t.passed, "exit_code": t.exit_code })).collect::<Vec<_>>() }),
         );
         for key in settled.culprits {
