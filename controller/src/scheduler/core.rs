@@ -325,8 +325,9 @@ impl Core<'_> {
 
     /// The one place a task changes state (the model keeps the ready
     /// queue, the live ownership and the swarm's counts); records the
-    /// transition as an event.
-    pub fn set_state(&mut self, key: &TaskKey, to: TaskState, reason: &str) {
+    /// transition as an event. Callers name the transition instead
+    /// (`to_running`, `to_merging`…, in `transitions.rs`).
+    pub(super) fn set_state(&mut self, key: &TaskKey, to: TaskState, reason: &str) {
         let Some(task) = self.model.tasks().get(key) else { return };
         let from = task.state();
         if from == to && task.reason == reason {

@@ -206,7 +206,7 @@ impl Queues {
         }
         q.queued_at.insert(key.clone(), core.mono_ms());
         let waiting = q.queue.waiting().count();
-        core.set_state(key, TaskState::Merging, &format!("attempt {number} queued for integration verify"));
+        core.to_merging(key, &format!("attempt {number} queued for integration verify"));
         core.fx.task_event(
             key,
             number,

@@ -3,7 +3,7 @@
 //! to another; a verdict is taken only from the verifier of that car and
 //! commit.
 
-use swarm_core::{SwarmId, TaskKey, TaskState};
+use swarm_core::{SwarmId, TaskKey};
 
 use super::super::core::Core;
 use super::super::model::{Transition, Worker};
@@ -94,7 +94,7 @@ impl Queues {
             &head[..head.len().min(12)]
         );
         for key in &keys {
-            core.set_state(key, TaskState::Merging, &reason);
+            core.to_merging(key, &reason);
         }
         core.fx.event(
             swarm.as_str(),
