@@ -172,27 +172,14 @@ fn names_the_dispatcher(source: &str) -> bool {
 #[test]
 fn no_file_below_the_dispatcher_names_it() {
     let dir = repo_root().join("controller/src/scheduler");
-    let mut naming = Vec::new();
-    let mut stack = vec![dir.clone()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).unwrap() {
-            let path = entry.unwrap().path();
-            let name = path.file_name().unwrap().to_string_lossy().into_owned();
-            if path.is_dir() {
-                if name != "tests" {
-                    stack.push(path);
-                }
-                continue;
-            }
-            let test_file = name == "tests.rs" || name.ends_with("_tests.rs");
-            if path == dir.join("mod.rs") || test_file || !name.ends_with(".rs") {
-                continue;
-            }
-            if names_the_dispatcher(&std::fs::read_to_string(&path).unwrap()) {
-                naming.push(path.strip_prefix(&dir).unwrap().display().to_string());
-            }
-        }
-    }
+    let mut files = Vec::new();
+    sources(&dir, &mut files);
+    let mut naming: Vec<String> = files
+        .iter()
+        .filter(|path| **path != dir.join("mod.rs"))
+        .filter(|path| names_the_dispatcher(&std::fs::read_to_string(path).unwrap()))
+        .map(|path| path.strip_prefix(&dir).unwrap().display().to_string())
+        .collect();
     naming.sort();
     assert!(
         naming.is_empty(),
