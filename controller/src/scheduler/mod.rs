@@ -149,15 +149,13 @@ pub struct Scheduler {
 impl Scheduler {
     /// Rebuilds the scheduler from its store.
     pub fn recover(
-        store: Store,
+        mut store: Store,
         timing: Timing,
         merger: MergerHandle,
     ) -> Result<Scheduler, crate::error::ControllerError> {
-        let mut store = store;
         let snap = store.load()?;
         let last_event_id = snap.last_event_id;
         let recover::Recovered { shared, parts } = recover::recover(snap, timing, merger)?;
-        tracing::info!(last_event = last_event_id, "scheduler recovered");
         let (events, _) = broadcast::channel(65_536);
         Ok(Scheduler {
             store,

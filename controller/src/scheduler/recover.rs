@@ -35,6 +35,7 @@ pub(super) fn recover(
     timing: Timing,
     merger: MergerHandle,
 ) -> Result<Recovered, ControllerError> {
+    let last_event = snap.last_event_id;
     let mut s = Recovered { shared: Shared::new(timing), parts: Components::new(merger) };
     load(&mut s.shared.model, snap)?;
     s.shared.next_token = s.shared.model.attempts().values().map(|a| a.token + 1).max().unwrap_or(1);
@@ -110,6 +111,7 @@ pub(super) fn recover(
         tasks = s.shared.model.tasks().len(),
         attempts = s.shared.model.attempts().len(),
         workers = s.shared.model.workers().len(),
+        last_event,
         "state rebuilt from the store"
     );
     Ok(s)
